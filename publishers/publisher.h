@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The publisher interface: one const struct publisher_ops per backend
+ * (publishers/<name>.c), collected in publisher_registry[] (registry.c).
+ *
+ * Threading: a worker thread opens its own publisher state and is the only
+ * thread that ever touches it; backends share nothing mutable between
+ * states. publisher_ops themselves are immutable.
+ *
+ * Outcome classes follow section 3 of the contract. Every call of
+ * publish() fills one pub_result per event; no event is reported
+ * PUB_ACKED before the broker acknowledged it.
+ */
+#ifndef OUTBOX_PUBLISHER_H
+#define OUTBOX_PUBLISHER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "event.h"
+
+enum pub_outcome {
+	/* The broker acknowledged the event: mark sent. */
+	PUB_ACKED = 0,
+	/* Never handed to the broker, or refused before anything could have
+	 * been written: released, its attempt given back. */
+	PUB_NOT_WRITTEN,
+	/* Handed over, outcome unknown (connection lost, no confirm within
+	 * the deadline): the broker's fault. Retried with backoff keeping
+	 * the charge, never failed for it; the publisher goes unhealthy. */
+	PUB_TRANSPORT,
+	/* The destination refused (unknown topic, missing exchange,
+	 * unroutable, not authorized): that destination is paused and the
+	 * row released. The broker wrote nothing for it. */
+	PUB_DESTINATION,
+	/* The broker rejected this message (nack): retried with backoff
+	 * until attempts are spent. */
+	PUB_EVENT,
+	/* The row itself can never succeed (too large, invalid header,
+	 * cannot encode): failed at once. */
+	PUB_PERMANENT,
+};
+
+struct pub_result {
+	enum pub_outcome outcome;
+	/* PUB_DESTINATION only: true when just this routing key of the
+	 * destination is refused (AMQP unroutable), false when the whole
+	 * destination (exchange or topic) is. */
+	bool route_scoped;
+	/* Why, for last_error and logs; "" for PUB_ACKED. Never a secret. */
+	char reason[256];
+};
+
+/*
+ * What the relay lends a publish() call. Callbacks run on the calling
+ * worker thread.
+ */
+struct publish_ctx {
+	/* Monotonic ms (clock_ms()): stop waiting for outcomes at this time
+	 * and report what is still open as PUB_TRANSPORT. */
+	int64_t deadline_ms;
+	/* Ask before handing event i to the broker; false means do not
+	 * (local lease deadline passed, lease renewal lost the row, or
+	 * shutdown), and the event is PUB_NOT_WRITTEN. */
+	bool (*may_send)(struct publish_ctx *ctx, size_t i);
+	/* Call at least every 200 ms while waiting for outcomes; it renews
+	 * the batch's lease when due. Returns true once shutdown has begun:
+	 * purge what is queued but unsent (PUB_NOT_WRITTEN) and keep
+	 * waiting for what was sent until deadline_ms. */
+	bool (*tick)(struct publish_ctx *ctx);
+	void *opaque; /* the relay's */
+};
+
+struct publisher_ops {
+	const char *name;
+	/* Startup check of the backend's settings; 0 or -1 with err set. */
+	int (*validate)(const struct config *cfg, char *err, size_t errlen);
+	/* Connects; 0 with *state set, or -1 with err set (naming host, never
+	 * a secret). A failed open is retried by the caller with backoff. */
+	int (*open)(const struct config *cfg, void **state, char *err,
+		    size_t errlen);
+	/* Publishes n events pipelined, then awaits every outcome. Fills
+	 * results[0..n-1]. Returns 0, or -1 when the publisher is unusable
+	 * afterwards (the caller probes before the next batch). */
+	int (*publish)(void *state, const struct outbox_event *events,
+		       size_t n, struct publish_ctx *ctx,
+		       struct pub_result *results);
+	/* A real end-to-end check (reconnecting if needed); 0 healthy, or -1
+	 * with err set. */
+	int (*probe)(void *state, char *err, size_t errlen);
+	/* Lets the backend service its connection (heartbeats, delivery
+	 * reports) while the worker waits on Postgres or sleeps. May be
+	 * NULL. */
+	void (*service)(void *state);
+	void (*close)(void *state);
+};
+
+/* NULL-terminated. */
+extern const struct publisher_ops *const publisher_registry[];
+
+/* The backend called name, or NULL. */
+const struct publisher_ops *publisher_find(const char *name);
+
+/* The destination rows with a NULL exchange go to under cfg: the
+ * configured default exchange or topic ("" for stdout). */
+const char *publisher_default_destination(const struct config *cfg);
+
+#endif

@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/* Line-oriented logging, JSON or text, with a per-thread name. */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* Set once by log_setup() before any thread starts; read-only after. */
+static enum log_level log_threshold = LOG_INFO;
+static bool log_json = true;
+
+static _Thread_local char log_thread[48];
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+void log_setup(enum log_level level, bool json)
+{
+	log_threshold = level;
+	log_json = json;
+}
+
+int log_level_parse(const char *s)
+{
+	for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]);
+	     i++)
+		if (strcmp(s, level_names[i]) == 0)
+			return (int)i;
+	if (strcmp(s, "warning") == 0)
+		return LOG_WARN;
+	return -1;
+}
+
+void log_set_thread(const char *name)
+{
+	snprintf(log_thread, sizeof(log_thread), "%s", name);
+}
+
+bool log_enabled(enum log_level level)
+{
+	return level >= log_threshold;
+}
+
+struct line {
+	char buf[4096];
+	size_t len;
+};
+
+static void line_put(struct line *l, const char *s, size_t n)
+{
+	size_t room = sizeof(l->buf) - 1 - l->len;
+	if (n > room)
+		n = room;
+	memcpy(l->buf + l->len, s, n);
+	l->len += n;
+}
+
+static void line_puts(struct line *l, const char *s)
+{
+	line_put(l, s, strlen(s));
+}
+
+/* JSON string escaping; text mode writes values as they are. */
+static void line_json_string(struct line *l, const char *s)
+{
+	line_put(l, "\"", 1);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		char esc[8];
+		switch (c) {
+		case '"':
+			line_put(l, "\\\"", 2);
+			break;
+		case '\\':
+			line_put(l, "\\\\", 2);
+			break;
+		case '\n':
+			line_put(l, "\\n", 2);
+			break;
+		case '\t':
+			line_put(l, "\\t", 2);
+			break;
+		case '\r':
+			line_put(l, "\\r", 2);
+			break;
+		default:
+			if (c < 0x20) {
+				snprintf(esc, sizeof(esc), "\\u%04x", c);
+				line_puts(l, esc);
+			} else {
+				line_put(l, s, 1);
+			}
+		}
+	}
+	line_put(l, "\"", 1);
+}
+
+static void line_field(struct line *l, const char *key, const char *value)
+{
+	if (log_json) {
+		line_put(l, ",", 1);
+		line_json_string(l, key);
+		line_put(l, ":", 1);
+		line_json_string(l, value);
+	} else {
+		line_put(l, " ", 1);
+		line_puts(l, key);
+		line_put(l, "=", 1);
+		line_puts(l, value);
+	}
+}
+
+static void log_write(enum log_level level, const char *msg, va_list fields)
+{
+	struct line l = {.len = 0};
+	char ts[40];
+	struct timespec now;
+	struct tm tm;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	gmtime_r(&now.tv_sec, &tm);
+	size_t n = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(ts + n, sizeof(ts) - n, ".%03ldZ", now.tv_nsec / 1000000);
+
+	if (log_json) {
+		line_puts(&l, "{\"ts\":\"");
+		line_puts(&l, ts);
+		line_puts(&l, "\",\"level\":\"");
+		line_puts(&l, level_names[level]);
+		line_puts(&l, "\",\"msg\":");
+		line_json_string(&l, msg);
+	} else {
+		line_puts(&l, ts);
+		line_put(&l, " ", 1);
+		line_puts(&l, level_names[level]);
+		line_put(&l, " ", 1);
+		line_puts(&l, msg);
+	}
+	if (log_thread[0])
+		line_field(&l, "thread", log_thread);
+	for (;;) {
+		const char *key = va_arg(fields, const char *);
+		if (!key)
+			break;
+		const char *value = va_arg(fields, const char *);
+		line_field(&l, key, value ? value : "");
+	}
+	if (log_json)
+		line_put(&l, "}", 1);
+	/* Reserve the newline even when the line was truncated. */
+	l.buf[l.len++] = '\n';
+	fwrite(l.buf, 1, l.len, stderr);
+}
+
+void log_fields(enum log_level level, const char *msg, ...)
+{
+	if (!log_enabled(level))
+		return;
+	va_list ap;
+	va_start(ap, msg);
+	log_write(level, msg, ap);
+	va_end(ap);
+}
+
+static void log_write_none(enum log_level level, const char *msg, ...)
+{
+	va_list ap;
+	va_start(ap, msg);
+	log_write(level, msg, ap);
+	va_end(ap);
+}
+
+void log_msg(enum log_level level, const char *fmt, ...)
+{
+	if (!log_enabled(level))
+		return;
+	char msg[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_write_none(level, msg, (const char *)NULL);
+}

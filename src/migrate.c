@@ -1,0 +1,332 @@
+/* SPDX-License-Identifier: MIT */
+/* Applying the embedded sql/ migrations in order, under an advisory lock. */
+#include "migrate.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "locks.h"
+#include "pgconn.h"
+
+#define LOCK_WAIT_MS 60000
+#define DDL_LOCK_TIMEOUT "5s"
+#define DDL_ATTEMPTS 12
+
+int migrate_latest_version(void)
+{
+	int v = 0;
+	for (const struct sql_migration *m = sql_migrations; m->name; m++)
+		if (m->version > v)
+			v = m->version;
+	return v;
+}
+
+char *migrate_expand(const char *sql, const struct outbox_table *t)
+{
+	const struct {
+		const char *token;
+		const char *value;
+	} subst[] = {
+		{"{{table}}", t->quoted},
+		{"{{s}}", t->prefix},
+		{"{{n}}", t->name},
+		{"{{lit}}", t->literal},
+	};
+	size_t cap = strlen(sql) * 2 + 256, len = 0;
+	char *out = malloc(cap);
+	if (!out)
+		return NULL;
+	for (const char *p = sql; *p;) {
+		const char *value = NULL;
+		size_t token_len = 0;
+		if (p[0] == '{' && p[1] == '{') {
+			for (size_t i = 0; i < sizeof(subst) / sizeof(subst[0]);
+			     i++) {
+				size_t n = strlen(subst[i].token);
+				if (strncmp(p, subst[i].token, n) == 0) {
+					value = subst[i].value;
+					token_len = n;
+					break;
+				}
+			}
+		}
+		const char *chunk = value ? value : p;
+		size_t chunk_len = value ? strlen(value) : 1;
+		if (len + chunk_len + 1 > cap) {
+			cap = (len + chunk_len + 1) * 2;
+			char *grown = realloc(out, cap);
+			if (!grown) {
+				free(out);
+				return NULL;
+			}
+			out = grown;
+		}
+		memcpy(out + len, chunk, chunk_len);
+		len += chunk_len;
+		p += value ? token_len : 1;
+	}
+	out[len] = '\0';
+	return out;
+}
+
+static bool exec_ok(PGconn *conn, const char *sql, char *err, size_t errlen)
+{
+	PGresult *res = PQexec(conn, sql);
+	ExecStatusType st = PQresultStatus(res);
+	bool ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+	if (!ok)
+		pgconn_error(conn, res, err, errlen);
+	PQclear(res);
+	return ok;
+}
+
+/* Takes the session-level migration lock, waiting at most LOCK_WAIT_MS.
+ * A session lock is right here (unlike the loops): migrate is a short
+ * command whose connection ends with it. */
+static int lock_migrations(PGconn *conn, const struct outbox_table *t,
+			   char *err, size_t errlen)
+{
+	char sql[256];
+	snprintf(sql, sizeof(sql),
+		 "SELECT pg_try_advisory_lock(%d, hashtext(%s))",
+		 LOCK_NS_MIGRATE, t->literal);
+	int64_t until = clock_ms() + LOCK_WAIT_MS;
+	for (;;) {
+		PGresult *res = PQexec(conn, sql);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+			pgconn_error(conn, res, err, errlen);
+			PQclear(res);
+			return -1;
+		}
+		bool got = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+		PQclear(res);
+		if (got)
+			return 0;
+		if (clock_ms() > until) {
+			snprintf(err, errlen,
+				 "another migrate held the migration lock of "
+				 "%s for %d s",
+				 t->literal, LOCK_WAIT_MS / 1000);
+			return -1;
+		}
+		clock_sleep_ms(200);
+	}
+}
+
+static int applied_versions(PGconn *conn, const char *version_table,
+			    bool *applied, int max_version, char *err,
+			    size_t errlen)
+{
+	char sql[256];
+	snprintf(sql, sizeof(sql), "SELECT version FROM %s", version_table);
+	PGresult *res = PQexec(conn, sql);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		pgconn_error(conn, res, err, errlen);
+		PQclear(res);
+		return -1;
+	}
+	for (int i = 0; i < PQntuples(res); i++) {
+		long v = strtol(PQgetvalue(res, i, 0), NULL, 10);
+		if (v > 0 && v <= max_version)
+			applied[v] = true;
+	}
+	PQclear(res);
+	return 0;
+}
+
+/* Runs one transactional migration, retrying when its DDL could not get
+ * its lock within DDL_LOCK_TIMEOUT (the application's traffic goes first). */
+static int apply_in_transaction(PGconn *conn, const struct sql_migration *m,
+				const char *body, const char *version_table,
+				char *err, size_t errlen)
+{
+	char record[512];
+	snprintf(record, sizeof(record),
+		 "INSERT INTO %s (version, name) VALUES (%d, '%s')",
+		 version_table, m->version, m->name);
+	int64_t backoff = 200;
+	for (int attempt = 1;; attempt++) {
+		char why[512] = "";
+		bool ok = exec_ok(conn, "BEGIN", why, sizeof(why)) &&
+			  exec_ok(conn,
+				  "SET LOCAL lock_timeout = '" DDL_LOCK_TIMEOUT
+				  "'",
+				  why, sizeof(why)) &&
+			  exec_ok(conn, body, why, sizeof(why)) &&
+			  exec_ok(conn, record, why, sizeof(why)) &&
+			  exec_ok(conn, "COMMIT", why, sizeof(why));
+		if (ok)
+			return 0;
+		char ignored[64];
+		exec_ok(conn, "ROLLBACK", ignored, sizeof(ignored));
+		/* pgconn_error() leads with the SQLSTATE. */
+		bool lock_timeout = strncmp(why, "55P03", 5) == 0;
+		if (!lock_timeout || attempt >= DDL_ATTEMPTS) {
+			snprintf(err, errlen, "migration %s failed: %s",
+				 m->name, why);
+			return -1;
+		}
+		clock_sleep_ms(backoff);
+		if (backoff < 5000)
+			backoff *= 2;
+	}
+}
+
+static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
+				FILE *out, char *err, size_t errlen)
+{
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "SELECT format('%%I.%%I', n.nspname, c.relname) "
+		 "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+		 "JOIN pg_namespace n ON n.oid = c.relnamespace "
+		 "WHERE NOT i.indisvalid AND i.indrelid = to_regclass(%s)",
+		 t->literal);
+	PGresult *res = PQexec(conn, sql);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		pgconn_error(conn, res, err, errlen);
+		PQclear(res);
+		return -1;
+	}
+	int rc = 0;
+	for (int i = 0; i < PQntuples(res) && rc == 0; i++) {
+		char drop[256];
+		snprintf(drop, sizeof(drop), "DROP INDEX CONCURRENTLY %s",
+			 PQgetvalue(res, i, 0));
+		if (out)
+			fprintf(out, "dropping invalid index %s\n",
+				PQgetvalue(res, i, 0));
+		if (!exec_ok(conn, drop, err, errlen))
+			rc = -1;
+	}
+	PQclear(res);
+	return rc;
+}
+
+static int apply_without_transaction(PGconn *conn,
+				     const struct outbox_table *t,
+				     const struct sql_migration *m,
+				     char *body, const char *version_table,
+				     FILE *out, char *err, size_t errlen)
+{
+	char why[512];
+	if (drop_invalid_indexes(conn, t, out, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "migration %s: %s", m->name, why);
+		return -1;
+	}
+	/* Each statement is idempotent (IF NOT EXISTS), so a run cut short
+	 * is completed by the next one. */
+	const char *sep = "-- outbox:next";
+	char *stmt = body;
+	for (;;) {
+		char *next = strstr(stmt, sep);
+		if (next)
+			*next = '\0';
+		if (strspn(stmt, " \t\r\n") != strlen(stmt) &&
+		    !exec_ok(conn, stmt, why, sizeof(why))) {
+			snprintf(err, errlen, "migration %s failed: %s",
+				 m->name, why);
+			return -1;
+		}
+		if (!next)
+			break;
+		stmt = next + strlen(sep);
+	}
+	char record[512];
+	snprintf(record, sizeof(record),
+		 "INSERT INTO %s (version, name) VALUES (%d, '%s') "
+		 "ON CONFLICT (version) DO NOTHING",
+		 version_table, m->version, m->name);
+	if (!exec_ok(conn, record, why, sizeof(why))) {
+		snprintf(err, errlen, "migration %s: recording failed: %s",
+			 m->name, why);
+		return -1;
+	}
+	return 0;
+}
+
+int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
+		char *err, size_t errlen)
+{
+	int ret = -1;
+	bool locked = false;
+	char version_table[160];
+	char why[512];
+	char sql[512];
+	int latest = migrate_latest_version();
+	bool *applied = calloc((size_t)latest + 1, sizeof(bool));
+	if (!applied) {
+		snprintf(err, errlen, "migrate: out of memory");
+		goto out;
+	}
+	table_derived(t, "_schema_version", version_table,
+		      sizeof(version_table));
+
+	if (lock_migrations(conn, t, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "migrate %s: %s", t->literal, why);
+		goto out;
+	}
+	locked = true;
+	if (t->schema[0]) {
+		snprintf(sql, sizeof(sql), "CREATE SCHEMA IF NOT EXISTS \"%s\"",
+			 t->schema);
+		if (!exec_ok(conn, sql, why, sizeof(why))) {
+			snprintf(err, errlen, "create schema \"%s\": %s",
+				 t->schema, why);
+			goto out;
+		}
+	}
+	snprintf(sql, sizeof(sql),
+		 "CREATE TABLE IF NOT EXISTS %s (version integer PRIMARY KEY, "
+		 "name text NOT NULL, applied_at timestamptz NOT NULL "
+		 "DEFAULT now())",
+		 version_table);
+	if (!exec_ok(conn, sql, why, sizeof(why)) ||
+	    applied_versions(conn, version_table, applied, latest, why,
+			     sizeof(why)) != 0) {
+		snprintf(err, errlen, "schema version table %s: %s",
+			 version_table, why);
+		goto out;
+	}
+
+	for (const struct sql_migration *m = sql_migrations; m->name; m++) {
+		if (applied[m->version]) {
+			if (out)
+				fprintf(out, "%s: already applied\n", m->name);
+			continue;
+		}
+		char *body = migrate_expand(m->sql, t);
+		if (!body) {
+			snprintf(err, errlen, "migration %s: out of memory",
+				 m->name);
+			goto out;
+		}
+		int64_t started = clock_ms();
+		int rc;
+		if (strncmp(m->sql, "-- outbox:no-transaction", 24) == 0)
+			rc = apply_without_transaction(conn, t, m, body,
+						       version_table, out, err,
+						       errlen);
+		else
+			rc = apply_in_transaction(conn, m, body, version_table,
+						  err, errlen);
+		free(body);
+		if (rc != 0)
+			goto out;
+		if (out)
+			fprintf(out, "%s: applied in %lld ms\n", m->name,
+				(long long)(clock_ms() - started));
+	}
+	ret = 0;
+out:
+	if (locked) {
+		snprintf(sql, sizeof(sql),
+			 "SELECT pg_advisory_unlock(%d, hashtext(%s))",
+			 LOCK_NS_MIGRATE, t->literal);
+		exec_ok(conn, sql, why, sizeof(why));
+	}
+	free(applied);
+	return ret;
+}

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Schema migrations: the plain SQL files of sql/, embedded at build time,
+ * applied in order and recorded in a schema-version table, under an
+ * advisory lock so concurrent `migrate` runs (say, two pods starting) both
+ * succeed, with a short lock_timeout and retries so DDL never queues in
+ * front of the application's inserts.
+ *
+ * A file whose first line is "-- outbox:no-transaction" runs statement by
+ * statement outside a transaction (CREATE INDEX CONCURRENTLY); its
+ * statements are separated by lines reading "-- outbox:next". Before such a
+ * file runs, invalid indexes left by an interrupted build are dropped.
+ */
+#ifndef OUTBOX_MIGRATE_H
+#define OUTBOX_MIGRATE_H
+
+#include <libpq-fe.h>
+#include <stdio.h>
+
+#include "table.h"
+
+struct sql_migration {
+	int version;      /* from the file name's numeric prefix */
+	const char *name; /* file name */
+	const char *sql;  /* text with {{table}}-style placeholders */
+};
+
+/* Generated from sql/ (sql/embed.py); ends with a zeroed entry. */
+extern const struct sql_migration sql_migrations[];
+
+/*
+ * Expands the placeholders of sql for table t. Returns a malloc'd string
+ * the caller frees, or NULL when out of memory.
+ */
+char *migrate_expand(const char *sql, const struct outbox_table *t);
+
+/*
+ * Applies every migration not yet recorded, printing one line per
+ * migration to out (may be NULL). conn must not be inside a transaction.
+ * Returns 0, or -1 with err saying which migration failed and why.
+ */
+int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
+		char *err, size_t errlen);
+
+/* The newest version sql/ knows. */
+int migrate_latest_version(void);
+
+#endif

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: MIT */
+/* Opening Postgres sessions and classifying their errors. */
+#include "pgconn.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void pgconn_describe(PGconn *conn, char *out, size_t outlen)
+{
+	const char *host = PQhost(conn);
+	const char *port = PQport(conn);
+	const char *db = PQdb(conn);
+	const char *user = PQuser(conn);
+	snprintf(out, outlen, "%s:%s/%s as %s", host && *host ? host : "?",
+		 port && *port ? port : "?", db ? db : "?", user ? user : "?");
+}
+
+static void trim_newlines(char *s)
+{
+	size_t n = strlen(s);
+	while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r'))
+		s[--n] = '\0';
+	for (char *p = s; *p; p++)
+		if (*p == '\n')
+			*p = ' ';
+}
+
+void pgconn_error(PGconn *conn, const PGresult *res, char *err,
+		  size_t errlen)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE)
+				: NULL;
+	const char *msg = res ? PQresultErrorMessage(res) : NULL;
+	if (!msg || !*msg)
+		msg = conn ? PQerrorMessage(conn) : "no connection";
+	if (!*msg)
+		msg = "unknown error";
+	snprintf(err, errlen, "%s%s%s", state ? state : "",
+		 state ? ": " : "", msg);
+	trim_newlines(err);
+}
+
+PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
+		       size_t errlen)
+{
+	/* keepalives + tcp_user_timeout: a server that vanished without a
+	 * FIN is noticed within ~15 s instead of the kernel's two hours. */
+	const char *keys[] = {"dbname",
+			      "application_name",
+			      "keepalives",
+			      "keepalives_idle",
+			      "keepalives_interval",
+			      "keepalives_count",
+			      "tcp_user_timeout",
+			      "connect_timeout",
+			      NULL};
+	const char *values[] = {opt->conninfo,
+				opt->application_name,
+				"1",
+				"10",
+				"5",
+				"3",
+				"15000",
+				"10",
+				NULL};
+	char where[256];
+	PGconn *conn = NULL;
+	PGresult *res = NULL;
+
+	if (!opt->conninfo) {
+		/* libpq's PG* environment variables apply. */
+		keys[0] = "application_name";
+		values[0] = opt->application_name;
+		for (size_t i = 1; keys[i]; i++) {
+			keys[i] = keys[i + 1];
+			values[i] = values[i + 1];
+		}
+	}
+	conn = PQconnectdbParams(keys, values, 1);
+	if (!conn) {
+		snprintf(err, errlen, "connect to postgres: out of memory");
+		return NULL;
+	}
+	pgconn_describe(conn, where, sizeof(where));
+	if (PQstatus(conn) != CONNECTION_OK) {
+		char why[512];
+		pgconn_error(conn, NULL, why, sizeof(why));
+		snprintf(err, errlen, "connect to postgres at %s failed: %s",
+			 where, why);
+		goto fail;
+	}
+
+	/* Settings go in SET statements, not startup options, so the relay
+	 * also works through poolers that refuse startup parameters. The
+	 * lock timeout is shorter than the statement timeout so a blocked
+	 * statement reports the lock, and an idle transaction of ours
+	 * cannot pin vacuum's horizon for long. */
+	int64_t st = opt->statement_timeout_ms;
+	int64_t lock = st > 0 ? st / 2 : 5000;
+	int64_t idle = st > 0 ? (st * 3 > 10000 ? st * 3 : 10000) : 60000;
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "SET statement_timeout = %lld; SET lock_timeout = %lld; "
+		 "SET idle_in_transaction_session_timeout = %lld; "
+		 "SET jit = off",
+		 (long long)st, (long long)(lock > 0 ? lock : 1),
+		 (long long)idle);
+	res = PQexec(conn, sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		char why[512];
+		pgconn_error(conn, res, why, sizeof(why));
+		snprintf(err, errlen, "session settings on %s failed: %s",
+			 where, why);
+		goto fail;
+	}
+	PQclear(res);
+	res = NULL;
+	if (opt->extra_sql) {
+		res = PQexec(conn, opt->extra_sql);
+		ExecStatusType st2 = PQresultStatus(res);
+		if (st2 != PGRES_COMMAND_OK && st2 != PGRES_TUPLES_OK) {
+			char why[512];
+			pgconn_error(conn, res, why, sizeof(why));
+			snprintf(err, errlen, "session setup on %s failed: %s",
+				 where, why);
+			goto fail;
+		}
+		PQclear(res);
+	}
+	return conn;
+fail:
+	PQclear(res);
+	PQfinish(conn);
+	return NULL;
+}
+
+bool pgconn_needs_reconnect(PGconn *conn, const PGresult *res)
+{
+	if (!conn || PQstatus(conn) != CONNECTION_OK)
+		return true;
+	if (!res)
+		return true;
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	if (!state) {
+		/* An error without SQLSTATE is raised by libpq itself: the
+		 * connection is broken. */
+		return PQresultStatus(res) == PGRES_FATAL_ERROR;
+	}
+	return strncmp(state, "08", 2) == 0 || strcmp(state, "57P01") == 0 ||
+	       strcmp(state, "57P02") == 0 || strcmp(state, "57P03") == 0 ||
+	       strcmp(state, "25006") == 0;
+}
+
+bool pgconn_is_retryable(const PGresult *res)
+{
+	const char *state =
+		res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	return state &&
+	       (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0);
+}

@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The store: every SQL statement the relay runs against the outbox table
+ * lives in store.c and nowhere else (contract sections 3, 4 and 7).
+ *
+ * One struct store owns one Postgres session and is used by one thread.
+ * Statements are autocommit, except sweep and clean batches, which run in
+ * their own short transaction under a transaction-level advisory lock.
+ * The database clock (now()) is the only clock for leases, backoff,
+ * sweeping and retention.
+ *
+ * Return values: 0 success; STORE_RECONNECT when the session is gone or
+ * read-only (the caller backs off and calls store_reconnect()); STORE_ERROR
+ * for anything else; err says what failed either way.
+ */
+#ifndef OUTBOX_STORE_H
+#define OUTBOX_STORE_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "event.h"
+#include "table.h"
+
+#define STORE_RECONNECT (-1)
+#define STORE_ERROR (-2)
+
+/* Longest last_error kept, in bytes (the column allows a little more). */
+#define STORE_ERROR_MAX 1024
+
+struct store_options {
+	const char *conninfo;   /* NULL: libpq's PG* variables */
+	const char *table;      /* "name" or "schema.name" */
+	const char *app_name;   /* application_name of the session */
+	const char *leased_by;  /* host/pod, pid, worker */
+	const char *ce_source;  /* pinned into rows whose source is NULL */
+	int batch_size;         /* 1..10000, a literal in the lease text */
+	int clean_batch_size;   /* rows per cleaner transaction */
+	int64_t lease_timeout_ms;
+	int64_t statement_timeout_ms;
+	int64_t backoff_base_ms;
+	int64_t backoff_max_ms;
+	double backoff_factor;
+	bool prepare;           /* named prepared statements (off: unnamed) */
+	const char *extra_session_sql; /* diagnostics and tests; may be NULL */
+};
+
+struct store;
+
+/* A leased batch. Owns res; every event points into it. */
+struct lease_batch {
+	PGresult *res;
+	char lease_id[37];
+	struct outbox_event *events;
+	size_t n;
+};
+
+void lease_batch_release(struct lease_batch *b);
+
+/* Which transition a mark performs; each is one statement per batch. */
+enum store_mark {
+	MARK_SENT,      /* broker acknowledged */
+	MARK_RETRY,     /* event class: backoff, failed when attempts spent */
+	MARK_TRANSPORT, /* outcome unknown: backoff, charge kept, never
+			   failed for it */
+	MARK_FAILED,    /* permanent: failed at once */
+	MARK_RELEASE,   /* never handed to the broker: pending, attempt back */
+};
+
+struct mark_result {
+	size_t marked;  /* rows this call moved */
+	size_t already; /* rows a previous try of this mark had moved (its
+			   reply was lost with the connection) */
+	size_t lost;    /* rows no longer held under this lease */
+};
+
+struct sweep_result {
+	size_t to_pending; /* returned as crash suspects */
+	size_t to_failed;  /* attempts spent */
+	bool skipped;      /* another replica held the sweep lock */
+};
+
+struct clean_result {
+	size_t sent_deleted;
+	size_t failed_deleted;
+	bool skipped;
+};
+
+/*
+ * Connects and checks the table exists (a missing one is an error naming
+ * it and `outbox-relay migrate`). Returns 0 with *out set, or an error.
+ */
+int store_open(struct store **out, const struct store_options *opt, char *err,
+	       size_t errlen);
+void store_close(struct store *s);
+
+/* Drops the session and connects again. */
+int store_reconnect(struct store *s, char *err, size_t errlen);
+
+/* The session, for diagnostics and tests; owned by the store. */
+PGconn *store_conn(struct store *s);
+
+/*
+ * Leases up to batch_size due pending rows (at most one crash suspect),
+ * skipping rows whose destination, or destination + chr(31) + routing key,
+ * is in paused[] (n_paused may be 0). default_destination is what a NULL
+ * exchange means. An empty batch has n == 0 and res == NULL.
+ */
+int store_lease(struct store *s, const char *const *paused, size_t n_paused,
+		const char *default_destination, struct lease_batch *out,
+		char *err, size_t errlen);
+
+/*
+ * Extends the lease of ids[] by the lease timeout. held[i] is set to
+ * whether row i is still held; *n_held counts them.
+ */
+int store_renew(struct store *s, const char *lease_id, const char *const *ids,
+		size_t n, bool *held, size_t *n_held, char *err, size_t errlen);
+
+/*
+ * Moves ids[] out of in_flight, fenced by lease_id. reasons[] (NULL for
+ * MARK_SENT and MARK_RELEASE) become last_error, cut to STORE_ERROR_MAX.
+ * A lost connection is reconnected and the mark retried; rows found
+ * already moved to the target state under this lease count as already.
+ */
+int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
+	       const char *const *ids, const char *const *reasons, size_t n,
+	       struct mark_result *r, char *err, size_t errlen);
+
+/* Sweeps expired leases in batches until none are left or max_rows. */
+int store_sweep(struct store *s, size_t max_rows, struct sweep_result *r,
+		char *err, size_t errlen);
+
+/*
+ * Deletes sent rows finished more than retention_ms ago and failed rows
+ * finished more than failed_retention_ms ago (0 keeps them), in keyset
+ * batches of clean_batch_size, each its own transaction, pausing pause_ms
+ * between batches and stopping after max_rows.
+ */
+int store_clean(struct store *s, int64_t retention_ms,
+		int64_t failed_retention_ms, size_t max_rows, int64_t pause_ms,
+		struct clean_result *r, char *err, size_t errlen);
+
+struct redrive_filter {
+	const char *const *ids; /* n_ids == 0: any id */
+	size_t n_ids;
+	const char *type;  /* NULL: any type */
+	const char *since; /* finished_at >= since (timestamptz text); NULL */
+	const char *until; /* finished_at < until; NULL: no bound */
+	bool sent;         /* replay sent rows instead of failed ones */
+	bool dry_run;      /* count only */
+};
+
+/*
+ * Returns matching failed (or, with sent, already-sent) rows to pending
+ * with attempts reset, in batches of 1000 rows. *count is how many rows
+ * moved (or would move, with dry_run).
+ */
+int store_redrive(struct store *s, const struct redrive_filter *f,
+		  size_t *count, char *err, size_t errlen);
+
+/*
+ * Milliseconds until the earliest pending row is due (0 when one is due
+ * now), or -1 when nothing is pending.
+ */
+int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Test fixtures against the real Postgres that tests/run.sh starts
+ * (OUTBOX_TEST_DATABASE_URL). Each test gets its own schema, so test
+ * programs run in parallel without seeing each other's rows.
+ */
+#ifndef OUTBOX_PGTEST_H
+#define OUTBOX_PGTEST_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+
+#include "store.h"
+
+/* The database URL; fails the test when unset. */
+const char *pgtest_url(void);
+
+/* A new connection; fails the test on error. */
+PGconn *pgtest_connect(void);
+
+/* Creates a fresh schema "<prefix>_<pid>_<n>" and migrates
+ * schema.outbox_events in it; writes "schema.outbox_events" to table. */
+void pgtest_fresh_table(const char *prefix, char *table, size_t len);
+
+/* Runs sql (printf-style); fails the test unless it succeeds. */
+void pgtest_exec(PGconn *conn, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Runs sql and returns the first column of the first row as a long. */
+long pgtest_long(PGconn *conn, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Default store options for table (batch 100, lease 60 s, prepare on). */
+struct store_options pgtest_store_options(const char *table);
+
+/* Opens a store; fails the test on error. */
+struct store *pgtest_store(const struct store_options *opt);
+
+/* Inserts n events of type "test.event" with small JSON payloads. */
+void pgtest_insert(PGconn *conn, const char *table, int n);
+
+#endif

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/* Log lines: JSON objects or text, levels, the thread name, escaping. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+#include <cmocka.h>
+
+#include "log.h"
+
+static char *capture(void (*emit)(void))
+{
+	char path[] = "/tmp/outbox-log-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	fflush(stderr);
+	int saved = dup(2);
+	dup2(fd, 2);
+	emit();
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	lseek(fd, 0, SEEK_SET);
+	char *buf = calloc(1, 8192);
+	ssize_t n = read(fd, buf, 8191);
+	assert_true(n >= 0);
+	close(fd);
+	unlink(path);
+	return buf;
+}
+
+static void emit_json(void)
+{
+	log_setup(LOG_INFO, true);
+	log_set_thread("worker-2");
+	log_debug("hidden %d", 1);
+	log_fields(LOG_WARN, "lost lease", "id", "a\"b\nc", NULL);
+	log_info("plain %d", 42);
+}
+
+static void test_json_lines(void **state)
+{
+	(void)state;
+	char *out = capture(emit_json);
+	char *nl = strchr(out, '\n');
+	assert_non_null(nl);
+	*nl = '\0';
+	cJSON *line = cJSON_Parse(out);
+	assert_non_null(line);
+	assert_string_equal(cJSON_GetObjectItem(line, "level")->valuestring,
+			    "warn");
+	assert_string_equal(cJSON_GetObjectItem(line, "msg")->valuestring,
+			    "lost lease");
+	assert_string_equal(cJSON_GetObjectItem(line, "thread")->valuestring,
+			    "worker-2");
+	assert_string_equal(cJSON_GetObjectItem(line, "id")->valuestring,
+			    "a\"b\nc");
+	assert_non_null(cJSON_GetObjectItem(line, "ts"));
+	cJSON_Delete(line);
+	cJSON *second = cJSON_Parse(nl + 1);
+	assert_non_null(second);
+	assert_string_equal(cJSON_GetObjectItem(second, "msg")->valuestring,
+			    "plain 42");
+	cJSON_Delete(second);
+	assert_null(strstr(nl + 1, "hidden"));
+	free(out);
+}
+
+static void emit_text(void)
+{
+	log_setup(LOG_DEBUG, false);
+	log_set_thread("sweeper");
+	log_debug("shown %d", 7);
+}
+
+static void test_text_lines(void **state)
+{
+	(void)state;
+	char *out = capture(emit_text);
+	assert_non_null(strstr(out, " debug shown 7 thread=sweeper\n"));
+	free(out);
+}
+
+static void test_level_parse(void **state)
+{
+	(void)state;
+	assert_int_equal(log_level_parse("debug"), LOG_DEBUG);
+	assert_int_equal(log_level_parse("error"), LOG_ERROR);
+	assert_int_equal(log_level_parse("loud"), -1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_json_lines),
+		cmocka_unit_test(test_text_lines),
+		cmocka_unit_test(test_level_parse),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

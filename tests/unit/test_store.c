@@ -1,0 +1,821 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The store against a real Postgres: leases, fencing, renewal, sweeping,
+ * backoff, release, cleaning, ordering columns, plans and CHECKs.
+ * Time moves by updating rows, never by mocking clocks.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "migrate.h"
+#include "pgtest.h"
+#include "store.h"
+
+static char err[1024];
+
+/* Leases one batch and fails the test on error. */
+static void lease(struct store *s, struct lease_batch *b)
+{
+	if (store_lease(s, NULL, 0, "", b, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+}
+
+static const char **batch_ids(const struct lease_batch *b)
+{
+	const char **ids = calloc(b->n ? b->n : 1, sizeof(*ids));
+	assert_non_null(ids);
+	for (size_t i = 0; i < b->n; i++)
+		ids[i] = b->events[i].id;
+	return ids;
+}
+
+static struct mark_result mark(struct store *s, enum store_mark kind,
+			       const struct lease_batch *b,
+			       const char *reason)
+{
+	struct mark_result r;
+	const char **ids = batch_ids(b);
+	const char **reasons = NULL;
+	if (reason) {
+		reasons = calloc(b->n ? b->n : 1, sizeof(*reasons));
+		assert_non_null(reasons);
+		for (size_t i = 0; i < b->n; i++)
+			reasons[i] = reason;
+	}
+	if (store_mark(s, kind, b->lease_id, ids, reasons, b->n, &r, err,
+		       sizeof(err)) != 0)
+		fail_msg("mark: %s", err);
+	free(ids);
+	free(reasons);
+	return r;
+}
+
+/* 1. Concurrent leasing: every row exactly once. */
+struct leaser {
+	const char *table;
+	char **ids;
+	size_t n;
+	size_t cap;
+	char error[256];
+};
+
+static void *leaser_main(void *arg)
+{
+	struct leaser *l = arg;
+	struct store_options o = pgtest_store_options(l->table);
+	struct store *s = NULL;
+	char e[512];
+	if (store_open(&s, &o, e, sizeof(e)) != 0) {
+		snprintf(l->error, sizeof(l->error), "%s", e);
+		return NULL;
+	}
+	int empty = 0;
+	while (empty < 3) {
+		struct lease_batch b;
+		if (store_lease(s, NULL, 0, "", &b, e, sizeof(e)) != 0) {
+			snprintf(l->error, sizeof(l->error), "lease: %s", e);
+			break;
+		}
+		if (b.n == 0) {
+			empty++;
+			continue;
+		}
+		empty = 0;
+		const char **ids = malloc(b.n * sizeof(*ids));
+		for (size_t i = 0; i < b.n; i++) {
+			ids[i] = b.events[i].id;
+			if (l->n == l->cap) {
+				l->cap = l->cap ? l->cap * 2 : 256;
+				l->ids = realloc(l->ids,
+						 l->cap * sizeof(*l->ids));
+			}
+			l->ids[l->n++] = strdup(b.events[i].id);
+		}
+		struct mark_result r;
+		if (store_mark(s, MARK_SENT, b.lease_id, ids, NULL, b.n, &r, e,
+			       sizeof(e)) != 0 ||
+		    r.marked != b.n)
+			snprintf(l->error, sizeof(l->error), "mark: %s", e);
+		free(ids);
+		lease_batch_release(&b);
+	}
+	store_close(s);
+	return NULL;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void test_concurrent_lease_each_row_once(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_conc", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 10000);
+
+	struct leaser l[4];
+	pthread_t th[4];
+	memset(l, 0, sizeof(l));
+	for (int i = 0; i < 4; i++) {
+		l[i].table = table;
+		assert_int_equal(pthread_create(&th[i], NULL, leaser_main, &l[i]),
+				 0);
+	}
+	size_t total = 0;
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		if (l[i].error[0])
+			fail_msg("leaser %d: %s", i, l[i].error);
+		total += l[i].n;
+	}
+	char **all = malloc(total * sizeof(*all));
+	size_t k = 0;
+	int busy = 0;
+	for (int i = 0; i < 4; i++) {
+		busy += l[i].n > 0;
+		for (size_t j = 0; j < l[i].n; j++)
+			all[k++] = l[i].ids[j];
+	}
+	assert_int_equal(total, 10000);
+	qsort(all, total, sizeof(*all), cmp_str);
+	for (size_t i = 1; i < total; i++)
+		if (strcmp(all[i - 1], all[i]) == 0)
+			fail_msg("row %s leased twice", all[i]);
+	/* SKIP LOCKED let more than one connection make progress. */
+	assert_true(busy >= 2);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
+					"= 'sent' AND attempts = 1",
+				     table),
+			 10000);
+	for (size_t i = 0; i < total; i++)
+		free(all[i]);
+	free(all);
+	for (int i = 0; i < 4; i++)
+		free(l[i].ids);
+	PQfinish(c);
+}
+
+/* 2. Fencing and the lost-reply recheck. */
+static void test_fencing_and_lost_reply(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_fence", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 10);
+	struct store_options o = pgtest_store_options(table);
+	char app[64];
+	snprintf(app, sizeof(app), "outbox-test-fence-%d", (int)getpid());
+	o.app_name = app;
+	struct store *s = pgtest_store(&o);
+
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 10);
+
+	/* A stale lease id changes nothing and counts lost leases. */
+	char real[37];
+	memcpy(real, b.lease_id, sizeof(real));
+	snprintf(b.lease_id, sizeof(b.lease_id), "%s",
+		 "00000000-0000-4000-8000-000000000000");
+	struct mark_result r = mark(s, MARK_SENT, &b, NULL);
+	assert_int_equal(r.marked, 0);
+	assert_int_equal(r.lost, 10);
+	r = mark(s, MARK_FAILED, &b, "stale");
+	assert_int_equal(r.lost, 10);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
+					"= 'in_flight'",
+				     table),
+			 10);
+	memcpy(b.lease_id, real, sizeof(real));
+
+	/* The mark committed but its reply was lost: the retry finds the
+	 * rows already sent under its own lease, not lost. */
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'sent', finished_at = now() WHERE "
+		    "lease_id = '%s' AND seq <= 4",
+		    table, b.lease_id);
+	r = mark(s, MARK_SENT, &b, NULL);
+	assert_int_equal(r.marked, 6);
+	assert_int_equal(r.already, 4);
+	assert_int_equal(r.lost, 0);
+	lease_batch_release(&b);
+
+	/* The session dies under the store: the mark reconnects and lands. */
+	pgtest_insert(c, table, 5);
+	lease(s, &b);
+	assert_int_equal(b.n, 5);
+	pgtest_exec(c,
+		    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+		    "WHERE application_name = '%s'",
+		    app);
+	r = mark(s, MARK_SENT, &b, NULL);
+	assert_int_equal(r.marked, 5);
+	assert_int_equal(r.lost, 0);
+	lease_batch_release(&b);
+	assert_int_equal(
+		pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'sent'",
+			    table),
+		15);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* 3. Renewal, sweeping, suspects one per batch, attempts spent. */
+static void test_renew_sweep_suspect(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_sweep", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 5);
+	struct store_options o = pgtest_store_options(table);
+	o.lease_timeout_ms = 30000;
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 5);
+
+	/* Nearly expired; renewal pushes it a full lease timeout out. */
+	pgtest_exec(c,
+		    "UPDATE %s SET lease_expires_at = now() + interval '1 s'",
+		    table);
+	const char **ids = batch_ids(&b);
+	bool held[5];
+	size_t n_held;
+	assert_int_equal(store_renew(s, b.lease_id, ids, 5, held, &n_held, err,
+				     sizeof(err)),
+			 0);
+	assert_int_equal(n_held, 5);
+	assert_true(held[0] && held[4]);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE "
+					"lease_expires_at > now() + interval "
+					"'20 s'",
+				     table),
+			 5);
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending + sw.to_failed, 0);
+
+	/* Expired: swept to pending, charged, flagged, holder named. */
+	pgtest_exec(c,
+		    "UPDATE %s SET lease_expires_at = now() - interval '1 s'",
+		    table);
+	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 5);
+	assert_int_equal(
+		pgtest_long(c,
+			    "SELECT count(*) FROM %s WHERE status = 'pending' "
+			    "AND suspect AND attempts = 1 AND last_error = "
+			    "'lease expired (leased_by test/1/w0)'",
+			    table),
+		5);
+	/* The expired holder's marks are fenced off. */
+	struct mark_result r = mark(s, MARK_SENT, &b, NULL);
+	assert_int_equal(r.marked, 0);
+	assert_int_equal(r.lost, 5);
+	lease_batch_release(&b);
+	free(ids);
+
+	/* Suspects come back one per batch beside normal rows. */
+	pgtest_insert(c, table, 10);
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	lease(s, &b);
+	assert_int_equal(b.n, 11);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
+					"= 'in_flight' AND suspect",
+				     table),
+			 1);
+	/* Its attempt ends: no longer a suspect. */
+	r = mark(s, MARK_SENT, &b, NULL);
+	assert_int_equal(r.marked, 11);
+	lease_batch_release(&b);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE suspect",
+				     table),
+			 4);
+	for (int i = 0; i < 4; i++) {
+		lease(s, &b);
+		assert_int_equal(b.n, 1);
+		mark(s, MARK_SENT, &b, NULL);
+		lease_batch_release(&b);
+	}
+
+	/* With its attempts spent, an expired row ends failed. */
+	pgtest_exec(c, "INSERT INTO %s (type, payload, max_attempts) VALUES "
+		       "('t', 'x', 1)",
+		    table);
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	pgtest_exec(c,
+		    "UPDATE %s SET lease_expires_at = now() - interval '1 s' "
+		    "WHERE status = 'in_flight'",
+		    table);
+	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_failed, 1);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
+					"= 'failed' AND finished_at IS NOT "
+					"NULL AND NOT suspect",
+				     table),
+			 1);
+	lease_batch_release(&b);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* 4. Retry with backoff, the exponent cap, permanent failure, transport. */
+static void test_retry_backoff_permanent(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_retry", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 3);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	struct mark_result r = mark(s, MARK_RETRY, &b, "nack: test");
+	assert_int_equal(r.marked, 3);
+	lease_batch_release(&b);
+	/* Attempt 1: base 2 s, +-20 % jitter. */
+	assert_int_equal(
+		pgtest_long(c,
+			    "SELECT count(*) FROM %s WHERE status = 'pending' "
+			    "AND attempts = 1 AND last_error = 'nack: test' "
+			    "AND next_attempt_at BETWEEN now() + interval "
+			    "'1.5 s' AND now() + interval '2.5 s'",
+			    table),
+		3);
+	lease(s, &b);
+	assert_int_equal(b.n, 0); /* not before next_attempt_at */
+	lease_batch_release(&b);
+
+	/* max_attempts 100 at attempt 60: the exponent cap keeps the
+	 * interval finite; the backoff is capped at the 5 min maximum. */
+	pgtest_exec(c,
+		    "UPDATE %s SET max_attempts = 100, attempts = 59, "
+		    "next_attempt_at = now()",
+		    table);
+	lease(s, &b);
+	assert_int_equal(b.n, 3);
+	assert_int_equal(b.events[0].attempts, 60);
+	r = mark(s, MARK_RETRY, &b, "nack again");
+	assert_int_equal(r.marked, 3);
+	lease_batch_release(&b);
+	assert_int_equal(
+		pgtest_long(c,
+			    "SELECT count(*) FROM %s WHERE status = 'pending' "
+			    "AND next_attempt_at BETWEEN now() + interval "
+			    "'3.9 min' AND now() + interval '6.1 min'",
+			    table),
+		3);
+
+	/* Event class with attempts spent: failed. Transport class with
+	 * attempts spent: still pending (a broker outage fails nothing). */
+	pgtest_exec(c,
+		    "UPDATE %s SET max_attempts = 1, attempts = 0, "
+		    "next_attempt_at = now()",
+		    table);
+	lease(s, &b);
+	assert_int_equal(b.n, 3);
+	const char **ids = batch_ids(&b);
+	const char *reasons[3] = {"connection lost", "connection lost",
+				  "nack"};
+	assert_int_equal(store_mark(s, MARK_TRANSPORT, b.lease_id, ids,
+				    reasons, 2, &r, err, sizeof(err)),
+			 0);
+	assert_int_equal(r.marked, 2);
+	assert_int_equal(store_mark(s, MARK_RETRY, b.lease_id, ids + 2,
+				    reasons + 2, 1, &r, err, sizeof(err)),
+			 0);
+	assert_int_equal(r.marked, 1);
+	free(ids);
+	lease_batch_release(&b);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
+					"= 'pending' AND last_error = "
+					"'connection lost'",
+				     table),
+			 2);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
+					"= 'failed' AND finished_at IS NOT NULL",
+				     table),
+			 1);
+
+	/* Permanent: failed at once with the reason, finished_at set. */
+	pgtest_exec(c,
+		    "UPDATE %s SET max_attempts = 10, next_attempt_at = now() "
+		    "WHERE status = 'pending'",
+		    table);
+	lease(s, &b);
+	assert_int_equal(b.n, 2);
+	r = mark(s, MARK_FAILED, &b, "header \"ce-id\" collides");
+	assert_int_equal(r.marked, 2);
+	lease_batch_release(&b);
+	assert_int_equal(
+		pgtest_long(c,
+			    "SELECT count(*) FROM %s WHERE status = 'failed' "
+			    "AND finished_at IS NOT NULL AND last_error = "
+			    "'header \"ce-id\" collides'",
+			    table),
+		2);
+
+	/* last_error is cut to about 1 KB. */
+	pgtest_insert(c, table, 1);
+	lease(s, &b);
+	char *huge = malloc(5000);
+	memset(huge, 'e', 4999);
+	huge[4999] = '\0';
+	r = mark(s, MARK_FAILED, &b, huge);
+	assert_int_equal(r.marked, 1);
+	free(huge);
+	lease_batch_release(&b);
+	assert_int_equal(pgtest_long(c, "SELECT max(octet_length(last_error)) "
+					"FROM %s",
+				     table),
+			 STORE_ERROR_MAX);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* 5. Release returns only never-written rows, attempt given back. */
+static void test_release(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_release", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 10);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 10);
+	const char **ids = batch_ids(&b);
+	struct mark_result r;
+	assert_int_equal(store_mark(s, MARK_RELEASE, b.lease_id, ids, NULL, 4,
+				    &r, err, sizeof(err)),
+			 0);
+	assert_int_equal(r.marked, 4);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
+					"= 'pending' AND attempts = 0",
+				     table),
+			 4);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
+					"= 'in_flight' AND attempts = 1",
+				     table),
+			 6);
+	free(ids);
+	lease_batch_release(&b);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* 6. The cleaner: only terminal rows past retention, bounded batches. */
+static void test_cleaner(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_clean", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 340);
+	pgtest_exec(c,
+		    "WITH x AS (SELECT id, row_number() OVER (ORDER BY seq) rn "
+		    "FROM %s) UPDATE %s t SET "
+		    "status = CASE WHEN rn <= 260 THEN 'sent' WHEN rn <= 310 "
+		    "THEN 'failed' WHEN rn <= 320 THEN 'in_flight' ELSE "
+		    "'pending' END, "
+		    "finished_at = CASE WHEN rn <= 250 THEN now() - interval "
+		    "'2 days' WHEN rn <= 260 THEN now() WHEN rn <= 290 THEN "
+		    "now() - interval '2 days' WHEN rn <= 310 THEN now() - "
+		    "interval '8 days' END, "
+		    "lease_id = CASE WHEN rn BETWEEN 311 AND 320 THEN "
+		    "gen_random_uuid() END, "
+		    "leased_at = now(), lease_expires_at = now() - interval "
+		    "'3 days' FROM x WHERE t.id = x.id",
+		    table, table);
+	struct store_options o = pgtest_store_options(table);
+	o.clean_batch_size = 100;
+	struct store *s = pgtest_store(&o);
+	struct clean_result r;
+	const int64_t day = 86400000;
+	/* A cap per tick: at most max_rows per call. */
+	assert_int_equal(store_clean(s, day, 7 * day, 100, 0, &r, err,
+				     sizeof(err)),
+			 0);
+	assert_int_equal(r.sent_deleted, 100);
+	/* Failed retention 0 keeps failed rows. */
+	assert_int_equal(store_clean(s, day, 0, 100000, 0, &r, err,
+				     sizeof(err)),
+			 0);
+	assert_int_equal(r.sent_deleted, 150);
+	assert_int_equal(r.failed_deleted, 0);
+	assert_int_equal(store_clean(s, day, 7 * day, 100000, 0, &r, err,
+				     sizeof(err)),
+			 0);
+	assert_int_equal(r.sent_deleted, 0);
+	assert_int_equal(r.failed_deleted, 20);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
+					"= 'sent'",
+				     table),
+			 10);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
+					"= 'failed'",
+				     table),
+			 30);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
+					"IN ('pending', 'in_flight')",
+				     table),
+			 30);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* 7. seq within one transaction, UUIDv7 order. */
+static void test_seq_and_uuidv7(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_seq", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	for (int i = 0; i < 50; i++)
+		pgtest_exec(c,
+			    "INSERT INTO %s (type, partition_key, payload) "
+			    "VALUES ('a.created', 'k1', 'x'), ('a.paid', "
+			    "'k1', 'y')",
+			    table);
+	assert_int_equal(
+		pgtest_long(c,
+			    "SELECT count(*) FROM %s a JOIN %s b ON a.created_at "
+			    "= b.created_at AND a.type = 'a.created' AND b.type "
+			    "= 'a.paid' AND b.seq = a.seq + 1",
+			    table, table),
+		50);
+	for (int i = 0; i < 20; i++)
+		pgtest_exec(c,
+			    "SELECT pg_sleep(0.002); INSERT INTO %s (type, "
+			    "payload) VALUES ('v7', 'x')",
+			    table);
+	/* Version 7, and id order equals insertion order across ms. */
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE "
+					"substr(id::text, 15, 1) = '7'",
+				     table),
+			 120);
+	assert_int_equal(
+		pgtest_long(c,
+			    "SELECT count(*) FROM (SELECT seq, lag(seq) OVER "
+			    "(ORDER BY id) AS prev FROM %s WHERE type = 'v7') "
+			    "x WHERE prev > seq",
+			    table),
+		0);
+	PQfinish(c);
+}
+
+static void collect_notice(void *arg, const PGresult *res)
+{
+	char **acc = arg;
+	const char *msg = PQresultErrorMessage(res);
+	size_t old = *acc ? strlen(*acc) : 0;
+	char *grown = realloc(*acc, old + strlen(msg) + 2);
+	if (!grown)
+		return;
+	memcpy(grown + old, msg, strlen(msg) + 1);
+	*acc = grown;
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+	int n = 0;
+	for (const char *p = hay; p && (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
+/* 8. No sequential scan on the outbox table in any store statement under
+ * forced generic plans (auto_explain reports every executed plan). */
+static void test_generic_plans_use_indexes(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_plans", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 10000);
+	pgtest_exec(c,
+		    "WITH x AS (SELECT id, row_number() OVER (ORDER BY seq) rn "
+		    "FROM %s) UPDATE %s t SET "
+		    "status = CASE WHEN rn <= 8000 THEN 'sent' WHEN rn <= 8400 "
+		    "THEN 'failed' WHEN rn <= 8700 THEN 'in_flight' ELSE "
+		    "'pending' END, "
+		    "finished_at = CASE WHEN rn <= 8400 THEN now() - interval "
+		    "'2 days' END, "
+		    "lease_id = CASE WHEN rn BETWEEN 8401 AND 8700 THEN "
+		    "gen_random_uuid() END, leased_at = now(), "
+		    "lease_expires_at = now() - interval '1 hour' "
+		    "FROM x WHERE t.id = x.id",
+		    table, table);
+	pgtest_exec(c, "VACUUM ANALYZE %s", table);
+
+	struct store_options o = pgtest_store_options(table);
+	o.extra_session_sql =
+		"LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+		"SET auto_explain.log_analyze = on; "
+		"SET auto_explain.log_level = notice; "
+		"SET auto_explain.log_nested_statements = on; "
+		"SET plan_cache_mode = force_generic_plan; "
+		"SET client_min_messages = notice";
+	struct store *s = pgtest_store(&o);
+	char *plans = NULL;
+	PQsetNoticeReceiver(store_conn(s), collect_notice, &plans);
+
+	struct lease_batch b;
+	const char *paused[1] = {"nowhere"};
+	assert_int_equal(store_lease(s, paused, 1, "", &b, err, sizeof(err)),
+			 0);
+	assert_int_equal(b.n, 100);
+	const char **ids = batch_ids(&b);
+	bool held[100];
+	size_t n_held;
+	assert_int_equal(store_renew(s, b.lease_id, ids, 100, held, &n_held,
+				     err, sizeof(err)),
+			 0);
+	const char *reasons[100];
+	for (int i = 0; i < 100; i++)
+		reasons[i] = "r";
+	struct mark_result r;
+	enum store_mark kinds[5] = {MARK_SENT, MARK_RETRY, MARK_TRANSPORT,
+				    MARK_FAILED, MARK_RELEASE};
+	for (int k = 0; k < 5; k++) {
+		bool with_reason = kinds[k] != MARK_SENT &&
+				   kinds[k] != MARK_RELEASE;
+		assert_int_equal(store_mark(s, kinds[k], b.lease_id,
+					    ids + k * 20,
+					    with_reason ? reasons : NULL, 20,
+					    &r, err, sizeof(err)),
+				 0);
+	}
+	/* A stale mark runs the recheck statement too. */
+	assert_int_equal(store_mark(s, MARK_SENT, b.lease_id, ids, NULL, 20,
+				    &r, err, sizeof(err)),
+			 0);
+	free(ids);
+	lease_batch_release(&b);
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(s, 100000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 300);
+	struct clean_result cl;
+	assert_int_equal(store_clean(s, 86400000, 86400000, 500, 0, &cl, err,
+				     sizeof(err)),
+			 0);
+	int64_t due;
+	assert_int_equal(store_next_due_ms(s, &due, err, sizeof(err)), 0);
+	size_t count;
+	struct redrive_filter f = {.type = "test.event", .dry_run = true};
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+	f.dry_run = false;
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+	f.sent = true;
+	f.since = "-infinity";
+	f.until = "2000-01-01";
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+	f.dry_run = true;
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+
+	assert_non_null(plans);
+	/* Every statement above was explained (the test can fail)... */
+	assert_true(count_of(plans, "Query Text") >= 14);
+	assert_true(count_of(plans, "Index") >= 10);
+	/* ...and none scans the outbox table sequentially. */
+	const char *seq = strstr(plans, "Seq Scan on outbox_events");
+	if (seq) {
+		/* Print the plan that holds it, from its query text on. */
+		const char *from = seq;
+		while (from > plans && strncmp(from, "Query Text", 10) != 0)
+			from--;
+		fprintf(stderr, "%.*s\n", (int)(seq - from) + 200, from);
+		fail_msg("sequential scan in a store statement");
+	}
+	free(plans);
+	store_close(s);
+	PQfinish(c);
+}
+
+struct migrator {
+	struct outbox_table t;
+	int rc;
+	char error[512];
+};
+
+static void *migrator_main(void *arg)
+{
+	struct migrator *m = arg;
+	PGconn *conn = PQconnectdb(pgtest_url());
+	m->rc = migrate_run(conn, &m->t, NULL, m->error, sizeof(m->error));
+	PQfinish(conn);
+	return NULL;
+}
+
+static void expect_refused(PGconn *c, const char *table, const char *values)
+{
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s (type, payload, headers) VALUES %s", table,
+		 values);
+	PGresult *res = PQexec(c, sql);
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	if (!state || strcmp(state, "23514") != 0)
+		fail_msg("expected a CHECK violation for %s, got %s", values,
+			 state ? state : "success");
+	PQclear(res);
+}
+
+/* 9. CHECKs, idempotent and concurrent migrations, a missing table. */
+static void test_checks_and_migrations(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_checks", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	expect_refused(c, table, "('', 'x', '{}')");
+	expect_refused(c, table, "('t', 'x', '[]')");
+	expect_refused(c, table, "('t', 'x', '\"s\"')");
+	expect_refused(c, table, "('t', 'x', '{\"ce-id\": \"x\"}')");
+	expect_refused(c, table, "('t', 'x', '{\"CE_type\": \"x\"}')");
+	expect_refused(c, table, "('t', 'x', '{\"cloudEvents_id\": \"x\"}')");
+	expect_refused(c, table, "('t', 'x', '{\"Content-Type\": \"x\"}')");
+	expect_refused(c, table, "('t', 'x', '{\"\": \"x\"}')");
+	expect_refused(c, table, "('t', 'x', '{\"n\": 1}')");
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, headers) VALUES ('t', 'x', "
+		    "'{\"traceparent\": \"00-ab-cd-01\", \"x-match\": \"y\", "
+		    "\"cex\": \"z\"}')",
+		    table);
+
+	/* 001 twice is a no-op. */
+	struct outbox_table t;
+	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
+	assert_int_equal(migrate_run(c, &t, NULL, err, sizeof(err)), 0);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s", table), 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM \"%s\".\"outbox_"
+				     "events_schema_version\"",
+				     t.schema),
+			 migrate_latest_version());
+
+	/* Two migrates at once on a fresh schema both succeed. */
+	struct migrator m[2];
+	pthread_t th[2];
+	char fresh[128];
+	snprintf(fresh, sizeof(fresh), "store_mig2_%d.outbox_events",
+		 (int)getpid());
+	pgtest_exec(c, "DROP SCHEMA IF EXISTS store_mig2_%d CASCADE",
+		    (int)getpid());
+	for (int i = 0; i < 2; i++) {
+		memset(&m[i], 0, sizeof(m[i]));
+		assert_int_equal(table_parse(fresh, &m[i].t, err, sizeof(err)),
+				 0);
+		pthread_create(&th[i], NULL, migrator_main, &m[i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		if (m[i].rc != 0)
+			fail_msg("concurrent migrate %d: %s", i, m[i].error);
+	}
+	pgtest_insert(c, fresh, 1);
+
+	/* A missing table names itself and the command that creates it. */
+	struct store_options o = pgtest_store_options("no_such_schema.outbox");
+	struct store *s = NULL;
+	assert_int_not_equal(store_open(&s, &o, err, sizeof(err)), 0);
+	assert_null(s);
+	assert_non_null(strstr(err, "no_such_schema.outbox"));
+	assert_non_null(strstr(err, "outbox-relay migrate"));
+	PQfinish(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_concurrent_lease_each_row_once),
+		cmocka_unit_test(test_fencing_and_lost_reply),
+		cmocka_unit_test(test_renew_sweep_suspect),
+		cmocka_unit_test(test_retry_backoff_permanent),
+		cmocka_unit_test(test_release),
+		cmocka_unit_test(test_cleaner),
+		cmocka_unit_test(test_seq_and_uuidv7),
+		cmocka_unit_test(test_generic_plans_use_indexes),
+		cmocka_unit_test(test_checks_and_migrations),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
