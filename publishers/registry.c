@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/* The table of publisher backends and lookups by configuration. */
+#include "publisher.h"
+
+#include <string.h>
+
+#include "backends.h"
+
+const struct publisher_ops *const publisher_registry[] = {
+    &publisher_stdout,
+    NULL,
+};
+
+const struct publisher_ops *publisher_find(const char *name)
+{
+	if (!name)
+		return NULL;
+	for (size_t i = 0; publisher_registry[i]; i++)
+		if (strcmp(publisher_registry[i]->name, name) == 0)
+			return publisher_registry[i];
+	return NULL;
+}
+
+const char *publisher_default_destination(const struct config *cfg)
+{
+	const char *dest = NULL;
+
+	if (!cfg->publisher)
+		return "";
+	if (strcmp(cfg->publisher, "amqp") == 0)
+		dest = cfg->amqp_exchange;
+	else if (strcmp(cfg->publisher, "kafka") == 0)
+		dest = cfg->kafka_topic;
+	return dest ? dest : "";
+}

@@ -1,0 +1,699 @@
+/* SPDX-License-Identifier: MIT */
+/* CloudEvents 1.0 encoding of outbox rows: validation, binary-mode headers,
+ * structured-mode JSON envelope. */
+#include "cloudevent.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#define SPECVERSION "1.0"
+#define OOM_REASON "out of memory"
+/* Bytes of a header name quoted in a reason: keeps every reason well
+ * inside pub_result.reason (256). */
+#define REASON_NAME_MAX 64
+
+static void set_reason(char *reason, size_t reasonlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_reason(char *reason, size_t reasonlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!reason || reasonlen == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(reason, reasonlen, fmt, ap);
+	va_end(ap);
+}
+
+static bool is_digit(unsigned char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+static unsigned char ascii_lower(unsigned char c)
+{
+	return c >= 'A' && c <= 'Z' ? (unsigned char)(c - 'A' + 'a') : c;
+}
+
+/* ASCII-only on purpose: strcasecmp() follows the locale. */
+static bool prefix_ci(const char *s, const char *prefix)
+{
+	for (; *prefix; s++, prefix++)
+		if (ascii_lower((unsigned char)*s) !=
+		    ascii_lower((unsigned char)*prefix))
+			return false;
+	return true;
+}
+
+static bool equal_ci_n(const char *s, size_t n, const char *lit)
+{
+	if (strlen(lit) != n)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (ascii_lower((unsigned char)s[i]) !=
+		    ascii_lower((unsigned char)lit[i]))
+			return false;
+	return true;
+}
+
+/*
+ * Decodes one UTF-8 sequence at s (len > 0 bytes available). Returns its
+ * length with *cp set, or 0 when the bytes are not valid UTF-8 (bad lead
+ * or continuation byte, truncated, overlong, surrogate, above U+10FFFF).
+ */
+static size_t utf8_decode(const unsigned char *s, size_t len, uint32_t *cp)
+{
+	unsigned char c = s[0];
+	uint32_t v, min;
+	size_t n;
+
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	}
+	if (c >= 0xC2 && c <= 0xDF) {
+		n = 2;
+		v = c & 0x1Fu;
+		min = 0x80;
+	} else if ((c & 0xF0) == 0xE0) {
+		n = 3;
+		v = c & 0x0Fu;
+		min = 0x800;
+	} else if (c >= 0xF0 && c <= 0xF4) {
+		n = 4;
+		v = c & 0x07u;
+		min = 0x10000;
+	} else {
+		return 0;
+	}
+	if (len < n)
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+		v = (v << 6) | (s[i] & 0x3Fu);
+	}
+	if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+		return 0;
+	*cp = v;
+	return n;
+}
+
+static bool is_control(uint32_t cp)
+{
+	return cp <= 0x1F || (cp >= 0x7F && cp <= 0x9F);
+}
+
+static bool is_noncharacter(uint32_t cp)
+{
+	return (cp >= 0xFDD0 && cp <= 0xFDEF) || (cp & 0xFFFE) == 0xFFFE;
+}
+
+/*
+ * What keeps s from being a CloudEvents String (the type system excludes
+ * control characters and noncharacters), or NULL when it is one. With
+ * strict false only UTF-8 validity is checked.
+ */
+static const char *string_problem(const char *s, bool strict)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t len = strlen(s);
+
+	while (len > 0) {
+		uint32_t cp;
+		size_t k = utf8_decode(p, len, &cp);
+
+		if (k == 0)
+			return "is not valid utf-8";
+		if (strict && is_control(cp))
+			return "contains a control character";
+		if (strict && is_noncharacter(cp))
+			return "contains a unicode noncharacter";
+		p += k;
+		len -= k;
+	}
+	return NULL;
+}
+
+/*
+ * Copies at most REASON_NAME_MAX bytes of name into dst for quoting in a
+ * reason. Reasons end up in last_error, a text column, so they must stay
+ * valid UTF-8 and on one line: control characters, invalid bytes, quotes
+ * and backslashes become '?', and the cut falls on a character boundary.
+ */
+static void name_for_reason(char *dst, size_t dstlen, const char *name)
+{
+	const unsigned char *p = (const unsigned char *)name;
+	size_t len = strlen(name), o = 0;
+
+	while (len > 0) {
+		uint32_t cp = 0;
+		size_t k = utf8_decode(p, len, &cp);
+		bool bad = k == 0 || is_control(cp) || cp == '"' || cp == '\\';
+		size_t need = bad ? 1 : k;
+
+		if (o + need > REASON_NAME_MAX || o + need + 4 > dstlen) {
+			if (o + 4 <= dstlen) {
+				memcpy(dst + o, "...", 3);
+				o += 3;
+			}
+			break;
+		}
+		if (bad)
+			dst[o] = '?';
+		else
+			memcpy(dst + o, p, k);
+		o += need;
+		p += k ? k : 1;
+		len -= k ? k : 1;
+	}
+	dst[o] = '\0';
+}
+
+static bool header_collides(const char *name)
+{
+	return prefix_ci(name, "ce_") || prefix_ci(name, "ce-") ||
+	       prefix_ci(name, "cloudevents") ||
+	       equal_ci_n(name, strlen(name), "content-type");
+}
+
+static bool is_set(const char *s)
+{
+	return s && *s;
+}
+
+/* Checks the row's own attributes (everything but the headers). */
+static int attributes_check(const struct outbox_event *ev, char *reason,
+			    size_t reasonlen)
+{
+	const struct {
+		const char *name;
+		const char *value;
+	} strings[] = {
+	    {"id", ev->id},
+	    {"type", ev->type},
+	    {"source", ev->source},
+	    {"subject", ev->subject},
+	    {"partition_key", ev->partition_key},
+	    {"content_type", ev->content_type},
+	    {"time", ev->time},
+	};
+
+	/* The required three: reported by name before anything else so the
+	 * reason points at the column to fix. */
+	for (size_t i = 0; i < 3; i++) {
+		if (!is_set(strings[i].value)) {
+			set_reason(reason, reasonlen, "empty %s",
+				   strings[i].name);
+			return -1;
+		}
+	}
+	for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
+		const char *problem;
+
+		if (!strings[i].value)
+			continue;
+		problem = string_problem(strings[i].value, true);
+		if (problem) {
+			set_reason(reason, reasonlen, "%s %s", strings[i].name,
+				   problem);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static bool is_trace_header(const char *name)
+{
+	return strcmp(name, "traceparent") == 0 ||
+	       strcmp(name, "tracestate") == 0;
+}
+
+/* Checks one header; the earlier ones are in [first, h). */
+static int header_check(const cJSON *first, const cJSON *h, char *reason,
+			size_t reasonlen)
+{
+	char quoted[REASON_NAME_MAX + 4];
+	const char *name = h->string;
+	const char *problem;
+
+	if (!name || !*name) {
+		set_reason(reason, reasonlen, "empty header name");
+		return -1;
+	}
+	name_for_reason(quoted, sizeof(quoted), name);
+	problem = string_problem(name, true);
+	if (problem) {
+		set_reason(reason, reasonlen, "header name \"%s\" %s", quoted,
+			   problem);
+		return -1;
+	}
+	if (header_collides(name)) {
+		set_reason(reason, reasonlen,
+			   equal_ci_n(name, strlen(name), "content-type")
+			       ? "header \"%s\" collides with the "
+				 "content type the relay writes"
+			       : "header \"%s\" collides with a "
+				 "CloudEvents attribute",
+			   quoted);
+		return -1;
+	}
+	if (!cJSON_IsString(h) || !h->valuestring) {
+		set_reason(reason, reasonlen, "header \"%s\" is not a string",
+			   quoted);
+		return -1;
+	}
+	problem = string_problem(h->valuestring, is_trace_header(name));
+	if (problem) {
+		set_reason(reason, reasonlen, "header \"%s\" value %s", quoted,
+			   problem);
+		return -1;
+	}
+	/* jsonb cannot hold duplicate keys, but JSON text can, and a
+	 * transport header table must not. */
+	for (const cJSON *o = first; o != h; o = o->next) {
+		if (strcmp(o->string, name) == 0) {
+			set_reason(reason, reasonlen, "duplicate header \"%s\"",
+				   quoted);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Parses and checks ev->headers_json. Returns the object (the caller
+ * deletes it; empty when the column is NULL), or NULL with reason set.
+ * cJSON cannot tell running out of memory from bad input; the first is
+ * reported as the second, which only costs that row its retries.
+ */
+static cJSON *headers_parse(const struct outbox_event *ev, char *reason,
+			    size_t reasonlen)
+{
+	cJSON *obj = NULL;
+	const cJSON *h;
+
+	if (!ev->headers_json) {
+		obj = cJSON_CreateObject();
+		if (!obj)
+			set_reason(reason, reasonlen, OOM_REASON);
+		return obj;
+	}
+	obj = cJSON_ParseWithOpts(ev->headers_json, NULL, 1);
+	if (!obj) {
+		set_reason(reason, reasonlen, "headers are not valid json");
+		return NULL;
+	}
+	if (!cJSON_IsObject(obj)) {
+		set_reason(reason, reasonlen, "headers are not a json object");
+		goto fail;
+	}
+	cJSON_ArrayForEach(h, obj)
+	{
+		if (header_check(obj->child, h, reason, reasonlen) != 0)
+			goto fail;
+	}
+	return obj;
+fail:
+	cJSON_Delete(obj);
+	return NULL;
+}
+
+int cloudevent_validate(const struct outbox_event *ev, char *reason,
+			size_t reasonlen)
+{
+	cJSON *headers;
+
+	if (attributes_check(ev, reason, reasonlen) != 0)
+		return -1;
+	headers = headers_parse(ev, reason, reasonlen);
+	if (!headers)
+		return -1;
+	cJSON_Delete(headers);
+	return 0;
+}
+
+/* Appends prefix+name = value as one allocation (see struct ce_header). */
+static int headers_push(struct ce_headers *h, const char *prefix,
+			const char *name, const char *value)
+{
+	size_t pl = strlen(prefix), nl = strlen(name), vl = strlen(value);
+	char *buf = malloc(pl + nl + 1 + vl + 1);
+
+	if (!buf)
+		return -1;
+	memcpy(buf, prefix, pl);
+	memcpy(buf + pl, name, nl + 1);
+	memcpy(buf + pl + nl + 1, value, vl + 1);
+	h->items[h->n].name = buf;
+	h->items[h->n].value = buf + pl + nl + 1;
+	h->n++;
+	return 0;
+}
+
+int cloudevent_binary_headers(const struct outbox_event *ev, const char *prefix,
+			      struct ce_headers *out, char *reason,
+			      size_t reasonlen)
+{
+	struct ce_headers h = {0};
+	cJSON *headers = NULL;
+	const cJSON *it;
+	size_t cap;
+	int ret = -1;
+
+	*out = (struct ce_headers){0};
+	if (attributes_check(ev, reason, reasonlen) != 0)
+		goto out;
+	headers = headers_parse(ev, reason, reasonlen);
+	if (!headers)
+		goto out;
+
+	cap = 7 + (size_t)cJSON_GetArraySize(headers);
+	h.items = calloc(cap, sizeof(*h.items));
+	if (!h.items)
+		goto oom;
+	if (headers_push(&h, prefix, "specversion", SPECVERSION) ||
+	    headers_push(&h, prefix, "id", ev->id) ||
+	    headers_push(&h, prefix, "source", ev->source) ||
+	    headers_push(&h, prefix, "type", ev->type))
+		goto oom;
+	if (is_set(ev->time) && headers_push(&h, prefix, "time", ev->time))
+		goto oom;
+	if (is_set(ev->subject) &&
+	    headers_push(&h, prefix, "subject", ev->subject))
+		goto oom;
+	if (is_set(ev->partition_key) &&
+	    headers_push(&h, prefix, "partitionkey", ev->partition_key))
+		goto oom;
+	cJSON_ArrayForEach(it, headers)
+	{
+		if (headers_push(&h, "", it->string, it->valuestring))
+			goto oom;
+	}
+	*out = h;
+	h = (struct ce_headers){0};
+	ret = 0;
+	goto out;
+oom:
+	set_reason(reason, reasonlen, OOM_REASON);
+out:
+	ce_headers_release(&h);
+	cJSON_Delete(headers);
+	return ret;
+}
+
+void ce_headers_release(struct ce_headers *h)
+{
+	for (size_t i = 0; i < h->n; i++)
+		free(h->items[i].name);
+	free(h->items);
+	*h = (struct ce_headers){0};
+}
+
+const char *cloudevent_structured_content_type(void)
+{
+	return "application/cloudevents+json; charset=UTF-8";
+}
+
+static bool is_blank(char c)
+{
+	return c == ' ' || c == '\t';
+}
+
+bool cloudevent_is_json_type(const char *content_type)
+{
+	const char *s = content_type, *end, *slash, *sub;
+	size_t sublen;
+
+	if (!s)
+		return false;
+	while (is_blank(*s))
+		s++;
+	end = strchr(s, ';');
+	if (!end)
+		end = s + strlen(s);
+	while (end > s && is_blank(end[-1]))
+		end--;
+	slash = memchr(s, '/', (size_t)(end - s));
+	if (!slash || slash == s)
+		return false;
+	if (equal_ci_n(s, (size_t)(end - s), "application/json") ||
+	    equal_ci_n(s, (size_t)(end - s), "text/json"))
+		return true;
+	sub = slash + 1;
+	sublen = (size_t)(end - sub);
+	return sublen > 5 && equal_ci_n(end - 5, 5, "+json");
+}
+
+/* True when the JSON digit about to be written at dst[o] starts the
+ * integer part of a number (so a '0' there must stand alone). */
+static bool starts_integer(const char *dst, size_t o)
+{
+	char p;
+
+	if (o == 0)
+		return true;
+	p = dst[o - 1];
+	if (p == '-')
+		return o < 2 || (dst[o - 2] != 'e' && dst[o - 2] != 'E');
+	return !(is_digit((unsigned char)p) || p == '.' || p == 'e' ||
+		 p == 'E' || p == '+');
+}
+
+/*
+ * Copies the JSON text src[0..n) to dst (room for n bytes) without the
+ * whitespace between tokens, and refuses what cJSON 1.7 accepts but
+ * RFC 8259 does not, so that what we embed is strict JSON: invalid UTF-8,
+ * a byte-order mark, control characters (raw inside strings, or anything
+ * but the four JSON blanks outside them), and the number forms "01",
+ * "1." and "-.5". The structure is checked by cJSON (json_parses()); this
+ * only has to be right for text cJSON accepts. cJSON_Minify() is not used:
+ * it takes the quote after an escaped backslash ("a\\") as escaped too and
+ * then strips the spaces inside the strings that follow.
+ *
+ * Returns the length written, or SIZE_MAX when src is not strict JSON.
+ */
+static size_t json_compact(const unsigned char *src, size_t n, char *dst)
+{
+	bool in_string = false;
+	size_t i = 0, o = 0;
+
+	while (i < n) {
+		unsigned char c = src[i];
+
+		if (c >= 0x80) {
+			uint32_t cp;
+			size_t k = utf8_decode(src + i, n - i, &cp);
+
+			/* Outside strings JSON is ASCII (this also refuses
+			 * a byte-order mark). */
+			if (k == 0 || !in_string)
+				return SIZE_MAX;
+			memcpy(dst + o, src + i, k);
+			o += k;
+			i += k;
+			continue;
+		}
+		if (in_string) {
+			if (c < 0x20)
+				return SIZE_MAX;
+			dst[o++] = (char)c;
+			i++;
+			if (c == '"') {
+				in_string = false;
+			} else if (c == '\\') {
+				/* The escaped byte is ASCII in valid JSON;
+				 * copying it here keeps \" inside. */
+				if (i >= n || src[i] < 0x20 || src[i] >= 0x80)
+					return SIZE_MAX;
+				dst[o++] = (char)src[i++];
+			}
+			continue;
+		}
+		switch (c) {
+		case ' ':
+		case '\t':
+		case '\n':
+		case '\r':
+			i++;
+			continue;
+		case '"':
+			in_string = true;
+			break;
+		case '.':
+			if (o == 0 || !is_digit((unsigned char)dst[o - 1]) ||
+			    i + 1 >= n || !is_digit(src[i + 1]))
+				return SIZE_MAX;
+			break;
+		case '0':
+			if (starts_integer(dst, o) && i + 1 < n &&
+			    is_digit(src[i + 1]))
+				return SIZE_MAX;
+			break;
+		default:
+			if (c < 0x20 || c == 0x7F)
+				return SIZE_MAX;
+			break;
+		}
+		dst[o++] = (char)c;
+		i++;
+	}
+	return in_string ? SIZE_MAX : o;
+}
+
+/* True when cJSON parses all of p[0..n) as one JSON value. */
+static bool json_parses(const unsigned char *p, size_t n)
+{
+	const char *end = NULL;
+	cJSON *doc = cJSON_ParseWithLengthOpts((const char *)p, n, &end, 0);
+	bool ok = doc != NULL;
+
+	/* Without require_null_terminated cJSON stops after the first
+	 * value (with it, it wants a NUL inside the n bytes), so the rest
+	 * is checked here. json_compact() already refused other blanks. */
+	for (; ok && end < (const char *)p + n; end++)
+		ok =
+		    *end == ' ' || *end == '\t' || *end == '\n' || *end == '\r';
+	cJSON_Delete(doc);
+	return ok;
+}
+
+static size_t base64_encode(const unsigned char *src, size_t n, char *dst)
+{
+	static const char tbl[] =
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t i = 0, o = 0;
+
+	for (; n - i >= 3; i += 3) {
+		uint32_t v = (uint32_t)src[i] << 16 |
+			     (uint32_t)src[i + 1] << 8 | src[i + 2];
+
+		dst[o++] = tbl[v >> 18 & 63];
+		dst[o++] = tbl[v >> 12 & 63];
+		dst[o++] = tbl[v >> 6 & 63];
+		dst[o++] = tbl[v & 63];
+	}
+	if (i < n) {
+		uint32_t v = (uint32_t)src[i] << 16;
+
+		if (n - i == 2)
+			v |= (uint32_t)src[i + 1] << 8;
+		dst[o++] = tbl[v >> 18 & 63];
+		dst[o++] = tbl[v >> 12 & 63];
+		dst[o++] = n - i == 2 ? tbl[v >> 6 & 63] : '=';
+		dst[o++] = '=';
+	}
+	return o;
+}
+
+/* Adds name = value to env when value is non-empty; false on OOM. */
+static bool add_optional(cJSON *env, const char *name, const char *value)
+{
+	return !is_set(value) || cJSON_AddStringToObject(env, name, value);
+}
+
+/* The envelope without its data member, as a cJSON object. */
+static cJSON *envelope_attributes(const struct outbox_event *ev,
+				  const cJSON *headers)
+{
+	cJSON *env = cJSON_CreateObject();
+	const char *tp = cJSON_GetStringValue(
+	    cJSON_GetObjectItemCaseSensitive(headers, "traceparent"));
+	const char *ts = cJSON_GetStringValue(
+	    cJSON_GetObjectItemCaseSensitive(headers, "tracestate"));
+
+	if (!env)
+		return NULL;
+	if (!cJSON_AddStringToObject(env, "specversion", SPECVERSION) ||
+	    !cJSON_AddStringToObject(env, "id", ev->id) ||
+	    !cJSON_AddStringToObject(env, "source", ev->source) ||
+	    !cJSON_AddStringToObject(env, "type", ev->type) ||
+	    !add_optional(env, "time", ev->time) ||
+	    !add_optional(env, "subject", ev->subject) ||
+	    !add_optional(env, "datacontenttype", ev->content_type) ||
+	    !add_optional(env, "partitionkey", ev->partition_key) ||
+	    !add_optional(env, "traceparent", tp) ||
+	    !add_optional(env, "tracestate", ts)) {
+		cJSON_Delete(env);
+		return NULL;
+	}
+	return env;
+}
+
+char *cloudevent_structured(const struct outbox_event *ev, size_t *len,
+			    char *reason, size_t reasonlen)
+{
+	static const char data_json[] = ",\"data\":";
+	static const char data_b64[] = ",\"data_base64\":\"";
+	const unsigned char *payload = ev->payload;
+	size_t n = ev->payload_len;
+	cJSON *headers = NULL, *env = NULL;
+	char *head = NULL, *buf = NULL, *ret = NULL;
+	size_t headlen, b64len, cap, pos;
+
+	*len = 0;
+	if (attributes_check(ev, reason, reasonlen) != 0)
+		goto out;
+	headers = headers_parse(ev, reason, reasonlen);
+	if (!headers)
+		goto out;
+	env = envelope_attributes(ev, headers);
+	if (!env)
+		goto oom;
+	head = cJSON_PrintUnformatted(env);
+	if (!head)
+		goto oom;
+	/* The data member is spliced in after cJSON printed the attributes:
+	 * the payload is kept verbatim (cJSON would turn large integers
+	 * into doubles) and is copied only once. */
+	headlen = strlen(head);
+	if (headlen < 2 || head[headlen - 1] != '}')
+		goto oom;
+	if (n > (SIZE_MAX - headlen - sizeof(data_b64) - 8) / 4 * 3)
+		goto oom;
+	b64len = (n + 2) / 3 * 4;
+	/* Room for either form: compact JSON is never longer than n, and
+	 * n <= b64len for any n > 0. */
+	cap = headlen + sizeof(data_b64) + b64len + 2;
+	buf = malloc(cap);
+	if (!buf)
+		goto oom;
+	pos = headlen - 1; /* drops the closing brace */
+	memcpy(buf, head, pos);
+
+	if (n > 0 && cloudevent_is_json_type(ev->content_type)) {
+		size_t at = pos + sizeof(data_json) - 1;
+		size_t m = json_compact(payload, n, buf + at);
+
+		if (m != SIZE_MAX && json_parses(payload, n)) {
+			memcpy(buf + pos, data_json, sizeof(data_json) - 1);
+			pos = at + m;
+			goto close;
+		}
+	}
+	memcpy(buf + pos, data_b64, sizeof(data_b64) - 1);
+	pos += sizeof(data_b64) - 1;
+	pos += base64_encode(payload, n, buf + pos);
+	buf[pos++] = '"';
+close:
+	buf[pos++] = '}';
+	buf[pos] = '\0';
+	*len = pos;
+	ret = buf;
+	buf = NULL;
+	goto out;
+oom:
+	set_reason(reason, reasonlen, OOM_REASON);
+out:
+	free(buf);
+	cJSON_free(head);
+	cJSON_Delete(env);
+	cJSON_Delete(headers);
+	return ret;
+}

@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * CloudEvents 1.0 encoding of a leased outbox row: the check every backend
+ * runs before handing a row over, the attribute headers of binary content
+ * mode and the JSON envelope of structured content mode. Knows no broker:
+ * the header prefix and where content-type goes are the transport's call.
+ *
+ * Threading: every function is reentrant; nothing here keeps state.
+ */
+#ifndef OUTBOX_CLOUDEVENT_H
+#define OUTBOX_CLOUDEVENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "event.h"
+
+/*
+ * How the row maps to attributes (all functions below agree on it):
+ * id, source, type are required and must be non-empty; time is written
+ * when ev->time is non-empty; subject and partitionkey are written when
+ * non-NULL and non-empty (CloudEvents forbids empty values, so '' in the
+ * column means absent); datacontenttype is ev->content_type, left out when
+ * NULL or empty. Every String attribute (content_type included) must be
+ * valid UTF-8 without control characters or Unicode noncharacters.
+ *
+ * ev->headers_json is the headers column: a JSON object of string values,
+ * NULL meaning no headers. A header name must be non-empty, valid UTF-8
+ * without control characters, unique, and must not collide with what the
+ * relay writes itself: names starting with "ce_", "ce-" or "cloudEvents",
+ * or equal to "content-type", compared ASCII case-insensitively. Header
+ * values must be valid UTF-8; traceparent and tracestate (matched exactly,
+ * lower case) become CloudEvents attributes in structured mode and so must
+ * also be free of control characters.
+ */
+
+/*
+ * Checks that ev can be encoded. Returns 0, or -1 with a short lowercase
+ * reason (fit for last_error, always valid UTF-8) in reason, e.g.
+ * `header "ce-id" collides with a CloudEvents attribute`. reason may be
+ * NULL when reasonlen is 0.
+ */
+int cloudevent_validate(const struct outbox_event *ev, char *reason,
+			size_t reasonlen);
+
+/* One transport header of binary content mode. */
+struct ce_header {
+	char *name;  /* owned by the list; one allocation with value */
+	char *value; /* points into name's allocation */
+};
+
+/* The headers a transport sends in binary content mode, in order. */
+struct ce_headers {
+	struct ce_header *items; /* owned; NULL when n == 0 */
+	size_t n;
+};
+
+/*
+ * Fills out with, in this order: prefix+"specversion" = "1.0", prefix+"id",
+ * prefix+"source", prefix+"type", prefix+"time" (when set),
+ * prefix+"subject" (when set), prefix+"partitionkey" (when set), then every
+ * row header verbatim under its own name (traceparent and tracestate
+ * included). content-type is not in the list: the transport carries
+ * datacontenttype where its binding says (AMQP basic property, Kafka
+ * header). prefix is "ce-" or "cloudEvents_" for AMQP, "ce_" for Kafka;
+ * not NULL.
+ *
+ * Returns 0 with out owned by the caller (release with
+ * ce_headers_release()), or -1 with reason set and out left empty. The row
+ * is validated as cloudevent_validate() does, so after that call succeeded
+ * a failure here means memory ran out (reason "out of memory").
+ */
+int cloudevent_binary_headers(const struct outbox_event *ev, const char *prefix,
+			      struct ce_headers *out, char *reason,
+			      size_t reasonlen);
+
+/* Frees what cloudevent_binary_headers() stored; leaves h empty. Accepts
+ * an empty or zeroed h. */
+void ce_headers_release(struct ce_headers *h);
+
+/*
+ * The structured-mode envelope: one compact JSON object on a single line,
+ * no trailing newline, members in this order: specversion "1.0", id,
+ * source, type, time, subject, datacontenttype, partitionkey, traceparent
+ * and tracestate (from the row headers, when present and non-empty), then
+ * the data:
+ *  - "data" holding the payload verbatim (whitespace between tokens
+ *    removed) when content_type is a JSON type (cloudevent_is_json_type())
+ *    and the payload is strict JSON text (RFC 8259, UTF-8, no byte-order
+ *    mark);
+ *  - otherwise "data_base64" holding the payload in base64. An empty
+ *    payload is always "data_base64":"" (zero bytes of data, which is not
+ *    the same as no data), whatever its content type.
+ * Other row headers are transport headers and are not in the envelope.
+ *
+ * Returns a buffer from malloc() owned by the caller (free()), holding *len
+ * bytes followed by a NUL that also belongs to the buffer (so a caller may
+ * overwrite it with '\n' and write len + 1 bytes). Returns NULL with reason
+ * set when the row is invalid (as cloudevent_validate()) or memory ran
+ * out ("out of memory").
+ */
+char *cloudevent_structured(const struct outbox_event *ev, size_t *len,
+			    char *reason, size_t reasonlen);
+
+/* The content type of a structured-mode message:
+ * "application/cloudevents+json; charset=UTF-8". Static storage. */
+const char *cloudevent_structured_content_type(void);
+
+/*
+ * True when content_type names JSON data: "application/json", "text/json"
+ * or any "type/subtype+json", compared case-insensitively, parameters
+ * (after ';') and surrounding blanks ignored. NULL and "" are not JSON.
+ */
+bool cloudevent_is_json_type(const char *content_type);
+
+#endif
