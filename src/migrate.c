@@ -264,6 +264,8 @@ int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
 	table_derived(t, "_schema_version", version_table,
 		      sizeof(version_table));
 
+	/* IF NOT EXISTS notices on a second run are not news. */
+	exec_ok(conn, "SET client_min_messages = warning", why, sizeof(why));
 	if (lock_migrations(conn, t, why, sizeof(why)) != 0) {
 		snprintf(err, errlen, "migrate %s: %s", t->literal, why);
 		goto out;

@@ -33,6 +33,7 @@ enum stmt {
 	ST_REDRIVE_SENT,
 	ST_COUNT_FAILED,
 	ST_COUNT_SENT,
+	ST_CONTROL,
 	ST_COUNT
 };
 
@@ -42,7 +43,7 @@ static const char *const stmt_names[ST_COUNT] = {
 	"outbox_release",     "outbox_recheck",	      "outbox_sweep",
 	"outbox_clean_sent",  "outbox_clean_failed",  "outbox_next_due",
 	"outbox_redrive_f",   "outbox_redrive_s",     "outbox_count_f",
-	"outbox_count_s",
+	"outbox_count_s",     "outbox_control",
 };
 
 /* Internal: a serialization failure or deadlock; run the statement again. */
@@ -286,6 +287,10 @@ static int build_statements(struct store *s)
 			"SELECT count(*)::text FROM %s WHERE %s", T, where);
 		free(where);
 	}
+	char control[160];
+	table_derived(&s->table, "_control", control, sizeof(control));
+	s->sql[ST_CONTROL] = xasprintf(
+		"SELECT destination FROM %s ORDER BY destination", control);
 	free(backoff);
 	for (int i = 0; i < ST_COUNT; i++)
 		if (!s->sql[i])
@@ -988,6 +993,27 @@ int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen)
 	if (!res)
 		return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
 	*ms = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	return 0;
+}
+
+int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
+		      size_t max_keys, size_t *n, char *err, size_t errlen)
+{
+	int rc;
+	*global = false;
+	*n = 0;
+	PGresult *res = run(s, ST_CONTROL, 0, NULL, PGRES_TUPLES_OK, 0, &rc,
+			    err, errlen);
+	if (!res)
+		return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
+	for (int i = 0; i < PQntuples(res); i++) {
+		const char *d = PQgetvalue(res, i, 0);
+		if (strcmp(d, "*") == 0)
+			*global = true;
+		else if (*n < max_keys)
+			snprintf(keys[(*n)++], 300, "%s", d);
+	}
 	PQclear(res);
 	return 0;
 }

@@ -162,6 +162,14 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
 		  size_t *count, char *err, size_t errlen);
 
 /*
+ * Reads the operator pauses (the control table): *global is set when all
+ * leasing is paused; the paused destinations are written to keys[] (at
+ * most max_keys, each copied into key_len-byte slots) and counted in *n.
+ */
+int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
+		      size_t max_keys, size_t *n, char *err, size_t errlen);
+
+/*
  * Milliseconds until the earliest pending row is due (0 when one is due
  * now), or -1 when nothing is pending.
  */

@@ -1,0 +1,312 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * outbox-relay: the command line. `run` (the default) is the daemon;
+ * the other subcommands are short operator tools.
+ *
+ * Exit codes: 0 ok; 1 runtime failure (unreachable service, a mark that
+ * could not be written at shutdown); 2 usage or configuration error.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "cli.h"
+#include "config.h"
+#include "log.h"
+#include "migrate.h"
+#include "ops.h"
+#include "pgconn.h"
+#include "publisher.h"
+#include "relay.h"
+#include "store.h"
+#include "table.h"
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: outbox-relay [run]        relay events (the daemon)\n"
+		"       outbox-relay migrate      create or upgrade the "
+		"outbox table\n"
+		"       outbox-relay check        check settings and every "
+		"connection\n"
+		"%s"
+		"       outbox-relay --help | --version\n"
+		"\n"
+		"Every setting comes from the environment (NAME, or a file "
+		"named by NAME_FILE):\n\n",
+		cli_usage_lines());
+	config_print_help(out);
+	fprintf(out, "\nExit codes: 0 ok, 1 runtime failure, 2 usage or "
+		     "configuration error.\n");
+}
+
+/* A session for one-shot commands; statement_timeout 0 lets index
+ * builds of a migration take their time. */
+static PGconn *connect_once(const struct config *cfg, int64_t timeout_ms)
+{
+	char err[1024];
+	struct pgconn_options o = {
+		.conninfo = cfg->database_url,
+		.application_name = "outbox-relay/cli",
+		.statement_timeout_ms = timeout_ms,
+	};
+	PGconn *conn = pgconn_connect(&o, err, sizeof(err));
+	if (!conn)
+		fprintf(stderr, "outbox-relay: %s\n", err);
+	return conn;
+}
+
+static int cmd_migrate(const struct config *cfg)
+{
+	struct outbox_table t;
+	char err[1024];
+	if (table_parse(cfg->table, &t, err, sizeof(err)) != 0) {
+		fprintf(stderr, "outbox-relay: OUTBOX_TABLE: %s\n", err);
+		return 2;
+	}
+	PGconn *conn = connect_once(cfg, 0);
+	if (!conn)
+		return 1;
+	int rc = migrate_run(conn, &t, stdout, err, sizeof(err));
+	PQfinish(conn);
+	if (rc != 0) {
+		fprintf(stderr, "outbox-relay: %s\n", err);
+		return 1;
+	}
+	printf("table %s is at schema version %d\n", cfg->table,
+	       migrate_latest_version());
+	return 0;
+}
+
+static int cmd_check(const struct config *cfg,
+		     const struct publisher_ops *pub)
+{
+	int failures = 0;
+	char err[1024];
+	char url[512];
+	config_redact_url(cfg->database_url ? cfg->database_url
+					    : "(libpq PG* variables)",
+			  url, sizeof(url));
+	printf("config: ok\n");
+	struct store_options o = {
+		.conninfo = cfg->database_url,
+		.table = cfg->table,
+		.app_name = "outbox-relay/check",
+		.batch_size = cfg->batch_size,
+		.lease_timeout_ms = cfg->lease_timeout_ms,
+		.statement_timeout_ms = cfg->statement_timeout_ms,
+		.backoff_base_ms = cfg->backoff_base_ms,
+		.backoff_max_ms = cfg->backoff_max_ms,
+		.backoff_factor = cfg->backoff_factor,
+		.prepare = false,
+	};
+	struct store *s = NULL;
+	if (store_open(&s, &o, err, sizeof(err)) != 0) {
+		printf("postgres (%s): FAILED: %s\n", url, err);
+		failures++;
+	} else {
+		printf("postgres (%s): ok, table %s present\n", url,
+		       cfg->table);
+		store_close(s);
+	}
+	void *state = NULL;
+	if (pub->open(cfg, &state, err, sizeof(err)) != 0 ||
+	    pub->probe(state, err, sizeof(err)) != 0) {
+		printf("publisher %s: FAILED: %s\n", pub->name, err);
+		failures++;
+	} else {
+		printf("publisher %s: ok\n", pub->name);
+	}
+	if (state)
+		pub->close(state);
+	return failures ? 1 : 0;
+}
+
+/* Fails fast on what retrying cannot fix (a missing table); an
+ * unreachable database is left to the workers, which keep retrying. */
+static int check_table_at_start(const struct config *cfg)
+{
+	char err[1024];
+	struct store_options o = {
+		.conninfo = cfg->database_url,
+		.table = cfg->table,
+		.app_name = "outbox-relay/start",
+		.batch_size = cfg->batch_size,
+		.statement_timeout_ms = cfg->statement_timeout_ms,
+		.backoff_factor = 2,
+	};
+	struct store *s = NULL;
+	int rc = store_open(&s, &o, err, sizeof(err));
+	if (rc == 0) {
+		store_close(s);
+		return 0;
+	}
+	if (rc == STORE_RECONNECT) {
+		log_error("%s (retrying)", err);
+		return 0;
+	}
+	log_error("%s", err);
+	return 1;
+}
+
+static int cmd_run(const struct config *cfg, const struct publisher_ops *pub)
+{
+	char err[1024];
+	static struct relay relay;
+	if (check_table_at_start(cfg) != 0)
+		return 1;
+	if (relay_init(&relay, cfg, pub, err, sizeof(err)) != 0) {
+		log_error("%s", err);
+		return 1;
+	}
+
+	/* Signals reach only this thread: the loops inherit a mask that
+	 * blocks them, and this thread takes them with sigtimedwait, so no
+	 * handler runs in async-signal context. SIGPIPE is ignored so a
+	 * closed socket or stdout is an error return, not death. */
+	signal(SIGPIPE, SIG_IGN);
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+	if (relay_start(&relay, err, sizeof(err)) != 0) {
+		log_error("%s", err);
+		relay_join(&relay);
+		return 1;
+	}
+	if (ops_start(&relay, err, sizeof(err)) != 0) {
+		log_error("%s", err);
+		relay_stop(&relay);
+		relay_join(&relay);
+		return 1;
+	}
+	char source[256];
+	config_redact_url(cfg->database_url ? cfg->database_url : "(PG*)",
+			  source, sizeof(source));
+	log_fields(LOG_INFO, "outbox-relay started", "version", OUTBOX_VERSION,
+		   "publisher", pub->name, "table", cfg->table, "database",
+		   source, NULL);
+
+	int64_t deadline = 0;
+	for (;;) {
+		struct timespec ts = {.tv_sec = 0, .tv_nsec = 200000000};
+		int sig = sigtimedwait(&set, NULL, &ts);
+		if (sig > 0) {
+			if (atomic_load(&relay.stopping)) {
+				log_warn("second signal: exiting at once");
+				_exit(1);
+			}
+			log_fields(LOG_INFO, "shutting down", "signal",
+				   sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+			ops_draining(&relay);
+			relay_stop(&relay);
+			deadline = clock_ms() + cfg->shutdown_timeout_ms;
+		}
+		if (deadline && relay_finished(&relay))
+			break;
+		if (deadline && clock_ms() > deadline + 2000) {
+			log_error("shutdown timeout passed with loops still "
+				  "running; exiting");
+			_exit(1);
+		}
+	}
+	int rc = relay_join(&relay);
+	ops_stop(&relay);
+	log_fields(LOG_INFO, "outbox-relay stopped", "exit",
+		   rc ? "1" : "0", NULL);
+	return rc;
+}
+
+extern char **environ;
+
+/* A misspelt setting would otherwise be ignored in silence. A warning, not
+ * an error: platforms inject variables of their own (Kubernetes service
+ * links named after a Service called outbox-...). */
+static void warn_unknown_settings(void)
+{
+	for (char **e = environ; *e; e++) {
+		if (strncmp(*e, "OUTBOX_", 7) != 0)
+			continue;
+		char name[128];
+		size_t n = strcspn(*e, "=");
+		snprintf(name, sizeof(name), "%.*s", (int)n, *e);
+		if (!config_knows(name))
+			log_warn("unknown setting %s is ignored", name);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd = argc > 1 ? argv[1] : "run";
+	if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
+	    strcmp(cmd, "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(cmd, "--version") == 0) {
+		printf("outbox-relay %s\n", OUTBOX_VERSION);
+		return 0;
+	}
+	if (strcmp(cmd, "--settings-markdown") == 0) {
+		config_print_markdown(stdout);
+		return 0;
+	}
+	bool known = strcmp(cmd, "run") == 0 || strcmp(cmd, "migrate") == 0 ||
+		     strcmp(cmd, "check") == 0 || cli_knows(cmd);
+	if (!known) {
+		fprintf(stderr, "outbox-relay: unknown command '%s'\n", cmd);
+		usage(stderr);
+		return 2;
+	}
+	if (argc > 2 && !cli_knows(cmd)) {
+		if (strcmp(argv[2], "--help") == 0) {
+			usage(stdout);
+			return 0;
+		}
+		fprintf(stderr, "outbox-relay %s: unexpected argument '%s'\n",
+			cmd, argv[2]);
+		return 2;
+	}
+
+	struct config cfg;
+	int problems = config_load(&cfg, stderr);
+	if (problems > 0) {
+		fprintf(stderr,
+			"outbox-relay: %d configuration problem%s; see "
+			"`outbox-relay --help`\n",
+			problems, problems == 1 ? "" : "s");
+		config_release(&cfg);
+		return 2;
+	}
+	log_setup(cfg.log_level, cfg.log_format == LOG_FORMAT_JSON);
+	warn_unknown_settings();
+
+	int rc;
+	const struct publisher_ops *pub = publisher_find(cfg.publisher);
+	char err[1024];
+	if (!pub) {
+		fprintf(stderr, "outbox-relay: OUTBOX_PUBLISHER: unknown "
+				"backend '%s'\n",
+			cfg.publisher);
+		rc = 2;
+	} else if (pub->validate && pub->validate(&cfg, err, sizeof(err))) {
+		fprintf(stderr, "outbox-relay: %s\n", err);
+		rc = 2;
+	} else if (strcmp(cmd, "migrate") == 0) {
+		rc = cmd_migrate(&cfg);
+	} else if (strcmp(cmd, "check") == 0) {
+		rc = cmd_check(&cfg, pub);
+	} else if (strcmp(cmd, "run") == 0) {
+		rc = cmd_run(&cfg, pub);
+	} else {
+		rc = cli_run(cmd, argc - 1, argv + 1, &cfg);
+	}
+	config_release(&cfg);
+	return rc;
+}

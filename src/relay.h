@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The relay process: worker threads (lease, publish, mark), the sweeper
+ * and the cleaner, each on its own thread with its own Postgres session.
+ *
+ * Sharing: struct relay is created by main and outlives every thread. Its
+ * atomics (stopping, marks_failed, tick times) are written and read
+ * without locks; everything under `lock` (destination pauses, the rate
+ * limiter's schedule, the wake-up generation) is touched only with `lock`
+ * held. cfg and pub are read-only after start.
+ */
+#ifndef OUTBOX_RELAY_H
+#define OUTBOX_RELAY_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "publisher.h"
+
+#define RELAY_MAX_THREADS 72
+#define RELAY_MAX_PAUSES 256
+
+/* One loop thread, as /healthz sees it. */
+struct relay_thread {
+	char name[32];
+	pthread_t tid;
+	bool started;
+	atomic_llong last_tick_ms;  /* clock_ms() of its last loop pass */
+	int64_t max_interval_ms;    /* healthy while ticks are this close */
+	struct relay *relay;
+	int index;                  /* worker number */
+};
+
+/* A destination (or destination + chr(31) + routing key) refusing events. */
+struct relay_pause {
+	char key[300];
+	int64_t until_ms;   /* clock_ms() */
+	int64_t backoff_ms; /* doubles each time it refuses again */
+};
+
+struct relay {
+	const struct config *cfg;
+	const struct publisher_ops *pub;
+	char host[64];
+	char version[32];
+	int pid;
+
+	atomic_int stopping;     /* 1 once shutdown began */
+	atomic_int marks_failed; /* 1 if a mark could not be written */
+	atomic_int workers_ready;/* workers with a healthy publisher */
+	atomic_int db_ok;        /* workers whose last statement succeeded */
+
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	uint64_t wake_gen;       /* bumped by relay_wake() */
+	struct relay_pause pauses[RELAY_MAX_PAUSES];
+	size_t n_pauses;
+	double rate_next_ms;     /* max-rate schedule (clock_ms units) */
+
+	struct relay_thread threads[RELAY_MAX_THREADS];
+	int n_threads;
+	int64_t shutdown_started_ms;
+};
+
+/* Prepares r (no threads yet). Returns 0, or -1 with err. */
+int relay_init(struct relay *r, const struct config *cfg,
+	       const struct publisher_ops *pub, char *err, size_t errlen);
+
+/* Starts workers, sweeper and cleaner. Call with signals blocked so the
+ * threads inherit the mask. Returns 0, or -1 with err. */
+int relay_start(struct relay *r, char *err, size_t errlen);
+
+/* Begins the shutdown of section 7; returns at once. */
+void relay_stop(struct relay *r);
+
+/* Wakes idle workers (new rows, shutdown, resume). */
+void relay_wake(struct relay *r);
+
+/* True once every thread returned. */
+bool relay_finished(struct relay *r);
+
+/* Joins every thread and frees r's resources. Returns the exit code:
+ * 0, or 1 when some mark could not be written. */
+int relay_join(struct relay *r);
+
+/* Sleeps up to ms, returning early on relay_wake() or shutdown; keeps the
+ * thread's health tick fresh and calls service (if not NULL) every
+ * second so broker connections keep their heartbeats. */
+void relay_idle(struct relay_thread *th, int64_t ms, void (*service)(void *),
+		void *state);
+
+/* Writes the name of the first loop thread that has not ticked within its
+ * interval into out and returns false; true when all are healthy. */
+bool relay_healthy(struct relay *r, char *out, size_t outlen);
+
+#endif

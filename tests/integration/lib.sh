@@ -1,0 +1,129 @@
+# shellcheck shell=bash
+# SPDX-License-Identifier: MIT
+# Helpers for the end-to-end tests: each test sources this file, gets its
+# own outbox table (a fresh schema), runs the relay binary in the
+# background and checks rows with psql. Background processes are killed
+# when the test exits, whatever happens.
+set -euo pipefail
+
+: "${OUTBOX_RELAY_BIN:?run through meson test (tests/run.sh)}"
+: "${OUTBOX_TEST_DATABASE_URL:?run through tests/run.sh}"
+
+it_name=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
+it_dir=$(mktemp -d "${TMPDIR:-/tmp}/outbox-it-${it_name}.XXXXXX")
+it_pids=()
+
+it_cleanup() {
+	local pid
+	for pid in "${it_pids[@]}"; do
+		kill -9 "$pid" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
+	if [ "${it_failed:-0}" = 0 ]; then
+		rm -rf "$it_dir"
+	else
+		echo "kept $it_dir for inspection" >&2
+	fi
+}
+trap it_cleanup EXIT
+
+# it_fail MESSAGE: fails the test, showing the relay logs it started.
+it_fail() {
+	it_failed=1
+	echo "FAIL: $*" >&2
+	local log
+	for log in "$it_dir"/*.log; do
+		[ -f "$log" ] || continue
+		echo "--- last lines of $(basename "$log") ---" >&2
+		tail -n 40 "$log" >&2
+	done
+	exit 1
+}
+
+it_psql() {
+	psql "$OUTBOX_TEST_DATABASE_URL" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"
+}
+
+# it_table PREFIX: creates a fresh schema, migrates PREFIX_<pid>.outbox_events
+# with the relay binary and sets OUTBOX_TABLE to it.
+it_table() {
+	local schema="$1_$$"
+	it_psql "SET client_min_messages = warning; DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null
+	export OUTBOX_TABLE="$schema.outbox_events"
+	OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" \
+		"$OUTBOX_RELAY_BIN" migrate >"$it_dir/migrate.out" 2>&1 ||
+		it_fail "migrate failed: $(cat "$it_dir/migrate.out")"
+}
+
+# it_wait SECONDS DESCRIPTION CMD...: polls CMD every 100 ms until it
+# succeeds, failing the test after SECONDS.
+it_wait() {
+	local seconds="$1" what="$2"
+	shift 2
+	local deadline=$((SECONDS + seconds))
+	until "$@" >/dev/null 2>&1; do
+		[ "$SECONDS" -lt "$deadline" ] || it_fail "timed out after ${seconds}s waiting for $what"
+		sleep 0.1
+	done
+}
+
+# it_count WHERE: rows of the test's table matching WHERE.
+it_count() {
+	it_psql "SELECT count(*) FROM $OUTBOX_TABLE WHERE $1"
+}
+
+# it_wait_count SECONDS WHERE OP N: waits until the count of rows matching
+# WHERE compares to N with test's OP (-eq, -ge, ...).
+it_wait_count() {
+	local seconds="$1" where="$2" op="$3" n="$4"
+	local deadline=$((SECONDS + seconds)) c
+	while :; do
+		c=$(it_count "$where" 2>/dev/null || echo -1)
+		[ "$c" "$op" "$n" ] && return 0
+		[ "$SECONDS" -lt "$deadline" ] ||
+			it_fail "timed out after ${seconds}s: count of ($where) is $c, want $op $n"
+		sleep 0.1
+	done
+}
+
+# it_wait_lines SECONDS FILE N: waits until FILE has at least N lines.
+it_wait_lines() {
+	local seconds="$1" file="$2" n="$3"
+	local deadline=$((SECONDS + seconds))
+	until [ -f "$file" ] && [ "$(wc -l <"$file")" -ge "$n" ]; do
+		[ "$SECONDS" -lt "$deadline" ] ||
+			it_fail "timed out after ${seconds}s waiting for $n lines in $(basename "$file")"
+		sleep 0.1
+	done
+}
+
+# it_relay NAME [VAR=value...]: starts the relay in the background with
+# fast test settings, stdout to NAME.out and stderr to NAME.log; sets
+# it_last_pid.
+it_relay() {
+	local name="$1"
+	shift
+	env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" \
+		OUTBOX_TABLE="$OUTBOX_TABLE" \
+		OUTBOX_HTTP_ADDR="" \
+		OUTBOX_POLL_INTERVAL=200ms \
+		OUTBOX_LOG_FORMAT=json \
+		"$@" "$OUTBOX_RELAY_BIN" run >"$it_dir/$name.out" 2>"$it_dir/$name.log" &
+	it_last_pid=$!
+	it_pids+=("$it_last_pid")
+}
+
+# it_stop PID [SECONDS]: SIGTERM and wait; sets it_rc to the exit code.
+# (Not for $(...): only this shell can wait for its own children.)
+it_stop() {
+	local pid="$1" seconds="${2:-30}"
+	it_rc=0
+	kill -TERM "$pid" 2>/dev/null || true
+	local deadline=$((SECONDS + seconds))
+	# A child that exited stays a zombie until waited for: not running.
+	while ps -o stat= -p "$pid" | grep -qv Z; do
+		[ "$SECONDS" -lt "$deadline" ] || it_fail "relay $pid did not stop within ${seconds}s"
+		sleep 0.1
+	done
+	wait "$pid" || it_rc=$?
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Bad input gets a clear error and loses nothing (contract section 10):
+# rows that cannot be encoded, in a table created without the CHECKs, end
+# failed with a reason while the rest of their batch is sent; bad settings
+# exit 2 naming the variable; a missing table names itself and the fix; a
+# password in the URL never appears in any output.
+. "$(dirname "$0")/lib.sh"
+it_table badinput
+
+# Some teams create the table themselves, without the CHECKs.
+it_psql "DO \$\$ DECLARE c record; BEGIN
+  FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = '$OUTBOX_TABLE'::regclass AND contype = 'c' LOOP
+    EXECUTE format('ALTER TABLE $OUTBOX_TABLE DROP CONSTRAINT %I', c.conname);
+  END LOOP; END \$\$"
+it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, headers) VALUES
+  ('good.one', '{}', '{\"traceparent\": \"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}'),
+  ('bad.array', '{}', '[1, 2]'),
+  ('bad.number', '{}', '{\"retries\": 3}'),
+  ('bad.collide', '{}', '{\"ce-id\": \"spoofed\"}'),
+  ('bad.ctype', '{}', '{\"Content-Type\": \"text/plain\"}'),
+  ('', '{}', '{}'),
+  ('good.two', '{}', '{\"x-tenant\": \"t1\"}')"
+
+it_relay relay
+pid=$it_last_pid
+it_wait_count 20 "status IN ('sent', 'failed')" -eq 7
+it_stop "$pid"
+rc=$it_rc
+[ "$rc" = 0 ] || it_fail "exit code $rc"
+[ "$(it_count "status = 'sent' AND type LIKE 'good.%'")" = 2 ] || it_fail "good rows not sent"
+[ "$(it_count "status = 'failed' AND last_error IS NOT NULL AND finished_at IS NOT NULL")" = 5 ] ||
+	it_fail "bad rows not failed with a reason"
+for t in bad.array bad.number bad.collide bad.ctype; do
+	reason=$(it_psql "SELECT last_error FROM $OUTBOX_TABLE WHERE type = '$t'")
+	[ -n "$reason" ] || it_fail "$t has no reason"
+done
+it_psql "SELECT last_error FROM $OUTBOX_TABLE WHERE type = 'bad.collide'" | grep -q 'ce-id' ||
+	it_fail "collision reason does not name the header"
+it_psql "SELECT last_error FROM $OUTBOX_TABLE WHERE type = ''" | grep -qi 'type' ||
+	it_fail "empty type reason does not say type"
+[ "$(wc -l <"$it_dir/relay.out")" = 2 ] || it_fail "expected exactly the 2 good events printed"
+
+# Bad settings: exit 2, a line naming the variable.
+bad_settings=(
+	OUTBOX_BATCH_SIZE=0 OUTBOX_BATCH_SIZE=lots OUTBOX_WORKERS=0 OUTBOX_POLL_INTERVAL=5
+	OUTBOX_LEASE_TIMEOUT=-1s OUTBOX_PUBLISHER=nats OUTBOX_CE_MODE=xml OUTBOX_ORDERING=total
+	OUTBOX_TABLE=bad-name OUTBOX_LOG_LEVEL=loud OUTBOX_HTTP_ADDR=nohost OUTBOX_PG_PREPARE=maybe
+	OUTBOX_UNROUTABLE=drop OUTBOX_MAX_RATE=-5 OUTBOX_RETENTION=forever OUTBOX_LOG_FORMAT=xml
+	OUTBOX_SHUTDOWN_TIMEOUT=1y OUTBOX_ORDERING_ON_FAILURE=ignore OUTBOX_CE_SOURCE=
+	OUTBOX_PUBLISH_TIMEOUT=1m OUTBOX_SWEEP_INTERVAL=2m OUTBOX_KAFKA_ENABLE_IDEMPOTENCE=false
+)
+for setting in "${bad_settings[@]}"; do
+	var=${setting%%=*}
+	rc=0
+	env "$setting" OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" "$OUTBOX_RELAY_BIN" run \
+		>"$it_dir/bad.out" 2>"$it_dir/bad.err" || rc=$?
+	[ "$rc" = 2 ] || it_fail "$setting: exit $rc, want 2"
+	grep -q "$var" "$it_dir/bad.err" || it_fail "$setting: error does not name $var: $(cat "$it_dir/bad.err")"
+done
+# The cross-checks say why.
+env OUTBOX_PUBLISH_TIMEOUT=1m "$OUTBOX_RELAY_BIN" run >"$it_dir/cross.out" 2>&1 || true
+grep -q "OUTBOX_LEASE_TIMEOUT" "$it_dir/cross.out" ||
+	it_fail "publish timeout cross-check does not name the lease timeout"
+
+# A missing table: named, with the command that creates it.
+rc=0
+env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_TABLE=nosuch_$$.outbox_events OUTBOX_HTTP_ADDR= \
+	"$OUTBOX_RELAY_BIN" run >"$it_dir/missing.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || it_fail "missing table: exit $rc, want 1"
+grep -q "nosuch_$$.outbox_events" "$it_dir/missing.out" || it_fail "missing table not named"
+grep -q "outbox-relay migrate" "$it_dir/missing.out" || it_fail "missing table: no hint to migrate"
+
+# A password never appears: wrong password at run time and in check.
+secret="Zq9-not-the-password-7Hx"
+wrong=$(printf '%s' "$OUTBOX_TEST_DATABASE_URL" | sed -E "s#(://[^:]+:)[^@]*@#\1$secret@#")
+it_relay wrongpw OUTBOX_DATABASE_URL="$wrong"
+pid=$it_last_pid
+sleep 3
+kill -0 "$pid" || it_fail "the relay gave up instead of retrying the connection"
+it_stop "$pid"
+grep -q "password authentication failed" "$it_dir/wrongpw.log" || it_fail "no clear error for the wrong password"
+rc=0
+env OUTBOX_DATABASE_URL="$wrong" OUTBOX_TABLE="$OUTBOX_TABLE" "$OUTBOX_RELAY_BIN" check >"$it_dir/check.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || it_fail "check with a wrong password: exit $rc, want 1"
+rc=0
+env OUTBOX_DATABASE_URL="postgresql://u:$secret@127.0.0.1:1/x?no_such_option=1" \
+	timeout 10 "$OUTBOX_RELAY_BIN" run >"$it_dir/cfg.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] || it_fail "a malformed database URL: exit $rc, want 2"
+grep -q OUTBOX_DATABASE_URL "$it_dir/cfg.out" || it_fail "a malformed database URL is not named"
+if grep -l -- "$secret" "$it_dir"/*.log "$it_dir"/*.out "$it_dir"/*.err 2>/dev/null; then
+	it_fail "the password appeared in the output"
+fi
+echo "ok"
