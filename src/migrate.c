@@ -174,6 +174,25 @@ static int apply_in_transaction(PGconn *conn, const struct sql_migration *m,
 	}
 }
 
+/* Outside a transaction: one statement under the DDL lock timeout,
+ * retried while it could not get its lock. */
+static int exec_retrying(PGconn *conn, const char *sql, char *err,
+			 size_t errlen)
+{
+	int64_t backoff = 200;
+	for (int attempt = 1;; attempt++) {
+		if (exec_ok(conn, "SET lock_timeout = '" DDL_LOCK_TIMEOUT "'",
+			    err, errlen) &&
+		    exec_ok(conn, sql, err, errlen))
+			return 0;
+		if (strncmp(err, "55P03", 5) != 0 || attempt >= DDL_ATTEMPTS)
+			return -1;
+		clock_sleep_ms(backoff);
+		if (backoff < 5000)
+			backoff *= 2;
+	}
+}
+
 static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
 				FILE *out, char *err, size_t errlen)
 {
@@ -225,7 +244,7 @@ static int apply_without_transaction(PGconn *conn,
 		if (next)
 			*next = '\0';
 		if (strspn(stmt, " \t\r\n") != strlen(stmt) &&
-		    !exec_ok(conn, stmt, why, sizeof(why))) {
+		    exec_retrying(conn, stmt, why, sizeof(why)) != 0) {
 			snprintf(err, errlen, "migration %s failed: %s",
 				 m->name, why);
 			return -1;

@@ -128,6 +128,8 @@ static struct store *open_store(struct relay_thread *th, const char *who)
 		.backoff_max_ms = cfg->backoff_max_ms,
 		.backoff_factor = cfg->backoff_factor,
 		.prepare = cfg->pg_prepare,
+		.ordered = cfg->ordering == ORDERING_PARTITION,
+		.block_on_failure = cfg->on_failure == ON_FAILURE_BLOCK,
 	};
 	int64_t backoff = RECONNECT_MIN_MS;
 	while (!stopping(r)) {
@@ -641,7 +643,16 @@ static void *worker_main(void *arg)
 
 		char err[1024];
 		int64_t started = clock_ms();
-		int rc = store_lease(w.store, paused_ptrs, n_paused,
+		int rc = 0;
+		if (cfg->ordering == ORDERING_PARTITION) {
+			/* Fresh keyed rows learn whether they head their key
+			 * before the lease looks for heads. */
+			size_t classified;
+			rc = store_classify(w.store, &classified, err,
+					    sizeof(err));
+		}
+		if (rc == 0)
+			rc = store_lease(w.store, paused_ptrs, n_paused,
 				     default_dest, &w.batch, err, sizeof(err));
 		metrics_observe(MH_LEASE_SECONDS,
 				(uint64_t)(clock_ms() - started) * 1000);
@@ -701,6 +712,14 @@ static void *sweeper_main(void *arg)
 		struct sweep_result sw;
 		int64_t t0 = clock_ms();
 		int rc = store_sweep(s, SWEEP_CAP_ROWS, &sw, err, sizeof(err));
+		size_t repaired = 0;
+		if (rc == 0 && r->cfg->ordering == ORDERING_PARTITION) {
+			rc = store_repair_heads(s, &repaired, err, sizeof(err));
+			if (rc == 0 && repaired > 0)
+				log_warn("gave %zu partition keys their lost head "
+					 "marker",
+					 repaired);
+		}
 		metrics_observe(MH_SWEEP_SECONDS,
 				(uint64_t)(clock_ms() - t0) * 1000);
 		if (rc != 0) {

@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "locks.h"
 #include "log.h"
+#include "migrate.h"
 #include "pgconn.h"
 
 enum stmt {
@@ -34,6 +35,13 @@ enum stmt {
 	ST_COUNT_FAILED,
 	ST_COUNT_SENT,
 	ST_CONTROL,
+	ST_CLASSIFY,
+	ST_REPAIR,
+	ST_REDRIVE_CHECK,
+	ST_UNBLOCK,
+	ST_UNBLOCK_SKIP,
+	ST_UNBLOCK_REDRIVE,
+	ST_VERSION,
 	ST_COUNT
 };
 
@@ -43,7 +51,9 @@ static const char *const stmt_names[ST_COUNT] = {
 	"outbox_release",     "outbox_recheck",	      "outbox_sweep",
 	"outbox_clean_sent",  "outbox_clean_failed",  "outbox_next_due",
 	"outbox_redrive_f",   "outbox_redrive_s",     "outbox_count_f",
-	"outbox_count_s",     "outbox_control",
+	"outbox_count_s",     "outbox_control",	      "outbox_classify",
+	"outbox_repair",      "outbox_redrive_check", "outbox_unblock",
+	"outbox_unblock_skip", "outbox_unblock_redrive", "outbox_version",
 };
 
 /* Internal: a serialization failure or deadlock; run the statement again. */
@@ -61,6 +71,7 @@ struct store {
 	char *leased_by;
 	char *ce_source;
 	char *extra_sql;
+	char blocked[160]; /* the blocked-keys table, quoted */
 	PGconn *conn;
 	char *sql[ST_COUNT];
 	bool prepared[ST_COUNT];
@@ -113,20 +124,64 @@ static char *backoff_sql(const struct store_options *o)
 			 (long long)o->backoff_max_ms);
 }
 
+/*
+ * Ordered mode: CTEs appended to a mark whose "done" CTE returns the rows
+ * it finished. A row that became sent (or, under skip, failed) hands its
+ * key's head marker to the key's next pending row, in the same statement;
+ * under block a failed row records its key as blocked instead. Empty in
+ * unordered mode.
+ */
+static char *order_tail(const struct store *s, bool may_fail)
+{
+	if (!s->opt.ordered)
+		return strdup("");
+	const char *T = s->table.quoted;
+	const char *promote_when =
+		!may_fail ? "d.status = 'sent'"
+		: s->opt.block_on_failure ? "d.status = 'sent'"
+					  : "d.status IN ('sent', 'failed')";
+	char *promote = xasprintf(
+		", promoted AS (UPDATE %s AS p SET head = true WHERE p.id = "
+		"ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE o.partition_key "
+		"= d.partition_key AND o.seq > d.seq AND o.status = 'pending' "
+		"ORDER BY o.seq LIMIT 1) FROM done d WHERE d.partition_key IS "
+		"NOT NULL AND %s)) RETURNING 1) ",
+		T, T, promote_when);
+	if (!promote || !may_fail || !s->opt.block_on_failure)
+		return promote;
+	char *both = xasprintf(
+		"%s, blocked AS (INSERT INTO %s (partition_key, blocking_id, "
+		"reason) SELECT d.partition_key, d.id, d.last_error FROM done d "
+		"WHERE d.partition_key IS NOT NULL AND d.status = 'failed' ON "
+		"CONFLICT (partition_key) DO NOTHING RETURNING 1) ",
+		promote, s->blocked);
+	free(promote);
+	return both;
+}
+
 static int build_statements(struct store *s)
 {
 	const char *T = s->table.quoted;
 	const struct store_options *o = &s->opt;
 	int n = o->batch_size;
 	char *backoff = backoff_sql(o);
+	char *tail_sent = NULL, *tail_fail = NULL;
 	if (!backoff)
 		return -1;
 	/* Rows bound for a paused destination (or destination + routing
 	 * key) are not leased; $3 is the paused list, $4 the default. */
+	/* Ordered mode leases unkeyed rows and key heads only: the partial
+	 * index of 002 holds nothing else, so a hot key's blocked rows are
+	 * never read. */
 	const char *not_paused =
-		"NOT (coalesce(exchange, $4) = ANY($3::text[]) OR "
-		"coalesce(exchange, $4) || chr(31) || routing_key = "
-		"ANY($3::text[]))";
+		o->ordered
+			? "(partition_key IS NULL OR head) AND NOT "
+			  "(coalesce(exchange, $4) = ANY($3::text[]) OR "
+			  "coalesce(exchange, $4) || chr(31) || routing_key = "
+			  "ANY($3::text[]))"
+			: "NOT (coalesce(exchange, $4) = ANY($3::text[]) OR "
+			  "coalesce(exchange, $4) || chr(31) || routing_key = "
+			  "ANY($3::text[]))";
 
 	/* One autocommit statement. The batch size is a literal so a
 	 * generic plan never estimates the LIMIT as 10 % of the table; the
@@ -172,15 +227,24 @@ static int build_statements(struct store *s)
 		"$2::uuid AND status = 'in_flight' RETURNING id::text",
 		T, (long long)o->lease_timeout_ms);
 
+	/* Marks return how many rows they moved; in ordered mode the same
+	 * statement moves the key's head marker (or blocks the key). */
+	const char *ret = " RETURNING t.id, t.partition_key, t.seq, t.status, "
+			  "t.last_error) ";
+	tail_sent = order_tail(s, false);
+	tail_fail = order_tail(s, true);
+	if (!tail_sent || !tail_fail)
+		goto oom;
 	s->sql[ST_SENT] = xasprintf(
-		"UPDATE %s SET status = 'sent', finished_at = now(), suspect "
-		"= false WHERE id = ANY($1::uuid[]) AND lease_id = $2::uuid "
-		"AND status = 'in_flight'",
-		T);
+		"WITH done AS (UPDATE %s AS t SET status = 'sent', finished_at "
+		"= now(), suspect = false WHERE t.id = ANY($1::uuid[]) AND "
+		"t.lease_id = $2::uuid AND t.status = 'in_flight'%s%s"
+		"SELECT count(*)::text FROM done",
+		T, ret, tail_sent);
 
 	/* Event class: failed once the attempts are spent. */
 	s->sql[ST_RETRY] = xasprintf(
-		"UPDATE %s AS t SET "
+		"WITH done AS (UPDATE %s AS t SET "
 		"status = CASE WHEN t.attempts >= t.max_attempts THEN 'failed' "
 		"ELSE 'pending' END, "
 		"finished_at = CASE WHEN t.attempts >= t.max_attempts THEN "
@@ -188,32 +252,38 @@ static int build_statements(struct store *s)
 		"suspect = false "
 		"FROM unnest($1::uuid[], $3::text[]) AS u(id, reason) "
 		"WHERE t.id = ANY($1::uuid[]) AND t.id = u.id AND t.lease_id "
-		"= $2::uuid AND t.status = 'in_flight'",
-		T, backoff);
+		"= $2::uuid AND t.status = 'in_flight'%s%s"
+		"SELECT count(*)::text FROM done",
+		T, backoff, ret, tail_fail);
 
-	/* Transport class: the broker's fault, so never failed for it. */
+	/* Transport class: the broker's fault, so never failed for it; the
+	 * row keeps its key's head. */
 	s->sql[ST_TRANSPORT] = xasprintf(
-		"UPDATE %s AS t SET status = 'pending', next_attempt_at = %s, "
-		"last_error = u.reason, suspect = false "
+		"WITH done AS (UPDATE %s AS t SET status = 'pending', "
+		"next_attempt_at = %s, last_error = u.reason, suspect = false "
 		"FROM unnest($1::uuid[], $3::text[]) AS u(id, reason) "
 		"WHERE t.id = ANY($1::uuid[]) AND t.id = u.id AND t.lease_id "
-		"= $2::uuid AND t.status = 'in_flight'",
-		T, backoff);
+		"= $2::uuid AND t.status = 'in_flight'%s"
+		"SELECT count(*)::text FROM done",
+		T, backoff, ret);
 
 	s->sql[ST_FAILED] = xasprintf(
-		"UPDATE %s AS t SET status = 'failed', finished_at = now(), "
-		"last_error = u.reason, suspect = false "
+		"WITH done AS (UPDATE %s AS t SET status = 'failed', "
+		"finished_at = now(), last_error = u.reason, suspect = false "
 		"FROM unnest($1::uuid[], $3::text[]) AS u(id, reason) "
 		"WHERE t.id = ANY($1::uuid[]) AND t.id = u.id AND t.lease_id "
-		"= $2::uuid AND t.status = 'in_flight'",
-		T);
+		"= $2::uuid AND t.status = 'in_flight'%s%s"
+		"SELECT count(*)::text FROM done",
+		T, ret, tail_fail);
 
 	/* Only rows never handed to the broker get their attempt back. */
 	s->sql[ST_RELEASE] = xasprintf(
-		"UPDATE %s SET status = 'pending', attempts = greatest(attempts "
-		"- 1, 0), next_attempt_at = now() WHERE id = ANY($1::uuid[]) "
-		"AND lease_id = $2::uuid AND status = 'in_flight'",
-		T);
+		"WITH done AS (UPDATE %s AS t SET status = 'pending', attempts "
+		"= greatest(t.attempts - 1, 0), next_attempt_at = now() WHERE "
+		"t.id = ANY($1::uuid[]) AND t.lease_id = $2::uuid AND t.status "
+		"= 'in_flight'%s"
+		"SELECT count(*)::text FROM done",
+		T, ret);
 
 	s->sql[ST_RECHECK] = xasprintf(
 		"SELECT count(*)::text FROM %s WHERE id = ANY($1::uuid[]) AND "
@@ -226,8 +296,8 @@ static int build_statements(struct store *s)
 	s->sql[ST_SWEEP] = xasprintf(
 		"WITH expired AS MATERIALIZED (SELECT id FROM %s WHERE status "
 		"= 'in_flight' AND lease_expires_at < now() ORDER BY "
-		"lease_expires_at LIMIT %d FOR NO KEY UPDATE SKIP LOCKED) "
-		"UPDATE %s AS t SET "
+		"lease_expires_at LIMIT %d FOR NO KEY UPDATE SKIP LOCKED), "
+		"done AS (UPDATE %s AS t SET "
 		"status = CASE WHEN t.attempts >= t.max_attempts THEN 'failed' "
 		"ELSE 'pending' END, "
 		"finished_at = CASE WHEN t.attempts >= t.max_attempts THEN "
@@ -237,26 +307,27 @@ static int build_statements(struct store *s)
 		"last_error = left('lease expired (leased_by ' || "
 		"coalesce(t.leased_by, 'unknown') || ')', %d) "
 		"WHERE t.id = ANY(ARRAY(SELECT id FROM expired)) AND "
-		"t.status = 'in_flight' AND t.lease_expires_at < now() "
-		"RETURNING t.status",
+		"t.status = 'in_flight' AND t.lease_expires_at < now()%s%s"
+		"SELECT status FROM done",
 		T, SWEEP_BATCH, T, (long long)o->backoff_base_ms,
-		STORE_ERROR_MAX);
+		STORE_ERROR_MAX, ret, tail_fail);
 
 	/* Keyset batches by finished_at: the cursor ($1) moves past what is
 	 * gone instead of rescanning the dead index edge each batch. */
 	const char *clean_fmt =
-		"WITH doomed AS MATERIALIZED (SELECT id FROM %s WHERE status = "
+		"WITH doomed AS MATERIALIZED (SELECT id FROM %s t WHERE status = "
 		"'%s' AND finished_at >= $1::timestamptz AND finished_at < "
-		"now() - $2::float8 * interval '1 millisecond' ORDER BY "
+		"now() - $2::float8 * interval '1 millisecond' AND NOT EXISTS "
+		"(SELECT 1 FROM %s b WHERE b.blocking_id = t.id) ORDER BY "
 		"finished_at LIMIT %d FOR UPDATE SKIP LOCKED), "
 		"gone AS (DELETE FROM %s AS t WHERE t.id = ANY(ARRAY(SELECT "
 		"id FROM doomed)) RETURNING t.finished_at) "
 		"SELECT count(*)::text, coalesce(max(finished_at)::text, '') "
 		"FROM gone";
-	s->sql[ST_CLEAN_SENT] =
-		xasprintf(clean_fmt, T, "sent", o->clean_batch_size, T);
-	s->sql[ST_CLEAN_FAILED] =
-		xasprintf(clean_fmt, T, "failed", o->clean_batch_size, T);
+	s->sql[ST_CLEAN_SENT] = xasprintf(clean_fmt, T, "sent", s->blocked,
+					  o->clean_batch_size, T);
+	s->sql[ST_CLEAN_FAILED] = xasprintf(clean_fmt, T, "failed", s->blocked,
+					    o->clean_batch_size, T);
 
 	s->sql[ST_NEXT_DUE] = xasprintf(
 		"SELECT coalesce(greatest(0, ceil(extract(epoch FROM "
@@ -280,7 +351,8 @@ static int build_statements(struct store *s)
 			"ORDER BY finished_at LIMIT %d FOR NO KEY UPDATE SKIP "
 			"LOCKED) UPDATE %s AS t SET status = 'pending', "
 			"attempts = 0, next_attempt_at = now(), finished_at = "
-			"NULL, suspect = false WHERE t.id = ANY(ARRAY(SELECT id "
+			"NULL, suspect = false, head = NULL WHERE t.id = "
+			"ANY(ARRAY(SELECT id "
 			"FROM r)) AND t.status = '%s'",
 			T, where, REDRIVE_BATCH, T, states[i]);
 		s->sql[ST_COUNT_FAILED + i] = xasprintf(
@@ -291,11 +363,102 @@ static int build_statements(struct store *s)
 	table_derived(&s->table, "_control", control, sizeof(control));
 	s->sql[ST_CONTROL] = xasprintf(
 		"SELECT destination FROM %s ORDER BY destination", control);
+	/* Ordered mode: fresh keyed rows become head when no older row of
+	 * their key is unfinished and the key is not blocked. */
+	s->sql[ST_CLASSIFY] = xasprintf(
+		"WITH fresh AS MATERIALIZED (SELECT id FROM %s WHERE status = "
+		"'pending' AND head IS NULL AND partition_key IS NOT NULL ORDER "
+		"BY seq LIMIT 1000 FOR NO KEY UPDATE SKIP LOCKED) "
+		"UPDATE %s AS t SET head = NOT EXISTS (SELECT 1 FROM %s o WHERE "
+		"o.partition_key = t.partition_key AND o.seq < t.seq AND "
+		"o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
+		"FROM %s b WHERE b.partition_key = t.partition_key) WHERE t.id "
+		"= ANY(ARRAY(SELECT id FROM fresh)) AND t.status = 'pending'",
+		T, T, T, s->blocked);
+	/* The sweeper's repair: a mark that raced an insert can leave a key
+	 * whose oldest live row is not head. */
+	s->sql[ST_REPAIR] = xasprintf(
+		"WITH stuck AS MATERIALIZED (SELECT DISTINCT ON (partition_key) "
+		"id FROM %s t WHERE status = 'pending' AND head = false AND "
+		"partition_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s o "
+		"WHERE o.partition_key = t.partition_key AND o.seq < t.seq AND "
+		"o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
+		"FROM %s b WHERE b.partition_key = t.partition_key) ORDER BY "
+		"partition_key, seq LIMIT 1000) "
+		"UPDATE %s AS t SET head = true WHERE t.id = ANY(ARRAY(SELECT "
+		"id FROM stuck)) AND t.status = 'pending'",
+		T, T, s->blocked, T);
+	/* Redrive in ordered mode: rows whose key already went further. */
+	s->sql[ST_REDRIVE_CHECK] = xasprintf(
+		"SELECT count(*)::text FROM %s r WHERE r.status = ANY($5::text[]) "
+		"AND ($1::uuid[] IS NULL OR r.id = ANY($1::uuid[])) AND ($2::text "
+		"IS NULL OR r.type = $2) AND r.finished_at >= "
+		"coalesce($3::timestamptz, '-infinity') AND r.finished_at < "
+		"coalesce($4::timestamptz, 'infinity') AND r.partition_key IS "
+		"NOT NULL AND EXISTS (SELECT 1 FROM %s x WHERE x.partition_key "
+		"= r.partition_key AND x.seq > r.seq AND x.status IN ('sent', "
+		"'in_flight'))",
+		T, T);
+	s->sql[ST_UNBLOCK] = xasprintf(
+		"DELETE FROM %s WHERE partition_key = $1 RETURNING "
+		"blocking_id::text",
+		s->blocked);
+	s->sql[ST_UNBLOCK_SKIP] = xasprintf(
+		"UPDATE %s AS t SET head = true WHERE t.id = (SELECT o.id FROM "
+		"%s o WHERE o.partition_key = $1 AND o.status = 'pending' ORDER "
+		"BY o.seq LIMIT 1)",
+		T, T);
+	s->sql[ST_UNBLOCK_REDRIVE] = xasprintf(
+		"UPDATE %s SET status = 'pending', attempts = 0, "
+		"next_attempt_at = now(), finished_at = NULL, suspect = false, "
+		"head = true WHERE id = $1::uuid AND status = 'failed'",
+		T);
+	char version[160];
+	table_derived(&s->table, "_schema_version", version, sizeof(version));
+	s->sql[ST_VERSION] = xasprintf(
+		"SELECT coalesce(max(version), 0)::text FROM %s", version);
 	free(backoff);
+	free(tail_sent);
+	free(tail_fail);
 	for (int i = 0; i < ST_COUNT; i++)
 		if (!s->sql[i])
 			return -1;
 	return 0;
+oom:
+	free(backoff);
+	free(tail_sent);
+	free(tail_fail);
+	return -1;
+}
+
+/* Expand-then-contract: `migrate` runs before relays of a new version, so
+ * a relay refuses a table whose schema is older than it needs. */
+static int check_version(struct store *s, const char *lit, char *err,
+			 size_t errlen)
+{
+	int latest = migrate_latest_version();
+	PGresult *res = PQexecParams(s->conn, s->sql[ST_VERSION], 0, NULL,
+				     NULL, NULL, NULL, 0);
+	int rc = 0;
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		/* A table made by hand has no version table: its columns are
+		 * the owner's business. */
+		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		if (!state || strcmp(state, "42P01") != 0) {
+			pgconn_error(s->conn, res, err, errlen);
+			rc = pgconn_needs_reconnect(s->conn, res)
+				     ? STORE_RECONNECT
+				     : STORE_ERROR;
+		}
+	} else if (strtol(PQgetvalue(res, 0, 0), NULL, 10) < latest) {
+		snprintf(err, errlen,
+			 "outbox table %s is at schema version %s and this "
+			 "relay needs %d: run `outbox-relay migrate`",
+			 lit, PQgetvalue(res, 0, 0), latest);
+		rc = STORE_ERROR;
+	}
+	PQclear(res);
+	return rc;
 }
 
 static int check_table(struct store *s, char *err, size_t errlen)
@@ -324,6 +487,8 @@ static int check_table(struct store *s, char *err, size_t errlen)
 		rc = STORE_ERROR;
 	}
 	PQclear(res);
+	if (rc == 0)
+		rc = check_version(s, lit, err, errlen);
 	return rc;
 }
 
@@ -360,6 +525,8 @@ int store_open(struct store **out, const struct store_options *opt, char *err,
 	s->opt = *opt;
 	if (table_parse(opt->table, &s->table, err, errlen) != 0)
 		goto fail;
+	table_derived(&s->table, "_blocked_keys", s->blocked,
+		      sizeof(s->blocked));
 	if (opt->batch_size < 1 || opt->batch_size > 10000) {
 		snprintf(err, errlen, "batch size %d is outside 1..10000",
 			 opt->batch_size);
@@ -750,10 +917,11 @@ int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
 	const char *values[3] = {id_arr, lease_id, reason_arr};
 	for (int attempt = 1;; attempt++) {
 		int rc;
-		PGresult *res = run(s, st, nparams, values, PGRES_COMMAND_OK, 0,
+		PGresult *res = run(s, st, nparams, values, PGRES_TUPLES_OK, 0,
 				    &rc, err, errlen);
 		if (res) {
-			r->marked = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
+			r->marked = (size_t)strtoull(PQgetvalue(res, 0, 0),
+						     NULL, 10);
 			PQclear(res);
 			break;
 		}
@@ -954,7 +1122,30 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
 			return STORE_ERROR;
 		}
 	}
-	const char *values[4] = {ids, f->type, f->since, f->until};
+	const char *values[5] = {ids, f->type, f->since, f->until,
+				 f->sent ? "{sent}" : "{failed}"};
+	if (s->opt.ordered && !f->force) {
+		/* Redriving a row whose key already went further would
+		 * deliver it after its successors. */
+		PGresult *res = run(s, ST_REDRIVE_CHECK, 5, values,
+				    PGRES_TUPLES_OK, 0, &rc, err, errlen);
+		if (!res) {
+			free(ids);
+			return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
+		}
+		long later = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+		PQclear(res);
+		if (later > 0) {
+			snprintf(err, errlen,
+				 "%ld matching row%s of a partition key that "
+				 "already has a later row sent or in flight: "
+				 "redriving would break its order (--force to "
+				 "redrive anyway)",
+				 later, later == 1 ? " has a key" : "s have keys");
+			free(ids);
+			return STORE_REFUSED;
+		}
+	}
 	if (f->dry_run) {
 		PGresult *res = run(s, f->sent ? ST_COUNT_SENT : ST_COUNT_FAILED,
 				    4, values, PGRES_TUPLES_OK, 0, &rc, err,
@@ -1016,4 +1207,72 @@ int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
 	}
 	PQclear(res);
 	return 0;
+}
+
+int store_classify(struct store *s, size_t *n, char *err, size_t errlen)
+{
+	int rc;
+	*n = 0;
+	PGresult *res = run(s, ST_CLASSIFY, 0, NULL, PGRES_COMMAND_OK, 0, &rc,
+			    err, errlen);
+	if (!res)
+		return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
+	*n = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
+	PQclear(res);
+	return 0;
+}
+
+int store_repair_heads(struct store *s, size_t *n, char *err, size_t errlen)
+{
+	int rc;
+	*n = 0;
+	PGresult *res = run(s, ST_REPAIR, 0, NULL, PGRES_COMMAND_OK, 0, &rc,
+			    err, errlen);
+	if (!res)
+		return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
+	*n = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
+	PQclear(res);
+	return 0;
+}
+
+int store_unblock(struct store *s, const char *key, bool redrive, char *err,
+		  size_t errlen)
+{
+	int rc;
+	const char *values[1] = {key};
+	PGresult *res = PQexec(s->conn, "BEGIN");
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		pgconn_error(s->conn, res, err, errlen);
+		PQclear(res);
+		return STORE_ERROR;
+	}
+	PQclear(res);
+	res = run(s, ST_UNBLOCK, 1, values, PGRES_TUPLES_OK, 0, &rc, err,
+		  errlen);
+	if (!res)
+		goto fail;
+	if (PQntuples(res) == 0) {
+		PQclear(res);
+		snprintf(err, errlen, "partition key '%.200s' is not blocked",
+			 key);
+		rc = STORE_REFUSED;
+		goto fail;
+	}
+	char blocking[64];
+	snprintf(blocking, sizeof(blocking), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	const char *redrive_values[1] = {blocking};
+	res = redrive ? run(s, ST_UNBLOCK_REDRIVE, 1, redrive_values,
+			    PGRES_COMMAND_OK, 0, &rc, err, errlen)
+		      : run(s, ST_UNBLOCK_SKIP, 1, values, PGRES_COMMAND_OK, 0,
+			    &rc, err, errlen);
+	if (!res)
+		goto fail;
+	PQclear(res);
+	return finish_tx(s, true, err, errlen);
+fail: {
+	char ignored[64];
+	finish_tx(s, false, ignored, sizeof(ignored));
+	return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
+}
 }

@@ -26,6 +26,8 @@
 
 #define STORE_RECONNECT (-1)
 #define STORE_ERROR (-2)
+/* The operation was refused as unsafe (err says why); nothing changed. */
+#define STORE_REFUSED (-4)
 
 /* Longest last_error kept, in bytes (the column allows a little more). */
 #define STORE_ERROR_MAX 1024
@@ -44,6 +46,8 @@ struct store_options {
 	int64_t backoff_max_ms;
 	double backoff_factor;
 	bool prepare;           /* named prepared statements (off: unnamed) */
+	bool ordered;           /* OUTBOX_ORDERING=partition */
+	bool block_on_failure;  /* OUTBOX_ORDERING_ON_FAILURE=block */
 	const char *extra_session_sql; /* diagnostics and tests; may be NULL */
 };
 
@@ -151,6 +155,9 @@ struct redrive_filter {
 	const char *until; /* finished_at < until; NULL: no bound */
 	bool sent;         /* replay sent rows instead of failed ones */
 	bool dry_run;      /* count only */
+	bool force;        /* ordered mode: redrive even rows whose key
+			      already has a later row sent (STORE_REFUSED
+			      otherwise) */
 };
 
 /*
@@ -168,6 +175,24 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
  */
 int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
 		      size_t max_keys, size_t *n, char *err, size_t errlen);
+
+/*
+ * Ordered mode. store_classify() decides, for up to 1000 fresh keyed rows,
+ * which are their key's head (run before each lease); store_repair_heads()
+ * gives a head to keys a mark racing an insert left without one (the
+ * sweeper runs it). *n counts the rows changed.
+ */
+int store_classify(struct store *s, size_t *n, char *err, size_t errlen);
+int store_repair_heads(struct store *s, size_t *n, char *err, size_t errlen);
+
+/*
+ * Lifts the block of key: with redrive the failed blocking row returns to
+ * pending as the key's head, attempts reset; without, it stays failed and
+ * the key's next pending row becomes head. STORE_REFUSED when the key is
+ * not blocked.
+ */
+int store_unblock(struct store *s, const char *key, bool redrive, char *err,
+		  size_t errlen);
 
 /*
  * Milliseconds until the earliest pending row is due (0 when one is due

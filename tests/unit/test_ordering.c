@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Ordered mode in the store against a real Postgres: the per-key head
+ * marker, its hand-over in the marks, skip and block, unblock, the
+ * sweeper's repair, the cleaner sparing blocking rows, redrive refusals.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pgtest.h"
+#include "store.h"
+
+static char err[1024];
+
+static struct store *ordered_store(const char *table, bool block)
+{
+	struct store_options o = pgtest_store_options(table);
+	o.ordered = true;
+	o.block_on_failure = block;
+	return pgtest_store(&o);
+}
+
+/* Classifies, then leases one batch. */
+static void lease(struct store *s, struct lease_batch *b)
+{
+	size_t n;
+	if (store_classify(s, &n, err, sizeof(err)) != 0)
+		fail_msg("classify: %s", err);
+	if (store_lease(s, NULL, 0, "", b, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+}
+
+static void mark_all(struct store *s, enum store_mark kind,
+		     struct lease_batch *b, const char *reason)
+{
+	const char *ids[128], *reasons[128];
+	assert_true(b->n <= 128);
+	for (size_t i = 0; i < b->n; i++) {
+		ids[i] = b->events[i].id;
+		reasons[i] = reason;
+	}
+	struct mark_result r;
+	if (store_mark(s, kind, b->lease_id, ids, reason ? reasons : NULL,
+		       b->n, &r, err, sizeof(err)) != 0)
+		fail_msg("mark: %s", err);
+	assert_int_equal(r.marked, b->n);
+	lease_batch_release(b);
+}
+
+/* The subjects (used as labels) of a batch, sorted, comma-joined. */
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void expect_batch(struct store *s, const char *want)
+{
+	struct lease_batch b;
+	lease(s, &b);
+	const char *labels[128];
+	for (size_t i = 0; i < b.n; i++)
+		labels[i] = b.events[i].subject;
+	qsort(labels, b.n, sizeof(*labels), cmp_str);
+	char got[1024] = "";
+	for (size_t i = 0; i < b.n; i++) {
+		strcat(got, i ? "," : "");
+		strcat(got, labels[i]);
+	}
+	if (strcmp(got, want) != 0)
+		fail_msg("leased [%s], want [%s]", got, want);
+	mark_all(s, MARK_SENT, &b, NULL);
+}
+
+static void insert(PGconn *c, const char *table, const char *label,
+		   const char *key)
+{
+	if (key)
+		pgtest_exec(c,
+			    "INSERT INTO %s (type, subject, partition_key, "
+			    "payload) VALUES ('t', '%s', '%s', 'x')",
+			    table, label, key);
+	else
+		pgtest_exec(c,
+			    "INSERT INTO %s (type, subject, payload) VALUES "
+			    "('t', '%s', 'x')",
+			    table, label);
+}
+
+static void test_one_head_per_key_in_seq_order(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_heads", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	/* a1..a3 and b1..b2 in one transaction each; u unkeyed. */
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, subject, partition_key, payload) "
+		    "VALUES ('t', 'a1', 'A', 'x'), ('t', 'a2', 'A', 'x'), "
+		    "('t', 'a3', 'A', 'x'), ('t', 'b1', 'B', 'x'), ('t', "
+		    "'b2', 'B', 'x')",
+		    table);
+	insert(c, table, "u1", NULL);
+	insert(c, table, "u2", NULL);
+	struct store *s = ordered_store(table, false);
+	expect_batch(s, "a1,b1,u1,u2");
+	expect_batch(s, "a2,b2");
+	insert(c, table, "b3", "B");
+	expect_batch(s, "a3,b3");
+	expect_batch(s, "");
+	store_close(s);
+	PQfinish(c);
+}
+
+static void test_backoff_holds_the_key(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_backoff", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	struct store *s = ordered_store(table, false);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	mark_all(s, MARK_RETRY, &b, "nack");
+	/* a1 waits in backoff and still holds A: a2 is not leased. */
+	expect_batch(s, "");
+	lease(s, &b);
+	assert_int_equal(b.n, 0);
+	lease_batch_release(&b);
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	expect_batch(s, "a1");
+	expect_batch(s, "a2");
+	store_close(s);
+	PQfinish(c);
+}
+
+static void test_skip_moves_on(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_skip", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	struct store *s = ordered_store(table, false);
+	struct lease_batch b;
+	lease(s, &b);
+	mark_all(s, MARK_FAILED, &b, "permanent");
+	expect_batch(s, "a2");
+	store_close(s);
+	PQfinish(c);
+}
+
+static void test_block_unblock_and_cleaner(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_block", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	insert(c, table, "b1", "B");
+	struct store *s = ordered_store(table, true);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 2);
+	/* Fail a1, send b1. */
+	const char *ids[1];
+	const char *reasons[1] = {"too large"};
+	struct mark_result r;
+	for (size_t i = 0; i < b.n; i++) {
+		ids[0] = b.events[i].id;
+		bool is_a = strcmp(b.events[i].subject, "a1") == 0;
+		assert_int_equal(store_mark(s, is_a ? MARK_FAILED : MARK_SENT,
+					    b.lease_id, ids,
+					    is_a ? reasons : NULL, 1, &r, err,
+					    sizeof(err)),
+				 0);
+	}
+	lease_batch_release(&b);
+	char blocked[160];
+	snprintf(blocked, sizeof(blocked), "%.*soutbox_events_blocked_keys",
+		 (int)(strlen(table) - strlen("outbox_events")), table);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE "
+				     "partition_key = 'A' AND reason = 'too "
+				     "large'",
+				     blocked),
+			 1);
+	/* Nothing more of A, even a fresh row; B goes on. */
+	insert(c, table, "a3", "A");
+	insert(c, table, "b2", "B");
+	expect_batch(s, "b2");
+	expect_batch(s, "");
+
+	/* The cleaner spares the blocking row past its retention. */
+	pgtest_exec(c,
+		    "UPDATE %s SET finished_at = now() - interval '30 days' "
+		    "WHERE status IN ('sent', 'failed')",
+		    table);
+	struct clean_result cr;
+	assert_int_equal(store_clean(s, 1000, 1000, 1000, 0, &cr, err,
+				     sizeof(err)),
+			 0);
+	assert_int_equal(cr.sent_deleted, 2);
+	assert_int_equal(cr.failed_deleted, 0);
+	assert_int_equal(
+		pgtest_long(c,
+			    "SELECT count(*) FROM %s WHERE subject = 'a1' AND "
+			    "status = 'failed'",
+			    table),
+		1);
+
+	/* unblock --skip: a2 becomes head, a3 follows. */
+	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)), 0);
+	expect_batch(s, "a2");
+	expect_batch(s, "a3");
+	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_non_null(strstr(err, "not blocked"));
+	store_close(s);
+	PQfinish(c);
+}
+
+static void test_unblock_redrive(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_unblock", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	struct store *s = ordered_store(table, true);
+	struct lease_batch b;
+	lease(s, &b);
+	mark_all(s, MARK_FAILED, &b, "bad");
+	expect_batch(s, "");
+	assert_int_equal(store_unblock(s, "A", true, err, sizeof(err)), 0);
+	assert_int_equal(pgtest_long(c, "SELECT attempts FROM %s WHERE "
+					"subject = 'a1'",
+				     table),
+			 0);
+	expect_batch(s, "a1");
+	expect_batch(s, "a2");
+	store_close(s);
+	PQfinish(c);
+}
+
+static void test_sweeper_repairs_lost_heads(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_repair", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	struct store *s = ordered_store(table, false);
+	size_t n;
+	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 2);
+	/* What a mark racing an insert leaves behind: nobody is head. */
+	pgtest_exec(c, "UPDATE %s SET head = false", table);
+	expect_batch(s, "");
+	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 1);
+	expect_batch(s, "a1");
+	expect_batch(s, "a2");
+	store_close(s);
+	PQfinish(c);
+}
+
+static void test_redrive_refuses_to_reorder(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_redrive", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	struct store *s = ordered_store(table, false);
+	struct lease_batch b;
+	lease(s, &b);
+	mark_all(s, MARK_FAILED, &b, "bad");
+	expect_batch(s, "a2"); /* skip: a2 sent after a1 failed */
+	size_t count;
+	struct redrive_filter f = {.type = "t"};
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_non_null(strstr(err, "--force"));
+	f.force = true;
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	expect_batch(s, "a1");
+	store_close(s);
+	PQfinish(c);
+}
+
+/* A hot key's blocked rows are not in the ordered lease's path: with
+ * 20k rows behind one head, other keys' heads are leased beside it and
+ * the key's rows follow one per lease. (Its cost is the benchmark's.) */
+static void test_hot_key_does_not_starve_others(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_hot", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, subject, partition_key, payload) "
+		    "SELECT 't', 'hot' || g, 'HOT', 'x' FROM "
+		    "generate_series(1, 20000) g",
+		    table);
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, subject, partition_key, payload) "
+		    "SELECT 't', 'k' || g, 'K' || g, 'x' FROM "
+		    "generate_series(1, 50) g",
+		    table);
+	struct store *s = ordered_store(table, false);
+	size_t n;
+	for (int i = 0; i < 30; i++)
+		assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
+	pgtest_exec(c, "ANALYZE %s", table);
+	struct lease_batch b;
+	assert_int_equal(store_lease(s, NULL, 0, "", &b, err, sizeof(err)), 0);
+	assert_int_equal(b.n, 51);
+	mark_all(s, MARK_SENT, &b, NULL);
+	expect_batch(s, "hot2");
+	expect_batch(s, "hot3");
+	store_close(s);
+	PQfinish(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_one_head_per_key_in_seq_order),
+		cmocka_unit_test(test_backoff_holds_the_key),
+		cmocka_unit_test(test_skip_moves_on),
+		cmocka_unit_test(test_block_unblock_and_cleaner),
+		cmocka_unit_test(test_unblock_redrive),
+		cmocka_unit_test(test_sweeper_repairs_lost_heads),
+		cmocka_unit_test(test_redrive_refuses_to_reorder),
+		cmocka_unit_test(test_hot_key_does_not_starve_others),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
