@@ -72,6 +72,13 @@ static int cmd_migrate(const struct config *cfg)
 	if (!conn)
 		return 1;
 	int rc = migrate_run(conn, &t, stdout, err, sizeof(err));
+	if (rc == 0)
+		rc = migrate_notify_trigger(conn, &t, cfg->listen, err,
+					    sizeof(err));
+	if (rc == 0)
+		printf("NOTIFY trigger %s (OUTBOX_LISTEN=%s)\n",
+		       cfg->listen ? "present" : "absent",
+		       cfg->listen ? "on" : "off");
 	PQfinish(conn);
 	if (rc != 0) {
 		fprintf(stderr, "outbox-relay: %s\n", err);

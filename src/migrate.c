@@ -351,3 +351,25 @@ out:
 	free(applied);
 	return ret;
 }
+
+int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t,
+			   bool on, char *err, size_t errlen)
+{
+	char sql[512], fn[160], why[512];
+	table_derived(t, "_notify", fn, sizeof(fn));
+	if (on)
+		snprintf(sql, sizeof(sql),
+			 "CREATE OR REPLACE TRIGGER \"%s_notify\" AFTER INSERT "
+			 "ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s()",
+			 t->name, t->quoted, fn);
+	else
+		snprintf(sql, sizeof(sql),
+			 "DROP TRIGGER IF EXISTS \"%s_notify\" ON %s", t->name,
+			 t->quoted);
+	if (exec_retrying(conn, sql, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "%s the NOTIFY trigger on %s: %s",
+			 on ? "creating" : "dropping", t->literal, why);
+		return -1;
+	}
+	return 0;
+}

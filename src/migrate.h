@@ -15,6 +15,7 @@
 #define OUTBOX_MIGRATE_H
 
 #include <libpq-fe.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "table.h"
@@ -41,6 +42,14 @@ char *migrate_expand(const char *sql, const struct outbox_table *t);
  */
 int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
 		char *err, size_t errlen);
+
+/*
+ * Creates (on) or drops the statement-level NOTIFY trigger of migration
+ * 002, so `migrate` leaves the table matching OUTBOX_LISTEN. Returns 0, or
+ * -1 with err.
+ */
+int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t,
+			   bool on, char *err, size_t errlen);
 
 /* The newest version sql/ knows. */
 int migrate_latest_version(void);

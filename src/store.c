@@ -330,8 +330,9 @@ static int build_statements(struct store *s)
 					    o->clean_batch_size, T);
 
 	s->sql[ST_NEXT_DUE] = xasprintf(
-		"SELECT coalesce(greatest(0, ceil(extract(epoch FROM "
-		"(min(next_attempt_at) - now())) * 1000))::bigint, -1)::text "
+		"SELECT CASE WHEN min(next_attempt_at) IS NULL THEN -1 ELSE "
+		"greatest(0, ceil(extract(epoch FROM (min(next_attempt_at) - "
+		"now())) * 1000))::bigint END::text "
 		"FROM %s WHERE status = 'pending'",
 		T);
 

@@ -362,6 +362,10 @@ static void test_retry_backoff_permanent(void **state)
 	lease(s, &b);
 	assert_int_equal(b.n, 0); /* not before next_attempt_at */
 	lease_batch_release(&b);
+	/* The idle worker sleeps until the earliest due row... */
+	int64_t due;
+	assert_int_equal(store_next_due_ms(s, &due, err, sizeof(err)), 0);
+	assert_in_range(due, 1000, 2500);
 
 	/* max_attempts 100 at attempt 60: the exponent cap keeps the
 	 * interval finite; the backoff is capped at the 5 min maximum. */
@@ -680,6 +684,7 @@ static void test_generic_plans_use_indexes(void **state)
 			 0);
 	int64_t due;
 	assert_int_equal(store_next_due_ms(s, &due, err, sizeof(err)), 0);
+	assert_true(due >= 0);
 	size_t count;
 	struct redrive_filter f = {.type = "test.event", .dry_run = true};
 	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
@@ -825,6 +830,15 @@ static void test_checks_and_migrations(void **state)
 			fail_msg("concurrent migrate %d: %s", i, m[i].error);
 	}
 	pgtest_insert(c, fresh, 1);
+
+	/* ...or, with nothing pending, for the whole poll interval. */
+	struct store_options eo = pgtest_store_options(fresh);
+	struct store *es = pgtest_store(&eo);
+	pgtest_exec(c, "DELETE FROM %s", fresh);
+	int64_t due = 0;
+	assert_int_equal(store_next_due_ms(es, &due, err, sizeof(err)), 0);
+	assert_int_equal(due, -1);
+	store_close(es);
 
 	/* A missing table names itself and the command that creates it. */
 	struct store_options o = pgtest_store_options("no_such_schema.outbox");

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Wake-up through LISTEN (contract section 7): with a 10 s poll interval and
+# OUTBOX_LISTEN=on, an inserted event is published within a second; with
+# the trigger dropped it still goes out within the poll interval; the
+# listener comes back after a Postgres restart.
+. "$(dirname "$0")/lib.sh"
+: "${OUTBOX_TEST_PG_DIR:?run through tests/run.sh}"
+it_table listen
+OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_LISTEN=on "$OUTBOX_RELAY_BIN" migrate \
+	>"$it_dir/migrate-on.out" 2>&1 || it_fail "migrate with LISTEN on: $(cat "$it_dir/migrate-on.out")"
+grep -q "NOTIFY trigger present" "$it_dir/migrate-on.out" || it_fail "migrate did not report the trigger"
+
+it_relay relay OUTBOX_LISTEN=on OUTBOX_POLL_INTERVAL=10s
+pid=$it_last_pid
+sleep 1.5 # past the first poll
+
+# insert_and_time: seconds from commit to the event's line on stdout.
+insert_and_time() {
+	local before after n
+	n=$(wc -l <"$it_dir/relay.out")
+	before=$(date +%s.%N)
+	it_psql "INSERT INTO $OUTBOX_TABLE (type, payload) VALUES ('listen.test', '{}')"
+	it_wait_lines "$1" "$it_dir/relay.out" $((n + 1))
+	after=$(date +%s.%N)
+	awk -v a="$after" -v b="$before" 'BEGIN { printf "%.3f\n", a - b }'
+}
+t=$(insert_and_time 5)
+awk -v t="$t" 'BEGIN { exit !(t < 1) }' || it_fail "with LISTEN the event took ${t}s"
+
+# Without the trigger, polling remains: within the 10 s interval.
+OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_LISTEN=off "$OUTBOX_RELAY_BIN" migrate \
+	>"$it_dir/migrate-off.out" 2>&1 || it_fail "migrate with LISTEN off"
+sleep 0.5
+t=$(insert_and_time 12)
+awk -v t="$t" 'BEGIN { exit !(t >= 1) }' || it_fail "without the trigger the event came in ${t}s: was it not the poll?"
+
+# The listener reconnects and LISTENs again after a restart.
+OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_LISTEN=on "$OUTBOX_RELAY_BIN" migrate >/dev/null 2>&1
+bash "$OUTBOX_TEST_SOURCE_ROOT/tests/services/postgres.sh" restart "$OUTBOX_TEST_PG_DIR" >/dev/null
+it_wait 30 "listener reconnect" grep -q '"listener lost its connection' "$it_dir/relay.log"
+sleep 3
+t=$(insert_and_time 12)
+awk -v t="$t" 'BEGIN { exit !(t < 1) }' || it_fail "after the restart the event took ${t}s"
+it_stop "$pid"
+[ "$it_rc" = 0 ] || it_fail "exit code $it_rc"
+echo "ok"
