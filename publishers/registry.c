@@ -8,8 +8,15 @@
 
 const struct publisher_ops *const publisher_registry[] = {
     &publisher_stdout,
+    &publisher_amqp,
+    &publisher_kafka,
     NULL,
 };
+
+/* A test program may link extra backends in by defining this table (the
+ * production binary does not, so the weak reference stays NULL). */
+extern const struct publisher_ops *const publisher_test_registry[]
+	__attribute__((weak));
 
 const struct publisher_ops *publisher_find(const char *name)
 {
@@ -18,6 +25,10 @@ const struct publisher_ops *publisher_find(const char *name)
 	for (size_t i = 0; publisher_registry[i]; i++)
 		if (strcmp(publisher_registry[i]->name, name) == 0)
 			return publisher_registry[i];
+	if (publisher_test_registry)
+		for (size_t i = 0; publisher_test_registry[i]; i++)
+			if (strcmp(publisher_test_registry[i]->name, name) == 0)
+				return publisher_test_registry[i];
 	return NULL;
 }
 

@@ -6,6 +6,7 @@
  * contract's section 4 follow it.
  */
 #include "config.h"
+#include "publisher.h"
 
 #include "log.h"
 
@@ -121,8 +122,6 @@ _Static_assert(ORDERING_NONE == 0 && ORDERING_PARTITION == 1, "choices");
 _Static_assert(ON_FAILURE_SKIP == 0 && ON_FAILURE_BLOCK == 1, "choices");
 _Static_assert(LOG_FORMAT_JSON == 0 && LOG_FORMAT_TEXT == 1, "choices");
 
-static const char *const publisher_choices[] = {"stdout", "amqp", "kafka",
-						NULL};
 static const char *const header_prefix_choices[] = {"ce-", "cloudEvents_",
 						    NULL};
 static const char *const unroutable_choices[] = {"retry", "fail", NULL};
@@ -139,6 +138,7 @@ static int check_conninfo(const char *v, char *why, size_t whylen);
 static int check_table(const char *v, char *why, size_t whylen);
 static int check_amqp_url(const char *v, char *why, size_t whylen);
 static int check_exchange(const char *v, char *why, size_t whylen);
+static int check_publisher(const char *v, char *why, size_t whylen);
 static int check_brokers(const char *v, char *why, size_t whylen);
 static int check_topic(const char *v, char *why, size_t whylen);
 static int check_ce_source(const char *v, char *why, size_t whylen);
@@ -169,8 +169,8 @@ static const struct setting settings[] = {
 	     "batch's outcomes"),
 
     /* Publisher */
-    WORD("OUTBOX_PUBLISHER", publisher, "stdout", publisher_choices,
-	 "publisher backend"),
+    STRING("OUTBOX_PUBLISHER", publisher, "stdout", check_publisher, 0,
+	   "publisher backend: stdout, amqp or kafka"),
     STRING("OUTBOX_AMQP_URL", amqp_url, "amqp://guest:guest@127.0.0.1:5672",
 	   check_amqp_url, SETTING_SECRET,
 	   "broker URL, amqp://user:password@host:port/vhost or amqps:// "
@@ -778,6 +778,19 @@ static bool has_control(const char *v)
 		if ((unsigned char)*v < 0x20 || *v == 0x7f)
 			return true;
 	return false;
+}
+
+/* The backend registry is the one list of publishers. */
+static int check_publisher(const char *v, char *why, size_t whylen)
+{
+	if (publisher_find(v))
+		return 0;
+	size_t used = (size_t)snprintf(why, whylen, "unknown backend; one of");
+	for (size_t i = 0; publisher_registry[i] && used < whylen; i++)
+		used += (size_t)snprintf(why + used, whylen - used, "%s %s",
+					 i ? "," : "",
+					 publisher_registry[i]->name);
+	return -1;
 }
 
 static int check_exchange(const char *v, char *why, size_t whylen)

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A test backend linked only into the test program outbox-relay-flaky
+ * (the production binary does not have it): it "delivers" events by
+ * appending one JSON line per acknowledged event to a shared file opened
+ * with O_APPEND, so the lines of several relay processes land in one
+ * global delivery order, and it fails a share of publishes retryably.
+ *
+ *   OUTBOX_PUBLISHER=flaky
+ *   OUTBOX_TEST_FLAKY_FILE     the delivery log (required)
+ *   OUTBOX_TEST_FLAKY_PERCENT  share of events nacked (PUB_EVENT), 0-100
+ *   OUTBOX_TEST_FLAKY_DELAY_MS pause before each event, to widen windows
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "publisher.h"
+
+struct flaky {
+	int fd;
+	int percent;
+	int delay_ms;
+	unsigned int seed;
+};
+
+static int flaky_validate(const struct config *cfg, char *err, size_t errlen)
+{
+	(void)cfg;
+	if (!getenv("OUTBOX_TEST_FLAKY_FILE")) {
+		snprintf(err, errlen, "OUTBOX_TEST_FLAKY_FILE is not set");
+		return -1;
+	}
+	return 0;
+}
+
+static int flaky_open(const struct config *cfg, void **state, char *err,
+		      size_t errlen)
+{
+	(void)cfg;
+	struct flaky *f = calloc(1, sizeof(*f));
+	const char *path = getenv("OUTBOX_TEST_FLAKY_FILE");
+	if (!f || !path) {
+		free(f);
+		snprintf(err, errlen, "flaky: no memory or no file");
+		return -1;
+	}
+	f->fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+	if (f->fd < 0) {
+		snprintf(err, errlen, "flaky: cannot open %s", path);
+		free(f);
+		return -1;
+	}
+	const char *p = getenv("OUTBOX_TEST_FLAKY_PERCENT");
+	const char *d = getenv("OUTBOX_TEST_FLAKY_DELAY_MS");
+	f->percent = p ? atoi(p) : 0;
+	f->delay_ms = d ? atoi(d) : 0;
+	f->seed = (unsigned int)(getpid() ^ time(NULL));
+	*state = f;
+	return 0;
+}
+
+static int flaky_publish(void *state, const struct outbox_event *events,
+			 size_t n, struct publish_ctx *ctx,
+			 struct pub_result *results)
+{
+	struct flaky *f = state;
+	for (size_t i = 0; i < n; i++) {
+		struct pub_result *r = &results[i];
+		r->route_scoped = false;
+		r->reason[0] = '\0';
+		clock_sleep_ms(f->delay_ms);
+		ctx->tick(ctx);
+		/* Asked after the pause: a relay stopped there must not
+		 * write once its lease deadline has passed. */
+		if (!ctx->may_send(ctx, i)) {
+			r->outcome = PUB_NOT_WRITTEN;
+			snprintf(r->reason, sizeof(r->reason), "not sent");
+			continue;
+		}
+		if ((int)(rand_r(&f->seed) % 100) < f->percent) {
+			r->outcome = PUB_EVENT;
+			snprintf(r->reason, sizeof(r->reason),
+				 "flaky: injected nack");
+			continue;
+		}
+		char line[512];
+		int len = snprintf(line, sizeof(line),
+				   "{\"id\":\"%s\",\"key\":\"%s\",\"seq\":%lld,"
+				   "\"pid\":%d}\n",
+				   events[i].id,
+				   events[i].partition_key
+					   ? events[i].partition_key
+					   : "",
+				   (long long)events[i].seq, (int)getpid());
+		if (write(f->fd, line, (size_t)len) != len) {
+			r->outcome = PUB_TRANSPORT;
+			snprintf(r->reason, sizeof(r->reason), "flaky: write");
+			continue;
+		}
+		r->outcome = PUB_ACKED;
+	}
+	return 0;
+}
+
+static int flaky_probe(void *state, char *err, size_t errlen)
+{
+	(void)state;
+	(void)err;
+	(void)errlen;
+	return 0;
+}
+
+static void flaky_close(void *state)
+{
+	struct flaky *f = state;
+	close(f->fd);
+	free(f);
+}
+
+static const struct publisher_ops publisher_flaky = {
+	.name = "flaky",
+	.validate = flaky_validate,
+	.open = flaky_open,
+	.publish = flaky_publish,
+	.probe = flaky_probe,
+	.close = flaky_close,
+};
+
+const struct publisher_ops *const publisher_test_registry[] = {
+	&publisher_flaky,
+	NULL,
+};
