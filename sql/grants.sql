@@ -1,0 +1,32 @@
+-- Roles for the outbox, least privilege (contract section 2). Run with psql
+-- as the table's owner after `outbox-relay migrate`, naming your roles:
+--
+--   psql -v app_role=orders_app -v relay_role=outbox_relay \
+--        -v schema=public -v table=outbox_events -f sql/grants.sql
+--
+-- The application inserts events (directly or through the helpers); the
+-- relay reads, updates and deletes them; migrations run as the owner (the
+-- DDL role). Repeat after a migration that adds a table.
+
+GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"relay_role";
+
+-- Application: INSERT only, plus the producer helpers.
+GRANT INSERT ON :"schema".:"table" TO :"app_role";
+SELECT format('GRANT EXECUTE ON FUNCTION %I.%I(%s) TO %I', :'schema', p.proname,
+              pg_get_function_identity_arguments(p.oid), :'app_role')
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = :'schema'
+  AND p.proname IN (:'table' || '_enqueue', :'table' || '_enqueue_json', :'table' || '_uuidv7')
+\gexec
+
+-- Relay: SELECT, UPDATE, DELETE on the table; its side tables (replica
+-- registry, operator pauses, schema version) for status and pause.
+GRANT SELECT, UPDATE, DELETE ON :"schema".:"table" TO :"relay_role";
+SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I.%I TO %I', :'schema', c.relname, :'relay_role')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = :'schema' AND c.relkind = 'r'
+  AND c.relname IN (:'table' || '_replicas', :'table' || '_control', :'table' || '_blocked_keys',
+                    :'table' || '_key_heads')
+\gexec
+SELECT format('GRANT SELECT ON %I.%I TO %I', :'schema', :'table' || '_schema_version', :'relay_role')
+\gexec
