@@ -1,0 +1,980 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The Kafka backend: librdkafka's idempotent producer (acks=all), one
+ * delivery report per record, records shaped by the CloudEvents Kafka
+ * binding (binary content mode, or structured on request). Not
+ * transactional: the outbox row, not a Kafka transaction, is the unit of
+ * retry.
+ *
+ * Threading: one state per worker thread; librdkafka serves delivery
+ * reports and error_cb on that thread from rd_kafka_poll(). Only log_cb
+ * runs on librdkafka's own threads, and it touches nothing but the logger.
+ */
+#include "kafka.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends.h"
+#include "clock.h"
+#include "cloudevent.h"
+#include "log.h"
+#include "metrics.h"
+
+#define VAR_PREFIX "OUTBOX_KAFKA_"
+#define CE_PREFIX "ce_"
+
+/* A record's opaque is (batch generation << SLOT_BITS | index), so the late
+ * report of a record an earlier batch gave up on is recognized and
+ * ignored. */
+#define SLOT_BITS 16
+#define SLOT_MASK (((uintptr_t)1 << SLOT_BITS) - 1)
+#define GEN_MASK (UINTPTR_MAX >> SLOT_BITS)
+#define MAX_BATCH ((size_t)SLOT_MASK)
+
+/* tick() wants a call at least every 200 ms while outcomes are awaited. */
+#define TICK_MS 100
+/* Upper bound of one reachability check (open, probe). */
+#define PROBE_TIMEOUT_MS 5000
+/* The same client error is logged at most this often... */
+#define ERROR_QUIET_MS 10000
+/* ...remembering this many distinct codes. */
+#define ERROR_CODES 8
+/* librdkafka's own default for topic.metadata.propagation.max.ms. */
+#define PROPAGATION_DEFAULT_MS 30000
+
+enum slot_state {
+	SLOT_OPEN,   /* not handed to librdkafka: results[i] is final */
+	SLOT_QUEUED, /* handed over, no delivery report yet */
+	SLOT_DONE,   /* delivery report received */
+};
+
+struct kafka_state {
+	const struct config *cfg; /* borrowed; read-only for the process */
+	rd_kafka_t *rk;		  /* NULL after a failed recreate */
+
+	/* The batch whose delivery reports are awaited (publish() only);
+	 * reports arriving outside it are ignored. */
+	bool collecting;
+	uintptr_t gen;
+	struct pub_result *results; /* borrowed from the caller */
+	unsigned char *slots;	    /* enum slot_state per event; owned */
+	size_t slots_cap;
+	size_t n;
+	size_t queued;		  /* SLOT_QUEUED count */
+	bool trouble;		  /* the cluster, not a row, failed */
+	const char *purge_reason; /* for the reports of our own purge */
+
+	int64_t depth_reported; /* this state's share of the queue gauge */
+	/* When each recent client error code was last logged at warn. */
+	struct {
+		int err;
+		int64_t ms;
+	} logged[ERROR_CODES];
+};
+
+/* ---- pure mapping ---- */
+
+/* Copies in into out, bytes outside printable ASCII replaced by '?', so a
+ * reason is always valid UTF-8 for last_error and logs. */
+static void ascii_copy(char *out, size_t outlen, const char *in)
+{
+	size_t j = 0;
+
+	if (outlen == 0)
+		return;
+	for (size_t i = 0; in && in[i] && j + 1 < outlen; i++) {
+		unsigned char c = (unsigned char)in[i];
+		out[j++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+	}
+	out[j] = '\0';
+}
+
+bool kafka_topic_valid(const char *name)
+{
+	size_t n = name ? strlen(name) : 0;
+
+	if (n == 0 || n > 249 || strcmp(name, ".") == 0 ||
+	    strcmp(name, "..") == 0)
+		return false;
+	return name[strspn(name, "abcdefghijklmnopqrstuvwxyz"
+				 "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				 "0123456789._-")] == '\0';
+}
+
+void kafka_reason(char *buf, size_t buflen, const char *what,
+		  rd_kafka_resp_err_t err)
+{
+	char tmp[512];
+
+	snprintf(tmp, sizeof(tmp), "%s: %s (%s)", what, rd_kafka_err2str(err),
+		 rd_kafka_err2name(err));
+	ascii_copy(buf, buflen, tmp);
+}
+
+enum pub_outcome kafka_delivery_outcome(rd_kafka_resp_err_t err,
+					rd_kafka_msg_status_t status)
+{
+	switch (err) {
+	case RD_KAFKA_RESP_ERR_NO_ERROR:
+		return PUB_ACKED;
+	/* The record itself: no retry can change its size or bytes. */
+	case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+	case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+	case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+	case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+	case RD_KAFKA_RESP_ERR_INVALID_MSG: /* CORRUPT_MESSAGE, code 2 */
+		return PUB_PERMANENT;
+	/* The topic: every row addressed there would fail alike, so the
+	 * topic is paused instead of failing a whole backlog. Nothing was
+	 * written. */
+	case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+	case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+	case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+	case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+	case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+	case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
+	case RD_KAFKA_RESP_ERR_UNSUPPORTED_COMPRESSION_TYPE:
+		return PUB_DESTINATION;
+	/* The broker looked at this record and said no. */
+	case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+	case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
+		return PUB_EVENT;
+	/* The producer died with records in it: whatever their status says,
+	 * the rows keep their charge. */
+	case RD_KAFKA_RESP_ERR__FATAL:
+		return PUB_TRANSPORT;
+	default:
+		break;
+	}
+	/* Timeouts, lost connections, too few replicas, purges and codes we
+	 * do not know: the cluster's fault. librdkafka reports NOT_PERSISTED
+	 * only for a record never sent or one the broker said it did not
+	 * write, so only then may the attempt be given back. */
+	return status == RD_KAFKA_MSG_STATUS_NOT_PERSISTED ? PUB_NOT_WRITTEN
+							   : PUB_TRANSPORT;
+}
+
+enum pub_outcome kafka_produce_outcome(rd_kafka_resp_err_t err)
+{
+	switch (err) {
+	case RD_KAFKA_RESP_ERR_NO_ERROR:
+		return PUB_ACKED;
+	case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+		return PUB_PERMANENT;
+	case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+	case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+	case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+	case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+		return PUB_DESTINATION;
+	case RD_KAFKA_RESP_ERR__QUEUE_FULL:
+	case RD_KAFKA_RESP_ERR__FATAL:
+		return PUB_NOT_WRITTEN;
+	default:
+		return PUB_EVENT;
+	}
+}
+
+static int header_add(rd_kafka_headers_t *h, const char *name,
+		      const char *value)
+{
+	return rd_kafka_header_add(h, name, -1, value, -1) ? -1 : 0;
+}
+
+static bool is_attribute(const struct ce_header *h)
+{
+	/* Row headers can never start with ce_ (cloudevent_validate refuses
+	 * them), so the prefix tells attributes from row headers. */
+	return strncmp(h->name, CE_PREFIX, strlen(CE_PREFIX)) == 0;
+}
+
+int kafka_msg_build(const struct config *cfg, const struct outbox_event *ev,
+		    struct kafka_msg *msg, enum pub_outcome *fail, char *reason,
+		    size_t reasonlen)
+{
+	static const char empty[] = "";
+	struct ce_headers ce = {0};
+	bool structured = cfg->ce_mode == CE_MODE_STRUCTURED;
+	const char *topic = ev->exchange ? ev->exchange : cfg->kafka_topic;
+	const char *key;
+	size_t len = 0;
+	int ret = -1;
+
+	*msg = (struct kafka_msg){0};
+	*fail = PUB_PERMANENT;
+	if (!kafka_topic_valid(topic)) {
+		char shown[80];
+
+		ascii_copy(shown, sizeof(shown), topic ? topic : "");
+		snprintf(reason, reasonlen,
+			 "exchange '%s' is not a valid Kafka topic name (1 to "
+			 "249 of [A-Za-z0-9._-], not . or ..)",
+			 shown);
+		goto out;
+	}
+	if (cloudevent_validate(ev, reason, reasonlen) != 0)
+		goto out;
+	/* The row is valid, so every failure from here on is memory. */
+	*fail = PUB_NOT_WRITTEN;
+	if (cloudevent_binary_headers(ev, CE_PREFIX, &ce, reason, reasonlen) !=
+	    0)
+		goto out;
+
+	msg->topic = topic;
+	key = cfg->kafka_key_from == KEY_FROM_ROUTING_KEY ? ev->routing_key
+							  : ev->partition_key;
+	if (key && *key) {
+		msg->key = key;
+		msg->key_len = strlen(key);
+	}
+	msg->headers = rd_kafka_headers_new(ce.n + 1);
+	if (!msg->headers)
+		goto oom;
+	if (structured) {
+		/* The envelope carries the attributes; ce_* headers are
+		 * optional in this mode and left out. */
+		msg->envelope =
+		    cloudevent_structured(ev, &len, reason, reasonlen);
+		if (!msg->envelope)
+			goto out;
+		msg->value = msg->envelope;
+		msg->value_len = len;
+		if (header_add(msg->headers, "content-type",
+			       cloudevent_structured_content_type()) != 0)
+			goto oom;
+	} else {
+		msg->value = ev->payload ? (const void *)ev->payload : empty;
+		msg->value_len = ev->payload ? ev->payload_len : 0;
+		for (size_t i = 0; i < ce.n; i++)
+			if (is_attribute(&ce.items[i]) &&
+			    header_add(msg->headers, ce.items[i].name,
+				       ce.items[i].value) != 0)
+				goto oom;
+		if (ev->content_type && *ev->content_type &&
+		    header_add(msg->headers, "content-type",
+			       ev->content_type) != 0)
+			goto oom;
+	}
+	for (size_t i = 0; i < ce.n; i++)
+		if (!is_attribute(&ce.items[i]) &&
+		    header_add(msg->headers, ce.items[i].name,
+			       ce.items[i].value) != 0)
+			goto oom;
+	ret = 0;
+	goto out;
+oom:
+	snprintf(reason, reasonlen, "out of memory");
+out:
+	ce_headers_release(&ce);
+	if (ret != 0)
+		kafka_msg_release(msg);
+	return ret;
+}
+
+void kafka_msg_release(struct kafka_msg *msg)
+{
+	if (msg->headers)
+		rd_kafka_headers_destroy(msg->headers);
+	free(msg->envelope);
+	*msg = (struct kafka_msg){0};
+}
+
+/* ---- producer configuration ---- */
+
+/* sasl.password -> OUTBOX_KAFKA_SASL_PASSWORD, the variable that set it. */
+static void prop_var(const char *name, char *out, size_t outlen)
+{
+	size_t j = strlen(VAR_PREFIX);
+
+	snprintf(out, outlen, "%s", VAR_PREFIX);
+	for (size_t i = 0; name[i] && j + 1 < outlen; i++)
+		out[j++] = name[i] == '.'
+			       ? '_'
+			       : (char)toupper((unsigned char)name[i]);
+	out[j < outlen ? j : outlen - 1] = '\0';
+}
+
+static const struct config_kafka_prop *prop_find(const struct config *cfg,
+						 const char *name)
+{
+	for (size_t i = 0; i < cfg->n_kafka_props; i++)
+		if (strcmp(cfg->kafka_props[i].name, name) == 0)
+			return &cfg->kafka_props[i];
+	return NULL;
+}
+
+/* Properties that would void what the relay promises. The settings table
+ * already refuses enable.idempotence, acks and bootstrap.servers. */
+static int prop_refused(const struct config_kafka_prop *p, char *err,
+			size_t errlen)
+{
+	char var[300];
+
+	prop_var(p->name, var, sizeof(var));
+	if (strcmp(p->name, "delivery.report.only.error") == 0 &&
+	    strcmp(p->value, "false") != 0) {
+		snprintf(err, errlen,
+			 "%s: the relay needs a delivery report for every "
+			 "record to mark it sent; leave it unset or false",
+			 var);
+		return -1;
+	}
+	if (strcmp(p->name, "transactional.id") == 0) {
+		snprintf(err, errlen,
+			 "%s: the relay uses the idempotent producer, not "
+			 "transactions; leave it unset",
+			 var);
+		return -1;
+	}
+	return 0;
+}
+
+static int conf_put(rd_kafka_conf_t *conf, const char *name, const char *value,
+		    bool secret, char *err, size_t errlen)
+{
+	char why[512] = "";
+	char var[300];
+	rd_kafka_conf_res_t res;
+
+	res = rd_kafka_conf_set(conf, name, value, why, sizeof(why));
+	if (res == RD_KAFKA_CONF_OK)
+		return 0;
+	prop_var(name, var, sizeof(var));
+	if (res == RD_KAFKA_CONF_UNKNOWN)
+		snprintf(err, errlen, "%s: librdkafka %s has no property '%s'",
+			 var, rd_kafka_version_str(), name);
+	else if (secret)
+		/* librdkafka's message quotes the value. */
+		snprintf(err, errlen, "%s: invalid value for '%s' (not shown)",
+			 var, name);
+	else
+		snprintf(err, errlen, "%s: %s", var, why);
+	return -1;
+}
+
+/* Sets name to the relay's value unless a variable set it. */
+static int conf_default(rd_kafka_conf_t *conf, const struct config *cfg,
+			const char *name, const char *alias, const char *value,
+			char *err, size_t errlen)
+{
+	if (prop_find(cfg, name) || (alias && prop_find(cfg, alias)))
+		return 0;
+	return conf_put(conf, name, value, false, err, errlen);
+}
+
+/*
+ * The producer configuration: every OUTBOX_KAFKA_<PROPERTY>, then what the
+ * relay insists on. Returns a conf owned by the caller, or NULL with err
+ * naming the variable at fault (never a secret value).
+ */
+static rd_kafka_conf_t *conf_build(const struct config *cfg, bool brokers,
+				   char *err, size_t errlen)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	char num[32];
+	int64_t propagation;
+
+	if (!conf) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	for (size_t i = 0; i < cfg->n_kafka_props; i++) {
+		const struct config_kafka_prop *p = &cfg->kafka_props[i];
+
+		if (prop_refused(p, err, errlen) != 0 ||
+		    conf_put(conf, p->name, p->value, p->secret, err, errlen) !=
+			0)
+			goto fail;
+	}
+	/* Retries neither duplicate nor reorder, and an ack means every
+	 * in-sync replica has the record (the settings table refuses other
+	 * values, so these only restate them). */
+	if (conf_put(conf, "enable.idempotence", "true", false, err, errlen) ||
+	    conf_put(conf, "acks", "all", false, err, errlen))
+		goto fail;
+	/* No record may outlive the lease that sent it (contract section 4);
+	 * the settings table refuses a larger value. */
+	snprintf(num, sizeof(num), "%" PRId64, cfg->publish_timeout_ms);
+	if (conf_default(conf, cfg, "message.timeout.ms", "delivery.timeout.ms",
+			 num, err, errlen))
+		goto fail;
+	/* An unknown topic must be reported within the publish deadline so
+	 * it pauses the topic instead of timing out like an outage. */
+	propagation = cfg->publish_timeout_ms / 2;
+	if (propagation > PROPAGATION_DEFAULT_MS)
+		propagation = PROPAGATION_DEFAULT_MS;
+	snprintf(num, sizeof(num), "%" PRId64, propagation);
+	if (conf_default(conf, cfg, "topic.metadata.propagation.max.ms", NULL,
+			 num, err, errlen) ||
+	    conf_default(conf, cfg, "client.id", NULL, "outbox-relay", err,
+			 errlen))
+		goto fail;
+	if (brokers && conf_put(conf, "bootstrap.servers", cfg->kafka_brokers,
+				false, err, errlen))
+		goto fail;
+	return conf;
+fail:
+	rd_kafka_conf_destroy(conf);
+	return NULL;
+}
+
+/* librdkafka's own log lines (any thread). Errors at levels 0-3 also
+ * reach error_cb, which logs them once, so here they are debug. */
+static void on_log(const rd_kafka_t *rk, int level, const char *fac,
+		   const char *buf)
+{
+	enum log_level lvl = level <= 3	  ? LOG_DEBUG
+			     : level == 4 ? LOG_WARN
+			     : level == 5 ? LOG_INFO
+					  : LOG_DEBUG;
+
+	(void)rk;
+	if (log_enabled(lvl))
+		log_fields(lvl, buf, "component", "librdkafka", "facility", fac,
+			   NULL);
+}
+
+/* Only configuration warnings while validating; its notice that the
+ * throwaway client has no brokers is expected. */
+static void on_validate_log(const rd_kafka_t *rk, int level, const char *fac,
+			    const char *buf)
+{
+	if (level <= 4 && strcmp(fac, "CONFWARN") == 0)
+		on_log(rk, level, fac, buf);
+}
+
+/* ---- delivery reports ---- */
+
+/* True when err was logged less than ERROR_QUIET_MS ago; else records
+ * that it is logged now (replacing the oldest entry). */
+static bool error_quiet(struct kafka_state *st, int err, int64_t now)
+{
+	size_t oldest = 0;
+
+	for (size_t i = 0; i < ERROR_CODES; i++) {
+		if (st->logged[i].ms && st->logged[i].err == err) {
+			if (now - st->logged[i].ms < ERROR_QUIET_MS)
+				return true;
+			oldest = i;
+			break;
+		}
+		if (st->logged[i].ms < st->logged[oldest].ms)
+			oldest = i;
+	}
+	st->logged[oldest].err = err;
+	st->logged[oldest].ms = now;
+	return false;
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	struct kafka_state *st = opaque;
+	char why[512];
+	int64_t now = clock_ms();
+
+	if (err == RD_KAFKA_RESP_ERR__FATAL) {
+		rd_kafka_fatal_error(rk, why, sizeof(why));
+		log_fields(LOG_ERROR, "kafka producer fatal error", "error",
+			   why, NULL);
+		return;
+	}
+	/* An outage repeats the same errors per broker and reconnect. */
+	if (st && error_quiet(st, err, now)) {
+		log_fields(LOG_DEBUG, "kafka client error", "error", reason,
+			   "code", rd_kafka_err2name(err), NULL);
+		return;
+	}
+	log_fields(LOG_WARN, "kafka client error", "error", reason, "code",
+		   rd_kafka_err2name(err), NULL);
+}
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m,
+			void *opaque)
+{
+	struct kafka_state *st = opaque;
+	uintptr_t tag = (uintptr_t)m->_private;
+	size_t i = (size_t)(tag & SLOT_MASK);
+	struct pub_result *r;
+	char what[320];
+
+	(void)rk;
+	if (!st->collecting || (tag >> SLOT_BITS) != (st->gen & GEN_MASK) ||
+	    i >= st->n || st->slots[i] != SLOT_QUEUED)
+		return; /* a record an earlier batch already gave up on */
+	st->slots[i] = SLOT_DONE;
+	st->queued--;
+	r = &st->results[i];
+	r->route_scoped = false;
+	if (!m->err) {
+		r->outcome = PUB_ACKED;
+		r->reason[0] = '\0';
+		return;
+	}
+	r->outcome = kafka_delivery_outcome(m->err, rd_kafka_message_status(m));
+	if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE && st->purge_reason) {
+		if (r->outcome == PUB_NOT_WRITTEN) {
+			ascii_copy(r->reason, sizeof(r->reason),
+				   st->purge_reason);
+			return;
+		}
+		snprintf(what, sizeof(what),
+			 "%s, but an earlier send of it may have reached the "
+			 "broker",
+			 st->purge_reason);
+		ascii_copy(r->reason, sizeof(r->reason), what);
+		st->trouble = true;
+		return;
+	}
+	snprintf(what, sizeof(what), "delivery to topic '%s' failed",
+		 m->rkt ? rd_kafka_topic_name(m->rkt) : "?");
+	kafka_reason(r->reason, sizeof(r->reason), what, m->err);
+	if (r->outcome == PUB_TRANSPORT || r->outcome == PUB_NOT_WRITTEN)
+		st->trouble = true;
+}
+
+/* Serves every report already waiting, without blocking. */
+static void drain(rd_kafka_t *rk)
+{
+	/* Bounded: a busy client could keep producing events. */
+	for (int i = 0; i < 1000 && rd_kafka_poll(rk, 0) > 0; i++)
+		;
+}
+
+/* Purges records not yet sent and serves their reports (ERR__PURGE_QUEUE,
+ * with the status they earned: NOT_PERSISTED unless an earlier send of
+ * the same record may have reached the broker). */
+static void purge_unsent(struct kafka_state *st, const char *why)
+{
+	st->purge_reason = why;
+	rd_kafka_purge(st->rk, RD_KAFKA_PURGE_F_QUEUE);
+	drain(st->rk);
+	st->purge_reason = NULL;
+}
+
+static void depth_update(struct kafka_state *st)
+{
+	int64_t depth = st->rk ? rd_kafka_outq_len(st->rk) : 0;
+
+	/* Each worker's producer adds its own share to the one gauge. */
+	metrics_gauge_add(MG_KAFKA_QUEUE_DEPTH, depth - st->depth_reported);
+	st->depth_reported = depth;
+}
+
+/* ---- the producer ---- */
+
+static int producer_create(struct kafka_state *st, char *err, size_t errlen)
+{
+	char why[512] = "";
+	rd_kafka_conf_t *conf = conf_build(st->cfg, true, err, errlen);
+
+	if (!conf)
+		return -1;
+	rd_kafka_conf_set_opaque(conf, st);
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	rd_kafka_conf_set_error_cb(conf, on_error);
+	rd_kafka_conf_set_log_cb(conf, on_log);
+	st->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+	if (!st->rk) {
+		rd_kafka_conf_destroy(conf);
+		snprintf(err, errlen, "cannot create the Kafka producer: %s",
+			 why);
+		return -1;
+	}
+	return 0;
+}
+
+/* Drops the producer with everything in it. Records without a report
+ * keep whatever outcome the caller already gave them. */
+static void producer_destroy(struct kafka_state *st)
+{
+	bool collecting = st->collecting;
+
+	if (!st->rk)
+		return;
+	st->collecting = false;
+	rd_kafka_purge(st->rk,
+		       RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	drain(st->rk);
+	rd_kafka_destroy(st->rk);
+	st->rk = NULL;
+	st->collecting = collecting;
+	depth_update(st);
+}
+
+/* After a fatal error (idempotence: the producer cannot go on) a new
+ * producer with a new producer id replaces the old one. */
+static int producer_recover(struct kafka_state *st, char *err, size_t errlen)
+{
+	char why[512] = "";
+
+	if (st->rk) {
+		if (rd_kafka_fatal_error(st->rk, why, sizeof(why)) ==
+		    RD_KAFKA_RESP_ERR_NO_ERROR)
+			return 0;
+		log_fields(LOG_WARN,
+			   "recreating the kafka producer after a "
+			   "fatal error",
+			   "error", why, NULL);
+		producer_destroy(st);
+	}
+	return producer_create(st, err, errlen);
+}
+
+/* A real round trip: a Metadata request answered by a broker. */
+static int cluster_check(struct kafka_state *st, char *err, size_t errlen)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	int timeout = (int)(st->cfg->publish_timeout_ms < PROBE_TIMEOUT_MS
+				? st->cfg->publish_timeout_ms
+				: PROBE_TIMEOUT_MS);
+	rd_kafka_resp_err_t rerr;
+	int ret = -1;
+
+	/* Locally known topics only: a probe must not auto-create one. */
+	rerr = rd_kafka_metadata(st->rk, 0, NULL, &md, timeout);
+	if (rerr) {
+		char what[600];
+
+		snprintf(what, sizeof(what),
+			 "Kafka brokers %s did not answer a metadata request",
+			 st->cfg->kafka_brokers);
+		kafka_reason(err, errlen, what, rerr);
+		goto out;
+	}
+	if (md->broker_cnt < 1) {
+		snprintf(err, errlen, "Kafka brokers %s list no brokers",
+			 st->cfg->kafka_brokers);
+		goto out;
+	}
+	ret = 0;
+out:
+	if (md)
+		rd_kafka_metadata_destroy(md);
+	return ret;
+}
+
+/* ---- publish ---- */
+
+static void result_set(struct pub_result *r, enum pub_outcome outcome,
+		       const char *reason)
+{
+	r->outcome = outcome;
+	r->route_scoped = false;
+	ascii_copy(r->reason, sizeof(r->reason), reason);
+}
+
+struct run {
+	struct kafka_state *st;
+	struct publish_ctx *ctx;
+	int64_t deadline_ms;
+	int64_t last_tick_ms;
+	bool stopping; /* tick() said shutdown began: send nothing more */
+};
+
+/* Lets the relay renew the lease; at shutdown, unsent records go back. */
+static void run_tick(struct run *run)
+{
+	int64_t now = clock_ms();
+
+	if (now - run->last_tick_ms < TICK_MS)
+		return;
+	run->last_tick_ms = now;
+	if (!run->ctx || !run->ctx->tick || !run->ctx->tick(run->ctx) ||
+	    run->stopping)
+		return;
+	run->stopping = true;
+	if (run->st->queued > 0)
+		purge_unsent(run->st, "purged before it was sent: the relay "
+				      "is shutting down");
+}
+
+static void produce_one(struct run *run, const struct outbox_event *ev,
+			size_t i)
+{
+	struct kafka_state *st = run->st;
+	struct pub_result *r = &st->results[i];
+	struct kafka_msg msg;
+	enum pub_outcome fail;
+	rd_kafka_resp_err_t rerr;
+	uintptr_t tag = ((st->gen & GEN_MASK) << SLOT_BITS) | (uintptr_t)i;
+
+	if (kafka_msg_build(st->cfg, ev, &msg, &fail, r->reason,
+			    sizeof(r->reason)) != 0) {
+		r->outcome = fail;
+		r->route_scoped = false;
+		return;
+	}
+	for (;;) {
+		int64_t left;
+
+		rerr = rd_kafka_producev(
+		    st->rk, RD_KAFKA_V_TOPIC(msg.topic),
+		    RD_KAFKA_V_KEY(msg.key, msg.key_len),
+		    RD_KAFKA_V_VALUE((void *)msg.value, msg.value_len),
+		    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+		    RD_KAFKA_V_HEADERS(msg.headers),
+		    RD_KAFKA_V_OPAQUE((void *)tag), RD_KAFKA_V_END);
+		if (rerr != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			break;
+		/* Serving reports makes room. */
+		left = run->deadline_ms - clock_ms();
+		if (left <= 0 || run->stopping)
+			break;
+		rd_kafka_poll(st->rk,
+			      (int)(left < TICK_MS / 2 ? left : TICK_MS / 2));
+		run_tick(run);
+	}
+	if (rerr == RD_KAFKA_RESP_ERR_NO_ERROR) {
+		msg.headers = NULL; /* librdkafka's now */
+		st->slots[i] = SLOT_QUEUED;
+		st->queued++;
+	} else {
+		char what[320];
+
+		r->outcome = kafka_produce_outcome(rerr);
+		r->route_scoped = false;
+		snprintf(what, sizeof(what),
+			 "not handed to the broker: producing to topic '%s' "
+			 "failed",
+			 msg.topic);
+		kafka_reason(r->reason, sizeof(r->reason), what, rerr);
+		if (rerr == RD_KAFKA_RESP_ERR__QUEUE_FULL ||
+		    rerr == RD_KAFKA_RESP_ERR__FATAL)
+			st->trouble = true;
+	}
+	kafka_msg_release(&msg);
+}
+
+/* Every record still without a report gets reason as a PUB_TRANSPORT. */
+static void queued_to_transport(struct kafka_state *st, const char *reason)
+{
+	for (size_t i = 0; i < st->n; i++) {
+		if (st->slots[i] != SLOT_QUEUED)
+			continue;
+		st->slots[i] = SLOT_DONE;
+		result_set(&st->results[i], PUB_TRANSPORT, reason);
+	}
+	st->queued = 0;
+	st->trouble = true;
+}
+
+static void await_reports(struct run *run)
+{
+	struct kafka_state *st = run->st;
+	char why[256];
+	char reason[300];
+	char err[512];
+
+	while (st->queued > 0) {
+		int64_t left = run->deadline_ms - clock_ms();
+
+		if (rd_kafka_fatal_error(st->rk, why, sizeof(why))) {
+			/* Nothing more will be confirmed by this producer. */
+			snprintf(reason, sizeof(reason),
+				 "kafka producer fatal error, outcome "
+				 "unknown: %s",
+				 why);
+			queued_to_transport(st, reason);
+			if (producer_recover(st, err, sizeof(err)) != 0)
+				log_fields(LOG_ERROR,
+					   "cannot recreate the kafka producer",
+					   "error", err, NULL);
+			return;
+		}
+		if (left <= 0)
+			break;
+		rd_kafka_poll(st->rk, (int)(left < TICK_MS ? left : TICK_MS));
+		run_tick(run);
+	}
+	if (st->queued == 0)
+		return;
+	/* Deadline: what never left the producer is given back; what is in
+	 * flight may still be written, so it keeps its charge. */
+	purge_unsent(st, "not sent before the publish deadline (brokers "
+			 "unreachable or slow); purged from the producer");
+	st->trouble = true;
+	queued_to_transport(st, "in flight without a delivery report at the "
+				"publish deadline; outcome unknown");
+}
+
+static int slots_reserve(struct kafka_state *st, size_t n)
+{
+	unsigned char *grown;
+
+	if (n <= st->slots_cap)
+		return 0;
+	grown = realloc(st->slots, n);
+	if (!grown)
+		return -1;
+	st->slots = grown;
+	st->slots_cap = n;
+	return 0;
+}
+
+static int kafka_publish(void *state, const struct outbox_event *events,
+			 size_t n, struct publish_ctx *ctx,
+			 struct pub_result *results)
+{
+	struct kafka_state *st = state;
+	struct run run = {
+	    .st = st,
+	    .ctx = ctx,
+	    .deadline_ms = ctx ? ctx->deadline_ms
+			       : clock_ms() + st->cfg->publish_timeout_ms,
+	    .last_tick_ms = clock_ms(),
+	};
+	char err[512];
+
+	for (size_t i = 0; i < n; i++)
+		result_set(&results[i], PUB_NOT_WRITTEN,
+			   "not handed to the broker");
+	if (n == 0)
+		return 0;
+	if (producer_recover(st, err, sizeof(err)) != 0) {
+		for (size_t i = 0; i < n; i++)
+			result_set(&results[i], PUB_NOT_WRITTEN, err);
+		return -1;
+	}
+	if (slots_reserve(st, n) != 0) {
+		for (size_t i = 0; i < n; i++)
+			result_set(&results[i], PUB_NOT_WRITTEN,
+				   "out of memory");
+		return 0;
+	}
+	memset(st->slots, SLOT_OPEN, n);
+	st->gen++;
+	st->results = results;
+	st->n = n;
+	st->queued = 0;
+	st->trouble = false;
+	st->collecting = true;
+
+	for (size_t i = 0; i < n && i < MAX_BATCH; i++) {
+		run_tick(&run);
+		if (run.stopping ||
+		    (ctx && ctx->may_send && !ctx->may_send(ctx, i)))
+			continue;
+		if (clock_ms() >= run.deadline_ms) {
+			/* Only a full producer queue takes this long. */
+			result_set(&results[i], PUB_NOT_WRITTEN,
+				   "not handed to the broker before the "
+				   "publish deadline");
+			continue;
+		}
+		produce_one(&run, &events[i], i);
+	}
+	await_reports(&run);
+
+	st->collecting = false;
+	st->results = NULL;
+	st->n = 0;
+	depth_update(st);
+	return st->trouble ? -1 : 0;
+}
+
+/* ---- the backend ---- */
+
+static int kafka_validate(const struct config *cfg, char *err, size_t errlen)
+{
+	char why[512] = "";
+	rd_kafka_conf_t *conf;
+	rd_kafka_t *rk;
+
+	if (!kafka_topic_valid(cfg->kafka_topic)) {
+		snprintf(err, errlen,
+			 "OUTBOX_KAFKA_TOPIC: not a valid Kafka topic name");
+		return -1;
+	}
+	/* A throwaway client without brokers: rd_kafka_new() checks what
+	 * single properties cannot (settings that contradict idempotence,
+	 * TLS files) and connects nowhere. */
+	conf = conf_build(cfg, false, err, errlen);
+	if (!conf)
+		return -1;
+	rd_kafka_conf_set_log_cb(conf, on_validate_log);
+	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+	if (!rk) {
+		rd_kafka_conf_destroy(conf);
+		snprintf(err, errlen,
+			 "OUTBOX_KAFKA_*: librdkafka refuses the producer "
+			 "settings: %s",
+			 why);
+		return -1;
+	}
+	rd_kafka_destroy(rk);
+	return 0;
+}
+
+static void kafka_close(void *state)
+{
+	struct kafka_state *st = state;
+
+	if (!st)
+		return;
+	/* Nothing queued here may go out after the relay releases rows. */
+	producer_destroy(st);
+	depth_update(st);
+	free(st->slots);
+	free(st);
+}
+
+static int kafka_open(const struct config *cfg, void **state, char *err,
+		      size_t errlen)
+{
+	struct kafka_state *st = calloc(1, sizeof(*st));
+
+	if (!st) {
+		snprintf(err, errlen, "kafka publisher: out of memory");
+		return -1;
+	}
+	st->cfg = cfg;
+	if (producer_create(st, err, errlen) != 0 ||
+	    cluster_check(st, err, errlen) != 0) {
+		kafka_close(st);
+		return -1;
+	}
+	*state = st;
+	return 0;
+}
+
+static int kafka_probe(void *state, char *err, size_t errlen)
+{
+	struct kafka_state *st = state;
+
+	if (producer_recover(st, err, errlen) != 0)
+		return -1;
+	return cluster_check(st, err, errlen);
+}
+
+static void kafka_service(void *state)
+{
+	struct kafka_state *st = state;
+	char err[512];
+
+	if (!st->rk)
+		return;
+	rd_kafka_poll(st->rk, 0);
+	if (producer_recover(st, err, sizeof(err)) != 0)
+		log_fields(LOG_ERROR, "cannot recreate the kafka producer",
+			   "error", err, NULL);
+	depth_update(st);
+}
+
+rd_kafka_t *kafka_handle(void *state)
+{
+	return ((struct kafka_state *)state)->rk;
+}
+
+const struct publisher_ops publisher_kafka = {
+    .name = "kafka",
+    .validate = kafka_validate,
+    .open = kafka_open,
+    .publish = kafka_publish,
+    .probe = kafka_probe,
+    .service = kafka_service,
+    .close = kafka_close,
+};

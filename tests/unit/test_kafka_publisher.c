@@ -1,0 +1,540 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests of the Kafka backend's publish loop against librdkafka's
+ * in-process mock cluster (test.mock.num.brokers): outcomes per record,
+ * injected broker errors, brokers down, the deadline purge, shutdown, a
+ * fatal producer error, the queue-full retry and the queue depth gauge.
+ * Each test opens its own publisher, so each gets a fresh mock cluster.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include "backends.h"
+#include "clock.h"
+#include "kafka.h"
+#include "log.h"
+#include "metrics.h"
+
+#define MAXEV 64
+#define API_PRODUCE 0
+
+static const unsigned char body[] = "{\"n\":1}";
+static char ids[MAXEV][40];
+static char big[4096];
+
+struct fixture {
+	struct config cfg;
+	struct config_kafka_prop props[4];
+	void *pub;
+	struct outbox_event ev[MAXEV];
+	struct pub_result res[MAXEV];
+};
+
+/* What the relay lends publish(), scripted per test. */
+struct tctx {
+	struct publish_ctx ctx;
+	bool deny_odd;	  /* may_send says no for odd indexes */
+	int stop_at_tick; /* tick() reports shutdown from this call on */
+	int fatal_at_tick;
+	int ticks;
+	int64_t max_gap_ms; /* longest time between two tick() calls */
+	int64_t last_ms;
+	void *pub;
+};
+
+static bool t_may_send(struct publish_ctx *ctx, size_t i)
+{
+	struct tctx *t = (struct tctx *)ctx;
+	return !(t->deny_odd && i % 2 == 1);
+}
+
+static bool t_tick(struct publish_ctx *ctx)
+{
+	struct tctx *t = (struct tctx *)ctx;
+	int64_t now = clock_ms();
+
+	if (t->last_ms && now - t->last_ms > t->max_gap_ms)
+		t->max_gap_ms = now - t->last_ms;
+	t->last_ms = now;
+	t->ticks++;
+	if (t->fatal_at_tick && t->ticks == t->fatal_at_tick)
+		rd_kafka_test_fatal_error(
+		    kafka_handle(t->pub),
+		    RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+		    "injected by the test");
+	return t->stop_at_tick && t->ticks >= t->stop_at_tick;
+}
+
+static struct tctx tctx_new(void *pub, int64_t budget_ms)
+{
+	struct tctx t = {
+	    .ctx = {.deadline_ms = clock_ms() + budget_ms,
+		    .may_send = t_may_send,
+		    .tick = t_tick},
+	    .pub = pub,
+	};
+	t.last_ms = clock_ms();
+	return t;
+}
+
+static void fixture_init(struct fixture *f, int64_t publish_timeout_ms,
+			 const char *extra_name, const char *extra_value)
+{
+	char err[512] = "";
+	size_t np = 0;
+
+	memset(f, 0, sizeof(*f));
+	f->props[np++] = (struct config_kafka_prop){
+	    (char *)"test.mock.num.brokers", (char *)"3", false};
+	if (extra_name)
+		f->props[np++] = (struct config_kafka_prop){
+		    (char *)extra_name, (char *)extra_value, false};
+	f->cfg = (struct config){
+	    .publisher = (char *)"kafka",
+	    .kafka_brokers = (char *)"127.0.0.1:1",
+	    .kafka_topic = (char *)"t1",
+	    .kafka_props = f->props,
+	    .n_kafka_props = np,
+	    .publish_timeout_ms = publish_timeout_ms,
+	};
+	for (size_t i = 0; i < MAXEV; i++) {
+		snprintf(ids[i], sizeof(ids[i]),
+			 "0190a1b2-0000-7000-8000-%012zu", i);
+		f->ev[i] = (struct outbox_event){
+		    .id = ids[i],
+		    .seq = (int64_t)i + 1,
+		    .type = "com.example.test.v1",
+		    .source = "urn:test",
+		    .content_type = "application/json",
+		    .routing_key = "",
+		    .partition_key = i % 3 == 0	  ? NULL
+				     : i % 3 == 1 ? "k1"
+						  : "k2",
+		    .payload = body,
+		    .payload_len = sizeof(body) - 1,
+		    .headers_json = "{}",
+		    .time = "2024-05-01T00:00:00.000000Z",
+		    .attempts = 1,
+		    .max_attempts = 10,
+		};
+	}
+	assert_int_equal(publisher_kafka.validate(&f->cfg, err, sizeof(err)),
+			 0);
+	if (publisher_kafka.open(&f->cfg, &f->pub, err, sizeof(err)) != 0)
+		fail_msg("open failed: %s", err);
+}
+
+static void fixture_done(struct fixture *f)
+{
+	publisher_kafka.close(f->pub);
+	assert_int_equal(metrics_gauge(MG_KAFKA_QUEUE_DEPTH), 0);
+}
+
+static rd_kafka_mock_cluster_t *cluster(struct fixture *f)
+{
+	rd_kafka_mock_cluster_t *mc =
+	    rd_kafka_handle_mock_cluster(kafka_handle(f->pub));
+	assert_non_null(mc);
+	return mc;
+}
+
+static void brokers_set(struct fixture *f, bool up)
+{
+	for (int32_t id = 1; id <= 3; id++)
+		assert_int_equal(
+		    up ? rd_kafka_mock_broker_set_up(cluster(f), id)
+		       : rd_kafka_mock_broker_set_down(cluster(f), id),
+		    0);
+}
+
+static int publish(struct fixture *f, size_t n, struct tctx *t)
+{
+	return publisher_kafka.publish(f->pub, f->ev, n, &t->ctx, f->res);
+}
+
+static void expect_all(struct fixture *f, size_t n, enum pub_outcome want)
+{
+	for (size_t i = 0; i < n; i++)
+		if (f->res[i].outcome != want)
+			fail_msg("event %zu: outcome %d (%s), want %d", i,
+				 (int)f->res[i].outcome, f->res[i].reason,
+				 (int)want);
+}
+
+/* Publishes until a batch is all acked (the mock may need a moment after
+ * brokers come back); fails after budget_ms. */
+static void publish_until_acked(struct fixture *f, size_t n, int64_t budget_ms)
+{
+	int64_t end = clock_ms() + budget_ms;
+	char err[512];
+
+	for (;;) {
+		struct tctx t = tctx_new(f->pub, 3000);
+		bool all = true;
+
+		if (publisher_kafka.probe(f->pub, err, sizeof(err)) == 0 &&
+		    publish(f, n, &t) == 0) {
+			for (size_t i = 0; i < n; i++)
+				all = all && f->res[i].outcome == PUB_ACKED;
+			if (all)
+				return;
+		}
+		if (clock_ms() > end)
+			fail_msg("not all acked within %lld ms: %s",
+				 (long long)budget_ms, f->res[0].reason);
+		clock_sleep_ms(200);
+	}
+}
+
+static void test_acked(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+
+	(void)unused;
+	fixture_init(&f, 5000, NULL, NULL);
+	t = tctx_new(f.pub, 5000);
+	assert_int_equal(publish(&f, 30, &t), 0);
+	expect_all(&f, 30, PUB_ACKED);
+	assert_string_equal(f.res[0].reason, "");
+	/* Every record is reported: nothing left in the producer. */
+	assert_int_equal(rd_kafka_outq_len(kafka_handle(f.pub)), 0);
+	assert_int_equal(metrics_gauge(MG_KAFKA_QUEUE_DEPTH), 0);
+	/* An empty batch is fine too. */
+	assert_int_equal(publish(&f, 0, &t), 0);
+	fixture_done(&f);
+}
+
+static void test_may_send(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+
+	(void)unused;
+	fixture_init(&f, 5000, NULL, NULL);
+	t = tctx_new(f.pub, 5000);
+	t.deny_odd = true;
+	assert_int_equal(publish(&f, 10, &t), 0);
+	for (size_t i = 0; i < 10; i++)
+		assert_int_equal(f.res[i].outcome,
+				 i % 2 ? PUB_NOT_WRITTEN : PUB_ACKED);
+	assert_string_equal(f.res[1].reason, "not handed to the broker");
+	fixture_done(&f);
+}
+
+static void test_retryable_errors(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+
+	(void)unused;
+	fixture_init(&f, 5000, NULL, NULL);
+	/* librdkafka retries these itself; none may reach the rows. */
+	rd_kafka_mock_push_request_errors(
+	    cluster(&f), API_PRODUCE, 4,
+	    RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+	    RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+	    RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+	    RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE);
+	t = tctx_new(f.pub, 5000);
+	assert_int_equal(publish(&f, 12, &t), 0);
+	expect_all(&f, 12, PUB_ACKED);
+	fixture_done(&f);
+}
+
+static void test_broker_refuses_size(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+
+	(void)unused;
+	fixture_init(&f, 5000, NULL, NULL);
+	rd_kafka_mock_push_request_errors(cluster(&f), API_PRODUCE, 1,
+					  RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+	t = tctx_new(f.pub, 5000);
+	assert_int_equal(publish(&f, 1, &t), 0);
+	assert_int_equal(f.res[0].outcome, PUB_PERMANENT);
+	assert_non_null(strstr(f.res[0].reason, "MSG_SIZE_TOO_LARGE"));
+	assert_non_null(strstr(f.res[0].reason, "topic 't1'"));
+	/* The producer goes on. */
+	publish_until_acked(&f, 5, 10000);
+	fixture_done(&f);
+}
+
+static void test_local_size_limit(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+
+	(void)unused;
+	fixture_init(&f, 5000, "message.max.bytes", "1000");
+	memset(big, 'x', sizeof(big));
+	f.ev[0].content_type = "text/plain";
+	f.ev[0].payload = (const unsigned char *)big;
+	f.ev[0].payload_len = sizeof(big);
+	t = tctx_new(f.pub, 5000);
+	assert_int_equal(publish(&f, 2, &t), 0);
+	assert_int_equal(f.res[0].outcome, PUB_PERMANENT);
+	assert_non_null(strstr(f.res[0].reason, "MSG_SIZE_TOO_LARGE"));
+	assert_int_equal(f.res[1].outcome, PUB_ACKED);
+	fixture_done(&f);
+}
+
+static void test_destinations(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+
+	(void)unused;
+	/* Unknown topics are reported after half the publish timeout, so
+	 * before the deadline (else they would be NOT_WRITTEN). */
+	fixture_init(&f, 4000, NULL, NULL);
+	rd_kafka_mock_topic_set_error(cluster(&f), "missing",
+				      RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+	f.ev[1].exchange = "missing";
+	f.ev[2].exchange = "bad topic!";
+	f.ev[3].exchange = "other";
+	t = tctx_new(f.pub, 4000);
+	/* A refused topic is not the publisher's fault. */
+	assert_int_equal(publish(&f, 4, &t), 0);
+	assert_int_equal(f.res[0].outcome, PUB_ACKED);
+	assert_int_equal(f.res[1].outcome, PUB_DESTINATION);
+	assert_false(f.res[1].route_scoped);
+	assert_non_null(strstr(f.res[1].reason, "topic 'missing'"));
+	assert_non_null(strstr(f.res[1].reason, "UNKNOWN_TOPIC"));
+	assert_int_equal(f.res[2].outcome, PUB_PERMANENT);
+	assert_non_null(strstr(f.res[2].reason, "not a valid Kafka topic"));
+	assert_int_equal(f.res[3].outcome, PUB_ACKED);
+	fixture_done(&f);
+}
+
+static void test_brokers_down(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+	char err[512] = "";
+	int64_t t0;
+
+	(void)unused;
+	/* Reconnects quickly once the brokers are back; the probe waits at
+	 * most the publish timeout. */
+	fixture_init(&f, 2000, "reconnect.backoff.max.ms", "300");
+	brokers_set(&f, false);
+	t = tctx_new(f.pub, 1000);
+	t0 = clock_ms();
+	assert_int_equal(publish(&f, 20, &t), -1);
+	/* Never sent: purged at the deadline and given back. */
+	expect_all(&f, 20, PUB_NOT_WRITTEN);
+	assert_non_null(strstr(f.res[0].reason, "publish deadline"));
+	assert_true(clock_ms() - t0 < 2500);
+	/* tick() every TICK_MS, never 200 ms apart. */
+	assert_true(t.ticks >= 5);
+	/* The relay needs one every 200 ms; TICK_MS is 100, and a loaded
+	 * machine may add some scheduling delay. */
+	assert_true(t.max_gap_ms < 300);
+	assert_int_equal(rd_kafka_outq_len(kafka_handle(f.pub)), 0);
+
+	assert_int_equal(publisher_kafka.probe(f.pub, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "127.0.0.1:1"));
+	brokers_set(&f, true);
+	publish_until_acked(&f, 20, 15000);
+	fixture_done(&f);
+}
+
+static void test_shutdown_purges_unsent(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+	int64_t t0;
+
+	(void)unused;
+	fixture_init(&f, 5000, NULL, NULL);
+	brokers_set(&f, false);
+	t = tctx_new(f.pub, 5000);
+	t.stop_at_tick = 1;
+	t0 = clock_ms();
+	publish(&f, 10, &t);
+	for (size_t i = 0; i < 10; i++) {
+		assert_int_equal(f.res[i].outcome, PUB_NOT_WRITTEN);
+		/* Either never handed over, or purged at shutdown. */
+		assert_true(
+		    strstr(f.res[i].reason, "shutting down") ||
+		    strcmp(f.res[i].reason, "not handed to the broker") == 0);
+	}
+	/* Nothing was in flight: no need to wait for the 5 s deadline. */
+	assert_true(clock_ms() - t0 < 2500);
+	assert_int_equal(rd_kafka_outq_len(kafka_handle(f.pub)), 0);
+	fixture_done(&f);
+}
+
+static void test_in_flight_at_deadline(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+
+	(void)unused;
+	fixture_init(&f, 5000, NULL, NULL);
+	/* Warm up: topic metadata and producer id are in place. */
+	t = tctx_new(f.pub, 5000);
+	assert_int_equal(publish(&f, 3, &t), 0);
+	for (int32_t id = 1; id <= 3; id++)
+		rd_kafka_mock_broker_set_rtt(cluster(&f), id, 2500);
+	t = tctx_new(f.pub, 800);
+	assert_int_equal(publish(&f, 6, &t), -1);
+	/* Sent, unanswered: possibly written, so the charge is kept. */
+	expect_all(&f, 6, PUB_TRANSPORT);
+	assert_non_null(strstr(f.res[0].reason, "in flight"));
+	for (int32_t id = 1; id <= 3; id++)
+		rd_kafka_mock_broker_set_rtt(cluster(&f), id, 0);
+	/* The late reports of that batch land during this one and must not
+	 * settle its records (same indexes, other generation). */
+	t = tctx_new(f.pub, 8000);
+	assert_int_equal(publish(&f, 6, &t), 0);
+	expect_all(&f, 6, PUB_ACKED);
+	fixture_done(&f);
+}
+
+static void test_fatal_before_batch(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+	rd_kafka_t *before;
+
+	(void)unused;
+	fixture_init(&f, 5000, NULL, NULL);
+	before = kafka_handle(f.pub);
+	rd_kafka_test_fatal_error(
+	    before, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+	    "injected by the test");
+	t = tctx_new(f.pub, 5000);
+	assert_int_equal(publish(&f, 5, &t), 0);
+	expect_all(&f, 5, PUB_ACKED);
+	assert_int_equal(rd_kafka_fatal_error(kafka_handle(f.pub), NULL, 0), 0);
+	fixture_done(&f);
+}
+
+static void test_fatal_during_batch(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+
+	(void)unused;
+	fixture_init(&f, 5000, NULL, NULL);
+	brokers_set(&f, false);
+	t = tctx_new(f.pub, 3000);
+	t.fatal_at_tick = 3;
+	assert_int_equal(publish(&f, 8, &t), -1);
+	/* Unconfirmed when the producer died: the charge is kept. */
+	expect_all(&f, 8, PUB_TRANSPORT);
+	/* A new producer (with a new mock cluster, which belongs to it). */
+	assert_non_null(kafka_handle(f.pub));
+	assert_int_equal(rd_kafka_fatal_error(kafka_handle(f.pub), NULL, 0), 0);
+	publish_until_acked(&f, 8, 10000);
+	fixture_done(&f);
+}
+
+static void test_fatal_while_idle(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+	char err[512];
+
+	(void)unused;
+	fixture_init(&f, 5000, NULL, NULL);
+	rd_kafka_test_fatal_error(kafka_handle(f.pub),
+				  RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH,
+				  "injected by the test");
+	/* service() notices between batches; probe() would as well. */
+	publisher_kafka.service(f.pub);
+	assert_int_equal(rd_kafka_fatal_error(kafka_handle(f.pub), NULL, 0), 0);
+	assert_int_equal(publisher_kafka.probe(f.pub, err, sizeof(err)), 0);
+	t = tctx_new(f.pub, 5000);
+	assert_int_equal(publish(&f, 4, &t), 0);
+	expect_all(&f, 4, PUB_ACKED);
+	fixture_done(&f);
+}
+
+static void test_queue_full(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+
+	(void)unused;
+	fixture_init(&f, 5000, "queue.buffering.max.messages", "4");
+	/* Waits for room instead of giving up. */
+	t = tctx_new(f.pub, 5000);
+	assert_int_equal(publish(&f, MAXEV, &t), 0);
+	expect_all(&f, MAXEV, PUB_ACKED);
+
+	brokers_set(&f, false);
+	t = tctx_new(f.pub, 800);
+	assert_int_equal(publish(&f, 10, &t), -1);
+	expect_all(&f, 10, PUB_NOT_WRITTEN);
+	/* Four fill the queue; the fifth waits for room until the
+	 * deadline; the rest are not even tried. */
+	assert_non_null(strstr(f.res[0].reason, "publish deadline"));
+	assert_non_null(strstr(f.res[4].reason, "QUEUE_FULL"));
+	assert_non_null(strstr(f.res[9].reason, "publish deadline"));
+	/* The relay needs one every 200 ms; TICK_MS is 100, and a loaded
+	 * machine may add some scheduling delay. */
+	assert_true(t.max_gap_ms < 300);
+	fixture_done(&f);
+}
+
+static void test_depth_gauge(void **unused)
+{
+	struct fixture f;
+	rd_kafka_t *rk;
+
+	(void)unused;
+	fixture_init(&f, 5000, NULL, NULL);
+	rk = kafka_handle(f.pub);
+	brokers_set(&f, false);
+	/* A record no batch waits for (as a late one would be). */
+	assert_int_equal(
+	    rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("t1"),
+			      RD_KAFKA_V_VALUE((void *)"x", 1),
+			      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+			      RD_KAFKA_V_OPAQUE((void *)~0UL), RD_KAFKA_V_END),
+	    0);
+	publisher_kafka.service(f.pub);
+	assert_true(metrics_gauge(MG_KAFKA_QUEUE_DEPTH) >= 1);
+	assert_int_equal(metrics_gauge(MG_KAFKA_QUEUE_DEPTH),
+			 rd_kafka_outq_len(rk));
+	/* close() purges it and takes its share out of the gauge. */
+	fixture_done(&f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_acked),
+	    cmocka_unit_test(test_may_send),
+	    cmocka_unit_test(test_retryable_errors),
+	    cmocka_unit_test(test_broker_refuses_size),
+	    cmocka_unit_test(test_local_size_limit),
+	    cmocka_unit_test(test_destinations),
+	    cmocka_unit_test(test_brokers_down),
+	    cmocka_unit_test(test_shutdown_purges_unsent),
+	    cmocka_unit_test(test_in_flight_at_deadline),
+	    cmocka_unit_test(test_fatal_before_batch),
+	    cmocka_unit_test(test_fatal_during_batch),
+	    cmocka_unit_test(test_fatal_while_idle),
+	    cmocka_unit_test(test_queue_full),
+	    cmocka_unit_test(test_depth_gauge),
+	};
+
+	/* librdkafka's notices stay out of the test output. */
+	log_setup(LOG_ERROR, false);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
