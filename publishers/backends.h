@@ -11,4 +11,10 @@
 /* One structured CloudEvent JSON per line on stdout (development, demos). */
 extern const struct publisher_ops publisher_stdout;
 
+/* RabbitMQ over AMQP 0-9-1 with publisher confirms, librabbitmq (amqp.c). */
+extern const struct publisher_ops publisher_amqp;
+
+/* librdkafka's idempotent producer, CloudEvents Kafka binding (kafka.c). */
+extern const struct publisher_ops publisher_kafka;
+
 #endif

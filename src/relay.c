@@ -24,7 +24,9 @@
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000
 #define PROBE_MIN_MS 1000
-#define PROBE_MAX_MS 30000
+/* A probe is one confirmed publish: cheap enough to try every few seconds,
+ * so publishing resumes soon after the broker recovers. */
+#define PROBE_MAX_MS 5000
 #define PAUSE_MIN_MS 1000
 #define PAUSE_MAX_MS 60000
 #define REPOLL_MS 20

@@ -225,8 +225,9 @@ EOF
 		|| svc_fail "rabbitmqctl cannot reach the node or user 'outbox' is missing" \
 			"$dir/log/setup.log" "$dir/log/$node.log"
 
-	echo "OUTBOX_TEST_AMQP_URL=amqp://outbox:$rmq_password@127.0.0.1:$amqp_port/" >>"$dir/env"
-	echo "OUTBOX_TEST_AMQP_URL=amqp://outbox:$rmq_password@127.0.0.1:$amqp_port/"
+	# No path: vhost "/" (a trailing "/" would name the empty vhost).
+	echo "OUTBOX_TEST_AMQP_URL=amqp://outbox:$rmq_password@127.0.0.1:$amqp_port" >>"$dir/env"
+	echo "OUTBOX_TEST_AMQP_URL=amqp://outbox:$rmq_password@127.0.0.1:$amqp_port"
 	echo "rabbitmq.sh: node $node ready in $((SECONDS - t0))s" >&2
 }
 

@@ -1,0 +1,437 @@
+/* SPDX-License-Identifier: MIT */
+/* The AMQP 0-9-1 form of an outbox event and the reading of RabbitMQ's
+ * channel-error texts; no I/O (see amqp_map.h). */
+#include "amqp_map.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* An AMQP short string (names, most properties) holds at most this. */
+#define SHORTSTR_MAX 255
+/* Bytes of a name quoted in a reason: keeps reasons inside 256. */
+#define QUOTE_MAX 64
+
+static void set_reason(char *reason, size_t reasonlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_reason(char *reason, size_t reasonlen, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!reason || reasonlen == 0)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(reason, reasonlen, fmt, ap);
+	va_end(ap);
+	if (n >= 0 && (size_t)n >= reasonlen)
+		amqp_map_utf8_cut(reason);
+}
+
+/* Length of the valid UTF-8 sequence at s (len > 0 bytes), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t len)
+{
+	unsigned char c = s[0];
+	uint32_t v, min;
+	size_t n;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xC2 && c <= 0xDF) {
+		n = 2;
+		v = c & 0x1Fu;
+		min = 0x80;
+	} else if ((c & 0xF0) == 0xE0) {
+		n = 3;
+		v = c & 0x0Fu;
+		min = 0x800;
+	} else if (c >= 0xF0 && c <= 0xF4) {
+		n = 4;
+		v = c & 0x07u;
+		min = 0x10000;
+	} else {
+		return 0;
+	}
+	if (len < n)
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+		v = (v << 6) | (s[i] & 0x3Fu);
+	}
+	if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+		return 0;
+	return n;
+}
+
+void amqp_map_quote(char *dst, size_t dstlen, const char *s, size_t len,
+		    size_t max)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t o = 0;
+
+	if (max + 4 > dstlen)
+		max = dstlen - 4;
+	while (len > 0) {
+		size_t k = utf8_len(p, len);
+		bool bad = k == 0 || (k == 1 && (p[0] < 0x20 || p[0] == 0x7F ||
+						 p[0] == '"' || p[0] == '\\'));
+		size_t need = bad ? 1 : k;
+
+		if (o + need > max) {
+			memcpy(dst + o, "...", 3);
+			o += 3;
+			break;
+		}
+		if (bad)
+			dst[o] = '?';
+		else
+			memcpy(dst + o, p, k);
+		o += need;
+		p += k ? k : 1;
+		len -= k ? k : 1;
+	}
+	dst[o] = '\0';
+}
+
+void amqp_map_utf8_cut(char *s)
+{
+	size_t len = strlen(s), i = len;
+	unsigned char lead;
+	size_t need;
+
+	while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
+		i--;
+	if (i == 0)
+		return;
+	lead = (unsigned char)s[i - 1];
+	if (lead < 0xC0)
+		return; /* ASCII: nothing was split */
+	need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+	if (i - 1 + need > len)
+		s[i - 1] = '\0';
+}
+
+static amqp_bytes_t bytes_of(const char *s)
+{
+	return amqp_cstring_bytes(s ? s : "");
+}
+
+/* Refuses a name that does not fit an AMQP short string. */
+static int check_shortstr(const char *what, const char *s, char *reason,
+			  size_t reasonlen)
+{
+	size_t len = strlen(s);
+	char quoted[QUOTE_MAX + 4];
+
+	if (len <= SHORTSTR_MAX)
+		return 0;
+	amqp_map_quote(quoted, sizeof(quoted), s, len, 32);
+	set_reason(reason, reasonlen,
+		   "%s '%s' is %zu bytes, over the 255 of an AMQP short "
+		   "string",
+		   what, quoted, len);
+	return -1;
+}
+
+/* True for names cloudevent_binary_headers() put under the prefix (the
+ * row's own headers cannot start with it: validation refuses them). */
+static bool has_prefix(const char *name, const char *prefix)
+{
+	return strncmp(name, prefix, strlen(prefix)) == 0;
+}
+
+int amqp_msg_build(const struct config *cfg, const struct outbox_event *ev,
+		   struct amqp_msg *m, char *reason, size_t reasonlen)
+{
+	const char *prefix =
+	    cfg->amqp_header_prefix ? cfg->amqp_header_prefix : "ce-";
+	bool structured = cfg->ce_mode == CE_MODE_STRUCTURED;
+	const char *exchange =
+	    ev->exchange ? ev->exchange
+			 : (cfg->amqp_exchange ? cfg->amqp_exchange : "");
+	const char *routing_key = ev->routing_key ? ev->routing_key : "";
+	amqp_basic_properties_t *p = &m->props;
+	size_t n = 0;
+
+	*m = (struct amqp_msg){0};
+	if (check_shortstr("exchange", exchange, reason, reasonlen) ||
+	    check_shortstr("routing key", routing_key, reason, reasonlen))
+		goto fail;
+	if (cloudevent_binary_headers(ev, prefix, &m->ce, reason, reasonlen))
+		goto fail;
+	for (size_t i = 0; i < m->ce.n; i++)
+		if (check_shortstr("header name", m->ce.items[i].name, reason,
+				   reasonlen))
+			goto fail;
+	if (m->ce.n > 0) {
+		m->entries = calloc(m->ce.n, sizeof(*m->entries));
+		if (!m->entries)
+			goto oom;
+	}
+	for (size_t i = 0; i < m->ce.n; i++) {
+		const struct ce_header *h = &m->ce.items[i];
+
+		/* Structured mode carries the attributes in the body; only
+		 * the row's transport headers go in the table. */
+		if (structured && has_prefix(h->name, prefix))
+			continue;
+		m->entries[n].key = amqp_cstring_bytes(h->name);
+		m->entries[n].value.kind = AMQP_FIELD_KIND_UTF8;
+		m->entries[n].value.value.bytes = amqp_cstring_bytes(h->value);
+		n++;
+	}
+
+	if (structured) {
+		size_t len = 0;
+
+		m->structured =
+		    cloudevent_structured(ev, &len, reason, reasonlen);
+		if (!m->structured)
+			goto fail;
+		m->body.bytes = m->structured;
+		m->body.len = len;
+		p->_flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
+		p->content_type =
+		    amqp_cstring_bytes(cloudevent_structured_content_type());
+	} else {
+		m->body.bytes = (void *)ev->payload;
+		m->body.len = ev->payload_len;
+		if (ev->content_type && *ev->content_type) {
+			if (check_shortstr("content type", ev->content_type,
+					   reason, reasonlen))
+				goto fail;
+			p->_flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
+			p->content_type = amqp_cstring_bytes(ev->content_type);
+		}
+	}
+	if (n > 0) {
+		p->_flags |= AMQP_BASIC_HEADERS_FLAG;
+		p->headers.num_entries = (int)n;
+		p->headers.entries = m->entries;
+	}
+	p->_flags |= AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_TIMESTAMP_FLAG |
+		     AMQP_BASIC_APP_ID_FLAG;
+	p->delivery_mode = 2;
+	p->timestamp =
+	    ev->created_at_us > 0 ? (uint64_t)(ev->created_at_us / 1000000) : 0;
+	p->app_id = amqp_cstring_bytes(AMQP_MAP_APP_ID);
+	if (strlen(ev->id) <= SHORTSTR_MAX) {
+		p->_flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+		p->message_id = amqp_cstring_bytes(ev->id);
+	}
+	if (strlen(ev->type) <= SHORTSTR_MAX) {
+		p->_flags |= AMQP_BASIC_TYPE_FLAG;
+		p->type = amqp_cstring_bytes(ev->type);
+	}
+	m->exchange = bytes_of(exchange);
+	m->routing_key = bytes_of(routing_key);
+	return 0;
+oom:
+	set_reason(reason, reasonlen, "out of memory");
+fail:
+	amqp_msg_release(m);
+	return -1;
+}
+
+void amqp_msg_release(struct amqp_msg *m)
+{
+	ce_headers_release(&m->ce);
+	free(m->entries);
+	free(m->structured);
+	*m = (struct amqp_msg){0};
+}
+
+/* Encoded size of a field table whose values are all long strings. */
+static size_t table_size(const amqp_table_t *t)
+{
+	size_t size = 4; /* the table's own length prefix */
+
+	for (int i = 0; i < t->num_entries; i++) {
+		const amqp_table_entry_t *e = &t->entries[i];
+
+		size += 1 + e->key.len + 1; /* key shortstr, type octet */
+		size += 4 + e->value.value.bytes.len;
+	}
+	return size;
+}
+
+size_t amqp_msg_header_frame_size(const struct amqp_msg *m)
+{
+	const amqp_basic_properties_t *p = &m->props;
+	const struct {
+		amqp_flags_t flag;
+		const amqp_bytes_t *s;
+	} shortstrs[] = {
+	    {AMQP_BASIC_CONTENT_TYPE_FLAG, &p->content_type},
+	    {AMQP_BASIC_CONTENT_ENCODING_FLAG, &p->content_encoding},
+	    {AMQP_BASIC_CORRELATION_ID_FLAG, &p->correlation_id},
+	    {AMQP_BASIC_REPLY_TO_FLAG, &p->reply_to},
+	    {AMQP_BASIC_EXPIRATION_FLAG, &p->expiration},
+	    {AMQP_BASIC_MESSAGE_ID_FLAG, &p->message_id},
+	    {AMQP_BASIC_TYPE_FLAG, &p->type},
+	    {AMQP_BASIC_USER_ID_FLAG, &p->user_id},
+	    {AMQP_BASIC_APP_ID_FLAG, &p->app_id},
+	    {AMQP_BASIC_CLUSTER_ID_FLAG, &p->cluster_id},
+	};
+	/* frame type, channel, payload size; class, weight, body size,
+	 * property flags; frame end. */
+	size_t size = 1 + 2 + 4 + 2 + 2 + 8 + 2 + 1;
+
+	for (size_t i = 0; i < sizeof(shortstrs) / sizeof(shortstrs[0]); i++)
+		if (p->_flags & shortstrs[i].flag)
+			size += 1 + shortstrs[i].s->len;
+	if (p->_flags & AMQP_BASIC_HEADERS_FLAG)
+		size += table_size(&p->headers);
+	if (p->_flags & AMQP_BASIC_DELIVERY_MODE_FLAG)
+		size += 1;
+	if (p->_flags & AMQP_BASIC_PRIORITY_FLAG)
+		size += 1;
+	if (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG)
+		size += 8;
+	return size;
+}
+
+int amqp_msg_check_fit(const struct amqp_msg *m, size_t frame_max, char *reason,
+		       size_t reasonlen)
+{
+	size_t size = amqp_msg_header_frame_size(m);
+
+	if (frame_max == 0 || size <= frame_max)
+		return 0;
+	set_reason(reason, reasonlen,
+		   "headers too large: the AMQP content header needs %zu "
+		   "bytes, over the broker's frame_max of %zu",
+		   size, frame_max);
+	return -1;
+}
+
+/* Finds lit in s[0..len); returns its offset or -1. */
+static long find(const char *s, size_t len, size_t from, const char *lit)
+{
+	size_t n = strlen(lit);
+
+	for (size_t i = from; i + n <= len; i++)
+		if (memcmp(s + i, lit, n) == 0)
+			return (long)i;
+	return -1;
+}
+
+/*
+ * Copies the name quoted after `opener` (e.g. "exchange '") and ending at
+ * the last "' in <closer>" into out. Names may contain quotes, so the end
+ * is the closer's last occurrence. Returns the offset after the name, or
+ * -1 when the text has no such name or it does not fit.
+ */
+static long quoted_name(const char *s, size_t len, size_t from,
+			const char *opener, const char *closer, char *out,
+			size_t outlen)
+{
+	long at = find(s, len, from, opener);
+	long end = -1, next;
+	size_t start, n;
+
+	if (at < 0)
+		return -1;
+	start = (size_t)at + strlen(opener);
+	for (next = find(s, len, start, closer); next >= 0;
+	     next = find(s, len, (size_t)next + 1, closer))
+		end = next;
+	if (end < 0)
+		return -1;
+	n = (size_t)end - start;
+	if (n >= outlen)
+		return -1;
+	memcpy(out, s + start, n);
+	out[n] = '\0';
+	return end;
+}
+
+static void default_exchange_name(char *exchange)
+{
+	if (strcmp(exchange, "amq.default") == 0)
+		exchange[0] = '\0';
+}
+
+/* Parses the decimal number at s[*at..len); advances *at. */
+static bool parse_u64(const char *s, size_t len, size_t *at, uint64_t *out)
+{
+	uint64_t v = 0;
+	size_t i = *at;
+
+	if (i >= len || s[i] < '0' || s[i] > '9')
+		return false;
+	for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+		if (v > (UINT64_MAX - 9) / 10)
+			return false;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	*at = i;
+	*out = v;
+	return true;
+}
+
+void amqp_refusal_parse(uint16_t code, const char *text, size_t len,
+			struct amqp_refusal *out)
+{
+	*out = (struct amqp_refusal){.kind = AMQP_REFUSAL_OTHER};
+	if (!text)
+		return;
+	if (code == AMQP_NOT_FOUND || code == AMQP_ACCESS_REFUSED) {
+		/* The topic form names the exchange after the key; the
+		 * routing key ends at "' in exchange '". */
+		long topic = code == AMQP_ACCESS_REFUSED
+				 ? find(text, len, 0, "topic '")
+				 : -1;
+
+		if (topic >= 0) {
+			long after =
+			    quoted_name(text, len, (size_t)topic, "topic '",
+					"' in exchange '", out->routing_key,
+					sizeof(out->routing_key));
+
+			if (after >= 0 &&
+			    quoted_name(text, len, (size_t)after,
+					"in exchange '", "' in vhost '",
+					out->exchange,
+					sizeof(out->exchange)) >= 0) {
+				default_exchange_name(out->exchange);
+				out->kind = AMQP_REFUSAL_ROUTE;
+				return;
+			}
+			*out =
+			    (struct amqp_refusal){.kind = AMQP_REFUSAL_OTHER};
+			return;
+		}
+		if (quoted_name(text, len, 0, "exchange '", "' in vhost '",
+				out->exchange, sizeof(out->exchange)) >= 0) {
+			default_exchange_name(out->exchange);
+			out->kind = AMQP_REFUSAL_EXCHANGE;
+		}
+		return;
+	}
+	if (code == AMQP_PRECONDITION_FAILED) {
+		static const char lead[] = "message size ";
+		static const char mid[] =
+		    " is larger than configured max size ";
+		long at = find(text, len, 0, lead);
+		size_t i;
+		uint64_t size, max;
+
+		if (at < 0)
+			return;
+		i = (size_t)at + sizeof(lead) - 1;
+		if (!parse_u64(text, len, &i, &size))
+			return;
+		if (i + sizeof(mid) - 1 > len ||
+		    memcmp(text + i, mid, sizeof(mid) - 1) != 0)
+			return;
+		i += sizeof(mid) - 1;
+		if (!parse_u64(text, len, &i, &max) || size <= max)
+			return;
+		out->kind = AMQP_REFUSAL_TOO_LARGE;
+		out->max_size = max;
+	}
+}

@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The AMQP 0-9-1 form of an outbox event (destination, basic properties,
+ * header table, body) and the reading of RabbitMQ's channel-error texts.
+ * Pure functions over librabbitmq's types: no connection and no I/O, so
+ * the mapping is unit-tested without a broker (publishers/amqp.c does the
+ * talking).
+ *
+ * Threading: reentrant; nothing here keeps state.
+ */
+#ifndef OUTBOX_AMQP_MAP_H
+#define OUTBOX_AMQP_MAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <amqp.h>
+#include <amqp_framing.h>
+
+#include "cloudevent.h"
+#include "config.h"
+#include "event.h"
+
+/* basic.properties app-id of every message the relay publishes. */
+#define AMQP_MAP_APP_ID "outbox-relay"
+
+/*
+ * One event as it goes on the wire.
+ *
+ * Ownership: exchange, routing_key and the property strings point into
+ * the event, the configuration, static storage or the fields marked owned
+ * below; the message lives no longer than the event and the config it was
+ * built from. Release with amqp_msg_release().
+ */
+struct amqp_msg {
+	amqp_bytes_t exchange; /* "" is the default exchange */
+	amqp_bytes_t routing_key;
+	amqp_basic_properties_t props; /* headers.entries is `entries` */
+	amqp_bytes_t body;	       /* the payload, or `structured` */
+	struct ce_headers ce;	       /* owned: strings of the table */
+	amqp_table_entry_t *entries;   /* owned */
+	char *structured;	       /* owned: structured-mode body */
+};
+
+/*
+ * Builds the message for ev under cfg:
+ *  - exchange: ev->exchange, or cfg->amqp_exchange when NULL;
+ *    routing key: ev->routing_key;
+ *  - binary mode (CE_MODE_BINARY): body = payload; headers = the list of
+ *    cloudevent_binary_headers(ev, cfg->amqp_header_prefix) as long
+ *    strings (row headers, traceparent and tracestate included, pass
+ *    through under their own names); content_type = ev->content_type
+ *    (left out when NULL or empty);
+ *  - structured mode: body = cloudevent_structured(ev); content_type =
+ *    cloudevent_structured_content_type(); headers = the row headers only;
+ *  - both: delivery_mode 2 (persistent), message_id = id, timestamp =
+ *    created_at in seconds, type = CloudEvents type, app_id
+ *    AMQP_MAP_APP_ID. message_id and type are left out when longer than
+ *    the 255 bytes of an AMQP short string (the ce headers carry them).
+ *
+ * Returns 0 with m filled, or -1 with a reason fit for last_error and m
+ * left empty: the row cannot be encoded (as cloudevent_validate() says),
+ * or a name is longer than 255 bytes (exchange, routing key, content type,
+ * header name), or memory ran out (reason "out of memory"; the only
+ * failure that is not the row's fault).
+ */
+int amqp_msg_build(const struct config *cfg, const struct outbox_event *ev,
+		   struct amqp_msg *m, char *reason, size_t reasonlen);
+
+/* Frees what amqp_msg_build() allocated; leaves m empty. Accepts an
+ * empty or zeroed m. */
+void amqp_msg_release(struct amqp_msg *m);
+
+/* Bytes of the content-header frame that carries m's properties, frame
+ * envelope included: it must fit in the connection's frame_max. */
+size_t amqp_msg_header_frame_size(const struct amqp_msg *m);
+
+/*
+ * Checks that m's content header fits in one frame of frame_max bytes
+ * (AMQP sends properties in exactly one frame). Returns 0, or -1 with a
+ * reason naming both sizes.
+ */
+int amqp_msg_check_fit(const struct amqp_msg *m, size_t frame_max, char *reason,
+		       size_t reasonlen);
+
+/* What a broker's channel.close says about the messages in flight. */
+enum amqp_refusal_kind {
+	/* Nothing we can pin on one destination or message. */
+	AMQP_REFUSAL_OTHER,
+	/* 404 no exchange, 403 access to exchange refused: every message
+	 * to `exchange` is refused. */
+	AMQP_REFUSAL_EXCHANGE,
+	/* 403 topic authorisation: messages to `exchange` with
+	 * `routing_key` are refused. */
+	AMQP_REFUSAL_ROUTE,
+	/* 406 a message body is over the broker's max_message_size
+	 * (`max_size`). */
+	AMQP_REFUSAL_TOO_LARGE,
+};
+
+struct amqp_refusal {
+	enum amqp_refusal_kind kind;
+	char exchange[256];    /* EXCHANGE, ROUTE; "" = the default exchange */
+	char routing_key[256]; /* ROUTE */
+	uint64_t max_size;     /* TOO_LARGE */
+};
+
+/*
+ * Reads RabbitMQ's channel.close reply (code and text, text not
+ * NUL-terminated) into out. Knows the texts of RabbitMQ 3.x:
+ *   404 "NOT_FOUND - no exchange 'X' in vhost 'V'"
+ *   403 "ACCESS_REFUSED - access to exchange 'X' in vhost 'V' refused ..."
+ *   403 "ACCESS_REFUSED - access to topic 'K' in exchange 'X' in vhost ..."
+ *   406 "PRECONDITION_FAILED - message size N is larger than configured
+ *        max size M"
+ * The default exchange is named "amq.default" in these texts and comes
+ * back as "". Anything else is AMQP_REFUSAL_OTHER.
+ */
+void amqp_refusal_parse(uint16_t code, const char *text, size_t len,
+			struct amqp_refusal *out);
+
+/*
+ * Copies at most max bytes of s[0..len) into dst (dstlen > 3) for quoting
+ * in a reason: the cut falls on a UTF-8 character boundary (marked with
+ * "..."), and invalid bytes, control characters, double quotes and
+ * backslashes become '?', so reasons stay valid UTF-8 on one line.
+ */
+void amqp_map_quote(char *dst, size_t dstlen, const char *s, size_t len,
+		    size_t max);
+
+/* Drops a UTF-8 character left incomplete at the end of s (what a cut by
+ * snprintf leaves), so a truncated reason stays valid UTF-8. */
+void amqp_map_utf8_cut(char *s);
+
+#endif
