@@ -1,0 +1,526 @@
+/* SPDX-License-Identifier: MIT */
+/* Operator subcommands: status, redrive, pause, resume. */
+#include "cli.h"
+
+#include <ctype.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "store.h"
+#include "status_text.h"
+#include "store_admin.h"
+#include "table.h"
+
+#define STATUS_ROWS 50
+#define REASON_MAX 1000
+#define DESTINATION_MAX 250
+
+struct subcommand {
+	const char *name;
+	const char *usage; /* arguments, for "usage: outbox-relay NAME ..." */
+	const char *help;  /* the rest of --help */
+	int (*run)(const struct subcommand *c, int argc, char **argv,
+		   const struct config *cfg);
+};
+
+static int cmd_status(const struct subcommand *c, int argc, char **argv,
+		      const struct config *cfg);
+static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
+		       const struct config *cfg);
+static int cmd_pause(const struct subcommand *c, int argc, char **argv,
+		     const struct config *cfg);
+static int cmd_resume(const struct subcommand *c, int argc, char **argv,
+		      const struct config *cfg);
+
+static const struct subcommand commands[] = {
+    {"status", "[--json]",
+     "Shows replicas (silent for more than 15s: dead), backlog, leases\n"
+     "and who holds them, failed rows by type, pauses, blocked keys,\n"
+     "dead tuples and what holds back vacuum.\n\n"
+     "  --json   one JSON object instead of text\n",
+     cmd_status},
+    {"redrive",
+     "(--id UUID... | --type T | --since T [--until T]) "
+     "[--status failed|sent] [--dry-run]",
+     "Returns failed rows (or, with --status sent, already-sent rows: a\n"
+     "replay) to pending with attempts reset. Rows are chosen by id, by\n"
+     "type and by when they finished; every given selector must match.\n\n"
+     "  --id UUID        this row (repeatable)\n"
+     "  --type T         rows of CloudEvents type T\n"
+     "  --since T        finished at or after T\n"
+     "  --until T        finished before T\n"
+     "  --status S       failed (default) or sent; sent needs --since\n"
+     "  --dry-run        count the rows, change nothing\n\n"
+     "T is a timestamp Postgres reads ('2024-05-01 10:00+00') or a\n"
+     "duration meaning that long ago (90s, 15m, 2h, 3d).\n",
+     cmd_redrive},
+    {"pause", "[--destination D] [--reason R]",
+     "Stops leasing on every replica within one poll interval, for all\n"
+     "rows or for one destination (exchange or topic). Rows in flight\n"
+     "finish; nothing is lost. Undo with `outbox-relay resume`.\n\n"
+     "  --destination D  only rows bound for D (default: all leasing)\n"
+     "  --reason R       shown by `outbox-relay status`\n",
+     cmd_pause},
+    {"resume", "[--destination D]",
+     "Lifts a pause made by `outbox-relay pause`.\n\n"
+     "  --destination D  the destination paused (default: the pause of\n"
+     "                   all leasing)\n",
+     cmd_resume},
+};
+
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+const char *cli_usage_lines(void)
+{
+	return "       outbox-relay status [--json]\n"
+	       "                                 replicas, backlog, leases, "
+	       "failures, pauses\n"
+	       "       outbox-relay redrive (--id UUID... | --type T | "
+	       "--since T [--until T])\n"
+	       "                            [--status failed|sent] "
+	       "[--dry-run]\n"
+	       "                                 failed (or sent) rows back "
+	       "to pending\n"
+	       "       outbox-relay pause [--destination D] [--reason R]\n"
+	       "                                 stop leasing on every "
+	       "replica\n"
+	       "       outbox-relay resume [--destination D]\n"
+	       "                                 lift a pause\n";
+}
+
+static const struct subcommand *find(const char *cmd)
+{
+	for (size_t i = 0; i < N_COMMANDS; i++)
+		if (strcmp(commands[i].name, cmd) == 0)
+			return &commands[i];
+	return NULL;
+}
+
+bool cli_knows(const char *cmd)
+{
+	return find(cmd) != NULL;
+}
+
+int cli_run(const char *cmd, int argc, char **argv, const struct config *cfg)
+{
+	const struct subcommand *c = find(cmd);
+	if (!c) {
+		fprintf(stderr, "outbox-relay: unknown command '%s'\n", cmd);
+		return 2;
+	}
+	return c->run(c, argc, argv, cfg);
+}
+
+/* ---- shared helpers ---- */
+
+static int usage_error(const struct subcommand *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Prints the problem and the usage line to stderr; returns 2. */
+static int usage_error(const struct subcommand *c, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "outbox-relay %s: ", c->name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nusage: outbox-relay %s %s\n", c->name, c->usage);
+	return 2;
+}
+
+static int print_help(const struct subcommand *c)
+{
+	printf("usage: outbox-relay %s %s\n\n%s", c->name, c->usage, c->help);
+	printf("\nSettings come from the environment as for the daemon "
+	       "(OUTBOX_DATABASE_URL,\nOUTBOX_TABLE, ...). Exit codes: 0 ok, "
+	       "1 runtime failure, 2 usage error.\n");
+	return 0;
+}
+
+/* Reports what getopt_long rejected; returns the exit code 2. */
+static int bad_option(const struct subcommand *c, int opt, char **argv)
+{
+	const char *arg = argv[optind - 1];
+	if (opt == ':')
+		return usage_error(c, "option '%s' needs a value", arg);
+	if (optopt && optopt != '?') {
+		char shown[3] = {'-', (char)optopt, '\0'};
+		return usage_error(c, "unknown option '%s'", shown);
+	}
+	return usage_error(c, "unknown option '%s'", arg);
+}
+
+/* Connects for one command; prints the error and returns 1 on failure. */
+static int open_store(const struct config *cfg, const char *cmd,
+		      struct store **s, struct outbox_table *t)
+{
+	char err[1024], app[64];
+	*s = NULL;
+	if (table_parse(cfg->table, t, err, sizeof(err)) != 0) {
+		fprintf(stderr, "outbox-relay %s: OUTBOX_TABLE: %s\n", cmd,
+			err);
+		return 2;
+	}
+	snprintf(app, sizeof(app), "outbox-relay/%s", cmd);
+	struct store_options o = {
+	    .conninfo = cfg->database_url,
+	    .table = cfg->table,
+	    .app_name = app,
+	    .batch_size = cfg->batch_size,
+	    .clean_batch_size = cfg->clean_batch_size,
+	    .lease_timeout_ms = cfg->lease_timeout_ms,
+	    .statement_timeout_ms = cfg->statement_timeout_ms,
+	    .backoff_base_ms = cfg->backoff_base_ms,
+	    .backoff_max_ms = cfg->backoff_max_ms,
+	    .backoff_factor = cfg->backoff_factor,
+	    .prepare = false,
+	};
+	if (store_open(s, &o, err, sizeof(err)) != 0) {
+		fprintf(stderr, "outbox-relay %s: %s\n", cmd, err);
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_status(const struct subcommand *c, int argc, char **argv,
+		      const struct config *cfg)
+{
+	static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	bool json = false;
+	int opt;
+	optind = 0;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":jh", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			return print_help(c);
+		default:
+			return bad_option(c, opt, argv);
+		}
+	}
+	if (optind < argc)
+		return usage_error(c, "unexpected argument '%s'", argv[optind]);
+
+	struct store *s = NULL;
+	struct outbox_table t;
+	cJSON *st = NULL;
+	char err[1024];
+	int ret = open_store(cfg, c->name, &s, &t);
+	if (ret != 0)
+		return ret;
+	ret = 1;
+	if (store_admin_status(store_conn(s), &t, STATUS_ROWS, &st, err,
+			       sizeof(err)) != 0) {
+		fprintf(stderr, "outbox-relay status: %s\n", err);
+		goto out;
+	}
+	cJSON *list = status_attention(st);
+	if (!list || !cJSON_AddItemToObject(st, "attention", list)) {
+		cJSON_Delete(list);
+		fprintf(stderr, "outbox-relay status: out of memory\n");
+		goto out;
+	}
+	if (json) {
+		char *text = cJSON_Print(st);
+		if (!text) {
+			fprintf(stderr, "outbox-relay status: out of memory\n");
+			goto out;
+		}
+		printf("%s\n", text);
+		cJSON_free(text);
+	} else {
+		status_print(st, stdout);
+	}
+	ret = fflush(stdout) == 0 ? 0 : 1;
+out:
+	cJSON_Delete(st);
+	store_close(s);
+	return ret;
+}
+
+/* ---- redrive ---- */
+
+static bool is_uuid(const char *s)
+{
+	static const char shape[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+	if (strlen(s) != sizeof(shape) - 1)
+		return false;
+	for (size_t i = 0; shape[i]; i++) {
+		bool ok = shape[i] == '-' ? s[i] == '-'
+					  : isxdigit((unsigned char)s[i]) != 0;
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
+		       const struct config *cfg)
+{
+	static const struct option opts[] = {
+	    {"id", required_argument, NULL, 'i'},
+	    {"type", required_argument, NULL, 't'},
+	    {"since", required_argument, NULL, 's'},
+	    {"until", required_argument, NULL, 'u'},
+	    {"status", required_argument, NULL, 'S'},
+	    {"dry-run", no_argument, NULL, 'n'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0}};
+	const char *type = NULL, *since = NULL, *until = NULL;
+	const char *status = "failed";
+	bool dry_run = false;
+	int opt, ret = 2;
+	struct store *s = NULL;
+	const char **ids = calloc((size_t)argc + 1, sizeof(*ids));
+	size_t n_ids = 0;
+
+	if (!ids) {
+		fprintf(stderr, "outbox-relay redrive: out of memory\n");
+		return 1;
+	}
+	optind = 0;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":i:t:s:u:S:nh", opts, NULL)) !=
+	       -1) {
+		switch (opt) {
+		case 'i':
+			if (!is_uuid(optarg)) {
+				ret = usage_error(c, "--id '%s' is not a UUID",
+						  optarg);
+				goto out;
+			}
+			ids[n_ids++] = optarg;
+			break;
+		case 't':
+			type = optarg;
+			break;
+		case 's':
+			since = optarg;
+			break;
+		case 'u':
+			until = optarg;
+			break;
+		case 'S':
+			status = optarg;
+			break;
+		case 'n':
+			dry_run = true;
+			break;
+		case 'h':
+			ret = print_help(c);
+			goto out;
+		default:
+			ret = bad_option(c, opt, argv);
+			goto out;
+		}
+	}
+	if (optind < argc) {
+		ret = usage_error(c, "unexpected argument '%s'", argv[optind]);
+		goto out;
+	}
+	if (strcmp(status, "failed") != 0 && strcmp(status, "sent") != 0) {
+		ret = usage_error(c, "--status '%s': must be failed or sent",
+				  status);
+		goto out;
+	}
+	if (type && !*type) {
+		ret = usage_error(c, "--type must not be empty");
+		goto out;
+	}
+	bool sent = strcmp(status, "sent") == 0;
+	if (sent && !since) {
+		ret =
+		    usage_error(c, "--status sent replays delivered events and "
+				   "needs a time range: --since T [--until T]");
+		goto out;
+	}
+	if (n_ids == 0 && !type && !since) {
+		ret = usage_error(c, "choose the rows with --id, --type or "
+				     "--since");
+		goto out;
+	}
+	if (until && !since) {
+		ret = usage_error(c, "--until needs --since");
+		goto out;
+	}
+
+	struct outbox_table t;
+	char err[1024], since_at[64] = "", until_at[64] = "";
+	ret = open_store(cfg, c->name, &s, &t);
+	if (ret != 0)
+		goto out;
+	const char *times[2] = {since, until};
+	char *resolved[2] = {since_at, until_at};
+	for (int i = 0; i < 2; i++) {
+		if (!times[i])
+			continue;
+		int rc = store_admin_time(store_conn(s), times[i], resolved[i],
+					  sizeof(since_at), err, sizeof(err));
+		if (rc == STORE_ADMIN_INVALID) {
+			ret = usage_error(c, "%s", err);
+			goto out;
+		}
+		if (rc != 0) {
+			fprintf(stderr, "outbox-relay redrive: %s\n", err);
+			ret = 1;
+			goto out;
+		}
+	}
+
+	struct redrive_filter f = {
+	    .ids = ids,
+	    .n_ids = n_ids,
+	    .type = type,
+	    .since = since ? since_at : NULL,
+	    .until = until ? until_at : NULL,
+	    .sent = sent,
+	    .dry_run = dry_run,
+	};
+	size_t count = 0;
+	if (store_redrive(s, &f, &count, err, sizeof(err)) != 0) {
+		fprintf(stderr, "outbox-relay redrive: %s\n", err);
+		ret = 1;
+		goto out;
+	}
+	char range[200] = "";
+	if (since)
+		snprintf(range, sizeof(range), ", finished from %s%s%s",
+			 since_at, until ? " until " : "",
+			 until ? until_at : "");
+	if (dry_run)
+		printf("dry run: %zu %s row%s match%s; nothing changed\n",
+		       count, status, count == 1 ? "" : "s", range);
+	else if (sent)
+		printf("replayed %zu sent row%s%s: pending again with attempts "
+		       "reset; consumers will receive them again\n",
+		       count, count == 1 ? "" : "s", range);
+	else
+		printf("redrove %zu failed row%s%s: pending again with "
+		       "attempts reset\n",
+		       count, count == 1 ? "" : "s", range);
+	ret = 0;
+out:
+	store_close(s);
+	free(ids);
+	return ret;
+}
+
+/* ---- pause and resume ---- */
+
+static void whoami(char *out, size_t outlen)
+{
+	char host[64] = "?";
+	const char *user = getenv("USER");
+	if (!user || !*user)
+		user = getenv("LOGNAME");
+	if (gethostname(host, sizeof(host)) != 0)
+		snprintf(host, sizeof(host), "?");
+	host[sizeof(host) - 1] = '\0';
+	snprintf(out, outlen, "%s@%s", user && *user ? user : "unknown", host);
+}
+
+static int pause_or_resume(const struct subcommand *c, int argc, char **argv,
+			   const struct config *cfg, bool pause)
+{
+	static const struct option opts[] = {
+	    {"destination", required_argument, NULL, 'd'},
+	    {"reason", required_argument, NULL, 'r'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0}};
+	const char *cmd = c->name;
+	const char *destination = "*", *reason = NULL;
+	int opt;
+	optind = 0;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, pause ? ":d:r:h" : ":d:h", opts,
+				  NULL)) != -1) {
+		switch (opt) {
+		case 'd':
+			destination = optarg;
+			break;
+		case 'r':
+			if (!pause)
+				return usage_error(c, "unknown option '%s'",
+						   "--reason");
+			reason = optarg;
+			break;
+		case 'h':
+			return print_help(c);
+		default:
+			return bad_option(c, opt, argv);
+		}
+	}
+	if (optind < argc)
+		return usage_error(c, "unexpected argument '%s'", argv[optind]);
+	if (strlen(destination) > DESTINATION_MAX)
+		return usage_error(c, "--destination is longer than %d bytes",
+				   DESTINATION_MAX);
+	if (reason && strlen(reason) > REASON_MAX)
+		return usage_error(c, "--reason is longer than %d bytes",
+				   REASON_MAX);
+
+	struct store *s = NULL;
+	struct outbox_table t;
+	char err[1024], who[160];
+	bool existed = false;
+	int ret = open_store(cfg, cmd, &s, &t);
+	if (ret != 0)
+		return ret;
+	whoami(who, sizeof(who));
+	int rc = pause
+		     ? store_admin_pause(store_conn(s), &t, destination, reason,
+					 who, &existed, err, sizeof(err))
+		     : store_admin_resume(store_conn(s), &t, destination,
+					  &existed, err, sizeof(err));
+	store_close(s);
+	if (rc != 0) {
+		fprintf(stderr, "outbox-relay %s: %s\n", cmd, err);
+		return 1;
+	}
+	bool all = strcmp(destination, "*") == 0;
+	char what[300];
+	if (all)
+		snprintf(what, sizeof(what), "all leasing");
+	else
+		snprintf(what, sizeof(what), "destination '%s'", destination);
+	if (pause && existed)
+		printf("%s was already paused; reason and author updated\n",
+		       what);
+	else if (pause)
+		printf("paused %s: every replica stops leasing %swithin one "
+		       "poll interval; rows in flight finish.\nundo with: "
+		       "outbox-relay resume%s%s%s\n",
+		       what, all ? "" : "its rows ",
+		       all ? "" : " --destination '", all ? "" : destination,
+		       all ? "" : "'");
+	else if (existed)
+		printf("resumed %s: replicas lease again within one poll "
+		       "interval\n",
+		       what);
+	else
+		printf("nothing to resume: %s was not paused\n", what);
+	return 0;
+}
+
+static int cmd_pause(const struct subcommand *c, int argc, char **argv,
+		     const struct config *cfg)
+{
+	return pause_or_resume(c, argc, argv, cfg, true);
+}
+
+static int cmd_resume(const struct subcommand *c, int argc, char **argv,
+		      const struct config *cfg)
+{
+	return pause_or_resume(c, argc, argv, cfg, false);
+}

@@ -1,0 +1,455 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The operating surface of a running relay: /healthz, /readyz and
+ * /metrics, and the ops thread (registry heartbeat, SQL-backed gauges,
+ * the Postgres check behind readiness) on its own session.
+ */
+#include "ops.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+#include "store.h"
+#include "store_admin.h"
+#include "table.h"
+
+#define HEARTBEAT_MS 3000
+#define GAUGES_MS 5000
+#define RECONNECT_MS 1000
+/* Readiness wants a statement that succeeded at most this long ago: a
+ * heartbeat is due every HEARTBEAT_MS, so two missed ones mean trouble. */
+#define DB_FRESH_MS 10000
+/* How long ops_stop waits for the thread (it may be inside a connect to
+ * an unreachable server) before leaving it to process exit. */
+#define STOP_WAIT_MS 3000
+/* The gauge query must never queue behind DDL or a table lock; it tries
+ * again next interval instead. */
+#define OPS_SESSION_SQL "SET lock_timeout = 1000"
+
+#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/*
+ * One per process: main starts the operating surface once. Sharing: the
+ * atomics are written by the ops thread (db_ok, db_ok_ms, tick_ms) or
+ * main (stop, draining) and read by the HTTP thread; db_error is touched
+ * only under lock; everything else is written before the threads start.
+ */
+static struct ops_state {
+	struct relay *relay;
+	struct http_server *http;
+	struct outbox_table table;
+	char id[160];          /* registry id: host/pid */
+	pthread_t thread;
+	bool thread_started;
+	bool inited;           /* lock and cond exist */
+	int64_t max_tick_ms;   /* /healthz limit for the ops thread */
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool wake;             /* under lock: draining or stop requested */
+	char db_error[512];    /* under lock: why Postgres is not ok */
+
+	atomic_int stop;
+	atomic_int draining;
+	atomic_int db_ok;
+	atomic_llong db_ok_ms;
+	atomic_llong tick_ms;
+} ops;
+
+/* ---- HTTP endpoints ---- */
+
+static void reply_printf(struct http_reply *reply, unsigned int status,
+			 const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void reply_printf(struct http_reply *reply, unsigned int status,
+			 const char *fmt, ...)
+{
+	char text[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	http_reply_text(reply, status, text);
+}
+
+static void healthz(struct http_reply *reply)
+{
+	char why[256];
+	if (atomic_load(&ops.draining)) {
+		/* Loops stop ticking as they finish; a shutdown that hangs is
+		 * ended by main's own deadline, not by a liveness probe. */
+		http_reply_text(reply, 200, "ok: shutting down\n");
+		return;
+	}
+	if (!relay_healthy(ops.relay, why, sizeof(why))) {
+		reply_printf(reply, 503, "unhealthy: %s\n", why);
+		return;
+	}
+	int64_t age = clock_ms() - atomic_load(&ops.tick_ms);
+	if (age > ops.max_tick_ms) {
+		reply_printf(reply, 503,
+			     "unhealthy: loop ops has not ticked for %lld ms "
+			     "(limit %lld ms)\n",
+			     (long long)age, (long long)ops.max_tick_ms);
+		return;
+	}
+	http_reply_text(reply, 200, "ok\n");
+}
+
+static void readyz(struct http_reply *reply)
+{
+	struct relay *r = ops.relay;
+	if (atomic_load(&ops.draining)) {
+		http_reply_text(reply, 503, "not ready: shutting down\n");
+		return;
+	}
+	if (!atomic_load(&ops.db_ok)) {
+		char why[512];
+		pthread_mutex_lock(&ops.lock);
+		snprintf(why, sizeof(why), "%s", ops.db_error);
+		pthread_mutex_unlock(&ops.lock);
+		reply_printf(reply, 503, "not ready: postgres: %s\n", why);
+		return;
+	}
+	int64_t age = clock_ms() - atomic_load(&ops.db_ok_ms);
+	if (age > DB_FRESH_MS) {
+		reply_printf(reply, 503,
+			     "not ready: postgres: no statement succeeded for "
+			     "%lld ms\n",
+			     (long long)age);
+		return;
+	}
+	if (atomic_load(&r->workers_ready) <= 0) {
+		reply_printf(reply, 503,
+			     "not ready: publisher %s: no worker has a "
+			     "healthy connection\n",
+			     r->pub->name);
+		return;
+	}
+	http_reply_text(reply, 200, "ready\n");
+}
+
+static void metrics(struct http_reply *reply)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f) {
+		http_reply_text(reply, 500, "out of memory\n");
+		return;
+	}
+	metrics_render(f);
+	if (fclose(f) != 0) {
+		free(buf);
+		http_reply_text(reply, 500, "out of memory\n");
+		return;
+	}
+	reply->status = 200;
+	reply->content_type = METRICS_CONTENT_TYPE;
+	reply->body = buf;
+	reply->len = len;
+}
+
+static void handle(void *arg, const char *path, struct http_reply *reply)
+{
+	(void)arg;
+	if (strcmp(path, "/healthz") == 0)
+		healthz(reply);
+	else if (strcmp(path, "/readyz") == 0)
+		readyz(reply);
+	else if (strcmp(path, "/metrics") == 0)
+		metrics(reply);
+	else
+		http_reply_text(reply, 404,
+				"not found: try /healthz, /readyz or "
+				"/metrics\n");
+}
+
+/* ---- the ops thread ---- */
+
+/* Records the outcome of a Postgres check; logs only the changes. */
+static void set_db(bool ok, const char *why)
+{
+	if (!ok) {
+		pthread_mutex_lock(&ops.lock);
+		snprintf(ops.db_error, sizeof(ops.db_error), "%s", why);
+		pthread_mutex_unlock(&ops.lock);
+	} else {
+		atomic_store(&ops.db_ok_ms, clock_ms());
+	}
+	int was = atomic_exchange(&ops.db_ok, ok ? 1 : 0);
+	if (was && !ok)
+		log_fields(LOG_WARN, "postgres check failed: not ready",
+			   "error", why, NULL);
+	else if (!was && ok)
+		log_info("postgres check ok");
+}
+
+static void publish_gauges(const struct store_admin_gauges *g)
+{
+	metrics_set(MG_BACKLOG, g->backlog);
+	metrics_set(MG_OLDEST_PENDING_MS, g->oldest_pending_ms);
+	metrics_set(MG_IN_FLIGHT, g->in_flight);
+	metrics_set(MG_FAILED_ROWS, g->failed);
+	metrics_set(MG_DEAD_TUPLES, g->dead_tuples);
+	metrics_set(MG_LIVE_REPLICAS, g->live_replicas);
+	metrics_set(MG_BLOCKED_KEYS, g->blocked_keys);
+	metrics_set(MG_NOTIFY_QUEUE_PPM, g->notify_queue_ppm);
+}
+
+/* Sleeps until the monotonic time until_ms, stop, or draining. */
+static void ops_sleep(int64_t until_ms)
+{
+	pthread_mutex_lock(&ops.lock);
+	while (!ops.wake) {
+		int64_t now = clock_ms();
+		if (now >= until_ms)
+			break;
+		/* Wake at least every second to keep the tick fresh. */
+		int64_t slice = until_ms - now < 1000 ? until_ms - now : 1000;
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += slice / 1000;
+		ts.tv_nsec += (slice % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&ops.cond, &ops.lock, &ts);
+		atomic_store(&ops.tick_ms, clock_ms());
+	}
+	ops.wake = false;
+	pthread_mutex_unlock(&ops.lock);
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+static void *ops_main(void *arg)
+{
+	struct relay *r = arg;
+	const struct config *cfg = r->cfg;
+	char name[160], err[1024];
+	struct store *s = NULL;
+	bool connected = false, starting = true, draining_sent = false;
+	bool gauges_failing = false, beat_failing = false;
+	int64_t next_beat = 0, next_gauges = 0, next_connect = 0;
+
+	log_set_thread("ops");
+	snprintf(name, sizeof(name), "outbox-relay/%s/ops", r->host);
+	struct store_options o = {
+		.conninfo = cfg->database_url,
+		.table = cfg->table,
+		.app_name = name,
+		.batch_size = cfg->batch_size,
+		.clean_batch_size = cfg->clean_batch_size,
+		.lease_timeout_ms = cfg->lease_timeout_ms,
+		.statement_timeout_ms = cfg->statement_timeout_ms,
+		.backoff_base_ms = cfg->backoff_base_ms,
+		.backoff_max_ms = cfg->backoff_max_ms,
+		.backoff_factor = cfg->backoff_factor,
+		.prepare = false,
+		.extra_session_sql = OPS_SESSION_SQL,
+	};
+
+	while (!atomic_load(&ops.stop)) {
+		int64_t now = clock_ms();
+		atomic_store(&ops.tick_ms, now);
+		bool draining = atomic_load(&ops.draining) != 0;
+
+		if (!connected && now >= next_connect) {
+			int rc = s ? store_reconnect(s, err, sizeof(err))
+				   : store_open(&s, &o, err, sizeof(err));
+			connected = rc == 0;
+			if (connected) {
+				next_beat = now;
+			} else {
+				set_db(false, err);
+				next_connect = now + RECONNECT_MS;
+			}
+		}
+		if (connected &&
+		    (now >= next_beat || (draining && !draining_sent))) {
+			int rc = store_admin_heartbeat(
+				store_conn(s), &ops.table, ops.id, r->version,
+				draining, starting, err, sizeof(err));
+			/* A failed draining heartbeat is retried with the
+			 * regular ones, not in a tight loop. */
+			draining_sent = draining;
+			if (rc == 0) {
+				starting = false;
+				if (beat_failing)
+					log_info("registry heartbeat ok again");
+				beat_failing = false;
+				set_db(true, NULL);
+			} else if (rc == STORE_RECONNECT) {
+				set_db(false, err);
+				connected = false;
+				next_connect = clock_ms();
+			} else {
+				/* Postgres answered: readiness stays, the
+				 * error (a missing grant, a timeout) is told
+				 * once. */
+				if (!beat_failing)
+					log_fields(LOG_WARN,
+						   "registry heartbeat failed",
+						   "error", err, NULL);
+				beat_failing = true;
+				set_db(true, NULL);
+			}
+			next_beat = clock_ms() + HEARTBEAT_MS;
+		}
+		if (connected && clock_ms() >= next_gauges) {
+			struct store_admin_gauges g;
+			int rc = store_admin_gauges(store_conn(s), &ops.table,
+						    &g, err, sizeof(err));
+			if (rc == 0) {
+				publish_gauges(&g);
+				if (gauges_failing)
+					log_info("gauge query ok again");
+				gauges_failing = false;
+			} else {
+				/* Stale gauges are better than a log line
+				 * every five seconds. */
+				if (!gauges_failing)
+					log_fields(LOG_WARN,
+						   "gauge query failed; gauges "
+						   "keep their last values",
+						   "error", err, NULL);
+				gauges_failing = true;
+				if (rc == STORE_RECONNECT) {
+					set_db(false, err);
+					connected = false;
+					next_connect = clock_ms();
+				}
+			}
+			next_gauges = clock_ms() + GAUGES_MS;
+		}
+		int64_t until = connected ? min64(next_beat, next_gauges)
+					  : next_connect;
+		if (draining && !draining_sent && connected)
+			until = clock_ms();
+		ops_sleep(until);
+	}
+
+	/* A replica that stopped cleanly leaves the registry; one that
+	 * vanished stays there, shown dead, until pruned. */
+	if (connected &&
+	    store_admin_forget(store_conn(s), &ops.table, ops.id, err,
+			       sizeof(err)) != 0)
+		log_warn("leaving the replica registry failed: %s", err);
+	store_close(s);
+	return NULL;
+}
+
+static void wake_thread(void)
+{
+	if (!ops.inited)
+		return;
+	pthread_mutex_lock(&ops.lock);
+	ops.wake = true;
+	pthread_cond_signal(&ops.cond);
+	pthread_mutex_unlock(&ops.lock);
+}
+
+int ops_start(struct relay *r, char *err, size_t errlen)
+{
+	const struct config *cfg = r->cfg;
+	pthread_condattr_t ca;
+
+	ops.relay = r;
+	if (table_parse(cfg->table, &ops.table, err, errlen) != 0)
+		return -1;
+	snprintf(ops.id, sizeof(ops.id), "%s/%d", r->host, r->pid);
+	/* Connect (connect_timeout plus tcp_user_timeout) and two
+	 * statements bound one pass of the loop. */
+	ops.max_tick_ms = 30000 + 2 * cfg->statement_timeout_ms;
+	atomic_store(&ops.stop, 0);
+	atomic_store(&ops.draining, 0);
+	atomic_store(&ops.db_ok, 0);
+	atomic_store(&ops.tick_ms, clock_ms());
+	snprintf(ops.db_error, sizeof(ops.db_error), "not checked yet");
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (pthread_mutex_init(&ops.lock, NULL) != 0 ||
+	    pthread_cond_init(&ops.cond, &ca) != 0) {
+		pthread_condattr_destroy(&ca);
+		snprintf(err, errlen, "ops: cannot create locks");
+		return -1;
+	}
+	pthread_condattr_destroy(&ca);
+	ops.inited = true;
+
+	if (cfg->http_addr && cfg->http_addr[0]) {
+		if (http_start(&ops.http, cfg->http_addr, handle, NULL, err,
+			       errlen) != 0)
+			goto fail;
+		char port[16];
+		snprintf(port, sizeof(port), "%d", http_port(ops.http));
+		log_fields(LOG_INFO, "http listening", "addr", cfg->http_addr,
+			   "port", port, NULL);
+	}
+	int rc = pthread_create(&ops.thread, NULL, ops_main, r);
+	if (rc != 0) {
+		snprintf(err, errlen, "cannot start thread ops: %s",
+			 strerror(rc));
+		goto fail;
+	}
+	ops.thread_started = true;
+	return 0;
+fail:
+	http_stop(ops.http);
+	ops.http = NULL;
+	pthread_mutex_destroy(&ops.lock);
+	pthread_cond_destroy(&ops.cond);
+	ops.inited = false;
+	return -1;
+}
+
+void ops_draining(struct relay *r)
+{
+	(void)r;
+	atomic_store(&ops.draining, 1);
+	wake_thread();
+}
+
+void ops_stop(struct relay *r)
+{
+	(void)r;
+	atomic_store(&ops.stop, 1);
+	wake_thread();
+	http_stop(ops.http);
+	ops.http = NULL;
+	if (ops.thread_started) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += STOP_WAIT_MS / 1000;
+		if (pthread_timedjoin_np(ops.thread, NULL, &ts) != 0) {
+			/* Stuck connecting to an unreachable server: the
+			 * process is exiting, which ends the thread. */
+			log_warn("ops thread did not stop within %d ms; "
+				 "leaving it",
+				 STOP_WAIT_MS);
+			return;
+		}
+		ops.thread_started = false;
+	}
+	if (ops.inited) {
+		pthread_mutex_destroy(&ops.lock);
+		pthread_cond_destroy(&ops.cond);
+		ops.inited = false;
+	}
+}

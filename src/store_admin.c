@@ -1,0 +1,625 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Operator statements of the store: registry, gauges, status, pauses.
+ * Nothing here runs on a worker's session or on the hot path.
+ */
+#include "store_admin.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pgconn.h"
+
+/* Timestamps as people and jq read them: UTC, ISO 8601, whole seconds. */
+#define ISO(c)                                                                 \
+	"to_char((" c ") AT TIME ZONE 'UTC', "                                 \
+	"'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+/* Seconds between two instants, one decimal, as a JSON number. */
+#define SECS(a, b)                                                             \
+	"round(extract(epoch FROM (" a ") - (" b "))::numeric, 1)::float8"
+
+/* Postgres type oids the JSON conversion distinguishes (pg_type.h). */
+#define OID_BOOL 16
+#define OID_INT8 20
+#define OID_INT2 21
+#define OID_INT4 23
+#define OID_JSON 114
+#define OID_FLOAT4 700
+#define OID_FLOAT8 701
+#define OID_NUMERIC 1700
+#define OID_JSONB 3802
+
+/* The quoted names of the table's side objects. */
+struct names {
+	char registry[160];
+	char control[160];
+	char blocked[160];
+};
+
+static void names_of(const struct outbox_table *t, struct names *n)
+{
+	table_derived(t, "_replicas", n->registry, sizeof(n->registry));
+	table_derived(t, "_control", n->control, sizeof(n->control));
+	table_derived(t, "_blocked_keys", n->blocked, sizeof(n->blocked));
+}
+
+static char *xasprintf(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+static char *xasprintf(const char *fmt, ...)
+{
+	char *out = NULL;
+	va_list ap;
+	va_start(ap, fmt);
+	if (vasprintf(&out, fmt, ap) < 0)
+		out = NULL;
+	va_end(ap);
+	return out;
+}
+
+/* Describes the failure of res as "what: SQLSTATE: message"; clears res. */
+static int failed(PGconn *conn, PGresult *res, const char *what, char *err,
+		  size_t errlen)
+{
+	char why[768];
+	pgconn_error(conn, res, why, sizeof(why));
+	snprintf(err, errlen, "%s: %s", what, why);
+	int rc = pgconn_needs_reconnect(conn, res) ? STORE_RECONNECT
+						   : STORE_ERROR;
+	PQclear(res);
+	return rc;
+}
+
+/*
+ * Runs sql (NULL means it could not be built) with text parameters.
+ * Returns the result when its status is want; otherwise NULL with err
+ * and *rc set.
+ */
+static PGresult *run(PGconn *conn, const char *sql, int n,
+		     const char *const *values, ExecStatusType want,
+		     const char *what, int *rc, char *err, size_t errlen)
+{
+	*rc = 0;
+	if (!sql) {
+		snprintf(err, errlen, "%s: out of memory", what);
+		*rc = STORE_ERROR;
+		return NULL;
+	}
+	if (!conn || PQstatus(conn) != CONNECTION_OK) {
+		snprintf(err, errlen, "%s: not connected to postgres", what);
+		*rc = STORE_RECONNECT;
+		return NULL;
+	}
+	PGresult *res = PQexecParams(conn, sql, n, NULL, values, NULL, NULL, 0);
+	if (PQresultStatus(res) == want)
+		return res;
+	*rc = failed(conn, res, what, err, errlen);
+	return NULL;
+}
+
+/* Runs a statement for its effect only. */
+static int exec_cmd(PGconn *conn, const char *sql, int n,
+		    const char *const *values, const char *what, size_t *rows,
+		    char *err, size_t errlen)
+{
+	int rc;
+	PGresult *res = run(conn, sql, n, values, PGRES_COMMAND_OK, what, &rc,
+			    err, errlen);
+	if (!res)
+		return rc;
+	if (rows)
+		*rows = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
+	PQclear(res);
+	return 0;
+}
+
+int store_admin_heartbeat(PGconn *conn, const struct outbox_table *t,
+			  const char *id, const char *version, bool draining,
+			  bool starting, char *err, size_t errlen)
+{
+	struct names n;
+	names_of(t, &n);
+	/* Pruning rides on the heartbeat: the table is tiny and the
+	 * statement already writes to it. */
+	char *sql = xasprintf(
+		"WITH pruned AS (DELETE FROM %s WHERE last_seen_at < now() - "
+		"%d * interval '1 second' AND id <> $1) "
+		"INSERT INTO %s AS r (id, version, started_at, last_seen_at, "
+		"state) VALUES ($1, $2, now(), now(), $3) "
+		"ON CONFLICT (id) DO UPDATE SET version = excluded.version, "
+		"last_seen_at = now(), state = excluded.state, started_at = "
+		"CASE WHEN $4::boolean THEN now() ELSE r.started_at END",
+		n.registry, STORE_ADMIN_PRUNE_AFTER_S, n.registry);
+	const char *values[4] = {id, version, draining ? "draining" : "alive",
+				 starting ? "true" : "false"};
+	int rc = exec_cmd(conn, sql, 4, values, "registry heartbeat", NULL,
+			  err, errlen);
+	free(sql);
+	return rc;
+}
+
+int store_admin_forget(PGconn *conn, const struct outbox_table *t,
+		       const char *id, char *err, size_t errlen)
+{
+	struct names n;
+	names_of(t, &n);
+	char *sql = xasprintf("DELETE FROM %s WHERE id = $1", n.registry);
+	const char *values[1] = {id};
+	int rc = exec_cmd(conn, sql, 1, values, "registry delete", NULL, err,
+			  errlen);
+	free(sql);
+	return rc;
+}
+
+/* The blocked-keys table belongs to ordered mode and may not exist. A
+ * statement cannot name a table that might be missing, so its count goes
+ * through query_to_xml(), which plans the inner query only when the CASE
+ * reaches it. */
+static char *blocked_count_sql(const struct names *n)
+{
+	return xasprintf(
+		"CASE WHEN to_regclass('%s') IS NULL THEN 0::bigint ELSE "
+		"(xpath('/row/n/text()', query_to_xml('SELECT count(*) AS n "
+		"FROM ' || to_regclass('%s')::text, false, true, '')))[1]"
+		"::text::bigint END",
+		n->blocked, n->blocked);
+}
+
+int store_admin_gauges(PGconn *conn, const struct outbox_table *t,
+		       struct store_admin_gauges *g, char *err, size_t errlen)
+{
+	struct names n;
+	int rc;
+	const char *T = t->quoted;
+	memset(g, 0, sizeof(*g));
+	names_of(t, &n);
+	char *blocked = blocked_count_sql(&n);
+	/* Each count is bounded by a partial index of its state; the pending
+	 * scan also yields the oldest row's age. */
+	char *sql = blocked ? xasprintf(
+		"WITH p AS (SELECT count(*) AS n, min(created_at) AS oldest "
+		"FROM %s WHERE status = 'pending') "
+		"SELECT p.n, greatest(0, coalesce((extract(epoch FROM now() - "
+		"p.oldest) * 1000)::bigint, 0)), "
+		"(SELECT count(*) FROM %s WHERE status = 'in_flight'), "
+		"(SELECT count(*) FROM %s WHERE status = 'failed'), "
+		"coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE "
+		"relid = '%s'::regclass), 0), "
+		"(SELECT count(*) FROM %s WHERE last_seen_at > now() - %d * "
+		"interval '1 second'), "
+		"%s, "
+		"(pg_notification_queue_usage() * 1000000)::bigint "
+		"FROM p",
+		T, T, T, T, n.registry, STORE_ADMIN_DEAD_AFTER_S, blocked)
+				    : NULL;
+	PGresult *res = run(conn, sql, 0, NULL, PGRES_TUPLES_OK, "gauge query",
+			    &rc, err, errlen);
+	free(sql);
+	free(blocked);
+	if (!res)
+		return rc;
+	int64_t *fields[8] = {&g->backlog,	&g->oldest_pending_ms,
+			      &g->in_flight,	&g->failed,
+			      &g->dead_tuples,	&g->live_replicas,
+			      &g->blocked_keys, &g->notify_queue_ppm};
+	for (int i = 0; i < 8; i++)
+		*fields[i] = PQgetisnull(res, 0, i)
+				     ? 0
+				     : strtoll(PQgetvalue(res, 0, i), NULL, 10);
+	PQclear(res);
+	return 0;
+}
+
+/* ---- status ---- */
+
+static cJSON *value_json(const PGresult *res, int row, int col)
+{
+	if (PQgetisnull(res, row, col))
+		return cJSON_CreateNull();
+	const char *v = PQgetvalue(res, row, col);
+	switch (PQftype(res, col)) {
+	case OID_INT2:
+	case OID_INT4:
+	case OID_INT8:
+	case OID_FLOAT4:
+	case OID_FLOAT8:
+	case OID_NUMERIC:
+		return cJSON_CreateNumber(strtod(v, NULL));
+	case OID_BOOL:
+		return cJSON_CreateBool(v[0] == 't');
+	case OID_JSON:
+	case OID_JSONB: {
+		cJSON *j = cJSON_Parse(v);
+		return j ? j : cJSON_CreateString(v);
+	}
+	default:
+		return cJSON_CreateString(v);
+	}
+}
+
+/* Row i of res as an object keyed by column names; NULL when out of
+ * memory. */
+static cJSON *row_json(const PGresult *res, int i)
+{
+	cJSON *obj = cJSON_CreateObject();
+	for (int c = 0; obj && c < PQnfields(res); c++) {
+		cJSON *v = value_json(res, i, c);
+		if (!v || !cJSON_AddItemToObject(obj, PQfname(res, c), v)) {
+			cJSON_Delete(v);
+			cJSON_Delete(obj);
+			obj = NULL;
+		}
+	}
+	return obj;
+}
+
+/* Runs sql and adds its rows to parent under key: every row as an array
+ * of objects (as_array), or the first row's columns merged into an
+ * object (a statement returning one row). Frees sql. */
+static int add_query(PGconn *conn, char *sql, int n,
+		     const char *const *values, cJSON *parent, const char *key,
+		     bool as_array, char *err, size_t errlen)
+{
+	int rc;
+	PGresult *res = run(conn, sql, n, values, PGRES_TUPLES_OK, key, &rc,
+			    err, errlen);
+	free(sql);
+	if (!res)
+		return rc;
+	cJSON *item = NULL;
+	rc = STORE_ERROR;
+	if (as_array) {
+		item = cJSON_CreateArray();
+		for (int i = 0; item && i < PQntuples(res); i++) {
+			cJSON *row = row_json(res, i);
+			if (!row || !cJSON_AddItemToArray(item, row)) {
+				cJSON_Delete(row);
+				goto out;
+			}
+		}
+	} else {
+		item = PQntuples(res) > 0 ? row_json(res, 0)
+					  : cJSON_CreateObject();
+	}
+	if (item && cJSON_AddItemToObject(parent, key, item)) {
+		item = NULL;
+		rc = 0;
+	}
+out:
+	if (rc != 0)
+		snprintf(err, errlen, "%s: out of memory", key);
+	cJSON_Delete(item);
+	PQclear(res);
+	return rc;
+}
+
+static int status_sections(PGconn *conn, const struct outbox_table *t,
+			   int max_rows, cJSON *st, char *err, size_t errlen)
+{
+	struct names n;
+	const char *T = t->quoted;
+	int rc;
+	names_of(t, &n);
+	char dead[64];
+	snprintf(dead, sizeof(dead), "now() - %d * interval '1 second'",
+		 STORE_ADMIN_DEAD_AFTER_S);
+
+	rc = add_query(conn, xasprintf(
+		"SELECT %s AS checked_at, current_database() AS database, "
+		"current_setting('server_version') AS server_version, %d AS "
+		"dead_after_seconds",
+		ISO("now()"), STORE_ADMIN_DEAD_AFTER_S),
+		0, NULL, st, "database", false, err, errlen);
+	if (rc != 0)
+		return rc;
+
+	rc = add_query(conn, xasprintf(
+		"SELECT id, version, state, last_seen_at > %s AS alive, "
+		"%s AS started_at, %s AS up_seconds, %s AS last_seen_at, "
+		"%s AS last_seen_seconds_ago FROM %s "
+		"ORDER BY last_seen_at > %s DESC, id LIMIT %d",
+		dead, ISO("started_at"), SECS("now()", "started_at"),
+		ISO("last_seen_at"), SECS("now()", "last_seen_at"),
+		n.registry, dead, max_rows),
+		0, NULL, st, "replicas", true, err, errlen);
+	if (rc != 0)
+		return rc;
+
+	rc = add_query(conn, xasprintf(
+		"SELECT count(*) AS pending, count(*) FILTER (WHERE "
+		"next_attempt_at <= now()) AS due_now, count(*) FILTER "
+		"(WHERE suspect) AS crash_suspects, "
+		"CASE WHEN count(*) > 0 THEN greatest(0, %s) END AS "
+		"oldest_pending_age_seconds, "
+		"%s AS oldest_pending_created_at "
+		"FROM %s WHERE status = 'pending'",
+		SECS("now()", "min(created_at)"), ISO("min(created_at)"), T),
+		0, NULL, st, "backlog", false, err, errlen);
+	if (rc != 0)
+		return rc;
+
+	/* The holder is leased_by up to its second '/': host/pid, the
+	 * registry id. */
+	const char *holder = "CASE WHEN leased_by LIKE '%/%' THEN "
+			     "split_part(leased_by, '/', 1) || '/' || "
+			     "split_part(leased_by, '/', 2) END";
+	rc = add_query(conn, xasprintf(
+		"SELECT count(*) AS count, count(*) FILTER (WHERE "
+		"lease_expires_at < now()) AS expired_leases "
+		"FROM %s WHERE status = 'in_flight'",
+		T),
+		0, NULL, st, "in_flight", false, err, errlen);
+	if (rc == 0)
+		rc = add_query(conn, xasprintf(
+			"SELECT f.holder, coalesce(r.last_seen_at > %s, false) "
+			"AS holder_alive, r.state AS holder_state, count(*) AS "
+			"rows, count(*) FILTER (WHERE f.lease_expires_at < "
+			"now()) AS expired, min(%s) AS next_expiry_in_seconds "
+			"FROM (SELECT %s AS holder, lease_expires_at FROM %s "
+			"WHERE status = 'in_flight') f LEFT JOIN %s r ON r.id "
+			"= f.holder GROUP BY f.holder, r.last_seen_at, r.state "
+			"ORDER BY count(*) DESC LIMIT %d",
+			dead, SECS("f.lease_expires_at", "now()"), holder,
+			T, n.registry, max_rows),
+			0, NULL, st, "in_flight_holders", true, err, errlen);
+	if (rc == 0)
+		rc = add_query(conn, xasprintf(
+			"SELECT f.id::text AS id, f.type, f.exchange AS "
+			"destination, f.leased_by, f.holder, "
+			"coalesce(r.last_seen_at > %s, false) AS holder_alive, "
+			"f.attempts, f.max_attempts, %s AS leased_at, %s AS "
+			"lease_expires_at, %s AS lease_expires_in_seconds, "
+			"f.lease_id::text AS lease_id "
+			"FROM (SELECT *, %s AS holder FROM %s WHERE status = "
+			"'in_flight' ORDER BY lease_expires_at LIMIT %d) f "
+			"LEFT JOIN %s r ON r.id = f.holder "
+			"ORDER BY f.lease_expires_at, f.seq",
+			dead, ISO("f.leased_at"), ISO("f.lease_expires_at"),
+			SECS("f.lease_expires_at", "now()"), holder, T,
+			max_rows, n.registry),
+			0, NULL, st, "in_flight_rows", true, err, errlen);
+	if (rc != 0)
+		return rc;
+
+	/* The sample error is the latest failure of the type, found through
+	 * the terminal index instead of aggregating every error text. */
+	rc = add_query(conn, xasprintf(
+		"SELECT g.type, g.count, g.max_attempts_spent, %s AS "
+		"last_failed_at, (SELECT x.last_error FROM %s x WHERE "
+		"x.status = 'failed' AND x.type = g.type ORDER BY "
+		"x.finished_at DESC LIMIT 1) AS sample_error FROM "
+		"(SELECT type, count(*) AS count, count(*) FILTER (WHERE "
+		"attempts >= max_attempts) AS max_attempts_spent, "
+		"max(finished_at) AS last FROM %s WHERE status = 'failed' "
+		"GROUP BY type) g ORDER BY g.count DESC, g.type LIMIT %d",
+		ISO("g.last"), T, T, max_rows),
+		0, NULL, st, "failed_by_type", true, err, errlen);
+	if (rc != 0)
+		return rc;
+	rc = add_query(conn, xasprintf(
+		"SELECT count(*) AS count FROM %s WHERE status = 'failed'", T),
+		0, NULL, st, "failed", false, err, errlen);
+	if (rc != 0)
+		return rc;
+
+	rc = add_query(conn, xasprintf(
+		"SELECT destination, %s AS paused_at, %s AS paused_seconds, "
+		"paused_by, reason FROM %s ORDER BY destination",
+		ISO("paused_at"), SECS("now()", "paused_at"), n.control),
+		0, NULL, st, "paused", true, err, errlen);
+	if (rc != 0)
+		return rc;
+
+	char *blocked = blocked_count_sql(&n);
+	rc = add_query(conn, blocked ? xasprintf(
+		"SELECT to_regclass('%s') IS NOT NULL AS present, %s AS count",
+		n.blocked, blocked) : NULL,
+		0, NULL, st, "blocked_keys", false, err, errlen);
+	free(blocked);
+	if (rc != 0)
+		return rc;
+	cJSON *bk = cJSON_GetObjectItemCaseSensitive(st, "blocked_keys");
+	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bk, "present"))) {
+		/* Present: the ordering feature owns its columns, so rows
+		 * are shown whole. */
+		rc = add_query(conn, xasprintf(
+			"SELECT row_to_json(b) AS key FROM %s b LIMIT %d",
+			n.blocked, max_rows),
+			0, NULL, bk, "rows", true, err, errlen);
+		if (rc != 0)
+			return rc;
+	}
+
+	rc = add_query(conn, xasprintf(
+		"SELECT s.n_live_tup AS live_tuples, s.n_dead_tup AS "
+		"dead_tuples, pg_total_relation_size('%s'::regclass) AS "
+		"total_bytes, %s AS last_vacuum, %s AS last_autovacuum, %s "
+		"AS last_analyze, %s AS last_autoanalyze, %s AS "
+		"vacuumed_seconds_ago, s.vacuum_count, s.autovacuum_count "
+		"FROM (SELECT 1) one LEFT JOIN pg_stat_user_tables s ON "
+		"s.relid = '%s'::regclass",
+		T, ISO("s.last_vacuum"), ISO("s.last_autovacuum"),
+		ISO("s.last_analyze"), ISO("s.last_autoanalyze"),
+		SECS("now()", "greatest(s.last_vacuum, s.last_autovacuum)"),
+		T),
+		0, NULL, st, "table_stats", false, err, errlen);
+	if (rc != 0)
+		return rc;
+
+	/* What holds the xmin horizon back: sessions with an old snapshot
+	 * (this one excluded), replication slots, prepared transactions.
+	 * Dead rows younger than the oldest of these cannot be vacuumed. */
+	return add_query(conn, xasprintf(
+		"SELECT * FROM ("
+		"SELECT 'session' AS kind, a.pid, a.application_name AS name, "
+		"a.usename::text AS user_name, a.backend_type, a.state, "
+		"age(a.backend_xmin)::bigint AS xmin_age, %s AS "
+		"xact_age_seconds, %s AS state_age_seconds, "
+		"left(regexp_replace(a.query, '\\s+', ' ', 'g'), 200) AS query "
+		"FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND "
+		"a.pid <> pg_backend_pid() "
+		"UNION ALL SELECT 'replication slot', NULL, slot_name::text, "
+		"NULL, slot_type, CASE WHEN active THEN 'active' ELSE "
+		"'inactive' END, age(xmin)::bigint, NULL, NULL, NULL "
+		"FROM pg_replication_slots WHERE xmin IS NOT NULL "
+		"UNION ALL SELECT 'prepared transaction', NULL, gid, "
+		"owner::text, NULL, 'prepared', age(transaction)::bigint, %s, "
+		"NULL, NULL FROM pg_prepared_xacts"
+		") h ORDER BY xmin_age DESC NULLS LAST, xact_age_seconds DESC "
+		"NULLS LAST LIMIT 5",
+		SECS("now()", "a.xact_start"), SECS("now()", "a.state_change"),
+		SECS("now()", "prepared")),
+		0, NULL, st, "oldest_xmin_holders", true, err, errlen);
+}
+
+int store_admin_status(PGconn *conn, const struct outbox_table *t,
+		       int max_rows, cJSON **out, char *err, size_t errlen)
+{
+	int rc;
+	*out = NULL;
+	if (max_rows < 1)
+		max_rows = 1;
+	cJSON *st = cJSON_CreateObject();
+	if (!st || !cJSON_AddStringToObject(st, "table", t->quoted)) {
+		cJSON_Delete(st);
+		snprintf(err, errlen, "status: out of memory");
+		return STORE_ERROR;
+	}
+	/* One snapshot for every section, so counts agree. */
+	rc = exec_cmd(conn,
+		      "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0,
+		      NULL, "status", NULL, err, errlen);
+	if (rc != 0)
+		goto out;
+	rc = status_sections(conn, t, max_rows, st, err, errlen);
+	if (rc == STORE_RECONNECT)
+		goto out;
+	char ignored[256];
+	if (rc != 0) {
+		exec_cmd(conn, "ROLLBACK", 0, NULL, "status", NULL, ignored,
+			 sizeof(ignored));
+		goto out;
+	}
+	rc = exec_cmd(conn, "COMMIT", 0, NULL, "status", NULL, err, errlen);
+out:
+	if (rc == 0)
+		*out = st;
+	else
+		cJSON_Delete(st);
+	return rc;
+}
+
+/* ---- pauses ---- */
+
+int store_admin_pause(PGconn *conn, const struct outbox_table *t,
+		      const char *destination, const char *reason,
+		      const char *paused_by, bool *was_paused, char *err,
+		      size_t errlen)
+{
+	struct names n;
+	int rc;
+	names_of(t, &n);
+	*was_paused = false;
+	/* xmax is set on the conflicting row an upsert updated and zero on
+	 * a fresh insert: it tells the two apart in one statement. The
+	 * first pause's paused_at is kept. */
+	char *sql = xasprintf(
+		"INSERT INTO %s AS c (destination, paused_by, reason) VALUES "
+		"($1, $2, $3) ON CONFLICT (destination) DO UPDATE SET "
+		"paused_by = excluded.paused_by, reason = "
+		"coalesce(excluded.reason, c.reason) "
+		"RETURNING (c.xmax::text <> '0')",
+		n.control);
+	const char *values[3] = {destination, paused_by, reason};
+	PGresult *res = run(conn, sql, 3, values, PGRES_TUPLES_OK, "pause",
+			    &rc, err, errlen);
+	free(sql);
+	if (!res)
+		return rc;
+	*was_paused = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+	return 0;
+}
+
+int store_admin_resume(PGconn *conn, const struct outbox_table *t,
+		       const char *destination, bool *was_paused, char *err,
+		       size_t errlen)
+{
+	struct names n;
+	size_t rows = 0;
+	names_of(t, &n);
+	*was_paused = false;
+	char *sql = xasprintf("DELETE FROM %s WHERE destination = $1",
+			      n.control);
+	const char *values[1] = {destination};
+	int rc = exec_cmd(conn, sql, 1, values, "resume", &rows, err, errlen);
+	free(sql);
+	if (rc == 0)
+		*was_paused = rows > 0;
+	return rc;
+}
+
+/* ---- time arguments ---- */
+
+static bool is_duration(const char *s)
+{
+	const char *p = s;
+	while (isdigit((unsigned char)*p))
+		p++;
+	if (p == s)
+		return false;
+	return strcmp(p, "ms") == 0 || strcmp(p, "s") == 0 ||
+	       strcmp(p, "m") == 0 || strcmp(p, "h") == 0 ||
+	       strcmp(p, "d") == 0;
+}
+
+int store_admin_time(PGconn *conn, const char *text, char *out,
+		     size_t outlen, char *err, size_t errlen)
+{
+	const char *fmt =
+		"'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"'";
+	char *sql = is_duration(text)
+			    ? xasprintf("SELECT to_char((now() - $1::interval) "
+					"AT TIME ZONE 'UTC', %s)",
+					fmt)
+			    : xasprintf("SELECT to_char($1::timestamptz AT "
+					"TIME ZONE 'UTC', %s)",
+					fmt);
+	const char *values[1] = {text};
+	int rc = 0;
+	PGresult *res = NULL;
+	if (!sql) {
+		snprintf(err, errlen, "time: out of memory");
+		return STORE_ERROR;
+	}
+	if (!conn || PQstatus(conn) != CONNECTION_OK) {
+		snprintf(err, errlen, "time: not connected to postgres");
+		rc = STORE_RECONNECT;
+		goto out;
+	}
+	res = PQexecParams(conn, sql, 1, NULL, values, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		if (state && strncmp(state, "22", 2) == 0) {
+			/* Data exception: the value itself is wrong. */
+			snprintf(err, errlen,
+				 "'%s' is neither a time Postgres can read "
+				 "nor a duration like 90s, 15m, 2h or 3d",
+				 text);
+			rc = STORE_ADMIN_INVALID;
+			PQclear(res);
+		} else {
+			rc = failed(conn, res, "time", err, errlen);
+		}
+		res = NULL;
+		goto out;
+	}
+	snprintf(out, outlen, "%s", PQgetvalue(res, 0, 0));
+out:
+	PQclear(res);
+	free(sql);
+	return rc;
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# `outbox-relay redrive`: a dry run changes nothing; a redrive returns
+# failed rows to pending with attempts reset, by type and by id; sent rows
+# are replayed by time range only; bad arguments exit 2 with a usage line.
+# Also `check` with a wrong password, and usage errors of pause/resume.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/ops_lib.sh"
+it_table opsredrive
+
+it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, status, attempts, last_error, finished_at)
+  SELECT 'order.created', '{}', 'failed', 10, 'nacked', now() - interval '5 minutes'
+  FROM generate_series(1, 3)"
+it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, status, attempts, last_error, finished_at)
+  SELECT 'user.deleted', '{}', 'failed', 4, 'too large', now() - interval '5 minutes'
+  FROM generate_series(1, 2)"
+it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, status, attempts, finished_at)
+  SELECT 'old.sent', '{}', 'sent', 1, now() - interval '3 hours' FROM generate_series(1, 4)"
+it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, status, attempts, finished_at)
+  SELECT 'new.sent', '{}', 'sent', 2, now() - interval '30 minutes' FROM generate_series(1, 3)"
+snapshot() {
+	it_psql "SELECT string_agg(id || status || attempts || coalesce(finished_at::text, '-'), ',' ORDER BY id) FROM $OUTBOX_TABLE"
+}
+before=$(snapshot)
+
+ops_cli redrive --type order.created --dry-run
+[ "$ops_rc" = 0 ] || it_fail "dry run exited $ops_rc: $(cat "$it_dir/cli.err")"
+grep -q '^dry run: 3 failed rows match' "$it_dir/cli.out" || it_fail "dry run said: $(cat "$it_dir/cli.out")"
+[ "$(snapshot)" = "$before" ] || it_fail "the dry run changed rows"
+
+ops_cli redrive --type order.created
+[ "$ops_rc" = 0 ] || it_fail "redrive exited $ops_rc: $(cat "$it_dir/cli.err")"
+grep -q '^redrove 3 failed rows' "$it_dir/cli.out" || it_fail "redrive said: $(cat "$it_dir/cli.out")"
+[ "$(it_count "type = 'order.created' AND status = 'pending' AND attempts = 0 AND finished_at IS NULL AND next_attempt_at <= now()")" = 3 ] ||
+	it_fail "order.created rows not back to pending with attempts reset"
+[ "$(it_count "type = 'user.deleted' AND status = 'failed' AND attempts = 4")" = 2 ] ||
+	it_fail "user.deleted rows were touched"
+
+# By id (repeatable); an id of a row in another state is not touched.
+ids=$(it_psql "SELECT string_agg(id::text, ' ') FROM (SELECT id FROM $OUTBOX_TABLE WHERE type = 'user.deleted' LIMIT 1) x")
+sent_id=$(it_psql "SELECT id FROM $OUTBOX_TABLE WHERE type = 'new.sent' LIMIT 1")
+ops_cli redrive --id "$ids" --id "$sent_id"
+[ "$ops_rc" = 0 ] || it_fail "redrive --id exited $ops_rc: $(cat "$it_dir/cli.err")"
+grep -q '^redrove 1 failed row:' "$it_dir/cli.out" || it_fail "redrive --id said: $(cat "$it_dir/cli.out")"
+[ "$(it_count "id = '$ids' AND status = 'pending' AND attempts = 0")" = 1 ] || it_fail "row $ids not redriven"
+[ "$(it_count "id = '$sent_id' AND status = 'sent'")" = 1 ] || it_fail "a sent row was redriven as failed"
+
+# Replay of sent rows by time range: the last hour holds the 3 new ones.
+ops_cli redrive --status sent --since 1h --dry-run
+grep -q '^dry run: 3 sent rows match' "$it_dir/cli.out" || it_fail "sent dry run said: $(cat "$it_dir/cli.out")"
+[ "$(it_count "status = 'sent'")" = 7 ] || it_fail "the dry run replayed rows"
+ops_cli redrive --status sent --since 1h
+[ "$ops_rc" = 0 ] || it_fail "replay exited $ops_rc: $(cat "$it_dir/cli.err")"
+grep -q '^replayed 3 sent rows' "$it_dir/cli.out" || it_fail "replay said: $(cat "$it_dir/cli.out")"
+[ "$(it_count "type = 'new.sent' AND status = 'pending' AND attempts = 0")" = 3 ] || it_fail "new.sent not replayed"
+[ "$(it_count "type = 'old.sent' AND status = 'sent'")" = 4 ] || it_fail "old.sent replayed outside the range"
+# An explicit range around the old ones.
+since=$(it_psql "SELECT now() - interval '4 hours'")
+until=$(it_psql "SELECT now() - interval '2 hours'")
+ops_cli redrive --status sent --since "$since" --until "$until"
+[ "$ops_rc" = 0 ] || it_fail "ranged replay exited $ops_rc: $(cat "$it_dir/cli.err")"
+grep -q '^replayed 4 sent rows' "$it_dir/cli.out" || it_fail "ranged replay said: $(cat "$it_dir/cli.out")"
+[ "$(it_count "status = 'sent'")" = 0 ] || it_fail "sent rows left after the ranged replay"
+
+# Usage errors: exit 2, a usage line on stderr, nothing done.
+before=$(snapshot)
+ops_expect_usage_error redrive
+ops_expect_usage_error redrive --dry-run
+ops_expect_usage_error redrive --status sent --type order.created
+ops_expect_usage_error redrive --status bogus --type order.created
+ops_expect_usage_error redrive --id not-a-uuid
+ops_expect_usage_error redrive --type user.deleted --since "not a time"
+ops_expect_usage_error redrive --type user.deleted --until 1h
+ops_expect_usage_error redrive --type
+ops_expect_usage_error redrive --bogus
+ops_expect_usage_error redrive --type user.deleted extra
+ops_expect_usage_error pause --bogus
+ops_expect_usage_error pause --destination
+ops_expect_usage_error resume --reason x
+ops_expect_usage_error resume extra
+[ "$(snapshot)" = "$before" ] || it_fail "a rejected command changed rows"
+ops_cli redrive --help
+[ "$ops_rc" = 0 ] && grep -q '^usage: outbox-relay redrive' "$it_dir/cli.out" ||
+	it_fail "redrive --help: $ops_rc $(cat "$it_dir/cli.out")"
+
+# check: a wrong password is a failed Postgres connection, exit 1, and
+# the password is printed nowhere.
+bad_url=$(printf '%s' "$OUTBOX_TEST_DATABASE_URL" | sed 's#://\([^:]*\):[^@]*@#://\1:wrong-Secret-42@#')
+[ "$bad_url" != "$OUTBOX_TEST_DATABASE_URL" ] || it_fail "could not build a URL with a wrong password"
+rc=0
+env OUTBOX_DATABASE_URL="$bad_url" OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_PUBLISHER=stdout \
+	"$OUTBOX_RELAY_BIN" check >"$it_dir/check.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || it_fail "check with a wrong password exited $rc: $(cat "$it_dir/check.out")"
+grep -q '^postgres .*FAILED.*password authentication failed' "$it_dir/check.out" ||
+	it_fail "check did not report the failed connection: $(cat "$it_dir/check.out")"
+grep -q '^publisher stdout: ok' "$it_dir/check.out" || it_fail "check skipped the publisher"
+if grep -q 'wrong-Secret-42' "$it_dir/check.out"; then
+	it_fail "check printed the password: $(cat "$it_dir/check.out")"
+fi
+ops_cli check --bogus
+[ "$ops_rc" = 2 ] || it_fail "check --bogus exited $ops_rc"
+echo ok

@@ -1,0 +1,544 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The store's operator statements against a real Postgres: registry
+ * heartbeats, dead and pruned replicas, the gauge query, status, pauses
+ * and time arguments. Time moves by updating rows.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "pgtest.h"
+#include "store.h"
+#include "store_admin.h"
+#include "table.h"
+
+static char err[1024];
+
+struct fixture {
+	char table[128];
+	struct outbox_table t;
+	PGconn *conn;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	pgtest_fresh_table("admin", f->table, sizeof(f->table));
+	assert_int_equal(table_parse(f->table, &f->t, err, sizeof(err)), 0);
+	f->conn = pgtest_connect();
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	/* A test that failed midway must not hang here on a lock. */
+	pgtest_exec(f->conn, "SET lock_timeout = '10s'");
+	pgtest_exec(f->conn, "DROP SCHEMA \"%s\" CASCADE", f->t.schema);
+	PQfinish(f->conn);
+	free(f);
+	return 0;
+}
+
+static void heartbeat(struct fixture *f, const char *id, bool draining,
+		      bool starting)
+{
+	if (store_admin_heartbeat(f->conn, &f->t, id, "9.9.9", draining,
+				  starting, err, sizeof(err)) != 0)
+		fail_msg("heartbeat: %s", err);
+}
+
+static struct store_admin_gauges gauges(struct fixture *f)
+{
+	struct store_admin_gauges g;
+	if (store_admin_gauges(f->conn, &f->t, &g, err, sizeof(err)) != 0)
+		fail_msg("gauges: %s", err);
+	return g;
+}
+
+static cJSON *status(struct fixture *f)
+{
+	cJSON *st = NULL;
+	if (store_admin_status(f->conn, &f->t, 50, &st, err, sizeof(err)) != 0)
+		fail_msg("status: %s", err);
+	return st;
+}
+
+static const cJSON *get(const cJSON *obj, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+	if (!v)
+		fail_msg("no member '%s'", key);
+	return v;
+}
+
+static double num(const cJSON *obj, const char *key)
+{
+	const cJSON *v = get(obj, key);
+	if (!cJSON_IsNumber(v))
+		fail_msg("member '%s' is not a number", key);
+	return v->valuedouble;
+}
+
+static const char *str(const cJSON *obj, const char *key)
+{
+	const cJSON *v = get(obj, key);
+	if (!cJSON_IsString(v))
+		fail_msg("member '%s' is not a string", key);
+	return v->valuestring;
+}
+
+/* The array element whose member key equals value. */
+static const cJSON *find(const cJSON *arr, const char *key, const char *value)
+{
+	const cJSON *item;
+	cJSON_ArrayForEach(item, arr)
+	{
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(item, key);
+		if (cJSON_IsString(v) && strcmp(v->valuestring, value) == 0)
+			return item;
+	}
+	fail_msg("no element with %s = %s", key, value);
+	return NULL;
+}
+
+static void test_registry(void **state)
+{
+	struct fixture *f = *state;
+	char reg[160];
+	table_derived(&f->t, "_replicas", reg, sizeof(reg));
+
+	heartbeat(f, "host-a/1", false, true);
+	heartbeat(f, "host-b/2", false, true);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM %s "
+				     "WHERE state = 'alive' AND "
+				     "version = '9.9.9'",
+				     reg),
+			 2);
+	assert_int_equal(gauges(f).live_replicas, 2);
+
+	/* A later heartbeat keeps started_at unless the process restarted. */
+	pgtest_exec(f->conn,
+		    "UPDATE %s SET started_at = now() - interval '1 hour', "
+		    "last_seen_at = now() - interval '10 seconds'",
+		    reg);
+	heartbeat(f, "host-a/1", false, false);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM %s WHERE id = "
+				     "'host-a/1' AND started_at < now() - "
+				     "interval '59 minutes' AND last_seen_at "
+				     "> now() - interval '2 seconds'",
+				     reg),
+			 1);
+	heartbeat(f, "host-b/2", false, true);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM %s WHERE id = "
+				     "'host-b/2' AND started_at > now() - "
+				     "interval '2 seconds'",
+				     reg),
+			 1);
+
+	/* Draining is written and kept. */
+	heartbeat(f, "host-b/2", true, false);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM %s WHERE id = "
+				     "'host-b/2' AND state = 'draining'",
+				     reg),
+			 1);
+
+	/* Silent for longer than the threshold: dead, in gauges and status. */
+	pgtest_exec(
+	    f->conn,
+	    "UPDATE %s SET last_seen_at = now() - interval '16 seconds' "
+	    "WHERE id = 'host-b/2'",
+	    reg);
+	assert_int_equal(gauges(f).live_replicas, 1);
+	cJSON *st = status(f);
+	const cJSON *reps = get(st, "replicas");
+	assert_int_equal(cJSON_GetArraySize(reps), 2);
+	const cJSON *a = find(reps, "id", "host-a/1");
+	const cJSON *b = find(reps, "id", "host-b/2");
+	assert_true(cJSON_IsTrue(get(a, "alive")));
+	assert_true(cJSON_IsFalse(get(b, "alive")));
+	assert_string_equal(str(b, "state"), "draining");
+	assert_true(num(b, "last_seen_seconds_ago") >= 16);
+	assert_true(num(a, "up_seconds") >= 3540);
+	cJSON_Delete(st);
+
+	/* Rows silent for a day are pruned by anyone's heartbeat. */
+	pgtest_exec(f->conn,
+		    "UPDATE %s SET last_seen_at = now() - interval '25 hours' "
+		    "WHERE id = 'host-b/2'",
+		    reg);
+	heartbeat(f, "host-a/1", false, false);
+	assert_int_equal(pgtest_long(f->conn, "SELECT count(*) FROM %s", reg),
+			 1);
+
+	/* A clean stop leaves the registry. */
+	assert_int_equal(
+	    store_admin_forget(f->conn, &f->t, "host-a/1", err, sizeof(err)),
+	    0);
+	assert_int_equal(pgtest_long(f->conn, "SELECT count(*) FROM %s", reg),
+			 0);
+	assert_int_equal(gauges(f).live_replicas, 0);
+}
+
+/* Rows in every state: 3 pending (one created an hour ago, one not due),
+ * 3 in flight (alive holder, dead holder, expired), 3 failed of two
+ * types, 2 sent. */
+static void fill(struct fixture *f)
+{
+	const char *T = f->table;
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (type, payload, created_at) VALUES "
+		    "('p', '\\x00', now() - interval '1 hour'), "
+		    "('p', '\\x00', now())",
+		    T);
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (type, payload, next_attempt_at) VALUES "
+		    "('p', '\\x00', now() + interval '5 minutes')",
+		    T);
+	pgtest_exec(
+	    f->conn,
+	    "INSERT INTO %s (type, payload, status, attempts, lease_id, "
+	    "leased_at, lease_expires_at, leased_by) VALUES "
+	    "('f1', '\\x00', 'in_flight', 1, gen_random_uuid(), now(), "
+	    "now() + interval '40 seconds', 'host-a/1/worker-0'), "
+	    "('f2', '\\x00', 'in_flight', 2, gen_random_uuid(), now(), "
+	    "now() + interval '50 seconds', 'host-dead/7/worker-1'), "
+	    "('f3', '\\x00', 'in_flight', 3, gen_random_uuid(), now() - "
+	    "interval '2 minutes', now() - interval '1 minute', "
+	    "'host-a/1/worker-0')",
+	    T);
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (type, payload, status, attempts, "
+		    "last_error, finished_at) VALUES "
+		    "('order.created', '\\x00', 'failed', 10, 'old error', "
+		    "now() - interval '2 hours'), "
+		    "('order.created', '\\x00', 'failed', 10, 'newest error', "
+		    "now() - interval '1 minute'), "
+		    "('user.deleted', '\\x00', 'failed', 1, 'cannot encode', "
+		    "now())",
+		    T);
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (type, payload, status, finished_at) "
+		    "SELECT 's', '\\x00', 'sent', now() FROM "
+		    "generate_series(1, 2)",
+		    T);
+}
+
+static void test_gauges(void **state)
+{
+	struct fixture *f = *state;
+	fill(f);
+	heartbeat(f, "host-a/1", false, true);
+	struct store_admin_gauges g = gauges(f);
+	assert_int_equal(g.backlog, 3);
+	assert_true(g.oldest_pending_ms >= 3600000);
+	assert_true(g.oldest_pending_ms < 3700000);
+	assert_int_equal(g.in_flight, 3);
+	assert_int_equal(g.failed, 3);
+	assert_int_equal(g.live_replicas, 1);
+	assert_int_equal(g.blocked_keys, 0);
+	assert_true(g.notify_queue_ppm >= 0);
+
+	/* Blocked keys are counted; a table migrated before ordered
+	 * delivery has no blocked-keys table and counts none. */
+	pgtest_exec(f->conn,
+		    "INSERT INTO \"%s\".outbox_events_blocked_keys "
+		    "(partition_key, blocking_id) VALUES "
+		    "('k1', gen_random_uuid()), ('k2', gen_random_uuid())",
+		    f->t.schema);
+	assert_int_equal(gauges(f).blocked_keys, 2);
+	pgtest_exec(f->conn, "DROP TABLE \"%s\".outbox_events_blocked_keys",
+		    f->t.schema);
+	assert_int_equal(gauges(f).blocked_keys, 0);
+
+	/* Dead tuples come from the statistics, flushed by the writer. */
+	pgtest_exec(f->conn, "DELETE FROM %s WHERE status = 'sent'", f->table);
+	pgtest_exec(f->conn, "SELECT pg_stat_force_next_flush()");
+	int64_t dead = 0;
+	for (int i = 0; i < 100 && dead < 2; i++) {
+		usleep(100000);
+		dead = gauges(f).dead_tuples;
+	}
+	assert_true(dead >= 2);
+
+	/* Nothing pending: the oldest age is zero, not stale. */
+	pgtest_exec(f->conn, "DELETE FROM %s WHERE status = 'pending'",
+		    f->table);
+	g = gauges(f);
+	assert_int_equal(g.backlog, 0);
+	assert_int_equal(g.oldest_pending_ms, 0);
+}
+
+static void test_status(void **state)
+{
+	struct fixture *f = *state;
+	fill(f);
+	heartbeat(f, "host-a/1", false, true);
+	heartbeat(f, "host-dead/7", false, true);
+	char reg[160];
+	table_derived(&f->t, "_replicas", reg, sizeof(reg));
+	pgtest_exec(f->conn,
+		    "UPDATE %s SET last_seen_at = now() - interval '1 minute' "
+		    "WHERE id = 'host-dead/7'",
+		    reg);
+	bool was;
+	assert_int_equal(store_admin_pause(f->conn, &f->t, "orders", "broken",
+					   "alice@laptop", &was, err,
+					   sizeof(err)),
+			 0);
+
+	/* Another session holding a snapshot shows as a vacuum holder. */
+	PGconn *holder = pgtest_connect();
+	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	pgtest_exec(holder, "SELECT count(*) FROM %s", f->table);
+
+	cJSON *st = status(f);
+	/* Closed before any assertion: a failing test must not leave a
+	 * transaction that blocks the teardown's DROP SCHEMA. */
+	int holder_pid = PQbackendPID(holder);
+	PQfinish(holder);
+	assert_string_equal(str(st, "table"), f->t.quoted);
+	assert_int_equal((int)num(get(st, "database"), "dead_after_seconds"),
+			 STORE_ADMIN_DEAD_AFTER_S);
+
+	const cJSON *b = get(st, "backlog");
+	assert_int_equal((int)num(b, "pending"), 3);
+	assert_int_equal((int)num(b, "due_now"), 2);
+	assert_true(num(b, "oldest_pending_age_seconds") >= 3600);
+
+	const cJSON *fl = get(st, "in_flight");
+	assert_int_equal((int)num(fl, "count"), 3);
+	assert_int_equal((int)num(fl, "expired_leases"), 1);
+	const cJSON *rows = get(st, "in_flight_rows");
+	assert_int_equal(cJSON_GetArraySize(rows), 3);
+	const cJSON *r1 = find(rows, "type", "f1");
+	assert_string_equal(str(r1, "leased_by"), "host-a/1/worker-0");
+	assert_string_equal(str(r1, "holder"), "host-a/1");
+	assert_true(cJSON_IsTrue(get(r1, "holder_alive")));
+	assert_int_equal((int)num(r1, "attempts"), 1);
+	double left = num(r1, "lease_expires_in_seconds");
+	assert_true(left > 30 && left <= 40);
+	const cJSON *r2 = find(rows, "type", "f2");
+	assert_string_equal(str(r2, "holder"), "host-dead/7");
+	assert_true(cJSON_IsFalse(get(r2, "holder_alive")));
+	const cJSON *r3 = find(rows, "type", "f3");
+	assert_true(num(r3, "lease_expires_in_seconds") < -50);
+	const cJSON *holders = get(st, "in_flight_holders");
+	const cJSON *ha = find(holders, "holder", "host-a/1");
+	assert_int_equal((int)num(ha, "rows"), 2);
+	assert_int_equal((int)num(ha, "expired"), 1);
+	assert_true(cJSON_IsTrue(get(ha, "holder_alive")));
+	assert_true(cJSON_IsFalse(
+	    get(find(holders, "holder", "host-dead/7"), "holder_alive")));
+
+	assert_int_equal((int)num(get(st, "failed"), "count"), 3);
+	const cJSON *by_type = get(st, "failed_by_type");
+	const cJSON *oc = find(by_type, "type", "order.created");
+	assert_int_equal((int)num(oc, "count"), 2);
+	assert_string_equal(str(oc, "sample_error"), "newest error");
+	assert_int_equal(
+	    (int)num(find(by_type, "type", "user.deleted"), "count"), 1);
+
+	const cJSON *paused = get(st, "paused");
+	assert_int_equal(cJSON_GetArraySize(paused), 1);
+	const cJSON *p = find(paused, "destination", "orders");
+	assert_string_equal(str(p, "reason"), "broken");
+	assert_string_equal(str(p, "paused_by"), "alice@laptop");
+
+	const cJSON *bk = get(st, "blocked_keys");
+	assert_true(cJSON_IsTrue(get(bk, "present")));
+	assert_int_equal((int)num(bk, "count"), 0);
+	assert_int_equal(cJSON_GetArraySize(get(bk, "rows")), 0);
+
+	const cJSON *ts = get(st, "table_stats");
+	assert_true(num(ts, "total_bytes") > 0);
+
+	bool seen = false;
+	const cJSON *h;
+	cJSON_ArrayForEach(h, get(st, "oldest_xmin_holders"))
+	{
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(h, "pid");
+		if (cJSON_IsNumber(v) && v->valueint == holder_pid) {
+			seen = true;
+			assert_string_equal(str(h, "kind"), "session");
+			assert_non_null(strstr(str(h, "query"), "count(*)"));
+		}
+	}
+	assert_true(seen);
+	cJSON_Delete(st);
+
+	/* Blocked keys are shown whole, row by row. */
+	pgtest_exec(f->conn,
+		    "INSERT INTO \"%s\".outbox_events_blocked_keys "
+		    "(partition_key, blocking_id, reason) VALUES "
+		    "('order-42', gen_random_uuid(), 'failed')",
+		    f->t.schema);
+	st = status(f);
+	bk = get(st, "blocked_keys");
+	assert_true(cJSON_IsTrue(get(bk, "present")));
+	assert_int_equal((int)num(bk, "count"), 1);
+	const cJSON *key = get(cJSON_GetArrayItem(get(bk, "rows"), 0), "key");
+	assert_string_equal(str(key, "partition_key"), "order-42");
+	assert_string_equal(str(key, "reason"), "failed");
+	cJSON_Delete(st);
+
+	/* A table migrated before ordered delivery: none, and no error. */
+	pgtest_exec(f->conn, "DROP TABLE \"%s\".outbox_events_blocked_keys",
+		    f->t.schema);
+	st = status(f);
+	bk = get(st, "blocked_keys");
+	assert_true(cJSON_IsFalse(get(bk, "present")));
+	assert_int_equal((int)num(bk, "count"), 0);
+	cJSON_Delete(st);
+
+	/* max_rows cuts the lists, not the counts. */
+	cJSON *cut = NULL;
+	assert_int_equal(
+	    store_admin_status(f->conn, &f->t, 1, &cut, err, sizeof(err)), 0);
+	assert_int_equal(cJSON_GetArraySize(get(cut, "in_flight_rows")), 1);
+	assert_int_equal((int)num(get(cut, "in_flight"), "count"), 3);
+	cJSON_Delete(cut);
+}
+
+static void test_pause_resume(void **state)
+{
+	struct fixture *f = *state;
+	bool was = true, global = false;
+	char keys[4][300];
+	size_t n = 99;
+	char control[160];
+	table_derived(&f->t, "_control", control, sizeof(control));
+
+	assert_int_equal(store_admin_pause(f->conn, &f->t, "*", "deploy",
+					   "bob@host", &was, err, sizeof(err)),
+			 0);
+	assert_false(was);
+	assert_int_equal(store_admin_pause(f->conn, &f->t, "orders", NULL,
+					   "bob@host", &was, err, sizeof(err)),
+			 0);
+	assert_false(was);
+
+	/* What workers read each tick. */
+	struct store_options o = pgtest_store_options(f->table);
+	struct store *s = pgtest_store(&o);
+	assert_int_equal(
+	    store_read_pauses(s, &global, keys, 4, &n, err, sizeof(err)), 0);
+	assert_true(global);
+	assert_int_equal(n, 1);
+	assert_string_equal(keys[0], "orders");
+
+	/* Pausing again updates the author and keeps a reason not
+	 * replaced. */
+	assert_int_equal(store_admin_pause(f->conn, &f->t, "*", NULL,
+					   "carol@host", &was, err,
+					   sizeof(err)),
+			 0);
+	assert_true(was);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM %s WHERE "
+				     "destination = '*' AND reason = 'deploy' "
+				     "AND paused_by = 'carol@host'",
+				     control),
+			 1);
+
+	assert_int_equal(
+	    store_admin_resume(f->conn, &f->t, "*", &was, err, sizeof(err)), 0);
+	assert_true(was);
+	assert_int_equal(
+	    store_admin_resume(f->conn, &f->t, "*", &was, err, sizeof(err)), 0);
+	assert_false(was);
+	assert_int_equal(
+	    store_read_pauses(s, &global, keys, 4, &n, err, sizeof(err)), 0);
+	assert_false(global);
+	assert_int_equal(n, 1);
+	assert_int_equal(store_admin_resume(f->conn, &f->t, "orders", &was, err,
+					    sizeof(err)),
+			 0);
+	assert_true(was);
+	assert_int_equal(
+	    pgtest_long(f->conn, "SELECT count(*) FROM %s", control), 0);
+	store_close(s);
+}
+
+static void test_time_arguments(void **state)
+{
+	struct fixture *f = *state;
+	char out[64];
+	assert_int_equal(store_admin_time(f->conn, "2024-05-01 10:00+02", out,
+					  sizeof(out), err, sizeof(err)),
+			 0);
+	assert_string_equal(out, "2024-05-01T08:00:00.000000+00:00");
+
+	assert_int_equal(
+	    store_admin_time(f->conn, "2h", out, sizeof(out), err, sizeof(err)),
+	    0);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT (abs(extract(epoch FROM now() - "
+				     "interval '2 hours' - '%s'::timestamptz))"
+				     " < 5)::int",
+				     out),
+			 1);
+	assert_int_equal(store_admin_time(f->conn, "90s", out, sizeof(out), err,
+					  sizeof(err)),
+			 0);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT (abs(extract(epoch FROM now() - "
+				     "interval '90 seconds' - "
+				     "'%s'::timestamptz)) < 5)::int",
+				     out),
+			 1);
+
+	const char *bad[] = {"garbage", "5 parsecs", "2024-13-45"};
+	for (size_t i = 0; i < 3; i++) {
+		assert_int_equal(store_admin_time(f->conn, bad[i], out,
+						  sizeof(out), err,
+						  sizeof(err)),
+				 STORE_ADMIN_INVALID);
+		assert_non_null(strstr(err, bad[i]));
+	}
+}
+
+static void test_lost_session(void **state)
+{
+	struct fixture *f = *state;
+	struct store_admin_gauges g;
+	PGconn *gone = pgtest_connect();
+	pgtest_exec(f->conn, "SELECT pg_terminate_backend(%d)",
+		    PQbackendPID(gone));
+	int rc = store_admin_gauges(gone, &f->t, &g, err, sizeof(err));
+	assert_int_equal(rc, STORE_RECONNECT);
+	assert_non_null(strstr(err, "gauge query"));
+	rc = store_admin_heartbeat(gone, &f->t, "x/1", "1", false, true, err,
+				   sizeof(err));
+	assert_int_equal(rc, STORE_RECONNECT);
+	PQfinish(gone);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_registry, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_gauges, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_status, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_pause_resume, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_time_arguments, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_lost_session, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
