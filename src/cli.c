@@ -37,6 +37,8 @@ static int cmd_pause(const struct subcommand *c, int argc, char **argv,
 		     const struct config *cfg);
 static int cmd_resume(const struct subcommand *c, int argc, char **argv,
 		      const struct config *cfg);
+static int cmd_unblock(const struct subcommand *c, int argc, char **argv,
+		       const struct config *cfg);
 
 static const struct subcommand commands[] = {
     {"status", "[--json]",
@@ -47,7 +49,7 @@ static const struct subcommand commands[] = {
      cmd_status},
     {"redrive",
      "(--id UUID... | --type T | --since T [--until T]) "
-     "[--status failed|sent] [--dry-run]",
+     "[--status failed|sent] [--dry-run] [--force]",
      "Returns failed rows (or, with --status sent, already-sent rows: a\n"
      "replay) to pending with attempts reset. Rows are chosen by id, by\n"
      "type and by when they finished; every given selector must match.\n\n"
@@ -56,7 +58,9 @@ static const struct subcommand commands[] = {
      "  --since T        finished at or after T\n"
      "  --until T        finished before T\n"
      "  --status S       failed (default) or sent; sent needs --since\n"
-     "  --dry-run        count the rows, change nothing\n\n"
+     "  --dry-run        count the rows, change nothing\n"
+     "  --force          with OUTBOX_ORDERING=partition: redrive even rows\n"
+     "                   whose key already has a later row sent\n\n"
      "T is a timestamp Postgres reads ('2024-05-01 10:00+00') or a\n"
      "duration meaning that long ago (90s, 15m, 2h, 3d).\n",
      cmd_redrive},
@@ -72,6 +76,14 @@ static const struct subcommand commands[] = {
      "  --destination D  the destination paused (default: the pause of\n"
      "                   all leasing)\n",
      cmd_resume},
+    {"unblock", "--key K (--skip | --redrive)",
+     "Lifts the block of a partition key whose head row failed under\n"
+     "OUTBOX_ORDERING_ON_FAILURE=block (see `outbox-relay status`).\n\n"
+     "  --key K     the blocked partition key\n"
+     "  --skip      leave the failed row failed; deliver the rest of K\n"
+     "  --redrive   retry the failed row first (attempts reset), then\n"
+     "              the rest of K\n",
+     cmd_unblock},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -91,7 +103,10 @@ const char *cli_usage_lines(void)
 	       "                                 stop leasing on every "
 	       "replica\n"
 	       "       outbox-relay resume [--destination D]\n"
-	       "                                 lift a pause\n";
+	       "                                 lift a pause\n"
+	       "       outbox-relay unblock --key K (--skip | --redrive)\n"
+	       "                                 release a key blocked by a "
+	       "failed row\n";
 }
 
 static const struct subcommand *find(const char *cmd)
@@ -180,6 +195,8 @@ static int open_store(const struct config *cfg, const char *cmd,
 	    .backoff_max_ms = cfg->backoff_max_ms,
 	    .backoff_factor = cfg->backoff_factor,
 	    .prepare = false,
+	    .ordered = cfg->ordering == ORDERING_PARTITION,
+	    .block_on_failure = cfg->on_failure == ON_FAILURE_BLOCK,
 	};
 	if (store_open(s, &o, err, sizeof(err)) != 0) {
 		fprintf(stderr, "outbox-relay %s: %s\n", cmd, err);
@@ -275,11 +292,13 @@ static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
 	    {"until", required_argument, NULL, 'u'},
 	    {"status", required_argument, NULL, 'S'},
 	    {"dry-run", no_argument, NULL, 'n'},
+	    {"force", no_argument, NULL, 'f'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0}};
 	const char *type = NULL, *since = NULL, *until = NULL;
 	const char *status = "failed";
 	bool dry_run = false;
+	bool force = false;
 	int opt, ret = 2;
 	struct store *s = NULL;
 	const char **ids = calloc((size_t)argc + 1, sizeof(*ids));
@@ -291,7 +310,7 @@ static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
 	}
 	optind = 0;
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, ":i:t:s:u:S:nh", opts, NULL)) !=
+	while ((opt = getopt_long(argc, argv, ":i:t:s:u:S:nfh", opts, NULL)) !=
 	       -1) {
 		switch (opt) {
 		case 'i':
@@ -316,6 +335,9 @@ static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
 			break;
 		case 'n':
 			dry_run = true;
+			break;
+		case 'f':
+			force = true;
 			break;
 		case 'h':
 			ret = print_help(c);
@@ -386,6 +408,7 @@ static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
 	    .until = until ? until_at : NULL,
 	    .sent = sent,
 	    .dry_run = dry_run,
+	    .force = force,
 	};
 	size_t count = 0;
 	if (store_redrive(s, &f, &count, err, sizeof(err)) != 0) {
@@ -523,4 +546,63 @@ static int cmd_resume(const struct subcommand *c, int argc, char **argv,
 		      const struct config *cfg)
 {
 	return pause_or_resume(c, argc, argv, cfg, false);
+}
+
+/* ---- unblock ---- */
+
+static int cmd_unblock(const struct subcommand *c, int argc, char **argv,
+		       const struct config *cfg)
+{
+	static const struct option opts[] = {
+	    {"key", required_argument, NULL, 'k'},
+	    {"skip", no_argument, NULL, 's'},
+	    {"redrive", no_argument, NULL, 'r'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *key = NULL;
+	int skip = 0, redrive = 0, opt;
+	optind = 1;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":k:srh", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'k':
+			key = optarg;
+			break;
+		case 's':
+			skip = 1;
+			break;
+		case 'r':
+			redrive = 1;
+			break;
+		case 'h':
+			return print_help(c);
+		default:
+			return bad_option(c, opt, argv);
+		}
+	}
+	if (optind < argc)
+		return usage_error(c, "unexpected argument '%s'", argv[optind]);
+	if (!key || !*key)
+		return usage_error(c, "--key is required");
+	if (skip + redrive != 1)
+		return usage_error(c, "give exactly one of --skip and --redrive");
+
+	struct store *s;
+	struct outbox_table t;
+	int rc = open_store(cfg, c->name, &s, &t);
+	if (rc != 0)
+		return rc;
+	char err[1024];
+	rc = store_unblock(s, key, redrive, err, sizeof(err));
+	store_close(s);
+	if (rc != 0) {
+		fprintf(stderr, "outbox-relay unblock: %s\n", err);
+		return 1;
+	}
+	printf("partition key '%s' unblocked: %s\n", key,
+	       redrive ? "its failed row is pending again and goes first"
+		       : "its failed row stays failed; the rest of the key "
+			 "flows");
+	return 0;
 }

@@ -52,6 +52,10 @@ static const struct counter_def counter_defs[MC_COUNT] = {
 			 "Lease renewals while awaiting broker outcomes."},
 	[MC_RENEWAL_LOST] = {"outbox_lease_renewal_lost_rows_total", "",
 			     "Rows a renewal found no longer held."},
+	[MC_IN_DOUBT] = {"outbox_in_doubt_events_total", "",
+			 "Events handed to the broker whose outcome never "
+			 "came (retried keeping their charge; a source of "
+			 "duplicates)."},
 };
 
 struct gauge_def {

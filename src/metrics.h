@@ -34,6 +34,7 @@ enum metric_counter {
 	MC_PUBLISHER_FAILURES,  /* probes or opens that failed */
 	MC_RENEWALS,
 	MC_RENEWAL_LOST,        /* rows a renewal found no longer held */
+	MC_IN_DOUBT,            /* handed to the broker, outcome unknown */
 	MC_COUNT
 };
 

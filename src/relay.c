@@ -539,6 +539,7 @@ static void process_batch(struct worker *w, int64_t lease_started_ms)
 			transport.ids[transport.n] = e->id;
 			transport.reasons[transport.n++] = res->reason;
 			metrics_add(MC_TRANSPORT, 1);
+			metrics_add(MC_IN_DOUBT, 1);
 			set_healthy(w, false);
 			break;
 		case PUB_EVENT:
