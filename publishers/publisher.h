@@ -84,9 +84,8 @@ struct publisher_ops {
 	/* Publishes n events pipelined, then awaits every outcome. Fills
 	 * results[0..n-1]. Returns 0, or -1 when the publisher is unusable
 	 * afterwards (the caller probes before the next batch). */
-	int (*publish)(void *state, const struct outbox_event *events,
-		       size_t n, struct publish_ctx *ctx,
-		       struct pub_result *results);
+	int (*publish)(void *state, const struct outbox_event *events, size_t n,
+		       struct publish_ctx *ctx, struct pub_result *results);
 	/* A real end-to-end check (reconnecting if needed); 0 healthy, or -1
 	 * with err set. */
 	int (*probe)(void *state, char *err, size_t errlen);

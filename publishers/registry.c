@@ -16,7 +16,7 @@ const struct publisher_ops *const publisher_registry[] = {
 /* A test program may link extra backends in by defining this table (the
  * production binary does not, so the weak reference stays NULL). */
 extern const struct publisher_ops *const publisher_test_registry[]
-	__attribute__((weak));
+    __attribute__((weak));
 
 const struct publisher_ops *publisher_find(const char *name)
 {

@@ -586,7 +586,8 @@ static int cmd_unblock(const struct subcommand *c, int argc, char **argv,
 	if (!key || !*key)
 		return usage_error(c, "--key is required");
 	if (skip + redrive != 1)
-		return usage_error(c, "give exactly one of --skip and --redrive");
+		return usage_error(c,
+				   "give exactly one of --skip and --redrive");
 
 	struct store *s;
 	struct outbox_table t;

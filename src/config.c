@@ -787,9 +787,9 @@ static int check_publisher(const char *v, char *why, size_t whylen)
 		return 0;
 	size_t used = (size_t)snprintf(why, whylen, "unknown backend; one of");
 	for (size_t i = 0; publisher_registry[i] && used < whylen; i++)
-		used += (size_t)snprintf(why + used, whylen - used, "%s %s",
-					 i ? "," : "",
-					 publisher_registry[i]->name);
+		used +=
+		    (size_t)snprintf(why + used, whylen - used, "%s %s",
+				     i ? "," : "", publisher_registry[i]->name);
 	return -1;
 }
 

@@ -32,8 +32,8 @@ struct config_kafka_prop {
 
 struct config {
 	/* Postgres */
-	char *database_url;        /* NULL: libpq's PG* variables apply */
-	char *table;               /* "outbox_events" or "schema.table" */
+	char *database_url;	   /* NULL: libpq's PG* variables apply */
+	char *table;		   /* "outbox_events" or "schema.table" */
 	char *listen_database_url; /* NULL: database_url */
 	bool listen;
 	bool pg_prepare;
@@ -42,12 +42,12 @@ struct config {
 	/* Publisher */
 	char *publisher; /* "stdout", "amqp" or "kafka" */
 	char *amqp_url;
-	char *amqp_exchange;         /* default exchange for rows with NULL */
-	bool amqp_declare_exchange;  /* declare amqp_exchange at open */
-	char *amqp_header_prefix;    /* "ce-" (default) or "cloudEvents_" */
+	char *amqp_exchange;	    /* default exchange for rows with NULL */
+	bool amqp_declare_exchange; /* declare amqp_exchange at open */
+	char *amqp_header_prefix;   /* "ce-" (default) or "cloudEvents_" */
 	enum config_unroutable unroutable;
 	char *kafka_brokers;
-	char *kafka_topic;           /* default topic for rows with NULL */
+	char *kafka_topic; /* default topic for rows with NULL */
 	enum config_key_from kafka_key_from;
 	struct config_kafka_prop *kafka_props;
 	size_t n_kafka_props;
@@ -77,7 +77,7 @@ struct config {
 
 	/* Operations */
 	char *http_addr; /* "host:port"; empty disables HTTP */
-	int log_level;   /* enum log_level from log.h */
+	int log_level;	 /* enum log_level from log.h */
 	enum config_log_format log_format;
 };
 

@@ -69,11 +69,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 				"method not allowed: use GET\n");
 
 	struct MHD_Response *resp =
-		reply.body ? MHD_create_response_from_buffer(
-				     reply.len, reply.body,
-				     MHD_RESPMEM_MUST_FREE)
-			   : MHD_create_response_from_buffer(
-				     0, NULL, MHD_RESPMEM_PERSISTENT);
+	    reply.body ? MHD_create_response_from_buffer(reply.len, reply.body,
+							 MHD_RESPMEM_MUST_FREE)
+		       : MHD_create_response_from_buffer(
+			     0, NULL, MHD_RESPMEM_PERSISTENT);
 	if (!resp) {
 		free(reply.body);
 		return MHD_NO;
@@ -88,14 +87,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
 					"GET, HEAD");
 	enum MHD_Result rc = MHD_queue_response(
-		conn, reply.status ? reply.status : MHD_HTTP_OK, resp);
+	    conn, reply.status ? reply.status : MHD_HTTP_OK, resp);
 	MHD_destroy_response(resp);
 	return rc;
 }
 
 /* Splits "host:port" / "[v6]:port" into host and port. */
-static int split_addr(const char *addr, char *host, size_t hostlen,
-		      char *port, size_t portlen)
+static int split_addr(const char *addr, char *host, size_t hostlen, char *port,
+		      size_t portlen)
 {
 	const char *colon = strrchr(addr, ':');
 	if (!colon || colon == addr || colon[1] == '\0')
@@ -173,8 +172,8 @@ static int listen_on(const char *addr, int *family, char *err, size_t errlen)
 	return fd;
 }
 
-int http_start(struct http_server **out, const char *addr,
-	       http_handler handler, void *arg, char *err, size_t errlen)
+int http_start(struct http_server **out, const char *addr, http_handler handler,
+	       void *arg, char *err, size_t errlen)
 {
 	int family = AF_INET;
 	*out = NULL;
@@ -195,11 +194,11 @@ int http_start(struct http_server **out, const char *addr,
 		flags |= MHD_USE_IPv6;
 	/* The logger goes first so start-up messages reach it too. */
 	s->daemon = MHD_start_daemon(
-		flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-		mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, s->fd,
-		MHD_OPTION_CONNECTION_LIMIT, (unsigned int)MAX_CONNECTIONS,
-		MHD_OPTION_CONNECTION_TIMEOUT,
-		(unsigned int)CONNECTION_TIMEOUT_S, MHD_OPTION_END);
+	    flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+	    mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, s->fd,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned int)MAX_CONNECTIONS,
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)CONNECTION_TIMEOUT_S,
+	    MHD_OPTION_END);
 	if (!s->daemon) {
 		snprintf(err, errlen, "http: cannot start the server on %s",
 			 addr);

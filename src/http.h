@@ -33,8 +33,8 @@ struct http_server;
  * serves until http_stop(). Returns 0 with *out set, or -1 with err
  * naming the address and the reason (e.g. the port is taken).
  */
-int http_start(struct http_server **out, const char *addr,
-	       http_handler handler, void *arg, char *err, size_t errlen);
+int http_start(struct http_server **out, const char *addr, http_handler handler,
+	       void *arg, char *err, size_t errlen);
 
 /* The port actually bound (useful when addr asked for port 0). */
 int http_port(const struct http_server *s);

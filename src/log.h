@@ -28,11 +28,11 @@ bool log_enabled(enum log_level level);
  * ending with NULL: log_fields(LOG_WARN, "lost lease", "id", id, NULL).
  */
 void log_fields(enum log_level level, const char *msg, ...)
-	__attribute__((sentinel));
+    __attribute__((sentinel));
 
 /* printf-style message without fields. */
 void log_msg(enum log_level level, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 #define log_debug(...)                                                         \
 	do {                                                                   \

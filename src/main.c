@@ -50,9 +50,9 @@ static PGconn *connect_once(const struct config *cfg, int64_t timeout_ms)
 {
 	char err[1024];
 	struct pgconn_options o = {
-		.conninfo = cfg->database_url,
-		.application_name = "outbox-relay/cli",
-		.statement_timeout_ms = timeout_ms,
+	    .conninfo = cfg->database_url,
+	    .application_name = "outbox-relay/cli",
+	    .statement_timeout_ms = timeout_ms,
 	};
 	PGconn *conn = pgconn_connect(&o, err, sizeof(err));
 	if (!conn)
@@ -89,8 +89,7 @@ static int cmd_migrate(const struct config *cfg)
 	return 0;
 }
 
-static int cmd_check(const struct config *cfg,
-		     const struct publisher_ops *pub)
+static int cmd_check(const struct config *cfg, const struct publisher_ops *pub)
 {
 	int failures = 0;
 	char err[1024];
@@ -100,16 +99,16 @@ static int cmd_check(const struct config *cfg,
 			  url, sizeof(url));
 	printf("config: ok\n");
 	struct store_options o = {
-		.conninfo = cfg->database_url,
-		.table = cfg->table,
-		.app_name = "outbox-relay/check",
-		.batch_size = cfg->batch_size,
-		.lease_timeout_ms = cfg->lease_timeout_ms,
-		.statement_timeout_ms = cfg->statement_timeout_ms,
-		.backoff_base_ms = cfg->backoff_base_ms,
-		.backoff_max_ms = cfg->backoff_max_ms,
-		.backoff_factor = cfg->backoff_factor,
-		.prepare = false,
+	    .conninfo = cfg->database_url,
+	    .table = cfg->table,
+	    .app_name = "outbox-relay/check",
+	    .batch_size = cfg->batch_size,
+	    .lease_timeout_ms = cfg->lease_timeout_ms,
+	    .statement_timeout_ms = cfg->statement_timeout_ms,
+	    .backoff_base_ms = cfg->backoff_base_ms,
+	    .backoff_max_ms = cfg->backoff_max_ms,
+	    .backoff_factor = cfg->backoff_factor,
+	    .prepare = false,
 	};
 	struct store *s = NULL;
 	if (store_open(&s, &o, err, sizeof(err)) != 0) {
@@ -139,12 +138,12 @@ static int check_table_at_start(const struct config *cfg)
 {
 	char err[1024];
 	struct store_options o = {
-		.conninfo = cfg->database_url,
-		.table = cfg->table,
-		.app_name = "outbox-relay/start",
-		.batch_size = cfg->batch_size,
-		.statement_timeout_ms = cfg->statement_timeout_ms,
-		.backoff_factor = 2,
+	    .conninfo = cfg->database_url,
+	    .table = cfg->table,
+	    .app_name = "outbox-relay/start",
+	    .batch_size = cfg->batch_size,
+	    .statement_timeout_ms = cfg->statement_timeout_ms,
+	    .backoff_factor = 2,
 	};
 	struct store *s = NULL;
 	int rc = store_open(&s, &o, err, sizeof(err));
@@ -225,8 +224,8 @@ static int cmd_run(const struct config *cfg, const struct publisher_ops *pub)
 	}
 	int rc = relay_join(&relay);
 	ops_stop(&relay);
-	log_fields(LOG_INFO, "outbox-relay stopped", "exit",
-		   rc ? "1" : "0", NULL);
+	log_fields(LOG_INFO, "outbox-relay stopped", "exit", rc ? "1" : "0",
+		   NULL);
 	return rc;
 }
 
@@ -298,8 +297,9 @@ int main(int argc, char **argv)
 	const struct publisher_ops *pub = publisher_find(cfg.publisher);
 	char err[1024];
 	if (!pub) {
-		fprintf(stderr, "outbox-relay: OUTBOX_PUBLISHER: unknown "
-				"backend '%s'\n",
+		fprintf(stderr,
+			"outbox-relay: OUTBOX_PUBLISHER: unknown "
+			"backend '%s'\n",
 			cfg.publisher);
 		rc = 2;
 	} else if (pub->validate && pub->validate(&cfg, err, sizeof(err))) {

@@ -15,43 +15,43 @@
 #include <stdio.h>
 
 enum metric_counter {
-	MC_SENT,                /* broker acknowledged, marked sent */
-	MC_RELEASED,            /* never written: released */
-	MC_DESTINATION,         /* destination refused: released, paused */
-	MC_TRANSPORT,           /* outcome unknown: retried, charged */
-	MC_EVENT,               /* nacked: retried or failed when spent */
-	MC_PERMANENT,           /* failed at once */
-	MC_LOST_LEASES,         /* marks fenced off */
-	MC_MARKS_ALREADY,       /* lost replies recognized */
-	MC_LEASES,              /* lease statements run */
-	MC_SWEEPS,              /* sweep ticks that held the lock */
+	MC_SENT,	  /* broker acknowledged, marked sent */
+	MC_RELEASED,	  /* never written: released */
+	MC_DESTINATION,	  /* destination refused: released, paused */
+	MC_TRANSPORT,	  /* outcome unknown: retried, charged */
+	MC_EVENT,	  /* nacked: retried or failed when spent */
+	MC_PERMANENT,	  /* failed at once */
+	MC_LOST_LEASES,	  /* marks fenced off */
+	MC_MARKS_ALREADY, /* lost replies recognized */
+	MC_LEASES,	  /* lease statements run */
+	MC_SWEEPS,	  /* sweep ticks that held the lock */
 	MC_SWEPT_PENDING,
 	MC_SWEPT_FAILED,
 	MC_CLEANS,
 	MC_CLEANED_SENT,
 	MC_CLEANED_FAILED,
 	MC_DB_RECONNECTS,
-	MC_PUBLISHER_FAILURES,  /* probes or opens that failed */
+	MC_PUBLISHER_FAILURES, /* probes or opens that failed */
 	MC_RENEWALS,
-	MC_RENEWAL_LOST,        /* rows a renewal found no longer held */
-	MC_IN_DOUBT,            /* handed to the broker, outcome unknown */
+	MC_RENEWAL_LOST, /* rows a renewal found no longer held */
+	MC_IN_DOUBT,	 /* handed to the broker, outcome unknown */
 	MC_COUNT
 };
 
 enum metric_gauge {
 	MG_PUBLISHERS_UNHEALTHY, /* workers whose publisher is down */
 	MG_DESTINATIONS_PAUSED,
-	MG_PAUSED_GLOBALLY,      /* 1 while an operator pause is in force */
-	MG_LAST_SWEEP_MS,        /* wall clock ms of the last sweep */
+	MG_PAUSED_GLOBALLY, /* 1 while an operator pause is in force */
+	MG_LAST_SWEEP_MS,   /* wall clock ms of the last sweep */
 	MG_LAST_CLEAN_MS,
-	MG_BACKLOG,              /* pending rows (http thread) */
-	MG_OLDEST_PENDING_MS,    /* age of the oldest pending row */
+	MG_BACKLOG,	      /* pending rows (http thread) */
+	MG_OLDEST_PENDING_MS, /* age of the oldest pending row */
 	MG_IN_FLIGHT,
 	MG_FAILED_ROWS,
 	MG_DEAD_TUPLES,
 	MG_LIVE_REPLICAS,
 	MG_BLOCKED_KEYS,
-	MG_NOTIFY_QUEUE_PPM,     /* pg_notification_queue_usage() * 1e6 */
+	MG_NOTIFY_QUEUE_PPM, /* pg_notification_queue_usage() * 1e6 */
 	MG_KAFKA_QUEUE_DEPTH,
 	MG_COUNT
 };

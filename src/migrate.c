@@ -29,10 +29,10 @@ char *migrate_expand(const char *sql, const struct outbox_table *t)
 		const char *token;
 		const char *value;
 	} subst[] = {
-		{"{{table}}", t->quoted},
-		{"{{s}}", t->prefix},
-		{"{{n}}", t->name},
-		{"{{lit}}", t->literal},
+	    {"{{table}}", t->quoted},
+	    {"{{s}}", t->prefix},
+	    {"{{n}}", t->name},
+	    {"{{lit}}", t->literal},
 	};
 	size_t cap = strlen(sql) * 2 + 256, len = 0;
 	char *out = malloc(cap);
@@ -149,14 +149,14 @@ static int apply_in_transaction(PGconn *conn, const struct sql_migration *m,
 	int64_t backoff = 200;
 	for (int attempt = 1;; attempt++) {
 		char why[512] = "";
-		bool ok = exec_ok(conn, "BEGIN", why, sizeof(why)) &&
-			  exec_ok(conn,
-				  "SET LOCAL lock_timeout = '" DDL_LOCK_TIMEOUT
-				  "'",
-				  why, sizeof(why)) &&
-			  exec_ok(conn, body, why, sizeof(why)) &&
-			  exec_ok(conn, record, why, sizeof(why)) &&
-			  exec_ok(conn, "COMMIT", why, sizeof(why));
+		bool ok =
+		    exec_ok(conn, "BEGIN", why, sizeof(why)) &&
+		    exec_ok(conn,
+			    "SET LOCAL lock_timeout = '" DDL_LOCK_TIMEOUT "'",
+			    why, sizeof(why)) &&
+		    exec_ok(conn, body, why, sizeof(why)) &&
+		    exec_ok(conn, record, why, sizeof(why)) &&
+		    exec_ok(conn, "COMMIT", why, sizeof(why));
 		if (ok)
 			return 0;
 		char ignored[64];
@@ -224,11 +224,10 @@ static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
 	return rc;
 }
 
-static int apply_without_transaction(PGconn *conn,
-				     const struct outbox_table *t,
-				     const struct sql_migration *m,
-				     char *body, const char *version_table,
-				     FILE *out, char *err, size_t errlen)
+static int apply_without_transaction(PGconn *conn, const struct outbox_table *t,
+				     const struct sql_migration *m, char *body,
+				     const char *version_table, FILE *out,
+				     char *err, size_t errlen)
 {
 	char why[512];
 	if (drop_invalid_indexes(conn, t, out, why, sizeof(why)) != 0) {
@@ -327,9 +326,8 @@ int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
 		int64_t started = clock_ms();
 		int rc;
 		if (strncmp(m->sql, "-- outbox:no-transaction", 24) == 0)
-			rc = apply_without_transaction(conn, t, m, body,
-						       version_table, out, err,
-						       errlen);
+			rc = apply_without_transaction(
+			    conn, t, m, body, version_table, out, err, errlen);
 		else
 			rc = apply_in_transaction(conn, m, body, version_table,
 						  err, errlen);
@@ -352,8 +350,8 @@ out:
 	return ret;
 }
 
-int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t,
-			   bool on, char *err, size_t errlen)
+int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t, bool on,
+			   char *err, size_t errlen)
 {
 	char sql[512], fn[160], why[512];
 	table_derived(t, "_notify", fn, sizeof(fn));

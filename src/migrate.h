@@ -21,7 +21,7 @@
 #include "table.h"
 
 struct sql_migration {
-	int version;      /* from the file name's numeric prefix */
+	int version;	  /* from the file name's numeric prefix */
 	const char *name; /* file name */
 	const char *sql;  /* text with {{table}}-style placeholders */
 };
@@ -48,8 +48,8 @@ int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
  * 002, so `migrate` leaves the table matching OUTBOX_LISTEN. Returns 0, or
  * -1 with err.
  */
-int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t,
-			   bool on, char *err, size_t errlen);
+int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t, bool on,
+			   char *err, size_t errlen);
 
 /* The newest version sql/ knows. */
 int migrate_latest_version(void);

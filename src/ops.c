@@ -47,16 +47,16 @@ static struct ops_state {
 	struct relay *relay;
 	struct http_server *http;
 	struct outbox_table table;
-	char id[160];          /* registry id: host/pid */
+	char id[160]; /* registry id: host/pid */
 	pthread_t thread;
 	bool thread_started;
-	bool inited;           /* lock and cond exist */
-	int64_t max_tick_ms;   /* /healthz limit for the ops thread */
+	bool inited;	     /* lock and cond exist */
+	int64_t max_tick_ms; /* /healthz limit for the ops thread */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	bool wake;             /* under lock: draining or stop requested */
-	char db_error[512];    /* under lock: why Postgres is not ok */
+	bool wake;	    /* under lock: draining or stop requested */
+	char db_error[512]; /* under lock: why Postgres is not ok */
 
 	atomic_int stop;
 	atomic_int draining;
@@ -69,7 +69,7 @@ static struct ops_state {
 
 static void reply_printf(struct http_reply *reply, unsigned int status,
 			 const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static void reply_printf(struct http_reply *reply, unsigned int status,
 			 const char *fmt, ...)
@@ -250,18 +250,18 @@ static void *ops_main(void *arg)
 	log_set_thread("ops");
 	snprintf(name, sizeof(name), "outbox-relay/%s/ops", r->host);
 	struct store_options o = {
-		.conninfo = cfg->database_url,
-		.table = cfg->table,
-		.app_name = name,
-		.batch_size = cfg->batch_size,
-		.clean_batch_size = cfg->clean_batch_size,
-		.lease_timeout_ms = cfg->lease_timeout_ms,
-		.statement_timeout_ms = cfg->statement_timeout_ms,
-		.backoff_base_ms = cfg->backoff_base_ms,
-		.backoff_max_ms = cfg->backoff_max_ms,
-		.backoff_factor = cfg->backoff_factor,
-		.prepare = false,
-		.extra_session_sql = OPS_SESSION_SQL,
+	    .conninfo = cfg->database_url,
+	    .table = cfg->table,
+	    .app_name = name,
+	    .batch_size = cfg->batch_size,
+	    .clean_batch_size = cfg->clean_batch_size,
+	    .lease_timeout_ms = cfg->lease_timeout_ms,
+	    .statement_timeout_ms = cfg->statement_timeout_ms,
+	    .backoff_base_ms = cfg->backoff_base_ms,
+	    .backoff_max_ms = cfg->backoff_max_ms,
+	    .backoff_factor = cfg->backoff_factor,
+	    .prepare = false,
+	    .extra_session_sql = OPS_SESSION_SQL,
 	};
 
 	while (!atomic_load(&ops.stop)) {
@@ -283,8 +283,8 @@ static void *ops_main(void *arg)
 		if (connected &&
 		    (now >= next_beat || (draining && !draining_sent))) {
 			int rc = store_admin_heartbeat(
-				store_conn(s), &ops.table, ops.id, r->version,
-				draining, starting, err, sizeof(err));
+			    store_conn(s), &ops.table, ops.id, r->version,
+			    draining, starting, err, sizeof(err));
 			/* A failed draining heartbeat is retried with the
 			 * regular ones, not in a tight loop. */
 			draining_sent = draining;
@@ -337,8 +337,8 @@ static void *ops_main(void *arg)
 			}
 			next_gauges = clock_ms() + GAUGES_MS;
 		}
-		int64_t until = connected ? min64(next_beat, next_gauges)
-					  : next_connect;
+		int64_t until =
+		    connected ? min64(next_beat, next_gauges) : next_connect;
 		if (draining && !draining_sent && connected)
 			until = clock_ms();
 		ops_sleep(until);
@@ -346,9 +346,8 @@ static void *ops_main(void *arg)
 
 	/* A replica that stopped cleanly leaves the registry; one that
 	 * vanished stays there, shown dead, until pruned. */
-	if (connected &&
-	    store_admin_forget(store_conn(s), &ops.table, ops.id, err,
-			       sizeof(err)) != 0)
+	if (connected && store_admin_forget(store_conn(s), &ops.table, ops.id,
+					    err, sizeof(err)) != 0)
 		log_warn("leaving the replica registry failed: %s", err);
 	store_close(s);
 	return NULL;

@@ -25,18 +25,17 @@ static void trim_newlines(char *s)
 			*p = ' ';
 }
 
-void pgconn_error(PGconn *conn, const PGresult *res, char *err,
-		  size_t errlen)
+void pgconn_error(PGconn *conn, const PGresult *res, char *err, size_t errlen)
 {
-	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE)
-				: NULL;
+	const char *state =
+	    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 	const char *msg = res ? PQresultErrorMessage(res) : NULL;
 	if (!msg || !*msg)
 		msg = conn ? PQerrorMessage(conn) : "no connection";
 	if (!*msg)
 		msg = "unknown error";
-	snprintf(err, errlen, "%s%s%s", state ? state : "",
-		 state ? ": " : "", msg);
+	snprintf(err, errlen, "%s%s%s", state ? state : "", state ? ": " : "",
+		 msg);
 	trim_newlines(err);
 }
 
@@ -45,23 +44,14 @@ PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 {
 	/* keepalives + tcp_user_timeout: a server that vanished without a
 	 * FIN is noticed within ~15 s instead of the kernel's two hours. */
-	const char *keys[] = {"dbname",
-			      "application_name",
-			      "keepalives",
-			      "keepalives_idle",
-			      "keepalives_interval",
-			      "keepalives_count",
-			      "tcp_user_timeout",
-			      "connect_timeout",
-			      NULL};
-	const char *values[] = {opt->conninfo,
-				opt->application_name,
-				"1",
-				"10",
-				"5",
-				"3",
-				"15000",
-				"10",
+	const char *keys[] = {
+	    "dbname",		"application_name",    "keepalives",
+	    "keepalives_idle",	"keepalives_interval", "keepalives_count",
+	    "tcp_user_timeout", "connect_timeout",     NULL};
+	const char *values[] = {opt->conninfo, opt->application_name,
+				"1",	       "10",
+				"5",	       "3",
+				"15000",       "10",
 				NULL};
 	char where[256];
 	PGconn *conn = NULL;
@@ -154,7 +144,7 @@ bool pgconn_needs_reconnect(PGconn *conn, const PGresult *res)
 bool pgconn_is_retryable(const PGresult *res)
 {
 	const char *state =
-		res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 	return state &&
 	       (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0);
 }

@@ -14,10 +14,10 @@
 #include <stdint.h>
 
 struct pgconn_options {
-	const char *conninfo;         /* URL or key=value; NULL: PG* env */
+	const char *conninfo;	      /* URL or key=value; NULL: PG* env */
 	const char *application_name; /* relay/host/worker */
 	int64_t statement_timeout_ms; /* 0: server default */
-	const char *extra_sql;        /* run after the settings; may be NULL */
+	const char *extra_sql;	      /* run after the settings; may be NULL */
 };
 
 /*
@@ -39,8 +39,7 @@ bool pgconn_needs_reconnect(PGconn *conn, const PGresult *res);
 bool pgconn_is_retryable(const PGresult *res);
 
 /* Writes "SQLSTATE: message" of res (or of conn when res is NULL). */
-void pgconn_error(PGconn *conn, const PGresult *res, char *err,
-		  size_t errlen);
+void pgconn_error(PGconn *conn, const PGresult *res, char *err, size_t errlen);
 
 /* Describes where conn points: "host:port/db as user". */
 void pgconn_describe(PGconn *conn, char *out, size_t outlen);

@@ -120,21 +120,21 @@ static struct store *open_store(struct relay_thread *th, const char *who)
 	snprintf(leased_by, sizeof(leased_by), "%s/%d/%s", r->host, r->pid,
 		 who);
 	struct store_options o = {
-		.conninfo = cfg->database_url,
-		.table = cfg->table,
-		.app_name = name,
-		.leased_by = leased_by,
-		.ce_source = cfg->ce_source,
-		.batch_size = cfg->batch_size,
-		.clean_batch_size = cfg->clean_batch_size,
-		.lease_timeout_ms = cfg->lease_timeout_ms,
-		.statement_timeout_ms = cfg->statement_timeout_ms,
-		.backoff_base_ms = cfg->backoff_base_ms,
-		.backoff_max_ms = cfg->backoff_max_ms,
-		.backoff_factor = cfg->backoff_factor,
-		.prepare = cfg->pg_prepare,
-		.ordered = cfg->ordering == ORDERING_PARTITION,
-		.block_on_failure = cfg->on_failure == ON_FAILURE_BLOCK,
+	    .conninfo = cfg->database_url,
+	    .table = cfg->table,
+	    .app_name = name,
+	    .leased_by = leased_by,
+	    .ce_source = cfg->ce_source,
+	    .batch_size = cfg->batch_size,
+	    .clean_batch_size = cfg->clean_batch_size,
+	    .lease_timeout_ms = cfg->lease_timeout_ms,
+	    .statement_timeout_ms = cfg->statement_timeout_ms,
+	    .backoff_base_ms = cfg->backoff_base_ms,
+	    .backoff_max_ms = cfg->backoff_max_ms,
+	    .backoff_factor = cfg->backoff_factor,
+	    .prepare = cfg->pg_prepare,
+	    .ordered = cfg->ordering == ORDERING_PARTITION,
+	    .block_on_failure = cfg->on_failure == ON_FAILURE_BLOCK,
 	};
 	int64_t backoff = RECONNECT_MIN_MS;
 	while (!stopping(r)) {
@@ -168,8 +168,8 @@ static void pause_destination(struct relay *r, const char *key,
 	}
 	if (p && p->until_ms <= now) {
 		/* Refused again after its pause: wait longer next time. */
-		p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2
-					      : PAUSE_MIN_MS;
+		p->backoff_ms =
+		    p->backoff_ms ? p->backoff_ms * 2 : PAUSE_MIN_MS;
 		if (p->backoff_ms > PAUSE_MAX_MS)
 			p->backoff_ms = PAUSE_MAX_MS;
 		p->until_ms = now + p->backoff_ms;
@@ -248,10 +248,10 @@ struct worker {
 	/* The batch in progress. */
 	struct lease_batch batch;
 	struct outbox_event *valid; /* events handed to the publisher */
-	size_t *valid_index;        /* valid[j] is batch.events[valid_index[j]] */
+	size_t *valid_index; /* valid[j] is batch.events[valid_index[j]] */
 	size_t n_valid;
-	bool *held;                 /* per batch row: lease still ours */
-	const char **ids;           /* per batch row */
+	bool *held;		    /* per batch row: lease still ours */
+	const char **ids;	    /* per batch row */
 	struct pub_result *results; /* per valid event */
 	int64_t local_deadline_ms;  /* no row handed to the broker after */
 	int64_t last_renew_ms;
@@ -296,8 +296,8 @@ static bool ensure_publisher(struct worker *w)
 		return true;
 	}
 	metrics_add(MC_PUBLISHER_FAILURES, 1);
-	w->probe_backoff_ms = w->probe_backoff_ms ? w->probe_backoff_ms * 2
-						  : PROBE_MIN_MS;
+	w->probe_backoff_ms =
+	    w->probe_backoff_ms ? w->probe_backoff_ms * 2 : PROBE_MIN_MS;
 	if (w->probe_backoff_ms > PROBE_MAX_MS)
 		w->probe_backoff_ms = PROBE_MAX_MS;
 	w->next_probe_ms = now + w->probe_backoff_ms;
@@ -371,8 +371,8 @@ static int batch_alloc(struct worker *w, size_t n)
 	w->ids = calloc(n, sizeof(*w->ids));
 	w->results = calloc(n, sizeof(*w->results));
 	return w->valid && w->valid_index && w->held && w->ids && w->results
-		       ? 0
-		       : -1;
+		   ? 0
+		   : -1;
 }
 
 static void batch_free(struct worker *w)
@@ -408,8 +408,9 @@ static void run_mark(struct worker *w, enum store_mark kind,
 		 * the lease expires. */
 		char count[32];
 		snprintf(count, sizeof(count), "%zu", l->n);
-		log_fields(LOG_ERROR, "mark failed; the sweeper will recover "
-				      "the rows",
+		log_fields(LOG_ERROR,
+			   "mark failed; the sweeper will recover "
+			   "the rows",
 			   "mark", what, "rows", count, "error", err, NULL);
 		if (stopping(w->r))
 			atomic_store(&w->r->marks_failed, 1);
@@ -422,8 +423,9 @@ static void run_mark(struct worker *w, enum store_mark kind,
 	if (mr.lost > 0) {
 		char count[32];
 		snprintf(count, sizeof(count), "%zu", mr.lost);
-		log_fields(LOG_WARN, "lost leases: rows no longer ours were "
-				     "left alone",
+		log_fields(LOG_WARN,
+			   "lost leases: rows no longer ours were "
+			   "left alone",
 			   "mark", what, "rows", count, "lease_id",
 			   w->batch.lease_id, NULL);
 	}
@@ -434,7 +436,7 @@ static void destination_key(const struct config *cfg,
 			    char *out, size_t outlen)
 {
 	const char *dest =
-		e->exchange ? e->exchange : publisher_default_destination(cfg);
+	    e->exchange ? e->exchange : publisher_default_destination(cfg);
 	if (route_scoped)
 		snprintf(out, outlen, "%s\x1f%s", dest, e->routing_key);
 	else
@@ -448,9 +450,9 @@ static void process_batch(struct worker *w, int64_t lease_started_ms)
 	const struct config *cfg = w->cfg;
 	struct lease_batch *b = &w->batch;
 	size_t n = b->n;
-	struct mark_list sent = {0}, retry = {0}, transport = {0},
-			 failed = {0}, release = {0};
-	char (*reasons)[256] = calloc(n, sizeof(*reasons));
+	struct mark_list sent = {0}, retry = {0}, transport = {0}, failed = {0},
+			 release = {0};
+	char(*reasons)[256] = calloc(n, sizeof(*reasons));
 	const char **lists = calloc(n * 10, sizeof(*lists));
 	if (!reasons || !lists || batch_alloc(w, n) != 0) {
 		/* Nothing was handed over; the sweeper returns the rows. */
@@ -482,8 +484,7 @@ static void process_batch(struct worker *w, int64_t lease_started_ms)
 			failed.reasons[failed.n++] = reasons[i];
 			metrics_add(MC_PERMANENT, 1);
 			log_fields(LOG_WARN, "event cannot be encoded", "id",
-				   b->events[i].id, "reason", reasons[i],
-				   NULL);
+				   b->events[i].id, "reason", reasons[i], NULL);
 			continue;
 		}
 		w->valid[w->n_valid] = b->events[i];
@@ -493,12 +494,12 @@ static void process_batch(struct worker *w, int64_t lease_started_ms)
 	if (w->n_valid > 0) {
 		int64_t publish_deadline = clock_ms() + cfg->publish_timeout_ms;
 		struct publish_ctx ctx = {
-			.deadline_ms = publish_deadline < w->local_deadline_ms
-					       ? publish_deadline
-					       : w->local_deadline_ms,
-			.may_send = ctx_may_send,
-			.tick = ctx_tick,
-			.opaque = w,
+		    .deadline_ms = publish_deadline < w->local_deadline_ms
+				       ? publish_deadline
+				       : w->local_deadline_ms,
+		    .may_send = ctx_may_send,
+		    .tick = ctx_tick,
+		    .opaque = w,
 		};
 		int64_t t0 = clock_ms();
 		int rc = r->pub->publish(w->pub, w->valid, w->n_valid, &ctx,
@@ -518,9 +519,9 @@ static void process_batch(struct worker *w, int64_t lease_started_ms)
 			sent.ids[sent.n++] = e->id;
 			metrics_add(MC_SENT, 1);
 			if (now_us > e->created_at_us)
-				metrics_observe(MH_END_TO_END_SECONDS,
-						(uint64_t)(now_us -
-							   e->created_at_us));
+				metrics_observe(
+				    MH_END_TO_END_SECONDS,
+				    (uint64_t)(now_us - e->created_at_us));
 			break;
 		case PUB_NOT_WRITTEN:
 			release.ids[release.n++] = e->id;
@@ -557,8 +558,9 @@ static void process_batch(struct worker *w, int64_t lease_started_ms)
 		}
 	}
 	if (transport.n > 0)
-		log_fields(LOG_WARN, "publish outcome unknown; rows retried "
-				     "with backoff",
+		log_fields(LOG_WARN,
+			   "publish outcome unknown; rows retried "
+			   "with backoff",
 			   "reason", transport.reasons[0], NULL);
 
 	run_mark(w, MARK_SENT, &sent, "sent");
@@ -602,9 +604,9 @@ static void *worker_main(void *arg)
 	struct relay *r = th->relay;
 	const struct config *cfg = r->cfg;
 	struct worker w = {.th = th, .r = r, .cfg = cfg};
-	char (*paused)[300] = calloc(RELAY_MAX_PAUSES * 2, sizeof(*paused));
+	char(*paused)[300] = calloc(RELAY_MAX_PAUSES * 2, sizeof(*paused));
 	const char **paused_ptrs =
-		calloc(RELAY_MAX_PAUSES * 2, sizeof(*paused_ptrs));
+	    calloc(RELAY_MAX_PAUSES * 2, sizeof(*paused_ptrs));
 	log_set_thread(th->name);
 	if (!paused || !paused_ptrs) {
 		log_error("out of memory");
@@ -627,8 +629,8 @@ static void *worker_main(void *arg)
 		service_publisher(&w);
 
 		size_t n_control = 0;
-		bool global = read_control(&w, paused, RELAY_MAX_PAUSES,
-					   &n_control);
+		bool global =
+		    read_control(&w, paused, RELAY_MAX_PAUSES, &n_control);
 		metrics_set(MG_PAUSED_GLOBALLY, global ? 1 : 0);
 		if (global) {
 			relay_idle(th, cfg->poll_interval_ms, service_publisher,
@@ -636,8 +638,8 @@ static void *worker_main(void *arg)
 			continue;
 		}
 		size_t n_paused =
-			n_control + active_pauses(r, paused + n_control,
-						  RELAY_MAX_PAUSES);
+		    n_control +
+		    active_pauses(r, paused + n_control, RELAY_MAX_PAUSES);
 		for (size_t i = 0; i < n_paused; i++)
 			paused_ptrs[i] = paused[i];
 
@@ -659,7 +661,8 @@ static void *worker_main(void *arg)
 		}
 		if (rc == 0)
 			rc = store_lease(w.store, paused_ptrs, n_paused,
-				     default_dest, &w.batch, err, sizeof(err));
+					 default_dest, &w.batch, err,
+					 sizeof(err));
 		metrics_observe(MH_LEASE_SECONDS,
 				(uint64_t)(clock_ms() - started) * 1000);
 		metrics_add(MC_LEASES, 1);
@@ -722,9 +725,10 @@ static void *sweeper_main(void *arg)
 		if (rc == 0 && r->cfg->ordering == ORDERING_PARTITION) {
 			rc = store_repair_heads(s, &repaired, err, sizeof(err));
 			if (rc == 0 && repaired > 0)
-				log_warn("gave %zu partition keys their lost head "
-					 "marker",
-					 repaired);
+				log_warn(
+				    "gave %zu partition keys their lost head "
+				    "marker",
+				    repaired);
 		}
 		metrics_observe(MH_SWEEP_SECONDS,
 				(uint64_t)(clock_ms() - t0) * 1000);
@@ -766,9 +770,9 @@ static void *cleaner_main(void *arg)
 		tick(th);
 		char err[512];
 		struct clean_result cr;
-		int rc = store_clean(s, cfg->retention_ms,
-				     cfg->failed_retention_ms, cap,
-				     CLEAN_PAUSE_MS, &cr, err, sizeof(err));
+		int rc =
+		    store_clean(s, cfg->retention_ms, cfg->failed_retention_ms,
+				cap, CLEAN_PAUSE_MS, &cr, err, sizeof(err));
 		int64_t next = cfg->clean_interval_ms;
 		if (rc != 0) {
 			log_warn("clean failed: %s", err);
@@ -804,16 +808,17 @@ static PGconn *listen_connect(struct relay_thread *th, const char *channel)
 	char name[160], err[1024], sql[300];
 	app_name(r, th->name, name, sizeof(name));
 	struct pgconn_options o = {
-		.conninfo = cfg->listen_database_url ? cfg->listen_database_url
-						     : cfg->database_url,
-		.application_name = name,
-		.statement_timeout_ms = cfg->statement_timeout_ms,
+	    .conninfo = cfg->listen_database_url ? cfg->listen_database_url
+						 : cfg->database_url,
+	    .application_name = name,
+	    .statement_timeout_ms = cfg->statement_timeout_ms,
 	};
 	int64_t backoff = RECONNECT_MIN_MS;
 	/* The channel of sql/002's trigger: hashed from the table's name. */
-	snprintf(sql, sizeof(sql),
-		 "SELECT format('LISTEN %%I', 'outbox_wakeup_' || hashtext(%s))",
-		 channel);
+	snprintf(
+	    sql, sizeof(sql),
+	    "SELECT format('LISTEN %%I', 'outbox_wakeup_' || hashtext(%s))",
+	    channel);
 	while (!stopping(r)) {
 		PGconn *conn = pgconn_connect(&o, err, sizeof(err));
 		if (conn) {
@@ -831,7 +836,8 @@ static PGconn *listen_connect(struct relay_thread *th, const char *channel)
 			PQclear(res);
 			if (ok) {
 				/* Rows inserted while we were not listening
-				 * would otherwise wait for the poll interval. */
+				 * would otherwise wait for the poll interval.
+				 */
 				relay_wake(r);
 				return conn;
 			}
@@ -850,8 +856,8 @@ static PGconn *listen_connect(struct relay_thread *th, const char *channel)
 static bool listen_usage(PGconn *conn)
 {
 	PGresult *res =
-		PQexec(conn, "SELECT (pg_notification_queue_usage() * 1e6)"
-			     "::bigint::text");
+	    PQexec(conn, "SELECT (pg_notification_queue_usage() * 1e6)"
+			 "::bigint::text");
 	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 	if (ok)
 		metrics_set(MG_NOTIFY_QUEUE_PPM,
@@ -959,8 +965,8 @@ int relay_start(struct relay *r, char *err, size_t errlen)
 	/* One pass of any loop runs a bounded number of statements (each
 	 * capped by statement_timeout) plus, for workers, one publish. */
 	int64_t st = cfg->statement_timeout_ms;
-	int64_t worker_max = cfg->publish_timeout_ms + 8 * st +
-			     cfg->poll_interval_ms + 10000;
+	int64_t worker_max =
+	    cfg->publish_timeout_ms + 8 * st + cfg->poll_interval_ms + 10000;
 	int64_t loop_max = 25 * st + 10000;
 	struct {
 		void *(*fn)(void *);

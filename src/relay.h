@@ -28,10 +28,10 @@ struct relay_thread {
 	char name[32];
 	pthread_t tid;
 	bool started;
-	atomic_llong last_tick_ms;  /* clock_ms() of its last loop pass */
-	int64_t max_interval_ms;    /* healthy while ticks are this close */
+	atomic_llong last_tick_ms; /* clock_ms() of its last loop pass */
+	int64_t max_interval_ms;   /* healthy while ticks are this close */
 	struct relay *relay;
-	int index;                  /* worker number */
+	int index; /* worker number */
 };
 
 /* A destination (or destination + chr(31) + routing key) refusing events. */
@@ -48,17 +48,17 @@ struct relay {
 	char version[32];
 	int pid;
 
-	atomic_int stopping;     /* 1 once shutdown began */
-	atomic_int marks_failed; /* 1 if a mark could not be written */
-	atomic_int workers_ready;/* workers with a healthy publisher */
-	atomic_int db_ok;        /* workers whose last statement succeeded */
+	atomic_int stopping;	  /* 1 once shutdown began */
+	atomic_int marks_failed;  /* 1 if a mark could not be written */
+	atomic_int workers_ready; /* workers with a healthy publisher */
+	atomic_int db_ok;	  /* workers whose last statement succeeded */
 
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	uint64_t wake_gen;       /* bumped by relay_wake() */
+	uint64_t wake_gen; /* bumped by relay_wake() */
 	struct relay_pause pauses[RELAY_MAX_PAUSES];
 	size_t n_pauses;
-	double rate_next_ms;     /* max-rate schedule (clock_ms units) */
+	double rate_next_ms; /* max-rate schedule (clock_ms units) */
 
 	struct relay_thread threads[RELAY_MAX_THREADS];
 	int n_threads;

@@ -77,8 +77,8 @@ static const char *one_line(const char *text, char *out, size_t outlen,
 	}
 	for (size_t i = 0; i < n; i++)
 		out[i] = (src[i] == '\n' || src[i] == '\r' || src[i] == '\t')
-				 ? ' '
-				 : src[i];
+			     ? ' '
+			     : src[i];
 	if (cut && max >= 3) {
 		memcpy(out + n, "...", 3);
 		n += 3;

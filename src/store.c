@@ -46,14 +46,14 @@ enum stmt {
 };
 
 static const char *const stmt_names[ST_COUNT] = {
-	"outbox_lease",	      "outbox_renew",	      "outbox_sent",
-	"outbox_retry",	      "outbox_transport",     "outbox_failed",
-	"outbox_release",     "outbox_recheck",	      "outbox_sweep",
-	"outbox_clean_sent",  "outbox_clean_failed",  "outbox_next_due",
-	"outbox_redrive_f",   "outbox_redrive_s",     "outbox_count_f",
-	"outbox_count_s",     "outbox_control",	      "outbox_classify",
-	"outbox_repair",      "outbox_redrive_check", "outbox_unblock",
-	"outbox_unblock_skip", "outbox_unblock_redrive", "outbox_version",
+    "outbox_lease",	   "outbox_renew",	     "outbox_sent",
+    "outbox_retry",	   "outbox_transport",	     "outbox_failed",
+    "outbox_release",	   "outbox_recheck",	     "outbox_sweep",
+    "outbox_clean_sent",   "outbox_clean_failed",    "outbox_next_due",
+    "outbox_redrive_f",	   "outbox_redrive_s",	     "outbox_count_f",
+    "outbox_count_s",	   "outbox_control",	     "outbox_classify",
+    "outbox_repair",	   "outbox_redrive_check",   "outbox_unblock",
+    "outbox_unblock_skip", "outbox_unblock_redrive", "outbox_version",
 };
 
 /* Internal: a serialization failure or deadlock; run the statement again. */
@@ -98,7 +98,7 @@ enum lease_col {
 };
 
 static char *xasprintf(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
+    __attribute__((format(printf, 1, 2)));
 
 static char *xasprintf(const char *fmt, ...)
 {
@@ -136,25 +136,25 @@ static char *order_tail(const struct store *s, bool may_fail)
 	if (!s->opt.ordered)
 		return strdup("");
 	const char *T = s->table.quoted;
-	const char *promote_when =
-		!may_fail ? "d.status = 'sent'"
-		: s->opt.block_on_failure ? "d.status = 'sent'"
-					  : "d.status IN ('sent', 'failed')";
+	const char *promote_when = !may_fail ? "d.status = 'sent'"
+				   : s->opt.block_on_failure
+				       ? "d.status = 'sent'"
+				       : "d.status IN ('sent', 'failed')";
 	char *promote = xasprintf(
-		", promoted AS (UPDATE %s AS p SET head = true WHERE p.id = "
-		"ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE o.partition_key "
-		"= d.partition_key AND o.seq > d.seq AND o.status = 'pending' "
-		"ORDER BY o.seq LIMIT 1) FROM done d WHERE d.partition_key IS "
-		"NOT NULL AND %s)) RETURNING 1) ",
-		T, T, promote_when);
+	    ", promoted AS (UPDATE %s AS p SET head = true WHERE p.id = "
+	    "ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE o.partition_key "
+	    "= d.partition_key AND o.seq > d.seq AND o.status = 'pending' "
+	    "ORDER BY o.seq LIMIT 1) FROM done d WHERE d.partition_key IS "
+	    "NOT NULL AND %s)) RETURNING 1) ",
+	    T, T, promote_when);
 	if (!promote || !may_fail || !s->opt.block_on_failure)
 		return promote;
 	char *both = xasprintf(
-		"%s, blocked AS (INSERT INTO %s (partition_key, blocking_id, "
-		"reason) SELECT d.partition_key, d.id, d.last_error FROM done d "
-		"WHERE d.partition_key IS NOT NULL AND d.status = 'failed' ON "
-		"CONFLICT (partition_key) DO NOTHING RETURNING 1) ",
-		promote, s->blocked);
+	    "%s, blocked AS (INSERT INTO %s (partition_key, blocking_id, "
+	    "reason) SELECT d.partition_key, d.id, d.last_error FROM done d "
+	    "WHERE d.partition_key IS NOT NULL AND d.status = 'failed' ON "
+	    "CONFLICT (partition_key) DO NOTHING RETURNING 1) ",
+	    promote, s->blocked);
 	free(promote);
 	return both;
 }
@@ -174,14 +174,13 @@ static int build_statements(struct store *s)
 	 * index of 002 holds nothing else, so a hot key's blocked rows are
 	 * never read. */
 	const char *not_paused =
-		o->ordered
-			? "(partition_key IS NULL OR head) AND NOT "
-			  "(coalesce(exchange, $4) = ANY($3::text[]) OR "
-			  "coalesce(exchange, $4) || chr(31) || routing_key = "
-			  "ANY($3::text[]))"
-			: "NOT (coalesce(exchange, $4) = ANY($3::text[]) OR "
-			  "coalesce(exchange, $4) || chr(31) || routing_key = "
-			  "ANY($3::text[]))";
+	    o->ordered ? "(partition_key IS NULL OR head) AND NOT "
+			 "(coalesce(exchange, $4) = ANY($3::text[]) OR "
+			 "coalesce(exchange, $4) || chr(31) || routing_key = "
+			 "ANY($3::text[]))"
+		       : "NOT (coalesce(exchange, $4) = ANY($3::text[]) OR "
+			 "coalesce(exchange, $4) || chr(31) || routing_key = "
+			 "ANY($3::text[]))";
 
 	/* One autocommit statement. The batch size is a literal so a
 	 * generic plan never estimates the LIMIT as 10 % of the table; the
@@ -191,41 +190,41 @@ static int build_statements(struct store *s)
 	 * "id = ANY(ARRAY(...))" keeps the update on the primary key: a join
 	 * against the CTE may be planned as a hash join over the table. */
 	s->sql[ST_LEASE] = xasprintf(
-		"WITH lease AS MATERIALIZED (SELECT gen_random_uuid() AS "
-		"lease_id), "
-		"suspect AS MATERIALIZED (SELECT id FROM %s "
-		"WHERE status = 'pending' AND suspect AND next_attempt_at <= "
-		"now() AND %s "
-		"ORDER BY next_attempt_at, seq LIMIT 1 "
-		"FOR NO KEY UPDATE SKIP LOCKED), "
-		"due AS MATERIALIZED (SELECT id FROM %s "
-		"WHERE status = 'pending' AND NOT suspect AND next_attempt_at "
-		"<= now() AND %s "
-		"ORDER BY next_attempt_at, seq LIMIT %d "
-		"FOR NO KEY UPDATE SKIP LOCKED), "
-		"picked AS (SELECT id FROM suspect UNION ALL "
-		"SELECT id FROM due LIMIT %d) "
-		"UPDATE %s AS t SET status = 'in_flight', "
-		"lease_id = lease.lease_id, leased_at = now(), "
-		"lease_expires_at = now() + $1::float8 * interval "
-		"'1 millisecond', leased_by = $2, attempts = t.attempts + 1, "
-		"source = coalesce(t.source, $5) "
-		"FROM lease WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) "
-		"RETURNING t.id::text, t.seq::text, t.type, t.source, "
-		"t.subject, t.content_type, t.exchange, t.routing_key, "
-		"t.partition_key, t.payload, t.headers::text, "
-		"to_char(t.created_at AT TIME ZONE 'UTC', "
-		"'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "
-		"(extract(epoch FROM t.created_at) * 1000000)::bigint::text, "
-		"t.attempts::text, t.max_attempts::text, "
-		"lease.lease_id::text",
-		T, not_paused, T, not_paused, n, n, T);
+	    "WITH lease AS MATERIALIZED (SELECT gen_random_uuid() AS "
+	    "lease_id), "
+	    "suspect AS MATERIALIZED (SELECT id FROM %s "
+	    "WHERE status = 'pending' AND suspect AND next_attempt_at <= "
+	    "now() AND %s "
+	    "ORDER BY next_attempt_at, seq LIMIT 1 "
+	    "FOR NO KEY UPDATE SKIP LOCKED), "
+	    "due AS MATERIALIZED (SELECT id FROM %s "
+	    "WHERE status = 'pending' AND NOT suspect AND next_attempt_at "
+	    "<= now() AND %s "
+	    "ORDER BY next_attempt_at, seq LIMIT %d "
+	    "FOR NO KEY UPDATE SKIP LOCKED), "
+	    "picked AS (SELECT id FROM suspect UNION ALL "
+	    "SELECT id FROM due LIMIT %d) "
+	    "UPDATE %s AS t SET status = 'in_flight', "
+	    "lease_id = lease.lease_id, leased_at = now(), "
+	    "lease_expires_at = now() + $1::float8 * interval "
+	    "'1 millisecond', leased_by = $2, attempts = t.attempts + 1, "
+	    "source = coalesce(t.source, $5) "
+	    "FROM lease WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) "
+	    "RETURNING t.id::text, t.seq::text, t.type, t.source, "
+	    "t.subject, t.content_type, t.exchange, t.routing_key, "
+	    "t.partition_key, t.payload, t.headers::text, "
+	    "to_char(t.created_at AT TIME ZONE 'UTC', "
+	    "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "
+	    "(extract(epoch FROM t.created_at) * 1000000)::bigint::text, "
+	    "t.attempts::text, t.max_attempts::text, "
+	    "lease.lease_id::text",
+	    T, not_paused, T, not_paused, n, n, T);
 
 	s->sql[ST_RENEW] = xasprintf(
-		"UPDATE %s SET lease_expires_at = now() + %lld * interval "
-		"'1 millisecond' WHERE id = ANY($1::uuid[]) AND lease_id = "
-		"$2::uuid AND status = 'in_flight' RETURNING id::text",
-		T, (long long)o->lease_timeout_ms);
+	    "UPDATE %s SET lease_expires_at = now() + %lld * interval "
+	    "'1 millisecond' WHERE id = ANY($1::uuid[]) AND lease_id = "
+	    "$2::uuid AND status = 'in_flight' RETURNING id::text",
+	    T, (long long)o->lease_timeout_ms);
 
 	/* Marks return how many rows they moved; in ordered mode the same
 	 * statement moves the key's head marker (or blocks the key). */
@@ -236,188 +235,188 @@ static int build_statements(struct store *s)
 	if (!tail_sent || !tail_fail)
 		goto oom;
 	s->sql[ST_SENT] = xasprintf(
-		"WITH done AS (UPDATE %s AS t SET status = 'sent', finished_at "
-		"= now(), suspect = false WHERE t.id = ANY($1::uuid[]) AND "
-		"t.lease_id = $2::uuid AND t.status = 'in_flight'%s%s"
-		"SELECT count(*)::text FROM done",
-		T, ret, tail_sent);
+	    "WITH done AS (UPDATE %s AS t SET status = 'sent', finished_at "
+	    "= now(), suspect = false WHERE t.id = ANY($1::uuid[]) AND "
+	    "t.lease_id = $2::uuid AND t.status = 'in_flight'%s%s"
+	    "SELECT count(*)::text FROM done",
+	    T, ret, tail_sent);
 
 	/* Event class: failed once the attempts are spent. */
 	s->sql[ST_RETRY] = xasprintf(
-		"WITH done AS (UPDATE %s AS t SET "
-		"status = CASE WHEN t.attempts >= t.max_attempts THEN 'failed' "
-		"ELSE 'pending' END, "
-		"finished_at = CASE WHEN t.attempts >= t.max_attempts THEN "
-		"now() END, next_attempt_at = %s, last_error = u.reason, "
-		"suspect = false "
-		"FROM unnest($1::uuid[], $3::text[]) AS u(id, reason) "
-		"WHERE t.id = ANY($1::uuid[]) AND t.id = u.id AND t.lease_id "
-		"= $2::uuid AND t.status = 'in_flight'%s%s"
-		"SELECT count(*)::text FROM done",
-		T, backoff, ret, tail_fail);
+	    "WITH done AS (UPDATE %s AS t SET "
+	    "status = CASE WHEN t.attempts >= t.max_attempts THEN 'failed' "
+	    "ELSE 'pending' END, "
+	    "finished_at = CASE WHEN t.attempts >= t.max_attempts THEN "
+	    "now() END, next_attempt_at = %s, last_error = u.reason, "
+	    "suspect = false "
+	    "FROM unnest($1::uuid[], $3::text[]) AS u(id, reason) "
+	    "WHERE t.id = ANY($1::uuid[]) AND t.id = u.id AND t.lease_id "
+	    "= $2::uuid AND t.status = 'in_flight'%s%s"
+	    "SELECT count(*)::text FROM done",
+	    T, backoff, ret, tail_fail);
 
 	/* Transport class: the broker's fault, so never failed for it; the
 	 * row keeps its key's head. */
 	s->sql[ST_TRANSPORT] = xasprintf(
-		"WITH done AS (UPDATE %s AS t SET status = 'pending', "
-		"next_attempt_at = %s, last_error = u.reason, suspect = false "
-		"FROM unnest($1::uuid[], $3::text[]) AS u(id, reason) "
-		"WHERE t.id = ANY($1::uuid[]) AND t.id = u.id AND t.lease_id "
-		"= $2::uuid AND t.status = 'in_flight'%s"
-		"SELECT count(*)::text FROM done",
-		T, backoff, ret);
+	    "WITH done AS (UPDATE %s AS t SET status = 'pending', "
+	    "next_attempt_at = %s, last_error = u.reason, suspect = false "
+	    "FROM unnest($1::uuid[], $3::text[]) AS u(id, reason) "
+	    "WHERE t.id = ANY($1::uuid[]) AND t.id = u.id AND t.lease_id "
+	    "= $2::uuid AND t.status = 'in_flight'%s"
+	    "SELECT count(*)::text FROM done",
+	    T, backoff, ret);
 
 	s->sql[ST_FAILED] = xasprintf(
-		"WITH done AS (UPDATE %s AS t SET status = 'failed', "
-		"finished_at = now(), last_error = u.reason, suspect = false "
-		"FROM unnest($1::uuid[], $3::text[]) AS u(id, reason) "
-		"WHERE t.id = ANY($1::uuid[]) AND t.id = u.id AND t.lease_id "
-		"= $2::uuid AND t.status = 'in_flight'%s%s"
-		"SELECT count(*)::text FROM done",
-		T, ret, tail_fail);
+	    "WITH done AS (UPDATE %s AS t SET status = 'failed', "
+	    "finished_at = now(), last_error = u.reason, suspect = false "
+	    "FROM unnest($1::uuid[], $3::text[]) AS u(id, reason) "
+	    "WHERE t.id = ANY($1::uuid[]) AND t.id = u.id AND t.lease_id "
+	    "= $2::uuid AND t.status = 'in_flight'%s%s"
+	    "SELECT count(*)::text FROM done",
+	    T, ret, tail_fail);
 
 	/* Only rows never handed to the broker get their attempt back. */
 	s->sql[ST_RELEASE] = xasprintf(
-		"WITH done AS (UPDATE %s AS t SET status = 'pending', attempts "
-		"= greatest(t.attempts - 1, 0), next_attempt_at = now() WHERE "
-		"t.id = ANY($1::uuid[]) AND t.lease_id = $2::uuid AND t.status "
-		"= 'in_flight'%s"
-		"SELECT count(*)::text FROM done",
-		T, ret);
+	    "WITH done AS (UPDATE %s AS t SET status = 'pending', attempts "
+	    "= greatest(t.attempts - 1, 0), next_attempt_at = now() WHERE "
+	    "t.id = ANY($1::uuid[]) AND t.lease_id = $2::uuid AND t.status "
+	    "= 'in_flight'%s"
+	    "SELECT count(*)::text FROM done",
+	    T, ret);
 
 	s->sql[ST_RECHECK] = xasprintf(
-		"SELECT count(*)::text FROM %s WHERE id = ANY($1::uuid[]) AND "
-		"lease_id = $2::uuid AND status = ANY($3::text[])",
-		T);
+	    "SELECT count(*)::text FROM %s WHERE id = ANY($1::uuid[]) AND "
+	    "lease_id = $2::uuid AND status = ANY($3::text[])",
+	    T);
 
 	/* Expired by the database clock, so replicas with different
 	 * settings never sweep each other early. Suspects return with
 	 * per-row jitter. lease_id stays for forensics. */
 	s->sql[ST_SWEEP] = xasprintf(
-		"WITH expired AS MATERIALIZED (SELECT id FROM %s WHERE status "
-		"= 'in_flight' AND lease_expires_at < now() ORDER BY "
-		"lease_expires_at LIMIT %d FOR NO KEY UPDATE SKIP LOCKED), "
-		"done AS (UPDATE %s AS t SET "
-		"status = CASE WHEN t.attempts >= t.max_attempts THEN 'failed' "
-		"ELSE 'pending' END, "
-		"finished_at = CASE WHEN t.attempts >= t.max_attempts THEN "
-		"now() END, suspect = t.attempts < t.max_attempts, "
-		"next_attempt_at = now() + random() * %lld * interval "
-		"'1 millisecond', "
-		"last_error = left('lease expired (leased_by ' || "
-		"coalesce(t.leased_by, 'unknown') || ')', %d) "
-		"WHERE t.id = ANY(ARRAY(SELECT id FROM expired)) AND "
-		"t.status = 'in_flight' AND t.lease_expires_at < now()%s%s"
-		"SELECT status FROM done",
-		T, SWEEP_BATCH, T, (long long)o->backoff_base_ms,
-		STORE_ERROR_MAX, ret, tail_fail);
+	    "WITH expired AS MATERIALIZED (SELECT id FROM %s WHERE status "
+	    "= 'in_flight' AND lease_expires_at < now() ORDER BY "
+	    "lease_expires_at LIMIT %d FOR NO KEY UPDATE SKIP LOCKED), "
+	    "done AS (UPDATE %s AS t SET "
+	    "status = CASE WHEN t.attempts >= t.max_attempts THEN 'failed' "
+	    "ELSE 'pending' END, "
+	    "finished_at = CASE WHEN t.attempts >= t.max_attempts THEN "
+	    "now() END, suspect = t.attempts < t.max_attempts, "
+	    "next_attempt_at = now() + random() * %lld * interval "
+	    "'1 millisecond', "
+	    "last_error = left('lease expired (leased_by ' || "
+	    "coalesce(t.leased_by, 'unknown') || ')', %d) "
+	    "WHERE t.id = ANY(ARRAY(SELECT id FROM expired)) AND "
+	    "t.status = 'in_flight' AND t.lease_expires_at < now()%s%s"
+	    "SELECT status FROM done",
+	    T, SWEEP_BATCH, T, (long long)o->backoff_base_ms, STORE_ERROR_MAX,
+	    ret, tail_fail);
 
 	/* Keyset batches by finished_at: the cursor ($1) moves past what is
 	 * gone instead of rescanning the dead index edge each batch. */
 	const char *clean_fmt =
-		"WITH doomed AS MATERIALIZED (SELECT id FROM %s t WHERE status = "
-		"'%s' AND finished_at >= $1::timestamptz AND finished_at < "
-		"now() - $2::float8 * interval '1 millisecond' AND NOT EXISTS "
-		"(SELECT 1 FROM %s b WHERE b.blocking_id = t.id) ORDER BY "
-		"finished_at LIMIT %d FOR UPDATE SKIP LOCKED), "
-		"gone AS (DELETE FROM %s AS t WHERE t.id = ANY(ARRAY(SELECT "
-		"id FROM doomed)) RETURNING t.finished_at) "
-		"SELECT count(*)::text, coalesce(max(finished_at)::text, '') "
-		"FROM gone";
-	s->sql[ST_CLEAN_SENT] = xasprintf(clean_fmt, T, "sent", s->blocked,
-					  o->clean_batch_size, T);
+	    "WITH doomed AS MATERIALIZED (SELECT id FROM %s t WHERE status = "
+	    "'%s' AND finished_at >= $1::timestamptz AND finished_at < "
+	    "now() - $2::float8 * interval '1 millisecond' AND NOT EXISTS "
+	    "(SELECT 1 FROM %s b WHERE b.blocking_id = t.id) ORDER BY "
+	    "finished_at LIMIT %d FOR UPDATE SKIP LOCKED), "
+	    "gone AS (DELETE FROM %s AS t WHERE t.id = ANY(ARRAY(SELECT "
+	    "id FROM doomed)) RETURNING t.finished_at) "
+	    "SELECT count(*)::text, coalesce(max(finished_at)::text, '') "
+	    "FROM gone";
+	s->sql[ST_CLEAN_SENT] =
+	    xasprintf(clean_fmt, T, "sent", s->blocked, o->clean_batch_size, T);
 	s->sql[ST_CLEAN_FAILED] = xasprintf(clean_fmt, T, "failed", s->blocked,
 					    o->clean_batch_size, T);
 
 	s->sql[ST_NEXT_DUE] = xasprintf(
-		"SELECT CASE WHEN min(next_attempt_at) IS NULL THEN -1 ELSE "
-		"greatest(0, ceil(extract(epoch FROM (min(next_attempt_at) - "
-		"now())) * 1000))::bigint END::text "
-		"FROM %s WHERE status = 'pending'",
-		T);
+	    "SELECT CASE WHEN min(next_attempt_at) IS NULL THEN -1 ELSE "
+	    "greatest(0, ceil(extract(epoch FROM (min(next_attempt_at) - "
+	    "now())) * 1000))::bigint END::text "
+	    "FROM %s WHERE status = 'pending'",
+	    T);
 
 	/* Redrive and replay: by ids, type and a finished_at range. */
 	const char *redrive_where =
-		"status = '%s' AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[])) "
-		"AND ($2::text IS NULL OR type = $2) AND finished_at >= "
-		"coalesce($3::timestamptz, '-infinity') AND finished_at < "
-		"coalesce($4::timestamptz, 'infinity')";
+	    "status = '%s' AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[])) "
+	    "AND ($2::text IS NULL OR type = $2) AND finished_at >= "
+	    "coalesce($3::timestamptz, '-infinity') AND finished_at < "
+	    "coalesce($4::timestamptz, 'infinity')";
 	const char *states[2] = {"failed", "sent"};
 	for (int i = 0; i < 2; i++) {
 		char *where = xasprintf(redrive_where, states[i]);
 		if (!where)
 			break;
 		s->sql[ST_REDRIVE_FAILED + i] = xasprintf(
-			"WITH r AS MATERIALIZED (SELECT id FROM %s WHERE %s "
-			"ORDER BY finished_at LIMIT %d FOR NO KEY UPDATE SKIP "
-			"LOCKED) UPDATE %s AS t SET status = 'pending', "
-			"attempts = 0, next_attempt_at = now(), finished_at = "
-			"NULL, suspect = false, head = NULL WHERE t.id = "
-			"ANY(ARRAY(SELECT id "
-			"FROM r)) AND t.status = '%s'",
-			T, where, REDRIVE_BATCH, T, states[i]);
+		    "WITH r AS MATERIALIZED (SELECT id FROM %s WHERE %s "
+		    "ORDER BY finished_at LIMIT %d FOR NO KEY UPDATE SKIP "
+		    "LOCKED) UPDATE %s AS t SET status = 'pending', "
+		    "attempts = 0, next_attempt_at = now(), finished_at = "
+		    "NULL, suspect = false, head = NULL WHERE t.id = "
+		    "ANY(ARRAY(SELECT id "
+		    "FROM r)) AND t.status = '%s'",
+		    T, where, REDRIVE_BATCH, T, states[i]);
 		s->sql[ST_COUNT_FAILED + i] = xasprintf(
-			"SELECT count(*)::text FROM %s WHERE %s", T, where);
+		    "SELECT count(*)::text FROM %s WHERE %s", T, where);
 		free(where);
 	}
 	char control[160];
 	table_derived(&s->table, "_control", control, sizeof(control));
 	s->sql[ST_CONTROL] = xasprintf(
-		"SELECT destination FROM %s ORDER BY destination", control);
+	    "SELECT destination FROM %s ORDER BY destination", control);
 	/* Ordered mode: fresh keyed rows become head when no older row of
 	 * their key is unfinished and the key is not blocked. */
 	s->sql[ST_CLASSIFY] = xasprintf(
-		"WITH fresh AS MATERIALIZED (SELECT id FROM %s WHERE status = "
-		"'pending' AND head IS NULL AND partition_key IS NOT NULL ORDER "
-		"BY seq LIMIT 1000 FOR NO KEY UPDATE SKIP LOCKED) "
-		"UPDATE %s AS t SET head = NOT EXISTS (SELECT 1 FROM %s o WHERE "
-		"o.partition_key = t.partition_key AND o.seq < t.seq AND "
-		"o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
-		"FROM %s b WHERE b.partition_key = t.partition_key) WHERE t.id "
-		"= ANY(ARRAY(SELECT id FROM fresh)) AND t.status = 'pending'",
-		T, T, T, s->blocked);
+	    "WITH fresh AS MATERIALIZED (SELECT id FROM %s WHERE status = "
+	    "'pending' AND head IS NULL AND partition_key IS NOT NULL ORDER "
+	    "BY seq LIMIT 1000 FOR NO KEY UPDATE SKIP LOCKED) "
+	    "UPDATE %s AS t SET head = NOT EXISTS (SELECT 1 FROM %s o WHERE "
+	    "o.partition_key = t.partition_key AND o.seq < t.seq AND "
+	    "o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
+	    "FROM %s b WHERE b.partition_key = t.partition_key) WHERE t.id "
+	    "= ANY(ARRAY(SELECT id FROM fresh)) AND t.status = 'pending'",
+	    T, T, T, s->blocked);
 	/* The sweeper's repair: a mark that raced an insert can leave a key
 	 * whose oldest live row is not head. */
 	s->sql[ST_REPAIR] = xasprintf(
-		"WITH stuck AS MATERIALIZED (SELECT DISTINCT ON (partition_key) "
-		"id FROM %s t WHERE status = 'pending' AND head = false AND "
-		"partition_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s o "
-		"WHERE o.partition_key = t.partition_key AND o.seq < t.seq AND "
-		"o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
-		"FROM %s b WHERE b.partition_key = t.partition_key) ORDER BY "
-		"partition_key, seq LIMIT 1000) "
-		"UPDATE %s AS t SET head = true WHERE t.id = ANY(ARRAY(SELECT "
-		"id FROM stuck)) AND t.status = 'pending'",
-		T, T, s->blocked, T);
+	    "WITH stuck AS MATERIALIZED (SELECT DISTINCT ON (partition_key) "
+	    "id FROM %s t WHERE status = 'pending' AND head = false AND "
+	    "partition_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s o "
+	    "WHERE o.partition_key = t.partition_key AND o.seq < t.seq AND "
+	    "o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
+	    "FROM %s b WHERE b.partition_key = t.partition_key) ORDER BY "
+	    "partition_key, seq LIMIT 1000) "
+	    "UPDATE %s AS t SET head = true WHERE t.id = ANY(ARRAY(SELECT "
+	    "id FROM stuck)) AND t.status = 'pending'",
+	    T, T, s->blocked, T);
 	/* Redrive in ordered mode: rows whose key already went further. */
 	s->sql[ST_REDRIVE_CHECK] = xasprintf(
-		"SELECT count(*)::text FROM %s r WHERE r.status = ANY($5::text[]) "
-		"AND ($1::uuid[] IS NULL OR r.id = ANY($1::uuid[])) AND ($2::text "
-		"IS NULL OR r.type = $2) AND r.finished_at >= "
-		"coalesce($3::timestamptz, '-infinity') AND r.finished_at < "
-		"coalesce($4::timestamptz, 'infinity') AND r.partition_key IS "
-		"NOT NULL AND EXISTS (SELECT 1 FROM %s x WHERE x.partition_key "
-		"= r.partition_key AND x.seq > r.seq AND x.status IN ('sent', "
-		"'in_flight'))",
-		T, T);
-	s->sql[ST_UNBLOCK] = xasprintf(
-		"DELETE FROM %s WHERE partition_key = $1 RETURNING "
-		"blocking_id::text",
-		s->blocked);
+	    "SELECT count(*)::text FROM %s r WHERE r.status = ANY($5::text[]) "
+	    "AND ($1::uuid[] IS NULL OR r.id = ANY($1::uuid[])) AND ($2::text "
+	    "IS NULL OR r.type = $2) AND r.finished_at >= "
+	    "coalesce($3::timestamptz, '-infinity') AND r.finished_at < "
+	    "coalesce($4::timestamptz, 'infinity') AND r.partition_key IS "
+	    "NOT NULL AND EXISTS (SELECT 1 FROM %s x WHERE x.partition_key "
+	    "= r.partition_key AND x.seq > r.seq AND x.status IN ('sent', "
+	    "'in_flight'))",
+	    T, T);
+	s->sql[ST_UNBLOCK] =
+	    xasprintf("DELETE FROM %s WHERE partition_key = $1 RETURNING "
+		      "blocking_id::text",
+		      s->blocked);
 	s->sql[ST_UNBLOCK_SKIP] = xasprintf(
-		"UPDATE %s AS t SET head = true WHERE t.id = (SELECT o.id FROM "
-		"%s o WHERE o.partition_key = $1 AND o.status = 'pending' ORDER "
-		"BY o.seq LIMIT 1)",
-		T, T);
+	    "UPDATE %s AS t SET head = true WHERE t.id = (SELECT o.id FROM "
+	    "%s o WHERE o.partition_key = $1 AND o.status = 'pending' ORDER "
+	    "BY o.seq LIMIT 1)",
+	    T, T);
 	s->sql[ST_UNBLOCK_REDRIVE] = xasprintf(
-		"UPDATE %s SET status = 'pending', attempts = 0, "
-		"next_attempt_at = now(), finished_at = NULL, suspect = false, "
-		"head = true WHERE id = $1::uuid AND status = 'failed'",
-		T);
+	    "UPDATE %s SET status = 'pending', attempts = 0, "
+	    "next_attempt_at = now(), finished_at = NULL, suspect = false, "
+	    "head = true WHERE id = $1::uuid AND status = 'failed'",
+	    T);
 	char version[160];
 	table_derived(&s->table, "_schema_version", version, sizeof(version));
 	s->sql[ST_VERSION] = xasprintf(
-		"SELECT coalesce(max(version), 0)::text FROM %s", version);
+	    "SELECT coalesce(max(version), 0)::text FROM %s", version);
 	free(backoff);
 	free(tail_sent);
 	free(tail_fail);
@@ -438,8 +437,8 @@ static int check_version(struct store *s, const char *lit, char *err,
 			 size_t errlen)
 {
 	int latest = migrate_latest_version();
-	PGresult *res = PQexecParams(s->conn, s->sql[ST_VERSION], 0, NULL,
-				     NULL, NULL, NULL, 0);
+	PGresult *res = PQexecParams(s->conn, s->sql[ST_VERSION], 0, NULL, NULL,
+				     NULL, NULL, 0);
 	int rc = 0;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		/* A table made by hand has no version table: its columns are
@@ -448,8 +447,8 @@ static int check_version(struct store *s, const char *lit, char *err,
 		if (!state || strcmp(state, "42P01") != 0) {
 			pgconn_error(s->conn, res, err, errlen);
 			rc = pgconn_needs_reconnect(s->conn, res)
-				     ? STORE_RECONNECT
-				     : STORE_ERROR;
+				 ? STORE_RECONNECT
+				 : STORE_ERROR;
 		}
 	} else if (strtol(PQgetvalue(res, 0, 0), NULL, 10) < latest) {
 		snprintf(err, errlen,
@@ -470,9 +469,9 @@ static int check_table(struct store *s, char *err, size_t errlen)
 	snprintf(lit, sizeof(lit), "%s%s%s", s->table.schema,
 		 s->table.schema[0] ? "." : "", s->table.name);
 	values[0] = lit;
-	PGresult *res = PQexecParams(s->conn,
-				     "SELECT to_regclass($1) IS NOT NULL", 1,
-				     NULL, values, NULL, NULL, 0);
+	PGresult *res =
+	    PQexecParams(s->conn, "SELECT to_regclass($1) IS NOT NULL", 1, NULL,
+			 values, NULL, NULL, 0);
 	int rc = 0;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		pgconn_error(s->conn, res, err, errlen);
@@ -496,10 +495,10 @@ static int check_table(struct store *s, char *err, size_t errlen)
 static int connect_session(struct store *s, char *err, size_t errlen)
 {
 	struct pgconn_options po = {
-		.conninfo = s->conninfo,
-		.application_name = s->app_name,
-		.statement_timeout_ms = s->opt.statement_timeout_ms,
-		.extra_sql = s->extra_sql,
+	    .conninfo = s->conninfo,
+	    .application_name = s->app_name,
+	    .statement_timeout_ms = s->opt.statement_timeout_ms,
+	    .extra_sql = s->extra_sql,
 	};
 	memset(s->prepared, 0, sizeof(s->prepared));
 	s->conn = pgconn_connect(&po, err, errlen);
@@ -540,12 +539,11 @@ int store_open(struct store **out, const struct store_options *opt, char *err,
 	s->conninfo = dup_or_null(opt->conninfo);
 	s->app_name = strdup(opt->app_name ? opt->app_name : "outbox-relay");
 	s->leased_by = strdup(opt->leased_by ? opt->leased_by : "?");
-	s->ce_source = strdup(opt->ce_source ? opt->ce_source
-					     : "/outbox-relay");
+	s->ce_source =
+	    strdup(opt->ce_source ? opt->ce_source : "/outbox-relay");
 	s->extra_sql = dup_or_null(opt->extra_session_sql);
-	if ((opt->conninfo && !s->conninfo) || !s->app_name ||
-	    !s->leased_by || !s->ce_source ||
-	    (opt->extra_session_sql && !s->extra_sql) ||
+	if ((opt->conninfo && !s->conninfo) || !s->app_name || !s->leased_by ||
+	    !s->ce_source || (opt->extra_session_sql && !s->extra_sql) ||
 	    build_statements(s) != 0) {
 		snprintf(err, errlen, "store: out of memory");
 		goto fail;
@@ -637,7 +635,7 @@ failed:
 		/* The transaction-mode pooler case: a prepared statement
 		 * that vanished is prepared again next time. */
 		const char *state =
-			res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+		    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 		if (state && strcmp(state, "26000") == 0)
 			s->prepared[st] = false;
 		if (pgconn_is_retryable(res))
@@ -687,7 +685,8 @@ static char *pg_array(const char *const *items, size_t n, bool quoted,
 		if (len > max_item) {
 			/* Cut on a UTF-8 character boundary. */
 			len = max_item;
-			while (len > 0 && ((unsigned char)v[len] & 0xC0) == 0x80)
+			while (len > 0 &&
+			       ((unsigned char)v[len] & 0xC0) == 0x80)
 				len--;
 		}
 		rc |= buf_put(&b, "\"", 1);
@@ -734,13 +733,12 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	snprintf(timeout, sizeof(timeout), "%lld",
 		 (long long)s->opt.lease_timeout_ms);
 	const char *values[5] = {timeout, s->leased_by, paused_arr,
-				 default_destination ? default_destination
-						     : "",
+				 default_destination ? default_destination : "",
 				 s->ce_source};
 	/* Binary results: text columns arrive as they are and the payload
 	 * needs no unescaping. */
-	PGresult *res = run(s, ST_LEASE, 5, values, PGRES_TUPLES_OK, 1, &rc,
-			    err, errlen);
+	PGresult *res =
+	    run(s, ST_LEASE, 5, values, PGRES_TUPLES_OK, 1, &rc, err, errlen);
 	free(paused_arr);
 	if (!res)
 		return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
@@ -772,16 +770,16 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		e->routing_key = col(res, i, LC_ROUTING_KEY);
 		e->partition_key = col(res, i, LC_PARTITION_KEY);
 		e->payload =
-			(const unsigned char *)PQgetvalue(res, i, LC_PAYLOAD);
+		    (const unsigned char *)PQgetvalue(res, i, LC_PAYLOAD);
 		e->payload_len = (size_t)PQgetlength(res, i, LC_PAYLOAD);
 		e->headers_json = col(res, i, LC_HEADERS);
 		e->time = col(res, i, LC_TIME);
 		e->created_at_us =
-			strtoll(PQgetvalue(res, i, LC_CREATED_US), NULL, 10);
-		e->attempts = (int)strtol(PQgetvalue(res, i, LC_ATTEMPTS),
-					  NULL, 10);
-		e->max_attempts = (int)strtol(
-			PQgetvalue(res, i, LC_MAX_ATTEMPTS), NULL, 10);
+		    strtoll(PQgetvalue(res, i, LC_CREATED_US), NULL, 10);
+		e->attempts =
+		    (int)strtol(PQgetvalue(res, i, LC_ATTEMPTS), NULL, 10);
+		e->max_attempts =
+		    (int)strtol(PQgetvalue(res, i, LC_MAX_ATTEMPTS), NULL, 10);
 		/* A table created without our CHECKs may hold NULLs where
 		 * the relay expects text; the encoder fails those rows. */
 		if (!e->type)
@@ -820,8 +818,8 @@ int store_renew(struct store *s, const char *lease_id, const char *const *ids,
 		return STORE_ERROR;
 	}
 	const char *values[2] = {arr, lease_id};
-	PGresult *res = run(s, ST_RENEW, 2, values, PGRES_TUPLES_OK, 0, &rc,
-			    err, errlen);
+	PGresult *res =
+	    run(s, ST_RENEW, 2, values, PGRES_TUPLES_OK, 0, &rc, err, errlen);
 	free(arr);
 	if (!res)
 		return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
@@ -888,8 +886,8 @@ static int recheck(struct store *s, enum store_mark kind, const char *arr,
 {
 	int rc;
 	const char *values[3] = {arr, lease_id, mark_targets(kind)};
-	PGresult *res = run(s, ST_RECHECK, 3, values, PGRES_TUPLES_OK, 0, &rc,
-			    err, errlen);
+	PGresult *res =
+	    run(s, ST_RECHECK, 3, values, PGRES_TUPLES_OK, 0, &rc, err, errlen);
 	if (!res)
 		return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
 	*count = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
@@ -921,8 +919,8 @@ int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
 		PGresult *res = run(s, st, nparams, values, PGRES_TUPLES_OK, 0,
 				    &rc, err, errlen);
 		if (res) {
-			r->marked = (size_t)strtoull(PQgetvalue(res, 0, 0),
-						     NULL, 10);
+			r->marked =
+			    (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
 			PQclear(res);
 			break;
 		}
@@ -950,15 +948,15 @@ int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
 		 * check runs on every shortfall, not only after a reconnect:
 		 * it also tells a retried mark from a stale one. */
 		size_t in_target = 0;
-		int rc = recheck(s, kind, id_arr, lease_id, &in_target, err,
-				 errlen);
+		int rc =
+		    recheck(s, kind, id_arr, lease_id, &in_target, err, errlen);
 		if (rc != 0) {
 			ret = rc;
 			goto out;
 		}
 		size_t others = n - r->marked;
 		size_t done_before =
-			in_target > r->marked ? in_target - r->marked : 0;
+		    in_target > r->marked ? in_target - r->marked : 0;
 		if (done_before > others)
 			done_before = others;
 		r->already = done_before;
@@ -993,7 +991,7 @@ static int begin_locked(struct store *s, int ns, bool *got, char *err,
 failed:
 	pgconn_error(s->conn, res, err, errlen);
 	int rc = pgconn_needs_reconnect(s->conn, res) ? STORE_RECONNECT
-						       : STORE_ERROR;
+						      : STORE_ERROR;
 	PQclear(res);
 	PQclear(PQexec(s->conn, "ROLLBACK"));
 	return rc;
@@ -1068,8 +1066,8 @@ static int clean_status(struct store *s, enum stmt st, int64_t retention_ms,
 			return finish_tx(s, false, err, errlen);
 		}
 		const char *values[2] = {cursor, retention};
-		PGresult *res = run(s, st, 2, values, PGRES_TUPLES_OK, 0, &rc,
-				    err, errlen);
+		PGresult *res =
+		    run(s, st, 2, values, PGRES_TUPLES_OK, 0, &rc, err, errlen);
 		if (!res) {
 			if (rc != STORE_RECONNECT) {
 				char ignored[64];
@@ -1099,9 +1097,9 @@ int store_clean(struct store *s, int64_t retention_ms,
 {
 	memset(r, 0, sizeof(*r));
 	/* max_rows caps the whole tick, sent and failed together. */
-	int rc = clean_status(s, ST_CLEAN_SENT, retention_ms, max_rows,
-			      pause_ms, &r->sent_deleted, &r->skipped, err,
-			      errlen);
+	int rc =
+	    clean_status(s, ST_CLEAN_SENT, retention_ms, max_rows, pause_ms,
+			 &r->sent_deleted, &r->skipped, err, errlen);
 	if (rc != 0 || r->skipped || failed_retention_ms <= 0 ||
 	    r->sent_deleted >= max_rows)
 		return rc;
@@ -1142,27 +1140,29 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
 				 "already has a later row sent or in flight: "
 				 "redriving would break its order (--force to "
 				 "redrive anyway)",
-				 later, later == 1 ? " has a key" : "s have keys");
+				 later,
+				 later == 1 ? " has a key" : "s have keys");
 			free(ids);
 			return STORE_REFUSED;
 		}
 	}
 	if (f->dry_run) {
-		PGresult *res = run(s, f->sent ? ST_COUNT_SENT : ST_COUNT_FAILED,
-				    4, values, PGRES_TUPLES_OK, 0, &rc, err,
-				    errlen);
+		PGresult *res =
+		    run(s, f->sent ? ST_COUNT_SENT : ST_COUNT_FAILED, 4, values,
+			PGRES_TUPLES_OK, 0, &rc, err, errlen);
 		if (res) {
-			*count = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL,
-						  10);
+			*count =
+			    (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
 			PQclear(res);
 		}
 		free(ids);
-		return res ? 0 : (rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc);
+		return res ? 0
+			   : (rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc);
 	}
 	for (;;) {
 		PGresult *res =
-			run(s, f->sent ? ST_REDRIVE_SENT : ST_REDRIVE_FAILED, 4,
-			    values, PGRES_COMMAND_OK, 0, &rc, err, errlen);
+		    run(s, f->sent ? ST_REDRIVE_SENT : ST_REDRIVE_FAILED, 4,
+			values, PGRES_COMMAND_OK, 0, &rc, err, errlen);
 		if (!res) {
 			free(ids);
 			return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
@@ -1180,8 +1180,8 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
 int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen)
 {
 	int rc;
-	PGresult *res = run(s, ST_NEXT_DUE, 0, NULL, PGRES_TUPLES_OK, 0, &rc,
-			    err, errlen);
+	PGresult *res =
+	    run(s, ST_NEXT_DUE, 0, NULL, PGRES_TUPLES_OK, 0, &rc, err, errlen);
 	if (!res)
 		return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
 	*ms = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
@@ -1195,8 +1195,8 @@ int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
 	int rc;
 	*global = false;
 	*n = 0;
-	PGresult *res = run(s, ST_CONTROL, 0, NULL, PGRES_TUPLES_OK, 0, &rc,
-			    err, errlen);
+	PGresult *res =
+	    run(s, ST_CONTROL, 0, NULL, PGRES_TUPLES_OK, 0, &rc, err, errlen);
 	if (!res)
 		return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
 	for (int i = 0; i < PQntuples(res); i++) {
@@ -1214,8 +1214,8 @@ int store_classify(struct store *s, size_t *n, char *err, size_t errlen)
 {
 	int rc;
 	*n = 0;
-	PGresult *res = run(s, ST_CLASSIFY, 0, NULL, PGRES_COMMAND_OK, 0, &rc,
-			    err, errlen);
+	PGresult *res =
+	    run(s, ST_CLASSIFY, 0, NULL, PGRES_COMMAND_OK, 0, &rc, err, errlen);
 	if (!res)
 		return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
 	*n = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
@@ -1227,8 +1227,8 @@ int store_repair_heads(struct store *s, size_t *n, char *err, size_t errlen)
 {
 	int rc;
 	*n = 0;
-	PGresult *res = run(s, ST_REPAIR, 0, NULL, PGRES_COMMAND_OK, 0, &rc,
-			    err, errlen);
+	PGresult *res =
+	    run(s, ST_REPAIR, 0, NULL, PGRES_COMMAND_OK, 0, &rc, err, errlen);
 	if (!res)
 		return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
 	*n = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
@@ -1248,8 +1248,8 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 		return STORE_ERROR;
 	}
 	PQclear(res);
-	res = run(s, ST_UNBLOCK, 1, values, PGRES_TUPLES_OK, 0, &rc, err,
-		  errlen);
+	res =
+	    run(s, ST_UNBLOCK, 1, values, PGRES_TUPLES_OK, 0, &rc, err, errlen);
 	if (!res)
 		goto fail;
 	if (PQntuples(res) == 0) {
@@ -1271,7 +1271,7 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 		goto fail;
 	PQclear(res);
 	return finish_tx(s, true, err, errlen);
-fail: {
+fail : {
 	char ignored[64];
 	finish_tx(s, false, ignored, sizeof(ignored));
 	return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;

@@ -33,21 +33,21 @@
 #define STORE_ERROR_MAX 1024
 
 struct store_options {
-	const char *conninfo;   /* NULL: libpq's PG* variables */
-	const char *table;      /* "name" or "schema.name" */
-	const char *app_name;   /* application_name of the session */
-	const char *leased_by;  /* host/pod, pid, worker */
-	const char *ce_source;  /* pinned into rows whose source is NULL */
-	int batch_size;         /* 1..10000, a literal in the lease text */
-	int clean_batch_size;   /* rows per cleaner transaction */
+	const char *conninfo;  /* NULL: libpq's PG* variables */
+	const char *table;     /* "name" or "schema.name" */
+	const char *app_name;  /* application_name of the session */
+	const char *leased_by; /* host/pod, pid, worker */
+	const char *ce_source; /* pinned into rows whose source is NULL */
+	int batch_size;	       /* 1..10000, a literal in the lease text */
+	int clean_batch_size;  /* rows per cleaner transaction */
 	int64_t lease_timeout_ms;
 	int64_t statement_timeout_ms;
 	int64_t backoff_base_ms;
 	int64_t backoff_max_ms;
 	double backoff_factor;
-	bool prepare;           /* named prepared statements (off: unnamed) */
-	bool ordered;           /* OUTBOX_ORDERING=partition */
-	bool block_on_failure;  /* OUTBOX_ORDERING_ON_FAILURE=block */
+	bool prepare;	       /* named prepared statements (off: unnamed) */
+	bool ordered;	       /* OUTBOX_ORDERING=partition */
+	bool block_on_failure; /* OUTBOX_ORDERING_ON_FAILURE=block */
 	const char *extra_session_sql; /* diagnostics and tests; may be NULL */
 };
 
@@ -65,25 +65,25 @@ void lease_batch_release(struct lease_batch *b);
 
 /* Which transition a mark performs; each is one statement per batch. */
 enum store_mark {
-	MARK_SENT,      /* broker acknowledged */
-	MARK_RETRY,     /* event class: backoff, failed when attempts spent */
+	MARK_SENT,	/* broker acknowledged */
+	MARK_RETRY,	/* event class: backoff, failed when attempts spent */
 	MARK_TRANSPORT, /* outcome unknown: backoff, charge kept, never
 			   failed for it */
-	MARK_FAILED,    /* permanent: failed at once */
-	MARK_RELEASE,   /* never handed to the broker: pending, attempt back */
+	MARK_FAILED,	/* permanent: failed at once */
+	MARK_RELEASE,	/* never handed to the broker: pending, attempt back */
 };
 
 struct mark_result {
-	size_t marked;  /* rows this call moved */
+	size_t marked;	/* rows this call moved */
 	size_t already; /* rows a previous try of this mark had moved (its
 			   reply was lost with the connection) */
-	size_t lost;    /* rows no longer held under this lease */
+	size_t lost;	/* rows no longer held under this lease */
 };
 
 struct sweep_result {
 	size_t to_pending; /* returned as crash suspects */
 	size_t to_failed;  /* attempts spent */
-	bool skipped;      /* another replica held the sweep lock */
+	bool skipped;	   /* another replica held the sweep lock */
 };
 
 struct clean_result {
@@ -153,9 +153,9 @@ struct redrive_filter {
 	const char *type;  /* NULL: any type */
 	const char *since; /* finished_at >= since (timestamptz text); NULL */
 	const char *until; /* finished_at < until; NULL: no bound */
-	bool sent;         /* replay sent rows instead of failed ones */
-	bool dry_run;      /* count only */
-	bool force;        /* ordered mode: redrive even rows whose key
+	bool sent;	   /* replay sent rows instead of failed ones */
+	bool dry_run;	   /* count only */
+	bool force;	   /* ordered mode: redrive even rows whose key
 			      already has a later row sent (STORE_REFUSED
 			      otherwise) */
 };

@@ -47,7 +47,7 @@ static void names_of(const struct outbox_table *t, struct names *n)
 }
 
 static char *xasprintf(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
+    __attribute__((format(printf, 1, 2)));
 
 static char *xasprintf(const char *fmt, ...)
 {
@@ -67,8 +67,8 @@ static int failed(PGconn *conn, PGresult *res, const char *what, char *err,
 	char why[768];
 	pgconn_error(conn, res, why, sizeof(why));
 	snprintf(err, errlen, "%s: %s", what, why);
-	int rc = pgconn_needs_reconnect(conn, res) ? STORE_RECONNECT
-						   : STORE_ERROR;
+	int rc =
+	    pgconn_needs_reconnect(conn, res) ? STORE_RECONNECT : STORE_ERROR;
 	PQclear(res);
 	return rc;
 }
@@ -106,8 +106,8 @@ static int exec_cmd(PGconn *conn, const char *sql, int n,
 		    char *err, size_t errlen)
 {
 	int rc;
-	PGresult *res = run(conn, sql, n, values, PGRES_COMMAND_OK, what, &rc,
-			    err, errlen);
+	PGresult *res =
+	    run(conn, sql, n, values, PGRES_COMMAND_OK, what, &rc, err, errlen);
 	if (!res)
 		return rc;
 	if (rows)
@@ -125,18 +125,18 @@ int store_admin_heartbeat(PGconn *conn, const struct outbox_table *t,
 	/* Pruning rides on the heartbeat: the table is tiny and the
 	 * statement already writes to it. */
 	char *sql = xasprintf(
-		"WITH pruned AS (DELETE FROM %s WHERE last_seen_at < now() - "
-		"%d * interval '1 second' AND id <> $1) "
-		"INSERT INTO %s AS r (id, version, started_at, last_seen_at, "
-		"state) VALUES ($1, $2, now(), now(), $3) "
-		"ON CONFLICT (id) DO UPDATE SET version = excluded.version, "
-		"last_seen_at = now(), state = excluded.state, started_at = "
-		"CASE WHEN $4::boolean THEN now() ELSE r.started_at END",
-		n.registry, STORE_ADMIN_PRUNE_AFTER_S, n.registry);
+	    "WITH pruned AS (DELETE FROM %s WHERE last_seen_at < now() - "
+	    "%d * interval '1 second' AND id <> $1) "
+	    "INSERT INTO %s AS r (id, version, started_at, last_seen_at, "
+	    "state) VALUES ($1, $2, now(), now(), $3) "
+	    "ON CONFLICT (id) DO UPDATE SET version = excluded.version, "
+	    "last_seen_at = now(), state = excluded.state, started_at = "
+	    "CASE WHEN $4::boolean THEN now() ELSE r.started_at END",
+	    n.registry, STORE_ADMIN_PRUNE_AFTER_S, n.registry);
 	const char *values[4] = {id, version, draining ? "draining" : "alive",
 				 starting ? "true" : "false"};
-	int rc = exec_cmd(conn, sql, 4, values, "registry heartbeat", NULL,
-			  err, errlen);
+	int rc = exec_cmd(conn, sql, 4, values, "registry heartbeat", NULL, err,
+			  errlen);
 	free(sql);
 	return rc;
 }
@@ -161,11 +161,11 @@ int store_admin_forget(PGconn *conn, const struct outbox_table *t,
 static char *blocked_count_sql(const struct names *n)
 {
 	return xasprintf(
-		"CASE WHEN to_regclass('%s') IS NULL THEN 0::bigint ELSE "
-		"(xpath('/row/n/text()', query_to_xml('SELECT count(*) AS n "
-		"FROM ' || to_regclass('%s')::text, false, true, '')))[1]"
-		"::text::bigint END",
-		n->blocked, n->blocked);
+	    "CASE WHEN to_regclass('%s') IS NULL THEN 0::bigint ELSE "
+	    "(xpath('/row/n/text()', query_to_xml('SELECT count(*) AS n "
+	    "FROM ' || to_regclass('%s')::text, false, true, '')))[1]"
+	    "::text::bigint END",
+	    n->blocked, n->blocked);
 }
 
 int store_admin_gauges(PGconn *conn, const struct outbox_table *t,
@@ -179,22 +179,28 @@ int store_admin_gauges(PGconn *conn, const struct outbox_table *t,
 	char *blocked = blocked_count_sql(&n);
 	/* Each count is bounded by a partial index of its state; the pending
 	 * scan also yields the oldest row's age. */
-	char *sql = blocked ? xasprintf(
-		"WITH p AS (SELECT count(*) AS n, min(created_at) AS oldest "
-		"FROM %s WHERE status = 'pending') "
-		"SELECT p.n, greatest(0, coalesce((extract(epoch FROM now() - "
-		"p.oldest) * 1000)::bigint, 0)), "
-		"(SELECT count(*) FROM %s WHERE status = 'in_flight'), "
-		"(SELECT count(*) FROM %s WHERE status = 'failed'), "
-		"coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE "
-		"relid = '%s'::regclass), 0), "
-		"(SELECT count(*) FROM %s WHERE last_seen_at > now() - %d * "
-		"interval '1 second'), "
-		"%s, "
-		"(pg_notification_queue_usage() * 1000000)::bigint "
-		"FROM p",
-		T, T, T, T, n.registry, STORE_ADMIN_DEAD_AFTER_S, blocked)
-				    : NULL;
+	char *sql =
+	    blocked
+		? xasprintf(
+		      "WITH p AS (SELECT count(*) AS n, min(created_at) AS "
+		      "oldest "
+		      "FROM %s WHERE status = 'pending') "
+		      "SELECT p.n, greatest(0, coalesce((extract(epoch FROM "
+		      "now() - "
+		      "p.oldest) * 1000)::bigint, 0)), "
+		      "(SELECT count(*) FROM %s WHERE status = 'in_flight'), "
+		      "(SELECT count(*) FROM %s WHERE status = 'failed'), "
+		      "coalesce((SELECT n_dead_tup FROM pg_stat_user_tables "
+		      "WHERE "
+		      "relid = '%s'::regclass), 0), "
+		      "(SELECT count(*) FROM %s WHERE last_seen_at > now() - "
+		      "%d * "
+		      "interval '1 second'), "
+		      "%s, "
+		      "(pg_notification_queue_usage() * 1000000)::bigint "
+		      "FROM p",
+		      T, T, T, T, n.registry, STORE_ADMIN_DEAD_AFTER_S, blocked)
+		: NULL;
 	PGresult *res = run(conn, sql, 0, NULL, PGRES_TUPLES_OK, "gauge query",
 			    &rc, err, errlen);
 	free(sql);
@@ -207,8 +213,8 @@ int store_admin_gauges(PGconn *conn, const struct outbox_table *t,
 			      &g->blocked_keys, &g->notify_queue_ppm};
 	for (int i = 0; i < 8; i++)
 		*fields[i] = PQgetisnull(res, 0, i)
-				     ? 0
-				     : strtoll(PQgetvalue(res, 0, i), NULL, 10);
+				 ? 0
+				 : strtoll(PQgetvalue(res, 0, i), NULL, 10);
 	PQclear(res);
 	return 0;
 }
@@ -259,13 +265,13 @@ static cJSON *row_json(const PGresult *res, int i)
 /* Runs sql and adds its rows to parent under key: every row as an array
  * of objects (as_array), or the first row's columns merged into an
  * object (a statement returning one row). Frees sql. */
-static int add_query(PGconn *conn, char *sql, int n,
-		     const char *const *values, cJSON *parent, const char *key,
-		     bool as_array, char *err, size_t errlen)
+static int add_query(PGconn *conn, char *sql, int n, const char *const *values,
+		     cJSON *parent, const char *key, bool as_array, char *err,
+		     size_t errlen)
 {
 	int rc;
-	PGresult *res = run(conn, sql, n, values, PGRES_TUPLES_OK, key, &rc,
-			    err, errlen);
+	PGresult *res =
+	    run(conn, sql, n, values, PGRES_TUPLES_OK, key, &rc, err, errlen);
 	free(sql);
 	if (!res)
 		return rc;
@@ -307,37 +313,42 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 	snprintf(dead, sizeof(dead), "now() - %d * interval '1 second'",
 		 STORE_ADMIN_DEAD_AFTER_S);
 
-	rc = add_query(conn, xasprintf(
+	rc = add_query(
+	    conn,
+	    xasprintf(
 		"SELECT %s AS checked_at, current_database() AS database, "
 		"current_setting('server_version') AS server_version, %d AS "
 		"dead_after_seconds",
 		ISO("now()"), STORE_ADMIN_DEAD_AFTER_S),
-		0, NULL, st, "database", false, err, errlen);
+	    0, NULL, st, "database", false, err, errlen);
 	if (rc != 0)
 		return rc;
 
-	rc = add_query(conn, xasprintf(
-		"SELECT id, version, state, last_seen_at > %s AS alive, "
-		"%s AS started_at, %s AS up_seconds, %s AS last_seen_at, "
-		"%s AS last_seen_seconds_ago FROM %s "
-		"ORDER BY last_seen_at > %s DESC, id LIMIT %d",
-		dead, ISO("started_at"), SECS("now()", "started_at"),
-		ISO("last_seen_at"), SECS("now()", "last_seen_at"),
-		n.registry, dead, max_rows),
-		0, NULL, st, "replicas", true, err, errlen);
+	rc = add_query(
+	    conn,
+	    xasprintf("SELECT id, version, state, last_seen_at > %s AS alive, "
+		      "%s AS started_at, %s AS up_seconds, %s AS last_seen_at, "
+		      "%s AS last_seen_seconds_ago FROM %s "
+		      "ORDER BY last_seen_at > %s DESC, id LIMIT %d",
+		      dead, ISO("started_at"), SECS("now()", "started_at"),
+		      ISO("last_seen_at"), SECS("now()", "last_seen_at"),
+		      n.registry, dead, max_rows),
+	    0, NULL, st, "replicas", true, err, errlen);
 	if (rc != 0)
 		return rc;
 
-	rc = add_query(conn, xasprintf(
-		"SELECT count(*) AS pending, count(*) FILTER (WHERE "
-		"next_attempt_at <= now()) AS due_now, count(*) FILTER "
-		"(WHERE suspect) AS crash_suspects, "
-		"CASE WHEN count(*) > 0 THEN greatest(0, %s) END AS "
-		"oldest_pending_age_seconds, "
-		"%s AS oldest_pending_created_at "
-		"FROM %s WHERE status = 'pending'",
-		SECS("now()", "min(created_at)"), ISO("min(created_at)"), T),
-		0, NULL, st, "backlog", false, err, errlen);
+	rc = add_query(
+	    conn,
+	    xasprintf("SELECT count(*) AS pending, count(*) FILTER (WHERE "
+		      "next_attempt_at <= now()) AS due_now, count(*) FILTER "
+		      "(WHERE suspect) AS crash_suspects, "
+		      "CASE WHEN count(*) > 0 THEN greatest(0, %s) END AS "
+		      "oldest_pending_age_seconds, "
+		      "%s AS oldest_pending_created_at "
+		      "FROM %s WHERE status = 'pending'",
+		      SECS("now()", "min(created_at)"), ISO("min(created_at)"),
+		      T),
+	    0, NULL, st, "backlog", false, err, errlen);
 	if (rc != 0)
 		return rc;
 
@@ -346,14 +357,17 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 	const char *holder = "CASE WHEN leased_by LIKE '%/%' THEN "
 			     "split_part(leased_by, '/', 1) || '/' || "
 			     "split_part(leased_by, '/', 2) END";
-	rc = add_query(conn, xasprintf(
-		"SELECT count(*) AS count, count(*) FILTER (WHERE "
-		"lease_expires_at < now()) AS expired_leases "
-		"FROM %s WHERE status = 'in_flight'",
-		T),
-		0, NULL, st, "in_flight", false, err, errlen);
+	rc = add_query(
+	    conn,
+	    xasprintf("SELECT count(*) AS count, count(*) FILTER (WHERE "
+		      "lease_expires_at < now()) AS expired_leases "
+		      "FROM %s WHERE status = 'in_flight'",
+		      T),
+	    0, NULL, st, "in_flight", false, err, errlen);
 	if (rc == 0)
-		rc = add_query(conn, xasprintf(
+		rc = add_query(
+		    conn,
+		    xasprintf(
 			"SELECT f.holder, coalesce(r.last_seen_at > %s, false) "
 			"AS holder_alive, r.state AS holder_state, count(*) AS "
 			"rows, count(*) FILTER (WHERE f.lease_expires_at < "
@@ -362,11 +376,13 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 			"WHERE status = 'in_flight') f LEFT JOIN %s r ON r.id "
 			"= f.holder GROUP BY f.holder, r.last_seen_at, r.state "
 			"ORDER BY count(*) DESC LIMIT %d",
-			dead, SECS("f.lease_expires_at", "now()"), holder,
-			T, n.registry, max_rows),
-			0, NULL, st, "in_flight_holders", true, err, errlen);
+			dead, SECS("f.lease_expires_at", "now()"), holder, T,
+			n.registry, max_rows),
+		    0, NULL, st, "in_flight_holders", true, err, errlen);
 	if (rc == 0)
-		rc = add_query(conn, xasprintf(
+		rc = add_query(
+		    conn,
+		    xasprintf(
 			"SELECT f.id::text AS id, f.type, f.exchange AS "
 			"destination, f.leased_by, f.holder, "
 			"coalesce(r.last_seen_at > %s, false) AS holder_alive, "
@@ -380,13 +396,15 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 			dead, ISO("f.leased_at"), ISO("f.lease_expires_at"),
 			SECS("f.lease_expires_at", "now()"), holder, T,
 			max_rows, n.registry),
-			0, NULL, st, "in_flight_rows", true, err, errlen);
+		    0, NULL, st, "in_flight_rows", true, err, errlen);
 	if (rc != 0)
 		return rc;
 
 	/* The sample error is the latest failure of the type, found through
 	 * the terminal index instead of aggregating every error text. */
-	rc = add_query(conn, xasprintf(
+	rc = add_query(
+	    conn,
+	    xasprintf(
 		"SELECT g.type, g.count, g.max_attempts_spent, %s AS "
 		"last_failed_at, (SELECT x.last_error FROM %s x WHERE "
 		"x.status = 'failed' AND x.type = g.type ORDER BY "
@@ -396,28 +414,34 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 		"max(finished_at) AS last FROM %s WHERE status = 'failed' "
 		"GROUP BY type) g ORDER BY g.count DESC, g.type LIMIT %d",
 		ISO("g.last"), T, T, max_rows),
-		0, NULL, st, "failed_by_type", true, err, errlen);
+	    0, NULL, st, "failed_by_type", true, err, errlen);
 	if (rc != 0)
 		return rc;
-	rc = add_query(conn, xasprintf(
+	rc = add_query(
+	    conn,
+	    xasprintf(
 		"SELECT count(*) AS count FROM %s WHERE status = 'failed'", T),
-		0, NULL, st, "failed", false, err, errlen);
+	    0, NULL, st, "failed", false, err, errlen);
 	if (rc != 0)
 		return rc;
 
-	rc = add_query(conn, xasprintf(
+	rc = add_query(
+	    conn,
+	    xasprintf(
 		"SELECT destination, %s AS paused_at, %s AS paused_seconds, "
 		"paused_by, reason FROM %s ORDER BY destination",
 		ISO("paused_at"), SECS("now()", "paused_at"), n.control),
-		0, NULL, st, "paused", true, err, errlen);
+	    0, NULL, st, "paused", true, err, errlen);
 	if (rc != 0)
 		return rc;
 
 	char *blocked = blocked_count_sql(&n);
-	rc = add_query(conn, blocked ? xasprintf(
-		"SELECT to_regclass('%s') IS NOT NULL AS present, %s AS count",
-		n.blocked, blocked) : NULL,
-		0, NULL, st, "blocked_keys", false, err, errlen);
+	rc = add_query(conn,
+		       blocked ? xasprintf("SELECT to_regclass('%s') IS NOT "
+					   "NULL AS present, %s AS count",
+					   n.blocked, blocked)
+			       : NULL,
+		       0, NULL, st, "blocked_keys", false, err, errlen);
 	free(blocked);
 	if (rc != 0)
 		return rc;
@@ -425,15 +449,18 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bk, "present"))) {
 		/* Present: the ordering feature owns its columns, so rows
 		 * are shown whole. */
-		rc = add_query(conn, xasprintf(
-			"SELECT row_to_json(b) AS key FROM %s b LIMIT %d",
-			n.blocked, max_rows),
-			0, NULL, bk, "rows", true, err, errlen);
+		rc = add_query(
+		    conn,
+		    xasprintf("SELECT row_to_json(b) AS key FROM %s b LIMIT %d",
+			      n.blocked, max_rows),
+		    0, NULL, bk, "rows", true, err, errlen);
 		if (rc != 0)
 			return rc;
 	}
 
-	rc = add_query(conn, xasprintf(
+	rc = add_query(
+	    conn,
+	    xasprintf(
 		"SELECT s.n_live_tup AS live_tuples, s.n_dead_tup AS "
 		"dead_tuples, pg_total_relation_size('%s'::regclass) AS "
 		"total_bytes, %s AS last_vacuum, %s AS last_autovacuum, %s "
@@ -443,16 +470,17 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 		"s.relid = '%s'::regclass",
 		T, ISO("s.last_vacuum"), ISO("s.last_autovacuum"),
 		ISO("s.last_analyze"), ISO("s.last_autoanalyze"),
-		SECS("now()", "greatest(s.last_vacuum, s.last_autovacuum)"),
-		T),
-		0, NULL, st, "table_stats", false, err, errlen);
+		SECS("now()", "greatest(s.last_vacuum, s.last_autovacuum)"), T),
+	    0, NULL, st, "table_stats", false, err, errlen);
 	if (rc != 0)
 		return rc;
 
 	/* What holds the xmin horizon back: sessions with an old snapshot
 	 * (this one excluded), replication slots, prepared transactions.
 	 * Dead rows younger than the oldest of these cannot be vacuumed. */
-	return add_query(conn, xasprintf(
+	return add_query(
+	    conn,
+	    xasprintf(
 		"SELECT * FROM ("
 		"SELECT 'session' AS kind, a.pid, a.application_name AS name, "
 		"a.usename::text AS user_name, a.backend_type, a.state, "
@@ -472,11 +500,11 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 		"NULLS LAST LIMIT 5",
 		SECS("now()", "a.xact_start"), SECS("now()", "a.state_change"),
 		SECS("now()", "prepared")),
-		0, NULL, st, "oldest_xmin_holders", true, err, errlen);
+	    0, NULL, st, "oldest_xmin_holders", true, err, errlen);
 }
 
-int store_admin_status(PGconn *conn, const struct outbox_table *t,
-		       int max_rows, cJSON **out, char *err, size_t errlen)
+int store_admin_status(PGconn *conn, const struct outbox_table *t, int max_rows,
+		       cJSON **out, char *err, size_t errlen)
 {
 	int rc;
 	*out = NULL;
@@ -489,9 +517,8 @@ int store_admin_status(PGconn *conn, const struct outbox_table *t,
 		return STORE_ERROR;
 	}
 	/* One snapshot for every section, so counts agree. */
-	rc = exec_cmd(conn,
-		      "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0,
-		      NULL, "status", NULL, err, errlen);
+	rc = exec_cmd(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+		      0, NULL, "status", NULL, err, errlen);
 	if (rc != 0)
 		goto out;
 	rc = status_sections(conn, t, max_rows, st, err, errlen);
@@ -527,15 +554,15 @@ int store_admin_pause(PGconn *conn, const struct outbox_table *t,
 	 * a fresh insert: it tells the two apart in one statement. The
 	 * first pause's paused_at is kept. */
 	char *sql = xasprintf(
-		"INSERT INTO %s AS c (destination, paused_by, reason) VALUES "
-		"($1, $2, $3) ON CONFLICT (destination) DO UPDATE SET "
-		"paused_by = excluded.paused_by, reason = "
-		"coalesce(excluded.reason, c.reason) "
-		"RETURNING (c.xmax::text <> '0')",
-		n.control);
+	    "INSERT INTO %s AS c (destination, paused_by, reason) VALUES "
+	    "($1, $2, $3) ON CONFLICT (destination) DO UPDATE SET "
+	    "paused_by = excluded.paused_by, reason = "
+	    "coalesce(excluded.reason, c.reason) "
+	    "RETURNING (c.xmax::text <> '0')",
+	    n.control);
 	const char *values[3] = {destination, paused_by, reason};
-	PGresult *res = run(conn, sql, 3, values, PGRES_TUPLES_OK, "pause",
-			    &rc, err, errlen);
+	PGresult *res = run(conn, sql, 3, values, PGRES_TUPLES_OK, "pause", &rc,
+			    err, errlen);
 	free(sql);
 	if (!res)
 		return rc;
@@ -552,8 +579,8 @@ int store_admin_resume(PGconn *conn, const struct outbox_table *t,
 	size_t rows = 0;
 	names_of(t, &n);
 	*was_paused = false;
-	char *sql = xasprintf("DELETE FROM %s WHERE destination = $1",
-			      n.control);
+	char *sql =
+	    xasprintf("DELETE FROM %s WHERE destination = $1", n.control);
 	const char *values[1] = {destination};
 	int rc = exec_cmd(conn, sql, 1, values, "resume", &rows, err, errlen);
 	free(sql);
@@ -576,18 +603,17 @@ static bool is_duration(const char *s)
 	       strcmp(p, "d") == 0;
 }
 
-int store_admin_time(PGconn *conn, const char *text, char *out,
-		     size_t outlen, char *err, size_t errlen)
+int store_admin_time(PGconn *conn, const char *text, char *out, size_t outlen,
+		     char *err, size_t errlen)
 {
-	const char *fmt =
-		"'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"'";
+	const char *fmt = "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"'";
 	char *sql = is_duration(text)
-			    ? xasprintf("SELECT to_char((now() - $1::interval) "
-					"AT TIME ZONE 'UTC', %s)",
-					fmt)
-			    : xasprintf("SELECT to_char($1::timestamptz AT "
-					"TIME ZONE 'UTC', %s)",
-					fmt);
+			? xasprintf("SELECT to_char((now() - $1::interval) "
+				    "AT TIME ZONE 'UTC', %s)",
+				    fmt)
+			: xasprintf("SELECT to_char($1::timestamptz AT "
+				    "TIME ZONE 'UTC', %s)",
+				    fmt);
 	const char *values[1] = {text};
 	int rc = 0;
 	PGresult *res = NULL;

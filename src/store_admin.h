@@ -49,19 +49,18 @@ int store_admin_forget(PGconn *conn, const struct outbox_table *t,
 
 /* The SQL-backed gauges, from one statement. */
 struct store_admin_gauges {
-	int64_t backlog;           /* pending rows */
+	int64_t backlog;	   /* pending rows */
 	int64_t oldest_pending_ms; /* now() - min(created_at) of pending; 0 */
 	int64_t in_flight;
 	int64_t failed;
-	int64_t dead_tuples;       /* pg_stat_user_tables.n_dead_tup */
-	int64_t live_replicas;     /* heartbeat within the dead threshold */
-	int64_t blocked_keys;      /* 0 without a blocked-keys table */
-	int64_t notify_queue_ppm;  /* pg_notification_queue_usage() * 1e6 */
+	int64_t dead_tuples;	  /* pg_stat_user_tables.n_dead_tup */
+	int64_t live_replicas;	  /* heartbeat within the dead threshold */
+	int64_t blocked_keys;	  /* 0 without a blocked-keys table */
+	int64_t notify_queue_ppm; /* pg_notification_queue_usage() * 1e6 */
 };
 
 int store_admin_gauges(PGconn *conn, const struct outbox_table *t,
-		       struct store_admin_gauges *g, char *err,
-		       size_t errlen);
+		       struct store_admin_gauges *g, char *err, size_t errlen);
 
 /*
  * Everything `status` shows, read in one read-only repeatable-read
@@ -69,8 +68,8 @@ int store_admin_gauges(PGconn *conn, const struct outbox_table *t,
  * cut to max_rows. On success *out is a new cJSON object the caller
  * deletes; its members are documented in docs/operations.md.
  */
-int store_admin_status(PGconn *conn, const struct outbox_table *t,
-		       int max_rows, cJSON **out, char *err, size_t errlen);
+int store_admin_status(PGconn *conn, const struct outbox_table *t, int max_rows,
+		       cJSON **out, char *err, size_t errlen);
 
 /*
  * Inserts (or, when present, updates the reason and author of) the pause
@@ -92,7 +91,7 @@ int store_admin_resume(PGconn *conn, const struct outbox_table *t,
  * timestamptz by Postgres. Writes the instant as ISO 8601 with offset
  * into out. STORE_ADMIN_INVALID when Postgres cannot read it.
  */
-int store_admin_time(PGconn *conn, const char *text, char *out,
-		     size_t outlen, char *err, size_t errlen);
+int store_admin_time(PGconn *conn, const char *text, char *out, size_t outlen,
+		     char *err, size_t errlen);
 
 #endif

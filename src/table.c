@@ -46,13 +46,12 @@ int table_parse(const char *text, struct outbox_table *t, char *err,
 	} else {
 		snprintf(t->literal, sizeof(t->literal), "'%s'", t->name);
 	}
-	snprintf(t->quoted, sizeof(t->quoted), "%s\"%s\"", t->prefix,
-		 t->name);
+	snprintf(t->quoted, sizeof(t->quoted), "%s\"%s\"", t->prefix, t->name);
 	return 0;
 }
 
-void table_derived(const struct outbox_table *t, const char *suffix,
-		   char *out, size_t outlen)
+void table_derived(const struct outbox_table *t, const char *suffix, char *out,
+		   size_t outlen)
 {
 	snprintf(out, outlen, "%s\"%s%s\"", t->prefix, t->name, suffix);
 }

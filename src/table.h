@@ -14,11 +14,11 @@
 #define TABLE_NAME_MAX (63 - TABLE_SUFFIX_MAX)
 
 struct outbox_table {
-	char schema[64];  /* "" when unqualified */
-	char name[64];    /* bare, validated */
-	char quoted[140]; /* "schema"."name" or "name" */
-	char prefix[70];  /* "schema". or "" */
-	char literal[140];/* 'schema.name' or 'name' */
+	char schema[64];   /* "" when unqualified */
+	char name[64];	   /* bare, validated */
+	char quoted[140];  /* "schema"."name" or "name" */
+	char prefix[70];   /* "schema". or "" */
+	char literal[140]; /* 'schema.name' or 'name' */
 };
 
 /*
@@ -30,7 +30,7 @@ int table_parse(const char *text, struct outbox_table *t, char *err,
 		size_t errlen);
 
 /* Writes the quoted name of a side object: "schema"."<name><suffix>". */
-void table_derived(const struct outbox_table *t, const char *suffix,
-		   char *out, size_t outlen);
+void table_derived(const struct outbox_table *t, const char *suffix, char *out,
+		   size_t outlen);
 
 #endif

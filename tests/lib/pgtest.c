@@ -18,7 +18,8 @@ const char *pgtest_url(void)
 {
 	const char *url = getenv("OUTBOX_TEST_DATABASE_URL");
 	if (!url || !*url)
-		fail_msg("OUTBOX_TEST_DATABASE_URL is not set: run tests/run.sh");
+		fail_msg(
+		    "OUTBOX_TEST_DATABASE_URL is not set: run tests/run.sh");
 	return url;
 }
 
@@ -84,19 +85,19 @@ void pgtest_fresh_table(const char *prefix, char *table, size_t len)
 struct store_options pgtest_store_options(const char *table)
 {
 	struct store_options o = {
-		.conninfo = pgtest_url(),
-		.table = table,
-		.app_name = "outbox-relay-test",
-		.leased_by = "test/1/w0",
-		.ce_source = "/test",
-		.batch_size = 100,
-		.clean_batch_size = 100,
-		.lease_timeout_ms = 60000,
-		.statement_timeout_ms = 10000,
-		.backoff_base_ms = 2000,
-		.backoff_max_ms = 300000,
-		.backoff_factor = 2.0,
-		.prepare = true,
+	    .conninfo = pgtest_url(),
+	    .table = table,
+	    .app_name = "outbox-relay-test",
+	    .leased_by = "test/1/w0",
+	    .ce_source = "/test",
+	    .batch_size = 100,
+	    .clean_batch_size = 100,
+	    .lease_timeout_ms = 60000,
+	    .statement_timeout_ms = 10000,
+	    .backoff_base_ms = 2000,
+	    .backoff_max_ms = 300000,
+	    .backoff_factor = 2.0,
+	    .prepare = true,
 	};
 	return o;
 }

@@ -24,11 +24,11 @@ void pgtest_fresh_table(const char *prefix, char *table, size_t len);
 
 /* Runs sql (printf-style); fails the test unless it succeeds. */
 void pgtest_exec(PGconn *conn, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 /* Runs sql and returns the first column of the first row as a long. */
 long pgtest_long(PGconn *conn, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 /* Default store options for table (batch 100, lease 60 s, prepare on). */
 struct store_options pgtest_store_options(const char *table);

@@ -89,14 +89,13 @@ static int flaky_publish(void *state, const struct outbox_event *events,
 			continue;
 		}
 		char line[512];
-		int len = snprintf(line, sizeof(line),
-				   "{\"id\":\"%s\",\"key\":\"%s\",\"seq\":%lld,"
-				   "\"pid\":%d}\n",
-				   events[i].id,
-				   events[i].partition_key
-					   ? events[i].partition_key
-					   : "",
-				   (long long)events[i].seq, (int)getpid());
+		int len = snprintf(
+		    line, sizeof(line),
+		    "{\"id\":\"%s\",\"key\":\"%s\",\"seq\":%lld,"
+		    "\"pid\":%d}\n",
+		    events[i].id,
+		    events[i].partition_key ? events[i].partition_key : "",
+		    (long long)events[i].seq, (int)getpid());
 		if (write(f->fd, line, (size_t)len) != len) {
 			r->outcome = PUB_TRANSPORT;
 			snprintf(r->reason, sizeof(r->reason), "flaky: write");
@@ -123,15 +122,15 @@ static void flaky_close(void *state)
 }
 
 static const struct publisher_ops publisher_flaky = {
-	.name = "flaky",
-	.validate = flaky_validate,
-	.open = flaky_open,
-	.publish = flaky_publish,
-	.probe = flaky_probe,
-	.close = flaky_close,
+    .name = "flaky",
+    .validate = flaky_validate,
+    .open = flaky_open,
+    .publish = flaky_publish,
+    .probe = flaky_probe,
+    .close = flaky_close,
 };
 
 const struct publisher_ops *const publisher_test_registry[] = {
-	&publisher_flaky,
-	NULL,
+    &publisher_flaky,
+    NULL,
 };

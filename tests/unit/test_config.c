@@ -1114,7 +1114,8 @@ static void test_help(void **state)
 				     "7d)\n"));
 	assert_non_null(strstr(help, "[0 or 1m..3650d]"));
 	assert_non_null(strstr(help, "[one of: binary, structured]"));
-	assert_non_null(strstr(help, "publisher backend: stdout, amqp or kafka"));
+	assert_non_null(
+	    strstr(help, "publisher backend: stdout, amqp or kafka"));
 	assert_non_null(strstr(help, "NAME_FILE"));
 	assert_non_null(strstr(help, "OUTBOX_KAFKA_<PROPERTY>"));
 	free(help);

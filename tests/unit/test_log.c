@@ -98,9 +98,9 @@ static void test_level_parse(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_json_lines),
-		cmocka_unit_test(test_text_lines),
-		cmocka_unit_test(test_level_parse),
+	    cmocka_unit_test(test_json_lines),
+	    cmocka_unit_test(test_text_lines),
+	    cmocka_unit_test(test_level_parse),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,8 +48,8 @@ static void mark_all(struct store *s, enum store_mark kind,
 		reasons[i] = reason;
 	}
 	struct mark_result r;
-	if (store_mark(s, kind, b->lease_id, ids, reason ? reasons : NULL,
-		       b->n, &r, err, sizeof(err)) != 0)
+	if (store_mark(s, kind, b->lease_id, ids, reason ? reasons : NULL, b->n,
+		       &r, err, sizeof(err)) != 0)
 		fail_msg("mark: %s", err);
 	assert_int_equal(r.marked, b->n);
 	lease_batch_release(b);
@@ -209,17 +209,16 @@ static void test_block_unblock_and_cleaner(void **state)
 		    "WHERE status IN ('sent', 'failed')",
 		    table);
 	struct clean_result cr;
-	assert_int_equal(store_clean(s, 1000, 1000, 1000, 0, &cr, err,
-				     sizeof(err)),
-			 0);
+	assert_int_equal(
+	    store_clean(s, 1000, 1000, 1000, 0, &cr, err, sizeof(err)), 0);
 	assert_int_equal(cr.sent_deleted, 2);
 	assert_int_equal(cr.failed_deleted, 0);
 	assert_int_equal(
-		pgtest_long(c,
-			    "SELECT count(*) FROM %s WHERE subject = 'a1' AND "
-			    "status = 'failed'",
-			    table),
-		1);
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE subject = 'a1' AND "
+			"status = 'failed'",
+			table),
+	    1);
 
 	/* unblock --skip: a2 becomes head, a3 follows. */
 	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)), 0);
@@ -246,8 +245,9 @@ static void test_unblock_redrive(void **state)
 	mark_all(s, MARK_FAILED, &b, "bad");
 	expect_batch(s, "");
 	assert_int_equal(store_unblock(s, "A", true, err, sizeof(err)), 0);
-	assert_int_equal(pgtest_long(c, "SELECT attempts FROM %s WHERE "
-					"subject = 'a1'",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT attempts FROM %s WHERE "
+				     "subject = 'a1'",
 				     table),
 			 0);
 	expect_batch(s, "a1");
@@ -342,14 +342,14 @@ static void test_hot_key_does_not_starve_others(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_one_head_per_key_in_seq_order),
-		cmocka_unit_test(test_backoff_holds_the_key),
-		cmocka_unit_test(test_skip_moves_on),
-		cmocka_unit_test(test_block_unblock_and_cleaner),
-		cmocka_unit_test(test_unblock_redrive),
-		cmocka_unit_test(test_sweeper_repairs_lost_heads),
-		cmocka_unit_test(test_redrive_refuses_to_reorder),
-		cmocka_unit_test(test_hot_key_does_not_starve_others),
+	    cmocka_unit_test(test_one_head_per_key_in_seq_order),
+	    cmocka_unit_test(test_backoff_holds_the_key),
+	    cmocka_unit_test(test_skip_moves_on),
+	    cmocka_unit_test(test_block_unblock_and_cleaner),
+	    cmocka_unit_test(test_unblock_redrive),
+	    cmocka_unit_test(test_sweeper_repairs_lost_heads),
+	    cmocka_unit_test(test_redrive_refuses_to_reorder),
+	    cmocka_unit_test(test_hot_key_does_not_starve_others),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

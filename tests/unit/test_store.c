@@ -40,8 +40,7 @@ static const char **batch_ids(const struct lease_batch *b)
 }
 
 static struct mark_result mark(struct store *s, enum store_mark kind,
-			       const struct lease_batch *b,
-			       const char *reason)
+			       const struct lease_batch *b, const char *reason)
 {
 	struct mark_result r;
 	const char **ids = batch_ids(b);
@@ -96,8 +95,8 @@ static void *leaser_main(void *arg)
 			ids[i] = b.events[i].id;
 			if (l->n == l->cap) {
 				l->cap = l->cap ? l->cap * 2 : 256;
-				l->ids = realloc(l->ids,
-						 l->cap * sizeof(*l->ids));
+				l->ids =
+				    realloc(l->ids, l->cap * sizeof(*l->ids));
 			}
 			l->ids[l->n++] = strdup(b.events[i].id);
 		}
@@ -131,8 +130,8 @@ static void test_concurrent_lease_each_row_once(void **state)
 	memset(l, 0, sizeof(l));
 	for (int i = 0; i < 4; i++) {
 		l[i].table = table;
-		assert_int_equal(pthread_create(&th[i], NULL, leaser_main, &l[i]),
-				 0);
+		assert_int_equal(
+		    pthread_create(&th[i], NULL, leaser_main, &l[i]), 0);
 	}
 	size_t total = 0;
 	for (int i = 0; i < 4; i++) {
@@ -156,8 +155,9 @@ static void test_concurrent_lease_each_row_once(void **state)
 			fail_msg("row %s leased twice", all[i]);
 	/* SKIP LOCKED let more than one connection make progress. */
 	assert_true(busy >= 2);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
-					"= 'sent' AND attempts = 1",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status "
+				     "= 'sent' AND attempts = 1",
 				     table),
 			 10000);
 	for (size_t i = 0; i < total; i++)
@@ -196,8 +196,9 @@ static void test_fencing_and_lost_reply(void **state)
 	assert_int_equal(r.lost, 10);
 	r = mark(s, MARK_FAILED, &b, "stale");
 	assert_int_equal(r.lost, 10);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
-					"= 'in_flight'",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status "
+				     "= 'in_flight'",
 				     table),
 			 10);
 	memcpy(b.lease_id, real, sizeof(real));
@@ -227,9 +228,9 @@ static void test_fencing_and_lost_reply(void **state)
 	assert_int_equal(r.lost, 0);
 	lease_batch_release(&b);
 	assert_int_equal(
-		pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'sent'",
-			    table),
-		15);
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'sent'",
+			table),
+	    15);
 	store_close(s);
 	PQfinish(c);
 }
@@ -256,14 +257,15 @@ static void test_renew_sweep_suspect(void **state)
 	const char **ids = batch_ids(&b);
 	bool held[5];
 	size_t n_held;
-	assert_int_equal(store_renew(s, b.lease_id, ids, 5, held, &n_held, err,
-				     sizeof(err)),
-			 0);
+	assert_int_equal(
+	    store_renew(s, b.lease_id, ids, 5, held, &n_held, err, sizeof(err)),
+	    0);
 	assert_int_equal(n_held, 5);
 	assert_true(held[0] && held[4]);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE "
-					"lease_expires_at > now() + interval "
-					"'20 s'",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE "
+				     "lease_expires_at > now() + interval "
+				     "'20 s'",
 				     table),
 			 5);
 	struct sweep_result sw;
@@ -277,12 +279,12 @@ static void test_renew_sweep_suspect(void **state)
 	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_pending, 5);
 	assert_int_equal(
-		pgtest_long(c,
-			    "SELECT count(*) FROM %s WHERE status = 'pending' "
-			    "AND suspect AND attempts = 1 AND last_error = "
-			    "'lease expired (leased_by test/1/w0)'",
-			    table),
-		5);
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE status = 'pending' "
+			"AND suspect AND attempts = 1 AND last_error = "
+			"'lease expired (leased_by test/1/w0)'",
+			table),
+	    5);
 	/* The expired holder's marks are fenced off. */
 	struct mark_result r = mark(s, MARK_SENT, &b, NULL);
 	assert_int_equal(r.marked, 0);
@@ -295,17 +297,17 @@ static void test_renew_sweep_suspect(void **state)
 	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
 	lease(s, &b);
 	assert_int_equal(b.n, 11);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
-					"= 'in_flight' AND suspect",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status "
+				     "= 'in_flight' AND suspect",
 				     table),
 			 1);
 	/* Its attempt ends: no longer a suspect. */
 	r = mark(s, MARK_SENT, &b, NULL);
 	assert_int_equal(r.marked, 11);
 	lease_batch_release(&b);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE suspect",
-				     table),
-			 4);
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE suspect", table), 4);
 	for (int i = 0; i < 4; i++) {
 		lease(s, &b);
 		assert_int_equal(b.n, 1);
@@ -314,8 +316,9 @@ static void test_renew_sweep_suspect(void **state)
 	}
 
 	/* With its attempts spent, an expired row ends failed. */
-	pgtest_exec(c, "INSERT INTO %s (type, payload, max_attempts) VALUES "
-		       "('t', 'x', 1)",
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, max_attempts) VALUES "
+		    "('t', 'x', 1)",
 		    table);
 	lease(s, &b);
 	assert_int_equal(b.n, 1);
@@ -325,9 +328,10 @@ static void test_renew_sweep_suspect(void **state)
 		    table);
 	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_failed, 1);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
-					"= 'failed' AND finished_at IS NOT "
-					"NULL AND NOT suspect",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status "
+				     "= 'failed' AND finished_at IS NOT "
+				     "NULL AND NOT suspect",
 				     table),
 			 1);
 	lease_batch_release(&b);
@@ -352,13 +356,13 @@ static void test_retry_backoff_permanent(void **state)
 	lease_batch_release(&b);
 	/* Attempt 1: base 2 s, +-20 % jitter. */
 	assert_int_equal(
-		pgtest_long(c,
-			    "SELECT count(*) FROM %s WHERE status = 'pending' "
-			    "AND attempts = 1 AND last_error = 'nack: test' "
-			    "AND next_attempt_at BETWEEN now() + interval "
-			    "'1.5 s' AND now() + interval '2.5 s'",
-			    table),
-		3);
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE status = 'pending' "
+			"AND attempts = 1 AND last_error = 'nack: test' "
+			"AND next_attempt_at BETWEEN now() + interval "
+			"'1.5 s' AND now() + interval '2.5 s'",
+			table),
+	    3);
 	lease(s, &b);
 	assert_int_equal(b.n, 0); /* not before next_attempt_at */
 	lease_batch_release(&b);
@@ -380,12 +384,12 @@ static void test_retry_backoff_permanent(void **state)
 	assert_int_equal(r.marked, 3);
 	lease_batch_release(&b);
 	assert_int_equal(
-		pgtest_long(c,
-			    "SELECT count(*) FROM %s WHERE status = 'pending' "
-			    "AND next_attempt_at BETWEEN now() + interval "
-			    "'3.9 min' AND now() + interval '6.1 min'",
-			    table),
-		3);
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE status = 'pending' "
+			"AND next_attempt_at BETWEEN now() + interval "
+			"'3.9 min' AND now() + interval '6.1 min'",
+			table),
+	    3);
 
 	/* Event class with attempts spent: failed. Transport class with
 	 * attempts spent: still pending (a broker outage fails nothing). */
@@ -396,10 +400,9 @@ static void test_retry_backoff_permanent(void **state)
 	lease(s, &b);
 	assert_int_equal(b.n, 3);
 	const char **ids = batch_ids(&b);
-	const char *reasons[3] = {"connection lost", "connection lost",
-				  "nack"};
-	assert_int_equal(store_mark(s, MARK_TRANSPORT, b.lease_id, ids,
-				    reasons, 2, &r, err, sizeof(err)),
+	const char *reasons[3] = {"connection lost", "connection lost", "nack"};
+	assert_int_equal(store_mark(s, MARK_TRANSPORT, b.lease_id, ids, reasons,
+				    2, &r, err, sizeof(err)),
 			 0);
 	assert_int_equal(r.marked, 2);
 	assert_int_equal(store_mark(s, MARK_RETRY, b.lease_id, ids + 2,
@@ -408,13 +411,15 @@ static void test_retry_backoff_permanent(void **state)
 	assert_int_equal(r.marked, 1);
 	free(ids);
 	lease_batch_release(&b);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
-					"= 'pending' AND last_error = "
-					"'connection lost'",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status "
+				     "= 'pending' AND last_error = "
+				     "'connection lost'",
 				     table),
 			 2);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
-					"= 'failed' AND finished_at IS NOT NULL",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status "
+				     "= 'failed' AND finished_at IS NOT NULL",
 				     table),
 			 1);
 
@@ -429,12 +434,12 @@ static void test_retry_backoff_permanent(void **state)
 	assert_int_equal(r.marked, 2);
 	lease_batch_release(&b);
 	assert_int_equal(
-		pgtest_long(c,
-			    "SELECT count(*) FROM %s WHERE status = 'failed' "
-			    "AND finished_at IS NOT NULL AND last_error = "
-			    "'header \"ce-id\" collides'",
-			    table),
-		2);
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE status = 'failed' "
+			"AND finished_at IS NOT NULL AND last_error = "
+			"'header \"ce-id\" collides'",
+			table),
+	    2);
 
 	/* last_error is cut to about 1 KB. */
 	pgtest_insert(c, table, 1);
@@ -446,8 +451,9 @@ static void test_retry_backoff_permanent(void **state)
 	assert_int_equal(r.marked, 1);
 	free(huge);
 	lease_batch_release(&b);
-	assert_int_equal(pgtest_long(c, "SELECT max(octet_length(last_error)) "
-					"FROM %s",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT max(octet_length(last_error)) "
+				     "FROM %s",
 				     table),
 			 STORE_ERROR_MAX);
 	store_close(s);
@@ -473,12 +479,14 @@ static void test_release(void **state)
 				    &r, err, sizeof(err)),
 			 0);
 	assert_int_equal(r.marked, 4);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
-					"= 'pending' AND attempts = 0",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status "
+				     "= 'pending' AND attempts = 0",
 				     table),
 			 4);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
-					"= 'in_flight' AND attempts = 1",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status "
+				     "= 'in_flight' AND attempts = 1",
 				     table),
 			 6);
 	free(ids);
@@ -516,31 +524,31 @@ static void test_cleaner(void **state)
 	struct clean_result r;
 	const int64_t day = 86400000;
 	/* A cap per tick: at most max_rows per call. */
-	assert_int_equal(store_clean(s, day, 7 * day, 100, 0, &r, err,
-				     sizeof(err)),
-			 0);
+	assert_int_equal(
+	    store_clean(s, day, 7 * day, 100, 0, &r, err, sizeof(err)), 0);
 	assert_int_equal(r.sent_deleted, 100);
 	/* Failed retention 0 keeps failed rows. */
-	assert_int_equal(store_clean(s, day, 0, 100000, 0, &r, err,
-				     sizeof(err)),
-			 0);
+	assert_int_equal(
+	    store_clean(s, day, 0, 100000, 0, &r, err, sizeof(err)), 0);
 	assert_int_equal(r.sent_deleted, 150);
 	assert_int_equal(r.failed_deleted, 0);
-	assert_int_equal(store_clean(s, day, 7 * day, 100000, 0, &r, err,
-				     sizeof(err)),
-			 0);
+	assert_int_equal(
+	    store_clean(s, day, 7 * day, 100000, 0, &r, err, sizeof(err)), 0);
 	assert_int_equal(r.sent_deleted, 0);
 	assert_int_equal(r.failed_deleted, 20);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
-					"= 'sent'",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status "
+				     "= 'sent'",
 				     table),
 			 10);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
-					"= 'failed'",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status "
+				     "= 'failed'",
 				     table),
 			 30);
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE status "
-					"IN ('pending', 'in_flight')",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status "
+				     "IN ('pending', 'in_flight')",
 				     table),
 			 30);
 	store_close(s);
@@ -561,29 +569,30 @@ static void test_seq_and_uuidv7(void **state)
 			    "'k1', 'y')",
 			    table);
 	assert_int_equal(
-		pgtest_long(c,
-			    "SELECT count(*) FROM %s a JOIN %s b ON a.created_at "
-			    "= b.created_at AND a.type = 'a.created' AND b.type "
-			    "= 'a.paid' AND b.seq = a.seq + 1",
-			    table, table),
-		50);
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s a JOIN %s b ON a.created_at "
+			"= b.created_at AND a.type = 'a.created' AND b.type "
+			"= 'a.paid' AND b.seq = a.seq + 1",
+			table, table),
+	    50);
 	for (int i = 0; i < 20; i++)
 		pgtest_exec(c,
 			    "SELECT pg_sleep(0.002); INSERT INTO %s (type, "
 			    "payload) VALUES ('v7', 'x')",
 			    table);
 	/* Version 7, and id order equals insertion order across ms. */
-	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s WHERE "
-					"substr(id::text, 15, 1) = '7'",
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE "
+				     "substr(id::text, 15, 1) = '7'",
 				     table),
 			 120);
 	assert_int_equal(
-		pgtest_long(c,
-			    "SELECT count(*) FROM (SELECT seq, lag(seq) OVER "
-			    "(ORDER BY id) AS prev FROM %s WHERE type = 'v7') "
-			    "x WHERE prev > seq",
-			    table),
-		0);
+	    pgtest_long(c,
+			"SELECT count(*) FROM (SELECT seq, lag(seq) OVER "
+			"(ORDER BY id) AS prev FROM %s WHERE type = 'v7') "
+			"x WHERE prev > seq",
+			table),
+	    0);
 	PQfinish(c);
 }
 
@@ -633,12 +642,12 @@ static void test_generic_plans_use_indexes(void **state)
 
 	struct store_options o = pgtest_store_options(table);
 	o.extra_session_sql =
-		"LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
-		"SET auto_explain.log_analyze = on; "
-		"SET auto_explain.log_level = notice; "
-		"SET auto_explain.log_nested_statements = on; "
-		"SET plan_cache_mode = force_generic_plan; "
-		"SET client_min_messages = notice";
+	    "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+	    "SET auto_explain.log_analyze = on; "
+	    "SET auto_explain.log_level = notice; "
+	    "SET auto_explain.log_nested_statements = on; "
+	    "SET plan_cache_mode = force_generic_plan; "
+	    "SET client_min_messages = notice";
 	struct store *s = pgtest_store(&o);
 	char *plans = NULL;
 	PQsetNoticeReceiver(store_conn(s), collect_notice, &plans);
@@ -661,8 +670,8 @@ static void test_generic_plans_use_indexes(void **state)
 	enum store_mark kinds[5] = {MARK_SENT, MARK_RETRY, MARK_TRANSPORT,
 				    MARK_FAILED, MARK_RELEASE};
 	for (int k = 0; k < 5; k++) {
-		bool with_reason = kinds[k] != MARK_SENT &&
-				   kinds[k] != MARK_RELEASE;
+		bool with_reason =
+		    kinds[k] != MARK_SENT && kinds[k] != MARK_RELEASE;
 		assert_int_equal(store_mark(s, kinds[k], b.lease_id,
 					    ids + k * 20,
 					    with_reason ? reasons : NULL, 20,
@@ -670,8 +679,8 @@ static void test_generic_plans_use_indexes(void **state)
 				 0);
 	}
 	/* A stale mark runs the recheck statement too. */
-	assert_int_equal(store_mark(s, MARK_SENT, b.lease_id, ids, NULL, 20,
-				    &r, err, sizeof(err)),
+	assert_int_equal(store_mark(s, MARK_SENT, b.lease_id, ids, NULL, 20, &r,
+				    err, sizeof(err)),
 			 0);
 	free(ids);
 	lease_batch_release(&b);
@@ -679,9 +688,9 @@ static void test_generic_plans_use_indexes(void **state)
 	assert_int_equal(store_sweep(s, 100000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_pending, 300);
 	struct clean_result cl;
-	assert_int_equal(store_clean(s, 86400000, 86400000, 500, 0, &cl, err,
-				     sizeof(err)),
-			 0);
+	assert_int_equal(
+	    store_clean(s, 86400000, 86400000, 500, 0, &cl, err, sizeof(err)),
+	    0);
 	int64_t due;
 	assert_int_equal(store_next_due_ms(s, &due, err, sizeof(err)), 0);
 	assert_true(due >= 0);
@@ -709,8 +718,7 @@ static void test_generic_plans_use_indexes(void **state)
 		    table);
 	size_t n;
 	assert_int_equal(store_classify(so, &n, err, sizeof(err)), 0);
-	assert_int_equal(store_lease(so, NULL, 0, "", &b, err, sizeof(err)),
-			 0);
+	assert_int_equal(store_lease(so, NULL, 0, "", &b, err, sizeof(err)), 0);
 	assert_true(b.n > 0);
 	ids = batch_ids(&b);
 	assert_int_equal(store_mark(so, MARK_FAILED, b.lease_id, ids, reasons,
@@ -723,9 +731,9 @@ static void test_generic_plans_use_indexes(void **state)
 	lease_batch_release(&b);
 	assert_int_equal(store_sweep(so, 100000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(store_repair_heads(so, &n, err, sizeof(err)), 0);
-	assert_int_equal(store_clean(so, 86400000, 86400000, 500, 0, &cl, err,
-				     sizeof(err)),
-			 0);
+	assert_int_equal(
+	    store_clean(so, 86400000, 86400000, 500, 0, &cl, err, sizeof(err)),
+	    0);
 	store_close(so);
 
 	assert_non_null(plans);
@@ -853,15 +861,15 @@ static void test_checks_and_migrations(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_concurrent_lease_each_row_once),
-		cmocka_unit_test(test_fencing_and_lost_reply),
-		cmocka_unit_test(test_renew_sweep_suspect),
-		cmocka_unit_test(test_retry_backoff_permanent),
-		cmocka_unit_test(test_release),
-		cmocka_unit_test(test_cleaner),
-		cmocka_unit_test(test_seq_and_uuidv7),
-		cmocka_unit_test(test_generic_plans_use_indexes),
-		cmocka_unit_test(test_checks_and_migrations),
+	    cmocka_unit_test(test_concurrent_lease_each_row_once),
+	    cmocka_unit_test(test_fencing_and_lost_reply),
+	    cmocka_unit_test(test_renew_sweep_suspect),
+	    cmocka_unit_test(test_retry_backoff_permanent),
+	    cmocka_unit_test(test_release),
+	    cmocka_unit_test(test_cleaner),
+	    cmocka_unit_test(test_seq_and_uuidv7),
+	    cmocka_unit_test(test_generic_plans_use_indexes),
+	    cmocka_unit_test(test_checks_and_migrations),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
