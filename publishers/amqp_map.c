@@ -3,6 +3,8 @@
  * channel-error texts; no I/O (see amqp_map.h). */
 #include "amqp_map.h"
 
+#include "cloudevent.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,37 +35,8 @@ static void set_reason(char *reason, size_t reasonlen, const char *fmt, ...)
 /* Length of the valid UTF-8 sequence at s (len > 0 bytes), or 0. */
 static size_t utf8_len(const unsigned char *s, size_t len)
 {
-	unsigned char c = s[0];
-	uint32_t v, min;
-	size_t n;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xC2 && c <= 0xDF) {
-		n = 2;
-		v = c & 0x1Fu;
-		min = 0x80;
-	} else if ((c & 0xF0) == 0xE0) {
-		n = 3;
-		v = c & 0x0Fu;
-		min = 0x800;
-	} else if (c >= 0xF0 && c <= 0xF4) {
-		n = 4;
-		v = c & 0x07u;
-		min = 0x10000;
-	} else {
-		return 0;
-	}
-	if (len < n)
-		return 0;
-	for (size_t i = 1; i < n; i++) {
-		if ((s[i] & 0xC0) != 0x80)
-			return 0;
-		v = (v << 6) | (s[i] & 0x3Fu);
-	}
-	if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-		return 0;
-	return n;
+	uint32_t cp;
+	return cloudevent_utf8_decode(s, len, &cp);
 }
 
 void amqp_map_quote(char *dst, size_t dstlen, const char *s, size_t len,

@@ -183,21 +183,8 @@ static int open_store(const struct config *cfg, const char *cmd,
 		return 2;
 	}
 	snprintf(app, sizeof(app), "outbox-relay/%s", cmd);
-	struct store_options o = {
-	    .conninfo = cfg->database_url,
-	    .table = cfg->table,
-	    .app_name = app,
-	    .batch_size = cfg->batch_size,
-	    .clean_batch_size = cfg->clean_batch_size,
-	    .lease_timeout_ms = cfg->lease_timeout_ms,
-	    .statement_timeout_ms = cfg->statement_timeout_ms,
-	    .backoff_base_ms = cfg->backoff_base_ms,
-	    .backoff_max_ms = cfg->backoff_max_ms,
-	    .backoff_factor = cfg->backoff_factor,
-	    .prepare = false,
-	    .ordered = cfg->ordering == ORDERING_PARTITION,
-	    .block_on_failure = cfg->on_failure == ON_FAILURE_BLOCK,
-	};
+	struct store_options o = store_options_from_config(cfg, app, NULL);
+	o.prepare = false;
 	if (store_open(s, &o, err, sizeof(err)) != 0) {
 		fprintf(stderr, "outbox-relay %s: %s\n", cmd, err);
 		return 1;

@@ -67,7 +67,7 @@ static bool equal_ci_n(const char *s, size_t n, const char *lit)
  * length with *cp set, or 0 when the bytes are not valid UTF-8 (bad lead
  * or continuation byte, truncated, overlong, surrogate, above U+10FFFF).
  */
-static size_t utf8_decode(const unsigned char *s, size_t len, uint32_t *cp)
+size_t cloudevent_utf8_decode(const unsigned char *s, size_t len, uint32_t *cp)
 {
 	unsigned char c = s[0];
 	uint32_t v, min;
@@ -127,7 +127,7 @@ static const char *string_problem(const char *s, bool strict)
 
 	while (len > 0) {
 		uint32_t cp;
-		size_t k = utf8_decode(p, len, &cp);
+		size_t k = cloudevent_utf8_decode(p, len, &cp);
 
 		if (k == 0)
 			return "is not valid utf-8";
@@ -154,7 +154,7 @@ static void name_for_reason(char *dst, size_t dstlen, const char *name)
 
 	while (len > 0) {
 		uint32_t cp = 0;
-		size_t k = utf8_decode(p, len, &cp);
+		size_t k = cloudevent_utf8_decode(p, len, &cp);
 		bool bad = k == 0 || is_control(cp) || cp == '"' || cp == '\\';
 		size_t need = bad ? 1 : k;
 
@@ -489,7 +489,7 @@ static size_t json_compact(const unsigned char *src, size_t n, char *dst)
 
 		if (c >= 0x80) {
 			uint32_t cp;
-			size_t k = utf8_decode(src + i, n - i, &cp);
+			size_t k = cloudevent_utf8_decode(src + i, n - i, &cp);
 
 			/* Outside strings JSON is ASCII (this also refuses
 			 * a byte-order mark). */

@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "event.h"
 
@@ -112,5 +113,11 @@ const char *cloudevent_structured_content_type(void);
  * (after ';') and surrounding blanks ignored. NULL and "" are not JSON.
  */
 bool cloudevent_is_json_type(const char *content_type);
+
+/*
+ * Decodes the valid UTF-8 sequence at s (len > 0 bytes) into *cp and
+ * returns its length, or 0 for an invalid, overlong or surrogate sequence.
+ */
+size_t cloudevent_utf8_decode(const unsigned char *s, size_t len, uint32_t *cp);
 
 #endif

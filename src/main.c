@@ -98,18 +98,9 @@ static int cmd_check(const struct config *cfg, const struct publisher_ops *pub)
 					    : "(libpq PG* variables)",
 			  url, sizeof(url));
 	printf("config: ok\n");
-	struct store_options o = {
-	    .conninfo = cfg->database_url,
-	    .table = cfg->table,
-	    .app_name = "outbox-relay/check",
-	    .batch_size = cfg->batch_size,
-	    .lease_timeout_ms = cfg->lease_timeout_ms,
-	    .statement_timeout_ms = cfg->statement_timeout_ms,
-	    .backoff_base_ms = cfg->backoff_base_ms,
-	    .backoff_max_ms = cfg->backoff_max_ms,
-	    .backoff_factor = cfg->backoff_factor,
-	    .prepare = false,
-	};
+	struct store_options o =
+	    store_options_from_config(cfg, "outbox-relay/check", NULL);
+	o.prepare = false;
 	struct store *s = NULL;
 	if (store_open(&s, &o, err, sizeof(err)) != 0) {
 		printf("postgres (%s): FAILED: %s\n", url, err);
@@ -137,14 +128,9 @@ static int cmd_check(const struct config *cfg, const struct publisher_ops *pub)
 static int check_table_at_start(const struct config *cfg)
 {
 	char err[1024];
-	struct store_options o = {
-	    .conninfo = cfg->database_url,
-	    .table = cfg->table,
-	    .app_name = "outbox-relay/start",
-	    .batch_size = cfg->batch_size,
-	    .statement_timeout_ms = cfg->statement_timeout_ms,
-	    .backoff_factor = 2,
-	};
+	struct store_options o =
+	    store_options_from_config(cfg, "outbox-relay/start", NULL);
+	o.prepare = false;
 	struct store *s = NULL;
 	int rc = store_open(&s, &o, err, sizeof(err));
 	if (rc == 0) {

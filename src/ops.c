@@ -249,20 +249,10 @@ static void *ops_main(void *arg)
 
 	log_set_thread("ops");
 	snprintf(name, sizeof(name), "outbox-relay/%s/ops", r->host);
-	struct store_options o = {
-	    .conninfo = cfg->database_url,
-	    .table = cfg->table,
-	    .app_name = name,
-	    .batch_size = cfg->batch_size,
-	    .clean_batch_size = cfg->clean_batch_size,
-	    .lease_timeout_ms = cfg->lease_timeout_ms,
-	    .statement_timeout_ms = cfg->statement_timeout_ms,
-	    .backoff_base_ms = cfg->backoff_base_ms,
-	    .backoff_max_ms = cfg->backoff_max_ms,
-	    .backoff_factor = cfg->backoff_factor,
-	    .prepare = false,
-	    .extra_session_sql = OPS_SESSION_SQL,
-	};
+	struct store_options o = store_options_from_config(cfg, name, NULL);
+	/* Operator statements are few and varied: unnamed, never prepared. */
+	o.prepare = false;
+	o.extra_session_sql = OPS_SESSION_SQL;
 
 	while (!atomic_load(&ops.stop)) {
 		int64_t now = clock_ms();

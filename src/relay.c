@@ -119,23 +119,8 @@ static struct store *open_store(struct relay_thread *th, const char *who)
 	app_name(r, who, name, sizeof(name));
 	snprintf(leased_by, sizeof(leased_by), "%s/%d/%s", r->host, r->pid,
 		 who);
-	struct store_options o = {
-	    .conninfo = cfg->database_url,
-	    .table = cfg->table,
-	    .app_name = name,
-	    .leased_by = leased_by,
-	    .ce_source = cfg->ce_source,
-	    .batch_size = cfg->batch_size,
-	    .clean_batch_size = cfg->clean_batch_size,
-	    .lease_timeout_ms = cfg->lease_timeout_ms,
-	    .statement_timeout_ms = cfg->statement_timeout_ms,
-	    .backoff_base_ms = cfg->backoff_base_ms,
-	    .backoff_max_ms = cfg->backoff_max_ms,
-	    .backoff_factor = cfg->backoff_factor,
-	    .prepare = cfg->pg_prepare,
-	    .ordered = cfg->ordering == ORDERING_PARTITION,
-	    .block_on_failure = cfg->on_failure == ON_FAILURE_BLOCK,
-	};
+	struct store_options o =
+	    store_options_from_config(cfg, name, leased_by);
 	int64_t backoff = RECONNECT_MIN_MS;
 	while (!stopping(r)) {
 		struct store *s = NULL;

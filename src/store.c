@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "config.h"
 #include "locks.h"
 #include "log.h"
 #include "migrate.h"
@@ -459,6 +460,30 @@ static int check_version(struct store *s, const char *lit, char *err,
 	}
 	PQclear(res);
 	return rc;
+}
+
+struct store_options store_options_from_config(const struct config *cfg,
+					       const char *app_name,
+					       const char *leased_by)
+{
+	struct store_options o = {
+	    .conninfo = cfg->database_url,
+	    .table = cfg->table,
+	    .app_name = app_name,
+	    .leased_by = leased_by,
+	    .ce_source = cfg->ce_source,
+	    .batch_size = cfg->batch_size,
+	    .clean_batch_size = cfg->clean_batch_size,
+	    .lease_timeout_ms = cfg->lease_timeout_ms,
+	    .statement_timeout_ms = cfg->statement_timeout_ms,
+	    .backoff_base_ms = cfg->backoff_base_ms,
+	    .backoff_max_ms = cfg->backoff_max_ms,
+	    .backoff_factor = cfg->backoff_factor,
+	    .prepare = cfg->pg_prepare,
+	    .ordered = cfg->ordering == ORDERING_PARTITION,
+	    .block_on_failure = cfg->on_failure == ON_FAILURE_BLOCK,
+	};
+	return o;
 }
 
 static int check_table(struct store *s, char *err, size_t errlen)

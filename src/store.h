@@ -52,6 +52,16 @@ struct store_options {
 };
 
 struct store;
+struct config;
+
+/*
+ * The store options the settings imply, for a session named app_name
+ * (application_name) whose leases say leased_by (NULL for sessions that
+ * lease nothing). Strings are borrowed from cfg and the arguments.
+ */
+struct store_options store_options_from_config(const struct config *cfg,
+					       const char *app_name,
+					       const char *leased_by);
 
 /* A leased batch. Owns res; every event points into it. */
 struct lease_batch {
