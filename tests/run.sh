@@ -22,11 +22,17 @@ ninja -C "$build" >/dev/null
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-tests.XXXXXX")
 chmod 755 "$work"
+summary=""
 cleanup() {
-	bash "$root/tests/services/kafka.sh" stop "$work/kafka" >/dev/null 2>&1 || true
-	bash "$root/tests/services/rabbitmq.sh" stop "$work/rabbitmq" >/dev/null 2>&1 || true
-	bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1 || true
+	{
+		bash "$root/tests/services/kafka.sh" stop "$work/kafka" || true
+		bash "$root/tests/services/rabbitmq.sh" stop "$work/rabbitmq" || true
+		bash "$root/tests/services/postgres.sh" stop "$work/pg" || true
+	} >/dev/null 2>&1
+	wait 2>/dev/null || true
 	rm -rf "$work"
+	# Last, so nothing the services print on their way out follows it.
+	[ -z "$summary" ] || echo "$summary"
 }
 trap cleanup EXIT
 
@@ -94,9 +100,6 @@ skipped=$(total Skipped)
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
 	failed=1
 fi
-if [ "$skipped" -gt 0 ]; then
-	echo "$passed passed, $failed failed, $skipped skipped"
-else
-	echo "$passed passed, $failed failed"
-fi
+summary="$passed passed, $failed failed"
+[ "$skipped" -eq 0 ] || summary="$summary, $skipped skipped"
 [ "$failed" -eq 0 ]
