@@ -10,8 +10,10 @@
 
 GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"relay_role";
 
--- Application: INSERT only, plus the producer helpers.
-GRANT INSERT ON :"schema".:"table" TO :"app_role";
+-- Application: INSERT only, plus the producer helpers. SELECT on the id
+-- column alone is what ON CONFLICT (id) DO NOTHING (the idempotent helper)
+-- needs; the rows' contents stay unreadable to the application.
+GRANT INSERT, SELECT (id) ON :"schema".:"table" TO :"app_role";
 SELECT format('GRANT EXECUTE ON FUNCTION %I.%I(%s) TO %I', :'schema', p.proname,
               pg_get_function_identity_arguments(p.oid), :'app_role')
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace

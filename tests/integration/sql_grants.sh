@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# sql/grants.sql gives least privilege: the application may insert (also
+# through the producer helper) but not read or change rows; the relay may
+# read, update and delete, and use its side tables.
+. "$(dirname "$0")/lib.sh"
+it_table grants
+schema=${OUTBOX_TABLE%.*}
+app="app_$$"
+relay="relay_$$"
+it_psql "CREATE ROLE $app; CREATE ROLE $relay"
+trap 'it_psql "DROP OWNED BY $app, $relay; DROP ROLE IF EXISTS $app; DROP ROLE IF EXISTS $relay" >/dev/null 2>&1 || true; it_cleanup' EXIT
+psql "$OUTBOX_TEST_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -v app_role="$app" -v relay_role="$relay" \
+	-v schema="$schema" -v table=outbox_events -f "$OUTBOX_TEST_SOURCE_ROOT/sql/grants.sql" >/dev/null ||
+	it_fail "grants.sql failed"
+as() { # ROLE SQL: runs SQL as ROLE; prints ok or the SQLSTATE class
+	psql "$OUTBOX_TEST_DATABASE_URL" -X -A -t -q -c "SET ROLE $1; $2" >/dev/null 2>&1 && echo ok || echo denied
+}
+[ "$(as "$app" "INSERT INTO $OUTBOX_TABLE (type, payload) VALUES ('t', 'x')")" = ok ] || it_fail "app cannot insert"
+[ "$(as "$app" "SELECT $schema.outbox_events_enqueue_json('t', '{}', 'k')")" = ok ] || it_fail "app cannot use the helper"
+[ "$(as "$app" "SELECT payload FROM $OUTBOX_TABLE")" = denied ] || it_fail "app can read the outbox"
+[ "$(as "$app" "UPDATE $OUTBOX_TABLE SET status = 'sent'")" = denied ] || it_fail "app can update the outbox"
+[ "$(as "$relay" "UPDATE $OUTBOX_TABLE SET attempts = attempts WHERE true")" = ok ] || it_fail "relay cannot update"
+[ "$(as "$relay" "DELETE FROM $OUTBOX_TABLE WHERE false")" = ok ] || it_fail "relay cannot delete"
+[ "$(as "$relay" "INSERT INTO $schema.outbox_events_control (destination) VALUES ('*')")" = ok ] ||
+	it_fail "relay cannot pause"
+[ "$(as "$relay" "INSERT INTO $OUTBOX_TABLE (type, payload) VALUES ('t', 'x')")" = denied ] ||
+	it_fail "relay can insert events"
+[ "$(as "$relay" "DROP TABLE $OUTBOX_TABLE")" = denied ] || it_fail "relay can drop the table"
+echo ok
