@@ -70,7 +70,7 @@ export OUTBOX_TEST_KAFKA_DIR="$work/kafka"
 
 # Suites that disturb a shared service (restarting Postgres, stopping the
 # broker) run alone, after the parallel ones.
-serial_suites=(pgrestart amqpfault kafkafault)
+serial_suites=(pgrestart amqpfault kafkafault chaos bench)
 exclude=()
 for s in "${serial_suites[@]}"; do
 	exclude+=(--no-suite "$s")

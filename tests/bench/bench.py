@@ -1,0 +1,1146 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Benchmark of outbox-relay against the limits of its database and broker.
+
+One command prints a Markdown table and one JSON line. Every figure is the
+median of --runs runs (default 3) with min-max, and every comparison is a
+ratio of figures measured by this same invocation on this same machine:
+
+ 1. Limits: the database cycle limit (pgbench running the relay's own lease
+    and mark-sent statements, batch 100, captured from the server log while
+    the relay ran them) and the broker limit (bench_publish: a minimal
+    confirmed publisher, 1 KB persistent messages, confirms pipelined).
+ 2. Throughput: pre-inserted events drained end to end (consumed) with
+    OUTBOX_WORKERS 1, 2, 4, for AMQP and for the Kafka test broker; events/s
+    and the ratio to min(database limit, broker limit).
+ 3. Cost: relay CPU time (user+sys, /proc) per event and peak RSS (VmHWM).
+ 4. Latency: a steady 1000 events/s (pgbench -R) for 30 s, insert to
+    consumer receipt, p50/p99/max.
+ 5. Scale: lease time and cycle throughput with 5M sent rows in the table
+    vs a clean table; lease time after 60 s of leasing while another session
+    holds an old snapshot vs without; a 1M-event backlog drain; the cleaner
+    purging 2M rows (time and WAL written).
+
+Targets are reported, not asserted. Standalone it starts its own services
+with tests/services/*.sh; under tests/run.sh (--quick, suite 'bench') it
+uses the OUTBOX_TEST_* services. Python standard library only.
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.environ.get("OUTBOX_TEST_SOURCE_ROOT") or os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SERVICES = os.path.join(ROOT, "tests", "services")
+NULL_UUID = "00000000-0000-0000-0000-000000000000"
+
+FULL = {
+    "runs": 3, "events": 100000, "workers": [1, 2, 4], "db_clients": 4,
+    "broker_messages": 100000, "latency_rate": 1000, "latency_s": 30,
+    "latency_warmup_s": 4, "filler": 5000000, "scale_pending": 100000,
+    "hold_s": 60, "hold_rate": 20, "backlog": 1000000, "purge": 2000000,
+    "notify_s": 10,
+}
+QUICK = {
+    "runs": 1, "events": 5000, "workers": [1, 2, 4], "db_clients": 4,
+    "broker_messages": 10000, "latency_rate": 1000, "latency_s": 5,
+    "latency_warmup_s": 4, "filler": 50000, "scale_pending": 10000,
+    "hold_s": 5, "hold_rate": 20, "backlog": 20000, "purge": 20000,
+    "notify_s": 3,
+}
+SECTIONS = ["limits", "throughput", "latency", "notify", "scale"]
+
+TARGETS = {
+    "amqp_ratio_4_workers": 0.8,
+    "cpu_us_per_event": 10.0,
+    "latency_p99_ms": 50.0,
+    "lease_ratio_5m": 1.2,
+}
+
+
+class BenchError(Exception):
+    pass
+
+
+def say(msg):
+    print("bench: " + msg, file=sys.stderr, flush=True)
+
+
+def run(cmd, timeout=600, check=True, env=None, **kw):
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True,
+                           timeout=timeout, env=env, **kw)
+    except subprocess.TimeoutExpired:
+        raise BenchError("%s: no result within %ds" % (
+            " ".join(cmd[:3]), timeout))
+    if check and p.returncode != 0:
+        raise BenchError("%s failed (exit %d): %s" % (
+            " ".join(cmd[:3]), p.returncode,
+            (p.stderr or p.stdout).strip()[-1500:]))
+    return p.stdout
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env_file(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            key, sep, value = line.rstrip("\n").partition("=")
+            if sep:
+                out[key] = value
+    return out
+
+
+def spread(values):
+    """Median with min-max of a list of numbers."""
+    v = [float(x) for x in values]
+    return {"median": statistics.median(v), "min": min(v), "max": max(v),
+            "runs": v}
+
+
+# Processes whose CPU time is charged to each part of the pipeline (by
+# /proc/PID/comm, which is cut at 15 characters).
+CPU_GROUPS = {
+    "postgres": "postgres", "beam.smp": "broker", "kafka_mock_brok": "broker",
+}
+
+
+def cpu_snapshot():
+    """CPU seconds so far by pipeline part, plus the machine's busy and
+    total seconds (/proc/stat)."""
+    tck = os.sysconf("SC_CLK_TCK")
+    out = {"postgres": 0.0, "broker": 0.0}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                raw = f.read()
+        except OSError:
+            continue
+        comm = raw[raw.find("(") + 1:raw.rfind(")")]
+        group = CPU_GROUPS.get(comm)
+        if group:
+            fields = raw.rsplit(")", 1)[1].split()
+            out[group] += (int(fields[11]) + int(fields[12])) / tck
+    with open("/proc/stat") as f:
+        cpu = [int(x) for x in f.readline().split()[1:]]
+    idle = cpu[3] + cpu[4]
+    out["machine_busy"] = (sum(cpu[:8]) - idle) / tck
+    out["machine_total"] = sum(cpu[:8]) / tck
+    return out
+
+
+def top_level_update(sql):
+    """Index of the statement's own UPDATE keyword (outside parentheses
+    and string literals), or -1."""
+    depth = 0
+    i = 0
+    quote = None
+    found = -1
+    while i < len(sql):
+        c = sql[i]
+        if quote:
+            if c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif depth == 0 and sql.startswith("UPDATE ", i) and (
+                i == 0 or sql[i - 1] == " "):
+            found = i
+        i += 1
+    return found
+
+
+class Services:
+    def __init__(self, work, need_kafka, build_dir):
+        self.own = []
+        e = os.environ
+        if e.get("OUTBOX_TEST_DATABASE_URL") and e.get("OUTBOX_TEST_PG_DIR"):
+            self.db_url = e["OUTBOX_TEST_DATABASE_URL"]
+            self.pg_dir = e["OUTBOX_TEST_PG_DIR"]
+            self.amqp_url = e.get("OUTBOX_TEST_AMQP_URL", "")
+            self.rmq_dir = e.get("OUTBOX_TEST_RABBITMQ_DIR", "")
+            self.kafka_brokers = e.get("OUTBOX_TEST_KAFKA_BROKERS", "")
+            self.kafka_dir = e.get("OUTBOX_TEST_KAFKA_DIR", "")
+            if not self.amqp_url or not self.rmq_dir:
+                raise BenchError("OUTBOX_TEST_AMQP_URL and "
+                                 "OUTBOX_TEST_RABBITMQ_DIR must be set too")
+            say("using the services of tests/run.sh")
+        else:
+            say("starting Postgres, RabbitMQ and the Kafka test broker")
+            self.pg_dir = self._start("postgres.sh", work, "pg")
+            self.db_url = env_file(os.path.join(self.pg_dir, "env"))[
+                "OUTBOX_TEST_DATABASE_URL"]
+            self.rmq_dir = self._start("rabbitmq.sh", work, "rabbitmq")
+            self.amqp_url = env_file(os.path.join(self.rmq_dir, "env"))[
+                "OUTBOX_TEST_AMQP_URL"]
+            self.kafka_brokers = self.kafka_dir = ""
+            if need_kafka:
+                broker = os.path.join(build_dir, "tests", "kafka_mock_broker")
+                self.kafka_dir = self._start("kafka.sh", work, "kafka",
+                                             broker)
+                self.kafka_brokers = env_file(os.path.join(
+                    self.kafka_dir, "env"))["OUTBOX_TEST_KAFKA_BROKERS"]
+        self.amqp_url = self.amqp_url.rstrip("/")
+        pg_env = env_file(os.path.join(self.pg_dir, "env"))
+        pg_bin = pg_env.get("PG_BIN", "")
+        self.pgbench = os.path.join(pg_bin, "pgbench") if pg_bin else ""
+        if not os.access(self.pgbench, os.X_OK):
+            self.pgbench = shutil.which("pgbench") or ""
+        if not self.pgbench:
+            raise BenchError("pgbench not found (package postgresql-contrib)")
+        self.pg_log = os.path.join(self.pg_dir, "postgres.log")
+
+    def _start(self, script, work, name, *extra):
+        d = os.path.join(work, name)
+        os.mkdir(d)
+        self.own.append((script, d))
+        run(["bash", os.path.join(SERVICES, script), "start", d] +
+            list(extra), timeout=180)
+        return d
+
+    def stop(self):
+        for script, d in reversed(self.own):
+            run(["bash", os.path.join(SERVICES, script), "stop", d],
+                timeout=120, check=False)
+
+    def kafka_ctl(self, *args):
+        run(["bash", os.path.join(SERVICES, "kafka.sh"), "ctl",
+             self.kafka_dir] + list(args), timeout=30)
+
+
+class Relay:
+    """A relay process for one measurement."""
+
+    def __init__(self, bench, table, publisher, workers=1, extra=None,
+                 log_name="relay"):
+        self.port = free_port()
+        env = dict(os.environ)
+        env.update({
+            "OUTBOX_DATABASE_URL": bench.svc.db_url,
+            "OUTBOX_TABLE": table,
+            "OUTBOX_PUBLISHER": publisher,
+            "OUTBOX_WORKERS": str(workers),
+            "OUTBOX_HTTP_ADDR": "127.0.0.1:%d" % self.port,
+            "OUTBOX_AMQP_URL": bench.svc.amqp_url,
+            "OUTBOX_AMQP_EXCHANGE": bench.exchange,
+            "OUTBOX_KAFKA_BROKERS": bench.svc.kafka_brokers or "127.0.0.1:9",
+            "OUTBOX_CE_SOURCE": "/bench",
+        })
+        env.update(extra or {})
+        self.log_path = os.path.join(bench.work, log_name + ".log")
+        with open(self.log_path, "a") as err:
+            self.proc = subprocess.Popen(
+                [bench.relay_bin, "run"], env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=err)
+
+    def cpu_s(self):
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf(
+            "SC_CLK_TCK")
+
+    def peak_rss_kb(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        return 0
+
+    def metrics(self):
+        """Sums and counts of the statement and publish histograms."""
+        try:
+            with urllib.request.urlopen(
+                    "http://127.0.0.1:%d/metrics" % self.port,
+                    timeout=2) as r:
+                text = r.read().decode()
+        except OSError:
+            return {}
+        out = {}
+        for line in text.splitlines():
+            m = re.match(r"outbox_(lease|mark|publish)_duration_seconds_"
+                         r"(sum|count)\s+(\S+)$", line)
+            if m:
+                out[m.group(1) + "_" + m.group(2)] = float(m.group(3))
+        per_batch = {}
+        for k in ("lease", "mark", "publish"):
+            if out.get(k + "_count"):
+                per_batch[k + "_ms"] = round(
+                    1000 * out[k + "_sum"] / out[k + "_count"], 3)
+        return per_batch
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.p = dict(QUICK if args.quick else FULL)
+        if args.runs:
+            self.p["runs"] = args.runs
+        self.sections = args.sections
+        self.relay_bin = args.relay_bin
+        self.build = os.path.dirname(self.relay_bin)
+        helpers = os.path.join(self.build, "tests", "bench")
+        self.publish_bin = os.path.join(helpers, "bench_publish")
+        self.consume_bin = os.path.join(helpers, "bench_consume")
+        for b in (self.relay_bin, self.publish_bin, self.consume_bin):
+            if not os.access(b, os.X_OK):
+                raise BenchError("not built: " + b)
+        self.sanitized = "asan" in run(["ldd", self.relay_bin], check=False)
+        self.kafka = not args.no_kafka and shutil.which("kcat") is not None
+        if not args.no_kafka and not self.kafka:
+            say("kcat not found: the Kafka figures are left out")
+        self.work = tempfile.mkdtemp(prefix="outbox-bench.",
+                                     dir=os.environ.get("TMPDIR", "/tmp"))
+        os.chmod(self.work, 0o755)
+        self.tag = "bench_%d" % os.getpid()
+        self.exchange = self.tag + ".x"
+        self.queue = self.tag + ".q"
+        self.results = {}
+        self.notes = []
+
+    # ---- database helpers ----
+
+    def sql(self, text, timeout=3600):
+        return run(["psql", self.svc.db_url, "-X", "-A", "-t", "-q",
+                    "-v", "ON_ERROR_STOP=1", "-c", text],
+                   timeout=timeout).strip()
+
+    def table(self, name, listen=False):
+        """A fresh, migrated outbox table SCHEMA.outbox_events (with the
+        NOTIFY trigger if listen)."""
+        schema = "%s_%s" % (self.tag, name)
+        self.sql("SET client_min_messages = warning; DROP SCHEMA IF EXISTS "
+                 "%s CASCADE" % schema)
+        t = schema + ".outbox_events"
+        run([self.relay_bin, "migrate"], env=dict(
+            os.environ, OUTBOX_DATABASE_URL=self.svc.db_url,
+            OUTBOX_TABLE=t, OUTBOX_LISTEN="on" if listen else "off"))
+        return t
+
+    def drop_tables(self):
+        rows = self.sql("SELECT nspname FROM pg_namespace WHERE nspname "
+                        "LIKE '%s%%'" % self.tag)
+        for schema in rows.split():
+            self.sql("SET client_min_messages = warning; DROP SCHEMA %s "
+                     "CASCADE" % schema)
+
+    def fill(self, table, n, kind="bench.event", size=1024):
+        """n pending events with size-byte payloads, then VACUUM ANALYZE so
+        every run starts from the same state."""
+        reps = max(1, size // 16)
+        self.sql("INSERT INTO %s (type, routing_key, payload) SELECT '%s', "
+                 "'bench', decode(repeat(md5(g::text), %d), 'hex') FROM "
+                 "generate_series(1, %d) g" % (table, kind, reps, n))
+        self.sql("VACUUM ANALYZE %s" % table)
+
+    def count(self, table, where):
+        return int(self.sql("SELECT count(*) FROM %s WHERE %s"
+                            % (table, where)))
+
+    # ---- the statements pgbench runs ----
+
+    def capture_statements(self):
+        """The lease and mark-sent text the relay binary itself sends,
+        from the server log of a short run with log_statement = all."""
+        t = self.table("capture")
+        self.fill(t, 5)
+        start = os.path.getsize(self.svc.pg_log) if os.path.exists(
+            self.svc.pg_log) else 0
+        relay = Relay(self, t, "stdout", extra={
+            "PGOPTIONS": "-c log_statement=all",
+            "OUTBOX_POLL_INTERVAL": "100ms"}, log_name="capture")
+        deadline = time.monotonic() + 30
+        while self.count(t, "status = 'sent'") < 5:
+            if time.monotonic() > deadline or not relay.alive():
+                relay.stop()
+                raise BenchError("the capture relay did not send 5 events "
+                                 "(log %s)" % relay.log_path)
+            time.sleep(0.1)
+        relay.stop()
+        quoted = '"%s_capture"."outbox_events"' % self.tag
+        found = {}
+        try:
+            with open(self.svc.pg_log, errors="replace") as f:
+                f.seek(start)
+                for line in f:
+                    for name in ("outbox_lease", "outbox_sent"):
+                        key = "execute %s: " % name
+                        i = line.find(key)
+                        if i >= 0 and quoted in line and name not in found:
+                            found[name] = line[i + len(key):].rstrip("\n")
+        except OSError as e:
+            raise BenchError("cannot read the server log %s: %s"
+                             % (self.svc.pg_log, e))
+        if len(found) != 2:
+            raise BenchError("lease and mark statements not found in %s "
+                             "(log_statement needs a superuser role)"
+                             % self.svc.pg_log)
+        return found["outbox_lease"], found["outbox_sent"]
+
+    def pgbench_script(self, table):
+        """A pgbench cycle: the relay's lease (batch 100), then its
+        mark-sent of exactly the rows leased. The lease is wrapped so that
+        \\gset can take its ids; its text is otherwise the relay's own."""
+        lease, sent = self.statements
+        cap = '"%s_capture"."outbox_events"' % self.tag
+        schema, name = table.split(".")
+        quoted = '"%s"."%s"' % (schema, name)
+        lease = lease.replace(cap, quoted)
+        sent = sent.replace(cap, quoted)
+        # pgbench -M prepared turns every ":name" into a parameter, even in
+        # a string literal (the to_char format's ":MI:SS"): spell such
+        # colons chr(58), which the planner folds back into a constant.
+        def no_colon_names(text):
+            return re.sub(r"'(?:[^']|'')*'", lambda m: (
+                m.group(0).replace(":", "' || chr(58) || '")
+                if re.search(r":[A-Za-z_]", m.group(0)) else m.group(0)),
+                text)
+        lease = no_colon_names(lease)
+        sent = no_colon_names(sent)
+        pos = top_level_update(lease)
+        if not lease.startswith("WITH ") or pos < 0 or \
+                " RETURNING " not in lease[pos:]:
+            raise BenchError("the lease statement no longer has the shape "
+                             "'WITH ... UPDATE ... RETURNING ...'; update "
+                             "pgbench_script() in tests/bench/bench.py")
+        # The relay's parameters, as literals: pgbench variables cannot
+        # be empty, and the planner sees the values either way.
+        lease_vars = {"1": "'60000'", "2": "'pgbench/0/w'", "3": "'{}'",
+                      "4": "''", "5": "'/bench'"}
+        lease = re.sub(r"\$(\d+)\b", lambda m: lease_vars[m.group(1)], lease)
+        pos = top_level_update(lease)
+        sent = re.sub(r"\$(\d+)\b",
+                      lambda m: {"1": ":ids", "2": ":lease"}[m.group(1)],
+                      sent)
+        wrapped = ("%s, bench_leased AS (%s) SELECT coalesce(array_agg(id), "
+                   "'{}') AS ids, coalesce(max(lease_id), '%s') AS lease "
+                   "FROM bench_leased" % (lease[:pos].rstrip(), lease[pos:],
+                                          NULL_UUID))
+        path = os.path.join(self.work, "cycle-%s.sql" % schema)
+        with open(path, "w") as f:
+            f.write("-- The lease and mark-sent statements outbox-relay ran, "
+                    "captured from the server log.\n")
+            f.write(wrapped + " \\gset\n")
+            f.write(sent + ";\n")
+        return path
+
+    def pgbench(self, script, clients, extra, timeout=3600):
+        """Runs pgbench; returns tps and per-statement latencies (ms)."""
+        cmd = [self.svc.pgbench, "-n", "-M", "prepared", "-r",
+               "-c", str(clients), "-j", str(min(clients, 2)), "-f", script]
+        out = run(cmd + extra + [self.svc.db_url], timeout=timeout)
+        tps = re.search(r"tps = ([0-9.]+) \(without initial connection",
+                        out)
+        if not tps:
+            raise BenchError("no tps in pgbench output: " + out[-500:])
+        lat = []
+        in_stmts = False
+        for line in out.splitlines():
+            if line.startswith("statement latencies"):
+                in_stmts = True
+                continue
+            m = re.match(r"\s+([0-9.]+)\s+\d+\s+\S", line) if in_stmts \
+                else None
+            if m:
+                lat.append(float(m.group(1)))
+        failed = re.search(r"number of failed transactions: (\d+)", out)
+        if failed and int(failed.group(1)):
+            raise BenchError("pgbench: %s failed transactions" %
+                             failed.group(1))
+        return float(tps.group(1)), lat
+
+    # ---- brokers ----
+
+    def consumer(self, count, idle=20, since=None):
+        ready = os.path.join(self.work, "ready")
+        if os.path.exists(ready):
+            os.unlink(ready)
+        cmd = [self.consume_bin, "--url", self.svc.amqp_url, "--exchange",
+               self.exchange, "--queue", self.queue, "--purge", "--count",
+               str(count), "--idle-timeout", str(idle), "--ready-file",
+               ready]
+        if since:
+            cmd += ["--since", "%.6f" % since]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(ready):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise BenchError("consumer did not start: " +
+                                 proc.communicate()[1])
+            time.sleep(0.02)
+        return proc
+
+    @staticmethod
+    def consumer_result(proc, timeout):
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise BenchError("consumer still running after %ds" % timeout)
+        if proc.returncode != 0:
+            raise BenchError("consumer: " + err.strip())
+        return json.loads(out)
+
+    def kafka_topic(self, name):
+        self.svc.kafka_ctl("create_topic", name, "3")
+        return name
+
+    def kafka_consumer(self, topic, count):
+        return subprocess.Popen(
+            ["kcat", "-C", "-q", "-b", self.svc.kafka_brokers, "-t", topic,
+             "-o", "beginning", "-c", str(count), "-X",
+             "fetch.wait.max.ms=10", "-f", "%o\n"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    # ---- 1. limits ----
+
+    def db_limit(self):
+        t = self.table("limit")
+        cycles = max(40, self.p["events"] // 100)
+        per_client = cycles // self.p["db_clients"]
+        rates = []
+        for i in range(self.p["runs"]):
+            self.sql("TRUNCATE %s" % t)
+            self.fill(t, cycles * 100 + 1000)
+            script = self.pgbench_script(t)
+            tps, lat = self.pgbench(script, self.p["db_clients"],
+                                    ["-t", str(per_client)])
+            leased = self.count(t, "status = 'sent'")
+            if leased != per_client * self.p["db_clients"] * 100:
+                raise BenchError("pgbench cycle marked %d rows, want %d" % (
+                    leased, per_client * self.p["db_clients"] * 100))
+            rates.append(tps * 100)
+            say("db limit run %d: %.0f events/s (lease %.2f ms, mark %.2f "
+                "ms)" % (i + 1, tps * 100, lat[0], lat[1]))
+        return spread(rates)
+
+    def amqp_limit(self):
+        n = self.p["broker_messages"]
+        rates = []
+        for i in range(self.p["runs"]):
+            cons = self.consumer(n)
+            out = run([self.publish_bin, "amqp", "--url", self.svc.amqp_url,
+                       "--exchange", self.exchange, "--count", str(n),
+                       "--window", "1000"], timeout=600)
+            got = self.consumer_result(cons, 120)
+            pub = json.loads(out)
+            rates.append(pub["per_s"])
+            say("amqp broker limit run %d: %.0f msgs/s (%d consumed)"
+                % (i + 1, pub["per_s"], got["count"]))
+        return spread(rates)
+
+    def kafka_limit(self):
+        n = self.p["broker_messages"]
+        rates = []
+        for i in range(self.p["runs"]):
+            topic = self.kafka_topic("%s.limit.%d" % (self.tag, i))
+            out = run([self.publish_bin, "kafka", "--brokers",
+                       self.svc.kafka_brokers, "--topic", topic, "--count",
+                       str(n)], timeout=600)
+            pub = json.loads(out)
+            rates.append(pub["per_s"])
+            say("kafka broker limit run %d: %.0f msgs/s" % (i + 1,
+                                                            pub["per_s"]))
+        return spread(rates)
+
+    # ---- 2./3. throughput and cost ----
+
+    def drain_once(self, t, n, broker, workers, topic=None, timeout=1800):
+        """Relays n pre-inserted events; returns events/s, CPU, RSS."""
+        # The consumer's CPU: it is our only child reaped in between.
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if broker == "amqp":
+            cons = self.consumer(n, idle=60)
+        else:
+            cons = self.kafka_consumer(topic, n)
+        cpu0 = cpu_snapshot()
+        t0 = time.time()
+        extra = {"OUTBOX_KAFKA_TOPIC": topic} if topic else {}
+        relay = Relay(self, t, broker, workers, extra,
+                      log_name="drain-%s-%d" % (broker, workers))
+        try:
+            if broker == "amqp":
+                got = self.consumer_result(cons, timeout)
+                t1 = got["last_s"]
+            else:
+                try:
+                    cons.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    cons.kill()
+                    raise BenchError("kcat did not read %d records" % n)
+                t1 = time.time()
+                if cons.returncode != 0:
+                    raise BenchError("kcat: " + cons.stderr.read())
+            if not relay.alive():
+                raise BenchError("relay exited (log %s)" % relay.log_path)
+            cpu = relay.cpu_s()
+            cpu1 = cpu_snapshot()
+            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            rss = relay.peak_rss_kb()
+            per_batch = relay.metrics()
+        finally:
+            rc = relay.stop()
+        if rc != 0:
+            raise BenchError("relay exit code %s (log %s)" % (rc,
+                                                              relay.log_path))
+        sent = self.count(t, "status = 'sent'")
+        if sent != n:
+            raise BenchError("%d of %d rows sent" % (sent, n))
+        parts = {k: (cpu1[k] - cpu0[k]) / n * 1e6
+                 for k in ("postgres", "broker")}
+        parts["consumer"] = (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime -
+                             ru0.ru_stime) / n * 1e6
+        parts["relay"] = cpu / n * 1e6
+        busy = (cpu1["machine_busy"] - cpu0["machine_busy"]) / max(
+            1e-9, cpu1["machine_total"] - cpu0["machine_total"])
+        return {"per_s": n / (t1 - t0), "seconds": t1 - t0,
+                "cpu_us_per_event": cpu / n * 1e6, "peak_rss_mb":
+                rss / 1024.0, "per_batch": per_batch,
+                "cpu_us_by_part": parts, "machine_busy": busy}
+
+    def throughput(self, broker):
+        t = self.table("drain_" + broker)
+        n = self.p["events"]
+        out = {}
+        for w in self.p["workers"]:
+            runs = []
+            for i in range(self.p["runs"]):
+                self.sql("TRUNCATE %s" % t)
+                self.fill(t, n)
+                topic = None
+                if broker == "kafka":
+                    topic = self.kafka_topic("%s.drain.%d.%d"
+                                             % (self.tag, w, i))
+                r = self.drain_once(t, n, broker, w, topic)
+                runs.append(r)
+                say("%s %d worker(s) run %d: %.0f events/s, %.1f us CPU/"
+                    "event, %.1f MB peak RSS, per batch %s, CPU us/event by "
+                    "part %s, machine busy %.0f%%" % (
+                        broker, w, i + 1, r["per_s"],
+                        r["cpu_us_per_event"], r["peak_rss_mb"],
+                        r["per_batch"], {k: round(v, 1) for k, v in
+                                         r["cpu_us_by_part"].items()},
+                        100 * r["machine_busy"]))
+            out[str(w)] = {
+                "events_per_s": spread([r["per_s"] for r in runs]),
+                "cpu_us_per_event": spread(
+                    [r["cpu_us_per_event"] for r in runs]),
+                "peak_rss_mb": spread([r["peak_rss_mb"] for r in runs]),
+                "per_batch_ms": runs[-1]["per_batch"],
+                "cpu_us_per_event_by_part": {
+                    k: spread([r["cpu_us_by_part"][k] for r in runs])
+                    for k in runs[0]["cpu_us_by_part"]},
+                "machine_busy": spread([r["machine_busy"] for r in runs]),
+            }
+        return out
+
+    # ---- 4. latency ----
+
+    def latency(self, listen=False):
+        t = self.table("latency_listen" if listen else "latency", listen)
+        extra = {"OUTBOX_LISTEN": "on"} if listen else {}
+        rate, secs = self.p["latency_rate"], self.p["latency_s"]
+        warm = self.p["latency_warmup_s"]
+        script = os.path.join(self.work, "insert.sql")
+        with open(script, "w") as f:
+            f.write("INSERT INTO %s (type, routing_key, payload) VALUES "
+                    "('bench.event', 'bench', decode(repeat(md5(random()"
+                    "::text), 64), 'hex'));\n" % t)
+        runs = []
+        for i in range(self.p["runs"]):
+            self.sql("TRUNCATE %s" % t)
+            self.sql("VACUUM ANALYZE %s" % t)
+            relay = Relay(self, t, "amqp", 1, extra, log_name="latency")
+            try:
+                time.sleep(0.5)
+                t_start = time.time()
+                cons = self.consumer(0, idle=5, since=t_start + warm)
+                run([self.svc.pgbench, "-n", "-M", "prepared", "-c", "2",
+                     "-j", "1", "-R", str(rate), "-T", str(secs + warm),
+                     "-f", script, self.svc.db_url],
+                    timeout=secs + warm + 120)
+                got = self.consumer_result(cons, 120)
+            finally:
+                relay.stop()
+            lat = got["latency_ms"]
+            if lat["n"] < rate * secs * 0.8:
+                raise BenchError("only %d latency samples" % lat["n"])
+            runs.append(lat)
+            say("latency%s run %d: %d events p50 %.1f ms p99 %.1f ms max "
+                "%.1f ms" % (" (listen)" if listen else "", i + 1, lat["n"],
+                             lat["p50"], lat["p99"], lat["max"]))
+        return {k: spread([r[k] for r in runs]) for k in
+                ("p50", "p99", "max")} | {"events": spread(
+                    [r["n"] for r in runs])}
+
+    # ---- NOTIFY's cost to producers ----
+
+    def notify_cost(self):
+        """Producer commits/s (4 connections, one event per transaction)
+        into a table without and with the NOTIFY trigger: a transaction
+        that notified takes a database-wide lock at commit."""
+        res = {"off": [], "on": []}
+        tables = {"off": self.table("notify_off"),
+                  "on": self.table("notify_on", listen=True)}
+        for i in range(self.p["runs"]):
+            for mode, t in tables.items():
+                self.sql("TRUNCATE %s" % t)
+                script = os.path.join(self.work, "produce-%s.sql" % mode)
+                with open(script, "w") as f:
+                    f.write("INSERT INTO %s (type, routing_key, payload) "
+                            "VALUES ('bench.event', 'bench', decode(repeat("
+                            "md5(random()::text), 64), 'hex'));\n" % t)
+                out = run([self.svc.pgbench, "-n", "-M", "prepared", "-c",
+                           "4", "-j", "2", "-T", str(self.p["notify_s"]),
+                           "-f", script, self.svc.db_url],
+                          timeout=self.p["notify_s"] + 120)
+                tps = re.search(r"tps = ([0-9.]+) \(without", out)
+                if not tps:
+                    raise BenchError("no tps in pgbench output")
+                res[mode].append(float(tps.group(1)))
+                say("producers, NOTIFY trigger %s, run %d: %.0f commits/s"
+                    % (mode, i + 1, float(tps.group(1))))
+        return {m: spread(v) for m, v in res.items()}
+
+    # ---- 5. scale ----
+
+    def add_filler(self, t, n, age="0"):
+        """n rows already sent (small payloads), as history would be,
+        finished age ago."""
+        step = 500000
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            self.sql(
+                "INSERT INTO %s (type, routing_key, payload, status, "
+                "attempts, lease_id, leased_at, lease_expires_at, leased_by,"
+                " finished_at) SELECT 'bench.filler', 'bench', "
+                "decode(repeat(md5(g::text), 16), 'hex'), 'sent', 1, "
+                "gen_random_uuid(), now(), now(), 'filler', now() - "
+                "interval '%s' FROM generate_series(%d, %d) g" % (
+                    t, age, lo + 1, hi))
+        self.sql("VACUUM ANALYZE %s" % t)
+
+    def lease_cycle(self, t, pending):
+        """pgbench, one client: lease ms, mark ms and events/s."""
+        self.sql("DELETE FROM %s WHERE type = 'bench.event'" % t)
+        self.fill(t, pending + 1000)
+        script = self.pgbench_script(t)
+        tps, lat = self.pgbench(script, 1, ["-t", str(pending // 100)])
+        return {"lease_ms": lat[0], "mark_ms": lat[1], "per_s": tps * 100}
+
+    def scale_history(self):
+        clean = self.table("clean")
+        big = self.table("history")
+        say("inserting %d sent rows" % self.p["filler"])
+        t0 = time.monotonic()
+        self.add_filler(big, self.p["filler"])
+        say("history ready in %.0fs" % (time.monotonic() - t0))
+        res = {"clean": [], "history": []}
+        for i in range(self.p["runs"]):
+            for name, t in (("clean", clean), ("history", big)):
+                r = self.lease_cycle(t, self.p["scale_pending"])
+                res[name].append(r)
+                say("%s run %d: lease %.3f ms, mark %.3f ms, %.0f events/s"
+                    % (name, i + 1, r["lease_ms"], r["mark_ms"], r["per_s"]))
+        out = {}
+        for name in res:
+            out[name] = {k: spread([r[k] for r in res[name]])
+                         for k in ("lease_ms", "mark_ms", "per_s")}
+        self.sql("DROP SCHEMA %s_history CASCADE" % self.tag)
+        return out
+
+    def scale_snapshot(self):
+        t = self.table("snapshot")
+        hold, rate = self.p["hold_s"], self.p["hold_rate"]
+        res = {"held": [], "clean": []}
+        for i in range(self.p["runs"]):
+            for mode in ("clean", "held"):
+                self.sql("TRUNCATE %s" % t)
+                self.fill(t, rate * 100 * (hold + 5) + 20000)
+                script = self.pgbench_script(t)
+                holder = None
+                if mode == "held":
+                    holder = subprocess.Popen(
+                        ["psql", self.svc.db_url, "-X", "-q", "-c",
+                         "BEGIN ISOLATION LEVEL REPEATABLE READ", "-c",
+                         "SELECT count(*) FROM pg_class", "-c",
+                         "SELECT pg_sleep(%d)" % (hold + 60), "-c",
+                         "COMMIT"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL)
+                    deadline = time.monotonic() + 10
+                    while self.sql(
+                            "SELECT count(*) FROM pg_stat_activity WHERE "
+                            "backend_xmin IS NOT NULL AND state = 'active' "
+                            "AND query LIKE 'SELECT pg_sleep%'") == "0":
+                        if time.monotonic() > deadline:
+                            holder.kill()
+                            raise BenchError("snapshot holder did not start")
+                        time.sleep(0.1)
+                try:
+                    self.pgbench(script, 1, ["-R", str(rate), "-T",
+                                             str(hold)],
+                                 timeout=hold + 120)
+                    tps, lat = self.pgbench(script, 1, ["-t", "100"])
+                finally:
+                    if holder:
+                        holder.kill()
+                        holder.wait()
+                r = {"lease_ms": lat[0], "mark_ms": lat[1],
+                     "per_s": tps * 100}
+                res[mode].append(r)
+                say("snapshot %s run %d: lease %.3f ms after %ds, %.0f "
+                    "events/s" % (mode, i + 1, lat[0], hold, tps * 100))
+        return {m: {k: spread([r[k] for r in res[m]])
+                    for k in ("lease_ms", "mark_ms", "per_s")} for m in res}
+
+    def scale_backlog(self):
+        t = self.table("backlog")
+        n = self.p["backlog"]
+        w = max(self.p["workers"])
+        runs = []
+        for i in range(self.p["runs"]):
+            self.sql("TRUNCATE %s" % t)
+            self.fill(t, n)
+            r = self.drain_once(t, n, "amqp", w, timeout=3600)
+            runs.append(r)
+            say("backlog run %d: %d events in %.1fs, %.0f events/s" % (
+                i + 1, n, r["seconds"], r["per_s"]))
+        return {"seconds": spread([r["seconds"] for r in runs]),
+                "per_s": spread([r["per_s"] for r in runs]),
+                "workers": w}
+
+    def scale_purge(self):
+        t = self.table("purge")
+        n = self.p["purge"]
+        runs = []
+        for i in range(self.p["runs"]):
+            self.sql("TRUNCATE %s" % t)
+            self.add_filler(t, n, age="2 days")
+            lsn0 = self.sql("SELECT pg_current_wal_lsn()")
+            t0 = time.monotonic()
+            relay = Relay(self, t, "stdout", 1, {
+                "OUTBOX_RETENTION": "1h", "OUTBOX_CLEAN_INTERVAL": "1s",
+                "OUTBOX_CLEAN_BATCH_SIZE": "10000"}, log_name="purge")
+            try:
+                deadline = time.monotonic() + 3600
+                while self.count(t, "true") > 0:
+                    if not relay.alive() or time.monotonic() > deadline:
+                        raise BenchError("the cleaner did not purge %d rows "
+                                         "(log %s)" % (n, relay.log_path))
+                    time.sleep(0.5)
+                secs = time.monotonic() - t0
+            finally:
+                relay.stop()
+            wal = int(self.sql("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(),"
+                               " '%s')" % lsn0).split(".")[0])
+            runs.append({"seconds": secs, "wal_mb": wal / 1048576.0})
+            say("purge run %d: %d rows in %.1fs, %.0f MB WAL" % (
+                i + 1, n, secs, wal / 1048576.0))
+        return {"seconds": spread([r["seconds"] for r in runs]),
+                "wal_mb": spread([r["wal_mb"] for r in runs]),
+                "rows": n, "clean_batch_size": 10000}
+
+    # ---- report ----
+
+    def report(self):
+        r = self.results
+        rows = []
+
+        def fmt(s, digits=0):
+            f = "%%.%df" % digits
+            return (f % s["median"], (f + "–" + f) % (s["min"], s["max"]))
+
+        def row(measure, s, digits=0, compare="", target=""):
+            med, rng = fmt(s, digits)
+            rows.append("| %s | %s | %s | %s | %s |" % (
+                measure, med, rng, compare, target))
+
+        def verdict(ok, by):
+            return ("met" if ok else "missed by %s" % by)
+
+        lim = r.get("limits", {})
+        if lim:
+            row("Database cycle limit, events/s (pgbench, lease + mark, "
+                "batch 100, %d clients)" % self.p["db_clients"], lim["db"])
+            row("AMQP broker limit, msgs/s (confirmed publisher, 1 KB "
+                "persistent, window 1000)", lim["amqp"])
+            if "kafka" in lim:
+                row("Kafka test-broker limit, msgs/s (idempotent, acks=all, "
+                    "1 KB)", lim["kafka"])
+        tp = r.get("throughput", {})
+        for broker in ("amqp", "kafka"):
+            if broker not in tp or not lim or broker not in lim:
+                continue
+            bound = min(lim["db"]["median"], lim[broker]["median"])
+            for w, d in tp[broker].items():
+                ratio = d["events_per_s"]["median"] / bound
+                d["ratio_to_limit"] = ratio
+                target = ""
+                if broker == "amqp" and w == "4":
+                    tgt = TARGETS["amqp_ratio_4_workers"]
+                    target = "≥ %.1f: %s" % (tgt, verdict(
+                        ratio >= tgt, "%.0f %%" % (100 * (tgt - ratio) /
+                                                   tgt)))
+                row("%s throughput, %s worker(s), events/s (%d events "
+                    "consumed)" % (broker.upper(), w, self.p["events"]),
+                    d["events_per_s"], 0,
+                    "%.2f × min(limits) = %.0f" % (ratio, bound), target)
+        for broker in ("amqp", "kafka"):
+            for w, d in tp.get(broker, {}).items():
+                tgt = TARGETS["cpu_us_per_event"]
+                cpu = d["cpu_us_per_event"]["median"]
+                row("Relay CPU per event, µs (%s, %s worker(s))"
+                    % (broker.upper(), w), d["cpu_us_per_event"], 1, "",
+                    "≤ %.0f: %s" % (tgt, verdict(cpu <= tgt, "%.1f µs" % (
+                        cpu - tgt))))
+            for w, d in tp.get(broker, {}).items():
+                row("Relay peak RSS, MB (%s, %s worker(s))"
+                    % (broker.upper(), w), d["peak_rss_mb"], 1)
+            w = str(max(self.p["workers"]))
+            d = tp.get(broker, {}).get(w)
+            if d:
+                parts = d["cpu_us_per_event_by_part"]
+                med = {k: v["median"] for k, v in parts.items()}
+                total = sum(med.values())
+                # What this machine could do if the relay cost nothing:
+                # every CPU busy with the database, broker and consumer.
+                ceiling = os.cpu_count() * 1e6 / max(
+                    1e-9, total - med["relay"])
+                d["relay_cpu_share"] = med["relay"] / total
+                d["shared_cpu_ceiling"] = ceiling
+                rows.append(
+                    "| CPU per event on this machine, µs (%s, %s workers): "
+                    "%s | %.1f | | relay %.0f %% of it; machine busy %.0f "
+                    "%% of %d CPUs | |" % (
+                        broker.upper(), w, ", ".join(
+                            "%s %.1f" % (k, med[k]) for k in
+                            ("relay", "postgres", "broker", "consumer")),
+                        total, 100 * med["relay"] / total,
+                        100 * d["machine_busy"]["median"], os.cpu_count()))
+                rows.append(
+                    "| %s throughput, %s workers, vs a relay costing "
+                    "nothing on these %d CPUs, events/s | %.0f | | %.2f × "
+                    "that ceiling of %.0f | |" % (
+                        broker.upper(), w, os.cpu_count(),
+                        d["events_per_s"]["median"],
+                        d["events_per_s"]["median"] / ceiling, ceiling))
+        lat = r.get("latency")
+        if lat:
+            what = "%d events/s for %d s, AMQP, 1 worker" % (
+                self.p["latency_rate"], self.p["latency_s"])
+            row("Latency p50, ms (%s)" % what, lat["p50"], 1)
+            tgt = TARGETS["latency_p99_ms"]
+            row("Latency p99, ms", lat["p99"], 1, "", "≤ %.0f: %s" % (
+                tgt, verdict(lat["p99"]["median"] <= tgt, "%.1f ms" % (
+                    lat["p99"]["median"] - tgt))))
+            row("Latency max, ms", lat["max"], 1)
+        lat = r.get("latency_listen")
+        if lat:
+            row("Latency p50, ms, with OUTBOX_LISTEN=on", lat["p50"], 1)
+            row("Latency p99, ms, with OUTBOX_LISTEN=on", lat["p99"], 1)
+            row("Latency max, ms, with OUTBOX_LISTEN=on", lat["max"], 1)
+        nt = r.get("notify")
+        if nt:
+            row("Producer commits/s, 4 connections, no NOTIFY trigger",
+                nt["off"])
+            row("Producer commits/s, 4 connections, NOTIFY trigger "
+                "(OUTBOX_LISTEN=on)", nt["on"], 0, "%.2f × without" % (
+                    nt["on"]["median"] / nt["off"]["median"]))
+        sc = r.get("scale", {})
+        if "history" in sc:
+            h = sc["history"]
+            ratio = h["history"]["lease_ms"]["median"] / \
+                h["clean"]["lease_ms"]["median"]
+            h["lease_ratio"] = ratio
+            row("Lease time, ms, clean table (pgbench, 1 client)",
+                h["clean"]["lease_ms"], 3)
+            tgt = TARGETS["lease_ratio_5m"]
+            row("Lease time, ms, with %s sent rows" % "{:,}".format(
+                self.p["filler"]), h["history"]["lease_ms"], 3,
+                "%.2f × clean" % ratio, "≤ %.1f×: %s" % (tgt, verdict(
+                    ratio <= tgt, "%.2f×" % (ratio - tgt))))
+            row("Cycle throughput, events/s, clean table",
+                h["clean"]["per_s"])
+            row("Cycle throughput, events/s, with %s sent rows" %
+                "{:,}".format(self.p["filler"]), h["history"]["per_s"], 0,
+                "%.2f × clean" % (h["history"]["per_s"]["median"] /
+                                  h["clean"]["per_s"]["median"]))
+        if "snapshot" in sc:
+            s = sc["snapshot"]
+            ratio = s["held"]["lease_ms"]["median"] / \
+                s["clean"]["lease_ms"]["median"]
+            s["lease_ratio"] = ratio
+            row("Lease time, ms, after %d s at %d events/s, no old "
+                "snapshot" % (self.p["hold_s"], self.p["hold_rate"] * 100),
+                s["clean"]["lease_ms"], 3)
+            row("Lease time, ms, after %d s with a snapshot held" %
+                self.p["hold_s"], s["held"]["lease_ms"], 3,
+                "%.2f × no snapshot" % ratio)
+            row("Cycle throughput, events/s, with a snapshot held",
+                s["held"]["per_s"], 0, "%.2f × no snapshot" % (
+                    s["held"]["per_s"]["median"] /
+                    s["clean"]["per_s"]["median"]))
+        if "backlog" in sc:
+            b = sc["backlog"]
+            row("Backlog drain of %s events, s (AMQP, %d workers)" % (
+                "{:,}".format(self.p["backlog"]), b["workers"]),
+                b["seconds"], 1)
+            row("Backlog drain rate, events/s", b["per_s"])
+        if "purge" in sc:
+            p = sc["purge"]
+            row("Cleaner purge of %s rows, s (batch %d)" % (
+                "{:,}".format(p["rows"]), p["clean_batch_size"]),
+                p["seconds"], 1)
+            row("WAL written by the purge, MB", p["wal_mb"], 0)
+        head = ["| Measure | Median | Min–max | Compared with | Target |",
+                "|---|---|---|---|---|"]
+        return "\n".join(head + rows)
+
+    def machine(self):
+        model = ""
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("model name"):
+                        model = line.split(":", 1)[1].strip()
+                        break
+        except OSError:
+            pass
+        return {"cpus": os.cpu_count(), "cpu": model,
+                "kernel": platform.release()}
+
+    def main(self):
+        t_begin = time.monotonic()
+        self.svc = Services(self.work, self.kafka, self.build)
+        if self.kafka and not self.svc.kafka_brokers:
+            say("no Kafka broker: the Kafka figures are left out")
+            self.kafka = False
+        try:
+            self.statements = self.capture_statements()
+            if "limits" in self.sections:
+                lim = {"db": self.db_limit(), "amqp": self.amqp_limit()}
+                if self.kafka:
+                    lim["kafka"] = self.kafka_limit()
+                self.results["limits"] = lim
+            if "throughput" in self.sections:
+                tp = {"amqp": self.throughput("amqp")}
+                if self.kafka:
+                    tp["kafka"] = self.throughput("kafka")
+                self.results["throughput"] = tp
+            if "latency" in self.sections:
+                self.results["latency"] = self.latency()
+                self.results["latency_listen"] = self.latency(listen=True)
+            if "notify" in self.sections:
+                self.results["notify"] = self.notify_cost()
+            if "scale" in self.sections:
+                self.results["scale"] = {
+                    "history": self.scale_history(),
+                    "snapshot": self.scale_snapshot(),
+                    "backlog": self.scale_backlog(),
+                    "purge": self.scale_purge(),
+                }
+            table = self.report()
+            doc = {
+                "bench": "outbox-relay",
+                "form": "quick" if self.args.quick else "full",
+                "runs": self.p["runs"],
+                "parameters": self.p,
+                "relay_sanitized": self.sanitized,
+                "machine": self.machine(),
+                "seconds": round(time.monotonic() - t_begin, 1),
+                "targets": TARGETS,
+                "results": self.results,
+            }
+            print(table)
+            print()
+            print(json.dumps(doc, sort_keys=True, separators=(",", ":")))
+            sys.stdout.flush()
+            if self.sanitized:
+                say("note: the relay was built with sanitizers; its CPU and "
+                    "memory figures are not representative")
+            return 0
+        finally:
+            try:
+                self.drop_tables()
+            except BenchError as e:
+                say("cleanup: %s" % e)
+            self.svc.stop()
+            if self.args.keep:
+                say("kept " + self.work)
+            else:
+                shutil.rmtree(self.work, ignore_errors=True)
+
+
+def main():
+    p = argparse.ArgumentParser(
+        prog="bench.sh", description="outbox-relay benchmark: a Markdown "
+        "table and a JSON line on stdout, progress on stderr.")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes and one run each (a smoke test)")
+    p.add_argument("--runs", type=int, default=0,
+                   help="runs per figure (default 3, --quick 1)")
+    p.add_argument("--sections", default=",".join(SECTIONS),
+                   help="comma-separated subset of " + ",".join(SECTIONS))
+    p.add_argument("--no-kafka", action="store_true",
+                   help="leave out the Kafka figures")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the work directory (scripts, relay logs)")
+    p.add_argument("--relay-bin", default=os.environ.get("OUTBOX_RELAY_BIN"),
+                   help="relay binary (default $OUTBOX_RELAY_BIN)")
+    a = p.parse_args()
+    a.sections = [s for s in a.sections.split(",") if s]
+    bad = [s for s in a.sections if s not in SECTIONS]
+    if bad:
+        p.error("unknown section(s): " + ", ".join(bad))
+    if a.runs < 0 or a.runs > 20:
+        p.error("--runs must be 1..20")
+    if not a.relay_bin:
+        p.error("no relay binary: set OUTBOX_RELAY_BIN or --relay-bin")
+    try:
+        return Bench(a).main()
+    except BenchError as e:
+        print("bench: error: %s" % e, file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The benchmark's short form for tests/run.sh (suite bench): small sizes,
+# one run each. Times are not asserted (the test build has sanitizers);
+# only that it completes and prints a well-formed table and JSON line.
+set -euo pipefail
+here=$(dirname "${BASH_SOURCE[0]}")
+out=$(mktemp "${TMPDIR:-/tmp}/outbox-bench-quick.XXXXXX")
+trap 'rm -f "$out"' EXIT
+bash "$here/bench.sh" --quick >"$out"
+cat "$out"
+python3 - "$out" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+table = [l for l in lines if l.startswith("|")]
+assert table[:2] == ["| Measure | Median | Min–max | Compared with | Target |",
+                     "|---|---|---|---|---|"], "no table header"
+assert all(l.count("|") == 6 for l in table), "malformed table row"
+doc = json.loads(lines[-1])
+r = doc["results"]
+for key in ("limits", "throughput", "latency", "notify", "scale"):
+    assert key in r, "no %s in the JSON line" % key
+for w in ("1", "2", "4"):
+    d = r["throughput"]["amqp"][w]
+    assert d["events_per_s"]["median"] > 0 and d["cpu_us_per_event"]["median"] > 0
+assert r["latency"]["p99"]["median"] > 0
+assert set(r["scale"]) == {"history", "snapshot", "backlog", "purge"}
+assert len(table) >= 20, "table has only %d rows" % len(table)
+print("ok: %d table rows, JSON line with %s" % (len(table) - 2, ", ".join(sorted(r))))
+PY
