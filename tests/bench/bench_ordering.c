@@ -89,8 +89,8 @@ static int measure(struct store *s, bool ordered, int repeats, size_t want,
 		for (size_t k = 0; k < b.n; k++)
 			ids[k] = b.events[k].id;
 		struct mark_result r;
-		int rc = store_mark(s, MARK_RELEASE, b.lease_id, ids, NULL,
-				    b.n, &r, err, sizeof(err));
+		int rc = store_mark(s, MARK_RELEASE, b.lease_id, ids, NULL, b.n,
+				    &r, err, sizeof(err));
 		free(ids);
 		lease_batch_release(&b);
 		if (rc != 0) {
@@ -136,9 +136,8 @@ static struct store *open_store(const char *url, const char *table,
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr,
-			"usage: bench_ordering DATABASE_URL [HOT_ROWS] "
-			"[REPEATS]\n");
+		fprintf(stderr, "usage: bench_ordering DATABASE_URL [HOT_ROWS] "
+				"[REPEATS]\n");
 		return 2;
 	}
 	const char *url = argv[1];
