@@ -673,10 +673,13 @@ static void *worker_main(void *arg)
 			relay_idle(th, REPOLL_MS, NULL, NULL);
 			continue;
 		}
-		/* Idle: until the poll interval or the earliest due row. */
+		/* Idle: until the poll interval or the earliest row that
+		 * becomes due. Rows already due that the lease left behind
+		 * (paused destination, locked by another replica) must not
+		 * shorten the sleep, or an idle worker would spin. */
 		int64_t sleep_ms = cfg->poll_interval_ms, due;
 		if (store_next_due_ms(w.store, &due, err, sizeof(err)) == 0 &&
-		    due >= 0 && due < sleep_ms)
+		    due > 0 && due < sleep_ms)
 			sleep_ms = due < 10 ? 10 : due;
 		relay_idle(th, sleep_ms, service_publisher, &w);
 	}

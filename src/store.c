@@ -333,8 +333,8 @@ static int build_statements(struct store *s)
 	    "SELECT CASE WHEN min(next_attempt_at) IS NULL THEN -1 ELSE "
 	    "greatest(0, ceil(extract(epoch FROM (min(next_attempt_at) - "
 	    "now())) * 1000))::bigint END::text "
-	    "FROM %s WHERE status = 'pending'",
-	    T);
+	    "FROM %s WHERE status = 'pending'%s",
+	    T, o->ordered ? " AND (partition_key IS NULL OR head)" : "");
 
 	/* Redrive and replay: by ids, type and a finished_at range. */
 	const char *redrive_where =

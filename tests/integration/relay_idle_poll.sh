@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# An idle worker sleeps the poll interval even when due rows exist that it
+# may not lease (a paused destination, or rows behind a key's head): it
+# must not spin on lease statements.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/ops_lib.sh"
+it_table idlepoll
+it_psql "INSERT INTO $OUTBOX_TABLE (type, exchange, partition_key, payload) VALUES
+  ('t', 'held', NULL, '{}'), ('t', 'free', 'K', '{}'), ('t', 'free', 'K', '{}')"
+env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" "$OUTBOX_RELAY_BIN" pause --destination held >/dev/null ||
+	it_fail "pause failed"
+# Key K: its head waits in backoff, the row behind it is due but blocked.
+it_psql "UPDATE $OUTBOX_TABLE SET next_attempt_at = now() + interval '1 hour'
+         WHERE seq = (SELECT min(seq) FROM $OUTBOX_TABLE WHERE partition_key = 'K')"
+ops_relay relay OUTBOX_POLL_INTERVAL=500ms OUTBOX_ORDERING=partition
+leases() {
+	curl -s "http://127.0.0.1:$ops_port/metrics" | awk '$1 == "outbox_leases_total" { print $2 }'
+}
+sleep 1
+before=$(leases)
+sleep 3
+after=$(leases)
+n=$((after - before))
+# 3 s at one lease per 500 ms is about 6; a spinning worker makes hundreds.
+[ "$n" -le 12 ] || it_fail "$n leases in 3 s of idling: the worker spins"
+[ "$(it_count "status = 'sent'")" = 0 ] || it_fail "a held row was sent"
+it_stop "$it_last_pid"
+echo "ok: $n leases in 3 s"
