@@ -549,7 +549,7 @@ static int cmd_unblock(const struct subcommand *c, int argc, char **argv,
 	};
 	const char *key = NULL;
 	int skip = 0, redrive = 0, opt;
-	optind = 1;
+	optind = 0;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":k:srh", opts, NULL)) != -1) {
 		switch (opt) {

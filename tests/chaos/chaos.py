@@ -595,11 +595,11 @@ class Harness:
         if self.mode == "kafka":
             kinds.append("broker-errors")
         rounds = max(1, self.window // 45)
-        todo = kinds * rounds
-        rng.shuffle(todo)
-        span = self.window / len(todo)
+        planned = kinds * rounds
+        rng.shuffle(planned)
+        span = self.window / len(planned)
         return [(i * span + rng.uniform(0.1, 0.5) * span, k)
-                for i, k in enumerate(todo)]
+                for i, k in enumerate(planned)]
 
     # ---- the run ----
 
