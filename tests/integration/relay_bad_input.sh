@@ -91,4 +91,15 @@ grep -q OUTBOX_DATABASE_URL "$it_dir/cfg.out" || it_fail "a malformed database U
 if grep -l -- "$secret" "$it_dir"/*.log "$it_dir"/*.out "$it_dir"/*.err 2>/dev/null; then
 	it_fail "the password appeared in the output"
 fi
+# Without OUTBOX_DATABASE_URL, libpq's own PG* variables apply.
+pg_vars=$(python3 -c '
+import sys, urllib.parse as u
+p = u.urlparse(sys.argv[1])
+print("PGHOST=%s PGPORT=%s PGUSER=%s PGPASSWORD=%s PGDATABASE=%s" % (
+    p.hostname, p.port, p.username, u.unquote(p.password or ""), p.path.lstrip("/")))
+' "$OUTBOX_TEST_DATABASE_URL")
+# shellcheck disable=SC2086
+env -u OUTBOX_DATABASE_URL $pg_vars OUTBOX_TABLE="$OUTBOX_TABLE" "$OUTBOX_RELAY_BIN" check \
+	>"$it_dir/pgvars.out" 2>&1 || it_fail "check with PG* variables: $(cat "$it_dir/pgvars.out")"
+grep -q "^postgres .*: ok" "$it_dir/pgvars.out" || it_fail "check with PG* variables did not reach postgres"
 echo "ok"
