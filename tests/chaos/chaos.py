@@ -517,17 +517,24 @@ class Harness:
             retry_s=10)
 
     def fault_sigstop(self, rng):
-        relay = rng.choice(self.relays)
-        with relay.busy:
-            self.sigstop_episode(relay, rng)
+        # A relay may be idle just then (waiting out its rate or probing
+        # its publisher): try each one in turn until one is caught.
+        order = list(self.relays)
+        rng.shuffle(order)
+        for relay in order:
+            caught = len(self.episodes)
+            with relay.busy:
+                self.sigstop_episode(relay, rng, probe_s=10)
+            if len(self.episodes) > caught:
+                return
 
-    def sigstop_episode(self, relay, rng):
+    def sigstop_episode(self, relay, rng, probe_s):
         proc = relay.proc
         before = relay.metrics() or collections.Counter()
         held = []
         tries = 0
         # Stop it at a moment it holds leased rows: stop, look, go on.
-        probe_end = time.monotonic() + 20
+        probe_end = time.monotonic() + probe_s
         while time.monotonic() < probe_end and proc.poll() is None:
             tries += 1
             os.kill(proc.pid, signal.SIGSTOP)
