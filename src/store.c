@@ -887,21 +887,25 @@ static enum stmt mark_stmt(enum store_mark kind)
 	return ST_RELEASE;
 }
 
-/* The states a row reaches through each mark, for the lost-reply check. */
+/*
+ * The terminal states a row reaches through each mark, for the lost-reply
+ * check; NULL for marks that leave rows pending. Only terminal rows are
+ * recognized: the sweeper also returns rows to pending under their last
+ * lease id, so a pending row says nothing about whose mark moved it.
+ */
 static const char *mark_targets(enum store_mark kind)
 {
 	switch (kind) {
 	case MARK_SENT:
 		return "{sent}";
 	case MARK_RETRY:
-		return "{pending,failed}";
 	case MARK_FAILED:
 		return "{failed}";
 	case MARK_TRANSPORT:
 	case MARK_RELEASE:
 		break;
 	}
-	return "{pending}";
+	return NULL;
 }
 
 /* Counts rows of ids already in kind's target state under lease_id. */
@@ -973,8 +977,9 @@ int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
 		 * check runs on every shortfall, not only after a reconnect:
 		 * it also tells a retried mark from a stale one. */
 		size_t in_target = 0;
-		int rc =
-		    recheck(s, kind, id_arr, lease_id, &in_target, err, errlen);
+		int rc = mark_targets(kind) ? recheck(s, kind, id_arr, lease_id,
+						      &in_target, err, errlen)
+					    : 0;
 		if (rc != 0) {
 			ret = rc;
 			goto out;

@@ -285,9 +285,15 @@ static void test_renew_sweep_suspect(void **state)
 			"'lease expired (leased_by test/1/w0)'",
 			table),
 	    5);
-	/* The expired holder's marks are fenced off. */
+	/* The expired holder's marks are fenced off, and a swept row back
+	 * in pending under its old lease id is a lost lease, not a mark of
+	 * ours whose reply was lost. */
 	struct mark_result r = mark(s, MARK_SENT, &b, NULL);
 	assert_int_equal(r.marked, 0);
+	assert_int_equal(r.lost, 5);
+	r = mark(s, MARK_RELEASE, &b, NULL);
+	assert_int_equal(r.marked, 0);
+	assert_int_equal(r.already, 0);
 	assert_int_equal(r.lost, 5);
 	lease_batch_release(&b);
 	free(ids);
