@@ -52,13 +52,23 @@ void relay_wake(struct relay *r)
 	pthread_mutex_unlock(&r->lock);
 }
 
-void relay_idle(struct relay_thread *th, int64_t ms, void (*service)(void *),
-		void *state)
+static uint64_t wake_generation(struct relay *r)
+{
+	pthread_mutex_lock(&r->lock);
+	uint64_t gen = r->wake_gen;
+	pthread_mutex_unlock(&r->lock);
+	return gen;
+}
+
+/* Sleeps like relay_idle(), but returns at once when a wake-up came after
+ * generation gen was read: a notification that arrives while a lease is
+ * under way must not be slept through. */
+static void idle_since(struct relay_thread *th, uint64_t gen, int64_t ms,
+		       void (*service)(void *), void *state)
 {
 	struct relay *r = th->relay;
 	int64_t until = clock_ms() + ms;
 	pthread_mutex_lock(&r->lock);
-	uint64_t gen = r->wake_gen;
 	while (!stopping(r) && r->wake_gen == gen) {
 		int64_t now = clock_ms();
 		if (now >= until)
@@ -82,6 +92,12 @@ void relay_idle(struct relay_thread *th, int64_t ms, void (*service)(void *),
 	}
 	pthread_mutex_unlock(&r->lock);
 	tick(th);
+}
+
+void relay_idle(struct relay_thread *th, int64_t ms, void (*service)(void *),
+		void *state)
+{
+	idle_since(th, wake_generation(th->relay), ms, service, state);
 }
 
 /* Reconnects with capped exponential backoff until it works or shutdown. */
@@ -635,6 +651,7 @@ static void *worker_main(void *arg)
 			break;
 
 		char err[1024];
+		uint64_t gen = wake_generation(r);
 		int64_t started = clock_ms();
 		int rc = 0;
 		if (cfg->ordering == ORDERING_PARTITION) {
@@ -681,7 +698,7 @@ static void *worker_main(void *arg)
 		if (store_next_due_ms(w.store, &due, err, sizeof(err)) == 0 &&
 		    due > 0 && due < sleep_ms)
 			sleep_ms = due < 10 ? 10 : due;
-		relay_idle(th, sleep_ms, service_publisher, &w);
+		idle_since(th, gen, sleep_ms, service_publisher, &w);
 	}
 out:
 	if (w.pub_open)
