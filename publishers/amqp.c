@@ -64,6 +64,11 @@ struct watchdog {
 	int fd;		  /* under lock: armed socket, -1 when disarmed */
 	int64_t deadline; /* under lock: clock_ms() */
 	bool fired;	  /* under lock: shut fd down since the arm */
+	/* Under lock: when the watchdog thread wakes up by itself next
+	 * (INT64_MAX while it waits for an arm). Arming signals it only to
+	 * wake it sooner, so a batch whose publishes share one deadline does
+	 * not wake another thread per message. */
+	int64_t wakes_at;
 };
 
 enum slot_state { SLOT_UNSENT, SLOT_WRITTEN, SLOT_DONE };
@@ -164,6 +169,7 @@ static void *watchdog_main(void *arg)
 		struct timespec ts;
 
 		if (wd->fd < 0) {
+			wd->wakes_at = INT64_MAX;
 			pthread_cond_wait(&wd->cond, &wd->lock);
 			continue;
 		}
@@ -180,6 +186,7 @@ static void *watchdog_main(void *arg)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000;
 		}
+		wd->wakes_at = wd->deadline;
 		pthread_cond_timedwait(&wd->cond, &wd->lock, &ts);
 	}
 	pthread_mutex_unlock(&wd->lock);
@@ -193,6 +200,7 @@ static int watchdog_start(struct watchdog *wd, char *err, size_t errlen)
 	int rc;
 
 	wd->fd = -1;
+	wd->wakes_at = INT64_MAX;
 	if (pthread_condattr_init(&ca) != 0) {
 		set_reason(err, errlen, "amqp: cannot create the watchdog");
 		return -1;
@@ -249,7 +257,8 @@ static void watchdog_arm(struct amqp_state *st, int64_t deadline)
 	st->wd.fd = fd;
 	st->wd.deadline = deadline;
 	st->wd.fired = false;
-	pthread_cond_signal(&st->wd.cond);
+	if (deadline < st->wd.wakes_at)
+		pthread_cond_signal(&st->wd.cond);
 	pthread_mutex_unlock(&st->wd.lock);
 }
 
