@@ -847,7 +847,14 @@ class Harness:
         return 0 if ok else 1
 
 
+def on_signal(signum, frame):
+    # A test timeout: through the finally blocks, so the relays are killed
+    # and a shared broker gets its memory watermark and its app back.
+    raise SystemExit(128 + signum)
+
+
 def main():
+    signal.signal(signal.SIGTERM, on_signal)
     p = argparse.ArgumentParser(
         prog="chaos.sh",
         description="Relay chaos harness: faults on a seeded schedule, "
