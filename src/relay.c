@@ -29,7 +29,10 @@
 #define PROBE_MAX_MS 5000
 #define PAUSE_MIN_MS 1000
 #define PAUSE_MAX_MS 60000
-#define REPOLL_MS 20
+/* After a partial batch: long enough that a trickle is leased in batches
+ * rather than a statement per row, short enough that an event waits less
+ * than one cycle (pause + lease + publish + mark) at moderate rates. */
+#define REPOLL_MS 10
 #define SWEEP_CAP_ROWS 10000
 #define CLEAN_CAP_BATCHES 20
 #define CLEAN_PAUSE_MS 100
