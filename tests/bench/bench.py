@@ -15,7 +15,8 @@ ratio of figures measured by this same invocation on this same machine:
     and the ratio to min(database limit, broker limit).
  3. Cost: relay CPU time (user+sys, /proc) per event and peak RSS (VmHWM).
  4. Latency: a steady 1000 events/s (pgbench -R) for 30 s, insert to
-    consumer receipt, p50/p99/max.
+    consumer receipt, p50/p99/max; polling and OUTBOX_LISTEN=on. And what
+    the NOTIFY trigger costs producers (commits/s without and with it).
  5. Scale: lease time and cycle throughput with 5M sent rows in the table
     vs a clean table; lease time after 60 s of leasing while another session
     holds an old snapshot vs without; a 1M-event backlog drain; the cleaner
@@ -118,37 +119,35 @@ def spread(values):
             "runs": v}
 
 
-# Processes whose CPU time is charged to each part of the pipeline (by
-# /proc/PID/comm, which is cut at 15 characters).
-CPU_GROUPS = {
-    "postgres": "postgres", "beam.smp": "broker", "kafka_mock_brok": "broker",
-}
+def proc_cpu_s(pid):
+    """User + system CPU seconds of a process so far (0 once it is gone)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_snapshot():
-    """CPU seconds so far by pipeline part, plus the machine's busy and
-    total seconds (/proc/stat)."""
+def cpu_snapshot(groups):
+    """CPU seconds so far of every pid of each group, plus the machine's
+    busy and total seconds (/proc/stat)."""
+    out = {name: {p: proc_cpu_s(p) for p in pids}
+           for name, pids in groups.items()}
     tck = os.sysconf("SC_CLK_TCK")
-    out = {"postgres": 0.0, "broker": 0.0}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % pid) as f:
-                raw = f.read()
-        except OSError:
-            continue
-        comm = raw[raw.find("(") + 1:raw.rfind(")")]
-        group = CPU_GROUPS.get(comm)
-        if group:
-            fields = raw.rsplit(")", 1)[1].split()
-            out[group] += (int(fields[11]) + int(fields[12])) / tck
     with open("/proc/stat") as f:
         cpu = [int(x) for x in f.readline().split()[1:]]
     idle = cpu[3] + cpu[4]
     out["machine_busy"] = (sum(cpu[:8]) - idle) / tck
     out["machine_total"] = sum(cpu[:8]) / tck
     return out
+
+
+def cpu_spent(before, after, name):
+    """CPU seconds a group used between two snapshots: processes that
+    started in between (the relay's backends) count from zero; those that
+    ended in between are not seen."""
+    return sum(t - before[name].get(p, 0.0) for p, t in after[name].items())
 
 
 def top_level_update(sql):
@@ -223,6 +222,49 @@ class Services:
         run(["bash", os.path.join(SERVICES, script), "start", d] +
             list(extra), timeout=180)
         return d
+
+    def pids(self, broker):
+        """Processes of this run's database and broker (not any other
+        Postgres or RabbitMQ on the machine): the postmaster and its
+        children; the RabbitMQ node's processes, marked by their
+        environment; the Kafka test broker's pid file."""
+        found = {"postgres": [], "broker": []}
+        pg_data = env_file(os.path.join(self.pg_dir, "env")).get("PG_DATA")
+        try:
+            with open(os.path.join(pg_data, "postmaster.pid")) as f:
+                master = int(f.readline())
+        except (OSError, TypeError, ValueError):
+            master = None
+        marker = ("RABBITMQ_CONF_ENV_FILE=%s/rabbitmq-env.conf"
+                  % self.rmq_dir).encode()
+        kafka_pid = None
+        if broker == "kafka":
+            try:
+                with open(os.path.join(self.kafka_dir, "broker.pid")) as f:
+                    kafka_pid = int(f.read().strip())
+            except (OSError, ValueError):
+                pass
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            p = int(pid)
+            try:
+                with open("/proc/%s/stat" % pid) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if master and (p == master or ppid == master):
+                found["postgres"].append(p)
+            elif broker == "kafka" and p == kafka_pid:
+                found["broker"].append(p)
+            elif broker == "amqp" and self.rmq_dir:
+                try:
+                    with open("/proc/%s/environ" % pid, "rb") as f:
+                        if marker in f.read().split(b"\0"):
+                            found["broker"].append(p)
+                except OSError:
+                    pass
+        return found
 
     def stop(self):
         for script, d in reversed(self.own):
@@ -594,9 +636,9 @@ class Bench:
             cons = self.consumer(n, idle=60)
         else:
             cons = self.kafka_consumer(topic, n)
-        cpu0 = cpu_snapshot()
-        t0 = time.time()
         extra = {"OUTBOX_KAFKA_TOPIC": topic} if topic else {}
+        cpu0 = cpu_snapshot(self.svc.pids(broker))
+        t0 = time.time()
         relay = Relay(self, t, broker, workers, extra,
                       log_name="drain-%s-%d" % (broker, workers))
         try:
@@ -615,7 +657,7 @@ class Bench:
             if not relay.alive():
                 raise BenchError("relay exited (log %s)" % relay.log_path)
             cpu = relay.cpu_s()
-            cpu1 = cpu_snapshot()
+            cpu1 = cpu_snapshot(self.svc.pids(broker))
             ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             rss = relay.peak_rss_kb()
             per_batch = relay.metrics()
@@ -627,7 +669,7 @@ class Bench:
         sent = self.count(t, "status = 'sent'")
         if sent != n:
             raise BenchError("%d of %d rows sent" % (sent, n))
-        parts = {k: (cpu1[k] - cpu0[k]) / n * 1e6
+        parts = {k: cpu_spent(cpu0, cpu1, k) / n * 1e6
                  for k in ("postgres", "broker")}
         parts["consumer"] = (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime -
                              ru0.ru_stime) / n * 1e6
@@ -1111,7 +1153,13 @@ class Bench:
                 shutil.rmtree(self.work, ignore_errors=True)
 
 
+def on_signal(signum, frame):
+    # Through the finally blocks: relays stopped, services stopped.
+    raise SystemExit(128 + signum)
+
+
 def main():
+    signal.signal(signal.SIGTERM, on_signal)
     p = argparse.ArgumentParser(
         prog="bench.sh", description="outbox-relay benchmark: a Markdown "
         "table and a JSON line on stdout, progress on stderr.")
