@@ -13,6 +13,8 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -129,6 +131,7 @@ struct amqp_state {
 	bool blocked; /* connection.blocked until connection.unblocked */
 	char blocked_why[128];
 	struct flight *fl; /* the flight being awaited, or NULL */
+	bool corked;	   /* TCP_CORK set on the connection's socket */
 	struct watchdog wd;
 };
 
@@ -389,6 +392,7 @@ static void conn_drop(struct amqp_state *st, const char *why)
 	}
 	st->channel_open = false;
 	st->blocked = false;
+	st->corked = false;
 	if (fl && !fl->lost) {
 		fl->lost = true;
 		set_reason(fl->lost_why, sizeof(fl->lost_why), "%s", why);
@@ -1032,6 +1036,26 @@ static void handle_frame(struct amqp_state *st, const amqp_frame_t *f)
 	}
 }
 
+/* librabbitmq 0.11 sends each message as three send() calls with
+ * TCP_NODELAY, so every message became its own TCP segment, and on
+ * loopback the sender is charged for the receiver's half of each too.
+ * Corked between looks at the broker's frames, the messages written in
+ * between leave as a few full segments. Uncorking flushes, and happens
+ * before anything waits for the broker or answers it. A failed setsockopt
+ * only costs that coalescing, so it is not an error. */
+static void cork(struct amqp_state *st, bool on)
+{
+	int v = on ? 1 : 0;
+
+	if (!st->conn || st->corked == on)
+		return;
+	if (setsockopt(amqp_get_sockfd(st->conn), IPPROTO_TCP, TCP_CORK, &v,
+		       sizeof(v)) == 0)
+		st->corked = on;
+	else
+		st->corked = false;
+}
+
 /* Waits up to ms for one frame and handles it. 1 handled, 0 nothing
  * came, -1 the connection is gone. */
 static int pump_one(struct amqp_state *st, int64_t ms)
@@ -1042,6 +1066,7 @@ static int pump_one(struct amqp_state *st, int64_t ms)
 
 	if (!st->conn)
 		return -1;
+	cork(st, false);
 	rc = amqp_simple_wait_frame_noblock(st->conn, &f, &tv);
 	if (rc == AMQP_STATUS_TIMEOUT)
 		return 0;
@@ -1390,6 +1415,7 @@ static int amqp_publish(void *state, const struct outbox_event *events,
 				continue;
 			}
 			if (!st->channel_open) {
+				cork(st, false);
 				if (channel_open(st, why, sizeof(why)) != 0) {
 					cursor = i;
 					if (!fl.lost) {
@@ -1403,6 +1429,7 @@ static int amqp_publish(void *state, const struct outbox_event *events,
 				fl.base_tag = fl.low_tag = st->next_tag;
 				fl.ntags = 0;
 			}
+			cork(st, true);
 			if (write_slot(st, i) != 0)
 				break;
 			if (++since_pump < PUMP_EVERY && cursor < n)
@@ -1430,6 +1457,7 @@ static int amqp_publish(void *state, const struct outbox_event *events,
 		}
 	}
 finish:
+	cork(st, false);
 	rc = flight_finish(st, unsent_why);
 	st->fl = NULL;
 	for (size_t i = 0; i < n; i++)
