@@ -64,15 +64,16 @@ static uint64_t wake_generation(struct relay *r)
 }
 
 /* Sleeps like relay_idle(), but returns at once when a wake-up came after
- * generation gen was read: a notification that arrives while a lease is
- * under way must not be slept through. */
-static void idle_since(struct relay_thread *th, uint64_t gen, int64_t ms,
+ * generation *gen was read: a notification that arrives while a lease is
+ * under way must not be slept through. Without gen, only shutdown ends the
+ * sleep early. */
+static void idle_since(struct relay_thread *th, const uint64_t *gen, int64_t ms,
 		       void (*service)(void *), void *state)
 {
 	struct relay *r = th->relay;
 	int64_t until = clock_ms() + ms;
 	pthread_mutex_lock(&r->lock);
-	while (!stopping(r) && r->wake_gen == gen) {
+	while (!stopping(r) && (!gen || r->wake_gen == *gen)) {
 		int64_t now = clock_ms();
 		if (now >= until)
 			break;
@@ -100,7 +101,8 @@ static void idle_since(struct relay_thread *th, uint64_t gen, int64_t ms,
 void relay_idle(struct relay_thread *th, int64_t ms, void (*service)(void *),
 		void *state)
 {
-	idle_since(th, wake_generation(th->relay), ms, service, state);
+	uint64_t gen = wake_generation(th->relay);
+	idle_since(th, &gen, ms, service, state);
 }
 
 /* Reconnects with capped exponential backoff until it works or shutdown. */
@@ -690,7 +692,13 @@ static void *worker_main(void *arg)
 		if (n == (size_t)cfg->batch_size)
 			continue;
 		if (n > 0) {
-			relay_idle(th, REPOLL_MS, NULL, NULL);
+			/* Not cut short by notifications: with LISTEN on, a
+			 * steady stream would otherwise turn into a lease per
+			 * few rows, and the leases' cost into queueing delay
+			 * (measured: p99 at 1000 events/s 90 ms against 18
+			 * without). Notifications are for waking idle
+			 * workers. */
+			idle_since(th, NULL, REPOLL_MS, NULL, NULL);
 			continue;
 		}
 		/* Idle: until the poll interval or the earliest row that
@@ -701,7 +709,7 @@ static void *worker_main(void *arg)
 		if (store_next_due_ms(w.store, &due, err, sizeof(err)) == 0 &&
 		    due > 0 && due < sleep_ms)
 			sleep_ms = due < 10 ? 10 : due;
-		idle_since(th, gen, sleep_ms, service_publisher, &w);
+		idle_since(th, &gen, sleep_ms, service_publisher, &w);
 	}
 out:
 	if (w.pub_open)
@@ -897,6 +905,13 @@ static void *listener_main(void *arg)
 		struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
 		int ready = poll(&pfd, 1, 1000);
 		bool healthy = ready >= 0 && PQconsumeInput(conn) == 1;
+		/* The usage query first: notifications that come in with its
+		 * reply are queued inside libpq, and the socket would not
+		 * show them to the next poll(). */
+		if (healthy && clock_ms() >= next_usage) {
+			healthy = listen_usage(conn);
+			next_usage = clock_ms() + LISTEN_USAGE_EVERY_MS;
+		}
 		if (healthy) {
 			bool woke = false;
 			PGnotify *n;
@@ -906,10 +921,6 @@ static void *listener_main(void *arg)
 			}
 			if (woke)
 				relay_wake(r);
-			if (clock_ms() >= next_usage) {
-				healthy = listen_usage(conn);
-				next_usage = clock_ms() + LISTEN_USAGE_EVERY_MS;
-			}
 		}
 		if (!healthy || PQstatus(conn) != CONNECTION_OK) {
 			log_warn("listener lost its connection; reconnecting");
