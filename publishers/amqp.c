@@ -338,7 +338,7 @@ static void describe_close(uint16_t code, amqp_bytes_t text, char *buf,
 {
 	char quoted[168];
 
-	amqp_map_quote(quoted, sizeof(quoted), text.bytes, text.len, 160);
+	cloudevent_quote(quoted, sizeof(quoted), text.bytes, text.len, 160);
 	set_reason(buf, len, "%u %s", code, quoted);
 }
 
@@ -605,9 +605,9 @@ static int conn_open(struct amqp_state *st, char *err, size_t errlen)
 			char what[320];
 			char quoted[80];
 
-			amqp_map_quote(quoted, sizeof(quoted),
-				       cfg->amqp_exchange,
-				       strlen(cfg->amqp_exchange), 64);
+			cloudevent_quote(quoted, sizeof(quoted),
+					 cfg->amqp_exchange,
+					 strlen(cfg->amqp_exchange), 64);
 			set_reason(what, sizeof(what),
 				   "declaring exchange '%s'", quoted);
 			rpc_failed(st, r, what, err, errlen);
@@ -736,7 +736,8 @@ static void quote_exchange(char *dst, size_t dstlen, const char *exchange)
 	}
 	char quoted[80];
 
-	amqp_map_quote(quoted, sizeof(quoted), exchange, strlen(exchange), 64);
+	cloudevent_quote(quoted, sizeof(quoted), exchange, strlen(exchange),
+			 64);
 	set_reason(dst, dstlen, "exchange '%s'", quoted);
 }
 
@@ -827,7 +828,8 @@ static void on_return(struct amqp_state *st, const amqp_frame_t *f)
 		char where[100], quoted[80];
 
 		quote_exchange(where, sizeof(where), exchange);
-		amqp_map_quote(quoted, sizeof(quoted), rkey, strlen(rkey), 64);
+		cloudevent_quote(quoted, sizeof(quoted), rkey, strlen(rkey),
+				 64);
 		s->returned = true;
 		set_reason(s->return_why, sizeof(s->return_why),
 			   "unroutable: no queue bound to %s for routing key "
@@ -975,8 +977,8 @@ static void on_blocked(struct amqp_state *st, const amqp_frame_t *f)
 	const amqp_connection_blocked_t *b = f->payload.method.decoded;
 	char quoted[100];
 
-	amqp_map_quote(quoted, sizeof(quoted), b->reason.bytes, b->reason.len,
-		       80);
+	cloudevent_quote(quoted, sizeof(quoted), b->reason.bytes, b->reason.len,
+			 80);
 	st->blocked = true;
 	set_reason(st->blocked_why, sizeof(st->blocked_why), "%s", quoted);
 	log_fields(LOG_WARN,
@@ -1262,8 +1264,8 @@ static int amqp_open(const struct config *cfg, void **state, char *err,
 	}
 	amqp_default_connection_info(&st->ci);
 	amqp_parse_url(st->url, &st->ci);
-	amqp_map_quote(quoted_vhost, sizeof(quoted_vhost), st->ci.vhost,
-		       strlen(st->ci.vhost), 64);
+	cloudevent_quote(quoted_vhost, sizeof(quoted_vhost), st->ci.vhost,
+			 strlen(st->ci.vhost), 64);
 	set_reason(st->where, sizeof(st->where), "%s:%d, vhost '%s'",
 		   st->ci.host, st->ci.port, quoted_vhost);
 	if (gethostname(host, sizeof(host)) != 0)

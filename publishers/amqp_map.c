@@ -32,43 +32,6 @@ static void set_reason(char *reason, size_t reasonlen, const char *fmt, ...)
 		amqp_map_utf8_cut(reason);
 }
 
-/* Length of the valid UTF-8 sequence at s (len > 0 bytes), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t len)
-{
-	uint32_t cp;
-	return cloudevent_utf8_decode(s, len, &cp);
-}
-
-void amqp_map_quote(char *dst, size_t dstlen, const char *s, size_t len,
-		    size_t max)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	size_t o = 0;
-
-	if (max + 4 > dstlen)
-		max = dstlen - 4;
-	while (len > 0) {
-		size_t k = utf8_len(p, len);
-		bool bad = k == 0 || (k == 1 && (p[0] < 0x20 || p[0] == 0x7F ||
-						 p[0] == '"' || p[0] == '\\'));
-		size_t need = bad ? 1 : k;
-
-		if (o + need > max) {
-			memcpy(dst + o, "...", 3);
-			o += 3;
-			break;
-		}
-		if (bad)
-			dst[o] = '?';
-		else
-			memcpy(dst + o, p, k);
-		o += need;
-		p += k ? k : 1;
-		len -= k ? k : 1;
-	}
-	dst[o] = '\0';
-}
-
 void amqp_map_utf8_cut(char *s)
 {
 	size_t len = strlen(s), i = len;
@@ -101,7 +64,7 @@ static int check_shortstr(const char *what, const char *s, char *reason,
 
 	if (len <= SHORTSTR_MAX)
 		return 0;
-	amqp_map_quote(quoted, sizeof(quoted), s, len, 32);
+	cloudevent_quote(quoted, sizeof(quoted), s, len, 32);
 	set_reason(reason, reasonlen,
 		   "%s '%s' is %zu bytes, over the 255 of an AMQP short "
 		   "string",

@@ -120,15 +120,6 @@ struct amqp_refusal {
 void amqp_refusal_parse(uint16_t code, const char *text, size_t len,
 			struct amqp_refusal *out);
 
-/*
- * Copies at most max bytes of s[0..len) into dst (dstlen > 3) for quoting
- * in a reason: the cut falls on a UTF-8 character boundary (marked with
- * "..."), and invalid bytes, control characters, double quotes and
- * backslashes become '?', so reasons stay valid UTF-8 on one line.
- */
-void amqp_map_quote(char *dst, size_t dstlen, const char *s, size_t len,
-		    size_t max);
-
 /* Drops a UTF-8 character left incomplete at the end of s (what a cut by
  * snprintf leaves), so a truncated reason stays valid UTF-8. */
 void amqp_map_utf8_cut(char *s);

@@ -141,28 +141,23 @@ static const char *string_problem(const char *s, bool strict)
 	return NULL;
 }
 
-/*
- * Copies at most REASON_NAME_MAX bytes of name into dst for quoting in a
- * reason. Reasons end up in last_error, a text column, so they must stay
- * valid UTF-8 and on one line: control characters, invalid bytes, quotes
- * and backslashes become '?', and the cut falls on a character boundary.
- */
-static void name_for_reason(char *dst, size_t dstlen, const char *name)
+void cloudevent_quote(char *dst, size_t dstlen, const char *s, size_t len,
+		      size_t max)
 {
-	const unsigned char *p = (const unsigned char *)name;
-	size_t len = strlen(name), o = 0;
+	const unsigned char *p = (const unsigned char *)s;
+	size_t o = 0;
 
+	if (max + 4 > dstlen)
+		max = dstlen - 4;
 	while (len > 0) {
 		uint32_t cp = 0;
 		size_t k = cloudevent_utf8_decode(p, len, &cp);
 		bool bad = k == 0 || is_control(cp) || cp == '"' || cp == '\\';
 		size_t need = bad ? 1 : k;
 
-		if (o + need > REASON_NAME_MAX || o + need + 4 > dstlen) {
-			if (o + 4 <= dstlen) {
-				memcpy(dst + o, "...", 3);
-				o += 3;
-			}
+		if (o + need > max) {
+			memcpy(dst + o, "...", 3);
+			o += 3;
 			break;
 		}
 		if (bad)
@@ -247,7 +242,8 @@ static int header_check(const cJSON *first, const cJSON *h, char *reason,
 		set_reason(reason, reasonlen, "empty header name");
 		return -1;
 	}
-	name_for_reason(quoted, sizeof(quoted), name);
+	cloudevent_quote(quoted, sizeof(quoted), name, strlen(name),
+			 REASON_NAME_MAX);
 	problem = string_problem(name, true);
 	if (problem) {
 		set_reason(reason, reasonlen, "header name \"%s\" %s", quoted,

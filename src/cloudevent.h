@@ -120,4 +120,14 @@ bool cloudevent_is_json_type(const char *content_type);
  */
 size_t cloudevent_utf8_decode(const unsigned char *s, size_t len, uint32_t *cp);
 
+/*
+ * Copies at most max bytes of s[0..len) into dst (dstlen > 3) for quoting
+ * in a reason: the cut falls on a UTF-8 character boundary (marked with
+ * "..."), and invalid bytes, control characters (C0, DEL and C1), double
+ * quotes and backslashes become '?', so reasons stay valid UTF-8 on one
+ * line whatever a row or a broker sent.
+ */
+void cloudevent_quote(char *dst, size_t dstlen, const char *s, size_t len,
+		      size_t max);
+
 #endif

@@ -523,14 +523,14 @@ static void test_quote(void **unused)
 	const char *s = "ab\xc3\xa9\xc3\xa9\xc3\xa9";
 
 	(void)unused;
-	amqp_map_quote(out, sizeof(out), "a'b\"c\\d\ne\x7f", 10, 20);
+	cloudevent_quote(out, sizeof(out), "a'b\"c\\d\ne\x7f", 10, 20);
 	assert_string_equal(out, "a'b?c?d?e?");
-	amqp_map_quote(out, sizeof(out), s, strlen(s), 5);
+	cloudevent_quote(out, sizeof(out), s, strlen(s), 5);
 	assert_string_equal(out, "ab\xc3\xa9...");
-	amqp_map_quote(out, sizeof(out), "\xff\xfe", 2, 20);
+	cloudevent_quote(out, sizeof(out), "\xff\xfe", 2, 20);
 	assert_string_equal(out, "??");
 	/* max is capped by the buffer. */
-	amqp_map_quote(out, 8, "abcdefghijkl", 12, 100);
+	cloudevent_quote(out, 8, "abcdefghijkl", 12, 100);
 	assert_string_equal(out, "abcd...");
 
 	/* Cuts that split a character drop it; whole ones stay. */
