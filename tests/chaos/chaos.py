@@ -53,6 +53,7 @@ SERVICES = os.path.join(ROOT, "tests", "services")
 # many times within a short run, and valid under the startup cross-checks
 # (publish timeout + statement timeout < lease timeout, sweep < lease).
 LEASE_TIMEOUT_S = 3.0
+SIGSTOP_PROBE_S = 10
 RELAY_ENV = {
     "OUTBOX_LEASE_TIMEOUT": "3s",
     "OUTBOX_SWEEP_INTERVAL": "500ms",
@@ -376,8 +377,11 @@ class Harness:
         run([self.relay_bin, "migrate"], env=dict(
             os.environ, OUTBOX_DATABASE_URL=self.svc.db_url,
             OUTBOX_TABLE=self.table))
-        # Nominal drain time = the fault window; faults slow it down.
-        rate = max(5, math.ceil(self.n / (N_RELAYS * self.window)))
+        # The backlog must outlast the fault window and a SIGSTOP probe
+        # that starts at its end: a restarted relay begins with a fresh
+        # rate budget, so kills speed the drain up as well as slow it.
+        drain_s = self.window + SIGSTOP_PROBE_S + 5
+        rate = max(5, math.ceil(self.n / (N_RELAYS * drain_s)))
         self.relay_env = dict(RELAY_ENV)
         self.relay_env.update({
             "OUTBOX_DATABASE_URL": self.svc.db_url,
@@ -524,7 +528,7 @@ class Harness:
         for relay in order:
             caught = len(self.episodes)
             with relay.busy:
-                self.sigstop_episode(relay, rng, probe_s=10)
+                self.sigstop_episode(relay, rng, probe_s=SIGSTOP_PROBE_S)
             if len(self.episodes) > caught:
                 return
 
@@ -533,9 +537,19 @@ class Harness:
         before = relay.metrics() or collections.Counter()
         held = []
         tries = 0
-        # Stop it at a moment it holds leased rows: stop, look, go on.
+        # Stop it at a moment it holds leased rows. A relay held to a
+        # rate holds rows for a few ms of every cycle, so a stop at a
+        # random moment rarely lands: watch its leases (one query per ms
+        # or so) and stop it the moment some appear, then look again
+        # (it may have marked them in between).
         probe_end = time.monotonic() + probe_s
+        watch = ("SELECT 1 FROM %s WHERE status = 'in_flight' AND "
+                 "split_part(leased_by, '/', 2) = '%d' LIMIT 1"
+                 % (self.table, proc.pid))
         while time.monotonic() < probe_end and proc.poll() is None:
+            if not self.db.rows(watch, retry_s=10):
+                time.sleep(0.001)
+                continue
             tries += 1
             os.kill(proc.pid, signal.SIGSTOP)
             for _ in range(50):
@@ -548,12 +562,14 @@ class Harness:
             if held:
                 break
             os.kill(proc.pid, signal.SIGCONT)
-            time.sleep(rng.uniform(0.01, 0.05))
         if not held:
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGCONT)
-            self.note("sigstop-missed", "relay %d held nothing in %d tries"
-                      % (relay.slot, tries))
+            left = self.counts()
+            self.note("sigstop-missed", "relay %d held nothing in %d tries "
+                      "(%d pending, %d in flight)" % (
+                          relay.slot, tries, left["pending"],
+                          left["in_flight"]))
             return
         leases = sorted({r[1] for r in held})
         ids = [r[0] for r in held]
