@@ -561,6 +561,50 @@ static void test_cleaner(void **state)
 	PQfinish(c);
 }
 
+/* 6b. Blocking rows are scanned but never deleted, and a run of them
+ * longer than a batch, all with one finished_at, does not stop the
+ * cursor: the rows behind it go in the same tick. */
+static void test_cleaner_passes_blocking_runs(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_clean_run", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 60);
+	pgtest_exec(c,
+		    "WITH x AS (SELECT id, row_number() OVER (ORDER BY seq) rn "
+		    "FROM %s) UPDATE %s t SET status = 'failed', "
+		    "partition_key = 'key-' || rn, "
+		    "finished_at = CASE WHEN rn <= 5 THEN timestamptz "
+		    "'2026-01-01' WHEN rn <= 30 THEN timestamptz '2026-01-02' "
+		    "ELSE timestamptz '2026-01-03' END "
+		    "FROM x WHERE t.id = x.id",
+		    table, table);
+	/* Rows 6..30: 25 blocking rows with one timestamp. */
+	pgtest_exec(c,
+		    "INSERT INTO %s_blocked_keys (partition_key, blocking_id) "
+		    "SELECT partition_key, id FROM %s WHERE finished_at = "
+		    "'2026-01-02'",
+		    table, table);
+	struct store_options o = pgtest_store_options(table);
+	o.clean_batch_size = 10;
+	struct store *s = pgtest_store(&o);
+	struct clean_result r;
+	const int64_t day = 86400000;
+	assert_int_equal(
+	    store_clean(s, day, day, 100000, 0, &r, err, sizeof(err)), 0);
+	assert_int_equal(r.failed_deleted, 35);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s t JOIN "
+				     "%s_blocked_keys b ON b.blocking_id = "
+				     "t.id",
+				     table, table),
+			 25);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s", table), 25);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* 7. seq within one transaction, UUIDv7 order. */
 static void test_seq_and_uuidv7(void **state)
 {
@@ -620,6 +664,20 @@ static int count_of(const char *hay, const char *needle)
 	for (const char *p = hay; p && (p = strstr(p, needle)); p++)
 		n++;
 	return n;
+}
+
+/* Fails with the plan that holds needle, from its query text on. */
+static void expect_no_plan_with(const char *plans, const char *needle,
+				const char *what)
+{
+	const char *at = strstr(plans, needle);
+	if (!at)
+		return;
+	const char *from = at;
+	while (from > plans && strncmp(from, "Query Text", 10) != 0)
+		from--;
+	fprintf(stderr, "%.*s\n", (int)(at - from) + 200, from);
+	fail_msg("%s", what);
 }
 
 /* 8. No sequential scan on the outbox table in any store statement under
@@ -746,17 +804,14 @@ static void test_generic_plans_use_indexes(void **state)
 	/* Every statement above was explained (the test can fail)... */
 	assert_true(count_of(plans, "Query Text") >= 14);
 	assert_true(count_of(plans, "Index") >= 10);
-	/* ...and none scans the outbox table sequentially. */
-	/* The outbox table itself; its small side tables may be scanned. */
-	const char *seq = strstr(plans, "Seq Scan on outbox_events ");
-	if (seq) {
-		/* Print the plan that holds it, from its query text on. */
-		const char *from = seq;
-		while (from > plans && strncmp(from, "Query Text", 10) != 0)
-			from--;
-		fprintf(stderr, "%.*s\n", (int)(seq - from) + 200, from);
-		fail_msg("sequential scan in a store statement");
-	}
+	/* ...and none scans the outbox table sequentially (its small side
+	 * tables may be scanned)... */
+	expect_no_plan_with(plans, "Seq Scan on outbox_events ",
+			    "sequential scan in a store statement");
+	/* ...nor sorts the cleaner's batch: that reads and sorts every
+	 * expired row for each batch instead of reading it in index order. */
+	expect_no_plan_with(plans, "Sort Key: t.finished_at",
+			    "the cleaner's batch is sorted");
 	free(plans);
 	store_close(s);
 	PQfinish(c);
@@ -873,6 +928,7 @@ int main(void)
 	    cmocka_unit_test(test_retry_backoff_permanent),
 	    cmocka_unit_test(test_release),
 	    cmocka_unit_test(test_cleaner),
+	    cmocka_unit_test(test_cleaner_passes_blocking_runs),
 	    cmocka_unit_test(test_seq_and_uuidv7),
 	    cmocka_unit_test(test_generic_plans_use_indexes),
 	    cmocka_unit_test(test_checks_and_migrations),
