@@ -888,11 +888,21 @@ class Bench:
             self.fill(t, n)
             r = self.drain_once(t, n, "amqp", w, timeout=3600)
             runs.append(r)
-            say("backlog run %d: %d events in %.1fs, %.0f events/s" % (
-                i + 1, n, r["seconds"], r["per_s"]))
+            say("backlog run %d: %d events in %.1fs, %.0f events/s, per "
+                "batch %s, CPU us/event by part %s, machine busy %.0f%%" % (
+                    i + 1, n, r["seconds"], r["per_s"], r["per_batch"],
+                    {k: round(v, 1) for k, v in
+                     r["cpu_us_by_part"].items()},
+                    100 * r["machine_busy"]))
+        # The same breakdown as the 100k drains, to compare the two.
         return {"seconds": spread([r["seconds"] for r in runs]),
                 "per_s": spread([r["per_s"] for r in runs]),
-                "workers": w}
+                "workers": w,
+                "per_batch_ms": runs[-1]["per_batch"],
+                "cpu_us_per_event_by_part": {
+                    k: spread([r["cpu_us_by_part"][k] for r in runs])
+                    for k in runs[0]["cpu_us_by_part"]},
+                "machine_busy": spread([r["machine_busy"] for r in runs])}
 
     def scale_purge(self):
         t = self.table("purge")
@@ -1071,6 +1081,15 @@ class Bench:
                 "{:,}".format(self.p["backlog"]), b["workers"]),
                 b["seconds"], 1)
             row("Backlog drain rate, events/s", b["per_s"])
+            med = {k: v["median"]
+                   for k, v in b["cpu_us_per_event_by_part"].items()}
+            rows.append(
+                "| CPU per event in the backlog drain, µs: %s | %.1f | | "
+                "machine busy %.0f %% of %d CPUs | |" % (
+                    ", ".join("%s %.1f" % (k, med[k]) for k in
+                              ("relay", "postgres", "broker", "consumer")),
+                    sum(med.values()), 100 * b["machine_busy"]["median"],
+                    os.cpu_count()))
         if "purge" in sc:
             p = sc["purge"]
             row("Cleaner purge of %s rows, s (batch %d)" % (
