@@ -1013,10 +1013,9 @@ out:
 	return ret;
 }
 
-/* BEGIN; try the transaction-level advisory lock of ns for the table. */
-/* Opens a transaction and tries the loop's advisory lock. custom_plans
- * plans the transaction's statements for their values whatever the role's
- * or database's plan_cache_mode. */
+/* BEGIN; try the transaction-level advisory lock of ns for the table.
+ * custom_plans plans the transaction's statements for their values,
+ * whatever the role's or database's plan_cache_mode. */
 static int begin_locked(struct store *s, int ns, bool custom_plans, bool *got,
 			char *err, size_t errlen)
 {
