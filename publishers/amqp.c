@@ -333,49 +333,6 @@ static void connect_diagnose(const char *host, int port, int64_t ms, char *buf,
 	freeaddrinfo(res);
 }
 
-static void describe_close(uint16_t code, amqp_bytes_t text, char *buf,
-			   size_t len)
-{
-	char quoted[168];
-
-	cloudevent_quote(quoted, sizeof(quoted), text.bytes, text.len, 160);
-	set_reason(buf, len, "%u %s", code, quoted);
-}
-
-static void describe_reply(amqp_rpc_reply_t r, char *buf, size_t len)
-{
-	switch (r.reply_type) {
-	case AMQP_RESPONSE_NORMAL:
-		set_reason(buf, len, "ok");
-		return;
-	case AMQP_RESPONSE_NONE:
-		set_reason(buf, len, "no reply from the library");
-		return;
-	case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-		/* librabbitmq stores the status negated in some paths and
-		 * as is in others. */
-		describe_status(r.library_error > 0 ? -r.library_error
-						    : r.library_error,
-				buf, len);
-		return;
-	case AMQP_RESPONSE_SERVER_EXCEPTION:
-		if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-			const amqp_connection_close_t *c = r.reply.decoded;
-
-			describe_close(c->reply_code, c->reply_text, buf, len);
-		} else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-			const amqp_channel_close_t *c = r.reply.decoded;
-
-			describe_close(c->reply_code, c->reply_text, buf, len);
-		} else {
-			set_reason(buf, len, "unexpected reply %s",
-				   amqp_method_name(r.reply.id));
-		}
-		return;
-	}
-	set_reason(buf, len, "unknown reply");
-}
-
 /* ---- connection ---- */
 
 /* Forgets the connection without a goodbye (it is broken or the broker
@@ -406,7 +363,7 @@ static void rpc_failed(struct amqp_state *st, amqp_rpc_reply_t r,
 {
 	char why[200];
 
-	describe_reply(r, why, sizeof(why));
+	amqp_map_describe_reply(r, why, sizeof(why));
 	set_reason(err, errlen, "amqp broker %s: %s failed: %s", st->where,
 		   what, why);
 	if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
@@ -579,7 +536,7 @@ static int conn_open(struct amqp_state *st, char *err, size_t errlen)
 	if (r.reply_type != AMQP_RESPONSE_NORMAL) {
 		char why[200];
 
-		describe_reply(r, why, sizeof(why));
+		amqp_map_describe_reply(r, why, sizeof(why));
 		set_reason(err, errlen,
 			   "amqp broker %s: login as user '%s' failed: %s",
 			   st->where, st->ci.user, why);
@@ -759,7 +716,8 @@ static void on_return(struct amqp_state *st, const amqp_frame_t *f)
 		   (const char *)ret->exchange.bytes);
 	set_reason(rkey, sizeof(rkey), "%.*s", (int)ret->routing_key.len,
 		   (const char *)ret->routing_key.bytes);
-	describe_close(ret->reply_code, ret->reply_text, code, sizeof(code));
+	amqp_map_describe_close(ret->reply_code, ret->reply_text, code,
+				sizeof(code));
 	if (!fl)
 		return; /* its content frames are dropped as they come */
 
@@ -790,7 +748,7 @@ static void on_return(struct amqp_state *st, const amqp_frame_t *f)
 	if (r.reply_type != AMQP_RESPONSE_NORMAL) {
 		char why[160], lost[200];
 
-		describe_reply(r, why, sizeof(why));
+		amqp_map_describe_reply(r, why, sizeof(why));
 		set_reason(lost, sizeof(lost),
 			   "reading a returned message failed: %s", why);
 		conn_drop(st, lost);
@@ -873,7 +831,7 @@ static void on_channel_close(struct amqp_state *st, const amqp_frame_t *f)
 	uint64_t first_fail = UINT64_MAX;
 	int rc;
 
-	describe_close(c->reply_code, c->reply_text, why, sizeof(why));
+	amqp_map_describe_close(c->reply_code, c->reply_text, why, sizeof(why));
 	amqp_refusal_parse(c->reply_code, c->reply_text.bytes,
 			   c->reply_text.len, &ref);
 	st->channel_open = false;
@@ -963,7 +921,8 @@ static void on_connection_close(struct amqp_state *st, const amqp_frame_t *f)
 	amqp_connection_close_ok_t ok = {0};
 	char code[200], why[256];
 
-	describe_close(c->reply_code, c->reply_text, code, sizeof(code));
+	amqp_map_describe_close(c->reply_code, c->reply_text, code,
+				sizeof(code));
 	set_reason(why, sizeof(why), "the broker closed the connection (%s)",
 		   code);
 	watchdog_arm(st, clock_ms() + CLOSE_TIMEOUT_MS);

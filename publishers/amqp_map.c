@@ -371,3 +371,49 @@ void amqp_refusal_parse(uint16_t code, const char *text, size_t len,
 		out->max_size = max;
 	}
 }
+
+void amqp_map_describe_close(uint16_t code, amqp_bytes_t text, char *buf,
+			     size_t len)
+{
+	char quoted[168];
+
+	cloudevent_quote(quoted, sizeof(quoted), text.bytes, text.len, 160);
+	set_reason(buf, len, "%u %s", code, quoted);
+}
+
+void amqp_map_describe_reply(amqp_rpc_reply_t r, char *buf, size_t len)
+{
+	switch (r.reply_type) {
+	case AMQP_RESPONSE_NORMAL:
+		set_reason(buf, len, "ok");
+		return;
+	case AMQP_RESPONSE_NONE:
+		set_reason(buf, len, "no reply from the library");
+		return;
+	case AMQP_RESPONSE_LIBRARY_EXCEPTION:
+		/* librabbitmq stores the status negated in some paths and
+		 * as is in others. */
+		set_reason(buf, len, "%s",
+			   amqp_error_string2(r.library_error > 0
+						  ? -r.library_error
+						  : r.library_error));
+		return;
+	case AMQP_RESPONSE_SERVER_EXCEPTION:
+		if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+			const amqp_connection_close_t *c = r.reply.decoded;
+
+			amqp_map_describe_close(c->reply_code, c->reply_text,
+						buf, len);
+		} else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+			const amqp_channel_close_t *c = r.reply.decoded;
+
+			amqp_map_describe_close(c->reply_code, c->reply_text,
+						buf, len);
+		} else {
+			set_reason(buf, len, "unexpected reply %s",
+				   amqp_method_name(r.reply.id));
+		}
+		return;
+	}
+	set_reason(buf, len, "unknown reply");
+}

@@ -124,4 +124,13 @@ void amqp_refusal_parse(uint16_t code, const char *text, size_t len,
  * snprintf leaves), so a truncated reason stays valid UTF-8. */
 void amqp_map_utf8_cut(char *s);
 
+/* "CODE text" of a connection.close or channel.close, the text quoted
+ * (controls replaced) and cut to 160 bytes. */
+void amqp_map_describe_close(uint16_t code, amqp_bytes_t text, char *buf,
+			     size_t len);
+
+/* What an RPC reply says went wrong: the library's status text, the
+ * broker's close code and text, or "ok" for a normal reply. */
+void amqp_map_describe_reply(amqp_rpc_reply_t r, char *buf, size_t len);
+
 #endif

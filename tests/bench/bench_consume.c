@@ -32,6 +32,8 @@
 #include <amqp_framing.h>
 #include <amqp_tcp_socket.h>
 
+#include "amqp_map.h"
+
 #define PROG "bench_consume"
 
 struct options {
@@ -129,24 +131,12 @@ static void parse_args(int argc, char **argv, struct options *o)
 
 static void check_reply(amqp_rpc_reply_t r, const char *what)
 {
-	char msg[512];
+	char why[256], msg[512];
 
 	if (r.reply_type == AMQP_RESPONSE_NORMAL)
 		return;
-	if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
-	    (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD ||
-	     r.reply.id == AMQP_CONNECTION_CLOSE_METHOD)) {
-		const amqp_channel_close_t *c = r.reply.decoded;
-
-		snprintf(msg, sizeof(msg), "%s: %u %.*s", what, c->reply_code,
-			 (int)c->reply_text.len,
-			 (const char *)c->reply_text.bytes);
-	} else if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
-		snprintf(msg, sizeof(msg), "%s: %s", what,
-			 amqp_error_string2(r.library_error));
-	} else {
-		snprintf(msg, sizeof(msg), "%s failed", what);
-	}
+	amqp_map_describe_reply(r, why, sizeof(why));
+	snprintf(msg, sizeof(msg), "%s: %s", what, why);
 	die(msg);
 }
 

@@ -29,6 +29,8 @@
 #include <amqp_tcp_socket.h>
 #include <librdkafka/rdkafka.h>
 
+#include "amqp_map.h"
+
 #define PROG "bench_publish"
 #define N_HEADERS 5
 
@@ -145,24 +147,12 @@ static void make_time(char *buf, size_t len)
 
 static void check_reply(amqp_rpc_reply_t r, const char *what)
 {
-	char msg[512];
+	char why[256], msg[512];
 
 	if (r.reply_type == AMQP_RESPONSE_NORMAL)
 		return;
-	if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
-	    (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD ||
-	     r.reply.id == AMQP_CONNECTION_CLOSE_METHOD)) {
-		const amqp_channel_close_t *c = r.reply.decoded;
-
-		snprintf(msg, sizeof(msg), "%s: %u %.*s", what, c->reply_code,
-			 (int)c->reply_text.len,
-			 (const char *)c->reply_text.bytes);
-	} else if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
-		snprintf(msg, sizeof(msg), "%s: %s", what,
-			 amqp_error_string2(r.library_error));
-	} else {
-		snprintf(msg, sizeof(msg), "%s failed", what);
-	}
+	amqp_map_describe_reply(r, why, sizeof(why));
+	snprintf(msg, sizeof(msg), "%s: %s", what, why);
 	die(msg);
 }
 

@@ -29,6 +29,8 @@
 #include <amqp_tcp_socket.h>
 #include <cJSON.h>
 
+#include "amqp_map.h"
+
 #define MAX_ITEMS 32
 
 struct options {
@@ -102,24 +104,12 @@ static void parse_args(int argc, char **argv, struct options *o)
 
 static void die_reply(amqp_rpc_reply_t r, const char *what)
 {
+	char why[256];
+
 	if (r.reply_type == AMQP_RESPONSE_NORMAL)
 		return;
-	if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
-	    (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD ||
-	     r.reply.id == AMQP_CONNECTION_CLOSE_METHOD)) {
-		const amqp_channel_close_t *c = r.reply.decoded;
-
-		fprintf(stderr, "amqp_consume: %s: %u %.*s\n", what,
-			c->reply_code, (int)c->reply_text.len,
-			(const char *)c->reply_text.bytes);
-	} else if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
-		fprintf(stderr, "amqp_consume: %s: %s\n", what,
-			amqp_error_string2(r.library_error > 0
-					       ? -r.library_error
-					       : r.library_error));
-	} else {
-		fprintf(stderr, "amqp_consume: %s failed\n", what);
-	}
+	amqp_map_describe_reply(r, why, sizeof(why));
+	fprintf(stderr, "amqp_consume: %s: %s\n", what, why);
 	exit(1);
 }
 

@@ -554,6 +554,37 @@ static void test_quote(void **unused)
 	assert_string_equal(out, "");
 }
 
+/* What an RPC reply says, for the publisher's reasons and the test
+ * programs' errors alike. */
+static void test_describe_reply(void **unused)
+{
+	(void)unused;
+	char out[256];
+	amqp_rpc_reply_t r = {.reply_type = AMQP_RESPONSE_NORMAL};
+	amqp_map_describe_reply(r, out, sizeof(out));
+	assert_string_equal(out, "ok");
+
+	/* librabbitmq negates the status in some paths, not in others. */
+	r.reply_type = AMQP_RESPONSE_LIBRARY_EXCEPTION;
+	r.library_error = AMQP_STATUS_SOCKET_ERROR;
+	amqp_map_describe_reply(r, out, sizeof(out));
+	assert_string_equal(out, amqp_error_string2(AMQP_STATUS_SOCKET_ERROR));
+	r.library_error = -AMQP_STATUS_SOCKET_ERROR;
+	amqp_map_describe_reply(r, out, sizeof(out));
+	assert_string_equal(out, amqp_error_string2(AMQP_STATUS_SOCKET_ERROR));
+
+	/* The broker's text is quoted: a control character cannot reach a
+	 * log line or last_error. */
+	amqp_channel_close_t close = {
+	    .reply_code = 404,
+	    .reply_text = amqp_cstring_bytes("NOT_FOUND - no\nexchange")};
+	r.reply_type = AMQP_RESPONSE_SERVER_EXCEPTION;
+	r.reply.id = AMQP_CHANNEL_CLOSE_METHOD;
+	r.reply.decoded = &close;
+	amqp_map_describe_reply(r, out, sizeof(out));
+	assert_string_equal(out, "404 NOT_FOUND - no?exchange");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -565,6 +596,7 @@ int main(void)
 	    cmocka_unit_test(test_header_frame_size),
 	    cmocka_unit_test(test_refusal_parse),
 	    cmocka_unit_test(test_quote),
+	    cmocka_unit_test(test_describe_reply),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
