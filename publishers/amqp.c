@@ -32,8 +32,7 @@
 #include <amqp_tcp_socket.h>
 
 #include "amqp_map.h"
-#include "clock.h"
-#include "log.h"
+#include "base/base.h"
 
 #ifndef OUTBOX_VERSION
 #define OUTBOX_VERSION "unknown"

@@ -3,7 +3,7 @@
  * channel-error texts; no I/O (see amqp_map.h). */
 #include "amqp_map.h"
 
-#include "cloudevent.h"
+#include "encode/encode.h"
 
 #include <stdarg.h>
 #include <stdio.h>

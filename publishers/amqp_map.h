@@ -18,9 +18,9 @@
 #include <amqp.h>
 #include <amqp_framing.h>
 
-#include "cloudevent.h"
-#include "config.h"
-#include "event.h"
+#include "encode/encode.h"
+#include "config/config.h"
+#include "base/base.h"
 
 /* basic.properties app-id of every message the relay publishes. */
 #define AMQP_MAP_APP_ID "outbox-relay"

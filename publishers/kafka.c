@@ -20,10 +20,8 @@
 #include <string.h>
 
 #include "backends.h"
-#include "clock.h"
-#include "cloudevent.h"
-#include "log.h"
-#include "metrics.h"
+#include "base/base.h"
+#include "encode/encode.h"
 
 #define VAR_PREFIX "OUTBOX_KAFKA_"
 #define CE_PREFIX "ce_"

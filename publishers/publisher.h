@@ -18,8 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "event.h"
+#include "config/config.h"
+#include "base/base.h"
 
 enum pub_outcome {
 	/* The broker acknowledged the event: mark sent. */

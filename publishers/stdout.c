@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cloudevent.h"
+#include "encode/encode.h"
 
 struct stdout_state {
 	FILE *out; /* stdout; borrowed, never closed here */

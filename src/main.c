@@ -13,17 +13,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "cli.h"
-#include "config.h"
-#include "log.h"
-#include "migrate.h"
-#include "ops.h"
-#include "pgconn.h"
-#include "publisher.h"
-#include "relay.h"
-#include "store.h"
-#include "table.h"
+#include "base/base.h"
+#include "ops/ops.h"
+#include "config/config.h"
+#include "store/migrate.h"
+#include "store/pgconn.h"
+#include "publishers/publisher.h"
+#include "loops/loops.h"
+#include "store/store.h"
 
 static void usage(FILE *out)
 {

@@ -32,7 +32,7 @@
 #include <amqp_framing.h>
 #include <amqp_tcp_socket.h>
 
-#include "amqp_map.h"
+#include "publishers/amqp_map.h"
 
 #define PROG "bench_consume"
 

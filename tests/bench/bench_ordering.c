@@ -18,10 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "migrate.h"
-#include "store.h"
-#include "table.h"
+#include "base/base.h"
+#include "store/migrate.h"
+#include "store/store.h"
 
 static double now_ms(void)
 {

@@ -29,7 +29,7 @@
 #include <amqp_tcp_socket.h>
 #include <librdkafka/rdkafka.h>
 
-#include "amqp_map.h"
+#include "publishers/amqp_map.h"
 
 #define PROG "bench_publish"
 #define N_HEADERS 5

@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "migrate.h"
-#include "table.h"
+#include "store/migrate.h"
+#include "base/base.h"
 
 const char *pgtest_url(void)
 {

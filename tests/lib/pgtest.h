@@ -10,7 +10,7 @@
 #include <libpq-fe.h>
 #include <stddef.h>
 
-#include "store.h"
+#include "store/store.h"
 
 /* The database URL; fails the test when unset. */
 const char *pgtest_url(void);

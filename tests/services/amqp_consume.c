@@ -29,7 +29,7 @@
 #include <amqp_tcp_socket.h>
 #include <cJSON.h>
 
-#include "amqp_map.h"
+#include "publishers/amqp_map.h"
 
 #define MAX_ITEMS 32
 

@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "publisher.h"
+#include "base/base.h"
+#include "publishers/publisher.h"
 
 struct flaky {
 	int fd;

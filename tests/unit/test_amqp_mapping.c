@@ -19,7 +19,7 @@
 #include <amqp_tcp_socket.h>
 #include <cJSON.h>
 
-#include "amqp_map.h"
+#include "publishers/amqp_map.h"
 
 #define EV_ID "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 #define EV_TIME "2024-05-01T12:34:56.789000Z"

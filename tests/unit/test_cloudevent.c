@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for the CloudEvents encoding (src/cloudevent.c). */
+/* Unit tests for the CloudEvents encoding (src/encode/cloudevent.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,7 +11,7 @@
 
 #include <cJSON.h>
 
-#include "cloudevent.h"
+#include "encode/encode.h"
 
 #define EV_ID "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 #define EV_TIME "2024-05-01T12:34:56.789000Z"

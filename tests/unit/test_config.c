@@ -10,8 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "config.h"
-#include "log.h"
+#include "config/config.h"
+#include "base/base.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "http.h"
+#include "ops/http.h"
 
 static void echo_handler(void *arg, const char *path, struct http_reply *r)
 {

@@ -16,8 +16,8 @@
 
 #include <cJSON.h>
 
-#include "backends.h"
-#include "kafka.h"
+#include "publishers/backends.h"
+#include "publishers/kafka.h"
 
 static const unsigned char body[] = "{\"n\": 1}";
 

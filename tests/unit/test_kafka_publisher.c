@@ -19,11 +19,9 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
-#include "backends.h"
-#include "clock.h"
-#include "kafka.h"
-#include "log.h"
-#include "metrics.h"
+#include "publishers/backends.h"
+#include "base/base.h"
+#include "publishers/kafka.h"
 
 #define MAXEV 64
 #define API_PRODUCE 0

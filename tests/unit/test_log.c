@@ -12,7 +12,7 @@
 #include <cJSON.h>
 #include <cmocka.h>
 
-#include "log.h"
+#include "base/base.h"
 
 static char *capture(void (*emit)(void))
 {

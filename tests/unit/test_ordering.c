@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "pgtest.h"
-#include "store.h"
+#include "store/store.h"
 
 static char err[1024];
 

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "status_text.h"
+#include "ops/status_text.h"
 
 /* Everything wrong at once. */
 static const char troubled[] =

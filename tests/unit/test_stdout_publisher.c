@@ -15,8 +15,8 @@
 
 #include <cJSON.h>
 
-#include "backends.h"
-#include "publisher.h"
+#include "publishers/backends.h"
+#include "publishers/publisher.h"
 
 #define NEV 4
 

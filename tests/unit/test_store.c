@@ -17,9 +17,9 @@
 
 #include <cmocka.h>
 
-#include "migrate.h"
+#include "store/migrate.h"
 #include "pgtest.h"
-#include "store.h"
+#include "store/store.h"
 
 static char err[1024];
 

@@ -17,9 +17,9 @@
 #include <cmocka.h>
 
 #include "pgtest.h"
-#include "store.h"
-#include "store_admin.h"
-#include "table.h"
+#include "store/store.h"
+#include "store/store_admin.h"
+#include "base/base.h"
 
 static char err[1024];
 

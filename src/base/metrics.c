@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Atomic counters, gauges and histograms; Prometheus text rendering. */
-#include "metrics.h"
+#include "base.h"
 
 #include <stdbool.h>
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Operator subcommands: status, redrive, pause, resume. */
-#include "cli.h"
+#include "ops.h"
 
 #include <ctype.h>
 #include <getopt.h>
@@ -12,10 +12,10 @@
 
 #include <cjson/cJSON.h>
 
-#include "store.h"
+#include "store/store.h"
 #include "status_text.h"
-#include "store_admin.h"
-#include "table.h"
+#include "store/store_admin.h"
+#include "base/base.h"
 
 #define STATUS_ROWS 50
 #define REASON_MAX 1000

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
+#include "base/base.h"
 #include "locks.h"
 #include "pgconn.h"
 

@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "table.h"
+#include "base/base.h"
 
 struct sql_migration {
 	int version;	  /* from the file name's numeric prefix */

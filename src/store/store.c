@@ -11,10 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "config.h"
+#include "base/base.h"
+#include "config/config.h"
 #include "locks.h"
-#include "log.h"
 #include "migrate.h"
 #include "pgconn.h"
 

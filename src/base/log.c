@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Line-oriented logging, JSON or text, with a per-thread name. */
-#include "log.h"
+#include "base.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * The loops: relay workers (lease, publish, mark), sweeper and cleaner.
  * Each runs on its own thread with its own store session.
  */
-#include "relay.h"
+#include "loops.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -13,13 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "cloudevent.h"
-#include "log.h"
-#include "metrics.h"
-#include "pgconn.h"
-#include "store.h"
-#include "table.h"
+#include "base/base.h"
+#include "encode/encode.h"
+#include "store/pgconn.h"
+#include "store/store.h"
 
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000

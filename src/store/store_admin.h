@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "store.h"
-#include "table.h"
+#include "base/base.h"
 
 /* A replica whose last heartbeat is older than this is shown dead. */
 #define STORE_ADMIN_DEAD_AFTER_S 15

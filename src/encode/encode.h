@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "event.h"
+#include "base/base.h"
 
 /*
  * How the row maps to attributes (all functions below agree on it):

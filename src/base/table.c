@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Validating and quoting the outbox table's name. */
-#include "table.h"
+#include "base.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "base/base.h"
 
 #define LISTEN_BACKLOG 64
 #define MAX_CONNECTIONS 64

@@ -6,9 +6,9 @@
  * contract's section 4 follow it.
  */
 #include "config.h"
-#include "publisher.h"
+#include "publishers/publisher.h"
 
-#include "log.h"
+#include "base/base.h"
 
 #include <amqp.h>
 #include <libpq-fe.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Monotonic and wall clock helpers. */
-#include "clock.h"
+#include "base.h"
 
 #include <errno.h>
 #include <time.h>

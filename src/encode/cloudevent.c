@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* CloudEvents 1.0 encoding of outbox rows: validation, binary-mode headers,
  * structured-mode JSON envelope. */
-#include "cloudevent.h"
+#include "encode.h"
 
 #include <stdarg.h>
 #include <stdint.h>

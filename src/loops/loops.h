@@ -17,8 +17,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "publisher.h"
+#include "config/config.h"
+#include "publishers/publisher.h"
 
 #define RELAY_MAX_THREADS 72
 #define RELAY_MAX_PAUSES 256

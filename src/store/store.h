@@ -21,8 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "event.h"
-#include "table.h"
+#include "base/base.h"
 
 #define STORE_RECONNECT (-1)
 #define STORE_ERROR (-2)

@@ -14,13 +14,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
+#include "base/base.h"
 #include "http.h"
-#include "log.h"
-#include "metrics.h"
-#include "store.h"
-#include "store_admin.h"
-#include "table.h"
+#include "store/store.h"
+#include "store/store_admin.h"
 
 #define HEARTBEAT_MS 3000
 #define GAUGES_MS 5000

@@ -1,5 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * Operations: the HTTP endpoints (/healthz, /readyz, /metrics), the replica
+ * registry heartbeat, and the command-line subcommands (status, redrive,
+ * pause, resume, unblock, check).
+ */
+#ifndef OUTBOX_OPS_H
+#define OUTBOX_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "config/config.h"
+#include "loops/loops.h"
+
+/*
  * The daemon's operating surface beside the loops: the HTTP server
  * (/healthz, /readyz, /metrics on OUTBOX_HTTP_ADDR, libmicrohttpd) and the
  * ops thread with its own Postgres session, which upserts this replica's
@@ -9,12 +23,6 @@
  *
  * Called from the main thread only.
  */
-#ifndef OUTBOX_OPS_H
-#define OUTBOX_OPS_H
-
-#include <stddef.h>
-
-#include "relay.h"
 
 /* Starts the HTTP server (unless the address is empty) and the ops
  * thread. Returns 0, or -1 with err (e.g. the port is taken). */
@@ -26,5 +34,21 @@ void ops_draining(struct relay *r);
 
 /* Stops the server and the ops thread; safe if ops_start failed. */
 void ops_stop(struct relay *r);
+
+/*
+ * Operator subcommands beyond run/migrate/check: status, redrive, pause,
+ * resume, unblock. Each parses its own arguments (--help per subcommand),
+ * prints its result, and returns the exit code (0 ok, 1 runtime failure,
+ * 2 usage error with a usage line on stderr).
+ */
+
+/* Usage lines for the subcommands, for the top-level --help. */
+const char *cli_usage_lines(void);
+
+/* True when cmd is one of the subcommands here. */
+bool cli_knows(const char *cmd);
+
+/* Runs subcommand argv[0] with its arguments argv[1..argc-1]. */
+int cli_run(const char *cmd, int argc, char **argv, const struct config *cfg);
 
 #endif

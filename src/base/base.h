@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The base every part of the relay stands on: logging, the clocks, the
+ * process-wide counters, the outbox table's name and the leased row type.
+ * Nothing here knows about Postgres, brokers or threads other than its own.
+ */
+#ifndef OUTBOX_BASE_H
+#define OUTBOX_BASE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/*
+ * Logging: one line per message to stderr, JSON objects ({"ts","level",
+ * "msg", fields...}) or plain text. Each thread may name itself once
+ * (log_set_thread) and every line it writes carries that name, so a
+ * worker's lines say which worker wrote them.
+ *
+ * Thread safety: lines are written with one fputs under the stdio lock,
+ * so lines from different threads never interleave. The level and format
+ * are set once at startup, before threads start.
+ */
+
+enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+
+void log_setup(enum log_level level, bool json);
+/* Parses "debug", "info", "warn", "error"; returns -1 when unknown. */
+int log_level_parse(const char *s);
+/* Names the calling thread in its log lines; name is copied. */
+void log_set_thread(const char *name);
+bool log_enabled(enum log_level level);
+
+/*
+ * Writes msg at level with extra string fields given as key, value pairs
+ * ending with NULL: log_fields(LOG_WARN, "lost lease", "id", id, NULL).
+ */
+void log_fields(enum log_level level, const char *msg, ...)
+    __attribute__((sentinel));
+
+/* printf-style message without fields. */
+void log_msg(enum log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define log_debug(...)                                                         \
+	do {                                                                   \
+		if (log_enabled(LOG_DEBUG))                                    \
+			log_msg(LOG_DEBUG, __VA_ARGS__);                       \
+	} while (0)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+
+/*
+ * Monotonic time for local deadlines and sleeps. Leases, backoff and
+ * retention never use it: the database clock is the only clock for those.
+ */
+
+/* Milliseconds on CLOCK_MONOTONIC. */
+int64_t clock_ms(void);
+/* Microseconds since the epoch on CLOCK_REALTIME (latency metrics only). */
+int64_t clock_wall_us(void);
+/* Sleeps ms milliseconds (restarting after signals). */
+void clock_sleep_ms(int64_t ms);
+
+/*
+ * Process-wide metrics, rendered in the Prometheus text format.
+ *
+ * Sharing: every field is a C11 atomic updated with relaxed ordering by
+ * whichever thread observes the event; nothing else about them is shared.
+ * A scrape may see counters mid-batch, which Prometheus tolerates.
+ */
+
+enum metric_counter {
+	MC_SENT,	  /* broker acknowledged, marked sent */
+	MC_RELEASED,	  /* never written: released */
+	MC_DESTINATION,	  /* destination refused: released, paused */
+	MC_TRANSPORT,	  /* outcome unknown: retried, charged */
+	MC_EVENT,	  /* nacked: retried or failed when spent */
+	MC_PERMANENT,	  /* failed at once */
+	MC_LOST_LEASES,	  /* marks fenced off */
+	MC_MARKS_ALREADY, /* lost replies recognized */
+	MC_LEASES,	  /* lease statements run */
+	MC_SWEEPS,	  /* sweep ticks that held the lock */
+	MC_SWEPT_PENDING,
+	MC_SWEPT_FAILED,
+	MC_CLEANS,
+	MC_CLEANED_SENT,
+	MC_CLEANED_FAILED,
+	MC_DB_RECONNECTS,
+	MC_PUBLISHER_FAILURES, /* probes or opens that failed */
+	MC_RENEWALS,
+	MC_RENEWAL_LOST, /* rows a renewal found no longer held */
+	MC_IN_DOUBT,	 /* handed to the broker, outcome unknown */
+	MC_COUNT
+};
+
+enum metric_gauge {
+	MG_PUBLISHERS_UNHEALTHY, /* workers whose publisher is down */
+	MG_DESTINATIONS_PAUSED,
+	MG_PAUSED_GLOBALLY, /* 1 while an operator pause is in force */
+	MG_LAST_SWEEP_MS,   /* wall clock ms of the last sweep */
+	MG_LAST_CLEAN_MS,
+	MG_BACKLOG,	      /* pending rows (http thread) */
+	MG_OLDEST_PENDING_MS, /* age of the oldest pending row */
+	MG_IN_FLIGHT,
+	MG_FAILED_ROWS,
+	MG_DEAD_TUPLES,
+	MG_LIVE_REPLICAS,
+	MG_BLOCKED_KEYS,
+	MG_NOTIFY_QUEUE_PPM, /* pg_notification_queue_usage() * 1e6 */
+	MG_KAFKA_QUEUE_DEPTH,
+	MG_COUNT
+};
+
+enum metric_histogram {
+	MH_BATCH_SIZE,
+	MH_LEASE_SECONDS,
+	MH_MARK_SECONDS,
+	MH_SWEEP_SECONDS,
+	MH_PUBLISH_SECONDS,
+	MH_END_TO_END_SECONDS,
+	MH_COUNT
+};
+
+void metrics_add(enum metric_counter c, uint64_t n);
+uint64_t metrics_get(enum metric_counter c);
+void metrics_set(enum metric_gauge g, int64_t v);
+void metrics_gauge_add(enum metric_gauge g, int64_t delta);
+int64_t metrics_gauge(enum metric_gauge g);
+/* Seconds-valued histograms take microseconds; MH_BATCH_SIZE a count. */
+void metrics_observe(enum metric_histogram h, uint64_t value);
+
+/* Writes every metric in the Prometheus text exposition format. */
+void metrics_render(FILE *out);
+
+/*
+ * The outbox table's name, validated once and rendered every way the SQL
+ * needs it. Derived names (indexes, functions, side tables, the NOTIFY
+ * channel) append at most TABLE_SUFFIX_MAX bytes to the bare name, so the
+ * name is limited to keep them within Postgres' 63-byte identifiers.
+ */
+
+#define TABLE_SUFFIX_MAX 20
+#define TABLE_NAME_MAX (63 - TABLE_SUFFIX_MAX)
+
+struct outbox_table {
+	char schema[64];   /* "" when unqualified */
+	char name[64];	   /* bare, validated */
+	char quoted[140];  /* "schema"."name" or "name" */
+	char prefix[70];   /* "schema". or "" */
+	char literal[140]; /* 'schema.name' or 'name' */
+};
+
+/*
+ * Parses "name" or "schema.name": each part starts with a letter or
+ * underscore, continues with letters, digits or underscores, and is at
+ * most TABLE_NAME_MAX bytes. Returns 0, or -1 with err saying why.
+ */
+int table_parse(const char *text, struct outbox_table *t, char *err,
+		size_t errlen);
+
+/* Writes the quoted name of a side object: "schema"."<name><suffix>". */
+void table_derived(const struct outbox_table *t, const char *suffix, char *out,
+		   size_t outlen);
+
+/*
+ * One leased outbox row as the publishers see it.
+ *
+ * Ownership: every pointer points into the lease batch that produced the
+ * event (store.h, struct lease_batch) and lives exactly as long as it.
+ * Publishers must copy what they keep past publish().
+ */
+
+struct outbox_event {
+	const char *id;		   /* uuid text; CloudEvents id */
+	int64_t seq;		   /* insertion order */
+	const char *type;	   /* CloudEvents type (may be "" on tables
+				      without the CHECKs: must fail encode) */
+	const char *source;	   /* pinned at lease, never NULL */
+	const char *subject;	   /* NULL when absent */
+	const char *content_type;  /* datacontenttype */
+	const char *exchange;	   /* NULL: the backend's default destination */
+	const char *routing_key;   /* never NULL, may be "" */
+	const char *partition_key; /* NULL when absent */
+	const unsigned char *payload;
+	size_t payload_len;
+	const char *headers_json; /* the headers column as JSON text */
+	const char *time;	  /* created_at, RFC 3339 UTC */
+	int64_t created_at_us;	  /* created_at, microseconds since epoch */
+	int attempts;		  /* including this lease's charge */
+	int max_attempts;
+};
+
+#endif
