@@ -280,7 +280,7 @@ class Relay:
     """A relay process for one measurement."""
 
     def __init__(self, bench, table, publisher, workers=1, extra=None,
-                 log_name="relay"):
+                 log_name="relay", relay_bin=None):
         self.port = free_port()
         env = dict(os.environ)
         env.update({
@@ -298,7 +298,7 @@ class Relay:
         self.log_path = os.path.join(bench.work, log_name + ".log")
         with open(self.log_path, "a") as err:
             self.proc = subprocess.Popen(
-                [bench.relay_bin, "run"], env=env, stdin=subprocess.DEVNULL,
+                [relay_bin or bench.relay_bin, "run"], env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=err)
 
     def cpu_s(self):
@@ -628,7 +628,8 @@ class Bench:
 
     # ---- 2./3. throughput and cost ----
 
-    def drain_once(self, t, n, broker, workers, topic=None, timeout=1800):
+    def drain_once(self, t, n, broker, workers, topic=None, timeout=1800,
+                   relay_bin=None, label=""):
         """Relays n pre-inserted events; returns events/s, CPU, RSS."""
         # The consumer's CPU: it is our only child reaped in between.
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -640,7 +641,8 @@ class Bench:
         cpu0 = cpu_snapshot(self.svc.pids(broker))
         t0 = time.time()
         relay = Relay(self, t, broker, workers, extra,
-                      log_name="drain-%s-%d" % (broker, workers))
+                      log_name="drain-%s-%d%s" % (broker, workers, label),
+                      relay_bin=relay_bin)
         try:
             if broker == "amqp":
                 got = self.consumer_result(cons, timeout)
@@ -684,38 +686,53 @@ class Bench:
     def throughput(self, broker):
         t = self.table("drain_" + broker)
         n = self.p["events"]
+        # With --baseline-bin, each run drains the same backlog with both
+        # binaries, in alternating order, so drift hits both alike.
+        bins = [("", self.relay_bin)]
+        if self.args.baseline_bin:
+            bins.append(("-baseline", self.args.baseline_bin))
         out = {}
         for w in self.p["workers"]:
-            runs = []
+            runs = {label: [] for label, _ in bins}
             for i in range(self.p["runs"]):
-                self.sql("TRUNCATE %s" % t)
-                self.fill(t, n)
-                topic = None
-                if broker == "kafka":
-                    topic = self.kafka_topic("%s.drain.%d.%d"
-                                             % (self.tag, w, i))
-                r = self.drain_once(t, n, broker, w, topic)
-                runs.append(r)
-                say("%s %d worker(s) run %d: %.0f events/s, %.1f us CPU/"
-                    "event, %.1f MB peak RSS, per batch %s, CPU us/event by "
-                    "part %s, machine busy %.0f%%" % (
-                        broker, w, i + 1, r["per_s"],
-                        r["cpu_us_per_event"], r["peak_rss_mb"],
-                        r["per_batch"], {k: round(v, 1) for k, v in
-                                         r["cpu_us_by_part"].items()},
-                        100 * r["machine_busy"]))
-            out[str(w)] = {
-                "events_per_s": spread([r["per_s"] for r in runs]),
-                "cpu_us_per_event": spread(
-                    [r["cpu_us_per_event"] for r in runs]),
-                "peak_rss_mb": spread([r["peak_rss_mb"] for r in runs]),
-                "per_batch_ms": runs[-1]["per_batch"],
-                "cpu_us_per_event_by_part": {
-                    k: spread([r["cpu_us_by_part"][k] for r in runs])
-                    for k in runs[0]["cpu_us_by_part"]},
-                "machine_busy": spread([r["machine_busy"] for r in runs]),
-            }
+                for label, relay_bin in (bins if i % 2 == 0 else
+                                         bins[::-1]):
+                    self.sql("TRUNCATE %s" % t)
+                    self.fill(t, n)
+                    topic = None
+                    if broker == "kafka":
+                        topic = self.kafka_topic("%s.drain.%d.%d%s"
+                                                 % (self.tag, w, i, label))
+                    r = self.drain_once(t, n, broker, w, topic,
+                                        relay_bin=relay_bin, label=label)
+                    runs[label].append(r)
+                    say("%s%s %d worker(s) run %d: %.0f events/s, %.1f us "
+                        "CPU/event, %.1f MB peak RSS, per batch %s, CPU "
+                        "us/event by part %s, machine busy %.0f%%" % (
+                            broker, label, w, i + 1, r["per_s"],
+                            r["cpu_us_per_event"], r["peak_rss_mb"],
+                            r["per_batch"], {k: round(v, 1) for k, v in
+                                             r["cpu_us_by_part"].items()},
+                            100 * r["machine_busy"]))
+            out[str(w)] = self.drain_summary(runs[""])
+            if len(bins) > 1:
+                out[str(w)]["baseline"] = self.drain_summary(
+                    runs["-baseline"])
         return out
+
+    @staticmethod
+    def drain_summary(runs):
+        return {
+            "events_per_s": spread([r["per_s"] for r in runs]),
+            "cpu_us_per_event": spread(
+                [r["cpu_us_per_event"] for r in runs]),
+            "peak_rss_mb": spread([r["peak_rss_mb"] for r in runs]),
+            "per_batch_ms": runs[-1]["per_batch"],
+            "cpu_us_per_event_by_part": {
+                k: spread([r["cpu_us_by_part"][k] for r in runs])
+                for k in runs[0]["cpu_us_by_part"]},
+            "machine_busy": spread([r["machine_busy"] for r in runs]),
+        }
 
     # ---- 4. latency ----
 
@@ -989,6 +1006,21 @@ class Bench:
                     "≤ %.0f: %s" % (tgt, verdict(cpu <= tgt, "%.1f µs" % (
                         cpu - tgt))))
             for w, d in tp.get(broker, {}).items():
+                base = d.get("baseline")
+                if not base:
+                    continue
+                cur = d["cpu_us_per_event"]["median"]
+                ref = base["cpu_us_per_event"]["median"]
+                row("Relay CPU per event, µs (%s, %s worker(s)), this build "
+                    "vs --baseline-bin" % (broker.upper(), w),
+                    d["cpu_us_per_event"], 1,
+                    "%.2f × baseline (%.1f µs, %.1f–%.1f); events/s %.2f ×"
+                    % (cur / max(1e-9, ref), ref,
+                       base["cpu_us_per_event"]["min"],
+                       base["cpu_us_per_event"]["max"],
+                       d["events_per_s"]["median"] / max(
+                           1e-9, base["events_per_s"]["median"])))
+            for w, d in tp.get(broker, {}).items():
                 row("Relay peak RSS, MB (%s, %s worker(s))"
                     % (broker.upper(), w), d["peak_rss_mb"], 1)
             w = str(max(self.p["workers"]))
@@ -1193,6 +1225,10 @@ def main():
                    help="leave out the Kafka figures")
     p.add_argument("--keep", action="store_true",
                    help="keep the work directory (scripts, relay logs)")
+    p.add_argument("--baseline-bin", default=None,
+                   help="a second relay binary (an earlier build): the "
+                   "throughput section drains with both, alternating, and "
+                   "reports this build's relay CPU per event as a ratio")
     p.add_argument("--relay-bin", default=os.environ.get("OUTBOX_RELAY_BIN"),
                    help="relay binary (default $OUTBOX_RELAY_BIN)")
     a = p.parse_args()

@@ -4,7 +4,7 @@
 # table and one JSON line on stdout, progress on stderr.
 #
 # Usage: tests/bench/bench.sh [--quick] [--runs N] [--sections LIST]
-#                             [--no-kafka]
+#                             [--no-kafka] [--baseline-bin PATH]
 # The relay comes from OUTBOX_RELAY_BIN; without it, an optimized build
 # without sanitizers is made (or reused) in build-bench/. Standalone it
 # starts its own Postgres, RabbitMQ and Kafka test broker.
