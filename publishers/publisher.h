@@ -106,4 +106,68 @@ const struct publisher_ops *publisher_find(const char *name);
  * configured default exchange or topic ("" for stdout). */
 const char *publisher_default_destination(const struct config *cfg);
 
+/*
+ * A publisher as its user holds it: the backend's ops and the one state
+ * it opened. Callers reach the backend only through the wrappers below,
+ * so the open flag always says whether state may be used.
+ *
+ * Ownership: the thread that initialised the handle is its only user (see
+ * Threading above); the handle owns state between a successful
+ * publisher_open() and publisher_close(). healthy is the owner's verdict:
+ * the wrappers never change it.
+ */
+struct publisher {
+	const struct publisher_ops *ops;
+	void *state; /* the backend's; valid only while open */
+	bool open;
+	bool healthy;
+};
+
+static inline void publisher_init(struct publisher *pub,
+				  const struct publisher_ops *ops)
+{
+	*pub = (struct publisher){.ops = ops};
+}
+
+/* Connects; 0, or -1 with err set (see publisher_ops.open). */
+static inline int publisher_open(struct publisher *pub,
+				 const struct config *cfg, char *err,
+				 size_t errlen)
+{
+	int rc = pub->ops->open(cfg, &pub->state, err, errlen);
+	pub->open = rc == 0;
+	return rc;
+}
+
+static inline int publisher_publish(struct publisher *pub,
+				    const struct outbox_event *events, size_t n,
+				    struct publish_ctx *ctx,
+				    struct pub_result *results)
+{
+	return pub->ops->publish(pub->state, events, n, ctx, results);
+}
+
+static inline int publisher_probe(struct publisher *pub, char *err,
+				  size_t errlen)
+{
+	return pub->ops->probe(pub->state, err, errlen);
+}
+
+/* Does nothing unless open and the backend has a service call. */
+static inline void publisher_service(struct publisher *pub)
+{
+	if (pub->open && pub->ops->service)
+		pub->ops->service(pub->state);
+}
+
+/* Does nothing unless open. */
+static inline void publisher_close(struct publisher *pub)
+{
+	if (!pub->open)
+		return;
+	pub->ops->close(pub->state);
+	pub->state = NULL;
+	pub->open = false;
+}
+
 #endif

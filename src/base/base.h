@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 /*
  * Logging: one line per message to stderr, JSON objects ({"ts","level",
@@ -62,6 +63,10 @@ void log_msg(enum log_level level, const char *fmt, ...)
 int64_t clock_ms(void);
 /* Microseconds since the epoch on CLOCK_REALTIME (latency metrics only). */
 int64_t clock_wall_us(void);
+/* The CLOCK_MONOTONIC time ms milliseconds from now, as the absolute
+ * deadline of pthread_cond_timedwait() on a condition variable created
+ * with pthread_condattr_setclock(CLOCK_MONOTONIC). */
+struct timespec clock_monotonic_after(int64_t ms);
 /* Sleeps ms milliseconds (restarting after signals). */
 void clock_sleep_ms(int64_t ms);
 

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The relay process: worker threads (lease, publish, mark), the sweeper
- * and the cleaner, each on its own thread with its own Postgres session.
+ * The relay process: worker threads (lease, publish, mark), the sweeper,
+ * the cleaner and, with OUTBOX_LISTEN=on, the listener, each on its own
+ * thread with its own Postgres session.
  *
- * Sharing: struct relay is created by main and outlives every thread. Its
- * atomics (stopping, marks_failed, tick times) are written and read
- * without locks; everything under `lock` (destination pauses, the rate
- * limiter's schedule, the wake-up generation) is touched only with `lock`
- * held. cfg and pub are read-only after start.
+ * Sharing: struct relay is created by main and outlives every thread. Each
+ * field below says how it is shared: read-only after relay_init() or
+ * relay_start(), a C11 atomic read and written without locks, or under
+ * `lock`. Whatever a thread keeps beyond that (its store session, its
+ * publisher, its batch) is its own and never shared.
  */
 #ifndef OUTBOX_RELAY_H
 #define OUTBOX_RELAY_H
@@ -24,17 +25,22 @@
 #define RELAY_MAX_PAUSES 256
 
 /* One loop thread, as /healthz sees it. */
+/* Every field but last_tick_ms is set by relay_start() before the thread
+ * runs; tid and started are then used only by the thread that called
+ * relay_start() (relay_finished, relay_join). */
 struct relay_thread {
 	char name[32];
 	pthread_t tid;
 	bool started;
-	atomic_llong last_tick_ms; /* clock_ms() of its last loop pass */
+	atomic_llong last_tick_ms; /* clock_ms() of its last loop pass: written
+				      by the thread, read by relay_healthy */
 	int64_t max_interval_ms;   /* healthy while ticks are this close */
 	struct relay *relay;
 	int index; /* worker number */
 };
 
-/* A destination (or destination + chr(31) + routing key) refusing events. */
+/* A destination (or destination + chr(31) + routing key) refusing events.
+ * Lives in relay.pauses: only touched with relay.lock held. */
 struct relay_pause {
 	char key[300];
 	int64_t until_ms;   /* clock_ms() */
@@ -42,26 +48,35 @@ struct relay_pause {
 };
 
 struct relay {
+	/* Read-only after relay_init(). */
 	const struct config *cfg;
+	/* The backend's ops; each worker opens its own state through a
+	 * struct publisher (publishers/publisher.h). */
 	const struct publisher_ops *pub;
 	char host[64];
 	char version[32];
 	int pid;
 
+	/* Atomics, read and written without locks. */
 	atomic_int stopping;	  /* 1 once shutdown began */
 	atomic_int marks_failed;  /* 1 if a mark could not be written */
 	atomic_int workers_ready; /* workers with a healthy publisher */
-	atomic_int db_ok;	  /* workers whose last statement succeeded */
+	atomic_int db_ok;	  /* workers that opened their store */
 
+	/* lock guards every field from wake_gen to rate_next_ms; wake is
+	 * signalled under it by relay_wake(). */
 	pthread_mutex_t lock;
-	pthread_cond_t wake;
-	uint64_t wake_gen; /* bumped by relay_wake() */
+	pthread_cond_t wake; /* on CLOCK_MONOTONIC */
+	uint64_t wake_gen;   /* bumped by relay_wake() */
 	struct relay_pause pauses[RELAY_MAX_PAUSES];
 	size_t n_pauses;
 	double rate_next_ms; /* max-rate schedule (clock_ms units) */
 
+	/* Filled by relay_start() before each thread starts; see struct
+	 * relay_thread for what is shared after that. */
 	struct relay_thread threads[RELAY_MAX_THREADS];
 	int n_threads;
+	/* Written by relay_stop(), on the thread that runs the relay. */
 	int64_t shutdown_started_ms;
 };
 
@@ -69,8 +84,9 @@ struct relay {
 int relay_init(struct relay *r, const struct config *cfg,
 	       const struct publisher_ops *pub, char *err, size_t errlen);
 
-/* Starts workers, sweeper and cleaner. Call with signals blocked so the
- * threads inherit the mask. Returns 0, or -1 with err. */
+/* Starts workers, sweeper, cleaner and, if enabled, the listener. Call
+ * with signals blocked so the threads inherit the mask. Returns 0, or -1
+ * with err. */
 int relay_start(struct relay *r, char *err, size_t errlen);
 
 /* Begins the shutdown of section 7; returns at once. */

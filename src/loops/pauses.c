@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Destination pauses: a destination (or destination + chr(31) + routing
+ * key) that refused an event is skipped by every worker's lease until its
+ * pause ends. Shared by all workers: relay.pauses and relay.n_pauses are
+ * touched only with relay.lock held.
+ */
+#include "loops_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+
+#define PAUSE_MIN_MS 1000
+#define PAUSE_MAX_MS 60000
+
+/* Call with r->lock held. */
+static struct relay_pause *find_or_add_pause(struct relay *r, const char *key)
+{
+	for (size_t i = 0; i < r->n_pauses; i++)
+		if (strcmp(r->pauses[i].key, key) == 0)
+			return &r->pauses[i];
+	if (r->n_pauses >= RELAY_MAX_PAUSES)
+		return NULL;
+	struct relay_pause *p = &r->pauses[r->n_pauses++];
+	snprintf(p->key, sizeof(p->key), "%s", key);
+	p->backoff_ms = 0;
+	p->until_ms = 0;
+	return p;
+}
+
+static void log_paused(const char *key, const char *reason)
+{
+	char shown[PAUSE_KEY_MAX];
+	snprintf(shown, sizeof(shown), "%s", key);
+	/* The unit separator would be invisible in the log. */
+	char *sep = strchr(shown, '\x1f');
+	if (sep)
+		*sep = ' ';
+	log_fields(LOG_WARN, "destination paused", "destination", shown,
+		   "reason", reason, NULL);
+}
+
+void pause_destination(struct relay *r, const char *key, const char *reason)
+{
+	int64_t now = clock_ms();
+	pthread_mutex_lock(&r->lock);
+	struct relay_pause *p = find_or_add_pause(r, key);
+	/* A refusal during the pause comes from a batch leased before it:
+	 * it says nothing new. */
+	if (p && p->until_ms <= now) {
+		/* Refused again after its pause: wait longer next time. */
+		p->backoff_ms =
+		    p->backoff_ms ? p->backoff_ms * 2 : PAUSE_MIN_MS;
+		if (p->backoff_ms > PAUSE_MAX_MS)
+			p->backoff_ms = PAUSE_MAX_MS;
+		p->until_ms = now + p->backoff_ms;
+		log_paused(key, reason);
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
+size_t active_pauses(struct relay *r, char (*keys)[PAUSE_KEY_MAX], size_t max)
+{
+	int64_t now = clock_ms();
+	size_t n = 0;
+	pthread_mutex_lock(&r->lock);
+	for (size_t i = 0; i < r->n_pauses;) {
+		struct relay_pause *p = &r->pauses[i];
+		if (p->until_ms > now) {
+			if (n < max)
+				snprintf(keys[n++], PAUSE_KEY_MAX, "%s",
+					 p->key);
+			i++;
+		} else if (now - p->until_ms > 10 * PAUSE_MAX_MS) {
+			/* Long expired: its backoff no longer matters, and
+			 * the slot may be needed. */
+			r->pauses[i] = r->pauses[--r->n_pauses];
+		} else {
+			i++;
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
+	metrics_set(MG_DESTINATIONS_PAUSED, (int64_t)n);
+	return n;
+}

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The per-replica max rate (OUTBOX_MAX_RATE): one schedule shared by all
+ * workers, relay.rate_next_ms, touched only with relay.lock held. A worker
+ * reserves a whole batch before leasing and refunds what the lease did not
+ * fill, so the rate holds across workers without a token per event.
+ */
+#include "loops_int.h"
+
+#include "base/base.h"
+
+int64_t rate_reserve(struct relay *r, double n)
+{
+	double rate = r->cfg->max_rate;
+	if (rate <= 0)
+		return 0;
+	double now = (double)clock_ms();
+	pthread_mutex_lock(&r->lock);
+	double start = r->rate_next_ms > now ? r->rate_next_ms : now;
+	r->rate_next_ms = start + n * 1000.0 / rate;
+	pthread_mutex_unlock(&r->lock);
+	return (int64_t)(start - now);
+}
+
+void rate_refund(struct relay *r, double n)
+{
+	if (r->cfg->max_rate <= 0 || n <= 0)
+		return;
+	pthread_mutex_lock(&r->lock);
+	r->rate_next_ms -= n * 1000.0 / r->cfg->max_rate;
+	pthread_mutex_unlock(&r->lock);
+}

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The sweeper: returns rows whose lease expired (their worker died or lost
+ * its session) and, with partition ordering, repairs lost head markers.
+ * One thread with its own store session; the sweep lock in the database
+ * keeps replicas from sweeping at once.
+ */
+#include "loops_int.h"
+
+#include <stdio.h>
+
+#include "base/base.h"
+
+#define SWEEP_CAP_ROWS 10000
+
+void *sweeper_main(void *arg)
+{
+	struct relay_thread *th = arg;
+	struct relay *r = th->relay;
+	log_set_thread(th->name);
+	struct store *s = relay_open_store(th, th->name);
+	while (s && !relay_stopping(r)) {
+		loop_tick(th);
+		char err[512];
+		struct sweep_result sw;
+		int64_t t0 = clock_ms();
+		int rc = store_sweep(s, SWEEP_CAP_ROWS, &sw, err, sizeof(err));
+		size_t repaired = 0;
+		if (rc == 0 && r->cfg->ordering == ORDERING_PARTITION) {
+			rc = store_repair_heads(s, &repaired, err, sizeof(err));
+			if (rc == 0 && repaired > 0)
+				log_warn(
+				    "gave %zu partition keys their lost head "
+				    "marker",
+				    repaired);
+		}
+		metrics_observe(MH_SWEEP_SECONDS,
+				(uint64_t)(clock_ms() - t0) * 1000);
+		if (rc != 0) {
+			log_warn("sweep failed: %s", err);
+			if (rc == STORE_RECONNECT &&
+			    relay_reconnect(th, s) != 0)
+				break;
+		} else if (!sw.skipped) {
+			metrics_add(MC_SWEEPS, 1);
+			metrics_add(MC_SWEPT_PENDING, sw.to_pending);
+			metrics_add(MC_SWEPT_FAILED, sw.to_failed);
+			metrics_set(MG_LAST_SWEEP_MS, clock_wall_us() / 1000);
+			if (sw.to_pending + sw.to_failed > 0) {
+				char p[32], f[32];
+				snprintf(p, sizeof(p), "%zu", sw.to_pending);
+				snprintf(f, sizeof(f), "%zu", sw.to_failed);
+				log_fields(LOG_WARN, "swept expired leases",
+					   "to_pending", p, "to_failed", f,
+					   NULL);
+				relay_wake(r);
+			}
+		}
+		relay_idle(th, r->cfg->sweep_interval_ms, NULL, NULL);
+	}
+	store_close(s);
+	log_info("sweeper stopped");
+	return NULL;
+}
