@@ -71,15 +71,22 @@ export OUTBOX_TEST_KAFKA_DIR="$work/kafka"
 # Suites that disturb a shared service (restarting Postgres, stopping the
 # broker) run alone, after the parallel ones.
 serial_suites=(pgrestart amqpfault kafkafault chaos bench)
+# Named tests run as asked, serial suites included (one at a time then).
 exclude=()
-for s in "${serial_suites[@]}"; do
-	exclude+=(--no-suite "$s")
-done
+jobs=2
+if [ $# -eq 0 ]; then
+	for s in "${serial_suites[@]}"; do
+		exclude+=(--no-suite "$s")
+	done
+else
+	jobs=1
+fi
 
 log="$work/meson-test.log"
 status=0
 {
-	meson test -C "$build" --print-errorlogs --num-processes 2 "${exclude[@]}" "$@" || status=$?
+	meson test -C "$build" --print-errorlogs --num-processes "$jobs" \
+		"${exclude[@]}" "$@" || status=$?
 	if [ $# -eq 0 ]; then
 		for s in "${serial_suites[@]}"; do
 			meson test -C "$build" --print-errorlogs --num-processes 1 \
