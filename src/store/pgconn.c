@@ -86,7 +86,9 @@ PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 	 * statement reports the lock, and an idle transaction of ours
 	 * cannot pin vacuum's horizon for long. */
 	int64_t st = opt->statement_timeout_ms;
-	int64_t lock = st > 0 ? st / 2 : 5000;
+	int64_t lock = opt->lock_timeout_ms > 0 ? opt->lock_timeout_ms
+		       : st > 0			? st / 2
+						: 5000;
 	int64_t idle = st > 0 ? (st * 3 > 10000 ? st * 3 : 10000) : 60000;
 	char sql[512];
 	snprintf(sql, sizeof(sql),
