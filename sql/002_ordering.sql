@@ -40,13 +40,14 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS "{{n}}_key_idx"
 -- outbox:next
 -- NOTIFY once per inserting statement (not per row): each NOTIFY takes a
 -- cluster-wide lock at commit, so fewer is cheaper. The trigger using it is
--- created by `outbox-relay migrate` when OUTBOX_LISTEN=on. The channel is
--- named after a hash of the schema-qualified table, so outbox tables of
--- the same name in other schemas do not wake each other's relays.
+-- created by `outbox-relay migrate` when OUTBOX_LISTEN=on. The channel
+-- placeholder is filled in by the relay, which also LISTENs on it; it is
+-- named after a hash of the schema-qualified table, so outbox tables of the
+-- same name in other schemas do not wake each other's relays.
 CREATE OR REPLACE FUNCTION {{s}}"{{n}}_notify"() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
-  PERFORM pg_notify('outbox_wakeup_' || hashtext({{lit}}), '');
+  PERFORM pg_notify({{channel}}, '');
   RETURN NULL;
 END
 $fn$

@@ -14,12 +14,10 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "ops/ops.h"
 #include "config/config.h"
-#include "store/migrate.h"
-#include "store/pgconn.h"
-#include "publishers/publisher.h"
 #include "loops/loops.h"
+#include "ops/ops.h"
+#include "publishers/publisher.h"
 #include "store/store.h"
 
 static void usage(FILE *out)
@@ -41,22 +39,6 @@ static void usage(FILE *out)
 		     "configuration error.\n");
 }
 
-/* A session for one-shot commands; statement_timeout 0 lets index
- * builds of a migration take their time. */
-static PGconn *connect_once(const struct config *cfg, int64_t timeout_ms)
-{
-	char err[1024];
-	struct pgconn_options o = {
-	    .conninfo = cfg->database_url,
-	    .application_name = "outbox-relay/cli",
-	    .statement_timeout_ms = timeout_ms,
-	};
-	PGconn *conn = pgconn_connect(&o, err, sizeof(err));
-	if (!conn)
-		fprintf(stderr, "outbox-relay: %s\n", err);
-	return conn;
-}
-
 static int cmd_migrate(const struct config *cfg)
 {
 	struct outbox_table t;
@@ -65,24 +47,16 @@ static int cmd_migrate(const struct config *cfg)
 		fprintf(stderr, "outbox-relay: OUTBOX_TABLE: %s\n", err);
 		return 2;
 	}
-	PGconn *conn = connect_once(cfg, 0);
-	if (!conn)
-		return 1;
-	int rc = migrate_run(conn, &t, stdout, err, sizeof(err));
-	if (rc == 0)
-		rc = migrate_notify_trigger(conn, &t, cfg->listen, err,
-					    sizeof(err));
-	if (rc == 0)
-		printf("NOTIFY trigger %s (OUTBOX_LISTEN=%s)\n",
-		       cfg->listen ? "present" : "absent",
-		       cfg->listen ? "on" : "off");
-	PQfinish(conn);
-	if (rc != 0) {
+	struct store_options o =
+	    store_options_from_config(cfg, "outbox-relay/cli", NULL);
+	if (store_migrate(&o, cfg->listen, stdout, err, sizeof(err)) != 0) {
 		fprintf(stderr, "outbox-relay: %s\n", err);
 		return 1;
 	}
+	printf("NOTIFY trigger %s (OUTBOX_LISTEN=%s)\n",
+	       cfg->listen ? "present" : "absent", cfg->listen ? "on" : "off");
 	printf("table %s is at schema version %d\n", cfg->table,
-	       migrate_latest_version());
+	       store_schema_version());
 	return 0;
 }
 

@@ -71,7 +71,8 @@ struct timespec clock_monotonic_after(int64_t ms);
 void clock_sleep_ms(int64_t ms);
 
 /*
- * Process-wide metrics, rendered in the Prometheus text format.
+ * Process-wide metrics. Base keeps the values; ops names them and renders
+ * them in the Prometheus text format.
  *
  * Sharing: every field is a C11 atomic updated with relaxed ordering by
  * whichever thread observes the event; nothing else about them is shared.
@@ -138,8 +139,19 @@ int64_t metrics_gauge(enum metric_gauge g);
 /* Seconds-valued histograms take microseconds; MH_BATCH_SIZE a count. */
 void metrics_observe(enum metric_histogram h, uint64_t value);
 
-/* Writes every metric in the Prometheus text exposition format. */
-void metrics_render(FILE *out);
+/* A histogram as metrics_observe() filled it, read for rendering. */
+#define METRICS_MAX_BUCKETS 16
+struct metrics_histogram {
+	const double *bounds; /* upper bounds, ascending */
+	int n_bounds;
+	bool seconds; /* observed in microseconds, shown in seconds */
+	uint64_t buckets[METRICS_MAX_BUCKETS]; /* observations <= bounds[i] */
+	uint64_t sum;
+	uint64_t count;
+};
+
+void metrics_histogram_read(enum metric_histogram h,
+			    struct metrics_histogram *out);
 
 /*
  * The outbox table's name, validated once and rendered every way the SQL

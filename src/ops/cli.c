@@ -12,10 +12,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "store/store.h"
-#include "status_text.h"
-#include "store/store_admin.h"
 #include "base/base.h"
+#include "status_text.h"
+#include "store/store.h"
 
 #define STATUS_ROWS 50
 #define REASON_MAX 1000
@@ -173,11 +172,12 @@ static int bad_option(const struct subcommand *c, int opt, char **argv)
 
 /* Connects for one command; prints the error and returns 1 on failure. */
 static int open_store(const struct config *cfg, const char *cmd,
-		      struct store **s, struct outbox_table *t)
+		      struct store **s)
 {
 	char err[1024], app[64];
+	struct outbox_table t;
 	*s = NULL;
-	if (table_parse(cfg->table, t, err, sizeof(err)) != 0) {
+	if (table_parse(cfg->table, &t, err, sizeof(err)) != 0) {
 		fprintf(stderr, "outbox-relay %s: OUTBOX_TABLE: %s\n", cmd,
 			err);
 		return 2;
@@ -217,15 +217,13 @@ static int cmd_status(const struct subcommand *c, int argc, char **argv,
 		return usage_error(c, "unexpected argument '%s'", argv[optind]);
 
 	struct store *s = NULL;
-	struct outbox_table t;
 	cJSON *st = NULL;
 	char err[1024];
-	int ret = open_store(cfg, c->name, &s, &t);
+	int ret = open_store(cfg, c->name, &s);
 	if (ret != 0)
 		return ret;
 	ret = 1;
-	if (store_admin_status(store_conn(s), &t, STATUS_ROWS, &st, err,
-			       sizeof(err)) != 0) {
+	if (store_admin_status(s, STATUS_ROWS, &st, err, sizeof(err)) != 0) {
 		fprintf(stderr, "outbox-relay status: %s\n", err);
 		goto out;
 	}
@@ -269,8 +267,19 @@ static bool is_uuid(const char *s)
 	return true;
 }
 
-static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
-		       const struct config *cfg)
+/* What `redrive` was asked; ids point into argv. */
+struct redrive_args {
+	const char **ids;
+	size_t n_ids;
+	const char *type, *since, *until;
+	const char *status; /* failed or sent */
+	bool dry_run, force;
+};
+
+/* Reads redrive's options into a. Returns -1 when they were read, or the
+ * exit code (--help, a usage error). */
+static int redrive_options(const struct subcommand *c, int argc, char **argv,
+			   struct redrive_args *a)
 {
 	static const struct option opts[] = {
 	    {"id", required_argument, NULL, 'i'},
@@ -282,136 +291,105 @@ static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
 	    {"force", no_argument, NULL, 'f'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0}};
-	const char *type = NULL, *since = NULL, *until = NULL;
-	const char *status = "failed";
-	bool dry_run = false;
-	bool force = false;
-	int opt, ret = 2;
-	struct store *s = NULL;
-	const char **ids = calloc((size_t)argc + 1, sizeof(*ids));
-	size_t n_ids = 0;
-
-	if (!ids) {
-		fprintf(stderr, "outbox-relay redrive: out of memory\n");
-		return 1;
-	}
+	int opt;
 	optind = 0;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":i:t:s:u:S:nfh", opts, NULL)) !=
 	       -1) {
 		switch (opt) {
 		case 'i':
-			if (!is_uuid(optarg)) {
-				ret = usage_error(c, "--id '%s' is not a UUID",
-						  optarg);
-				goto out;
-			}
-			ids[n_ids++] = optarg;
+			if (!is_uuid(optarg))
+				return usage_error(c, "--id '%s' is not a UUID",
+						   optarg);
+			a->ids[a->n_ids++] = optarg;
 			break;
 		case 't':
-			type = optarg;
+			a->type = optarg;
 			break;
 		case 's':
-			since = optarg;
+			a->since = optarg;
 			break;
 		case 'u':
-			until = optarg;
+			a->until = optarg;
 			break;
 		case 'S':
-			status = optarg;
+			a->status = optarg;
 			break;
 		case 'n':
-			dry_run = true;
+			a->dry_run = true;
 			break;
 		case 'f':
-			force = true;
+			a->force = true;
 			break;
 		case 'h':
-			ret = print_help(c);
-			goto out;
+			return print_help(c);
 		default:
-			ret = bad_option(c, opt, argv);
-			goto out;
+			return bad_option(c, opt, argv);
 		}
 	}
-	if (optind < argc) {
-		ret = usage_error(c, "unexpected argument '%s'", argv[optind]);
-		goto out;
-	}
-	if (strcmp(status, "failed") != 0 && strcmp(status, "sent") != 0) {
-		ret = usage_error(c, "--status '%s': must be failed or sent",
-				  status);
-		goto out;
-	}
-	if (type && !*type) {
-		ret = usage_error(c, "--type must not be empty");
-		goto out;
-	}
-	bool sent = strcmp(status, "sent") == 0;
-	if (sent && !since) {
-		ret =
-		    usage_error(c, "--status sent replays delivered events and "
-				   "needs a time range: --since T [--until T]");
-		goto out;
-	}
-	if (n_ids == 0 && !type && !since) {
-		ret = usage_error(c, "choose the rows with --id, --type or "
-				     "--since");
-		goto out;
-	}
-	if (until && !since) {
-		ret = usage_error(c, "--until needs --since");
-		goto out;
-	}
+	if (optind < argc)
+		return usage_error(c, "unexpected argument '%s'", argv[optind]);
+	return -1;
+}
 
-	struct outbox_table t;
-	char err[1024], since_at[64] = "", until_at[64] = "";
-	ret = open_store(cfg, c->name, &s, &t);
-	if (ret != 0)
-		goto out;
-	const char *times[2] = {since, until};
+/* Checks that the options make one request; -1 when they do, else 2. */
+static int redrive_check(const struct subcommand *c,
+			 const struct redrive_args *a)
+{
+	bool sent = strcmp(a->status, "sent") == 0;
+	if (strcmp(a->status, "failed") != 0 && !sent)
+		return usage_error(c, "--status '%s': must be failed or sent",
+				   a->status);
+	if (a->type && !*a->type)
+		return usage_error(c, "--type must not be empty");
+	if (sent && !a->since)
+		return usage_error(c, "--status sent replays delivered events "
+				      "and needs a time range: --since T "
+				      "[--until T]");
+	if (a->n_ids == 0 && !a->type && !a->since)
+		return usage_error(c, "choose the rows with --id, --type or "
+				      "--since");
+	if (a->until && !a->since)
+		return usage_error(c, "--until needs --since");
+	return -1;
+}
+
+/* Resolves --since and --until on the database clock into since_at and
+ * until_at (64 bytes each). -1 when done, else the exit code. */
+static int redrive_times(const struct subcommand *c, struct store *s,
+			 const struct redrive_args *a, char *since_at,
+			 char *until_at)
+{
+	char err[1024];
+	const char *times[2] = {a->since, a->until};
 	char *resolved[2] = {since_at, until_at};
 	for (int i = 0; i < 2; i++) {
 		if (!times[i])
 			continue;
-		int rc = store_admin_time(store_conn(s), times[i], resolved[i],
-					  sizeof(since_at), err, sizeof(err));
-		if (rc == STORE_ADMIN_INVALID) {
-			ret = usage_error(c, "%s", err);
-			goto out;
-		}
+		int rc = store_admin_time(s, times[i], resolved[i], 64, err,
+					  sizeof(err));
+		if (rc == STORE_INVALID)
+			return usage_error(c, "%s", err);
 		if (rc != 0) {
 			fprintf(stderr, "outbox-relay redrive: %s\n", err);
-			ret = 1;
-			goto out;
+			return 1;
 		}
 	}
+	return -1;
+}
 
-	struct redrive_filter f = {
-	    .ids = ids,
-	    .n_ids = n_ids,
-	    .type = type,
-	    .since = since ? since_at : NULL,
-	    .until = until ? until_at : NULL,
-	    .sent = sent,
-	    .dry_run = dry_run,
-	    .force = force,
-	};
-	size_t count = 0;
-	if (store_redrive(s, &f, &count, err, sizeof(err)) != 0) {
-		fprintf(stderr, "outbox-relay redrive: %s\n", err);
-		ret = 1;
-		goto out;
-	}
+static void redrive_report(const struct redrive_args *a, size_t count,
+			   const char *since_at, const char *until_at)
+{
 	char range[200] = "";
-	if (since)
+	if (a->since)
 		snprintf(range, sizeof(range), ", finished from %s%s%s",
-			 since_at, until ? " until " : "",
-			 until ? until_at : "");
-	if (dry_run)
+			 since_at, a->until ? " until " : "",
+			 a->until ? until_at : "");
+	if (a->dry_run)
 		printf("dry run: %zu %s row%s match%s; nothing changed\n",
-		       count, status, count == 1 ? "" : "s", range);
-	else if (sent)
+		       count, a->status, count == 1 ? "" : "s", range);
+	else if (strcmp(a->status, "sent") == 0)
 		printf("replayed %zu sent row%s%s: pending again with attempts "
 		       "reset; consumers will receive them again\n",
 		       count, count == 1 ? "" : "s", range);
@@ -419,10 +397,52 @@ static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
 		printf("redrove %zu failed row%s%s: pending again with "
 		       "attempts reset\n",
 		       count, count == 1 ? "" : "s", range);
+}
+
+static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
+		       const struct config *cfg)
+{
+	struct redrive_args a = {.status = "failed"};
+	struct store *s = NULL;
+	char err[1024], since_at[64] = "", until_at[64] = "";
+	int ret;
+	a.ids = calloc((size_t)argc + 1, sizeof(*a.ids));
+	if (!a.ids) {
+		fprintf(stderr, "outbox-relay redrive: out of memory\n");
+		return 1;
+	}
+	ret = redrive_options(c, argc, argv, &a);
+	if (ret < 0)
+		ret = redrive_check(c, &a);
+	if (ret >= 0)
+		goto out;
+	ret = open_store(cfg, c->name, &s);
+	if (ret != 0)
+		goto out;
+	ret = redrive_times(c, s, &a, since_at, until_at);
+	if (ret >= 0)
+		goto out;
+	struct redrive_filter f = {
+	    .ids = a.ids,
+	    .n_ids = a.n_ids,
+	    .type = a.type,
+	    .since = a.since ? since_at : NULL,
+	    .until = a.until ? until_at : NULL,
+	    .sent = strcmp(a.status, "sent") == 0,
+	    .dry_run = a.dry_run,
+	    .force = a.force,
+	};
+	size_t count = 0;
+	ret = 1;
+	if (store_redrive(s, &f, &count, err, sizeof(err)) != 0) {
+		fprintf(stderr, "outbox-relay redrive: %s\n", err);
+		goto out;
+	}
+	redrive_report(&a, count, since_at, until_at);
 	ret = 0;
 out:
 	store_close(s);
-	free(ids);
+	free(a.ids);
 	return ret;
 }
 
@@ -440,16 +460,17 @@ static void whoami(char *out, size_t outlen)
 	snprintf(out, outlen, "%s@%s", user && *user ? user : "unknown", host);
 }
 
-static int pause_or_resume(const struct subcommand *c, int argc, char **argv,
-			   const struct config *cfg, bool pause)
+/* Reads pause's or resume's options. -1 when they were read, or the exit
+ * code (--help, a usage error). */
+static int pause_options(const struct subcommand *c, int argc, char **argv,
+			 bool pause, const char **destination,
+			 const char **reason)
 {
 	static const struct option opts[] = {
 	    {"destination", required_argument, NULL, 'd'},
 	    {"reason", required_argument, NULL, 'r'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0}};
-	const char *cmd = c->name;
-	const char *destination = "*", *reason = NULL;
 	int opt;
 	optind = 0;
 	opterr = 0;
@@ -457,13 +478,13 @@ static int pause_or_resume(const struct subcommand *c, int argc, char **argv,
 				  NULL)) != -1) {
 		switch (opt) {
 		case 'd':
-			destination = optarg;
+			*destination = optarg;
 			break;
 		case 'r':
 			if (!pause)
 				return usage_error(c, "unknown option '%s'",
 						   "--reason");
-			reason = optarg;
+			*reason = optarg;
 			break;
 		case 'h':
 			return print_help(c);
@@ -473,31 +494,17 @@ static int pause_or_resume(const struct subcommand *c, int argc, char **argv,
 	}
 	if (optind < argc)
 		return usage_error(c, "unexpected argument '%s'", argv[optind]);
-	if (strlen(destination) > DESTINATION_MAX)
+	if (strlen(*destination) > DESTINATION_MAX)
 		return usage_error(c, "--destination is longer than %d bytes",
 				   DESTINATION_MAX);
-	if (reason && strlen(reason) > REASON_MAX)
+	if (*reason && strlen(*reason) > REASON_MAX)
 		return usage_error(c, "--reason is longer than %d bytes",
 				   REASON_MAX);
+	return -1;
+}
 
-	struct store *s = NULL;
-	struct outbox_table t;
-	char err[1024], who[160];
-	bool existed = false;
-	int ret = open_store(cfg, cmd, &s, &t);
-	if (ret != 0)
-		return ret;
-	whoami(who, sizeof(who));
-	int rc = pause
-		     ? store_admin_pause(store_conn(s), &t, destination, reason,
-					 who, &existed, err, sizeof(err))
-		     : store_admin_resume(store_conn(s), &t, destination,
-					  &existed, err, sizeof(err));
-	store_close(s);
-	if (rc != 0) {
-		fprintf(stderr, "outbox-relay %s: %s\n", cmd, err);
-		return 1;
-	}
+static void pause_report(bool pause, bool existed, const char *destination)
+{
 	bool all = strcmp(destination, "*") == 0;
 	char what[300];
 	if (all)
@@ -520,6 +527,33 @@ static int pause_or_resume(const struct subcommand *c, int argc, char **argv,
 		       what);
 	else
 		printf("nothing to resume: %s was not paused\n", what);
+}
+
+static int pause_or_resume(const struct subcommand *c, int argc, char **argv,
+			   const struct config *cfg, bool pause)
+{
+	const char *destination = "*", *reason = NULL;
+	int ret = pause_options(c, argc, argv, pause, &destination, &reason);
+	if (ret >= 0)
+		return ret;
+
+	struct store *s = NULL;
+	char err[1024], who[160];
+	bool existed = false;
+	ret = open_store(cfg, c->name, &s);
+	if (ret != 0)
+		return ret;
+	whoami(who, sizeof(who));
+	int rc = pause ? store_admin_pause(s, destination, reason, who,
+					   &existed, err, sizeof(err))
+		       : store_admin_resume(s, destination, &existed, err,
+					    sizeof(err));
+	store_close(s);
+	if (rc != 0) {
+		fprintf(stderr, "outbox-relay %s: %s\n", c->name, err);
+		return 1;
+	}
+	pause_report(pause, existed, destination);
 	return 0;
 }
 
@@ -577,8 +611,7 @@ static int cmd_unblock(const struct subcommand *c, int argc, char **argv,
 				   "give exactly one of --skip and --redrive");
 
 	struct store *s;
-	struct outbox_table t;
-	int rc = open_store(cfg, c->name, &s, &t);
+	int rc = open_store(cfg, c->name, &s);
 	if (rc != 0)
 		return rc;
 	char err[1024];

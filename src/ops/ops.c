@@ -16,8 +16,8 @@
 
 #include "base/base.h"
 #include "http.h"
+#include "metrics_text.h"
 #include "store/store.h"
-#include "store/store_admin.h"
 
 #define HEARTBEAT_MS 3000
 #define GAUGES_MS 5000
@@ -30,7 +30,7 @@
 #define STOP_WAIT_MS 3000
 /* The gauge query must never queue behind DDL or a table lock; it tries
  * again next interval instead. */
-#define OPS_SESSION_SQL "SET lock_timeout = 1000"
+#define OPS_LOCK_TIMEOUT_MS 1000
 
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
@@ -43,7 +43,6 @@
 static struct ops_state {
 	struct relay *relay;
 	struct http_server *http;
-	struct outbox_table table;
 	char id[160]; /* registry id: host/pid */
 	pthread_t thread;
 	bool thread_started;
@@ -145,7 +144,7 @@ static void metrics(struct http_reply *reply)
 		http_reply_text(reply, 500, "out of memory\n");
 		return;
 	}
-	metrics_render(f);
+	metrics_text_render(f);
 	if (fclose(f) != 0) {
 		free(buf);
 		http_reply_text(reply, 500, "out of memory\n");
@@ -234,109 +233,127 @@ static int64_t min64(int64_t a, int64_t b)
 	return a < b ? a : b;
 }
 
+/* The ops thread's session and its schedule. */
+struct ops_session {
+	struct relay *relay;
+	struct store *s;
+	bool connected, starting, draining_sent;
+	bool gauges_failing, beat_failing;
+	int64_t next_beat, next_gauges, next_connect;
+	char err[1024];
+};
+
+static void lose_session(struct ops_session *o)
+{
+	set_db(false, o->err);
+	o->connected = false;
+	o->next_connect = clock_ms();
+}
+
+static void try_connect(struct ops_session *o, const struct store_options *so,
+			int64_t now)
+{
+	int rc = o->s ? store_reconnect(o->s, o->err, sizeof(o->err))
+		      : store_open(&o->s, so, o->err, sizeof(o->err));
+	o->connected = rc == 0;
+	if (o->connected) {
+		o->next_beat = now;
+	} else {
+		set_db(false, o->err);
+		o->next_connect = now + RECONNECT_MS;
+	}
+}
+
+static void beat(struct ops_session *o, bool draining)
+{
+	int rc =
+	    store_admin_heartbeat(o->s, ops.id, o->relay->version, draining,
+				  o->starting, o->err, sizeof(o->err));
+	/* A failed draining heartbeat is retried with the regular ones, not
+	 * in a tight loop. */
+	o->draining_sent = draining;
+	if (rc == 0) {
+		o->starting = false;
+		if (o->beat_failing)
+			log_info("registry heartbeat ok again");
+		o->beat_failing = false;
+		set_db(true, NULL);
+	} else if (rc == STORE_RECONNECT) {
+		lose_session(o);
+	} else {
+		/* Postgres answered: readiness stays, the error (a missing
+		 * grant, a timeout) is told once. */
+		if (!o->beat_failing)
+			log_fields(LOG_WARN, "registry heartbeat failed",
+				   "error", o->err, NULL);
+		o->beat_failing = true;
+		set_db(true, NULL);
+	}
+	o->next_beat = clock_ms() + HEARTBEAT_MS;
+}
+
+static void refresh_gauges(struct ops_session *o)
+{
+	struct store_admin_gauges g;
+	int rc = store_admin_gauges(o->s, &g, o->err, sizeof(o->err));
+	if (rc == 0) {
+		publish_gauges(&g);
+		if (o->gauges_failing)
+			log_info("gauge query ok again");
+		o->gauges_failing = false;
+	} else {
+		/* Stale gauges are better than a log line every five
+		 * seconds. */
+		if (!o->gauges_failing)
+			log_fields(LOG_WARN,
+				   "gauge query failed; gauges keep their "
+				   "last values",
+				   "error", o->err, NULL);
+		o->gauges_failing = true;
+		if (rc == STORE_RECONNECT)
+			lose_session(o);
+	}
+	o->next_gauges = clock_ms() + GAUGES_MS;
+}
+
 static void *ops_main(void *arg)
 {
 	struct relay *r = arg;
-	const struct config *cfg = r->cfg;
-	char name[160], err[1024];
-	struct store *s = NULL;
-	bool connected = false, starting = true, draining_sent = false;
-	bool gauges_failing = false, beat_failing = false;
-	int64_t next_beat = 0, next_gauges = 0, next_connect = 0;
+	char name[160];
+	struct ops_session o = {.relay = r, .starting = true};
 
 	log_set_thread("ops");
 	snprintf(name, sizeof(name), "outbox-relay/%s/ops", r->host);
-	struct store_options o = store_options_from_config(cfg, name, NULL);
+	struct store_options so = store_options_from_config(r->cfg, name, NULL);
 	/* Operator statements are few and varied: unnamed, never prepared. */
-	o.prepare = false;
-	o.extra_session_sql = OPS_SESSION_SQL;
+	so.prepare = false;
+	so.lock_timeout_ms = OPS_LOCK_TIMEOUT_MS;
 
 	while (!atomic_load(&ops.stop)) {
 		int64_t now = clock_ms();
 		atomic_store(&ops.tick_ms, now);
 		bool draining = atomic_load(&ops.draining) != 0;
 
-		if (!connected && now >= next_connect) {
-			int rc = s ? store_reconnect(s, err, sizeof(err))
-				   : store_open(&s, &o, err, sizeof(err));
-			connected = rc == 0;
-			if (connected) {
-				next_beat = now;
-			} else {
-				set_db(false, err);
-				next_connect = now + RECONNECT_MS;
-			}
-		}
-		if (connected &&
-		    (now >= next_beat || (draining && !draining_sent))) {
-			int rc = store_admin_heartbeat(
-			    store_conn(s), &ops.table, ops.id, r->version,
-			    draining, starting, err, sizeof(err));
-			/* A failed draining heartbeat is retried with the
-			 * regular ones, not in a tight loop. */
-			draining_sent = draining;
-			if (rc == 0) {
-				starting = false;
-				if (beat_failing)
-					log_info("registry heartbeat ok again");
-				beat_failing = false;
-				set_db(true, NULL);
-			} else if (rc == STORE_RECONNECT) {
-				set_db(false, err);
-				connected = false;
-				next_connect = clock_ms();
-			} else {
-				/* Postgres answered: readiness stays, the
-				 * error (a missing grant, a timeout) is told
-				 * once. */
-				if (!beat_failing)
-					log_fields(LOG_WARN,
-						   "registry heartbeat failed",
-						   "error", err, NULL);
-				beat_failing = true;
-				set_db(true, NULL);
-			}
-			next_beat = clock_ms() + HEARTBEAT_MS;
-		}
-		if (connected && clock_ms() >= next_gauges) {
-			struct store_admin_gauges g;
-			int rc = store_admin_gauges(store_conn(s), &ops.table,
-						    &g, err, sizeof(err));
-			if (rc == 0) {
-				publish_gauges(&g);
-				if (gauges_failing)
-					log_info("gauge query ok again");
-				gauges_failing = false;
-			} else {
-				/* Stale gauges are better than a log line
-				 * every five seconds. */
-				if (!gauges_failing)
-					log_fields(LOG_WARN,
-						   "gauge query failed; gauges "
-						   "keep their last values",
-						   "error", err, NULL);
-				gauges_failing = true;
-				if (rc == STORE_RECONNECT) {
-					set_db(false, err);
-					connected = false;
-					next_connect = clock_ms();
-				}
-			}
-			next_gauges = clock_ms() + GAUGES_MS;
-		}
-		int64_t until =
-		    connected ? min64(next_beat, next_gauges) : next_connect;
-		if (draining && !draining_sent && connected)
+		if (!o.connected && now >= o.next_connect)
+			try_connect(&o, &so, now);
+		if (o.connected &&
+		    (now >= o.next_beat || (draining && !o.draining_sent)))
+			beat(&o, draining);
+		if (o.connected && clock_ms() >= o.next_gauges)
+			refresh_gauges(&o);
+		int64_t until = o.connected ? min64(o.next_beat, o.next_gauges)
+					    : o.next_connect;
+		if (draining && !o.draining_sent && o.connected)
 			until = clock_ms();
 		ops_sleep(until);
 	}
 
 	/* A replica that stopped cleanly leaves the registry; one that
 	 * vanished stays there, shown dead, until pruned. */
-	if (connected && store_admin_forget(store_conn(s), &ops.table, ops.id,
-					    err, sizeof(err)) != 0)
-		log_warn("leaving the replica registry failed: %s", err);
-	store_close(s);
+	if (o.connected &&
+	    store_admin_forget(o.s, ops.id, o.err, sizeof(o.err)) != 0)
+		log_warn("leaving the replica registry failed: %s", o.err);
+	store_close(o.s);
 	return NULL;
 }
 
@@ -356,8 +373,6 @@ int ops_start(struct relay *r, char *err, size_t errlen)
 	pthread_condattr_t ca;
 
 	ops.relay = r;
-	if (table_parse(cfg->table, &ops.table, err, errlen) != 0)
-		return -1;
 	snprintf(ops.id, sizeof(ops.id), "%s/%d", r->host, r->pid);
 	/* Connect (connect_timeout plus tcp_user_timeout) and two
 	 * statements bound one pass of the loop. */

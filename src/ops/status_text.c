@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "store/store_admin.h"
+#include "store/store.h"
 
 /* A snapshot older than this is named under ATTENTION. */
 #define OLD_SNAPSHOT_S 300

@@ -9,6 +9,8 @@
 #include "base/base.h"
 #include "locks.h"
 #include "pgconn.h"
+#include "store.h"
+#include "store_internal.h"
 
 #define LOCK_WAIT_MS 60000
 #define DDL_LOCK_TIMEOUT "5s"
@@ -25,14 +27,15 @@ int migrate_latest_version(void)
 
 char *migrate_expand(const char *sql, const struct outbox_table *t)
 {
+	char channel[200];
+	store_channel_sql(t, channel, sizeof(channel));
 	const struct {
 		const char *token;
 		const char *value;
 	} subst[] = {
-	    {"{{table}}", t->quoted},
-	    {"{{s}}", t->prefix},
-	    {"{{n}}", t->name},
-	    {"{{lit}}", t->literal},
+	    {"{{table}}", t->quoted}, {"{{s}}", t->prefix},
+	    {"{{n}}", t->name},	      {"{{lit}}", t->literal},
+	    {"{{channel}}", channel},
 	};
 	size_t cap = strlen(sql) * 2 + 256, len = 0;
 	char *out = malloc(cap);
@@ -265,37 +268,19 @@ static int apply_without_transaction(PGconn *conn, const struct outbox_table *t,
 	return 0;
 }
 
-int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
-		char *err, size_t errlen)
+/* The schema (when the table names one) and the version table. */
+static int create_version_table(PGconn *conn, const struct outbox_table *t,
+				const char *version_table, char *err,
+				size_t errlen)
 {
-	int ret = -1;
-	bool locked = false;
-	char version_table[160];
-	char why[512];
-	char sql[512];
-	int latest = migrate_latest_version();
-	bool *applied = calloc((size_t)latest + 1, sizeof(bool));
-	if (!applied) {
-		snprintf(err, errlen, "migrate: out of memory");
-		goto out;
-	}
-	table_derived(t, "_schema_version", version_table,
-		      sizeof(version_table));
-
-	/* IF NOT EXISTS notices on a second run are not news. */
-	exec_ok(conn, "SET client_min_messages = warning", why, sizeof(why));
-	if (lock_migrations(conn, t, why, sizeof(why)) != 0) {
-		snprintf(err, errlen, "migrate %s: %s", t->literal, why);
-		goto out;
-	}
-	locked = true;
+	char sql[512], why[512];
 	if (t->schema[0]) {
 		snprintf(sql, sizeof(sql), "CREATE SCHEMA IF NOT EXISTS \"%s\"",
 			 t->schema);
 		if (!exec_ok(conn, sql, why, sizeof(why))) {
 			snprintf(err, errlen, "create schema \"%s\": %s",
 				 t->schema, why);
-			goto out;
+			return -1;
 		}
 	}
 	snprintf(sql, sizeof(sql),
@@ -303,49 +288,90 @@ int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
 		 "name text NOT NULL, applied_at timestamptz NOT NULL "
 		 "DEFAULT now())",
 		 version_table);
-	if (!exec_ok(conn, sql, why, sizeof(why)) ||
-	    applied_versions(conn, version_table, applied, latest, why,
+	if (!exec_ok(conn, sql, why, sizeof(why))) {
+		snprintf(err, errlen, "schema version table %s: %s",
+			 version_table, why);
+		return -1;
+	}
+	return 0;
+}
+
+/* Applies migration m, printing how long it took to out. */
+static int apply_one(PGconn *conn, const struct outbox_table *t,
+		     const struct sql_migration *m, const char *version_table,
+		     FILE *out, char *err, size_t errlen)
+{
+	char *body = migrate_expand(m->sql, t);
+	if (!body) {
+		snprintf(err, errlen, "migration %s: out of memory", m->name);
+		return -1;
+	}
+	int64_t started = clock_ms();
+	int rc;
+	if (strncmp(m->sql, "-- outbox:no-transaction", 24) == 0)
+		rc = apply_without_transaction(conn, t, m, body, version_table,
+					       out, err, errlen);
+	else
+		rc = apply_in_transaction(conn, m, body, version_table, err,
+					  errlen);
+	free(body);
+	if (rc == 0 && out)
+		fprintf(out, "%s: applied in %lld ms\n", m->name,
+			(long long)(clock_ms() - started));
+	return rc;
+}
+
+/* Applies the migrations not yet recorded; the migration lock is held. */
+static int apply_pending(PGconn *conn, const struct outbox_table *t,
+			 bool *applied, int latest, FILE *out, char *err,
+			 size_t errlen)
+{
+	char version_table[160], why[512];
+	table_derived(t, "_schema_version", version_table,
+		      sizeof(version_table));
+	if (create_version_table(conn, t, version_table, err, errlen) != 0)
+		return -1;
+	if (applied_versions(conn, version_table, applied, latest, why,
 			     sizeof(why)) != 0) {
 		snprintf(err, errlen, "schema version table %s: %s",
 			 version_table, why);
-		goto out;
+		return -1;
 	}
-
 	for (const struct sql_migration *m = sql_migrations; m->name; m++) {
 		if (applied[m->version]) {
 			if (out)
 				fprintf(out, "%s: already applied\n", m->name);
 			continue;
 		}
-		char *body = migrate_expand(m->sql, t);
-		if (!body) {
-			snprintf(err, errlen, "migration %s: out of memory",
-				 m->name);
-			goto out;
-		}
-		int64_t started = clock_ms();
-		int rc;
-		if (strncmp(m->sql, "-- outbox:no-transaction", 24) == 0)
-			rc = apply_without_transaction(
-			    conn, t, m, body, version_table, out, err, errlen);
-		else
-			rc = apply_in_transaction(conn, m, body, version_table,
-						  err, errlen);
-		free(body);
-		if (rc != 0)
-			goto out;
-		if (out)
-			fprintf(out, "%s: applied in %lld ms\n", m->name,
-				(long long)(clock_ms() - started));
+		if (apply_one(conn, t, m, version_table, out, err, errlen) != 0)
+			return -1;
 	}
-	ret = 0;
+	return 0;
+}
+
+int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
+		char *err, size_t errlen)
+{
+	int ret = -1;
+	char why[512], sql[256];
+	int latest = migrate_latest_version();
+	bool *applied = calloc((size_t)latest + 1, sizeof(bool));
+	if (!applied) {
+		snprintf(err, errlen, "migrate: out of memory");
+		return -1;
+	}
+	/* IF NOT EXISTS notices on a second run are not news. */
+	exec_ok(conn, "SET client_min_messages = warning", why, sizeof(why));
+	if (lock_migrations(conn, t, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "migrate %s: %s", t->literal, why);
+		goto out;
+	}
+	ret = apply_pending(conn, t, applied, latest, out, err, errlen);
+	snprintf(sql, sizeof(sql),
+		 "SELECT pg_advisory_unlock(%d, hashtext(%s))", LOCK_NS_MIGRATE,
+		 t->literal);
+	exec_ok(conn, sql, why, sizeof(why));
 out:
-	if (locked) {
-		snprintf(sql, sizeof(sql),
-			 "SELECT pg_advisory_unlock(%d, hashtext(%s))",
-			 LOCK_NS_MIGRATE, t->literal);
-		exec_ok(conn, sql, why, sizeof(why));
-	}
 	free(applied);
 	return ret;
 }
@@ -370,4 +396,32 @@ int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t, bool on,
 		return -1;
 	}
 	return 0;
+}
+
+int store_schema_version(void)
+{
+	return migrate_latest_version();
+}
+
+int store_migrate(const struct store_options *opt, bool notify_trigger,
+		  FILE *out, char *err, size_t errlen)
+{
+	struct outbox_table t;
+	if (table_parse(opt->table, &t, err, errlen) != 0)
+		return STORE_ERROR;
+	/* statement_timeout 0 lets index builds take their time. */
+	struct pgconn_options po = {
+	    .conninfo = opt->conninfo,
+	    .application_name = opt->app_name ? opt->app_name : "outbox-relay",
+	    .lock_timeout_ms = opt->lock_timeout_ms,
+	};
+	PGconn *conn = pgconn_connect(&po, err, errlen);
+	if (!conn)
+		return STORE_RECONNECT;
+	int rc = migrate_run(conn, &t, out, err, errlen);
+	if (rc == 0)
+		rc = migrate_notify_trigger(conn, &t, notify_trigger, err,
+					    errlen);
+	PQfinish(conn);
+	return rc == 0 ? STORE_OK : STORE_ERROR;
 }

@@ -39,6 +39,53 @@ void pgconn_error(PGconn *conn, const PGresult *res, char *err, size_t errlen)
 	trim_newlines(err);
 }
 
+/* Runs sql, which must succeed; err says "what on where failed: why". */
+static int exec_setup(PGconn *conn, const char *sql, const char *what,
+		      const char *where, char *err, size_t errlen)
+{
+	PGresult *res = PQexec(conn, sql);
+	ExecStatusType st = PQresultStatus(res);
+	int rc = 0;
+	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+		char why[512];
+		pgconn_error(conn, res, why, sizeof(why));
+		snprintf(err, errlen, "%s on %s failed: %s", what, where, why);
+		rc = -1;
+	}
+	PQclear(res);
+	return rc;
+}
+
+/*
+ * Settings go in SET statements, not startup options, so the relay also
+ * works through poolers that refuse startup parameters. The lock timeout
+ * is shorter than the statement timeout so a blocked statement reports
+ * the lock (unless the caller asks for its own, shorter one), and an idle
+ * transaction of ours cannot pin vacuum's horizon for long.
+ */
+static int apply_settings(PGconn *conn, const struct pgconn_options *opt,
+			  const char *where, char *err, size_t errlen)
+{
+	int64_t st = opt->statement_timeout_ms;
+	int64_t lock = opt->lock_timeout_ms > 0 ? opt->lock_timeout_ms
+		       : st > 0			? st / 2
+						: 5000;
+	int64_t idle = st > 0 ? (st * 3 > 10000 ? st * 3 : 10000) : 60000;
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "SET statement_timeout = %lld; SET lock_timeout = %lld; "
+		 "SET idle_in_transaction_session_timeout = %lld; "
+		 "SET jit = off",
+		 (long long)st, (long long)(lock > 0 ? lock : 1),
+		 (long long)idle);
+	if (exec_setup(conn, sql, "session settings", where, err, errlen) != 0)
+		return -1;
+	if (opt->extra_sql && exec_setup(conn, opt->extra_sql, "session setup",
+					 where, err, errlen) != 0)
+		return -1;
+	return 0;
+}
+
 PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 		       size_t errlen)
 {
@@ -55,7 +102,6 @@ PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 				NULL};
 	char where[256];
 	PGconn *conn = NULL;
-	PGresult *res = NULL;
 
 	if (!opt->conninfo) {
 		/* libpq's PG* environment variables apply. */
@@ -80,46 +126,10 @@ PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 		goto fail;
 	}
 
-	/* Settings go in SET statements, not startup options, so the relay
-	 * also works through poolers that refuse startup parameters. The
-	 * lock timeout is shorter than the statement timeout so a blocked
-	 * statement reports the lock, and an idle transaction of ours
-	 * cannot pin vacuum's horizon for long. */
-	int64_t st = opt->statement_timeout_ms;
-	int64_t lock = st > 0 ? st / 2 : 5000;
-	int64_t idle = st > 0 ? (st * 3 > 10000 ? st * 3 : 10000) : 60000;
-	char sql[512];
-	snprintf(sql, sizeof(sql),
-		 "SET statement_timeout = %lld; SET lock_timeout = %lld; "
-		 "SET idle_in_transaction_session_timeout = %lld; "
-		 "SET jit = off",
-		 (long long)st, (long long)(lock > 0 ? lock : 1),
-		 (long long)idle);
-	res = PQexec(conn, sql);
-	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-		char why[512];
-		pgconn_error(conn, res, why, sizeof(why));
-		snprintf(err, errlen, "session settings on %s failed: %s",
-			 where, why);
+	if (apply_settings(conn, opt, where, err, errlen) != 0)
 		goto fail;
-	}
-	PQclear(res);
-	res = NULL;
-	if (opt->extra_sql) {
-		res = PQexec(conn, opt->extra_sql);
-		ExecStatusType st2 = PQresultStatus(res);
-		if (st2 != PGRES_COMMAND_OK && st2 != PGRES_TUPLES_OK) {
-			char why[512];
-			pgconn_error(conn, res, why, sizeof(why));
-			snprintf(err, errlen, "session setup on %s failed: %s",
-				 where, why);
-			goto fail;
-		}
-		PQclear(res);
-	}
 	return conn;
 fail:
-	PQclear(res);
 	PQfinish(conn);
 	return NULL;
 }

@@ -17,7 +17,8 @@ struct pgconn_options {
 	const char *conninfo;	      /* URL or key=value; NULL: PG* env */
 	const char *application_name; /* relay/host/worker */
 	int64_t statement_timeout_ms; /* 0: server default */
-	const char *extra_sql;	      /* run after the settings; may be NULL */
+	int64_t lock_timeout_ms;      /* 0: half the statement timeout */
+	const char *extra_sql;	      /* tests' diagnostics; may be NULL */
 };
 
 /*

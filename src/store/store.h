@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The store: every SQL statement the relay runs against the outbox table
- * lives in store.c and nowhere else (contract sections 3, 4 and 7).
+ * and its side tables lives in src/store/ and nowhere else (contract
+ * sections 3, 4 and 7). This header is the whole of it other parts see.
  *
  * One struct store owns one Postgres session and is used by one thread.
  * Statements are autocommit, except sweep and clean batches, which run in
@@ -9,24 +10,31 @@
  * The database clock (now()) is the only clock for leases, backoff,
  * sweeping and retention.
  *
- * Return values: 0 success; STORE_RECONNECT when the session is gone or
- * read-only (the caller backs off and calls store_reconnect()); STORE_ERROR
- * for anything else; err says what failed either way.
+ * Return values (enum store_rc): STORE_OK; STORE_RECONNECT when the
+ * session is gone or read-only (the caller backs off and calls
+ * store_reconnect()); STORE_REFUSED when an operation was refused as
+ * unsafe and nothing changed; STORE_INVALID when Postgres could not read
+ * an operator's argument; STORE_ERROR for anything else. err says what
+ * failed whatever the value.
  */
 #ifndef OUTBOX_STORE_H
 #define OUTBOX_STORE_H
 
-#include <libpq-fe.h>
+#include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/base.h"
 
-#define STORE_RECONNECT (-1)
-#define STORE_ERROR (-2)
-/* The operation was refused as unsafe (err says why); nothing changed. */
-#define STORE_REFUSED (-4)
+enum store_rc {
+	STORE_OK = 0,
+	STORE_RECONNECT = -1,
+	STORE_ERROR = -2,
+	STORE_REFUSED = -3,
+	STORE_INVALID = -4,
+};
 
 /* Longest last_error kept, in bytes (the column allows a little more). */
 #define STORE_ERROR_MAX 1024
@@ -44,10 +52,10 @@ struct store_options {
 	int64_t backoff_base_ms;
 	int64_t backoff_max_ms;
 	double backoff_factor;
-	bool prepare;	       /* named prepared statements (off: unnamed) */
-	bool ordered;	       /* OUTBOX_ORDERING=partition */
-	bool block_on_failure; /* OUTBOX_ORDERING_ON_FAILURE=block */
-	const char *extra_session_sql; /* diagnostics and tests; may be NULL */
+	bool prepare;		 /* named prepared statements (off: unnamed) */
+	bool ordered;		 /* OUTBOX_ORDERING=partition */
+	bool block_on_failure;	 /* OUTBOX_ORDERING_ON_FAILURE=block */
+	int64_t lock_timeout_ms; /* 0: half the statement timeout */
 };
 
 struct store;
@@ -62,9 +70,12 @@ struct store_options store_options_from_config(const struct config *cfg,
 					       const char *app_name,
 					       const char *leased_by);
 
-/* A leased batch. Owns res; every event points into it. */
+/* The rows of a lease, private to the store. */
+struct lease_rows;
+
+/* A leased batch. Owns rows; every event points into them. */
 struct lease_batch {
-	PGresult *res;
+	struct lease_rows *rows;
 	char lease_id[37];
 	struct outbox_event *events;
 	size_t n;
@@ -112,14 +123,11 @@ void store_close(struct store *s);
 /* Drops the session and connects again. */
 int store_reconnect(struct store *s, char *err, size_t errlen);
 
-/* The session, for diagnostics and tests; owned by the store. */
-PGconn *store_conn(struct store *s);
-
 /*
  * Leases up to batch_size due pending rows (at most one crash suspect),
  * skipping rows whose destination, or destination + chr(31) + routing key,
  * is in paused[] (n_paused may be 0). default_destination is what a NULL
- * exchange means. An empty batch has n == 0 and res == NULL.
+ * exchange means. An empty batch has n == 0 and rows == NULL.
  */
 int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		const char *default_destination, struct lease_batch *out,
@@ -208,5 +216,134 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
  * now), or -1 when nothing is pending.
  */
 int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen);
+
+/* ---- schema ---- */
+
+/*
+ * `outbox-relay migrate`: on its own session (statement_timeout off, so
+ * index builds take their time; opt's table check is skipped: the table
+ * may not exist yet) applies every migration of sql/ not yet recorded,
+ * printing one line per migration to out (may be NULL), then creates
+ * (notify_trigger) or drops the statement-level NOTIFY trigger so the
+ * table matches OUTBOX_LISTEN. Concurrent runs both succeed.
+ */
+int store_migrate(const struct store_options *opt, bool notify_trigger,
+		  FILE *out, char *err, size_t errlen);
+
+/* The newest schema version this relay knows. */
+int store_schema_version(void);
+
+/* ---- operator statements: registry, gauges, status, pauses ---- */
+
+/*
+ * Operator statements are few and varied: they run unprepared on the
+ * store's session and keep no state of their own. Ages and "dead" are
+ * computed with now() in the statements.
+ */
+
+/* A replica whose last heartbeat is older than this is shown dead. */
+#define STORE_ADMIN_DEAD_AFTER_S 15
+/* Registry rows silent for this long are deleted by any live replica. */
+#define STORE_ADMIN_PRUNE_AFTER_S 86400
+
+/*
+ * Upserts this replica's registry row: last_seen_at = now(), the version,
+ * state 'draining' or 'alive'. starting resets started_at (an id is
+ * host/pid, which a restarted container may reuse). Also deletes rows
+ * silent for STORE_ADMIN_PRUNE_AFTER_S, so the registry does not grow with
+ * every deploy.
+ */
+int store_admin_heartbeat(struct store *s, const char *id, const char *version,
+			  bool draining, bool starting, char *err,
+			  size_t errlen);
+
+/* Deletes the registry row id (a replica that stopped cleanly). */
+int store_admin_forget(struct store *s, const char *id, char *err,
+		       size_t errlen);
+
+/* The SQL-backed gauges, from one statement. */
+struct store_admin_gauges {
+	int64_t backlog;	   /* pending rows */
+	int64_t oldest_pending_ms; /* now() - min(created_at) of pending; 0 */
+	int64_t in_flight;
+	int64_t failed;
+	int64_t dead_tuples;	  /* pg_stat_user_tables.n_dead_tup */
+	int64_t live_replicas;	  /* heartbeat within the dead threshold */
+	int64_t blocked_keys;	  /* 0 without a blocked-keys table */
+	int64_t notify_queue_ppm; /* pg_notification_queue_usage() * 1e6 */
+};
+
+int store_admin_gauges(struct store *s, struct store_admin_gauges *g, char *err,
+		       size_t errlen);
+
+/*
+ * Everything `status` shows, read in one read-only repeatable-read
+ * transaction so the sections agree with each other. Lists of rows are
+ * cut to max_rows. On success *out is a new cJSON object the caller
+ * deletes; its members are documented in docs/operations.md.
+ */
+int store_admin_status(struct store *s, int max_rows, cJSON **out, char *err,
+		       size_t errlen);
+
+/*
+ * Inserts (or, when present, updates the reason and author of) the pause
+ * of destination ("*" = all leasing). *was_paused says it existed.
+ */
+int store_admin_pause(struct store *s, const char *destination,
+		      const char *reason, const char *paused_by,
+		      bool *was_paused, char *err, size_t errlen);
+
+/* Deletes the pause of destination; *was_paused says it existed. */
+int store_admin_resume(struct store *s, const char *destination,
+		       bool *was_paused, char *err, size_t errlen);
+
+/*
+ * Reads a time argument: a duration with a unit ("90s", "15m", "2h",
+ * "3d") means that long before now(); anything else is read as a
+ * timestamptz by Postgres. Writes the instant as ISO 8601 with offset
+ * into out. STORE_INVALID when Postgres cannot read it.
+ */
+int store_admin_time(struct store *s, const char *text, char *out,
+		     size_t outlen, char *err, size_t errlen);
+
+/* ---- the NOTIFY listener (OUTBOX_LISTEN=on) ---- */
+
+/*
+ * A session that LISTENs on the table's wake-up channel (the trigger of
+ * `outbox-relay migrate` notifies it once per inserting statement). It
+ * never opens a transaction; it needs a direct connection (a pooler in
+ * transaction mode drops LISTEN), so give it the listen URL as
+ * opt->conninfo. Used by one thread.
+ */
+struct store_listener;
+
+/*
+ * Connects with opt's conninfo, application name and statement timeout,
+ * and LISTENs on opt->table's channel. STORE_RECONNECT when Postgres
+ * cannot be reached or refuses; STORE_ERROR for a bad table name.
+ */
+int store_listener_open(struct store_listener **out,
+			const struct store_options *opt, char *err,
+			size_t errlen);
+
+/*
+ * Waits up to timeout_ms for notifications and drains them all;
+ * *notifications counts them (0 after a quiet timeout). Notifications
+ * already received (say, with the reply of store_listener_queue_usage())
+ * are returned at once. STORE_RECONNECT when the connection is lost: close
+ * the listener and open a new one.
+ */
+int store_listener_wait(struct store_listener *l, int64_t timeout_ms,
+			size_t *notifications, char *err, size_t errlen);
+
+/*
+ * pg_notification_queue_usage() in millionths: a listener that falls
+ * behind fills the queue, and then producers' commits fail.
+ */
+int store_listener_queue_usage(struct store_listener *l, int64_t *ppm,
+			       char *err, size_t errlen);
+
+/* Closes the session; l may be NULL. */
+void store_listener_close(struct store_listener *l);
 
 #endif

@@ -3,15 +3,15 @@
  * Operator statements of the store: registry, gauges, status, pauses.
  * Nothing here runs on a worker's session or on the hot path.
  */
-#include "store_admin.h"
+#include "store.h"
 
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pgconn.h"
+#include "store_internal.h"
 
 /* Timestamps as people and jq read them: UTC, ISO 8601, whole seconds. */
 #define ISO(c)                                                                 \
@@ -44,20 +44,6 @@ static void names_of(const struct outbox_table *t, struct names *n)
 	table_derived(t, "_replicas", n->registry, sizeof(n->registry));
 	table_derived(t, "_control", n->control, sizeof(n->control));
 	table_derived(t, "_blocked_keys", n->blocked, sizeof(n->blocked));
-}
-
-static char *xasprintf(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-
-static char *xasprintf(const char *fmt, ...)
-{
-	char *out = NULL;
-	va_list ap;
-	va_start(ap, fmt);
-	if (vasprintf(&out, fmt, ap) < 0)
-		out = NULL;
-	va_end(ap);
-	return out;
 }
 
 /* Describes the failure of res as "what: SQLSTATE: message"; clears res. */
@@ -116,15 +102,15 @@ static int exec_cmd(PGconn *conn, const char *sql, int n,
 	return 0;
 }
 
-int store_admin_heartbeat(PGconn *conn, const struct outbox_table *t,
-			  const char *id, const char *version, bool draining,
-			  bool starting, char *err, size_t errlen)
+int store_admin_heartbeat(struct store *s, const char *id, const char *version,
+			  bool draining, bool starting, char *err,
+			  size_t errlen)
 {
 	struct names n;
-	names_of(t, &n);
+	names_of(&s->table, &n);
 	/* Pruning rides on the heartbeat: the table is tiny and the
 	 * statement already writes to it. */
-	char *sql = xasprintf(
+	char *sql = store_asprintf(
 	    "WITH pruned AS (DELETE FROM %s WHERE last_seen_at < now() - "
 	    "%d * interval '1 second' AND id <> $1) "
 	    "INSERT INTO %s AS r (id, version, started_at, last_seen_at, "
@@ -135,20 +121,20 @@ int store_admin_heartbeat(PGconn *conn, const struct outbox_table *t,
 	    n.registry, STORE_ADMIN_PRUNE_AFTER_S, n.registry);
 	const char *values[4] = {id, version, draining ? "draining" : "alive",
 				 starting ? "true" : "false"};
-	int rc = exec_cmd(conn, sql, 4, values, "registry heartbeat", NULL, err,
-			  errlen);
+	int rc = exec_cmd(s->conn, sql, 4, values, "registry heartbeat", NULL,
+			  err, errlen);
 	free(sql);
 	return rc;
 }
 
-int store_admin_forget(PGconn *conn, const struct outbox_table *t,
-		       const char *id, char *err, size_t errlen)
+int store_admin_forget(struct store *s, const char *id, char *err,
+		       size_t errlen)
 {
 	struct names n;
-	names_of(t, &n);
-	char *sql = xasprintf("DELETE FROM %s WHERE id = $1", n.registry);
+	names_of(&s->table, &n);
+	char *sql = store_asprintf("DELETE FROM %s WHERE id = $1", n.registry);
 	const char *values[1] = {id};
-	int rc = exec_cmd(conn, sql, 1, values, "registry delete", NULL, err,
+	int rc = exec_cmd(s->conn, sql, 1, values, "registry delete", NULL, err,
 			  errlen);
 	free(sql);
 	return rc;
@@ -160,7 +146,7 @@ int store_admin_forget(PGconn *conn, const struct outbox_table *t,
  * reaches it. */
 static char *blocked_count_sql(const struct names *n)
 {
-	return xasprintf(
+	return store_asprintf(
 	    "CASE WHEN to_regclass('%s') IS NULL THEN 0::bigint ELSE "
 	    "(xpath('/row/n/text()', query_to_xml('SELECT count(*) AS n "
 	    "FROM ' || to_regclass('%s')::text, false, true, '')))[1]"
@@ -168,20 +154,20 @@ static char *blocked_count_sql(const struct names *n)
 	    n->blocked, n->blocked);
 }
 
-int store_admin_gauges(PGconn *conn, const struct outbox_table *t,
-		       struct store_admin_gauges *g, char *err, size_t errlen)
+int store_admin_gauges(struct store *s, struct store_admin_gauges *g, char *err,
+		       size_t errlen)
 {
 	struct names n;
 	int rc;
-	const char *T = t->quoted;
+	const char *T = s->table.quoted;
 	memset(g, 0, sizeof(*g));
-	names_of(t, &n);
+	names_of(&s->table, &n);
 	char *blocked = blocked_count_sql(&n);
 	/* Each count is bounded by a partial index of its state; the pending
 	 * scan also yields the oldest row's age. */
 	char *sql =
 	    blocked
-		? xasprintf(
+		? store_asprintf(
 		      "WITH p AS (SELECT count(*) AS n, min(created_at) AS "
 		      "oldest "
 		      "FROM %s WHERE status = 'pending') "
@@ -201,8 +187,8 @@ int store_admin_gauges(PGconn *conn, const struct outbox_table *t,
 		      "FROM p",
 		      T, T, T, T, n.registry, STORE_ADMIN_DEAD_AFTER_S, blocked)
 		: NULL;
-	PGresult *res = run(conn, sql, 0, NULL, PGRES_TUPLES_OK, "gauge query",
-			    &rc, err, errlen);
+	PGresult *res = run(s->conn, sql, 0, NULL, PGRES_TUPLES_OK,
+			    "gauge query", &rc, err, errlen);
 	free(sql);
 	free(blocked);
 	if (!res)
@@ -302,72 +288,84 @@ out:
 	return rc;
 }
 
-static int status_sections(PGconn *conn, const struct outbox_table *t,
-			   int max_rows, cJSON *st, char *err, size_t errlen)
-{
+/* What every section of status needs. */
+struct status_ctx {
+	PGconn *conn;
+	const char *T; /* the outbox table, quoted */
 	struct names n;
-	const char *T = t->quoted;
-	int rc;
-	names_of(t, &n);
-	char dead[64];
-	snprintf(dead, sizeof(dead), "now() - %d * interval '1 second'",
-		 STORE_ADMIN_DEAD_AFTER_S);
+	char dead[64]; /* the instant before which a replica is dead */
+	int max_rows;
+	cJSON *st;
+	char *err;
+	size_t errlen;
+};
 
-	rc = add_query(
-	    conn,
-	    xasprintf(
+/* Adds the rows of sql (freed) to the status under key. */
+static int section(struct status_ctx *c, const char *key, bool as_array,
+		   char *sql)
+{
+	return add_query(c->conn, sql, 0, NULL, c->st, key, as_array, c->err,
+			 c->errlen);
+}
+
+static int status_database(struct status_ctx *c)
+{
+	int rc = section(
+	    c, "database", false,
+	    store_asprintf(
 		"SELECT %s AS checked_at, current_database() AS database, "
 		"current_setting('server_version') AS server_version, %d AS "
 		"dead_after_seconds",
-		ISO("now()"), STORE_ADMIN_DEAD_AFTER_S),
-	    0, NULL, st, "database", false, err, errlen);
+		ISO("now()"), STORE_ADMIN_DEAD_AFTER_S));
 	if (rc != 0)
 		return rc;
+	return section(
+	    c, "replicas", true,
+	    store_asprintf(
+		"SELECT id, version, state, last_seen_at > %s AS alive, "
+		"%s AS started_at, %s AS up_seconds, %s AS last_seen_at, "
+		"%s AS last_seen_seconds_ago FROM %s "
+		"ORDER BY last_seen_at > %s DESC, id LIMIT %d",
+		c->dead, ISO("started_at"), SECS("now()", "started_at"),
+		ISO("last_seen_at"), SECS("now()", "last_seen_at"),
+		c->n.registry, c->dead, c->max_rows));
+}
 
-	rc = add_query(
-	    conn,
-	    xasprintf("SELECT id, version, state, last_seen_at > %s AS alive, "
-		      "%s AS started_at, %s AS up_seconds, %s AS last_seen_at, "
-		      "%s AS last_seen_seconds_ago FROM %s "
-		      "ORDER BY last_seen_at > %s DESC, id LIMIT %d",
-		      dead, ISO("started_at"), SECS("now()", "started_at"),
-		      ISO("last_seen_at"), SECS("now()", "last_seen_at"),
-		      n.registry, dead, max_rows),
-	    0, NULL, st, "replicas", true, err, errlen);
-	if (rc != 0)
-		return rc;
+static int status_backlog(struct status_ctx *c)
+{
+	return section(
+	    c, "backlog", false,
+	    store_asprintf(
+		"SELECT count(*) AS pending, count(*) FILTER (WHERE "
+		"next_attempt_at <= now()) AS due_now, count(*) FILTER "
+		"(WHERE suspect) AS crash_suspects, "
+		"CASE WHEN count(*) > 0 THEN greatest(0, %s) END AS "
+		"oldest_pending_age_seconds, "
+		"%s AS oldest_pending_created_at "
+		"FROM %s WHERE status = 'pending'",
+		SECS("now()", "min(created_at)"), ISO("min(created_at)"),
+		c->T));
+}
 
-	rc = add_query(
-	    conn,
-	    xasprintf("SELECT count(*) AS pending, count(*) FILTER (WHERE "
-		      "next_attempt_at <= now()) AS due_now, count(*) FILTER "
-		      "(WHERE suspect) AS crash_suspects, "
-		      "CASE WHEN count(*) > 0 THEN greatest(0, %s) END AS "
-		      "oldest_pending_age_seconds, "
-		      "%s AS oldest_pending_created_at "
-		      "FROM %s WHERE status = 'pending'",
-		      SECS("now()", "min(created_at)"), ISO("min(created_at)"),
-		      T),
-	    0, NULL, st, "backlog", false, err, errlen);
-	if (rc != 0)
-		return rc;
+/* The holder is leased_by up to its second '/': host/pid, the registry
+ * id. */
+#define HOLDER                                                                 \
+	"CASE WHEN leased_by LIKE '%/%' THEN "                                 \
+	"split_part(leased_by, '/', 1) || '/' || "                             \
+	"split_part(leased_by, '/', 2) END"
 
-	/* The holder is leased_by up to its second '/': host/pid, the
-	 * registry id. */
-	const char *holder = "CASE WHEN leased_by LIKE '%/%' THEN "
-			     "split_part(leased_by, '/', 1) || '/' || "
-			     "split_part(leased_by, '/', 2) END";
-	rc = add_query(
-	    conn,
-	    xasprintf("SELECT count(*) AS count, count(*) FILTER (WHERE "
-		      "lease_expires_at < now()) AS expired_leases "
-		      "FROM %s WHERE status = 'in_flight'",
-		      T),
-	    0, NULL, st, "in_flight", false, err, errlen);
+static int status_leases(struct status_ctx *c)
+{
+	int rc = section(
+	    c, "in_flight", false,
+	    store_asprintf("SELECT count(*) AS count, count(*) FILTER (WHERE "
+			   "lease_expires_at < now()) AS expired_leases "
+			   "FROM %s WHERE status = 'in_flight'",
+			   c->T));
 	if (rc == 0)
-		rc = add_query(
-		    conn,
-		    xasprintf(
+		rc = section(
+		    c, "in_flight_holders", true,
+		    store_asprintf(
 			"SELECT f.holder, coalesce(r.last_seen_at > %s, false) "
 			"AS holder_alive, r.state AS holder_state, count(*) AS "
 			"rows, count(*) FILTER (WHERE f.lease_expires_at < "
@@ -376,13 +374,12 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 			"WHERE status = 'in_flight') f LEFT JOIN %s r ON r.id "
 			"= f.holder GROUP BY f.holder, r.last_seen_at, r.state "
 			"ORDER BY count(*) DESC LIMIT %d",
-			dead, SECS("f.lease_expires_at", "now()"), holder, T,
-			n.registry, max_rows),
-		    0, NULL, st, "in_flight_holders", true, err, errlen);
+			c->dead, SECS("f.lease_expires_at", "now()"), HOLDER,
+			c->T, c->n.registry, c->max_rows));
 	if (rc == 0)
-		rc = add_query(
-		    conn,
-		    xasprintf(
+		rc = section(
+		    c, "in_flight_rows", true,
+		    store_asprintf(
 			"SELECT f.id::text AS id, f.type, f.exchange AS "
 			"destination, f.leased_by, f.holder, "
 			"coalesce(r.last_seen_at > %s, false) AS holder_alive, "
@@ -393,18 +390,19 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 			"'in_flight' ORDER BY lease_expires_at LIMIT %d) f "
 			"LEFT JOIN %s r ON r.id = f.holder "
 			"ORDER BY f.lease_expires_at, f.seq",
-			dead, ISO("f.leased_at"), ISO("f.lease_expires_at"),
-			SECS("f.lease_expires_at", "now()"), holder, T,
-			max_rows, n.registry),
-		    0, NULL, st, "in_flight_rows", true, err, errlen);
-	if (rc != 0)
-		return rc;
+			c->dead, ISO("f.leased_at"), ISO("f.lease_expires_at"),
+			SECS("f.lease_expires_at", "now()"), HOLDER, c->T,
+			c->max_rows, c->n.registry));
+	return rc;
+}
 
-	/* The sample error is the latest failure of the type, found through
-	 * the terminal index instead of aggregating every error text. */
-	rc = add_query(
-	    conn,
-	    xasprintf(
+/* The sample error is the latest failure of the type, found through the
+ * terminal index instead of aggregating every error text. */
+static int status_failures(struct status_ctx *c)
+{
+	int rc = section(
+	    c, "failed_by_type", true,
+	    store_asprintf(
 		"SELECT g.type, g.count, g.max_attempts_spent, %s AS "
 		"last_failed_at, (SELECT x.last_error FROM %s x WHERE "
 		"x.status = 'failed' AND x.type = g.type ORDER BY "
@@ -413,54 +411,54 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 		"attempts >= max_attempts) AS max_attempts_spent, "
 		"max(finished_at) AS last FROM %s WHERE status = 'failed' "
 		"GROUP BY type) g ORDER BY g.count DESC, g.type LIMIT %d",
-		ISO("g.last"), T, T, max_rows),
-	    0, NULL, st, "failed_by_type", true, err, errlen);
+		ISO("g.last"), c->T, c->T, c->max_rows));
 	if (rc != 0)
 		return rc;
-	rc = add_query(
-	    conn,
-	    xasprintf(
-		"SELECT count(*) AS count FROM %s WHERE status = 'failed'", T),
-	    0, NULL, st, "failed", false, err, errlen);
-	if (rc != 0)
-		return rc;
+	return section(c, "failed", false,
+		       store_asprintf("SELECT count(*) AS count FROM %s WHERE "
+				      "status = 'failed'",
+				      c->T));
+}
 
-	rc = add_query(
-	    conn,
-	    xasprintf(
+static int status_pauses(struct status_ctx *c)
+{
+	return section(
+	    c, "paused", true,
+	    store_asprintf(
 		"SELECT destination, %s AS paused_at, %s AS paused_seconds, "
 		"paused_by, reason FROM %s ORDER BY destination",
-		ISO("paused_at"), SECS("now()", "paused_at"), n.control),
-	    0, NULL, st, "paused", true, err, errlen);
-	if (rc != 0)
-		return rc;
+		ISO("paused_at"), SECS("now()", "paused_at"), c->n.control));
+}
 
-	char *blocked = blocked_count_sql(&n);
-	rc = add_query(conn,
-		       blocked ? xasprintf("SELECT to_regclass('%s') IS NOT "
-					   "NULL AS present, %s AS count",
-					   n.blocked, blocked)
-			       : NULL,
-		       0, NULL, st, "blocked_keys", false, err, errlen);
+static int status_blocked_keys(struct status_ctx *c)
+{
+	char *blocked = blocked_count_sql(&c->n);
+	int rc = section(c, "blocked_keys", false,
+			 blocked ? store_asprintf("SELECT to_regclass('%s') IS "
+						  "NOT NULL AS present, %s AS "
+						  "count",
+						  c->n.blocked, blocked)
+				 : NULL);
 	free(blocked);
 	if (rc != 0)
 		return rc;
-	cJSON *bk = cJSON_GetObjectItemCaseSensitive(st, "blocked_keys");
-	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bk, "present"))) {
-		/* Present: the ordering feature owns its columns, so rows
-		 * are shown whole. */
-		rc = add_query(
-		    conn,
-		    xasprintf("SELECT row_to_json(b) AS key FROM %s b LIMIT %d",
-			      n.blocked, max_rows),
-		    0, NULL, bk, "rows", true, err, errlen);
-		if (rc != 0)
-			return rc;
-	}
+	cJSON *bk = cJSON_GetObjectItemCaseSensitive(c->st, "blocked_keys");
+	if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bk, "present")))
+		return 0;
+	/* Present: the ordering feature owns its columns, so rows are shown
+	 * whole. */
+	return add_query(c->conn,
+			 store_asprintf("SELECT row_to_json(b) AS key FROM %s "
+					"b LIMIT %d",
+					c->n.blocked, c->max_rows),
+			 0, NULL, bk, "rows", true, c->err, c->errlen);
+}
 
-	rc = add_query(
-	    conn,
-	    xasprintf(
+static int status_table_stats(struct status_ctx *c)
+{
+	return section(
+	    c, "table_stats", false,
+	    store_asprintf(
 		"SELECT s.n_live_tup AS live_tuples, s.n_dead_tup AS "
 		"dead_tuples, pg_total_relation_size('%s'::regclass) AS "
 		"total_bytes, %s AS last_vacuum, %s AS last_autovacuum, %s "
@@ -468,19 +466,20 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 		"vacuumed_seconds_ago, s.vacuum_count, s.autovacuum_count "
 		"FROM (SELECT 1) one LEFT JOIN pg_stat_user_tables s ON "
 		"s.relid = '%s'::regclass",
-		T, ISO("s.last_vacuum"), ISO("s.last_autovacuum"),
+		c->T, ISO("s.last_vacuum"), ISO("s.last_autovacuum"),
 		ISO("s.last_analyze"), ISO("s.last_autoanalyze"),
-		SECS("now()", "greatest(s.last_vacuum, s.last_autovacuum)"), T),
-	    0, NULL, st, "table_stats", false, err, errlen);
-	if (rc != 0)
-		return rc;
+		SECS("now()", "greatest(s.last_vacuum, s.last_autovacuum)"),
+		c->T));
+}
 
-	/* What holds the xmin horizon back: sessions with an old snapshot
-	 * (this one excluded), replication slots, prepared transactions.
-	 * Dead rows younger than the oldest of these cannot be vacuumed. */
-	return add_query(
-	    conn,
-	    xasprintf(
+/* What holds the xmin horizon back: sessions with an old snapshot (this
+ * one excluded), replication slots, prepared transactions. Dead rows
+ * younger than the oldest of these cannot be vacuumed. */
+static int status_xmin_holders(struct status_ctx *c)
+{
+	return section(
+	    c, "oldest_xmin_holders", true,
+	    store_asprintf(
 		"SELECT * FROM ("
 		"SELECT 'session' AS kind, a.pid, a.application_name AS name, "
 		"a.usename::text AS user_name, a.backend_type, a.state, "
@@ -499,61 +498,84 @@ static int status_sections(PGconn *conn, const struct outbox_table *t,
 		") h ORDER BY xmin_age DESC NULLS LAST, xact_age_seconds DESC "
 		"NULLS LAST LIMIT 5",
 		SECS("now()", "a.xact_start"), SECS("now()", "a.state_change"),
-		SECS("now()", "prepared")),
-	    0, NULL, st, "oldest_xmin_holders", true, err, errlen);
+		SECS("now()", "prepared")));
 }
 
-int store_admin_status(PGconn *conn, const struct outbox_table *t, int max_rows,
-		       cJSON **out, char *err, size_t errlen)
+/* The sections in the order status shows them; the first failure ends
+ * the read. */
+static int status_sections(struct status_ctx *c)
+{
+	int (*const sections[])(struct status_ctx *) = {
+	    status_database,	status_backlog,	     status_leases,
+	    status_failures,	status_pauses,	     status_blocked_keys,
+	    status_table_stats, status_xmin_holders,
+	};
+	for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
+		int rc = sections[i](c);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+int store_admin_status(struct store *s, int max_rows, cJSON **out, char *err,
+		       size_t errlen)
 {
 	int rc;
 	*out = NULL;
 	if (max_rows < 1)
 		max_rows = 1;
-	cJSON *st = cJSON_CreateObject();
-	if (!st || !cJSON_AddStringToObject(st, "table", t->quoted)) {
-		cJSON_Delete(st);
+	struct status_ctx c = {.conn = s->conn,
+			       .T = s->table.quoted,
+			       .max_rows = max_rows,
+			       .err = err,
+			       .errlen = errlen};
+	names_of(&s->table, &c.n);
+	snprintf(c.dead, sizeof(c.dead), "now() - %d * interval '1 second'",
+		 STORE_ADMIN_DEAD_AFTER_S);
+	c.st = cJSON_CreateObject();
+	if (!c.st || !cJSON_AddStringToObject(c.st, "table", c.T)) {
+		cJSON_Delete(c.st);
 		snprintf(err, errlen, "status: out of memory");
 		return STORE_ERROR;
 	}
 	/* One snapshot for every section, so counts agree. */
-	rc = exec_cmd(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+	rc = exec_cmd(c.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
 		      0, NULL, "status", NULL, err, errlen);
 	if (rc != 0)
 		goto out;
-	rc = status_sections(conn, t, max_rows, st, err, errlen);
+	rc = status_sections(&c);
 	if (rc == STORE_RECONNECT)
 		goto out;
 	char ignored[256];
 	if (rc != 0) {
-		exec_cmd(conn, "ROLLBACK", 0, NULL, "status", NULL, ignored,
+		exec_cmd(c.conn, "ROLLBACK", 0, NULL, "status", NULL, ignored,
 			 sizeof(ignored));
 		goto out;
 	}
-	rc = exec_cmd(conn, "COMMIT", 0, NULL, "status", NULL, err, errlen);
+	rc = exec_cmd(c.conn, "COMMIT", 0, NULL, "status", NULL, err, errlen);
 out:
 	if (rc == 0)
-		*out = st;
+		*out = c.st;
 	else
-		cJSON_Delete(st);
+		cJSON_Delete(c.st);
 	return rc;
 }
 
 /* ---- pauses ---- */
 
-int store_admin_pause(PGconn *conn, const struct outbox_table *t,
-		      const char *destination, const char *reason,
-		      const char *paused_by, bool *was_paused, char *err,
-		      size_t errlen)
+int store_admin_pause(struct store *s, const char *destination,
+		      const char *reason, const char *paused_by,
+		      bool *was_paused, char *err, size_t errlen)
 {
 	struct names n;
 	int rc;
-	names_of(t, &n);
+	names_of(&s->table, &n);
 	*was_paused = false;
 	/* xmax is set on the conflicting row an upsert updated and zero on
 	 * a fresh insert: it tells the two apart in one statement. The
 	 * first pause's paused_at is kept. */
-	char *sql = xasprintf(
+	char *sql = store_asprintf(
 	    "INSERT INTO %s AS c (destination, paused_by, reason) VALUES "
 	    "($1, $2, $3) ON CONFLICT (destination) DO UPDATE SET "
 	    "paused_by = excluded.paused_by, reason = "
@@ -561,8 +583,8 @@ int store_admin_pause(PGconn *conn, const struct outbox_table *t,
 	    "RETURNING (c.xmax::text <> '0')",
 	    n.control);
 	const char *values[3] = {destination, paused_by, reason};
-	PGresult *res = run(conn, sql, 3, values, PGRES_TUPLES_OK, "pause", &rc,
-			    err, errlen);
+	PGresult *res = run(s->conn, sql, 3, values, PGRES_TUPLES_OK, "pause",
+			    &rc, err, errlen);
 	free(sql);
 	if (!res)
 		return rc;
@@ -571,18 +593,18 @@ int store_admin_pause(PGconn *conn, const struct outbox_table *t,
 	return 0;
 }
 
-int store_admin_resume(PGconn *conn, const struct outbox_table *t,
-		       const char *destination, bool *was_paused, char *err,
-		       size_t errlen)
+int store_admin_resume(struct store *s, const char *destination,
+		       bool *was_paused, char *err, size_t errlen)
 {
 	struct names n;
 	size_t rows = 0;
-	names_of(t, &n);
+	names_of(&s->table, &n);
 	*was_paused = false;
 	char *sql =
-	    xasprintf("DELETE FROM %s WHERE destination = $1", n.control);
+	    store_asprintf("DELETE FROM %s WHERE destination = $1", n.control);
 	const char *values[1] = {destination};
-	int rc = exec_cmd(conn, sql, 1, values, "resume", &rows, err, errlen);
+	int rc =
+	    exec_cmd(s->conn, sql, 1, values, "resume", &rows, err, errlen);
 	free(sql);
 	if (rc == 0)
 		*was_paused = rows > 0;
@@ -603,17 +625,19 @@ static bool is_duration(const char *s)
 	       strcmp(p, "d") == 0;
 }
 
-int store_admin_time(PGconn *conn, const char *text, char *out, size_t outlen,
-		     char *err, size_t errlen)
+int store_admin_time(struct store *s, const char *text, char *out,
+		     size_t outlen, char *err, size_t errlen)
 {
+	PGconn *conn = s->conn;
 	const char *fmt = "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"'";
-	char *sql = is_duration(text)
-			? xasprintf("SELECT to_char((now() - $1::interval) "
-				    "AT TIME ZONE 'UTC', %s)",
-				    fmt)
-			: xasprintf("SELECT to_char($1::timestamptz AT "
-				    "TIME ZONE 'UTC', %s)",
-				    fmt);
+	char *sql =
+	    is_duration(text)
+		? store_asprintf("SELECT to_char((now() - $1::interval) "
+				 "AT TIME ZONE 'UTC', %s)",
+				 fmt)
+		: store_asprintf("SELECT to_char($1::timestamptz AT "
+				 "TIME ZONE 'UTC', %s)",
+				 fmt);
 	const char *values[1] = {text};
 	int rc = 0;
 	PGresult *res = NULL;
@@ -635,7 +659,7 @@ int store_admin_time(PGconn *conn, const char *text, char *out, size_t outlen,
 				 "'%s' is neither a time Postgres can read "
 				 "nor a duration like 90s, 15m, 2h or 3d",
 				 text);
-			rc = STORE_ADMIN_INVALID;
+			rc = STORE_INVALID;
 			PQclear(res);
 		} else {
 			rc = failed(conn, res, "time", err, errlen);

@@ -20,6 +20,7 @@
 #include "store/migrate.h"
 #include "pgtest.h"
 #include "store/store.h"
+#include "store/store_test.h"
 
 static char err[1024];
 
@@ -680,6 +681,16 @@ static void expect_no_plan_with(const char *plans, const char *needle,
 	fail_msg("%s", what);
 }
 
+/* A store whose session also runs session_sql (diagnostics). */
+static struct store *traced_store(const struct store_options *o,
+				  const char *session_sql)
+{
+	struct store *s = NULL;
+	if (store_open_traced(&s, o, session_sql, err, sizeof(err)) != 0)
+		fail_msg("store_open: %s", err);
+	return s;
+}
+
 /* 8. No sequential scan on the outbox table in any store statement under
  * forced generic plans (auto_explain reports every executed plan). */
 static void test_generic_plans_use_indexes(void **state)
@@ -705,14 +716,14 @@ static void test_generic_plans_use_indexes(void **state)
 	pgtest_exec(c, "VACUUM ANALYZE %s", table);
 
 	struct store_options o = pgtest_store_options(table);
-	o.extra_session_sql =
+	const char *explain =
 	    "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
 	    "SET auto_explain.log_analyze = on; "
 	    "SET auto_explain.log_level = notice; "
 	    "SET auto_explain.log_nested_statements = on; "
 	    "SET plan_cache_mode = force_generic_plan; "
 	    "SET client_min_messages = notice";
-	struct store *s = pgtest_store(&o);
+	struct store *s = traced_store(&o, explain);
 	char *plans = NULL;
 	PQsetNoticeReceiver(store_conn(s), collect_notice, &plans);
 
@@ -774,7 +785,7 @@ static void test_generic_plans_use_indexes(void **state)
 	struct store_options oo = o;
 	oo.ordered = true;
 	oo.block_on_failure = true;
-	struct store *so = pgtest_store(&oo);
+	struct store *so = traced_store(&oo, explain);
 	PQsetNoticeReceiver(store_conn(so), collect_notice, &plans);
 	pgtest_exec(c,
 		    "UPDATE %s SET partition_key = 'k' || (seq %% 50) WHERE "
@@ -919,6 +930,69 @@ static void test_checks_and_migrations(void **state)
 	PQfinish(c);
 }
 
+/* 10. The listener: a quiet wait times out with nothing, an insert's
+ * NOTIFY wakes a wait, and a terminated backend means reconnect. */
+static void test_listener(void **state)
+{
+	(void)state;
+	char table[128], app[64];
+	pgtest_fresh_table("store_listen", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	snprintf(app, sizeof(app), "listen-test-%d", (int)getpid());
+	o.app_name = app;
+	/* `migrate` with OUTBOX_LISTEN=on creates the NOTIFY trigger. */
+	assert_int_equal(store_migrate(&o, true, NULL, err, sizeof(err)), 0);
+	struct store_listener *l = NULL;
+	assert_int_equal(store_listener_open(&l, &o, err, sizeof(err)), 0);
+
+	size_t n = 99;
+	int64_t started = clock_ms();
+	assert_int_equal(store_listener_wait(l, 300, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 0);
+	assert_true(clock_ms() - started >= 250);
+
+	pgtest_insert(c, table, 3);
+	n = 0;
+	for (int i = 0; i < 20 && n == 0; i++)
+		assert_int_equal(
+		    store_listener_wait(l, 500, &n, err, sizeof(err)), 0);
+	assert_true(n >= 1);
+
+	/* A notification that arrives with the usage query's reply waits in
+	 * libpq, not on the socket: the next wait returns it at once. */
+	pgtest_insert(c, table, 1);
+	clock_sleep_ms(200);
+	int64_t ppm = -1;
+	assert_int_equal(store_listener_queue_usage(l, &ppm, err, sizeof(err)),
+			 0);
+	assert_true(ppm >= 0);
+	n = 0;
+	started = clock_ms();
+	assert_int_equal(store_listener_wait(l, 5000, &n, err, sizeof(err)), 0);
+	assert_true(n >= 1);
+	assert_true(clock_ms() - started < 2500);
+
+	pgtest_exec(c,
+		    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+		    "WHERE application_name = '%s'",
+		    app);
+	int rc = 0;
+	for (int i = 0; i < 20 && rc == 0; i++)
+		rc = store_listener_wait(l, 500, &n, err, sizeof(err));
+	assert_int_equal(rc, STORE_RECONNECT);
+	store_listener_close(l);
+
+	/* Without the trigger nothing is notified. */
+	assert_int_equal(store_migrate(&o, false, NULL, err, sizeof(err)), 0);
+	assert_int_equal(store_listener_open(&l, &o, err, sizeof(err)), 0);
+	pgtest_insert(c, table, 1);
+	assert_int_equal(store_listener_wait(l, 500, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 0);
+	store_listener_close(l);
+	PQfinish(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -932,6 +1006,7 @@ int main(void)
 	    cmocka_unit_test(test_seq_and_uuidv7),
 	    cmocka_unit_test(test_generic_plans_use_indexes),
 	    cmocka_unit_test(test_checks_and_migrations),
+	    cmocka_unit_test(test_listener),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,7 +18,7 @@
 
 #include "pgtest.h"
 #include "store/store.h"
-#include "store/store_admin.h"
+#include "store/store_test.h"
 #include "base/base.h"
 
 static char err[1024];
@@ -26,8 +26,17 @@ static char err[1024];
 struct fixture {
 	char table[128];
 	struct outbox_table t;
-	PGconn *conn;
+	PGconn *conn;	 /* the test's own session */
+	struct store *s; /* the store under test */
 };
+
+/* A store as the operator commands open it: statements unprepared. */
+static struct store *admin_store(const char *table)
+{
+	struct store_options o = pgtest_store_options(table);
+	o.prepare = false;
+	return pgtest_store(&o);
+}
 
 static int setup(void **state)
 {
@@ -36,6 +45,7 @@ static int setup(void **state)
 	pgtest_fresh_table("admin", f->table, sizeof(f->table));
 	assert_int_equal(table_parse(f->table, &f->t, err, sizeof(err)), 0);
 	f->conn = pgtest_connect();
+	f->s = admin_store(f->table);
 	*state = f;
 	return 0;
 }
@@ -44,6 +54,7 @@ static int teardown(void **state)
 {
 	struct fixture *f = *state;
 	/* A test that failed midway must not hang here on a lock. */
+	store_close(f->s);
 	pgtest_exec(f->conn, "SET lock_timeout = '10s'");
 	pgtest_exec(f->conn, "DROP SCHEMA \"%s\" CASCADE", f->t.schema);
 	PQfinish(f->conn);
@@ -54,15 +65,15 @@ static int teardown(void **state)
 static void heartbeat(struct fixture *f, const char *id, bool draining,
 		      bool starting)
 {
-	if (store_admin_heartbeat(f->conn, &f->t, id, "9.9.9", draining,
-				  starting, err, sizeof(err)) != 0)
+	if (store_admin_heartbeat(f->s, id, "9.9.9", draining, starting, err,
+				  sizeof(err)) != 0)
 		fail_msg("heartbeat: %s", err);
 }
 
 static struct store_admin_gauges gauges(struct fixture *f)
 {
 	struct store_admin_gauges g;
-	if (store_admin_gauges(f->conn, &f->t, &g, err, sizeof(err)) != 0)
+	if (store_admin_gauges(f->s, &g, err, sizeof(err)) != 0)
 		fail_msg("gauges: %s", err);
 	return g;
 }
@@ -70,7 +81,7 @@ static struct store_admin_gauges gauges(struct fixture *f)
 static cJSON *status(struct fixture *f)
 {
 	cJSON *st = NULL;
-	if (store_admin_status(f->conn, &f->t, 50, &st, err, sizeof(err)) != 0)
+	if (store_admin_status(f->s, 50, &st, err, sizeof(err)) != 0)
 		fail_msg("status: %s", err);
 	return st;
 }
@@ -187,9 +198,8 @@ static void test_registry(void **state)
 			 1);
 
 	/* A clean stop leaves the registry. */
-	assert_int_equal(
-	    store_admin_forget(f->conn, &f->t, "host-a/1", err, sizeof(err)),
-	    0);
+	assert_int_equal(store_admin_forget(f->s, "host-a/1", err, sizeof(err)),
+			 0);
 	assert_int_equal(pgtest_long(f->conn, "SELECT count(*) FROM %s", reg),
 			 0);
 	assert_int_equal(gauges(f).live_replicas, 0);
@@ -297,7 +307,7 @@ static void test_status(void **state)
 		    "WHERE id = 'host-dead/7'",
 		    reg);
 	bool was;
-	assert_int_equal(store_admin_pause(f->conn, &f->t, "orders", "broken",
+	assert_int_equal(store_admin_pause(f->s, "orders", "broken",
 					   "alice@laptop", &was, err,
 					   sizeof(err)),
 			 0);
@@ -408,8 +418,8 @@ static void test_status(void **state)
 
 	/* max_rows cuts the lists, not the counts. */
 	cJSON *cut = NULL;
-	assert_int_equal(
-	    store_admin_status(f->conn, &f->t, 1, &cut, err, sizeof(err)), 0);
+	assert_int_equal(store_admin_status(f->s, 1, &cut, err, sizeof(err)),
+			 0);
 	assert_int_equal(cJSON_GetArraySize(get(cut, "in_flight_rows")), 1);
 	assert_int_equal((int)num(get(cut, "in_flight"), "count"), 3);
 	cJSON_Delete(cut);
@@ -424,12 +434,12 @@ static void test_pause_resume(void **state)
 	char control[160];
 	table_derived(&f->t, "_control", control, sizeof(control));
 
-	assert_int_equal(store_admin_pause(f->conn, &f->t, "*", "deploy",
-					   "bob@host", &was, err, sizeof(err)),
+	assert_int_equal(store_admin_pause(f->s, "*", "deploy", "bob@host",
+					   &was, err, sizeof(err)),
 			 0);
 	assert_false(was);
-	assert_int_equal(store_admin_pause(f->conn, &f->t, "orders", NULL,
-					   "bob@host", &was, err, sizeof(err)),
+	assert_int_equal(store_admin_pause(f->s, "orders", NULL, "bob@host",
+					   &was, err, sizeof(err)),
 			 0);
 	assert_false(was);
 
@@ -444,9 +454,8 @@ static void test_pause_resume(void **state)
 
 	/* Pausing again updates the author and keeps a reason not
 	 * replaced. */
-	assert_int_equal(store_admin_pause(f->conn, &f->t, "*", NULL,
-					   "carol@host", &was, err,
-					   sizeof(err)),
+	assert_int_equal(store_admin_pause(f->s, "*", NULL, "carol@host", &was,
+					   err, sizeof(err)),
 			 0);
 	assert_true(was);
 	assert_int_equal(pgtest_long(f->conn,
@@ -456,19 +465,18 @@ static void test_pause_resume(void **state)
 				     control),
 			 1);
 
-	assert_int_equal(
-	    store_admin_resume(f->conn, &f->t, "*", &was, err, sizeof(err)), 0);
+	assert_int_equal(store_admin_resume(f->s, "*", &was, err, sizeof(err)),
+			 0);
 	assert_true(was);
-	assert_int_equal(
-	    store_admin_resume(f->conn, &f->t, "*", &was, err, sizeof(err)), 0);
+	assert_int_equal(store_admin_resume(f->s, "*", &was, err, sizeof(err)),
+			 0);
 	assert_false(was);
 	assert_int_equal(
 	    store_read_pauses(s, &global, keys, 4, &n, err, sizeof(err)), 0);
 	assert_false(global);
 	assert_int_equal(n, 1);
-	assert_int_equal(store_admin_resume(f->conn, &f->t, "orders", &was, err,
-					    sizeof(err)),
-			 0);
+	assert_int_equal(
+	    store_admin_resume(f->s, "orders", &was, err, sizeof(err)), 0);
 	assert_true(was);
 	assert_int_equal(
 	    pgtest_long(f->conn, "SELECT count(*) FROM %s", control), 0);
@@ -479,13 +487,13 @@ static void test_time_arguments(void **state)
 {
 	struct fixture *f = *state;
 	char out[64];
-	assert_int_equal(store_admin_time(f->conn, "2024-05-01 10:00+02", out,
+	assert_int_equal(store_admin_time(f->s, "2024-05-01 10:00+02", out,
 					  sizeof(out), err, sizeof(err)),
 			 0);
 	assert_string_equal(out, "2024-05-01T08:00:00.000000+00:00");
 
 	assert_int_equal(
-	    store_admin_time(f->conn, "2h", out, sizeof(out), err, sizeof(err)),
+	    store_admin_time(f->s, "2h", out, sizeof(out), err, sizeof(err)),
 	    0);
 	assert_int_equal(pgtest_long(f->conn,
 				     "SELECT (abs(extract(epoch FROM now() - "
@@ -493,9 +501,9 @@ static void test_time_arguments(void **state)
 				     " < 5)::int",
 				     out),
 			 1);
-	assert_int_equal(store_admin_time(f->conn, "90s", out, sizeof(out), err,
-					  sizeof(err)),
-			 0);
+	assert_int_equal(
+	    store_admin_time(f->s, "90s", out, sizeof(out), err, sizeof(err)),
+	    0);
 	assert_int_equal(pgtest_long(f->conn,
 				     "SELECT (abs(extract(epoch FROM now() - "
 				     "interval '90 seconds' - "
@@ -505,10 +513,10 @@ static void test_time_arguments(void **state)
 
 	const char *bad[] = {"garbage", "5 parsecs", "2024-13-45"};
 	for (size_t i = 0; i < 3; i++) {
-		assert_int_equal(store_admin_time(f->conn, bad[i], out,
+		assert_int_equal(store_admin_time(f->s, bad[i], out,
 						  sizeof(out), err,
 						  sizeof(err)),
-				 STORE_ADMIN_INVALID);
+				 STORE_INVALID);
 		assert_non_null(strstr(err, bad[i]));
 	}
 }
@@ -517,16 +525,16 @@ static void test_lost_session(void **state)
 {
 	struct fixture *f = *state;
 	struct store_admin_gauges g;
-	PGconn *gone = pgtest_connect();
+	struct store *gone = admin_store(f->table);
 	pgtest_exec(f->conn, "SELECT pg_terminate_backend(%d)",
-		    PQbackendPID(gone));
-	int rc = store_admin_gauges(gone, &f->t, &g, err, sizeof(err));
+		    PQbackendPID(store_conn(gone)));
+	int rc = store_admin_gauges(gone, &g, err, sizeof(err));
 	assert_int_equal(rc, STORE_RECONNECT);
 	assert_non_null(strstr(err, "gauge query"));
-	rc = store_admin_heartbeat(gone, &f->t, "x/1", "1", false, true, err,
+	rc = store_admin_heartbeat(gone, "x/1", "1", false, true, err,
 				   sizeof(err));
 	assert_int_equal(rc, STORE_RECONNECT);
-	PQfinish(gone);
+	store_close(gone);
 }
 
 int main(void)

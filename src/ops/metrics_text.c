@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: MIT */
+/* The metrics base keeps, named and rendered for Prometheus (/metrics). */
+#include "metrics_text.h"
+
+#include "base/base.h"
+
+struct counter_def {
+	const char *name;
+	const char *labels; /* "" or {k="v"} */
+	const char *help;
+};
+
+/* Rows sharing a name are rendered under one HELP/TYPE header, so they
+ * must be adjacent. */
+static const struct counter_def counter_defs[MC_COUNT] = {
+    [MC_SENT] = {"outbox_events_total", "{outcome=\"sent\",class=\"none\"}",
+		 "Events by outcome and failure class."},
+    [MC_RELEASED] = {"outbox_events_total",
+		     "{outcome=\"released\",class=\"none\"}", NULL},
+    [MC_DESTINATION] = {"outbox_events_total",
+			"{outcome=\"released\",class=\"destination\"}", NULL},
+    [MC_TRANSPORT] = {"outbox_events_total",
+		      "{outcome=\"retried\",class=\"transport\"}", NULL},
+    [MC_EVENT] = {"outbox_events_total",
+		  "{outcome=\"retried\",class=\"event\"}", NULL},
+    [MC_PERMANENT] = {"outbox_events_total",
+		      "{outcome=\"failed\",class=\"permanent\"}", NULL},
+    [MC_LOST_LEASES] = {"outbox_lost_leases_total", "",
+			"Rows a mark found no longer held by its lease."},
+    [MC_MARKS_ALREADY] = {"outbox_marks_recovered_total", "",
+			  "Rows found already marked after a lost reply."},
+    [MC_LEASES] = {"outbox_leases_total", "", "Lease statements run."},
+    [MC_SWEEPS] = {"outbox_sweeps_total", "",
+		   "Sweep ticks that held the sweep lock."},
+    [MC_SWEPT_PENDING] = {"outbox_swept_rows_total", "{to=\"pending\"}",
+			  "Expired leases returned by the sweeper."},
+    [MC_SWEPT_FAILED] = {"outbox_swept_rows_total", "{to=\"failed\"}", NULL},
+    [MC_CLEANS] = {"outbox_cleans_total", "",
+		   "Clean ticks that held the clean lock."},
+    [MC_CLEANED_SENT] = {"outbox_cleaned_rows_total", "{status=\"sent\"}",
+			 "Terminal rows deleted after retention."},
+    [MC_CLEANED_FAILED] = {"outbox_cleaned_rows_total", "{status=\"failed\"}",
+			   NULL},
+    [MC_DB_RECONNECTS] = {"outbox_db_reconnects_total", "",
+			  "Postgres sessions re-established."},
+    [MC_PUBLISHER_FAILURES] = {"outbox_publisher_failures_total", "",
+			       "Publisher opens or health probes that "
+			       "failed."},
+    [MC_RENEWALS] = {"outbox_lease_renewals_total", "",
+		     "Lease renewals while awaiting broker outcomes."},
+    [MC_RENEWAL_LOST] = {"outbox_lease_renewal_lost_rows_total", "",
+			 "Rows a renewal found no longer held."},
+    [MC_IN_DOUBT] = {"outbox_in_doubt_events_total", "",
+		     "Events handed to the broker whose outcome never "
+		     "came (retried keeping their charge; a source of "
+		     "duplicates)."},
+};
+
+struct gauge_def {
+	const char *name;
+	const char *help;
+	double scale; /* rendered value = raw / scale */
+};
+
+static const struct gauge_def gauge_defs[MG_COUNT] = {
+    [MG_PUBLISHERS_UNHEALTHY] = {"outbox_publishers_unhealthy",
+				 "Workers whose publisher is unhealthy.", 1},
+    [MG_DESTINATIONS_PAUSED] = {"outbox_destinations_paused",
+				"Destinations paused after refusing "
+				"events.",
+				1},
+    [MG_PAUSED_GLOBALLY] = {"outbox_paused",
+			    "1 while an operator pause stops all leasing.", 1},
+    [MG_LAST_SWEEP_MS] = {"outbox_last_sweep_timestamp_seconds",
+			  "Unix time of the last successful sweep.", 1000},
+    [MG_LAST_CLEAN_MS] = {"outbox_last_clean_timestamp_seconds",
+			  "Unix time of the last successful clean.", 1000},
+    [MG_BACKLOG] = {"outbox_backlog_events", "Pending rows.", 1},
+    [MG_OLDEST_PENDING_MS] = {"outbox_oldest_pending_age_seconds",
+			      "Age of the oldest pending row.", 1000},
+    [MG_IN_FLIGHT] = {"outbox_in_flight_events", "Leased rows.", 1},
+    [MG_FAILED_ROWS] = {"outbox_failed_events", "Rows in failed state.", 1},
+    [MG_DEAD_TUPLES] = {"outbox_table_dead_tuples",
+			"Dead tuples in the outbox table.", 1},
+    [MG_LIVE_REPLICAS] = {"outbox_live_replicas",
+			  "Replicas seen in the registry recently.", 1},
+    [MG_BLOCKED_KEYS] = {"outbox_blocked_keys",
+			 "Partition keys blocked by a failed row.", 1},
+    [MG_NOTIFY_QUEUE_PPM] = {"outbox_notify_queue_usage_ratio",
+			     "Fraction of the NOTIFY queue in use.", 1e6},
+    [MG_KAFKA_QUEUE_DEPTH] = {"outbox_kafka_queue_depth",
+			      "Messages waiting in librdkafka queues.", 1},
+};
+
+struct histogram_def {
+	const char *name;
+	const char *help;
+};
+
+static const struct histogram_def histogram_defs[MH_COUNT] = {
+    [MH_BATCH_SIZE] = {"outbox_batch_size", "Rows per leased batch."},
+    [MH_LEASE_SECONDS] = {"outbox_lease_duration_seconds",
+			  "Lease statement duration."},
+    [MH_MARK_SECONDS] = {"outbox_mark_duration_seconds",
+			 "Mark statement duration."},
+    [MH_SWEEP_SECONDS] = {"outbox_sweep_duration_seconds",
+			  "Sweep tick duration."},
+    [MH_PUBLISH_SECONDS] = {"outbox_publish_duration_seconds",
+			    "Time to publish a batch and await its "
+			    "outcomes."},
+    [MH_END_TO_END_SECONDS] = {"outbox_end_to_end_latency_seconds",
+			       "From the row's created_at to its broker "
+			       "acknowledgement."},
+};
+
+static void render_counters(FILE *out)
+{
+	const char *last = "";
+	for (int i = 0; i < MC_COUNT; i++) {
+		const struct counter_def *d = &counter_defs[i];
+		if (d->help && d->name != last) {
+			/* Counter names end in _total; HELP/TYPE name the
+			 * family without it, as the format expects. */
+			fprintf(out, "# HELP %s %s\n# TYPE %s counter\n",
+				d->name, d->help, d->name);
+		}
+		last = d->name;
+		fprintf(out, "%s%s %llu\n", d->name, d->labels,
+			(unsigned long long)metrics_get(i));
+	}
+}
+
+static void render_gauges(FILE *out)
+{
+	for (int i = 0; i < MG_COUNT; i++) {
+		const struct gauge_def *d = &gauge_defs[i];
+		fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n", d->name,
+			d->help, d->name);
+		int64_t raw = metrics_gauge(i);
+		if (d->scale == 1)
+			fprintf(out, "%s %lld\n", d->name, (long long)raw);
+		else
+			fprintf(out, "%s %.6f\n", d->name,
+				(double)raw / d->scale);
+	}
+}
+
+static void render_histogram(FILE *out, const struct histogram_def *d,
+			     const struct metrics_histogram *h)
+{
+	fprintf(out, "# HELP %s %s\n# TYPE %s histogram\n", d->name, d->help,
+		d->name);
+	for (int b = 0; b < h->n_bounds; b++)
+		fprintf(out, "%s_bucket{le=\"%g\"} %llu\n", d->name,
+			h->bounds[b], (unsigned long long)h->buckets[b]);
+	fprintf(out, "%s_bucket{le=\"+Inf\"} %llu\n", d->name,
+		(unsigned long long)h->count);
+	if (h->seconds)
+		fprintf(out, "%s_sum %.6f\n", d->name, (double)h->sum / 1e6);
+	else
+		fprintf(out, "%s_sum %llu\n", d->name,
+			(unsigned long long)h->sum);
+	fprintf(out, "%s_count %llu\n", d->name, (unsigned long long)h->count);
+}
+
+void metrics_text_render(FILE *out)
+{
+	render_counters(out);
+	render_gauges(out);
+	for (int i = 0; i < MH_COUNT; i++) {
+		struct metrics_histogram h;
+		metrics_histogram_read(i, &h);
+		render_histogram(out, &histogram_defs[i], &h);
+	}
+}

@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Operator changes to rows: redrive (and replay) of finished rows, and
+ * lifting the block of a partition key.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pgconn.h"
+#include "store_internal.h"
+
+/* Ordered mode: redriving a row whose key already went further would
+ * deliver it after its successors. STORE_REFUSED then. */
+static int check_order(struct store *s, const char *const *values, char *err,
+		       size_t errlen)
+{
+	int rc;
+	PGresult *res = store_run(s, ST_REDRIVE_CHECK, 5, values,
+				  PGRES_TUPLES_OK, 0, &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	long later = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	if (later == 0)
+		return 0;
+	snprintf(err, errlen,
+		 "%ld matching row%s of a partition key that already has a "
+		 "later row sent or in flight: redriving would break its "
+		 "order (--force to redrive anyway)",
+		 later, later == 1 ? " has a key" : "s have keys");
+	return STORE_REFUSED;
+}
+
+static int count_matching(struct store *s, bool sent, const char *const *values,
+			  size_t *count, char *err, size_t errlen)
+{
+	int rc;
+	PGresult *res = store_run(s, sent ? ST_COUNT_SENT : ST_COUNT_FAILED, 4,
+				  values, PGRES_TUPLES_OK, 0, &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	*count = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	return 0;
+}
+
+/* Redrives batch after batch until one comes back short. */
+static int redrive_batches(struct store *s, bool sent,
+			   const char *const *values, size_t *count, char *err,
+			   size_t errlen)
+{
+	for (;;) {
+		int rc;
+		PGresult *res =
+		    store_run(s, sent ? ST_REDRIVE_SENT : ST_REDRIVE_FAILED, 4,
+			      values, PGRES_COMMAND_OK, 0, &rc, err, errlen);
+		if (!res)
+			return store_public_rc(rc);
+		size_t n = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
+		PQclear(res);
+		*count += n;
+		if (n < REDRIVE_BATCH)
+			return 0;
+	}
+}
+
+int store_redrive(struct store *s, const struct redrive_filter *f,
+		  size_t *count, char *err, size_t errlen)
+{
+	int rc = 0;
+	char *ids = NULL;
+	*count = 0;
+	if (f->n_ids > 0) {
+		ids = store_pg_array(f->ids, f->n_ids, false, 0);
+		if (!ids) {
+			snprintf(err, errlen, "redrive: out of memory");
+			return STORE_ERROR;
+		}
+	}
+	const char *values[5] = {ids, f->type, f->since, f->until,
+				 f->sent ? "{sent}" : "{failed}"};
+	if (s->opt.ordered && !f->force)
+		rc = check_order(s, values, err, errlen);
+	if (rc == 0 && f->dry_run)
+		rc = count_matching(s, f->sent, values, count, err, errlen);
+	else if (rc == 0)
+		rc = redrive_batches(s, f->sent, values, count, err, errlen);
+	free(ids);
+	return rc;
+}
+
+/* The blocking row of key, removed from the blocked keys; STORE_REFUSED
+ * when key is not blocked. */
+static int take_block(struct store *s, const char *key, char *blocking,
+		      size_t blocking_len, char *err, size_t errlen)
+{
+	int rc;
+	const char *values[1] = {key};
+	PGresult *res = store_run(s, ST_UNBLOCK, 1, values, PGRES_TUPLES_OK, 0,
+				  &rc, err, errlen);
+	if (!res)
+		return rc;
+	if (PQntuples(res) == 0) {
+		PQclear(res);
+		snprintf(err, errlen, "partition key '%.200s' is not blocked",
+			 key);
+		return STORE_REFUSED;
+	}
+	snprintf(blocking, blocking_len, "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return 0;
+}
+
+int store_unblock(struct store *s, const char *key, bool redrive, char *err,
+		  size_t errlen)
+{
+	int rc;
+	char blocking[64];
+	PGresult *res = PQexec(s->conn, "BEGIN");
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		pgconn_error(s->conn, res, err, errlen);
+		PQclear(res);
+		return STORE_ERROR;
+	}
+	PQclear(res);
+	rc = take_block(s, key, blocking, sizeof(blocking), err, errlen);
+	if (rc != 0)
+		goto fail;
+	const char *values[1] = {redrive ? blocking : key};
+	res = store_run(s, redrive ? ST_UNBLOCK_REDRIVE : ST_UNBLOCK_SKIP, 1,
+			values, PGRES_COMMAND_OK, 0, &rc, err, errlen);
+	if (!res)
+		goto fail;
+	PQclear(res);
+	return store_finish_tx(s, true, err, errlen);
+fail : {
+	char ignored[64];
+	store_finish_tx(s, false, ignored, sizeof(ignored));
+	return store_public_rc(rc);
+}
+}

@@ -1,0 +1,533 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Every SQL statement the relay runs against the outbox table, one
+ * builder each. Read postgres-queue-pitfalls before changing one: the
+ * shapes below are the contract's (sections 3, 4, 7) for measured reasons.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_internal.h"
+
+const char *const store_stmt_names[ST_COUNT] = {
+    "outbox_lease",	   "outbox_renew",	     "outbox_sent",
+    "outbox_retry",	   "outbox_transport",	     "outbox_failed",
+    "outbox_release",	   "outbox_recheck",	     "outbox_sweep",
+    "outbox_clean_sent",   "outbox_clean_failed",    "outbox_next_due",
+    "outbox_redrive_f",	   "outbox_redrive_s",	     "outbox_count_f",
+    "outbox_count_s",	   "outbox_control",	     "outbox_classify",
+    "outbox_repair",	   "outbox_redrive_check",   "outbox_unblock",
+    "outbox_unblock_skip", "outbox_unblock_redrive", "outbox_version",
+};
+
+/* What a mark's "done" CTE returns, for the ordered mode's tail. */
+#define MARK_RETURNING                                                         \
+	" RETURNING t.id, t.partition_key, t.seq, t.status, "                  \
+	"t.last_error) "
+
+char *store_asprintf(const char *fmt, ...)
+{
+	char *out = NULL;
+	va_list ap;
+	va_start(ap, fmt);
+	if (vasprintf(&out, fmt, ap) < 0)
+		out = NULL;
+	va_end(ap);
+	return out;
+}
+
+/* The backoff of section 3 as an SQL expression over t.attempts: the
+ * exponent is capped at 20 so no attempt count overflows an interval, and
+ * each row gets +-20 % jitter so a failed batch does not return as one. */
+static char *backoff_sql(const struct store_options *o)
+{
+	return store_asprintf(
+	    "now() + least(%lld::float8 * power(%.6f::float8, "
+	    "least(greatest(t.attempts - 1, 0), 20)), "
+	    "%lld::float8) * (0.8 + 0.4 * random()) "
+	    "* interval '1 millisecond'",
+	    (long long)o->backoff_base_ms, o->backoff_factor,
+	    (long long)o->backoff_max_ms);
+}
+
+/*
+ * Ordered mode: CTEs appended to a mark whose "done" CTE returns the rows
+ * it finished. A row that became sent (or, under skip, failed) hands its
+ * key's head marker to the key's next pending row, in the same statement;
+ * under block a failed row records its key as blocked instead. Empty in
+ * unordered mode.
+ */
+static char *order_tail(const struct store *s, bool may_fail)
+{
+	if (!s->opt.ordered)
+		return strdup("");
+	const char *T = s->table.quoted;
+	const char *promote_when = !may_fail ? "d.status = 'sent'"
+				   : s->opt.block_on_failure
+				       ? "d.status = 'sent'"
+				       : "d.status IN ('sent', 'failed')";
+	char *promote = store_asprintf(
+	    ", promoted AS (UPDATE %s AS p SET head = true WHERE p.id = "
+	    "ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE o.partition_key "
+	    "= d.partition_key AND o.seq > d.seq AND o.status = 'pending' "
+	    "ORDER BY o.seq LIMIT 1) FROM done d WHERE d.partition_key IS "
+	    "NOT NULL AND %s)) RETURNING 1) ",
+	    T, T, promote_when);
+	if (!promote || !may_fail || !s->opt.block_on_failure)
+		return promote;
+	char *both = store_asprintf(
+	    "%s, blocked AS (INSERT INTO %s (partition_key, blocking_id, "
+	    "reason) SELECT d.partition_key, d.id, d.last_error FROM done d "
+	    "WHERE d.partition_key IS NOT NULL AND d.status = 'failed' ON "
+	    "CONFLICT (partition_key) DO NOTHING RETURNING 1) ",
+	    promote, s->blocked);
+	free(promote);
+	return both;
+}
+
+/* One autocommit statement. The batch size is a literal so a generic plan
+ * never estimates the LIMIT as 10 % of the table; the lease id is made once
+ * in its own CTE (in the SET list it would run per row); a crash suspect
+ * is leased at most one per batch. CTEs are read lazily, so the pending
+ * CTE locks only what fits. "id = ANY(ARRAY(...))" keeps the update on the
+ * primary key: a join against the CTE may be planned as a hash join over
+ * the table. */
+static char *sql_lease(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	int n = s->opt.batch_size;
+	/* Rows bound for a paused destination (or destination + routing
+	 * key) are not leased; $3 is the paused list, $4 the default.
+	 * Ordered mode leases unkeyed rows and key heads only: the partial
+	 * index of 002 holds nothing else, so a hot key's blocked rows are
+	 * never read. */
+	const char *not_paused =
+	    s->opt.ordered
+		? "(partition_key IS NULL OR head) AND NOT "
+		  "(coalesce(exchange, $4) = ANY($3::text[]) OR "
+		  "coalesce(exchange, $4) || chr(31) || routing_key = "
+		  "ANY($3::text[]))"
+		: "NOT (coalesce(exchange, $4) = ANY($3::text[]) OR "
+		  "coalesce(exchange, $4) || chr(31) || routing_key = "
+		  "ANY($3::text[]))";
+	return store_asprintf(
+	    "WITH lease AS MATERIALIZED (SELECT gen_random_uuid() AS "
+	    "lease_id), "
+	    "suspect AS MATERIALIZED (SELECT id FROM %s "
+	    "WHERE status = 'pending' AND suspect AND next_attempt_at <= "
+	    "now() AND %s "
+	    "ORDER BY next_attempt_at, seq LIMIT 1 "
+	    "FOR NO KEY UPDATE SKIP LOCKED), "
+	    "due AS MATERIALIZED (SELECT id FROM %s "
+	    "WHERE status = 'pending' AND NOT suspect AND next_attempt_at "
+	    "<= now() AND %s "
+	    "ORDER BY next_attempt_at, seq LIMIT %d "
+	    "FOR NO KEY UPDATE SKIP LOCKED), "
+	    "picked AS (SELECT id FROM suspect UNION ALL "
+	    "SELECT id FROM due LIMIT %d) "
+	    "UPDATE %s AS t SET status = 'in_flight', "
+	    "lease_id = lease.lease_id, leased_at = now(), "
+	    "lease_expires_at = now() + $1::float8 * interval "
+	    "'1 millisecond', leased_by = $2, attempts = t.attempts + 1, "
+	    "source = coalesce(t.source, $5) "
+	    "FROM lease WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) "
+	    "RETURNING t.id::text, t.seq::text, t.type, t.source, "
+	    "t.subject, t.content_type, t.exchange, t.routing_key, "
+	    "t.partition_key, t.payload, t.headers::text, "
+	    "to_char(t.created_at AT TIME ZONE 'UTC', "
+	    "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "
+	    "(extract(epoch FROM t.created_at) * 1000000)::bigint::text, "
+	    "t.attempts::text, t.max_attempts::text, "
+	    "lease.lease_id::text",
+	    T, not_paused, T, not_paused, n, n, T);
+}
+
+static char *sql_renew(const struct store *s)
+{
+	return store_asprintf(
+	    "UPDATE %s SET lease_expires_at = now() + %lld * interval "
+	    "'1 millisecond' WHERE id = ANY($1::uuid[]) AND lease_id = "
+	    "$2::uuid AND status = 'in_flight' RETURNING id::text",
+	    s->table.quoted, (long long)s->opt.lease_timeout_ms);
+}
+
+/* Marks return how many rows they moved; in ordered mode the same
+ * statement moves the key's head marker (or blocks the key). */
+static char *sql_sent(const struct store *s)
+{
+	char *tail = order_tail(s, false);
+	char *sql =
+	    tail ? store_asprintf(
+		       "WITH done AS (UPDATE %s AS t SET status = 'sent', "
+		       "finished_at = now(), suspect = false WHERE t.id = "
+		       "ANY($1::uuid[]) AND t.lease_id = $2::uuid AND "
+		       "t.status = 'in_flight'%s%s"
+		       "SELECT count(*)::text FROM done",
+		       s->table.quoted, MARK_RETURNING, tail)
+		 : NULL;
+	free(tail);
+	return sql;
+}
+
+/* Event class: failed once the attempts are spent. */
+static char *sql_retry(const struct store *s)
+{
+	char *backoff = backoff_sql(&s->opt);
+	char *tail = order_tail(s, true);
+	char *sql =
+	    backoff && tail
+		? store_asprintf(
+		      "WITH done AS (UPDATE %s AS t SET "
+		      "status = CASE WHEN t.attempts >= t.max_attempts THEN "
+		      "'failed' ELSE 'pending' END, "
+		      "finished_at = CASE WHEN t.attempts >= t.max_attempts "
+		      "THEN now() END, next_attempt_at = %s, last_error = "
+		      "u.reason, suspect = false "
+		      "FROM unnest($1::uuid[], $3::text[]) AS u(id, reason) "
+		      "WHERE t.id = ANY($1::uuid[]) AND t.id = u.id AND "
+		      "t.lease_id = $2::uuid AND t.status = 'in_flight'%s%s"
+		      "SELECT count(*)::text FROM done",
+		      s->table.quoted, backoff, MARK_RETURNING, tail)
+		: NULL;
+	free(backoff);
+	free(tail);
+	return sql;
+}
+
+/* Transport class: the broker's fault, so never failed for it; the row
+ * keeps its key's head. */
+static char *sql_transport(const struct store *s)
+{
+	char *backoff = backoff_sql(&s->opt);
+	char *sql = backoff
+			? store_asprintf(
+			      "WITH done AS (UPDATE %s AS t SET status = "
+			      "'pending', next_attempt_at = %s, last_error = "
+			      "u.reason, suspect = false "
+			      "FROM unnest($1::uuid[], $3::text[]) AS u(id, "
+			      "reason) WHERE t.id = ANY($1::uuid[]) AND t.id = "
+			      "u.id AND t.lease_id = $2::uuid AND t.status = "
+			      "'in_flight'%s"
+			      "SELECT count(*)::text FROM done",
+			      s->table.quoted, backoff, MARK_RETURNING)
+			: NULL;
+	free(backoff);
+	return sql;
+}
+
+static char *sql_failed(const struct store *s)
+{
+	char *tail = order_tail(s, true);
+	char *sql =
+	    tail ? store_asprintf(
+		       "WITH done AS (UPDATE %s AS t SET status = 'failed', "
+		       "finished_at = now(), last_error = u.reason, suspect "
+		       "= false FROM unnest($1::uuid[], $3::text[]) AS u(id, "
+		       "reason) WHERE t.id = ANY($1::uuid[]) AND t.id = u.id "
+		       "AND t.lease_id = $2::uuid AND t.status = "
+		       "'in_flight'%s%s"
+		       "SELECT count(*)::text FROM done",
+		       s->table.quoted, MARK_RETURNING, tail)
+		 : NULL;
+	free(tail);
+	return sql;
+}
+
+/* Only rows never handed to the broker get their attempt back. */
+static char *sql_release(const struct store *s)
+{
+	return store_asprintf(
+	    "WITH done AS (UPDATE %s AS t SET status = 'pending', attempts "
+	    "= greatest(t.attempts - 1, 0), next_attempt_at = now() WHERE "
+	    "t.id = ANY($1::uuid[]) AND t.lease_id = $2::uuid AND t.status "
+	    "= 'in_flight'%s"
+	    "SELECT count(*)::text FROM done",
+	    s->table.quoted, MARK_RETURNING);
+}
+
+static char *sql_recheck(const struct store *s)
+{
+	return store_asprintf(
+	    "SELECT count(*)::text FROM %s WHERE id = ANY($1::uuid[]) AND "
+	    "lease_id = $2::uuid AND status = ANY($3::text[])",
+	    s->table.quoted);
+}
+
+/* Expired by the database clock, so replicas with different settings
+ * never sweep each other early. Suspects return with per-row jitter.
+ * lease_id stays for forensics. */
+static char *sql_sweep(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	char *tail = order_tail(s, true);
+	char *sql =
+	    tail ? store_asprintf(
+		       "WITH expired AS MATERIALIZED (SELECT id FROM %s "
+		       "WHERE status = 'in_flight' AND lease_expires_at < "
+		       "now() ORDER BY lease_expires_at LIMIT %d FOR NO KEY "
+		       "UPDATE SKIP LOCKED), "
+		       "done AS (UPDATE %s AS t SET "
+		       "status = CASE WHEN t.attempts >= t.max_attempts "
+		       "THEN 'failed' ELSE 'pending' END, "
+		       "finished_at = CASE WHEN t.attempts >= "
+		       "t.max_attempts THEN now() END, suspect = t.attempts "
+		       "< t.max_attempts, "
+		       "next_attempt_at = now() + random() * %lld * "
+		       "interval '1 millisecond', "
+		       "last_error = left('lease expired (leased_by ' || "
+		       "coalesce(t.leased_by, 'unknown') || ')', %d) "
+		       "WHERE t.id = ANY(ARRAY(SELECT id FROM expired)) AND "
+		       "t.status = 'in_flight' AND t.lease_expires_at < "
+		       "now()%s%s"
+		       "SELECT status FROM done",
+		       T, SWEEP_BATCH, T, (long long)s->opt.backoff_base_ms,
+		       STORE_ERROR_MAX, MARK_RETURNING, tail)
+		 : NULL;
+	free(tail);
+	return sql;
+}
+
+/* Keyset batches by finished_at: the cursor ($1) moves past what is gone
+ * instead of rescanning the dead index edge each batch. Each batch must
+ * read its rows in index order and stop at the limit; a plan that sorts
+ * reads and sorts every expired row, each batch (1.5 s per batch with 2M
+ * rows, against 50 ms). Two things led there: the blocking-row check
+ * inside the limited scan (with a never-analyzed blocked-keys table it
+ * became a hash anti join under a sort), so it applies to the scanned rows
+ * instead; and a generic plan, which estimates the cursor..cutoff range at
+ * 0.5 % of the table and sorts when that looks smaller than the batch, so
+ * the cleaner's transaction plans for the values (begin_locked). The
+ * cursor then comes from the scanned rows, and one past their last when
+ * the batch deleted nothing, so a run of blocking rows with one timestamp
+ * cannot hold it in place. */
+static char *sql_clean(const struct store *s, const char *status)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "WITH scanned AS MATERIALIZED (SELECT id, finished_at FROM %s t "
+	    "WHERE status = '%s' AND finished_at >= $1::timestamptz AND "
+	    "finished_at < now() - $2::float8 * interval '1 millisecond' "
+	    "ORDER BY finished_at LIMIT %d FOR UPDATE SKIP LOCKED), "
+	    "gone AS (DELETE FROM %s AS t WHERE t.id = ANY(ARRAY(SELECT s.id "
+	    "FROM scanned s WHERE NOT EXISTS (SELECT 1 FROM %s b WHERE "
+	    "b.blocking_id = s.id))) RETURNING 1) "
+	    "SELECT (SELECT count(*) FROM gone)::text, count(*)::text, "
+	    "coalesce(max(finished_at)::text, ''), "
+	    "coalesce((max(finished_at) + interval '1 microsecond')::text, '') "
+	    "FROM scanned",
+	    T, status, s->opt.clean_batch_size, T, s->blocked);
+}
+
+static char *sql_clean_sent(const struct store *s)
+{
+	return sql_clean(s, "sent");
+}
+
+static char *sql_clean_failed(const struct store *s)
+{
+	return sql_clean(s, "failed");
+}
+
+static char *sql_next_due(const struct store *s)
+{
+	return store_asprintf(
+	    "SELECT CASE WHEN min(next_attempt_at) IS NULL THEN -1 ELSE "
+	    "greatest(0, ceil(extract(epoch FROM (min(next_attempt_at) - "
+	    "now())) * 1000))::bigint END::text "
+	    "FROM %s WHERE status = 'pending'%s",
+	    s->table.quoted,
+	    s->opt.ordered ? " AND (partition_key IS NULL OR head)" : "");
+}
+
+/* Redrive and replay: by ids, type and a finished_at range. */
+static char *redrive_where(const char *status)
+{
+	return store_asprintf(
+	    "status = '%s' AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[])) "
+	    "AND ($2::text IS NULL OR type = $2) AND finished_at >= "
+	    "coalesce($3::timestamptz, '-infinity') AND finished_at < "
+	    "coalesce($4::timestamptz, 'infinity')",
+	    status);
+}
+
+static char *sql_redrive(const struct store *s, const char *status)
+{
+	const char *T = s->table.quoted;
+	char *where = redrive_where(status);
+	char *sql =
+	    where ? store_asprintf("WITH r AS MATERIALIZED (SELECT id FROM %s "
+				   "WHERE %s ORDER BY finished_at LIMIT %d FOR "
+				   "NO KEY UPDATE SKIP LOCKED) UPDATE %s AS t "
+				   "SET status = 'pending', attempts = 0, "
+				   "next_attempt_at = now(), finished_at = "
+				   "NULL, suspect = false, head = NULL WHERE "
+				   "t.id = ANY(ARRAY(SELECT id FROM r)) AND "
+				   "t.status = '%s'",
+				   T, where, REDRIVE_BATCH, T, status)
+		  : NULL;
+	free(where);
+	return sql;
+}
+
+static char *sql_redrive_failed(const struct store *s)
+{
+	return sql_redrive(s, "failed");
+}
+
+static char *sql_redrive_sent(const struct store *s)
+{
+	return sql_redrive(s, "sent");
+}
+
+static char *sql_count(const struct store *s, const char *status)
+{
+	char *where = redrive_where(status);
+	char *sql = where ? store_asprintf("SELECT count(*)::text FROM %s "
+					   "WHERE %s",
+					   s->table.quoted, where)
+			  : NULL;
+	free(where);
+	return sql;
+}
+
+static char *sql_count_failed(const struct store *s)
+{
+	return sql_count(s, "failed");
+}
+
+static char *sql_count_sent(const struct store *s)
+{
+	return sql_count(s, "sent");
+}
+
+static char *sql_control(const struct store *s)
+{
+	char control[160];
+	table_derived(&s->table, "_control", control, sizeof(control));
+	return store_asprintf("SELECT destination FROM %s ORDER BY destination",
+			      control);
+}
+
+/* Ordered mode: fresh keyed rows become head when no older row of their
+ * key is unfinished and the key is not blocked. */
+static char *sql_classify(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "WITH fresh AS MATERIALIZED (SELECT id FROM %s WHERE status = "
+	    "'pending' AND head IS NULL AND partition_key IS NOT NULL ORDER "
+	    "BY seq LIMIT 1000 FOR NO KEY UPDATE SKIP LOCKED) "
+	    "UPDATE %s AS t SET head = NOT EXISTS (SELECT 1 FROM %s o WHERE "
+	    "o.partition_key = t.partition_key AND o.seq < t.seq AND "
+	    "o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
+	    "FROM %s b WHERE b.partition_key = t.partition_key) WHERE t.id "
+	    "= ANY(ARRAY(SELECT id FROM fresh)) AND t.status = 'pending'",
+	    T, T, T, s->blocked);
+}
+
+/* The sweeper's repair: a mark that raced an insert can leave a key whose
+ * oldest live row is not head. */
+static char *sql_repair(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "WITH stuck AS MATERIALIZED (SELECT DISTINCT ON (partition_key) "
+	    "id FROM %s t WHERE status = 'pending' AND head = false AND "
+	    "partition_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s o "
+	    "WHERE o.partition_key = t.partition_key AND o.seq < t.seq AND "
+	    "o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
+	    "FROM %s b WHERE b.partition_key = t.partition_key) ORDER BY "
+	    "partition_key, seq LIMIT 1000) "
+	    "UPDATE %s AS t SET head = true WHERE t.id = ANY(ARRAY(SELECT "
+	    "id FROM stuck)) AND t.status = 'pending'",
+	    T, T, s->blocked, T);
+}
+
+/* Redrive in ordered mode: rows whose key already went further. */
+static char *sql_redrive_check(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "SELECT count(*)::text FROM %s r WHERE r.status = ANY($5::text[]) "
+	    "AND ($1::uuid[] IS NULL OR r.id = ANY($1::uuid[])) AND ($2::text "
+	    "IS NULL OR r.type = $2) AND r.finished_at >= "
+	    "coalesce($3::timestamptz, '-infinity') AND r.finished_at < "
+	    "coalesce($4::timestamptz, 'infinity') AND r.partition_key IS "
+	    "NOT NULL AND EXISTS (SELECT 1 FROM %s x WHERE x.partition_key "
+	    "= r.partition_key AND x.seq > r.seq AND x.status IN ('sent', "
+	    "'in_flight'))",
+	    T, T);
+}
+
+static char *sql_unblock(const struct store *s)
+{
+	return store_asprintf("DELETE FROM %s WHERE partition_key = $1 "
+			      "RETURNING blocking_id::text",
+			      s->blocked);
+}
+
+static char *sql_unblock_skip(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "UPDATE %s AS t SET head = true WHERE t.id = (SELECT o.id FROM "
+	    "%s o WHERE o.partition_key = $1 AND o.status = 'pending' ORDER "
+	    "BY o.seq LIMIT 1)",
+	    T, T);
+}
+
+static char *sql_unblock_redrive(const struct store *s)
+{
+	return store_asprintf(
+	    "UPDATE %s SET status = 'pending', attempts = 0, "
+	    "next_attempt_at = now(), finished_at = NULL, suspect = false, "
+	    "head = true WHERE id = $1::uuid AND status = 'failed'",
+	    s->table.quoted);
+}
+
+static char *sql_version(const struct store *s)
+{
+	char version[160];
+	table_derived(&s->table, "_schema_version", version, sizeof(version));
+	return store_asprintf("SELECT coalesce(max(version), 0)::text FROM %s",
+			      version);
+}
+
+static char *(*const builders[ST_COUNT])(const struct store *s) = {
+    [ST_LEASE] = sql_lease,
+    [ST_RENEW] = sql_renew,
+    [ST_SENT] = sql_sent,
+    [ST_RETRY] = sql_retry,
+    [ST_TRANSPORT] = sql_transport,
+    [ST_FAILED] = sql_failed,
+    [ST_RELEASE] = sql_release,
+    [ST_RECHECK] = sql_recheck,
+    [ST_SWEEP] = sql_sweep,
+    [ST_CLEAN_SENT] = sql_clean_sent,
+    [ST_CLEAN_FAILED] = sql_clean_failed,
+    [ST_NEXT_DUE] = sql_next_due,
+    [ST_REDRIVE_FAILED] = sql_redrive_failed,
+    [ST_REDRIVE_SENT] = sql_redrive_sent,
+    [ST_COUNT_FAILED] = sql_count_failed,
+    [ST_COUNT_SENT] = sql_count_sent,
+    [ST_CONTROL] = sql_control,
+    [ST_CLASSIFY] = sql_classify,
+    [ST_REPAIR] = sql_repair,
+    [ST_REDRIVE_CHECK] = sql_redrive_check,
+    [ST_UNBLOCK] = sql_unblock,
+    [ST_UNBLOCK_SKIP] = sql_unblock_skip,
+    [ST_UNBLOCK_REDRIVE] = sql_unblock_redrive,
+    [ST_VERSION] = sql_version,
+};
+
+int store_build_statements(struct store *s)
+{
+	for (int i = 0; i < ST_COUNT; i++) {
+		s->sql[i] = builders[i](s);
+		if (!s->sql[i])
+			return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Test hooks of the store, for the store's own tests only: the raw
+ * session (to watch its notices) and diagnostic session SQL (auto_explain
+ * and plan settings). Nothing in the relay includes this.
+ */
+#ifndef OUTBOX_STORE_TEST_H
+#define OUTBOX_STORE_TEST_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+
+#include "store.h"
+
+/* The session of s; owned by the store, replaced by a reconnect. */
+PGconn *store_conn(struct store *s);
+
+/* store_open() that also runs session_sql after the session settings. */
+int store_open_traced(struct store **out, const struct store_options *opt,
+		      const char *session_sql, char *err, size_t errlen);
+
+#endif
