@@ -1,62 +1,36 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The listener (OUTBOX_LISTEN=on): LISTENs on the outbox trigger's channel
- * over a direct Postgres connection and wakes idle workers. Self-contained
- * on purpose: it still speaks libpq itself and moves onto the store's
- * listener API once that exists.
+ * The listener (OUTBOX_LISTEN=on): waits on the store's LISTEN session and
+ * wakes idle workers when rows are inserted (docs/design.md §7).
  */
 #include "loops_int.h"
 
-#include <poll.h>
-#include <stdio.h>
-#include <stdlib.h>
-
 #include "base/base.h"
-#include "store/pgconn.h"
+#include "store/store.h"
 
 #define LISTEN_USAGE_EVERY_MS 5000
+#define LISTEN_WAIT_MS 1000
 
-static PGconn *listen_connect(struct relay_thread *th, const char *channel)
+/* Opens the LISTEN session, retrying with backoff until it works or the
+ * relay stops (NULL then). */
+static struct store_listener *listen_connect(struct relay_thread *th)
 {
 	struct relay *r = th->relay;
 	const struct config *cfg = r->cfg;
-	char name[160], err[1024], sql[300];
+	char name[160], err[1024];
 	relay_app_name(r, th->name, name, sizeof(name));
-	struct pgconn_options o = {
-	    .conninfo = cfg->listen_database_url ? cfg->listen_database_url
-						 : cfg->database_url,
-	    .application_name = name,
-	    .statement_timeout_ms = cfg->statement_timeout_ms,
-	};
+	struct store_options o = store_options_from_config(cfg, name, NULL);
+	/* LISTEN needs a direct connection: a transaction pooler drops it. */
+	if (cfg->listen_database_url)
+		o.conninfo = cfg->listen_database_url;
 	int64_t backoff = RECONNECT_MIN_MS;
-	/* The channel of sql/002's trigger: hashed from the table's name. */
-	snprintf(
-	    sql, sizeof(sql),
-	    "SELECT format('LISTEN %%I', 'outbox_wakeup_' || hashtext(%s))",
-	    channel);
 	while (!relay_stopping(r)) {
-		PGconn *conn = pgconn_connect(&o, err, sizeof(err));
-		if (conn) {
-			PGresult *res = PQexec(conn, sql);
-			if (PQresultStatus(res) == PGRES_TUPLES_OK) {
-				char listen[128];
-				snprintf(listen, sizeof(listen), "%s",
-					 PQgetvalue(res, 0, 0));
-				PQclear(res);
-				res = PQexec(conn, listen);
-			}
-			bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
-			if (!ok)
-				pgconn_error(conn, res, err, sizeof(err));
-			PQclear(res);
-			if (ok) {
-				/* Rows inserted while we were not listening
-				 * would otherwise wait for the poll interval.
-				 */
-				relay_wake(r);
-				return conn;
-			}
-			PQfinish(conn);
+		struct store_listener *l = NULL;
+		if (store_listener_open(&l, &o, err, sizeof(err)) == STORE_OK) {
+			/* Rows inserted while nobody listened would otherwise
+			 * wait for the poll interval. */
+			relay_wake(r);
+			return l;
 		}
 		log_warn("listener: %s", err);
 		relay_idle(th, backoff, NULL, NULL);
@@ -66,70 +40,53 @@ static PGconn *listen_connect(struct relay_thread *th, const char *channel)
 	return NULL;
 }
 
-/* Reports pg_notification_queue_usage(): a listener that falls behind
- * fills the queue, and then producers' commits fail. */
-static bool listen_usage(PGconn *conn)
+/* One pass: the queue usage when due, then a wait for notifications.
+ * Returns STORE_OK, or the store's error when the session must be
+ * reopened. */
+static int listen_once(struct relay_thread *th, struct store_listener *l,
+		       int64_t *next_usage)
 {
-	PGresult *res =
-	    PQexec(conn, "SELECT (pg_notification_queue_usage() * 1e6)"
-			 "::bigint::text");
-	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-	if (ok)
-		metrics_set(MG_NOTIFY_QUEUE_PPM,
-			    strtoll(PQgetvalue(res, 0, 0), NULL, 10));
-	PQclear(res);
-	return ok;
+	char err[512];
+	int rc = STORE_OK;
+	if (clock_ms() >= *next_usage) {
+		int64_t ppm = 0;
+		rc = store_listener_queue_usage(l, &ppm, err, sizeof(err));
+		if (rc == STORE_OK)
+			metrics_set(MG_NOTIFY_QUEUE_PPM, ppm);
+		*next_usage = clock_ms() + LISTEN_USAGE_EVERY_MS;
+	}
+	size_t n = 0;
+	if (rc == STORE_OK)
+		rc = store_listener_wait(l, LISTEN_WAIT_MS, &n, err,
+					 sizeof(err));
+	if (n > 0)
+		relay_wake(th->relay);
+	if (rc != STORE_OK)
+		log_warn("listener lost its connection (%s); reconnecting",
+			 err);
+	return rc;
 }
 
-/* LISTENs on a direct connection and wakes idle workers on every
- * notification. It never opens a transaction; polling stays the fallback,
+/* Wakes idle workers on every notification. Polling stays the fallback,
  * so a lost notification costs at most the poll interval. */
 void *listener_main(void *arg)
 {
 	struct relay_thread *th = arg;
 	struct relay *r = th->relay;
-	char channel[160]; /* the table's SQL literal */
-	struct outbox_table t;
-	char err[256];
 	log_set_thread(th->name);
-	if (table_parse(r->cfg->table, &t, err, sizeof(err)) != 0) {
-		log_error("listener: %s", err);
-		return NULL;
-	}
-	snprintf(channel, sizeof(channel), "%s", t.literal);
-	PGconn *conn = listen_connect(th, channel);
+	struct store_listener *l = listen_connect(th);
 	int64_t next_usage = 0;
-	while (conn && !relay_stopping(r)) {
+	while (l && !relay_stopping(r)) {
 		loop_tick(th);
-		struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
-		int ready = poll(&pfd, 1, 1000);
-		bool healthy = ready >= 0 && PQconsumeInput(conn) == 1;
-		/* The usage query first: notifications that come in with its
-		 * reply are queued inside libpq, and the socket would not
-		 * show them to the next poll(). */
-		if (healthy && clock_ms() >= next_usage) {
-			healthy = listen_usage(conn);
-			next_usage = clock_ms() + LISTEN_USAGE_EVERY_MS;
-		}
-		if (healthy) {
-			bool woke = false;
-			PGnotify *n;
-			while ((n = PQnotifies(conn)) != NULL) {
-				woke = true;
-				PQfreemem(n);
-			}
-			if (woke)
-				relay_wake(r);
-		}
-		if (!healthy || PQstatus(conn) != CONNECTION_OK) {
-			log_warn("listener lost its connection; reconnecting");
-			PQfinish(conn);
+		if (listen_once(th, l, &next_usage) != STORE_OK) {
+			/* Any failure reconnects, as a query that fails on a
+			 * live session is as unexpected as a lost one. */
+			store_listener_close(l);
 			metrics_add(MC_DB_RECONNECTS, 1);
-			conn = listen_connect(th, channel);
+			l = listen_connect(th);
 		}
 	}
-	if (conn)
-		PQfinish(conn);
+	store_listener_close(l);
 	log_info("listener stopped");
 	return NULL;
 }

@@ -89,7 +89,7 @@ static int lost(PGconn *conn, char *err, size_t errlen)
 {
 	char why[512];
 	pgconn_error(conn, NULL, why, sizeof(why));
-	snprintf(err, errlen, "listener lost its connection: %s", why);
+	snprintf(err, errlen, "LISTEN session: %s", why);
 	return STORE_RECONNECT;
 }
 
