@@ -61,7 +61,6 @@ struct relay {
 	atomic_int stopping;	  /* 1 once shutdown began */
 	atomic_int marks_failed;  /* 1 if a mark could not be written */
 	atomic_int workers_ready; /* workers with a healthy publisher */
-	atomic_int db_ok;	  /* workers that opened their store */
 
 	/* lock guards every field from wake_gen to rate_next_ms; wake is
 	 * signalled under it by relay_wake(). */

@@ -201,8 +201,10 @@ int relay_start(struct relay *r, char *err, size_t errlen)
 		int rc = pthread_create(&starts[i].th->tid, NULL, starts[i].fn,
 					starts[i].th);
 		if (rc != 0) {
+			char why[128];
 			snprintf(err, errlen, "cannot start thread %s: %s",
-				 starts[i].th->name, strerror(rc));
+				 starts[i].th->name,
+				 strerror_r(rc, why, sizeof(why)));
 			relay_stop(r);
 			return -1;
 		}

@@ -624,7 +624,6 @@ void *worker_main(void *arg)
 	w.store = relay_open_store(th, th->name);
 	if (!w.store)
 		goto out;
-	atomic_fetch_add(&r->db_ok, 1);
 	metrics_gauge_add(MG_PUBLISHERS_UNHEALTHY, 1); /* until first open */
 	while (!relay_stopping(r))
 		worker_pass(&w, &pk);

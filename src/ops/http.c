@@ -157,15 +157,16 @@ static int listen_on(const char *addr, int *family, char *err, size_t errlen)
 		fd = -1;
 	}
 	freeaddrinfo(ai);
+	char why[128];
 	if (fd < 0) {
 		snprintf(err, errlen, "http: cannot listen on %s: %s", addr,
-			 strerror(saved));
+			 strerror_r(saved, why, sizeof(why)));
 		return -1;
 	}
 	int flags = fcntl(fd, F_GETFL);
 	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
 		snprintf(err, errlen, "http: cannot configure socket: %s",
-			 strerror(errno));
+			 strerror_r(errno, why, sizeof(why)));
 		close(fd);
 		return -1;
 	}

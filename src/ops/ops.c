@@ -213,14 +213,7 @@ static void ops_sleep(int64_t until_ms)
 			break;
 		/* Wake at least every second to keep the tick fresh. */
 		int64_t slice = until_ms - now < 1000 ? until_ms - now : 1000;
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += slice / 1000;
-		ts.tv_nsec += (slice % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		struct timespec ts = clock_monotonic_after(slice);
 		pthread_cond_timedwait(&ops.cond, &ops.lock, &ts);
 		atomic_store(&ops.tick_ms, clock_ms());
 	}
@@ -405,8 +398,9 @@ int ops_start(struct relay *r, char *err, size_t errlen)
 	}
 	int rc = pthread_create(&ops.thread, NULL, ops_main, r);
 	if (rc != 0) {
+		char why[128];
 		snprintf(err, errlen, "cannot start thread ops: %s",
-			 strerror(rc));
+			 strerror_r(rc, why, sizeof(why)));
 		goto fail;
 	}
 	ops.thread_started = true;
