@@ -320,6 +320,12 @@ static void publish_valid_rows(struct worker *w)
 	    .tick = ctx_tick,
 	    .opaque = w,
 	};
+	/* A result the backend leaves unfilled must not read as PUB_ACKED
+	 * (0): no row is marked sent without the broker's word. */
+	for (size_t j = 0; j < b->n_valid; j++)
+		b->results[j] = (struct pub_result){
+		    .outcome = PUB_TRANSPORT,
+		    .reason = "the publisher reported no outcome"};
 	int64_t t0 = clock_ms();
 	int rc =
 	    publisher_publish(&w->pub, b->valid, b->n_valid, &ctx, b->results);
