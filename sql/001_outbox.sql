@@ -1,4 +1,4 @@
--- 001: the outbox table and everything it needs (contract section 2).
+-- 001: the outbox table and everything it needs (docs/design.md §2).
 --
 -- Applied by `outbox-relay migrate`, which replaces the placeholders:
 --   {{table}}  the quoted, possibly schema-qualified table ("app"."outbox_events")

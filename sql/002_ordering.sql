@@ -1,6 +1,6 @@
 -- outbox:no-transaction
--- 002: ordered delivery per partition key (contract section 6) and the
--- NOTIFY wake-up function (section 7). Expand only: relays of version 001
+-- 002: ordered delivery per partition key (docs/design.md §6) and the
+-- NOTIFY wake-up function (§7). Expand only: relays of version 001
 -- keep running while this applies. Indexes are built CONCURRENTLY, so no
 -- statement here blocks the application's inserts for long; every
 -- statement is idempotent, so a run cut short is completed by the next.

@@ -1,4 +1,4 @@
--- Roles for the outbox, least privilege (contract section 2). Run with psql
+-- Roles for the outbox, least privilege (docs/design.md §2). Run with psql
 -- as the table's owner after `outbox-relay migrate`, naming your roles:
 --
 --   psql -v app_role=orders_app -v relay_role=outbox_relay \

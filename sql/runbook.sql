@@ -1,4 +1,4 @@
--- Runbook queries for outbox-relay (contract section 9; docs/runbook.md
+-- Runbook queries for outbox-relay (docs/design.md §9; docs/runbook.md
 -- says which alert each section answers). Read-only unless a line says
 -- otherwise, and every statement that would change something is commented
 -- out. Run them with psql as a role that can read the outbox table and

@@ -88,7 +88,7 @@ int relay_init(struct relay *r, const struct config *cfg,
  * with err. */
 int relay_start(struct relay *r, char *err, size_t errlen);
 
-/* Begins the shutdown of section 7; returns at once. */
+/* Begins the shutdown of docs/design.md §7; returns at once. */
 void relay_stop(struct relay *r);
 
 /* Wakes idle workers (new rows, shutdown, resume). */

@@ -132,7 +132,7 @@ static void batch_add_mark(struct batch *b, enum store_mark mark,
 	l->reasons[l->n++] = reason;
 }
 
-/* ---- what each publish outcome does (section 3 of the contract) ---- */
+/* ---- what each publish outcome does (docs/design.md §3) ---- */
 
 struct outcome_rule {
 	enum store_mark mark;
@@ -292,7 +292,7 @@ static void validate_rows(struct batch *b)
 		b->ids[i] = e->id;
 		b->held[i] = true;
 		/* A row that can never be encoded fails with its reason and
-		 * never stops the batch (contract section 10). */
+		 * never stops the batch (docs/design.md §10). */
 		if (cloudevent_validate(e, b->invalid[i],
 					sizeof(b->invalid[i])) != 0) {
 			batch_add_mark(b, MARK_FAILED, e->id, b->invalid[i]);
@@ -432,8 +432,8 @@ static void run_marks(struct worker *w)
 	for (int k = 0; k < N_MARKS; k++) {
 		if (mark_order[k].mark == MARK_RELEASE &&
 		    relay_stopping(w->r) && w->pub.open) {
-			/* Section 7: never-sent rows are released only once
-			 * the broker client is closed, so nothing still
+			/* docs/design.md §7: never-sent rows are released only
+			 * once the broker client is closed, so nothing still
 			 * queued in it can go out after another replica
 			 * leased them. */
 			publisher_close(&w->pub);

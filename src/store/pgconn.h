@@ -2,7 +2,7 @@
 /*
  * Postgres sessions as the relay opens them: keepalives and
  * tcp_user_timeout so a black-holed server is noticed in seconds, and the
- * session settings of the contract's section 7 on every connection.
+ * session settings of docs/design.md §7 on every connection.
  * Also: which errors mean "reconnect" rather than "this statement failed".
  */
 #ifndef OUTBOX_PGCONN_H

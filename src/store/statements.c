@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Every SQL statement the relay runs against the outbox table, one
- * builder each. Read postgres-queue-pitfalls before changing one: the
- * shapes below are the contract's (sections 3, 4, 7) for measured reasons.
+ * builder each. The shapes are those of docs/design.md §3, §4, §6 and §7,
+ * each for a measured reason given there: read it before changing one.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,7 +38,7 @@ char *store_asprintf(const char *fmt, ...)
 	return out;
 }
 
-/* The backoff of section 3 as an SQL expression over t.attempts: the
+/* The backoff of §3 as an SQL expression over t.attempts: the
  * exponent is capped at 20 so no attempt count overflows an interval, and
  * each row gets +-20 % jitter so a failed batch does not return as one. */
 static char *backoff_sql(const struct store_options *o)

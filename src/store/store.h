@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The store: every SQL statement the relay runs against the outbox table
- * and its side tables lives in src/store/ and nowhere else (contract
- * sections 3, 4 and 7). This header is the whole of it other parts see.
+ * and its side tables lives in src/store/ and nowhere else
+ * (docs/design.md §3, §4, §7). This header is all other parts see of it.
  *
  * One struct store owns one Postgres session and is used by one thread.
  * Statements are autocommit, except sweep and clean batches, which run in

@@ -6,7 +6,7 @@
  * one key gets 100k due rows older than all of them, and in unordered mode
  * for reference. Every lease is released again, so each measurement sees
  * the same table. Prints one JSON object: median and min/max per case and
- * the hot/none ratio (the contract's target: at most 2).
+ * the hot/none ratio (docs/design.md §6: at most 2).
  *
  * Usage: bench_ordering DATABASE_URL [HOT_ROWS] [REPEATS]
  */

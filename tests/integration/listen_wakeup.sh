@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Wake-up through LISTEN (contract section 7): with a 10 s poll interval and
+# Wake-up through LISTEN (docs/design.md §7): with a 10 s poll interval and
 # OUTBOX_LISTEN=on, an inserted event is published within a second; with
 # the trigger dropped it still goes out within the poll interval; the
 # listener comes back after a Postgres restart.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Ordered delivery at the broker (contract section 6): 3 relay processes x
+# Ordered delivery at the broker (docs/design.md §6): 3 relay processes x
 # 2 workers, 200 keys x 50 events, one relay killed -9 mid-run. For every
 # key the first deliveries reach the queue in seq order and nothing is
 # lost. Also: two events of one key inserted in one transaction, 1000

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# A key's head row failing permanently (contract section 6): under skip the
+# A key's head row failing permanently (docs/design.md §6): under skip the
 # rest of the key is delivered; under block nothing more of it is, status
 # shows the key, the cleaner keeps the blocking row, and
 # `outbox-relay unblock --key K --skip` releases it.

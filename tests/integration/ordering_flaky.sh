@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Ordered delivery under faults (contract section 6): 3 relay processes x 2
+# Ordered delivery under faults (docs/design.md §6): 3 relay processes x 2
 # workers, 200 keys x 50 events, 5 % of publishes failing retryably and
 # one relay killed -9 mid-run. Deliveries go to one shared log in global
 # order (the flaky test backend); for every key the first deliveries

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Bad input gets a clear error and loses nothing (contract section 10):
+# Bad input gets a clear error and loses nothing (docs/design.md §10):
 # rows that cannot be encoded, in a table created without the CHECKs, end
 # failed with a reason while the rest of their batch is sent; bad settings
 # exit 2 naming the variable; a missing table names itself and the fix; a
