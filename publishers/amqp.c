@@ -549,12 +549,12 @@ static int conn_open(struct amqp_state *st, char *err, size_t errlen)
 	st->channel_open = false;
 	if (channel_open(st, err, errlen) != 0)
 		goto fail;
-	if (cfg->amqp_declare_exchange) {
+	if (amqp_settings(cfg)->declare_exchange) {
 		watchdog_arm(st, clock_ms() + 2 * timeout_ms(cfg));
-		amqp_exchange_declare(st->conn, st->channel,
-				      amqp_cstring_bytes(cfg->amqp_exchange),
-				      amqp_cstring_bytes("topic"), 0, 1, 0, 0,
-				      amqp_empty_table);
+		amqp_exchange_declare(
+		    st->conn, st->channel,
+		    amqp_cstring_bytes(amqp_settings(cfg)->exchange),
+		    amqp_cstring_bytes("topic"), 0, 1, 0, 0, amqp_empty_table);
 		r = amqp_get_rpc_reply(st->conn);
 		watchdog_disarm(st);
 		if (r.reply_type != AMQP_RESPONSE_NORMAL) {
@@ -562,8 +562,9 @@ static int conn_open(struct amqp_state *st, char *err, size_t errlen)
 			char quoted[80];
 
 			cloudevent_quote(quoted, sizeof(quoted),
-					 cfg->amqp_exchange,
-					 strlen(cfg->amqp_exchange), 64);
+					 amqp_settings(cfg)->exchange,
+					 strlen(amqp_settings(cfg)->exchange),
+					 64);
 			set_reason(what, sizeof(what),
 				   "declaring exchange '%s'", quoted);
 			rpc_failed(st, r, what, err, errlen);
@@ -640,7 +641,7 @@ static void on_ack(struct amqp_state *st, struct flight *fl, size_t i)
 		settle(fl, i, PUB_ACKED, false, "");
 		return;
 	}
-	if (st->cfg->unroutable == UNROUTABLE_FAIL)
+	if (amqp_settings(st->cfg)->unroutable == UNROUTABLE_FAIL)
 		settle(fl, i, PUB_PERMANENT, false, s->return_why);
 	else
 		settle(fl, i, PUB_DESTINATION, true, s->return_why);
@@ -1100,12 +1101,18 @@ static int write_slot(struct amqp_state *st, size_t i)
 	return -1;
 }
 
+/* Rows with a NULL exchange go to OUTBOX_AMQP_EXCHANGE. */
+static const char *amqp_default_destination(const struct config *cfg)
+{
+	const char *exchange = amqp_settings(cfg)->exchange;
+
+	return exchange ? exchange : "";
+}
+
 static const char *slot_exchange(const struct config *cfg,
 				 const struct outbox_event *ev)
 {
-	if (ev->exchange)
-		return ev->exchange;
-	return cfg->amqp_exchange ? cfg->amqp_exchange : "";
+	return ev->exchange ? ev->exchange : amqp_default_destination(cfg);
 }
 
 /* Ends the flight: what is still open gets its final outcome. Returns
@@ -1152,40 +1159,25 @@ static int flight_finish(struct amqp_state *st, const char *unsent_why)
 
 static int amqp_validate(const struct config *cfg, char *err, size_t errlen)
 {
-	struct amqp_connection_info ci;
-	char *copy;
-	int ret = -1;
+	const struct amqp_settings *as = amqp_settings(cfg);
+	char why[200];
 
-	if (!cfg->amqp_url || !*cfg->amqp_url) {
+	if (!as->url || !*as->url) {
 		set_reason(err, errlen, "OUTBOX_AMQP_URL is not set");
 		return -1;
 	}
-	copy = strdup(cfg->amqp_url);
-	if (!copy) {
-		set_reason(err, errlen, "out of memory");
+	if (amqp_url_check(as->url, why, sizeof(why)) != 0) {
+		set_reason(err, errlen, "OUTBOX_AMQP_URL: %s", why);
 		return -1;
 	}
-	amqp_default_connection_info(&ci);
-	if (amqp_parse_url(copy, &ci) != AMQP_STATUS_OK)
-		set_reason(err, errlen,
-			   "OUTBOX_AMQP_URL is not an AMQP URL "
-			   "(amqp://user:password@host:port/vhost or "
-			   "amqps://...)");
-	else if (!*ci.vhost)
-		set_reason(err, errlen,
-			   "OUTBOX_AMQP_URL names the empty vhost: drop the "
-			   "trailing '/' for vhost '/'");
-	else if (cfg->amqp_declare_exchange &&
-		 (!cfg->amqp_exchange || !*cfg->amqp_exchange))
+	if (as->declare_exchange && (!as->exchange || !*as->exchange)) {
 		set_reason(err, errlen,
 			   "OUTBOX_AMQP_DECLARE_EXCHANGE=on needs a non-empty "
 			   "OUTBOX_AMQP_EXCHANGE (the default exchange cannot "
 			   "be declared)");
-	else
-		ret = 0;
-	explicit_bzero(copy, strlen(cfg->amqp_url));
-	free(copy);
-	return ret;
+		return -1;
+	}
+	return 0;
 }
 
 static void state_free(struct amqp_state *st)
@@ -1215,7 +1207,7 @@ static int amqp_open(const struct config *cfg, void **state, char *err,
 	st->channel_max = 1;
 	if (amqp_validate(cfg, err, errlen) != 0)
 		goto fail;
-	st->url = strdup(cfg->amqp_url);
+	st->url = strdup(amqp_settings(cfg)->url);
 	if (!st->url) {
 		set_reason(err, errlen, "amqp: out of memory");
 		goto fail;
@@ -1530,6 +1522,8 @@ static void amqp_close(void *state)
 
 const struct publisher_ops publisher_amqp = {
     .name = "amqp",
+    .settings = &amqp_settings_group,
+    .default_destination = amqp_default_destination,
     .validate = amqp_validate,
     .open = amqp_open,
     .publish = amqp_publish,

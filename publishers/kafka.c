@@ -190,16 +190,66 @@ static bool is_attribute(const struct ce_header *h)
 	return strncmp(h->name, CE_PREFIX, strlen(CE_PREFIX)) == 0;
 }
 
+/* Value and headers: the envelope, or the payload with ce_* headers; the
+ * row's own headers follow either. 0, or -1 with reason set. */
+static int msg_body(struct kafka_msg *msg, const struct outbox_event *ev,
+		    const struct ce_headers *ce, bool structured, char *reason,
+		    size_t reasonlen)
+{
+	static const char empty[] = "";
+	size_t len = 0;
+
+	if (structured) {
+		/* The envelope carries the attributes; ce_* headers are
+		 * optional in this mode and left out. */
+		msg->envelope =
+		    cloudevent_structured(ev, &len, reason, reasonlen);
+		if (!msg->envelope)
+			return -1;
+		msg->value = msg->envelope;
+		msg->value_len = len;
+		if (header_add(msg->headers, "content-type",
+			       cloudevent_structured_content_type()) != 0)
+			goto oom;
+	} else {
+		msg->value = ev->payload ? (const void *)ev->payload : empty;
+		msg->value_len = ev->payload ? ev->payload_len : 0;
+		for (size_t i = 0; i < ce->n; i++)
+			if (is_attribute(&ce->items[i]) &&
+			    header_add(msg->headers, ce->items[i].name,
+				       ce->items[i].value) != 0)
+				goto oom;
+		if (ev->content_type && *ev->content_type &&
+		    header_add(msg->headers, "content-type",
+			       ev->content_type) != 0)
+			goto oom;
+	}
+	for (size_t i = 0; i < ce->n; i++)
+		if (!is_attribute(&ce->items[i]) &&
+		    header_add(msg->headers, ce->items[i].name,
+			       ce->items[i].value) != 0)
+			goto oom;
+	return 0;
+oom:
+	snprintf(reason, reasonlen, "out of memory");
+	return -1;
+}
+
+/* Rows with a NULL exchange go to OUTBOX_KAFKA_TOPIC. */
+static const char *kafka_default_destination(const struct config *cfg)
+{
+	return kafka_settings(cfg)->topic;
+}
+
 int kafka_msg_build(const struct config *cfg, const struct outbox_event *ev,
 		    struct kafka_msg *msg, enum pub_outcome *fail, char *reason,
 		    size_t reasonlen)
 {
-	static const char empty[] = "";
+	const struct kafka_settings *ks = kafka_settings(cfg);
 	struct ce_headers ce = {0};
-	bool structured = cfg->ce_mode == CE_MODE_STRUCTURED;
-	const char *topic = ev->exchange ? ev->exchange : cfg->kafka_topic;
+	const char *topic =
+	    ev->exchange ? ev->exchange : kafka_default_destination(cfg);
 	const char *key;
-	size_t len = 0;
 	int ret = -1;
 
 	*msg = (struct kafka_msg){0};
@@ -223,49 +273,21 @@ int kafka_msg_build(const struct config *cfg, const struct outbox_event *ev,
 		goto out;
 
 	msg->topic = topic;
-	key = cfg->kafka_key_from == KEY_FROM_ROUTING_KEY ? ev->routing_key
-							  : ev->partition_key;
+	key = ks->key_from == KEY_FROM_ROUTING_KEY ? ev->routing_key
+						   : ev->partition_key;
 	if (key && *key) {
 		msg->key = key;
 		msg->key_len = strlen(key);
 	}
 	msg->headers = rd_kafka_headers_new(ce.n + 1);
-	if (!msg->headers)
-		goto oom;
-	if (structured) {
-		/* The envelope carries the attributes; ce_* headers are
-		 * optional in this mode and left out. */
-		msg->envelope =
-		    cloudevent_structured(ev, &len, reason, reasonlen);
-		if (!msg->envelope)
-			goto out;
-		msg->value = msg->envelope;
-		msg->value_len = len;
-		if (header_add(msg->headers, "content-type",
-			       cloudevent_structured_content_type()) != 0)
-			goto oom;
-	} else {
-		msg->value = ev->payload ? (const void *)ev->payload : empty;
-		msg->value_len = ev->payload ? ev->payload_len : 0;
-		for (size_t i = 0; i < ce.n; i++)
-			if (is_attribute(&ce.items[i]) &&
-			    header_add(msg->headers, ce.items[i].name,
-				       ce.items[i].value) != 0)
-				goto oom;
-		if (ev->content_type && *ev->content_type &&
-		    header_add(msg->headers, "content-type",
-			       ev->content_type) != 0)
-			goto oom;
+	if (!msg->headers) {
+		snprintf(reason, reasonlen, "out of memory");
+		goto out;
 	}
-	for (size_t i = 0; i < ce.n; i++)
-		if (!is_attribute(&ce.items[i]) &&
-		    header_add(msg->headers, ce.items[i].name,
-			       ce.items[i].value) != 0)
-			goto oom;
+	if (msg_body(msg, ev, &ce, cfg->ce_mode == CE_MODE_STRUCTURED, reason,
+		     reasonlen) != 0)
+		goto out;
 	ret = 0;
-	goto out;
-oom:
-	snprintf(reason, reasonlen, "out of memory");
 out:
 	ce_headers_release(&ce);
 	if (ret != 0)
@@ -296,19 +318,20 @@ static void prop_var(const char *name, char *out, size_t outlen)
 	out[j < outlen ? j : outlen - 1] = '\0';
 }
 
-static const struct config_kafka_prop *prop_find(const struct config *cfg,
-						 const char *name)
+static const struct kafka_prop *prop_find(const struct config *cfg,
+					  const char *name)
 {
-	for (size_t i = 0; i < cfg->n_kafka_props; i++)
-		if (strcmp(cfg->kafka_props[i].name, name) == 0)
-			return &cfg->kafka_props[i];
+	const struct kafka_settings *ks = kafka_settings(cfg);
+
+	for (size_t i = 0; i < ks->n_props; i++)
+		if (strcmp(ks->props[i].name, name) == 0)
+			return &ks->props[i];
 	return NULL;
 }
 
 /* Properties that would void what the relay promises. The settings table
  * already refuses enable.idempotence, acks and bootstrap.servers. */
-static int prop_refused(const struct config_kafka_prop *p, char *err,
-			size_t errlen)
+static int prop_refused(const struct kafka_prop *p, char *err, size_t errlen)
 {
 	char var[300];
 
@@ -380,8 +403,8 @@ static rd_kafka_conf_t *conf_build(const struct config *cfg, bool brokers,
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	for (size_t i = 0; i < cfg->n_kafka_props; i++) {
-		const struct config_kafka_prop *p = &cfg->kafka_props[i];
+	for (size_t i = 0; i < kafka_settings(cfg)->n_props; i++) {
+		const struct kafka_prop *p = &kafka_settings(cfg)->props[i];
 
 		if (prop_refused(p, err, errlen) != 0 ||
 		    conf_put(conf, p->name, p->value, p->secret, err, errlen) !=
@@ -411,8 +434,9 @@ static rd_kafka_conf_t *conf_build(const struct config *cfg, bool brokers,
 	    conf_default(conf, cfg, "client.id", NULL, "outbox-relay", err,
 			 errlen))
 		goto fail;
-	if (brokers && conf_put(conf, "bootstrap.servers", cfg->kafka_brokers,
-				false, err, errlen))
+	if (brokers &&
+	    conf_put(conf, "bootstrap.servers", kafka_settings(cfg)->brokers,
+		     false, err, errlen))
 		goto fail;
 	return conf;
 fail:
@@ -639,13 +663,13 @@ static int cluster_check(struct kafka_state *st, char *err, size_t errlen)
 
 		snprintf(what, sizeof(what),
 			 "Kafka brokers %s did not answer a metadata request",
-			 st->cfg->kafka_brokers);
+			 kafka_settings(st->cfg)->brokers);
 		kafka_reason(err, errlen, what, rerr);
 		goto out;
 	}
 	if (md->broker_cnt < 1) {
 		snprintf(err, errlen, "Kafka brokers %s list no brokers",
-			 st->cfg->kafka_brokers);
+			 kafka_settings(st->cfg)->brokers);
 		goto out;
 	}
 	ret = 0;
@@ -882,7 +906,7 @@ static int kafka_validate(const struct config *cfg, char *err, size_t errlen)
 	rd_kafka_conf_t *conf;
 	rd_kafka_t *rk;
 
-	if (!kafka_topic_valid(cfg->kafka_topic)) {
+	if (!kafka_topic_valid(kafka_settings(cfg)->topic)) {
 		snprintf(err, errlen,
 			 "OUTBOX_KAFKA_TOPIC: not a valid Kafka topic name");
 		return -1;
@@ -969,6 +993,8 @@ rd_kafka_t *kafka_handle(void *state)
 
 const struct publisher_ops publisher_kafka = {
     .name = "kafka",
+    .settings = &kafka_settings_group,
+    .default_destination = kafka_default_destination,
     .validate = kafka_validate,
     .open = kafka_open,
     .publish = kafka_publish,

@@ -16,6 +16,31 @@
 
 #include "publisher.h"
 
+/* Which row column becomes the record's key. */
+enum kafka_key_from { KEY_FROM_PARTITION_KEY, KEY_FROM_ROUTING_KEY };
+
+/* One librdkafka property passed through OUTBOX_KAFKA_<PROPERTY>. */
+struct kafka_prop {
+	char *name;  /* dotted, lower case: "sasl.mechanism" */
+	char *value; /* as given */
+	bool secret; /* value never printed */
+};
+
+/* The backend's settings (OUTBOX_KAFKA_*), filled by config_load()
+ * through kafka_settings_group and owned by struct config. */
+struct kafka_settings {
+	char *brokers;
+	char *topic; /* default topic for rows with NULL */
+	enum kafka_key_from key_from;
+	struct kafka_prop *props; /* sorted by name */
+	size_t n_props;
+};
+
+extern const struct config_group kafka_settings_group;
+
+/* cfg's Kafka settings; all empty when cfg was loaded without them. */
+const struct kafka_settings *kafka_settings(const struct config *cfg);
+
 /*
  * One row as a Kafka record.
  *
@@ -37,7 +62,7 @@ struct kafka_msg {
 
 /*
  * Builds the record for ev:
- *  - topic: ev->exchange, or cfg->kafka_topic when it is NULL; a name that
+ *  - topic: ev->exchange, or OUTBOX_KAFKA_TOPIC when it is NULL; a name that
  *    is not a valid Kafka topic name fails the row (PUB_PERMANENT);
  *  - key: the partition key, or with OUTBOX_KAFKA_KEY_FROM=routing_key the
  *    routing key; NULL or "" means no key;
