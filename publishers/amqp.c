@@ -453,66 +453,63 @@ static amqp_table_entry_t bool_entry(const char *key, bool value)
 	return e;
 }
 
-/* Connects, logs in, opens the confirm channel and declares the exchange
- * when configured. 0, or -1 with err naming host and vhost. */
-static int conn_open(struct amqp_state *st, char *err, size_t errlen)
+/* A TLS socket verifying peer and host name, or a plain TCP one. */
+static amqp_socket_t *socket_new(struct amqp_state *st, char *err,
+				 size_t errlen)
 {
-	const struct config *cfg = st->cfg;
-	struct timeval tv = tv_of(timeout_ms(cfg));
-	amqp_table_entry_t caps[2], props[4];
-	amqp_table_t client;
 	amqp_socket_t *sock;
-	amqp_rpc_reply_t r;
 	int rc;
 
-	st->conn = amqp_new_connection();
-	if (!st->conn) {
-		set_reason(err, errlen, "amqp: out of memory");
-		return -1;
-	}
-	if (st->ci.ssl) {
-		sock = amqp_ssl_socket_new(st->conn);
-		if (!sock) {
-			set_reason(err, errlen,
-				   "amqp broker %s: cannot create a TLS socket",
-				   st->where);
-			goto fail;
-		}
-		rc = amqp_ssl_socket_set_cacert(sock, CA_BUNDLE);
-		if (rc != AMQP_STATUS_OK) {
-			set_reason(err, errlen,
-				   "amqp broker %s: cannot load the CA "
-				   "bundle %s: %s",
-				   st->where, CA_BUNDLE,
-				   amqp_error_string2(rc));
-			goto fail;
-		}
-		amqp_ssl_socket_set_verify_peer(sock, 1);
-		amqp_ssl_socket_set_verify_hostname(sock, 1);
-		amqp_ssl_socket_set_ssl_versions(sock, AMQP_TLSv1_2,
-						 AMQP_TLSvLATEST);
-	} else {
+	if (!st->ci.ssl) {
 		sock = amqp_tcp_socket_new(st->conn);
-		if (!sock) {
+		if (!sock)
 			set_reason(err, errlen, "amqp: out of memory");
-			goto fail;
-		}
+		return sock;
 	}
-	rc = amqp_socket_open_noblock(sock, st->ci.host, st->ci.port, &tv);
+	sock = amqp_ssl_socket_new(st->conn);
+	if (!sock) {
+		set_reason(err, errlen,
+			   "amqp broker %s: cannot create a TLS socket",
+			   st->where);
+		return NULL;
+	}
+	rc = amqp_ssl_socket_set_cacert(sock, CA_BUNDLE);
 	if (rc != AMQP_STATUS_OK) {
-		char why[160] = "";
-
-		if (rc == AMQP_STATUS_SOCKET_ERROR)
-			connect_diagnose(st->ci.host, st->ci.port,
-					 timeout_ms(cfg), why, sizeof(why));
-		if (!why[0])
-			describe_status(rc, why, sizeof(why));
-		set_reason(err, errlen, "amqp broker %s: cannot connect: %s",
-			   st->where, why);
-		goto fail;
+		set_reason(err, errlen,
+			   "amqp broker %s: cannot load the CA bundle %s: %s",
+			   st->where, CA_BUNDLE, amqp_error_string2(rc));
+		return NULL;
 	}
-	amqp_set_handshake_timeout(st->conn, &tv);
-	amqp_set_rpc_timeout(st->conn, &tv);
+	amqp_ssl_socket_set_verify_peer(sock, 1);
+	amqp_ssl_socket_set_verify_hostname(sock, 1);
+	amqp_ssl_socket_set_ssl_versions(sock, AMQP_TLSv1_2, AMQP_TLSvLATEST);
+	return sock;
+}
+
+static int socket_connect(struct amqp_state *st, amqp_socket_t *sock,
+			  struct timeval *tv, char *err, size_t errlen)
+{
+	int rc = amqp_socket_open_noblock(sock, st->ci.host, st->ci.port, tv);
+	char why[160] = "";
+
+	if (rc == AMQP_STATUS_OK)
+		return 0;
+	if (rc == AMQP_STATUS_SOCKET_ERROR)
+		connect_diagnose(st->ci.host, st->ci.port, timeout_ms(st->cfg),
+				 why, sizeof(why));
+	if (!why[0])
+		describe_status(rc, why, sizeof(why));
+	set_reason(err, errlen, "amqp broker %s: cannot connect: %s", st->where,
+		   why);
+	return -1;
+}
+
+static int login(struct amqp_state *st, char *err, size_t errlen)
+{
+	amqp_table_entry_t caps[2], props[4];
+	amqp_table_t client;
+	amqp_rpc_reply_t r;
+	char why[200];
 
 	/* librabbitmq merges these capabilities with its own; without
 	 * connection.blocked the broker never says it stopped reading. */
@@ -527,20 +524,60 @@ static int conn_open(struct amqp_state *st, char *err, size_t errlen)
 	props[3].value.value.table.entries = caps;
 	client.num_entries = 4;
 	client.entries = props;
-	watchdog_arm(st, clock_ms() + 2 * timeout_ms(cfg));
+	watchdog_arm(st, clock_ms() + 2 * timeout_ms(st->cfg));
 	r = amqp_login_with_properties(
 	    st->conn, st->ci.vhost, 0, FRAME_MAX, HEARTBEAT_S, &client,
 	    AMQP_SASL_METHOD_PLAIN, st->ci.user, st->ci.password);
 	watchdog_disarm(st);
-	if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-		char why[200];
+	if (r.reply_type == AMQP_RESPONSE_NORMAL)
+		return 0;
+	amqp_map_describe_reply(r, why, sizeof(why));
+	set_reason(err, errlen, "amqp broker %s: login as user '%s' failed: %s",
+		   st->where, st->ci.user, why);
+	return -1;
+}
 
-		amqp_map_describe_reply(r, why, sizeof(why));
-		set_reason(err, errlen,
-			   "amqp broker %s: login as user '%s' failed: %s",
-			   st->where, st->ci.user, why);
-		goto fail;
+/* OUTBOX_AMQP_DECLARE_EXCHANGE: a durable topic exchange. */
+static int exchange_declare(struct amqp_state *st, char *err, size_t errlen)
+{
+	const char *exchange = amqp_settings(st->cfg)->exchange;
+	char what[320], quoted[80];
+	amqp_rpc_reply_t r;
+
+	watchdog_arm(st, clock_ms() + 2 * timeout_ms(st->cfg));
+	amqp_exchange_declare(
+	    st->conn, st->channel, amqp_cstring_bytes(exchange),
+	    amqp_cstring_bytes("topic"), 0, 1, 0, 0, amqp_empty_table);
+	r = amqp_get_rpc_reply(st->conn);
+	watchdog_disarm(st);
+	if (r.reply_type == AMQP_RESPONSE_NORMAL)
+		return 0;
+	cloudevent_quote(quoted, sizeof(quoted), exchange, strlen(exchange),
+			 64);
+	set_reason(what, sizeof(what), "declaring exchange '%s'", quoted);
+	rpc_failed(st, r, what, err, errlen);
+	return -1;
+}
+
+/* Connects, logs in, opens the confirm channel and declares the exchange
+ * when configured. 0, or -1 with err naming host and vhost. */
+static int conn_open(struct amqp_state *st, char *err, size_t errlen)
+{
+	struct timeval tv = tv_of(timeout_ms(st->cfg));
+	amqp_socket_t *sock;
+
+	st->conn = amqp_new_connection();
+	if (!st->conn) {
+		set_reason(err, errlen, "amqp: out of memory");
+		return -1;
 	}
+	sock = socket_new(st, err, errlen);
+	if (!sock || socket_connect(st, sock, &tv, err, errlen) != 0)
+		goto fail;
+	amqp_set_handshake_timeout(st->conn, &tv);
+	amqp_set_rpc_timeout(st->conn, &tv);
+	if (login(st, err, errlen) != 0)
+		goto fail;
 	st->channel_max = (uint16_t)amqp_get_channel_max(st->conn);
 	if (st->channel_max == 0)
 		st->channel_max = 65535;
@@ -549,28 +586,9 @@ static int conn_open(struct amqp_state *st, char *err, size_t errlen)
 	st->channel_open = false;
 	if (channel_open(st, err, errlen) != 0)
 		goto fail;
-	if (amqp_settings(cfg)->declare_exchange) {
-		watchdog_arm(st, clock_ms() + 2 * timeout_ms(cfg));
-		amqp_exchange_declare(
-		    st->conn, st->channel,
-		    amqp_cstring_bytes(amqp_settings(cfg)->exchange),
-		    amqp_cstring_bytes("topic"), 0, 1, 0, 0, amqp_empty_table);
-		r = amqp_get_rpc_reply(st->conn);
-		watchdog_disarm(st);
-		if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-			char what[320];
-			char quoted[80];
-
-			cloudevent_quote(quoted, sizeof(quoted),
-					 amqp_settings(cfg)->exchange,
-					 strlen(amqp_settings(cfg)->exchange),
-					 64);
-			set_reason(what, sizeof(what),
-				   "declaring exchange '%s'", quoted);
-			rpc_failed(st, r, what, err, errlen);
-			goto fail;
-		}
-	}
+	if (amqp_settings(st->cfg)->declare_exchange &&
+	    exchange_declare(st, err, errlen) != 0)
+		goto fail;
 	log_fields(LOG_INFO, "amqp connected", "broker", st->where, NULL);
 	return 0;
 fail:
@@ -701,25 +719,16 @@ static void quote_exchange(char *dst, size_t dstlen, const char *exchange)
 static void on_channel_close(struct amqp_state *st, const amqp_frame_t *f);
 static void on_connection_close(struct amqp_state *st, const amqp_frame_t *f);
 
-/* basic.return: the message comes back before its ack. Its header and
- * body frames follow and must be read off the connection. */
-static void on_return(struct amqp_state *st, const amqp_frame_t *f)
+/*
+ * Reads the content of a returned message off the connection and copies
+ * its message id into id ("" when it has none). Returns -1 when the
+ * connection or channel went instead (already handled).
+ */
+static int return_read(struct amqp_state *st, const amqp_frame_t *f, char *id,
+		       size_t idlen)
 {
-	const amqp_basic_return_t *ret = f->payload.method.decoded;
-	struct flight *fl = st->fl;
-	char exchange[256], rkey[256], code[200], id[256] = "";
 	amqp_message_t msg;
 	amqp_rpc_reply_t r;
-	size_t match = SIZE_MAX;
-
-	set_reason(exchange, sizeof(exchange), "%.*s", (int)ret->exchange.len,
-		   (const char *)ret->exchange.bytes);
-	set_reason(rkey, sizeof(rkey), "%.*s", (int)ret->routing_key.len,
-		   (const char *)ret->routing_key.bytes);
-	amqp_map_describe_close(ret->reply_code, ret->reply_text, code,
-				sizeof(code));
-	if (!fl)
-		return; /* its content frames are dropped as they come */
 
 	/* The content follows the method at once; the deadline may have
 	 * passed while the return was on its way. */
@@ -729,7 +738,7 @@ static void on_return(struct amqp_state *st, const amqp_frame_t *f)
 		if (r.reply_type == AMQP_RESPONSE_NORMAL)
 			amqp_destroy_message(&msg);
 		conn_drop(st, "reading a returned message timed out");
-		return;
+		return -1;
 	}
 	if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
 	    (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD ||
@@ -743,7 +752,7 @@ static void on_return(struct amqp_state *st, const amqp_frame_t *f)
 			on_channel_close(st, &closing);
 		else
 			on_connection_close(st, &closing);
-		return;
+		return -1;
 	}
 	if (r.reply_type != AMQP_RESPONSE_NORMAL) {
 		char why[160], lost[200];
@@ -752,16 +761,24 @@ static void on_return(struct amqp_state *st, const amqp_frame_t *f)
 		set_reason(lost, sizeof(lost),
 			   "reading a returned message failed: %s", why);
 		conn_drop(st, lost);
-		return;
+		return -1;
 	}
 	if (msg.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)
-		set_reason(id, sizeof(id), "%.*s",
+		set_reason(id, idlen, "%.*s",
 			   (int)msg.properties.message_id.len,
 			   (const char *)msg.properties.message_id.bytes);
 	amqp_destroy_message(&msg);
+	return 0;
+}
 
-	/* By id; else the oldest open message to the same place, since the
-	 * broker routes a channel's messages in order. */
+/* The open slot a return is about: by id; else the oldest open message to
+ * the same place, since the broker routes a channel's messages in order.
+ * SIZE_MAX when none. */
+static size_t return_match(const struct flight *fl, const char *id,
+			   const char *exchange, const char *rkey)
+{
+	size_t match = SIZE_MAX;
+
 	for (size_t i = 0; i < fl->n && *id; i++) {
 		const struct slot *s = &fl->slots[i];
 
@@ -779,21 +796,41 @@ static void on_return(struct amqp_state *st, const amqp_frame_t *f)
 		    strcmp(s->routing_key, rkey) == 0)
 			match = i;
 	}
+	return match;
+}
+
+/* basic.return: the message comes back before its ack. Its header and
+ * body frames follow and must be read off the connection. */
+static void on_return(struct amqp_state *st, const amqp_frame_t *f)
+{
+	const amqp_basic_return_t *ret = f->payload.method.decoded;
+	struct flight *fl = st->fl;
+	char exchange[256], rkey[256], code[200], id[256] = "";
+	char where[100], quoted[80];
+	struct slot *s;
+	size_t match;
+
+	set_reason(exchange, sizeof(exchange), "%.*s", (int)ret->exchange.len,
+		   (const char *)ret->exchange.bytes);
+	set_reason(rkey, sizeof(rkey), "%.*s", (int)ret->routing_key.len,
+		   (const char *)ret->routing_key.bytes);
+	amqp_map_describe_close(ret->reply_code, ret->reply_text, code,
+				sizeof(code));
+	if (!fl)
+		return; /* its content frames are dropped as they come */
+	if (return_read(st, f, id, sizeof(id)) != 0)
+		return;
+	match = return_match(fl, id, exchange, rkey);
 	if (match == SIZE_MAX)
 		return;
-	{
-		struct slot *s = &fl->slots[match];
-		char where[100], quoted[80];
-
-		quote_exchange(where, sizeof(where), exchange);
-		cloudevent_quote(quoted, sizeof(quoted), rkey, strlen(rkey),
-				 64);
-		s->returned = true;
-		set_reason(s->return_why, sizeof(s->return_why),
-			   "unroutable: no queue bound to %s for routing key "
-			   "'%s' (%s)",
-			   where, quoted, code);
-	}
+	s = &fl->slots[match];
+	quote_exchange(where, sizeof(where), exchange);
+	cloudevent_quote(quoted, sizeof(quoted), rkey, strlen(rkey), 64);
+	s->returned = true;
+	set_reason(s->return_why, sizeof(s->return_why),
+		   "unroutable: no queue bound to %s for routing key "
+		   "'%s' (%s)",
+		   where, quoted, code);
 }
 
 /* Whether the refusal the broker closed the channel with applies to
@@ -814,6 +851,92 @@ static bool refused(const struct amqp_refusal *ref, const struct slot *s)
 	return false;
 }
 
+/* A refusal whose text we cannot read still names no exchange; if
+ * everything open went to one exchange, it is that one. */
+static void refusal_guess_exchange(const struct flight *fl, uint16_t code,
+				   struct amqp_refusal *ref)
+{
+	const char *only = NULL;
+	bool one = true;
+
+	if (ref->kind != AMQP_REFUSAL_OTHER ||
+	    (code != AMQP_NOT_FOUND && code != AMQP_ACCESS_REFUSED))
+		return;
+	for (size_t i = 0; i < fl->n && one; i++) {
+		const struct slot *s = &fl->slots[i];
+
+		if (s->state != SLOT_WRITTEN)
+			continue;
+		if (only && strcmp(only, s->exchange) != 0)
+			one = false;
+		only = s->exchange;
+	}
+	if (one && only && strlen(only) < sizeof(ref->exchange)) {
+		ref->kind = AMQP_REFUSAL_EXCHANGE;
+		snprintf(ref->exchange, sizeof(ref->exchange), "%s", only);
+	}
+}
+
+/* The outcome of slot i, which the refusal names. */
+static void refusal_settle(struct flight *fl, size_t i,
+			   const struct amqp_refusal *ref, const char *why)
+{
+	const struct slot *s = &fl->slots[i];
+	char reason[256];
+
+	if (ref->kind == AMQP_REFUSAL_TOO_LARGE) {
+		set_reason(reason, sizeof(reason),
+			   "message too large: body of %zu bytes is over the "
+			   "broker's max_message_size of %llu bytes",
+			   s->msg.body.len, (unsigned long long)ref->max_size);
+		settle(fl, i, PUB_PERMANENT, false, reason);
+	} else {
+		set_reason(reason, sizeof(reason),
+			   "broker refused the destination: %s", why);
+		settle(fl, i, PUB_DESTINATION, ref->kind == AMQP_REFUSAL_ROUTE,
+		       reason);
+	}
+}
+
+/* After a channel.close: refused slots settle, the other written ones go
+ * back to be written again, in doubt when they preceded the failure. */
+static void refusal_apply(struct flight *fl, const struct amqp_refusal *ref,
+			  const char *why)
+{
+	uint64_t first_fail = UINT64_MAX;
+	char doubt[256];
+
+	for (size_t i = 0; i < fl->n; i++) {
+		const struct slot *s = &fl->slots[i];
+
+		if (s->state == SLOT_WRITTEN && refused(ref, s) &&
+		    s->tag < first_fail)
+			first_fail = s->tag;
+	}
+	set_reason(doubt, sizeof(doubt),
+		   "outcome unknown: the broker closed the channel (%s)", why);
+	for (size_t i = 0; i < fl->n; i++) {
+		struct slot *s = &fl->slots[i];
+
+		if (s->state == SLOT_DONE)
+			continue;
+		if (refused(ref, s)) {
+			refusal_settle(fl, i, ref, why);
+			continue;
+		}
+		if (s->state != SLOT_WRITTEN)
+			continue;
+		s->state = SLOT_UNSENT;
+		fl->unsettled--;
+		if (first_fail == UINT64_MAX || s->tag < first_fail) {
+			s->doubt = true;
+			set_reason(fl->results[i].reason,
+				   sizeof(fl->results[i].reason), "%s", doubt);
+		}
+	}
+	fl->ntags = 0;
+}
+
 /*
  * channel.close from the broker. Everything after the failing publish was
  * discarded by the broker; what came before it was processed and may
@@ -824,11 +947,9 @@ static void on_channel_close(struct amqp_state *st, const amqp_frame_t *f)
 {
 	const amqp_channel_close_t *c = f->payload.method.decoded;
 	uint16_t code = c->reply_code;
-	struct flight *fl = st->fl;
 	amqp_channel_close_ok_t ok = {0};
 	struct amqp_refusal ref;
-	char why[200], doubt[256];
-	uint64_t first_fail = UINT64_MAX;
+	char why[200];
 	int rc;
 
 	amqp_map_describe_close(c->reply_code, c->reply_text, why, sizeof(why));
@@ -843,76 +964,10 @@ static void on_channel_close(struct amqp_state *st, const amqp_frame_t *f)
 	/* Dropping the connection frees the frame: c is not used after. */
 	if (watchdog_disarm(st) || rc != AMQP_STATUS_OK)
 		conn_drop(st, "answering channel.close failed");
-	if (!fl)
+	if (!st->fl)
 		return;
-	/* A refusal whose text we cannot read still names no exchange; if
-	 * everything open went to one exchange, it is that one. */
-	if (ref.kind == AMQP_REFUSAL_OTHER &&
-	    (code == AMQP_NOT_FOUND || code == AMQP_ACCESS_REFUSED)) {
-		const char *only = NULL;
-		bool one = true;
-
-		for (size_t i = 0; i < fl->n && one; i++) {
-			const struct slot *s = &fl->slots[i];
-
-			if (s->state != SLOT_WRITTEN)
-				continue;
-			if (only && strcmp(only, s->exchange) != 0)
-				one = false;
-			only = s->exchange;
-		}
-		if (one && only && strlen(only) < sizeof(ref.exchange)) {
-			ref.kind = AMQP_REFUSAL_EXCHANGE;
-			snprintf(ref.exchange, sizeof(ref.exchange), "%s",
-				 only);
-		}
-	}
-	for (size_t i = 0; i < fl->n; i++) {
-		const struct slot *s = &fl->slots[i];
-
-		if (s->state == SLOT_WRITTEN && refused(&ref, s) &&
-		    s->tag < first_fail)
-			first_fail = s->tag;
-	}
-	set_reason(doubt, sizeof(doubt),
-		   "outcome unknown: the broker closed the channel (%s)", why);
-	for (size_t i = 0; i < fl->n; i++) {
-		struct slot *s = &fl->slots[i];
-
-		if (s->state == SLOT_DONE)
-			continue;
-		if (refused(&ref, s)) {
-			char reason[256];
-
-			if (ref.kind == AMQP_REFUSAL_TOO_LARGE) {
-				set_reason(reason, sizeof(reason),
-					   "message too large: body of %zu "
-					   "bytes is over the broker's "
-					   "max_message_size of %llu bytes",
-					   s->msg.body.len,
-					   (unsigned long long)ref.max_size);
-				settle(fl, i, PUB_PERMANENT, false, reason);
-			} else {
-				set_reason(reason, sizeof(reason),
-					   "broker refused the destination: "
-					   "%s",
-					   why);
-				settle(fl, i, PUB_DESTINATION,
-				       ref.kind == AMQP_REFUSAL_ROUTE, reason);
-			}
-			continue;
-		}
-		if (s->state != SLOT_WRITTEN)
-			continue;
-		s->state = SLOT_UNSENT;
-		fl->unsettled--;
-		if (first_fail == UINT64_MAX || s->tag < first_fail) {
-			s->doubt = true;
-			set_reason(fl->results[i].reason,
-				   sizeof(fl->results[i].reason), "%s", doubt);
-		}
-	}
-	fl->ntags = 0;
+	refusal_guess_exchange(st->fl, code, &ref);
+	refusal_apply(st->fl, &ref, why);
 }
 
 static void on_connection_close(struct amqp_state *st, const amqp_frame_t *f)
@@ -1241,183 +1296,247 @@ static void blocked_reason(const struct amqp_state *st, char *buf, size_t len)
 		   st->blocked_why);
 }
 
+/* One publish() call: the flight and where writing it has got to. */
+struct batch {
+	struct amqp_state *st;
+	struct flight *fl;
+	struct publish_ctx *ctx;
+	const struct outbox_event *events;
+	size_t cursor; /* the first slot that may still be unsent */
+	unsigned since_pump;
+	bool shutdown;
+	int64_t last_tick;
+	const char *unsent_why; /* for slots never written */
+	char why[256];
+};
+
+/* Every result starts "not handed to the broker"; the slots learn where
+ * their event goes. -1 when out of memory (results say so). */
+static int flight_init(struct flight *fl, const struct config *cfg,
+		       const struct outbox_event *events)
+{
+	for (size_t i = 0; i < fl->n; i++) {
+		fl->results[i].outcome = PUB_NOT_WRITTEN;
+		fl->results[i].route_scoped = false;
+		set_reason(fl->results[i].reason, sizeof(fl->results[i].reason),
+			   "not handed to the broker");
+	}
+	fl->slots = calloc(fl->n, sizeof(*fl->slots));
+	fl->by_tag = calloc(fl->n, sizeof(*fl->by_tag));
+	if (!fl->slots || !fl->by_tag) {
+		for (size_t i = 0; i < fl->n; i++)
+			set_reason(fl->results[i].reason,
+				   sizeof(fl->results[i].reason),
+				   "amqp: out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < fl->n; i++) {
+		fl->slots[i].id = events[i].id;
+		fl->slots[i].exchange = slot_exchange(cfg, &events[i]);
+		fl->slots[i].routing_key =
+		    events[i].routing_key ? events[i].routing_key : "";
+	}
+	return 0;
+}
+
+/* Learns of a broken connection or a block before writing anything.
+ * false with b->unsent_why set when nothing can be written. */
+static bool flight_ready(struct batch *b)
+{
+	struct amqp_state *st = b->st;
+
+	pump_ready(st);
+	if (!st->conn) {
+		set_reason(b->why, sizeof(b->why),
+			   "not connected to the broker: %s",
+			   b->fl->lost ? b->fl->lost_why : "connection closed");
+		b->fl->lost = false; /* nothing was written: nothing in doubt */
+		b->unsent_why = b->why;
+		return false;
+	}
+	if (st->blocked) {
+		blocked_reason(st, b->why, sizeof(b->why));
+		b->unsent_why = b->why;
+		return false;
+	}
+	if (!st->channel_open &&
+	    channel_open(st, b->why, sizeof(b->why)) != 0) {
+		b->fl->lost = false;
+		b->unsent_why = b->why;
+		return false;
+	}
+	b->fl->base_tag = b->fl->low_tag = st->next_tag;
+	return true;
+}
+
+/* Builds slot i's message once and checks it fits a frame; false when the
+ * slot got its outcome instead. */
+static bool slot_build(struct batch *b, size_t i)
+{
+	struct flight *fl = b->fl;
+	struct slot *s = &fl->slots[i];
+	struct pub_result *r = &fl->results[i];
+
+	if (!s->built) {
+		if (amqp_msg_build(b->st->cfg, &b->events[i], &s->msg,
+				   r->reason, sizeof(r->reason))) {
+			/* Only memory can fail a row the relay validated:
+			 * let it retry. */
+			settle(fl, i,
+			       strcmp(r->reason, "out of memory") == 0
+				   ? PUB_NOT_WRITTEN
+				   : PUB_PERMANENT,
+			       false, r->reason);
+			return false;
+		}
+		s->built = true;
+	}
+	if (amqp_msg_check_fit(&s->msg, b->st->frame_max, b->why,
+			       sizeof(b->why)) != 0) {
+		settle(fl, i, PUB_PERMANENT, false, b->why);
+		return false;
+	}
+	return true;
+}
+
+/* Writes slot i (reopening the channel if the broker closed it). false
+ * when the flight must stop writing. */
+static bool slot_send(struct batch *b, size_t i)
+{
+	struct amqp_state *st = b->st;
+	struct flight *fl = b->fl;
+
+	if (b->ctx && b->ctx->may_send && !b->ctx->may_send(b->ctx, i)) {
+		settle_unsent(fl, i,
+			      "not sent: the lease or its deadline no longer "
+			      "allows it");
+		return true;
+	}
+	if (fl->slots[i].writes >= MAX_WRITES) {
+		settle_unsent(fl, i,
+			      "not sent: the broker closed the channel again");
+		return true;
+	}
+	if (!slot_build(b, i))
+		return true;
+	if (!st->channel_open) {
+		cork(st, false);
+		if (channel_open(st, b->why, sizeof(b->why)) != 0) {
+			b->cursor = i;
+			if (!fl->lost) {
+				fl->lost = true;
+				set_reason(fl->lost_why, sizeof(fl->lost_why),
+					   "%s", b->why);
+			}
+			return false;
+		}
+		fl->base_tag = fl->low_tag = st->next_tag;
+		fl->ntags = 0;
+	}
+	cork(st, true);
+	if (write_slot(st, i) != 0)
+		return false;
+	if (++b->since_pump < PUMP_EVERY && b->cursor < fl->n)
+		return true;
+	b->since_pump = 0;
+	pump_ready(st);
+	if (!st->channel_open)
+		b->cursor = 0; /* requeued slots to rewrite */
+	return true;
+}
+
+/* Why nothing more may be written now, or NULL when it may. */
+static const char *write_stop(struct batch *b, int64_t now)
+{
+	if (b->shutdown)
+		return "not sent: shutting down";
+	if (b->st->blocked) {
+		blocked_reason(b->st, b->why, sizeof(b->why));
+		return b->why;
+	}
+	if (now >= b->fl->deadline)
+		return "not sent: the publish deadline passed";
+	return NULL;
+}
+
+/* Writes what may be written, then awaits the outcomes until every one is
+ * in, the deadline passes or the connection goes. */
+static void flight_run(struct batch *b)
+{
+	struct flight *fl = b->fl;
+
+	for (;;) {
+		int64_t now = clock_ms();
+		const char *stop;
+		int64_t wait;
+
+		if (b->ctx && b->ctx->tick && now - b->last_tick >= TICK_MS) {
+			b->shutdown = b->ctx->tick(b->ctx) || b->shutdown;
+			b->last_tick = now;
+		}
+		if (fl->lost)
+			break;
+		while (b->cursor < fl->n &&
+		       fl->slots[b->cursor].state != SLOT_UNSENT)
+			b->cursor++;
+		stop = write_stop(b, now);
+		if (stop) {
+			b->unsent_why = stop;
+		} else if (b->cursor < fl->n) {
+			if (!slot_send(b, b->cursor++))
+				break;
+			continue;
+		}
+		/* Nothing more may be written now: await what was. */
+		if (fl->unsettled == 0 || now >= fl->deadline)
+			break; /* past the deadline, what is open is in doubt */
+		wait = fl->deadline - now;
+		if (pump_one(b->st, wait > TICK_MS ? TICK_MS : wait) < 0)
+			break;
+		if (!b->st->channel_open)
+			b->cursor = 0;
+	}
+}
+
 static int amqp_publish(void *state, const struct outbox_event *events,
 			size_t n, struct publish_ctx *ctx,
 			struct pub_result *results)
 {
 	struct amqp_state *st = state;
-	const struct config *cfg = st->cfg;
 	struct flight fl = {
 	    .n = n,
 	    .results = results,
 	    .mandatory = true,
-	    .deadline = ctx ? ctx->deadline_ms : clock_ms() + timeout_ms(cfg),
+	    .deadline =
+		ctx ? ctx->deadline_ms : clock_ms() + timeout_ms(st->cfg),
 	};
-	const char *unsent_why = "not handed to the broker";
-	char why[256];
-	bool shutdown = false;
-	int64_t last_tick = clock_ms();
-	size_t cursor = 0;
-	unsigned since_pump = 0;
-	int rc = -1;
+	struct batch b = {
+	    .st = st,
+	    .fl = &fl,
+	    .ctx = ctx,
+	    .events = events,
+	    .last_tick = clock_ms(),
+	    .unsent_why = "not handed to the broker",
+	};
+	int rc = 0;
 
-	for (size_t i = 0; i < n; i++) {
-		results[i].outcome = PUB_NOT_WRITTEN;
-		results[i].route_scoped = false;
-		set_reason(results[i].reason, sizeof(results[i].reason),
-			   "not handed to the broker");
-	}
 	if (n == 0)
 		return 0;
-	fl.slots = calloc(n, sizeof(*fl.slots));
-	fl.by_tag = calloc(n, sizeof(*fl.by_tag));
-	if (!fl.slots || !fl.by_tag) {
-		for (size_t i = 0; i < n; i++)
-			set_reason(results[i].reason, sizeof(results[i].reason),
-				   "amqp: out of memory");
-		free(fl.slots);
-		free(fl.by_tag);
-		return 0;
-	}
-	for (size_t i = 0; i < n; i++) {
-		fl.slots[i].id = events[i].id;
-		fl.slots[i].exchange = slot_exchange(cfg, &events[i]);
-		fl.slots[i].routing_key =
-		    events[i].routing_key ? events[i].routing_key : "";
-	}
+	if (flight_init(&fl, st->cfg, events) != 0)
+		goto out;
 	st->fl = &fl;
-
-	/* Learn of a broken connection or a block before writing anything. */
-	pump_ready(st);
-	if (!st->conn) {
-		set_reason(why, sizeof(why), "not connected to the broker: %s",
-			   fl.lost ? fl.lost_why : "connection closed");
-		fl.lost = false; /* nothing was written: nothing in doubt */
-		unsent_why = why;
-		goto finish;
-	}
-	if (st->blocked) {
-		blocked_reason(st, why, sizeof(why));
-		unsent_why = why;
-		goto finish;
-	}
-	if (!st->channel_open && channel_open(st, why, sizeof(why)) != 0) {
-		fl.lost = false;
-		unsent_why = why;
-		goto finish;
-	}
-	fl.base_tag = fl.low_tag = st->next_tag;
-
-	for (;;) {
-		int64_t now = clock_ms();
-		size_t i;
-
-		if (ctx && ctx->tick && now - last_tick >= TICK_MS) {
-			shutdown = ctx->tick(ctx) || shutdown;
-			last_tick = now;
-		}
-		if (fl.lost)
-			break;
-		while (cursor < n && fl.slots[cursor].state != SLOT_UNSENT)
-			cursor++;
-		if (shutdown) {
-			unsent_why = "not sent: shutting down";
-		} else if (st->blocked) {
-			blocked_reason(st, why, sizeof(why));
-			unsent_why = why;
-		} else if (now >= fl.deadline) {
-			unsent_why = "not sent: the publish deadline passed";
-		} else if (cursor < n) {
-			struct slot *s;
-
-			i = cursor++;
-			s = &fl.slots[i];
-			if (ctx && ctx->may_send && !ctx->may_send(ctx, i)) {
-				settle_unsent(&fl, i,
-					      "not sent: the lease or its "
-					      "deadline no longer allows it");
-				continue;
-			}
-			if (s->writes >= MAX_WRITES) {
-				settle_unsent(&fl, i,
-					      "not sent: the broker "
-					      "closed the channel "
-					      "again");
-				continue;
-			}
-			if (!s->built) {
-				if (amqp_msg_build(cfg, &events[i], &s->msg,
-						   results[i].reason,
-						   sizeof(results[i].reason))) {
-					/* Only memory can fail a row the
-					 * relay validated: let it retry. */
-					settle(&fl, i,
-					       strcmp(results[i].reason,
-						      "out of memory") == 0
-						   ? PUB_NOT_WRITTEN
-						   : PUB_PERMANENT,
-					       false, results[i].reason);
-					continue;
-				}
-				s->built = true;
-			}
-			if (amqp_msg_check_fit(&s->msg, st->frame_max, why,
-					       sizeof(why)) != 0) {
-				settle(&fl, i, PUB_PERMANENT, false, why);
-				continue;
-			}
-			if (!st->channel_open) {
-				cork(st, false);
-				if (channel_open(st, why, sizeof(why)) != 0) {
-					cursor = i;
-					if (!fl.lost) {
-						fl.lost = true;
-						set_reason(fl.lost_why,
-							   sizeof(fl.lost_why),
-							   "%s", why);
-					}
-					break;
-				}
-				fl.base_tag = fl.low_tag = st->next_tag;
-				fl.ntags = 0;
-			}
-			cork(st, true);
-			if (write_slot(st, i) != 0)
-				break;
-			if (++since_pump < PUMP_EVERY && cursor < n)
-				continue;
-			since_pump = 0;
-			pump_ready(st);
-			if (!st->channel_open)
-				cursor = 0; /* requeued slots to rewrite */
-			continue;
-		}
-		/* Nothing more may be written now: await what was. */
-		if (fl.unsettled == 0)
-			break;
-		if (now >= fl.deadline)
-			break; /* what is still open ends in doubt */
-		{
-			int64_t wait = fl.deadline - now;
-
-			if (wait > TICK_MS)
-				wait = TICK_MS;
-			if (pump_one(st, wait) < 0)
-				break;
-			if (!st->channel_open)
-				cursor = 0;
-		}
-	}
-finish:
+	if (flight_ready(&b))
+		flight_run(&b);
 	cork(st, false);
-	rc = flight_finish(st, unsent_why);
+	rc = flight_finish(st, b.unsent_why);
 	st->fl = NULL;
 	for (size_t i = 0; i < n; i++)
 		amqp_msg_release(&fl.slots[i].msg);
-	free(fl.slots);
-	free(fl.by_tag);
 	if (st->conn && !amqp_frames_enqueued(st->conn))
 		amqp_maybe_release_buffers(st->conn);
+out:
+	free(fl.slots);
+	free(fl.by_tag);
 	return rc;
 }
 
