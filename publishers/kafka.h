@@ -84,6 +84,9 @@ int kafka_msg_build(const struct config *cfg, const struct outbox_event *ev,
 		    struct kafka_msg *msg, enum pub_outcome *fail, char *reason,
 		    size_t reasonlen);
 
+/* Where rows with a NULL exchange go: OUTBOX_KAFKA_TOPIC. */
+const char *kafka_default_destination(const struct config *cfg);
+
 /* Frees what kafka_msg_build() stored; leaves msg zeroed. */
 void kafka_msg_release(struct kafka_msg *msg);
 
@@ -116,6 +119,10 @@ enum pub_outcome kafka_delivery_outcome(rd_kafka_resp_err_t err,
  * always trips one fails once its attempts are spent instead of looping).
  */
 enum pub_outcome kafka_produce_outcome(rd_kafka_resp_err_t err);
+
+/* Copies in into out, bytes outside printable ASCII replaced by '?', so a
+ * reason is always valid UTF-8 for last_error and logs. */
+void kafka_ascii_copy(char *out, size_t outlen, const char *in);
 
 /* Writes "<what>: <librdkafka's text> (<ERROR_NAME>)" into buf, printable
  * ASCII only. */
