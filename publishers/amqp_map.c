@@ -79,33 +79,15 @@ static bool has_prefix(const char *name, const char *prefix)
 	return strncmp(name, prefix, strlen(prefix)) == 0;
 }
 
-int amqp_msg_build(const struct config *cfg, const struct outbox_event *ev,
-		   struct amqp_msg *m, char *reason, size_t reasonlen)
+/* The header table: the ce headers (binary mode) and the row's own. */
+static int msg_headers(struct amqp_msg *m, bool structured, const char *prefix)
 {
-	const char *prefix =
-	    cfg->amqp_header_prefix ? cfg->amqp_header_prefix : "ce-";
-	bool structured = cfg->ce_mode == CE_MODE_STRUCTURED;
-	const char *exchange =
-	    ev->exchange ? ev->exchange
-			 : (cfg->amqp_exchange ? cfg->amqp_exchange : "");
-	const char *routing_key = ev->routing_key ? ev->routing_key : "";
-	amqp_basic_properties_t *p = &m->props;
 	size_t n = 0;
 
-	*m = (struct amqp_msg){0};
-	if (check_shortstr("exchange", exchange, reason, reasonlen) ||
-	    check_shortstr("routing key", routing_key, reason, reasonlen))
-		goto fail;
-	if (cloudevent_binary_headers(ev, prefix, &m->ce, reason, reasonlen))
-		goto fail;
-	for (size_t i = 0; i < m->ce.n; i++)
-		if (check_shortstr("header name", m->ce.items[i].name, reason,
-				   reasonlen))
-			goto fail;
 	if (m->ce.n > 0) {
 		m->entries = calloc(m->ce.n, sizeof(*m->entries));
 		if (!m->entries)
-			goto oom;
+			return -1;
 	}
 	for (size_t i = 0; i < m->ce.n; i++) {
 		const struct ce_header *h = &m->ce.items[i];
@@ -119,6 +101,19 @@ int amqp_msg_build(const struct config *cfg, const struct outbox_event *ev,
 		m->entries[n].value.value.bytes = amqp_cstring_bytes(h->value);
 		n++;
 	}
+	if (n > 0) {
+		m->props._flags |= AMQP_BASIC_HEADERS_FLAG;
+		m->props.headers.num_entries = (int)n;
+		m->props.headers.entries = m->entries;
+	}
+	return 0;
+}
+
+/* Body and content type: the envelope, or the payload as it is. */
+static int msg_body(struct amqp_msg *m, const struct outbox_event *ev,
+		    bool structured, char *reason, size_t reasonlen)
+{
+	amqp_basic_properties_t *p = &m->props;
 
 	if (structured) {
 		size_t len = 0;
@@ -126,28 +121,30 @@ int amqp_msg_build(const struct config *cfg, const struct outbox_event *ev,
 		m->structured =
 		    cloudevent_structured(ev, &len, reason, reasonlen);
 		if (!m->structured)
-			goto fail;
+			return -1;
 		m->body.bytes = m->structured;
 		m->body.len = len;
 		p->_flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
 		p->content_type =
 		    amqp_cstring_bytes(cloudevent_structured_content_type());
-	} else {
-		m->body.bytes = (void *)ev->payload;
-		m->body.len = ev->payload_len;
-		if (ev->content_type && *ev->content_type) {
-			if (check_shortstr("content type", ev->content_type,
-					   reason, reasonlen))
-				goto fail;
-			p->_flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
-			p->content_type = amqp_cstring_bytes(ev->content_type);
-		}
+		return 0;
 	}
-	if (n > 0) {
-		p->_flags |= AMQP_BASIC_HEADERS_FLAG;
-		p->headers.num_entries = (int)n;
-		p->headers.entries = m->entries;
+	m->body.bytes = (void *)ev->payload;
+	m->body.len = ev->payload_len;
+	if (ev->content_type && *ev->content_type) {
+		if (check_shortstr("content type", ev->content_type, reason,
+				   reasonlen))
+			return -1;
+		p->_flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
+		p->content_type = amqp_cstring_bytes(ev->content_type);
 	}
+	return 0;
+}
+
+/* The properties every message carries, whatever the mode. */
+static void msg_fixed_props(amqp_basic_properties_t *p,
+			    const struct outbox_event *ev)
+{
 	p->_flags |= AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_TIMESTAMP_FLAG |
 		     AMQP_BASIC_APP_ID_FLAG;
 	p->delivery_mode = 2;
@@ -162,11 +159,38 @@ int amqp_msg_build(const struct config *cfg, const struct outbox_event *ev,
 		p->_flags |= AMQP_BASIC_TYPE_FLAG;
 		p->type = amqp_cstring_bytes(ev->type);
 	}
+}
+
+int amqp_msg_build(const struct config *cfg, const struct outbox_event *ev,
+		   struct amqp_msg *m, char *reason, size_t reasonlen)
+{
+	const struct amqp_settings *as = amqp_settings(cfg);
+	const char *prefix = as->header_prefix ? as->header_prefix : "ce-";
+	bool structured = cfg->ce_mode == CE_MODE_STRUCTURED;
+	const char *exchange =
+	    ev->exchange ? ev->exchange : (as->exchange ? as->exchange : "");
+	const char *routing_key = ev->routing_key ? ev->routing_key : "";
+
+	*m = (struct amqp_msg){0};
+	if (check_shortstr("exchange", exchange, reason, reasonlen) ||
+	    check_shortstr("routing key", routing_key, reason, reasonlen))
+		goto fail;
+	if (cloudevent_binary_headers(ev, prefix, &m->ce, reason, reasonlen))
+		goto fail;
+	for (size_t i = 0; i < m->ce.n; i++)
+		if (check_shortstr("header name", m->ce.items[i].name, reason,
+				   reasonlen))
+			goto fail;
+	if (msg_headers(m, structured, prefix) != 0) {
+		set_reason(reason, reasonlen, "out of memory");
+		goto fail;
+	}
+	if (msg_body(m, ev, structured, reason, reasonlen) != 0)
+		goto fail;
+	msg_fixed_props(&m->props, ev);
 	m->exchange = bytes_of(exchange);
 	m->routing_key = bytes_of(routing_key);
 	return 0;
-oom:
-	set_reason(reason, reasonlen, "out of memory");
 fail:
 	amqp_msg_release(m);
 	return -1;

@@ -22,6 +22,28 @@
 #include "config/config.h"
 #include "base/base.h"
 
+/* What an unroutable (returned) message does to its row. */
+enum amqp_unroutable { UNROUTABLE_RETRY, UNROUTABLE_FAIL };
+
+/* The backend's settings (OUTBOX_AMQP_*, OUTBOX_UNROUTABLE), filled by
+ * config_load() through amqp_settings_group and owned by struct config. */
+struct amqp_settings {
+	char *url;
+	char *exchange;	       /* default exchange for rows with NULL */
+	bool declare_exchange; /* declare exchange at open */
+	char *header_prefix;   /* "ce-" (default) or "cloudEvents_" */
+	enum amqp_unroutable unroutable;
+};
+
+extern const struct config_group amqp_settings_group;
+
+/* cfg's AMQP settings; all empty when cfg was loaded without them. */
+const struct amqp_settings *amqp_settings(const struct config *cfg);
+
+/* The parser the backend connects with, so what passes here connects: 0,
+ * or -1 with why set (never quoting the URL, which holds a password). */
+int amqp_url_check(const char *url, char *why, size_t whylen);
+
 /* basic.properties app-id of every message the relay publishes. */
 #define AMQP_MAP_APP_ID "outbox-relay"
 
@@ -45,10 +67,10 @@ struct amqp_msg {
 
 /*
  * Builds the message for ev under cfg:
- *  - exchange: ev->exchange, or cfg->amqp_exchange when NULL;
+ *  - exchange: ev->exchange, or the OUTBOX_AMQP_EXCHANGE when NULL;
  *    routing key: ev->routing_key;
  *  - binary mode (CE_MODE_BINARY): body = payload; headers = the list of
- *    cloudevent_binary_headers(ev, cfg->amqp_header_prefix) as long
+ *    cloudevent_binary_headers(ev, OUTBOX_AMQP_HEADER_PREFIX) as long
  *    strings (row headers, traceparent and tracestate included, pass
  *    through under their own names); content_type = ev->content_type
  *    (left out when NULL or empty);

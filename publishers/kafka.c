@@ -75,212 +75,6 @@ struct kafka_state {
 	} logged[ERROR_CODES];
 };
 
-/* ---- pure mapping ---- */
-
-/* Copies in into out, bytes outside printable ASCII replaced by '?', so a
- * reason is always valid UTF-8 for last_error and logs. */
-static void ascii_copy(char *out, size_t outlen, const char *in)
-{
-	size_t j = 0;
-
-	if (outlen == 0)
-		return;
-	for (size_t i = 0; in && in[i] && j + 1 < outlen; i++) {
-		unsigned char c = (unsigned char)in[i];
-		out[j++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
-	}
-	out[j] = '\0';
-}
-
-bool kafka_topic_valid(const char *name)
-{
-	size_t n = name ? strlen(name) : 0;
-
-	if (n == 0 || n > 249 || strcmp(name, ".") == 0 ||
-	    strcmp(name, "..") == 0)
-		return false;
-	return name[strspn(name, "abcdefghijklmnopqrstuvwxyz"
-				 "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-				 "0123456789._-")] == '\0';
-}
-
-void kafka_reason(char *buf, size_t buflen, const char *what,
-		  rd_kafka_resp_err_t err)
-{
-	char tmp[512];
-
-	snprintf(tmp, sizeof(tmp), "%s: %s (%s)", what, rd_kafka_err2str(err),
-		 rd_kafka_err2name(err));
-	ascii_copy(buf, buflen, tmp);
-}
-
-enum pub_outcome kafka_delivery_outcome(rd_kafka_resp_err_t err,
-					rd_kafka_msg_status_t status)
-{
-	switch (err) {
-	case RD_KAFKA_RESP_ERR_NO_ERROR:
-		return PUB_ACKED;
-	/* The record itself: no retry can change its size or bytes. */
-	case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-	case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
-	case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-	case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-	case RD_KAFKA_RESP_ERR_INVALID_MSG: /* CORRUPT_MESSAGE, code 2 */
-		return PUB_PERMANENT;
-	/* The topic: every row addressed there would fail alike, so the
-	 * topic is paused instead of failing a whole backlog. Nothing was
-	 * written. */
-	case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
-	case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
-	case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
-	case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-	case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
-	case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
-	case RD_KAFKA_RESP_ERR_UNSUPPORTED_COMPRESSION_TYPE:
-		return PUB_DESTINATION;
-	/* The broker looked at this record and said no. */
-	case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
-	case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
-		return PUB_EVENT;
-	/* The producer died with records in it: whatever their status says,
-	 * the rows keep their charge. */
-	case RD_KAFKA_RESP_ERR__FATAL:
-		return PUB_TRANSPORT;
-	default:
-		break;
-	}
-	/* Timeouts, lost connections, too few replicas, purges and codes we
-	 * do not know: the cluster's fault. librdkafka reports NOT_PERSISTED
-	 * only for a record never sent or one the broker said it did not
-	 * write, so only then may the attempt be given back. */
-	return status == RD_KAFKA_MSG_STATUS_NOT_PERSISTED ? PUB_NOT_WRITTEN
-							   : PUB_TRANSPORT;
-}
-
-enum pub_outcome kafka_produce_outcome(rd_kafka_resp_err_t err)
-{
-	switch (err) {
-	case RD_KAFKA_RESP_ERR_NO_ERROR:
-		return PUB_ACKED;
-	case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-		return PUB_PERMANENT;
-	case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
-	case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
-	case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
-	case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-		return PUB_DESTINATION;
-	case RD_KAFKA_RESP_ERR__QUEUE_FULL:
-	case RD_KAFKA_RESP_ERR__FATAL:
-		return PUB_NOT_WRITTEN;
-	default:
-		return PUB_EVENT;
-	}
-}
-
-static int header_add(rd_kafka_headers_t *h, const char *name,
-		      const char *value)
-{
-	return rd_kafka_header_add(h, name, -1, value, -1) ? -1 : 0;
-}
-
-static bool is_attribute(const struct ce_header *h)
-{
-	/* Row headers can never start with ce_ (cloudevent_validate refuses
-	 * them), so the prefix tells attributes from row headers. */
-	return strncmp(h->name, CE_PREFIX, strlen(CE_PREFIX)) == 0;
-}
-
-int kafka_msg_build(const struct config *cfg, const struct outbox_event *ev,
-		    struct kafka_msg *msg, enum pub_outcome *fail, char *reason,
-		    size_t reasonlen)
-{
-	static const char empty[] = "";
-	struct ce_headers ce = {0};
-	bool structured = cfg->ce_mode == CE_MODE_STRUCTURED;
-	const char *topic = ev->exchange ? ev->exchange : cfg->kafka_topic;
-	const char *key;
-	size_t len = 0;
-	int ret = -1;
-
-	*msg = (struct kafka_msg){0};
-	*fail = PUB_PERMANENT;
-	if (!kafka_topic_valid(topic)) {
-		char shown[80];
-
-		ascii_copy(shown, sizeof(shown), topic ? topic : "");
-		snprintf(reason, reasonlen,
-			 "exchange '%s' is not a valid Kafka topic name (1 to "
-			 "249 of [A-Za-z0-9._-], not . or ..)",
-			 shown);
-		goto out;
-	}
-	if (cloudevent_validate(ev, reason, reasonlen) != 0)
-		goto out;
-	/* The row is valid, so every failure from here on is memory. */
-	*fail = PUB_NOT_WRITTEN;
-	if (cloudevent_binary_headers(ev, CE_PREFIX, &ce, reason, reasonlen) !=
-	    0)
-		goto out;
-
-	msg->topic = topic;
-	key = cfg->kafka_key_from == KEY_FROM_ROUTING_KEY ? ev->routing_key
-							  : ev->partition_key;
-	if (key && *key) {
-		msg->key = key;
-		msg->key_len = strlen(key);
-	}
-	msg->headers = rd_kafka_headers_new(ce.n + 1);
-	if (!msg->headers)
-		goto oom;
-	if (structured) {
-		/* The envelope carries the attributes; ce_* headers are
-		 * optional in this mode and left out. */
-		msg->envelope =
-		    cloudevent_structured(ev, &len, reason, reasonlen);
-		if (!msg->envelope)
-			goto out;
-		msg->value = msg->envelope;
-		msg->value_len = len;
-		if (header_add(msg->headers, "content-type",
-			       cloudevent_structured_content_type()) != 0)
-			goto oom;
-	} else {
-		msg->value = ev->payload ? (const void *)ev->payload : empty;
-		msg->value_len = ev->payload ? ev->payload_len : 0;
-		for (size_t i = 0; i < ce.n; i++)
-			if (is_attribute(&ce.items[i]) &&
-			    header_add(msg->headers, ce.items[i].name,
-				       ce.items[i].value) != 0)
-				goto oom;
-		if (ev->content_type && *ev->content_type &&
-		    header_add(msg->headers, "content-type",
-			       ev->content_type) != 0)
-			goto oom;
-	}
-	for (size_t i = 0; i < ce.n; i++)
-		if (!is_attribute(&ce.items[i]) &&
-		    header_add(msg->headers, ce.items[i].name,
-			       ce.items[i].value) != 0)
-			goto oom;
-	ret = 0;
-	goto out;
-oom:
-	snprintf(reason, reasonlen, "out of memory");
-out:
-	ce_headers_release(&ce);
-	if (ret != 0)
-		kafka_msg_release(msg);
-	return ret;
-}
-
-void kafka_msg_release(struct kafka_msg *msg)
-{
-	if (msg->headers)
-		rd_kafka_headers_destroy(msg->headers);
-	free(msg->envelope);
-	*msg = (struct kafka_msg){0};
-}
-
 /* ---- producer configuration ---- */
 
 /* sasl.password -> OUTBOX_KAFKA_SASL_PASSWORD, the variable that set it. */
@@ -296,19 +90,20 @@ static void prop_var(const char *name, char *out, size_t outlen)
 	out[j < outlen ? j : outlen - 1] = '\0';
 }
 
-static const struct config_kafka_prop *prop_find(const struct config *cfg,
-						 const char *name)
+static const struct kafka_prop *prop_find(const struct config *cfg,
+					  const char *name)
 {
-	for (size_t i = 0; i < cfg->n_kafka_props; i++)
-		if (strcmp(cfg->kafka_props[i].name, name) == 0)
-			return &cfg->kafka_props[i];
+	const struct kafka_settings *ks = kafka_settings(cfg);
+
+	for (size_t i = 0; i < ks->n_props; i++)
+		if (strcmp(ks->props[i].name, name) == 0)
+			return &ks->props[i];
 	return NULL;
 }
 
 /* Properties that would void what the relay promises. The settings table
  * already refuses enable.idempotence, acks and bootstrap.servers. */
-static int prop_refused(const struct config_kafka_prop *p, char *err,
-			size_t errlen)
+static int prop_refused(const struct kafka_prop *p, char *err, size_t errlen)
 {
 	char var[300];
 
@@ -380,8 +175,8 @@ static rd_kafka_conf_t *conf_build(const struct config *cfg, bool brokers,
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	for (size_t i = 0; i < cfg->n_kafka_props; i++) {
-		const struct config_kafka_prop *p = &cfg->kafka_props[i];
+	for (size_t i = 0; i < kafka_settings(cfg)->n_props; i++) {
+		const struct kafka_prop *p = &kafka_settings(cfg)->props[i];
 
 		if (prop_refused(p, err, errlen) != 0 ||
 		    conf_put(conf, p->name, p->value, p->secret, err, errlen) !=
@@ -411,8 +206,9 @@ static rd_kafka_conf_t *conf_build(const struct config *cfg, bool brokers,
 	    conf_default(conf, cfg, "client.id", NULL, "outbox-relay", err,
 			 errlen))
 		goto fail;
-	if (brokers && conf_put(conf, "bootstrap.servers", cfg->kafka_brokers,
-				false, err, errlen))
+	if (brokers &&
+	    conf_put(conf, "bootstrap.servers", kafka_settings(cfg)->brokers,
+		     false, err, errlen))
 		goto fail;
 	return conf;
 fail:
@@ -515,15 +311,15 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m,
 	r->outcome = kafka_delivery_outcome(m->err, rd_kafka_message_status(m));
 	if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE && st->purge_reason) {
 		if (r->outcome == PUB_NOT_WRITTEN) {
-			ascii_copy(r->reason, sizeof(r->reason),
-				   st->purge_reason);
+			kafka_ascii_copy(r->reason, sizeof(r->reason),
+					 st->purge_reason);
 			return;
 		}
 		snprintf(what, sizeof(what),
 			 "%s, but an earlier send of it may have reached the "
 			 "broker",
 			 st->purge_reason);
-		ascii_copy(r->reason, sizeof(r->reason), what);
+		kafka_ascii_copy(r->reason, sizeof(r->reason), what);
 		st->trouble = true;
 		return;
 	}
@@ -639,13 +435,13 @@ static int cluster_check(struct kafka_state *st, char *err, size_t errlen)
 
 		snprintf(what, sizeof(what),
 			 "Kafka brokers %s did not answer a metadata request",
-			 st->cfg->kafka_brokers);
+			 kafka_settings(st->cfg)->brokers);
 		kafka_reason(err, errlen, what, rerr);
 		goto out;
 	}
 	if (md->broker_cnt < 1) {
 		snprintf(err, errlen, "Kafka brokers %s list no brokers",
-			 st->cfg->kafka_brokers);
+			 kafka_settings(st->cfg)->brokers);
 		goto out;
 	}
 	ret = 0;
@@ -662,7 +458,7 @@ static void result_set(struct pub_result *r, enum pub_outcome outcome,
 {
 	r->outcome = outcome;
 	r->route_scoped = false;
-	ascii_copy(r->reason, sizeof(r->reason), reason);
+	kafka_ascii_copy(r->reason, sizeof(r->reason), reason);
 }
 
 struct run {
@@ -882,7 +678,7 @@ static int kafka_validate(const struct config *cfg, char *err, size_t errlen)
 	rd_kafka_conf_t *conf;
 	rd_kafka_t *rk;
 
-	if (!kafka_topic_valid(cfg->kafka_topic)) {
+	if (!kafka_topic_valid(kafka_settings(cfg)->topic)) {
 		snprintf(err, errlen,
 			 "OUTBOX_KAFKA_TOPIC: not a valid Kafka topic name");
 		return -1;
@@ -969,6 +765,8 @@ rd_kafka_t *kafka_handle(void *state)
 
 const struct publisher_ops publisher_kafka = {
     .name = "kafka",
+    .settings = &kafka_settings_group,
+    .default_destination = kafka_default_destination,
     .validate = kafka_validate,
     .open = kafka_open,
     .publish = kafka_publish,

@@ -16,6 +16,31 @@
 
 #include "publisher.h"
 
+/* Which row column becomes the record's key. */
+enum kafka_key_from { KEY_FROM_PARTITION_KEY, KEY_FROM_ROUTING_KEY };
+
+/* One librdkafka property passed through OUTBOX_KAFKA_<PROPERTY>. */
+struct kafka_prop {
+	char *name;  /* dotted, lower case: "sasl.mechanism" */
+	char *value; /* as given */
+	bool secret; /* value never printed */
+};
+
+/* The backend's settings (OUTBOX_KAFKA_*), filled by config_load()
+ * through kafka_settings_group and owned by struct config. */
+struct kafka_settings {
+	char *brokers;
+	char *topic; /* default topic for rows with NULL */
+	enum kafka_key_from key_from;
+	struct kafka_prop *props; /* sorted by name */
+	size_t n_props;
+};
+
+extern const struct config_group kafka_settings_group;
+
+/* cfg's Kafka settings; all empty when cfg was loaded without them. */
+const struct kafka_settings *kafka_settings(const struct config *cfg);
+
 /*
  * One row as a Kafka record.
  *
@@ -37,7 +62,7 @@ struct kafka_msg {
 
 /*
  * Builds the record for ev:
- *  - topic: ev->exchange, or cfg->kafka_topic when it is NULL; a name that
+ *  - topic: ev->exchange, or OUTBOX_KAFKA_TOPIC when it is NULL; a name that
  *    is not a valid Kafka topic name fails the row (PUB_PERMANENT);
  *  - key: the partition key, or with OUTBOX_KAFKA_KEY_FROM=routing_key the
  *    routing key; NULL or "" means no key;
@@ -58,6 +83,9 @@ struct kafka_msg {
 int kafka_msg_build(const struct config *cfg, const struct outbox_event *ev,
 		    struct kafka_msg *msg, enum pub_outcome *fail, char *reason,
 		    size_t reasonlen);
+
+/* Where rows with a NULL exchange go: OUTBOX_KAFKA_TOPIC. */
+const char *kafka_default_destination(const struct config *cfg);
 
 /* Frees what kafka_msg_build() stored; leaves msg zeroed. */
 void kafka_msg_release(struct kafka_msg *msg);
@@ -91,6 +119,10 @@ enum pub_outcome kafka_delivery_outcome(rd_kafka_resp_err_t err,
  * always trips one fails once its attempts are spent instead of looping).
  */
 enum pub_outcome kafka_produce_outcome(rd_kafka_resp_err_t err);
+
+/* Copies in into out, bytes outside printable ASCII replaced by '?', so a
+ * reason is always valid UTF-8 for last_error and logs. */
+void kafka_ascii_copy(char *out, size_t outlen, const char *in);
 
 /* Writes "<what>: <librdkafka's text> (<ERROR_NAME>)" into buf, printable
  * ASCII only. */

@@ -75,6 +75,12 @@ struct publish_ctx {
 
 struct publisher_ops {
 	const char *name;
+	/* The backend's own settings (config_load() reads every backend's,
+	 * whichever is chosen), or NULL when it has none. */
+	const struct config_group *settings;
+	/* Where rows with a NULL exchange go under cfg ("" when the
+	 * backend has no such notion). */
+	const char *(*default_destination)(const struct config *cfg);
 	/* Startup check of the backend's settings; 0 or -1 with err set. */
 	int (*validate)(const struct config *cfg, char *err, size_t errlen);
 	/* Connects; 0 with *state set, or -1 with err set (naming host, never
@@ -102,9 +108,16 @@ extern const struct publisher_ops *const publisher_registry[];
 /* The backend called name, or NULL. */
 const struct publisher_ops *publisher_find(const char *name);
 
-/* The destination rows with a NULL exchange go to under cfg: the
- * configured default exchange or topic ("" for stdout). */
+/* The destination rows with a NULL exchange go to under cfg: the chosen
+ * backend's default_destination ("" for an unknown backend). */
 const char *publisher_default_destination(const struct config *cfg);
+
+/*
+ * What config_load() and the settings printers need from the backends:
+ * every backend's settings group and the check of OUTBOX_PUBLISHER.
+ * Fills *ext; its groups array is static and lives for the process.
+ */
+void publisher_config_extensions(struct config_extensions *ext);
 
 /*
  * A publisher as its user holds it: the backend's ops and the one state

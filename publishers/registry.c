@@ -2,6 +2,7 @@
 /* The table of publisher backends and lookups by configuration. */
 #include "publisher.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "backends.h"
@@ -34,13 +35,51 @@ const struct publisher_ops *publisher_find(const char *name)
 
 const char *publisher_default_destination(const struct config *cfg)
 {
+	const struct publisher_ops *ops = publisher_find(cfg->publisher);
 	const char *dest = NULL;
 
-	if (!cfg->publisher)
-		return "";
-	if (strcmp(cfg->publisher, "amqp") == 0)
-		dest = cfg->amqp_exchange;
-	else if (strcmp(cfg->publisher, "kafka") == 0)
-		dest = cfg->kafka_topic;
+	if (ops && ops->default_destination)
+		dest = ops->default_destination(cfg);
 	return dest ? dest : "";
+}
+
+/* The registry is the one list of publishers. */
+static int check_publisher(const char *v, char *why, size_t whylen)
+{
+	size_t used;
+
+	if (publisher_find(v))
+		return 0;
+	used = (size_t)snprintf(why, whylen, "unknown backend; one of");
+	for (size_t i = 0; publisher_registry[i] && used < whylen; i++)
+		used +=
+		    (size_t)snprintf(why + used, whylen - used, "%s %s",
+				     i ? "," : "", publisher_registry[i]->name);
+	return -1;
+}
+
+/* Appends the settings of the backends in table to groups. */
+static size_t add_groups(const struct publisher_ops *const *table,
+			 const struct config_group **groups, size_t n,
+			 size_t max)
+{
+	for (size_t i = 0; table[i] && n < max; i++)
+		if (table[i]->settings)
+			groups[n++] = table[i]->settings;
+	return n;
+}
+
+void publisher_config_extensions(struct config_extensions *ext)
+{
+	static const struct config_group *groups[CONFIG_GROUPS_MAX + 1];
+	size_t n = add_groups(publisher_registry, groups, 0, CONFIG_GROUPS_MAX);
+
+	if (publisher_test_registry)
+		n = add_groups(publisher_test_registry, groups, n,
+			       CONFIG_GROUPS_MAX);
+	groups[n] = NULL;
+	*ext = (struct config_extensions){
+	    .groups = groups,
+	    .check_publisher = check_publisher,
+	};
 }

@@ -20,8 +20,21 @@
 #include "publishers/publisher.h"
 #include "store/store.h"
 
+/* The settings of every backend and the checks whose rules live above
+ * config. */
+static struct config_extensions settings_extensions(void)
+{
+	struct config_extensions ext;
+
+	publisher_config_extensions(&ext);
+	ext.check_conninfo = store_conninfo_check;
+	return ext;
+}
+
 static void usage(FILE *out)
 {
+	struct config_extensions ext = settings_extensions();
+
 	fprintf(out,
 		"usage: outbox-relay [run]        relay events (the daemon)\n"
 		"       outbox-relay migrate      create or upgrade the "
@@ -34,7 +47,7 @@ static void usage(FILE *out)
 		"Every setting comes from the environment (NAME, or a file "
 		"named by NAME_FILE):\n\n",
 		cli_usage_lines());
-	config_print_help(out);
+	config_print_help(out, &ext);
 	fprintf(out, "\nExit codes: 0 ok, 1 runtime failure, 2 usage or "
 		     "configuration error.\n");
 }
@@ -191,7 +204,7 @@ extern char **environ;
 /* A misspelt setting would otherwise be ignored in silence. A warning, not
  * an error: platforms inject variables of their own (Kubernetes service
  * links named after a Service called outbox-...). */
-static void warn_unknown_settings(void)
+static void warn_unknown_settings(const struct config_extensions *ext)
 {
 	for (char **e = environ; *e; e++) {
 		if (strncmp(*e, "OUTBOX_", 7) != 0)
@@ -199,13 +212,14 @@ static void warn_unknown_settings(void)
 		char name[128];
 		size_t n = strcspn(*e, "=");
 		snprintf(name, sizeof(name), "%.*s", (int)n, *e);
-		if (!config_knows(name))
+		if (!config_knows(ext, name))
 			log_warn("unknown setting %s is ignored", name);
 	}
 }
 
 int main(int argc, char **argv)
 {
+	struct config_extensions ext = settings_extensions();
 	const char *cmd = argc > 1 ? argv[1] : "run";
 	if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
 	    strcmp(cmd, "help") == 0) {
@@ -217,7 +231,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (strcmp(cmd, "--settings-markdown") == 0) {
-		config_print_markdown(stdout);
+		config_print_markdown(stdout, &ext);
 		return 0;
 	}
 	bool known = strcmp(cmd, "run") == 0 || strcmp(cmd, "migrate") == 0 ||
@@ -238,7 +252,7 @@ int main(int argc, char **argv)
 	}
 
 	struct config cfg;
-	int problems = config_load(&cfg, stderr);
+	int problems = config_load(&cfg, &ext, stderr);
 	if (problems > 0) {
 		fprintf(stderr,
 			"outbox-relay: %d configuration problem%s; see "
@@ -248,7 +262,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_setup(cfg.log_level, cfg.log_format == LOG_FORMAT_JSON);
-	warn_unknown_settings();
+	warn_unknown_settings(&ext);
 
 	int rc;
 	const struct publisher_ops *pub = publisher_find(cfg.publisher);

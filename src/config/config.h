@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Settings: one table drives parsing from the environment (and NAME_FILE),
- * validation, the cross-checks of the contract's section 4, --help and the
- * README's settings table.
+ * Settings: tables of rows drive parsing from the environment (and
+ * NAME_FILE), validation, the cross-checks of the contract's section 4,
+ * --help and the README's settings table. The core table lives here; the
+ * parts above config (the publisher backends) bring their own rows as
+ * settings groups through struct config_extensions, so config never needs
+ * to know them.
  *
- * Ownership: config_load() fills a struct config whose strings it owns;
- * config_release() frees them. After startup the struct is read-only and
- * shared by every thread without locking.
+ * Ownership: config_load() fills a struct config whose strings and group
+ * structs it owns; config_release() frees them. After startup the struct
+ * is read-only and shared by every thread without locking.
  */
 #ifndef OUTBOX_CONFIG_H
 #define OUTBOX_CONFIG_H
@@ -16,18 +19,153 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum config_unroutable { UNROUTABLE_RETRY, UNROUTABLE_FAIL };
-enum config_key_from { KEY_FROM_PARTITION_KEY, KEY_FROM_ROUTING_KEY };
 enum config_ce_mode { CE_MODE_BINARY, CE_MODE_STRUCTURED };
 enum config_ordering { ORDERING_NONE, ORDERING_PARTITION };
 enum config_on_failure { ON_FAILURE_SKIP, ON_FAILURE_BLOCK };
 enum config_log_format { LOG_FORMAT_JSON, LOG_FORMAT_TEXT };
 
-/* One librdkafka property passed through OUTBOX_KAFKA_<PROPERTY>. */
-struct config_kafka_prop {
-	char *name;  /* dotted, lower case: "sasl.mechanism" */
-	char *value; /* as given */
-	bool secret; /* value never printed */
+/*
+ * Settings rows. A row names a variable, the C type it parses into and
+ * where that field sits in its target struct: struct config for the core
+ * settings, a group's own struct for a settings group (below).
+ */
+enum setting_type {
+	SET_STRING,   /* char *, validated by check() when given */
+	SET_WORD,     /* char *, one of choices, stored as that choice */
+	SET_ENUM,     /* int-sized enum: index into choices, or lookup() */
+	SET_BOOL,     /* bool: on|off|true|false */
+	SET_INT,      /* int within [min, max] */
+	SET_DOUBLE,   /* double within [min, max] */
+	SET_DURATION, /* int64_t milliseconds within [min, max] */
+};
+
+enum setting_flags {
+	SETTING_SECRET = 1 << 0,   /* the value is never printed */
+	SETTING_NULLABLE = 1 << 1, /* unset or empty leaves the field NULL */
+	SETTING_ZERO_OK = 1 << 2,  /* 0 is allowed below min and means off */
+};
+
+struct setting {
+	const char *name;
+	enum setting_type type;
+	size_t offset;	 /* into the target struct */
+	const char *def; /* as text; NULL: unset (NULLABLE) or required */
+	int64_t min, max;
+	const char *const *choices;   /* NULL-terminated */
+	int (*lookup)(const char *s); /* SET_ENUM: value, or -1 when unknown */
+	int (*check)(const char *value, char *why, size_t whylen);
+	unsigned flags;
+	const char *help;
+};
+
+#define SETTING_SECOND INT64_C(1000)
+#define SETTING_MINUTE (60 * SETTING_SECOND)
+#define SETTING_HOUR (60 * SETTING_MINUTE)
+#define SETTING_DAY (24 * SETTING_HOUR)
+
+/*
+ * offsetof() into target struct T that refuses to compile unless the
+ * field has the C type the row's parser writes through the offset, so a
+ * row can never point a parser at a field of another type. An enum's own
+ * type differs per row, so only its size is checked.
+ */
+#define SETTING_FIELD_IS(T, f, FT) _Generic(((T *)0)->f, FT : 1, default : 0)
+#define SETTING_CHECKED(offset, ok) ((offset) + 0 * sizeof(char[(ok) ? 1 : -1]))
+#define SETTING_FIELD(T, f, FT)                                                \
+	SETTING_CHECKED(offsetof(T, f), SETTING_FIELD_IS(T, f, FT))
+#define SETTING_ENUM_FIELD(T, f)                                               \
+	SETTING_CHECKED(offsetof(T, f), sizeof(((T *)0)->f) == sizeof(int))
+
+#define SETTING_STRING(T, n, f, d, chk, fl, h)                                 \
+	{                                                                      \
+		.name = n, .type = SET_STRING,                                 \
+		.offset = SETTING_FIELD(T, f, char *), .def = d, .check = chk, \
+		.flags = fl, .help = h                                         \
+	}
+#define SETTING_WORD(T, n, f, d, ch, h)                                        \
+	{                                                                      \
+		.name = n, .type = SET_WORD,                                   \
+		.offset = SETTING_FIELD(T, f, char *), .def = d,               \
+		.choices = ch, .help = h                                       \
+	}
+#define SETTING_ENUM(T, n, f, d, ch, lk, h)                                    \
+	{                                                                      \
+		.name = n, .type = SET_ENUM,                                   \
+		.offset = SETTING_ENUM_FIELD(T, f), .def = d, .choices = ch,   \
+		.lookup = lk, .help = h                                        \
+	}
+#define SETTING_BOOL(T, n, f, d, h)                                            \
+	{                                                                      \
+		.name = n, .type = SET_BOOL,                                   \
+		.offset = SETTING_FIELD(T, f, bool), .def = d, .help = h       \
+	}
+#define SETTING_INT(T, n, f, d, lo, hi, h)                                     \
+	{                                                                      \
+		.name = n, .type = SET_INT,                                    \
+		.offset = SETTING_FIELD(T, f, int), .def = d, .min = lo,       \
+		.max = hi, .help = h                                           \
+	}
+#define SETTING_DOUBLE(T, n, f, d, lo, hi, h)                                  \
+	{                                                                      \
+		.name = n, .type = SET_DOUBLE,                                 \
+		.offset = SETTING_FIELD(T, f, double), .def = d, .min = lo,    \
+		.max = hi, .help = h                                           \
+	}
+#define SETTING_DURATION(T, n, f, d, lo, hi, fl, h)                            \
+	{                                                                      \
+		.name = n, .type = SET_DURATION,                               \
+		.offset = SETTING_FIELD(T, f, int64_t), .def = d, .min = lo,   \
+		.max = hi, .flags = fl, .help = h                              \
+	}
+
+/* The state of one config_load(), lent to a group's hooks so that their
+ * problems are reported and counted like the core's. */
+struct config_loader;
+
+struct config;
+
+/*
+ * A settings group: the rows of one part above config (a publisher
+ * backend) and the struct they fill. config_load() allocates that struct
+ * (size bytes, zeroed), fills it from the rows and keeps it in struct
+ * config; config_release() frees its strings, calls release() and frees
+ * it. --help, the README table and config_knows() cover every group.
+ */
+struct config_group {
+	const struct setting *rows;
+	size_t n_rows;
+	size_t size; /* of the struct the rows fill */
+	/* Every other variable starting with prefix is handed to
+	 * load_extra() (var without its _FILE suffix) once the core
+	 * settings and the group's rows are read. NULL: none. */
+	const char *prefix;
+	void (*load_extra)(struct config_loader *ld, const struct config *cfg,
+			   const char *var, void *data);
+	/* Frees what load_extra() stored in data. May be NULL. */
+	void (*release)(void *data);
+	/* The prefix variables' entry in --help (whole indented lines) and
+	 * their README table row (one whole line). May be NULL. */
+	const char *prefix_help;
+	const char *prefix_markdown;
+};
+
+/* What the parts above config lend config_load() and the printers. */
+struct config_extensions {
+	/* Settings groups, NULL-terminated; NULL: none. */
+	const struct config_group *const *groups;
+	/* OUTBOX_PUBLISHER: 0, or -1 with why set. NULL accepts any. */
+	int (*check_publisher)(const char *name, char *why, size_t whylen);
+	/* OUTBOX_DATABASE_URL and OUTBOX_LISTEN_DATABASE_URL: 0, or -1 with
+	 * why set, never quoting the value. NULL accepts any. */
+	int (*check_conninfo)(const char *conninfo, char *why, size_t whylen);
+};
+
+#define CONFIG_GROUPS_MAX 8
+
+/* One loaded settings group, owned by the struct config holding it. */
+struct config_part {
+	const struct config_group *group;
+	void *data;
 };
 
 struct config {
@@ -40,17 +178,7 @@ struct config {
 	int64_t statement_timeout_ms; /* also the mark budget of section 4 */
 
 	/* Publisher */
-	char *publisher; /* "stdout", "amqp" or "kafka" */
-	char *amqp_url;
-	char *amqp_exchange;	    /* default exchange for rows with NULL */
-	bool amqp_declare_exchange; /* declare amqp_exchange at open */
-	char *amqp_header_prefix;   /* "ce-" (default) or "cloudEvents_" */
-	enum config_unroutable unroutable;
-	char *kafka_brokers;
-	char *kafka_topic; /* default topic for rows with NULL */
-	enum config_key_from kafka_key_from;
-	struct config_kafka_prop *kafka_props;
-	size_t n_kafka_props;
+	char *publisher; /* a backend's name, as check_publisher accepts */
 
 	/* CloudEvents */
 	char *ce_source;
@@ -79,33 +207,69 @@ struct config {
 	char *http_addr; /* "host:port"; empty disables HTTP */
 	int log_level;	 /* enum log_level from log.h */
 	enum config_log_format log_format;
+
+	/* The settings groups of the extensions, in their order. */
+	struct config_part parts[CONFIG_GROUPS_MAX];
+	size_t n_parts;
 };
 
 /*
- * Reads every setting from the environment (NAME, or the file named by
- * NAME_FILE with one trailing newline stripped), applies defaults,
- * validates each value and the cross-checks.
+ * Reads every setting of the core table and of ext's groups from the
+ * environment (NAME, or the file named by NAME_FILE with one trailing
+ * newline stripped), applies defaults, validates each value and the
+ * cross-checks. ext may be NULL: the core settings only.
  *
  * On failure, writes one line per problem to errs (each naming the
  * variable, never a secret value) and returns the number of problems;
  * returns 0 on success. cfg is always safe to config_release().
  */
-int config_load(struct config *cfg, FILE *errs);
+int config_load(struct config *cfg, const struct config_extensions *ext,
+		FILE *errs);
 
-/* Frees every string config_load() stored; leaves cfg zeroed. */
+/* Frees every string and group struct config_load() stored; leaves cfg
+ * zeroed. */
 void config_release(struct config *cfg);
 
+/* The struct group's rows filled, or NULL when group was not loaded. */
+void *config_part(const struct config *cfg, const struct config_group *group);
+
 /* Writes the settings reference (name, default, meaning) for --help. */
-void config_print_help(FILE *out);
+void config_print_help(FILE *out, const struct config_extensions *ext);
 
 /* Writes the settings table as Markdown, for the README. */
-void config_print_markdown(FILE *out);
+void config_print_markdown(FILE *out, const struct config_extensions *ext);
 
 /* Copies url into out with any password replaced by "***". */
 void config_redact_url(const char *url, char *out, size_t outlen);
 
-/* True when name is a variable the settings table knows (with or
- * without the _FILE suffix, and OUTBOX_KAFKA_<PROPERTY> passthrough). */
-bool config_knows(const char *name);
+/* True when name is a variable of the core table or of a group of ext
+ * (with or without the _FILE suffix, or one of a group's prefix). */
+bool config_knows(const struct config_extensions *ext, const char *name);
+
+/*
+ * For a group's hooks, while config_load() runs.
+ */
+
+/* Reads NAME, or the file named by NAME_FILE, into *out (caller frees).
+ * Returns 1 when set, 0 when neither is set, -1 after reporting. */
+int config_env_read(struct config_loader *ld, const char *name, char **out);
+
+/* Reports one problem: "config: NAME: what (got 'value')". A secret's
+ * value is never printed; value NULL prints no suffix. */
+void config_problem(struct config_loader *ld, const char *name, bool secret,
+		    const char *value, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* True when the setting called name was read without a problem. */
+bool config_loader_ok(const struct config_loader *ld, const char *name);
+
+/* 60000 -> "1m", 1500 -> "1500ms": durations as the settings write them. */
+void config_format_duration(int64_t ms, char *buf, size_t len);
+
+/* A whole decimal integer, nothing before or after it; -1 with why. */
+int config_parse_int64(const char *s, int64_t *out, char *why, size_t whylen);
+
+/* Frees s, wiping it first when it holds a secret. */
+void config_free_secret(char *s, bool secret);
 
 #endif

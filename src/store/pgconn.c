@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Opening Postgres sessions and classifying their errors. */
+/* Opening Postgres sessions, classifying their errors, checking conninfo. */
 #include "pgconn.h"
+#include "store.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -157,4 +158,20 @@ bool pgconn_is_retryable(const PGresult *res)
 	    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 	return state &&
 	       (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0);
+}
+
+int store_conninfo_check(const char *conninfo, char *why, size_t whylen)
+{
+	char *msg = NULL;
+	PQconninfoOption *opts = PQconninfoParse(conninfo, &msg);
+	/* libpq's message may quote the password: say only what is wrong. */
+	PQfreemem(msg);
+	if (!opts) {
+		snprintf(why, whylen,
+			 "not a valid libpq connection URI or key=value "
+			 "string");
+		return -1;
+	}
+	PQconninfoFree(opts);
+	return 0;
 }

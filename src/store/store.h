@@ -306,6 +306,13 @@ int store_admin_resume(struct store *s, const char *destination,
 int store_admin_time(struct store *s, const char *text, char *out,
 		     size_t outlen, char *err, size_t errlen);
 
+/*
+ * Startup check of a connection string (URI or key=value) by libpq's own
+ * parser, without connecting. 0, or -1 with why saying what is wrong (never
+ * quoting the string, which may hold a password). Any thread.
+ */
+int store_conninfo_check(const char *conninfo, char *why, size_t whylen);
+
 /* ---- the NOTIFY listener (OUTBOX_LISTEN=on) ---- */
 
 /*

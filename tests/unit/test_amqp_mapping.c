@@ -51,13 +51,20 @@ static struct outbox_event event(void)
 	};
 }
 
+/* The backend's settings of the config below; reset by config(). */
+static struct amqp_settings settings;
+
 static struct config config(void)
 {
-	return (struct config){
-	    .amqp_exchange = (char *)"events",
-	    .amqp_header_prefix = (char *)"ce-",
-	    .ce_mode = CE_MODE_BINARY,
+	settings = (struct amqp_settings){
+	    .exchange = (char *)"events",
+	    .header_prefix = (char *)"ce-",
 	    .unroutable = UNROUTABLE_RETRY,
+	};
+	return (struct config){
+	    .ce_mode = CE_MODE_BINARY,
+	    .parts = {{&amqp_settings_group, &settings}},
+	    .n_parts = 1,
 	};
 }
 
@@ -167,7 +174,7 @@ static void test_prefix_cloudevents(void **unused)
 	char reason[256];
 
 	(void)unused;
-	cfg.amqp_header_prefix = (char *)"cloudEvents_";
+	settings.header_prefix = (char *)"cloudEvents_";
 	assert_int_equal(amqp_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
 			 0);
 	assert_header(&m, "cloudEvents_specversion", "1.0");
@@ -205,7 +212,7 @@ static void test_optional_attributes(void **unused)
 	amqp_msg_release(&m);
 
 	/* No configured exchange: NULL goes to the default exchange. */
-	cfg.amqp_exchange = NULL;
+	settings.exchange = NULL;
 	ev.exchange = NULL;
 	assert_int_equal(amqp_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
 			 0);

@@ -2,7 +2,7 @@
 /*
  * Settings: defaults, every type's parsing, bad values, NAME_FILE, the
  * Kafka passthrough, the section 4 cross-checks, secret hiding, URL
- * redaction, --help/README output and config_knows().
+ * redaction, --help/README output and config_knows(&ext, ).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +12,11 @@
 
 #include "config/config.h"
 #include "base/base.h"
+#include "publishers/amqp_map.h"
+#include "publishers/kafka.h"
+#include "publishers/publisher.h"
+
+#include <libpq-fe.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +25,29 @@
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define OFF(f) offsetof(struct config, f)
+#define AOFF(f) offsetof(struct amqp_settings, f)
+#define KOFF(f) offsetof(struct kafka_settings, f)
+#define KS(r) kafka_settings(&(r).cfg)
+#define AS(r) amqp_settings(&(r).cfg)
+
+/* What main.c lends config_load(): the same conninfo rule as libpq's. */
+static int check_conninfo(const char *v, char *why, size_t whylen)
+{
+	char *msg = NULL;
+	PQconninfoOption *opts = PQconninfoParse(v, &msg);
+
+	PQfreemem(msg);
+	if (!opts) {
+		snprintf(why, whylen,
+			 "not a valid libpq connection URI or key=value "
+			 "string");
+		return -1;
+	}
+	PQconninfoFree(opts);
+	return 0;
+}
+
+static struct config_extensions ext;
 
 static const char *const all_vars[] = {
     "OUTBOX_DATABASE_URL",
@@ -124,7 +152,7 @@ static void run_load(struct run *r)
 	memset(r, 0, sizeof(*r));
 	f = open_memstream(&r->errs, &r->errlen);
 	assert_non_null(f);
-	r->problems = config_load(&r->cfg, f);
+	r->problems = config_load(&r->cfg, &ext, f);
 	assert_int_equal(fclose(f), 0);
 	for (const char *p = r->errs; *p; p = strchr(p, '\n') + 1) {
 		if (strncmp(p, "config: OUTBOX_", 15) != 0)
@@ -188,17 +216,16 @@ static void test_defaults(void **state)
 	assert_int_equal(r.cfg.statement_timeout_ms, 10000);
 
 	assert_string_equal(r.cfg.publisher, "stdout");
-	assert_string_equal(r.cfg.amqp_url,
-			    "amqp://guest:guest@127.0.0.1:5672");
-	assert_string_equal(r.cfg.amqp_exchange, "");
-	assert_false(r.cfg.amqp_declare_exchange);
-	assert_string_equal(r.cfg.amqp_header_prefix, "ce-");
-	assert_int_equal(r.cfg.unroutable, UNROUTABLE_RETRY);
-	assert_string_equal(r.cfg.kafka_brokers, "127.0.0.1:9092");
-	assert_string_equal(r.cfg.kafka_topic, "outbox");
-	assert_int_equal(r.cfg.kafka_key_from, KEY_FROM_PARTITION_KEY);
-	assert_null(r.cfg.kafka_props);
-	assert_int_equal(r.cfg.n_kafka_props, 0);
+	assert_string_equal(AS(r)->url, "amqp://guest:guest@127.0.0.1:5672");
+	assert_string_equal(AS(r)->exchange, "");
+	assert_false(AS(r)->declare_exchange);
+	assert_string_equal(AS(r)->header_prefix, "ce-");
+	assert_int_equal(AS(r)->unroutable, UNROUTABLE_RETRY);
+	assert_string_equal(KS(r)->brokers, "127.0.0.1:9092");
+	assert_string_equal(KS(r)->topic, "outbox");
+	assert_int_equal(KS(r)->key_from, KEY_FROM_PARTITION_KEY);
+	assert_null(KS(r)->props);
+	assert_int_equal(KS(r)->n_props, 0);
 
 	assert_string_equal(r.cfg.ce_source, "/outbox-relay");
 	assert_int_equal(r.cfg.ce_mode, CE_MODE_BINARY);
@@ -239,7 +266,8 @@ struct good_case {
 	const char *s; /* K_STR */
 };
 
-static const char name40[] = "t123456789012345678901234567890123456789";
+/* The longest table name part base's table_parse() takes: 43 bytes. */
+static const char name43[] = "t123456789012345678901234567890123456789012";
 
 static const struct good_case good_cases[] = {
     {"OUTBOX_DATABASE_URL", "postgres://u:p@db:5432/app", K_STR,
@@ -254,7 +282,7 @@ static const struct good_case good_cases[] = {
     {"OUTBOX_TABLE", "app.outbox_events", K_STR, OFF(table), 0, 0,
      "app.outbox_events"},
     {"OUTBOX_TABLE", "_Outbox_2", K_STR, OFF(table), 0, 0, "_Outbox_2"},
-    {"OUTBOX_TABLE", name40, K_STR, OFF(table), 0, 0, name40},
+    {"OUTBOX_TABLE", name43, K_STR, OFF(table), 0, 0, name43},
     {"OUTBOX_LISTEN", "on", K_BOOL, OFF(listen), 1, 0, NULL},
     {"OUTBOX_LISTEN", "true", K_BOOL, OFF(listen), 1, 0, NULL},
     {"OUTBOX_LISTEN_DATABASE_URL", "host=primary", K_STR,
@@ -265,23 +293,22 @@ static const struct good_case good_cases[] = {
      0, NULL},
     {"OUTBOX_PUBLISHER", "amqp", K_STR, OFF(publisher), 0, 0, "amqp"},
     {"OUTBOX_PUBLISHER", "kafka", K_STR, OFF(publisher), 0, 0, "kafka"},
-    {"OUTBOX_AMQP_URL", "amqps://u:p@rabbit:5671/vh", K_STR, OFF(amqp_url), 0,
-     0, "amqps://u:p@rabbit:5671/vh"},
-    {"OUTBOX_AMQP_URL", "amqp://h:5672/%2f", K_STR, OFF(amqp_url), 0, 0,
+    {"OUTBOX_AMQP_URL", "amqps://u:p@rabbit:5671/vh", K_STR, AOFF(url), 0, 0,
+     "amqps://u:p@rabbit:5671/vh"},
+    {"OUTBOX_AMQP_URL", "amqp://h:5672/%2f", K_STR, AOFF(url), 0, 0,
      "amqp://h:5672/%2f"},
-    {"OUTBOX_AMQP_EXCHANGE", "events", K_STR, OFF(amqp_exchange), 0, 0,
-     "events"},
-    {"OUTBOX_AMQP_DECLARE_EXCHANGE", "on", K_BOOL, OFF(amqp_declare_exchange),
-     1, 0, NULL},
-    {"OUTBOX_AMQP_HEADER_PREFIX", "cloudEvents_", K_STR,
-     OFF(amqp_header_prefix), 0, 0, "cloudEvents_"},
-    {"OUTBOX_UNROUTABLE", "fail", K_ENUM, OFF(unroutable), UNROUTABLE_FAIL, 0,
+    {"OUTBOX_AMQP_EXCHANGE", "events", K_STR, AOFF(exchange), 0, 0, "events"},
+    {"OUTBOX_AMQP_DECLARE_EXCHANGE", "on", K_BOOL, AOFF(declare_exchange), 1, 0,
      NULL},
-    {"OUTBOX_KAFKA_BROKERS", "k1:9092,k2:9092", K_STR, OFF(kafka_brokers), 0, 0,
+    {"OUTBOX_AMQP_HEADER_PREFIX", "cloudEvents_", K_STR, AOFF(header_prefix), 0,
+     0, "cloudEvents_"},
+    {"OUTBOX_UNROUTABLE", "fail", K_ENUM, AOFF(unroutable), UNROUTABLE_FAIL, 0,
+     NULL},
+    {"OUTBOX_KAFKA_BROKERS", "k1:9092,k2:9092", K_STR, KOFF(brokers), 0, 0,
      "k1:9092,k2:9092"},
-    {"OUTBOX_KAFKA_TOPIC", "orders.v1-x_y", K_STR, OFF(kafka_topic), 0, 0,
+    {"OUTBOX_KAFKA_TOPIC", "orders.v1-x_y", K_STR, KOFF(topic), 0, 0,
      "orders.v1-x_y"},
-    {"OUTBOX_KAFKA_KEY_FROM", "routing_key", K_ENUM, OFF(kafka_key_from),
+    {"OUTBOX_KAFKA_KEY_FROM", "routing_key", K_ENUM, KOFF(key_from),
      KEY_FROM_ROUTING_KEY, 0, NULL},
     {"OUTBOX_CE_SOURCE", "urn:example:orders", K_STR, OFF(ce_source), 0, 0,
      "urn:example:orders"},
@@ -335,9 +362,21 @@ static const struct good_case good_cases[] = {
      NULL},
 };
 
+/* The struct c->off is into: the backend's settings for its variables. */
+static const void *good_target(const struct good_case *c,
+			       const struct config *cfg)
+{
+	if (strncmp(c->var, "OUTBOX_AMQP_", 12) == 0 ||
+	    strcmp(c->var, "OUTBOX_UNROUTABLE") == 0)
+		return amqp_settings(cfg);
+	if (strncmp(c->var, "OUTBOX_KAFKA_", 13) == 0)
+		return kafka_settings(cfg);
+	return cfg;
+}
+
 static void check_good(const struct good_case *c, struct config *cfg)
 {
-	const char *field = (const char *)cfg + c->off;
+	const char *field = (const char *)good_target(c, cfg) + c->off;
 	const char *s;
 	int64_t i64;
 	double d;
@@ -401,7 +440,7 @@ struct bad_case {
 	const char *value;
 };
 
-static const char name41[] = "t1234567890123456789012345678901234567890";
+static const char name44[] = "t1234567890123456789012345678901234567890123";
 static const char long_exchange[] =
     "e123456789012345678901234567890123456789012345678901234567890123"
     "e123456789012345678901234567890123456789012345678901234567890123"
@@ -424,7 +463,7 @@ static const struct bad_case bad_cases[] = {
     {"OUTBOX_TABLE", "app."},
     {"OUTBOX_TABLE", ".outbox"},
     {"OUTBOX_TABLE", "x;drop table y"},
-    {"OUTBOX_TABLE", name41},
+    {"OUTBOX_TABLE", name44},
     {"OUTBOX_LISTEN", "1"},
     {"OUTBOX_LISTEN", "yes"},
     {"OUTBOX_LISTEN", "ON"},
@@ -687,10 +726,10 @@ static void test_file_values(void **state)
 	run_load(&r);
 	assert_int_equal(r.problems, 0);
 	assert_string_equal(r.cfg.table, "app.events");
-	assert_string_equal(r.cfg.kafka_brokers, "b1:9092");
-	assert_int_equal(r.cfg.n_kafka_props, 1);
-	assert_string_equal(r.cfg.kafka_props[0].name, "sasl.username");
-	assert_string_equal(r.cfg.kafka_props[0].value, "user\n");
+	assert_string_equal(KS(r)->brokers, "b1:9092");
+	assert_int_equal(KS(r)->n_props, 1);
+	assert_string_equal(KS(r)->props[0].name, "sasl.username");
+	assert_string_equal(KS(r)->props[0].value, "user\n");
 	run_free(&r);
 	unlink(table);
 	unlink(crlf);
@@ -866,12 +905,14 @@ static void test_cross_checks(void **state)
 	}
 }
 
-static const struct config_kafka_prop *find_prop(const struct config *cfg,
-						 const char *name)
+static const struct kafka_prop *find_prop(const struct config *cfg,
+					  const char *name)
 {
-	for (size_t i = 0; i < cfg->n_kafka_props; i++)
-		if (strcmp(cfg->kafka_props[i].name, name) == 0)
-			return &cfg->kafka_props[i];
+	const struct kafka_settings *ks = kafka_settings(cfg);
+
+	for (size_t i = 0; i < ks->n_props; i++)
+		if (strcmp(ks->props[i].name, name) == 0)
+			return &ks->props[i];
 	return NULL;
 }
 
@@ -894,24 +935,24 @@ static void test_kafka_passthrough(void **state)
 	env_set("OUTBOX_KAFKA_ACKS", "all");
 	run_load(&r);
 	assert_int_equal(r.problems, 0);
-	assert_string_equal(r.cfg.kafka_brokers, "b1:9092");
-	assert_string_equal(r.cfg.kafka_topic, "orders");
-	assert_int_equal(r.cfg.kafka_key_from, KEY_FROM_ROUTING_KEY);
-	assert_int_equal(r.cfg.n_kafka_props, 6);
+	assert_string_equal(KS(r)->brokers, "b1:9092");
+	assert_string_equal(KS(r)->topic, "orders");
+	assert_int_equal(KS(r)->key_from, KEY_FROM_ROUTING_KEY);
+	assert_int_equal(KS(r)->n_props, 6);
 	/* Sorted by name. */
-	assert_string_equal(r.cfg.kafka_props[0].name, "acks");
-	assert_string_equal(r.cfg.kafka_props[1].name, "enable.idempotence");
-	assert_string_equal(r.cfg.kafka_props[2].name, "sasl.mechanism");
-	assert_string_equal(r.cfg.kafka_props[2].value, "PLAIN");
-	assert_false(r.cfg.kafka_props[2].secret);
-	assert_string_equal(r.cfg.kafka_props[3].name, "sasl.password");
-	assert_string_equal(r.cfg.kafka_props[3].value, "pw");
-	assert_true(r.cfg.kafka_props[3].secret);
-	assert_string_equal(r.cfg.kafka_props[4].name, "security.protocol");
-	assert_string_equal(r.cfg.kafka_props[5].name, "ssl.key.pem");
-	assert_string_equal(r.cfg.kafka_props[5].value,
+	assert_string_equal(KS(r)->props[0].name, "acks");
+	assert_string_equal(KS(r)->props[1].name, "enable.idempotence");
+	assert_string_equal(KS(r)->props[2].name, "sasl.mechanism");
+	assert_string_equal(KS(r)->props[2].value, "PLAIN");
+	assert_false(KS(r)->props[2].secret);
+	assert_string_equal(KS(r)->props[3].name, "sasl.password");
+	assert_string_equal(KS(r)->props[3].value, "pw");
+	assert_true(KS(r)->props[3].secret);
+	assert_string_equal(KS(r)->props[4].name, "security.protocol");
+	assert_string_equal(KS(r)->props[5].name, "ssl.key.pem");
+	assert_string_equal(KS(r)->props[5].value,
 			    "-----BEGIN PRIVATE KEY-----");
-	assert_true(r.cfg.kafka_props[5].secret);
+	assert_true(KS(r)->props[5].secret);
 	assert_null(find_prop(&r.cfg, "brokers"));
 	assert_null(find_prop(&r.cfg, "topic"));
 	assert_null(find_prop(&r.cfg, "key.from"));
@@ -947,10 +988,9 @@ static void test_kafka_secret_names(void **state)
 		env_set(cases[i].var, "v");
 	run_load(&r);
 	assert_int_equal(r.problems, 0);
-	assert_int_equal(r.cfg.n_kafka_props, ARRAY_SIZE(cases));
+	assert_int_equal(KS(r)->n_props, ARRAY_SIZE(cases));
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
-		const struct config_kafka_prop *p =
-		    find_prop(&r.cfg, cases[i].prop);
+		const struct kafka_prop *p = find_prop(&r.cfg, cases[i].prop);
 		if (!p || p->secret != cases[i].secret)
 			fail_msg("%s: missing or secret=%d", cases[i].prop,
 				 p ? p->secret : -1);
@@ -1083,14 +1123,14 @@ static void test_redact_url(void **state)
 	assert_string_equal(small, "host=x pass");
 }
 
-static char *capture(void (*print)(FILE *))
+static char *capture(void (*print)(FILE *, const struct config_extensions *))
 {
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
 
 	assert_non_null(f);
-	print(f);
+	print(f, &ext);
 	assert_int_equal(fclose(f), 0);
 	return buf;
 }
@@ -1159,22 +1199,22 @@ static void test_knows(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < ARRAY_SIZE(all_vars); i++) {
-		assert_true(config_knows(all_vars[i]));
+		assert_true(config_knows(&ext, all_vars[i]));
 		snprintf(name, sizeof(name), "%s_FILE", all_vars[i]);
-		assert_true(config_knows(name));
+		assert_true(config_knows(&ext, name));
 	}
-	assert_true(config_knows("OUTBOX_KAFKA_SASL_MECHANISM"));
-	assert_true(config_knows("OUTBOX_KAFKA_SASL_PASSWORD_FILE"));
-	assert_false(config_knows("OUTBOX_TABEL"));
-	assert_false(config_knows("OUTBOX_TABLE_FILE_FILE"));
-	assert_false(config_knows("OUTBOX_TABLEX"));
-	assert_false(config_knows("OUTBOX_TABL"));
-	assert_false(config_knows("OUTBOX_KAFKA_"));
-	assert_false(config_knows("OUTBOX_KAFKA__FILE"));
-	assert_false(config_knows("OUTBOX_"));
-	assert_false(config_knows("_FILE"));
-	assert_false(config_knows(""));
-	assert_false(config_knows(NULL));
+	assert_true(config_knows(&ext, "OUTBOX_KAFKA_SASL_MECHANISM"));
+	assert_true(config_knows(&ext, "OUTBOX_KAFKA_SASL_PASSWORD_FILE"));
+	assert_false(config_knows(&ext, "OUTBOX_TABEL"));
+	assert_false(config_knows(&ext, "OUTBOX_TABLE_FILE_FILE"));
+	assert_false(config_knows(&ext, "OUTBOX_TABLEX"));
+	assert_false(config_knows(&ext, "OUTBOX_TABL"));
+	assert_false(config_knows(&ext, "OUTBOX_KAFKA_"));
+	assert_false(config_knows(&ext, "OUTBOX_KAFKA__FILE"));
+	assert_false(config_knows(&ext, "OUTBOX_"));
+	assert_false(config_knows(&ext, "_FILE"));
+	assert_false(config_knows(&ext, ""));
+	assert_false(config_knows(&ext, NULL));
 }
 
 static void test_release(void **state)
@@ -1195,7 +1235,7 @@ static void test_release(void **state)
 	run_load(&r);
 	assert_int_equal(r.problems, 1);
 	assert_string_equal(r.cfg.database_url, "host=db");
-	assert_int_equal(r.cfg.n_kafka_props, 1);
+	assert_int_equal(KS(r)->n_props, 1);
 	config_release(&r.cfg);
 	assert_memory_equal(&r.cfg, &zero, sizeof(r.cfg));
 	config_release(&r.cfg);
@@ -1203,12 +1243,14 @@ static void test_release(void **state)
 	free(r.errs);
 
 	/* A NULL error stream still counts problems. */
-	assert_int_equal(config_load(&cfg, NULL), 1);
+	assert_int_equal(config_load(&cfg, &ext, NULL), 1);
 	config_release(&cfg);
 }
 
 int main(void)
 {
+	publisher_config_extensions(&ext);
+	ext.check_conninfo = check_conninfo;
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_defaults, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_good_values, setup, teardown),

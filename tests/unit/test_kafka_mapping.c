@@ -21,13 +21,20 @@
 
 static const unsigned char body[] = "{\"n\": 1}";
 
+/* The backend's settings of the config below; reset by cfg_base(). */
+static struct kafka_settings settings;
+
 static struct config cfg_base(void)
 {
+	settings = (struct kafka_settings){
+	    .brokers = (char *)"127.0.0.1:1",
+	    .topic = (char *)"orders",
+	    .key_from = KEY_FROM_PARTITION_KEY,
+	};
 	return (struct config){
 	    .publisher = (char *)"kafka",
-	    .kafka_brokers = (char *)"127.0.0.1:1",
-	    .kafka_topic = (char *)"orders",
-	    .kafka_key_from = KEY_FROM_PARTITION_KEY,
+	    .parts = {{&kafka_settings_group, &settings}},
+	    .n_parts = 1,
 	    .ce_mode = CE_MODE_BINARY,
 	    .publish_timeout_ms = 5000,
 	};
@@ -162,7 +169,7 @@ static void test_key_from_routing_key(void **unused)
 	char text[2048];
 
 	(void)unused;
-	cfg.kafka_key_from = KEY_FROM_ROUTING_KEY;
+	settings.key_from = KEY_FROM_ROUTING_KEY;
 	build_ok(&cfg, &ev, &m);
 	assert_int_equal(m.key_len, strlen("orders.created"));
 	assert_memory_equal(m.key, "orders.created", m.key_len);
@@ -397,13 +404,13 @@ static void test_reason_text(void **unused)
 
 /* ---- OUTBOX_KAFKA_* at startup ---- */
 
-static int validate_with(struct config_kafka_prop *props, size_t n, char *err,
+static int validate_with(struct kafka_prop *props, size_t n, char *err,
 			 size_t errlen)
 {
 	struct config cfg = cfg_base();
 
-	cfg.kafka_props = props;
-	cfg.n_kafka_props = n;
+	settings.props = props;
+	settings.n_props = n;
 	err[0] = '\0';
 	return publisher_kafka.validate(&cfg, err, errlen);
 }
@@ -411,31 +418,31 @@ static int validate_with(struct config_kafka_prop *props, size_t n, char *err,
 static void test_validate_properties(void **unused)
 {
 	char err[1024];
-	struct config_kafka_prop good[] = {
+	struct kafka_prop good[] = {
 	    {(char *)"compression.type", (char *)"lz4", false},
 	    {(char *)"linger.ms", (char *)"20", false},
 	    {(char *)"partitioner", (char *)"murmur2_random", false},
 	    {(char *)"sasl.password", (char *)"hunter2", true},
 	};
-	struct config_kafka_prop unknown[] = {
+	struct kafka_prop unknown[] = {
 	    {(char *)"no.such.thing", (char *)"1", false},
 	};
-	struct config_kafka_prop invalid[] = {
+	struct kafka_prop invalid[] = {
 	    {(char *)"compression.type", (char *)"rot13", false},
 	};
-	struct config_kafka_prop secret_invalid[] = {
+	struct kafka_prop secret_invalid[] = {
 	    {(char *)"enable.sasl.oauthbearer.unsecure.jwt",
 	     (char *)"sekrit-value", true},
 	};
-	struct config_kafka_prop only_errors[] = {
+	struct kafka_prop only_errors[] = {
 	    {(char *)"delivery.report.only.error", (char *)"true", false},
 	};
-	struct config_kafka_prop transactional[] = {
+	struct kafka_prop transactional[] = {
 	    {(char *)"transactional.id", (char *)"relay-1", false},
 	};
 	/* Each property is fine alone; together they contradict
 	 * idempotence, which only rd_kafka_new() notices. */
-	struct config_kafka_prop contradiction[] = {
+	struct kafka_prop contradiction[] = {
 	    {(char *)"max.in.flight.requests.per.connection", (char *)"10",
 	     false},
 	};

@@ -32,7 +32,8 @@ static char big[4096];
 
 struct fixture {
 	struct config cfg;
-	struct config_kafka_prop props[4];
+	struct kafka_settings settings;
+	struct kafka_prop props[4];
 	void *pub;
 	struct outbox_event ev[MAXEV];
 	struct pub_result res[MAXEV];
@@ -92,17 +93,21 @@ static void fixture_init(struct fixture *f, int64_t publish_timeout_ms,
 	size_t np = 0;
 
 	memset(f, 0, sizeof(*f));
-	f->props[np++] = (struct config_kafka_prop){
-	    (char *)"test.mock.num.brokers", (char *)"3", false};
+	f->props[np++] = (struct kafka_prop){(char *)"test.mock.num.brokers",
+					     (char *)"3", false};
 	if (extra_name)
-		f->props[np++] = (struct config_kafka_prop){
+		f->props[np++] = (struct kafka_prop){
 		    (char *)extra_name, (char *)extra_value, false};
+	f->settings = (struct kafka_settings){
+	    .brokers = (char *)"127.0.0.1:1",
+	    .topic = (char *)"t1",
+	    .props = f->props,
+	    .n_props = np,
+	};
 	f->cfg = (struct config){
 	    .publisher = (char *)"kafka",
-	    .kafka_brokers = (char *)"127.0.0.1:1",
-	    .kafka_topic = (char *)"t1",
-	    .kafka_props = f->props,
-	    .n_kafka_props = np,
+	    .parts = {{&kafka_settings_group, &f->settings}},
+	    .n_parts = 1,
 	    .publish_timeout_ms = publish_timeout_ms,
 	};
 	for (size_t i = 0; i < MAXEV; i++) {

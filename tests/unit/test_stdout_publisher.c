@@ -15,7 +15,9 @@
 
 #include <cJSON.h>
 
+#include "publishers/amqp_map.h"
 #include "publishers/backends.h"
+#include "publishers/kafka.h"
 #include "publishers/publisher.h"
 
 #define NEV 4
@@ -457,9 +459,12 @@ static void test_default_destination(void **state)
 {
 	char amqp[] = "amqp", kafka[] = "kafka", out[] = "stdout";
 	char exchange[] = "events", topic[] = "outbox";
+	struct amqp_settings as = {.exchange = exchange};
+	struct kafka_settings ks = {.topic = topic};
 	struct config cfg = {
-	    .amqp_exchange = exchange,
-	    .kafka_topic = topic,
+	    .parts = {{&amqp_settings_group, &as},
+		      {&kafka_settings_group, &ks}},
+	    .n_parts = 2,
 	};
 
 	(void)state;
@@ -472,7 +477,7 @@ static void test_default_destination(void **state)
 	cfg.publisher = NULL;
 	assert_string_equal(publisher_default_destination(&cfg), "");
 	cfg.publisher = amqp;
-	cfg.amqp_exchange = NULL;
+	as.exchange = NULL;
 	assert_string_equal(publisher_default_destination(&cfg), "");
 }
 

@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/* Hiding passwords in connection URLs and libpq key=value strings. */
+#include "config.h"
+
+#include <ctype.h>
+#include <string.h>
+#include <strings.h>
+
+/* Appends to a fixed buffer, truncating, always leaving room for NUL. */
+struct outbuf {
+	char *p;
+	size_t len, cap;
+};
+
+static void ob_put(struct outbuf *o, const char *s, size_t n)
+{
+	size_t room = o->cap - 1 - o->len;
+
+	if (n > room)
+		n = room;
+	memcpy(o->p + o->len, s, n);
+	o->len += n;
+	o->p[o->len] = '\0';
+}
+
+static bool is_password_key(const char *key, size_t n)
+{
+	static const char word[] = "password";
+	size_t k = sizeof(word) - 1;
+
+	for (size_t i = 0; i + k <= n; i++)
+		if (strncasecmp(key + i, word, k) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * key=value pairs after '?' in a URI. Split on '&' only: a '#' inside an
+ * unescaped password must not end the redaction early.
+ */
+static void redact_query(struct outbuf *o, const char *q)
+{
+	for (;;) {
+		size_t n = strcspn(q, "&");
+		const char *eq = memchr(q, '=', n);
+
+		if (eq && is_password_key(q, (size_t)(eq - q))) {
+			ob_put(o, q, (size_t)(eq - q) + 1);
+			ob_put(o, "***", 3);
+		} else {
+			ob_put(o, q, n);
+		}
+		q += n;
+		if (*q == '\0')
+			break;
+		ob_put(o, q++, 1);
+	}
+}
+
+static void redact_uri(struct outbuf *o, const char *url, const char *sep)
+{
+	const char *auth = sep + 3;
+	/* The last '@': an unescaped '@' in a password must not leak. */
+	const char *at = strrchr(auth, '@');
+	const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+	const char *rest = auth;
+	const char *q;
+
+	ob_put(o, url, (size_t)(auth - url));
+	if (colon) {
+		ob_put(o, auth, (size_t)(colon - auth) + 1);
+		ob_put(o, "***", 3);
+		rest = at;
+	}
+	q = strchr(rest, '?');
+	if (!q) {
+		ob_put(o, rest, strlen(rest));
+		return;
+	}
+	ob_put(o, rest, (size_t)(q - rest) + 1);
+	redact_query(o, q + 1);
+}
+
+/* libpq key = value pairs; values may be 'quoted' and use \ escapes. */
+static void redact_conninfo(struct outbuf *o, const char *s)
+{
+	while (*s) {
+		size_t ws = strspn(s, " \t\r\n\f\v");
+		const char *key, *v;
+		size_t keylen;
+		bool hide;
+
+		ob_put(o, s, ws);
+		s += ws;
+		if (*s == '\0')
+			break;
+		key = s;
+		keylen = strcspn(s, "= \t\r\n\f\v");
+		s += keylen;
+		s += strspn(s, " \t\r\n\f\v");
+		if (*s != '=') {
+			/* Not key=value: copy the word and go on. */
+			ob_put(o, key, (size_t)(s - key));
+			continue;
+		}
+		s++;
+		s += strspn(s, " \t\r\n\f\v");
+		hide = is_password_key(key, keylen);
+		ob_put(o, key, (size_t)(s - key));
+		v = s;
+		if (*s == '\'') {
+			for (s++; *s && *s != '\''; s++)
+				if (*s == '\\' && s[1])
+					s++;
+			if (*s == '\'')
+				s++;
+		} else {
+			for (; *s && !isspace((unsigned char)*s); s++)
+				if (*s == '\\' && s[1])
+					s++;
+		}
+		if (hide)
+			ob_put(o, "***", 3);
+		else
+			ob_put(o, v, (size_t)(s - v));
+	}
+}
+
+/* "scheme://" where scheme is [A-Za-z][A-Za-z0-9+.-]*; else NULL. */
+static const char *uri_scheme_end(const char *url)
+{
+	size_t n;
+
+	if (!isalpha((unsigned char)url[0]))
+		return NULL;
+	n = strspn(url, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			"0123456789+.-");
+	return strncmp(url + n, "://", 3) == 0 ? url + n : NULL;
+}
+
+void config_redact_url(const char *url, char *out, size_t outlen)
+{
+	struct outbuf o = {.p = out, .len = 0, .cap = outlen};
+	const char *sep;
+
+	if (!out || outlen == 0)
+		return;
+	out[0] = '\0';
+	if (!url)
+		return;
+	sep = uri_scheme_end(url);
+	if (sep)
+		redact_uri(&o, url, sep);
+	else
+		redact_conninfo(&o, url);
+}
