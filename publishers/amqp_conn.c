@@ -74,13 +74,7 @@ static void *watchdog_main(void *arg)
 			wd->fd = -1;
 			continue;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += (wd->deadline - now) / 1000;
-		ts.tv_nsec += ((wd->deadline - now) % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		ts = clock_monotonic_after(wd->deadline - now);
 		wd->wakes_at = wd->deadline;
 		pthread_cond_timedwait(&wd->cond, &wd->lock, &ts);
 	}

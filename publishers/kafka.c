@@ -189,7 +189,7 @@ static rd_kafka_conf_t *conf_build(const struct config *cfg, bool brokers,
 	if (conf_put(conf, "enable.idempotence", "true", false, err, errlen) ||
 	    conf_put(conf, "acks", "all", false, err, errlen))
 		goto fail;
-	/* No record may outlive the lease that sent it (contract section 4);
+	/* No record may outlive the lease that sent it (docs/design.md §4);
 	 * the settings table refuses a larger value. */
 	snprintf(num, sizeof(num), "%" PRId64, cfg->publish_timeout_ms);
 	if (conf_default(conf, cfg, "message.timeout.ms", "delivery.timeout.ms",

@@ -7,7 +7,7 @@
  * thread that ever touches it; backends share nothing mutable between
  * states. publisher_ops themselves are immutable.
  *
- * Outcome classes follow section 3 of the contract. Every call of
+ * Outcome classes follow docs/design.md §3. Every call of
  * publish() fills one pub_result per event; no event is reported
  * PUB_ACKED before the broker acknowledged it.
  */

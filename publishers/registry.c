@@ -69,6 +69,25 @@ static size_t add_groups(const struct publisher_ops *const *table,
 	return n;
 }
 
+/* "publisher backend: stdout, amqp or kafka", from the registry (test
+ * backends stay out of the documentation). */
+static const char *publisher_help(void)
+{
+	static char help[256];
+	size_t used =
+	    (size_t)snprintf(help, sizeof(help), "publisher backend:");
+
+	for (size_t i = 0; publisher_registry[i] && used < sizeof(help); i++) {
+		const char *sep = i == 0		      ? " "
+				  : publisher_registry[i + 1] ? ", "
+							      : " or ";
+		used +=
+		    (size_t)snprintf(help + used, sizeof(help) - used, "%s%s",
+				     sep, publisher_registry[i]->name);
+	}
+	return help;
+}
+
 void publisher_config_extensions(struct config_extensions *ext)
 {
 	static const struct config_group *groups[CONFIG_GROUPS_MAX + 1];
@@ -81,5 +100,6 @@ void publisher_config_extensions(struct config_extensions *ext)
 	*ext = (struct config_extensions){
 	    .groups = groups,
 	    .check_publisher = check_publisher,
+	    .publisher_help = publisher_help(),
 	};
 }

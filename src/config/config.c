@@ -3,7 +3,7 @@
  * Settings from the environment. The core table (config_core_rows below)
  * and the groups the extensions bring drive parsing, defaults,
  * validation, --help, the README table and config_knows(); a group's
- * prefix variables and the cross-checks of the contract's section 4
+ * prefix variables and the cross-checks of docs/design.md §4
  * follow them.
  */
 #include "config.h"
@@ -71,7 +71,7 @@ const struct setting config_core_rows[] = {
 
     /* Publisher */
     SETTING_STRING(C, "OUTBOX_PUBLISHER", publisher, "stdout", NULL, 0,
-		   "publisher backend: stdout, amqp or kafka"),
+		   "publisher backend"),
 
     /* CloudEvents */
     SETTING_STRING(C, "OUTBOX_CE_SOURCE", ce_source, "/outbox-relay",
@@ -207,7 +207,8 @@ static int check_http_addr(const char *v, char *why, size_t whylen)
 
 #define OK(v) config_loader_ok(ld, "OUTBOX_" #v)
 
-/* Section 4: settings that would let a lease expire under a live batch. */
+/* docs/design.md §4: settings that would let a lease expire under a live batch.
+ */
 static void cross_check(struct config_loader *ld, const struct config *cfg)
 {
 	char a[32], b[32], c[32];
@@ -266,6 +267,16 @@ static setting_check_fn *core_check(const struct config_extensions *ext,
 	if (s->offset == offsetof(struct config, publisher))
 		return ext ? ext->check_publisher : NULL;
 	return s->check;
+}
+
+const char *config_row_help(const struct config_extensions *ext,
+			    const struct setting *s)
+{
+	if (ext && ext->publisher_help && s >= config_core_rows &&
+	    s < config_core_rows + config_core_n_rows &&
+	    s->offset == offsetof(struct config, publisher))
+		return ext->publisher_help;
+	return s->help;
 }
 
 static const struct config_group *row_group(const struct config_group *g,

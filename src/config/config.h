@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Settings: tables of rows drive parsing from the environment (and
- * NAME_FILE), validation, the cross-checks of the contract's section 4,
+ * NAME_FILE), validation, the cross-checks of docs/design.md §4,
  * --help and the README's settings table. The core table lives here; the
  * parts above config (the publisher backends) bring their own rows as
  * settings groups through struct config_extensions, so config never needs
@@ -155,6 +155,8 @@ struct config_extensions {
 	const struct config_group *const *groups;
 	/* OUTBOX_PUBLISHER: 0, or -1 with why set. NULL accepts any. */
 	int (*check_publisher)(const char *name, char *why, size_t whylen);
+	/* OUTBOX_PUBLISHER's help, naming the backends; NULL: generic. */
+	const char *publisher_help;
 	/* OUTBOX_DATABASE_URL and OUTBOX_LISTEN_DATABASE_URL: 0, or -1 with
 	 * why set, never quoting the value. NULL accepts any. */
 	int (*check_conninfo)(const char *conninfo, char *why, size_t whylen);
@@ -175,7 +177,7 @@ struct config {
 	char *listen_database_url; /* NULL: database_url */
 	bool listen;
 	bool pg_prepare;
-	int64_t statement_timeout_ms; /* also the mark budget of section 4 */
+	int64_t statement_timeout_ms; /* also the mark budget of §4 */
 
 	/* Publisher */
 	char *publisher; /* a backend's name, as check_publisher accepts */

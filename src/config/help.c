@@ -31,7 +31,8 @@ static void put_wrapped(FILE *out, const char *text)
 	fputc('\n', out);
 }
 
-static void help_rows(FILE *out, const struct setting *rows, size_t n)
+static void help_rows(FILE *out, const struct config_extensions *ext,
+		      const struct setting *rows, size_t n)
 {
 	char range[160], text[512];
 
@@ -41,8 +42,9 @@ static void help_rows(FILE *out, const struct setting *rows, size_t n)
 		setting_range(s, range, sizeof(range));
 		fprintf(out, "  %s (default: %s%s)\n", s->name, default_text(s),
 			s->flags & SETTING_SECRET ? ", secret" : "");
-		snprintf(text, sizeof(text), "%s%s%s%s", s->help,
-			 range[0] ? " [" : "", range, range[0] ? "]" : "");
+		snprintf(text, sizeof(text), "%s%s%s%s",
+			 config_row_help(ext, s), range[0] ? " [" : "", range,
+			 range[0] ? "]" : "");
 		put_wrapped(out, text);
 	}
 }
@@ -53,9 +55,10 @@ void config_print_help(FILE *out, const struct config_extensions *ext)
 	      "read from the file\nnamed by NAME_FILE; setting both is an "
 	      "error. Durations take a unit: 500ms,\n2s, 1m, 1h, 7d.\n\n",
 	      out);
-	help_rows(out, config_core_rows, config_core_n_rows);
+	help_rows(out, ext, config_core_rows, config_core_n_rows);
 	for (size_t g = 0; ext && ext->groups && ext->groups[g]; g++)
-		help_rows(out, ext->groups[g]->rows, ext->groups[g]->n_rows);
+		help_rows(out, ext, ext->groups[g]->rows,
+			  ext->groups[g]->n_rows);
 	for (size_t g = 0; ext && ext->groups && ext->groups[g]; g++)
 		if (ext->groups[g]->prefix_help)
 			fputs(ext->groups[g]->prefix_help, out);
@@ -71,7 +74,8 @@ static void put_cell(FILE *out, const char *s)
 	}
 }
 
-static void markdown_rows(FILE *out, const struct setting *rows, size_t n)
+static void markdown_rows(FILE *out, const struct config_extensions *ext,
+			  const struct setting *rows, size_t n)
 {
 	char range[160];
 
@@ -88,7 +92,7 @@ static void markdown_rows(FILE *out, const struct setting *rows, size_t n)
 			fputs("unset", out);
 		}
 		fputs(" | ", out);
-		put_cell(out, s->help);
+		put_cell(out, config_row_help(ext, s));
 		if (range[0]) {
 			fputs(" (", out);
 			put_cell(out, range);
@@ -103,9 +107,9 @@ static void markdown_rows(FILE *out, const struct setting *rows, size_t n)
 void config_print_markdown(FILE *out, const struct config_extensions *ext)
 {
 	fputs("| Variable | Default | Meaning |\n|---|---|---|\n", out);
-	markdown_rows(out, config_core_rows, config_core_n_rows);
+	markdown_rows(out, ext, config_core_rows, config_core_n_rows);
 	for (size_t g = 0; ext && ext->groups && ext->groups[g]; g++)
-		markdown_rows(out, ext->groups[g]->rows,
+		markdown_rows(out, ext, ext->groups[g]->rows,
 			      ext->groups[g]->n_rows);
 	for (size_t g = 0; ext && ext->groups && ext->groups[g]; g++)
 		if (ext->groups[g]->prefix_markdown)

@@ -44,4 +44,9 @@ void loader_mark_bad(struct config_loader *ld, const char *name);
  * "" for free-form strings. */
 void setting_range(const struct setting *s, char *buf, size_t len);
 
+/* The help text of row s: the extensions name what config cannot know
+ * (the backends, for OUTBOX_PUBLISHER). */
+const char *config_row_help(const struct config_extensions *ext,
+			    const struct setting *s);
+
 #endif

@@ -15,8 +15,7 @@
 #include "publishers/amqp_map.h"
 #include "publishers/kafka.h"
 #include "publishers/publisher.h"
-
-#include <libpq-fe.h>
+#include "store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,23 +28,6 @@
 #define KOFF(f) offsetof(struct kafka_settings, f)
 #define KS(r) kafka_settings(&(r).cfg)
 #define AS(r) amqp_settings(&(r).cfg)
-
-/* What main.c lends config_load(): the same conninfo rule as libpq's. */
-static int check_conninfo(const char *v, char *why, size_t whylen)
-{
-	char *msg = NULL;
-	PQconninfoOption *opts = PQconninfoParse(v, &msg);
-
-	PQfreemem(msg);
-	if (!opts) {
-		snprintf(why, whylen,
-			 "not a valid libpq connection URI or key=value "
-			 "string");
-		return -1;
-	}
-	PQconninfoFree(opts);
-	return 0;
-}
 
 static struct config_extensions ext;
 
@@ -1250,7 +1232,7 @@ static void test_release(void **state)
 int main(void)
 {
 	publisher_config_extensions(&ext);
-	ext.check_conninfo = check_conninfo;
+	ext.check_conninfo = store_conninfo_check; /* as main.c does */
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_defaults, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_good_values, setup, teardown),
