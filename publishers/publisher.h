@@ -136,6 +136,14 @@ struct publisher {
 	bool healthy;
 };
 
+/* The backend's startup check of its settings; 0, or -1 with err set. */
+static inline int publisher_validate(const struct publisher_ops *ops,
+				     const struct config *cfg, char *err,
+				     size_t errlen)
+{
+	return ops->validate ? ops->validate(cfg, err, errlen) : 0;
+}
+
 static inline void publisher_init(struct publisher *pub,
 				  const struct publisher_ops *ops)
 {

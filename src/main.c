@@ -73,7 +73,8 @@ static int cmd_migrate(const struct config *cfg)
 	return 0;
 }
 
-static int cmd_check(const struct config *cfg, const struct publisher_ops *pub)
+static int cmd_check(const struct config *cfg,
+		     const struct publisher_ops *pub_ops)
 {
 	int failures = 0;
 	char err[1024];
@@ -94,16 +95,16 @@ static int cmd_check(const struct config *cfg, const struct publisher_ops *pub)
 		       cfg->table);
 		store_close(s);
 	}
-	void *state = NULL;
-	if (pub->open(cfg, &state, err, sizeof(err)) != 0 ||
-	    pub->probe(state, err, sizeof(err)) != 0) {
-		printf("publisher %s: FAILED: %s\n", pub->name, err);
+	struct publisher pub;
+	publisher_init(&pub, pub_ops);
+	if (publisher_open(&pub, cfg, err, sizeof(err)) != 0 ||
+	    publisher_probe(&pub, err, sizeof(err)) != 0) {
+		printf("publisher %s: FAILED: %s\n", pub_ops->name, err);
 		failures++;
 	} else {
-		printf("publisher %s: ok\n", pub->name);
+		printf("publisher %s: ok\n", pub_ops->name);
 	}
-	if (state)
-		pub->close(state);
+	publisher_close(&pub);
 	return failures ? 1 : 0;
 }
 
@@ -129,13 +130,14 @@ static int check_table_at_start(const struct config *cfg)
 	return 1;
 }
 
-static int cmd_run(const struct config *cfg, const struct publisher_ops *pub)
+static int cmd_run(const struct config *cfg,
+		   const struct publisher_ops *pub_ops)
 {
 	char err[1024];
 	static struct relay relay;
 	if (check_table_at_start(cfg) != 0)
 		return 1;
-	if (relay_init(&relay, cfg, pub, err, sizeof(err)) != 0) {
+	if (relay_init(&relay, cfg, pub_ops, err, sizeof(err)) != 0) {
 		log_error("%s", err);
 		return 1;
 	}
@@ -166,7 +168,7 @@ static int cmd_run(const struct config *cfg, const struct publisher_ops *pub)
 	config_redact_url(cfg->database_url ? cfg->database_url : "(PG*)",
 			  source, sizeof(source));
 	log_fields(LOG_INFO, "outbox-relay started", "version", OUTBOX_VERSION,
-		   "publisher", pub->name, "table", cfg->table, "database",
+		   "publisher", pub_ops->name, "table", cfg->table, "database",
 		   source, NULL);
 
 	int64_t deadline = 0;
@@ -265,23 +267,23 @@ int main(int argc, char **argv)
 	warn_unknown_settings(&ext);
 
 	int rc;
-	const struct publisher_ops *pub = publisher_find(cfg.publisher);
+	const struct publisher_ops *pub_ops = publisher_find(cfg.publisher);
 	char err[1024];
-	if (!pub) {
+	if (!pub_ops) {
 		fprintf(stderr,
 			"outbox-relay: OUTBOX_PUBLISHER: unknown "
 			"backend '%s'\n",
 			cfg.publisher);
 		rc = 2;
-	} else if (pub->validate && pub->validate(&cfg, err, sizeof(err))) {
+	} else if (publisher_validate(pub_ops, &cfg, err, sizeof(err)) != 0) {
 		fprintf(stderr, "outbox-relay: %s\n", err);
 		rc = 2;
 	} else if (strcmp(cmd, "migrate") == 0) {
 		rc = cmd_migrate(&cfg);
 	} else if (strcmp(cmd, "check") == 0) {
-		rc = cmd_check(&cfg, pub);
+		rc = cmd_check(&cfg, pub_ops);
 	} else if (strcmp(cmd, "run") == 0) {
-		rc = cmd_run(&cfg, pub);
+		rc = cmd_run(&cfg, pub_ops);
 	} else {
 		rc = cli_run(cmd, argc - 1, argv + 1, &cfg);
 	}

@@ -52,7 +52,7 @@ struct relay {
 	const struct config *cfg;
 	/* The backend's ops; each worker opens its own state through a
 	 * struct publisher (publishers/publisher.h). */
-	const struct publisher_ops *pub;
+	const struct publisher_ops *pub_ops; /* each worker opens its own */
 	char host[64];
 	char version[32];
 	int pid;
@@ -81,7 +81,7 @@ struct relay {
 
 /* Prepares r (no threads yet). Returns 0, or -1 with err. */
 int relay_init(struct relay *r, const struct config *cfg,
-	       const struct publisher_ops *pub, char *err, size_t errlen);
+	       const struct publisher_ops *pub_ops, char *err, size_t errlen);
 
 /* Starts workers, sweeper, cleaner and, if enabled, the listener. Call
  * with signals blocked so the threads inherit the mask. Returns 0, or -1

@@ -129,11 +129,11 @@ struct store *relay_open_store(struct relay_thread *th, const char *who)
 /* ---- lifecycle ---- */
 
 int relay_init(struct relay *r, const struct config *cfg,
-	       const struct publisher_ops *pub, char *err, size_t errlen)
+	       const struct publisher_ops *pub_ops, char *err, size_t errlen)
 {
 	memset(r, 0, sizeof(*r));
 	r->cfg = cfg;
-	r->pub = pub;
+	r->pub_ops = pub_ops;
 	r->pid = (int)getpid();
 	snprintf(r->version, sizeof(r->version), "%s", OUTBOX_VERSION);
 	if (gethostname(r->host, sizeof(r->host)) != 0)

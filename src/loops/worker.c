@@ -621,7 +621,7 @@ void *worker_main(void *arg)
 	struct relay *r = th->relay;
 	struct worker w = {.th = th, .r = r, .cfg = r->cfg};
 	struct pause_keys pk = {0};
-	publisher_init(&w.pub, r->pub);
+	publisher_init(&w.pub, r->pub_ops);
 	log_set_thread(th->name);
 	if (pause_keys_init(&pk) != 0) {
 		log_error("out of memory for the pause keys");

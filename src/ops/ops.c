@@ -129,7 +129,7 @@ static void readyz(struct http_reply *reply)
 		reply_printf(reply, 503,
 			     "not ready: publisher %s: no worker has a "
 			     "healthy connection\n",
-			     r->pub->name);
+			     r->pub_ops->name);
 		return;
 	}
 	http_reply_text(reply, 200, "ready\n");
