@@ -30,11 +30,13 @@ int table_parse(const char *text, struct outbox_table *t, char *err,
 	size_t name_len = strlen(name);
 
 	if ((dot && !part_ok(text, schema_len)) || !part_ok(name, name_len)) {
+		/* Unquoted: callers that show the value add it themselves
+		 * (config's "(got '...')"). */
 		snprintf(err, errlen,
-			 "table name '%.80s' is not 'name' or 'schema.name' "
-			 "made of letters, digits and underscores, each part "
-			 "at most %d bytes",
-			 text, TABLE_NAME_MAX);
+			 "table name is not 'name' or 'schema.name' made of "
+			 "letters, digits and underscores, each part at most "
+			 "%d bytes",
+			 TABLE_NAME_MAX);
 		return -1;
 	}
 	memcpy(t->schema, text, schema_len);
