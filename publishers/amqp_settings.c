@@ -42,17 +42,9 @@ int amqp_url_check(const char *url, char *why, size_t whylen)
 	return ret;
 }
 
-static bool has_control(const char *v)
-{
-	for (; *v; v++)
-		if ((unsigned char)*v < 0x20 || *v == 0x7f)
-			return true;
-	return false;
-}
-
 static int check_exchange(const char *v, char *why, size_t whylen)
 {
-	if (strlen(v) > 255 || has_control(v)) {
+	if (strlen(v) > 255 || config_has_control(v)) {
 		snprintf(why, whylen,
 			 "must be at most 255 bytes without control "
 			 "characters");

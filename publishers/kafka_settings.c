@@ -22,14 +22,6 @@ _Static_assert(KEY_FROM_PARTITION_KEY == 0 && KEY_FROM_ROUTING_KEY == 1,
 static const char *const key_from_choices[] = {"partition_key", "routing_key",
 					       NULL};
 
-static bool has_control(const char *v)
-{
-	for (; *v; v++)
-		if ((unsigned char)*v < 0x20 || *v == 0x7f)
-			return true;
-	return false;
-}
-
 static int check_brokers(const char *v, char *why, size_t whylen)
 {
 	const char *p = v;
@@ -46,7 +38,7 @@ static int check_brokers(const char *v, char *why, size_t whylen)
 			break;
 		p += n + 1;
 	}
-	if (has_control(v)) {
+	if (config_has_control(v)) {
 		snprintf(why, whylen, "contains control characters");
 		return -1;
 	}

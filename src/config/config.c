@@ -147,7 +147,7 @@ static int check_table(const char *v, char *why, size_t whylen)
 	return table_parse(v, &t, why, whylen);
 }
 
-static bool has_control(const char *v)
+bool config_has_control(const char *v)
 {
 	for (; *v; v++)
 		if ((unsigned char)*v < 0x20 || *v == 0x7f)
@@ -157,7 +157,7 @@ static bool has_control(const char *v)
 
 static int check_ce_source(const char *v, char *why, size_t whylen)
 {
-	if (*v == '\0' || strlen(v) > 1024 || has_control(v)) {
+	if (*v == '\0' || strlen(v) > 1024 || config_has_control(v)) {
 		snprintf(why, whylen,
 			 "must be a non-empty URI-reference of at most 1024 "
 			 "bytes");
@@ -191,7 +191,7 @@ static int check_http_addr(const char *v, char *why, size_t whylen)
 			 "write an IPv6 host in brackets: [::1]:9090");
 		return -1;
 	}
-	if (has_control(v) || memchr(v, ' ', hostlen)) {
+	if (config_has_control(v) || memchr(v, ' ', hostlen)) {
 		snprintf(why, whylen,
 			 "host contains spaces or control "
 			 "characters");

@@ -274,4 +274,8 @@ int config_parse_int64(const char *s, int64_t *out, char *why, size_t whylen);
 /* Frees s, wiping it first when it holds a secret. */
 void config_free_secret(char *s, bool secret);
 
+/* True when v holds a control character (C0 or DEL): such a value would
+ * corrupt a log line or a header, so checks refuse it. */
+bool config_has_control(const char *v);
+
 #endif
