@@ -42,6 +42,9 @@ static int check_table(const char *v, char *why, size_t whylen);
 static int check_ce_source(const char *v, char *why, size_t whylen);
 static int check_http_addr(const char *v, char *why, size_t whylen);
 
+/* OUTBOX_TABLE's help states base's limit in words. */
+_Static_assert(TABLE_NAME_MAX == 43, "update OUTBOX_TABLE's help text");
+
 const struct setting config_core_rows[] = {
     /* Postgres */
     SETTING_STRING(
