@@ -161,7 +161,12 @@ static int amqp_validate(const struct config *cfg, char *err, size_t errlen)
 		    "be declared)");
 		return -1;
 	}
-	return 0;
+	return amqp_settings_check(as, err, errlen);
+}
+
+static void amqp_warn_links(const struct config *cfg)
+{
+	amqp_settings_warn(amqp_settings(cfg));
 }
 
 static void state_free(struct amqp_state *st)
@@ -577,6 +582,7 @@ const struct publisher_ops publisher_amqp = {
     .settings = &amqp_settings_group,
     .default_destination = amqp_default_destination,
     .validate = amqp_validate,
+    .warn_links = amqp_warn_links,
     .open = amqp_open,
     .publish = amqp_publish,
     .probe = amqp_probe,

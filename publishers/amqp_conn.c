@@ -336,10 +336,15 @@ static amqp_table_entry_t bool_entry(const char *key, bool value)
 	return e;
 }
 
-/* A TLS socket verifying peer and host name, or a plain TCP one. */
+/* A TLS socket verifying peer and host name (unless
+ * OUTBOX_AMQP_TLS_VERIFY=off), trusting OUTBOX_AMQP_TLS_CA or the
+ * system's bundle and presenting the client certificate when one is set;
+ * or a plain TCP one. */
 static amqp_socket_t *socket_new(struct amqp_state *st, char *err,
 				 size_t errlen)
 {
+	const struct amqp_settings *as = amqp_settings(st->cfg);
+	const char *ca = as->tls_ca_file ? as->tls_ca_file : CA_BUNDLE;
 	amqp_socket_t *sock;
 	int rc;
 
@@ -356,18 +361,53 @@ static amqp_socket_t *socket_new(struct amqp_state *st, char *err,
 			       st->where);
 		return NULL;
 	}
-	rc = amqp_ssl_socket_set_cacert(sock, CA_BUNDLE);
+	rc = amqp_ssl_socket_set_cacert(sock, ca);
 	if (rc != AMQP_STATUS_OK) {
-		rmq_set_reason(
-		    err, errlen,
-		    "amqp broker %s: cannot load the CA bundle %s: %s",
-		    st->where, CA_BUNDLE, amqp_error_string2(rc));
+		rmq_set_reason(err, errlen,
+			       "amqp broker %s: cannot load the CA file %s: %s",
+			       st->where, ca, amqp_error_string2(rc));
 		return NULL;
 	}
-	amqp_ssl_socket_set_verify_peer(sock, 1);
-	amqp_ssl_socket_set_verify_hostname(sock, 1);
+	if (as->tls_cert_file) {
+		rc = amqp_ssl_socket_set_key(sock, as->tls_cert_file,
+					     as->tls_key_file);
+		if (rc != AMQP_STATUS_OK) {
+			rmq_set_reason(
+			    err, errlen,
+			    "amqp broker %s: cannot load the client "
+			    "certificate %s with key %s (a PEM pair, key "
+			    "unencrypted): %s",
+			    st->where, as->tls_cert_file, as->tls_key_file,
+			    amqp_error_string2(rc));
+			return NULL;
+		}
+	}
+	amqp_ssl_socket_set_verify_peer(sock, as->tls_verify);
+	amqp_ssl_socket_set_verify_hostname(sock, as->tls_verify);
 	amqp_ssl_socket_set_ssl_versions(sock, AMQP_TLSv1_2, AMQP_TLSvLATEST);
 	return sock;
+}
+
+/* What a failed TLS connect most likely means, for the operator: the
+ * library says only that the handshake or a verification failed. */
+static const char *tls_hint(const struct amqp_state *st, int rc)
+{
+	if (!st->ci.ssl || !amqp_settings(st->cfg)->tls_verify)
+		return "";
+	switch (rc) {
+	case AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED:
+		return " (the broker's certificate is not issued for the host "
+		       "name in OUTBOX_AMQP_URL)";
+	case AMQP_STATUS_SSL_PEER_VERIFY_FAILED:
+	case AMQP_STATUS_SSL_CONNECTION_FAILED:
+	case AMQP_STATUS_SSL_ERROR:
+		return " (is the broker's certificate signed by a CA in "
+		       "OUTBOX_AMQP_TLS_CA or the system bundle, and "
+		       "issued for the host name in OUTBOX_AMQP_URL? does "
+		       "the broker speak TLS on that port?)";
+	default:
+		return "";
+	}
 }
 
 static int socket_connect(struct amqp_state *st, amqp_socket_t *sock,
@@ -383,8 +423,8 @@ static int socket_connect(struct amqp_state *st, amqp_socket_t *sock,
 				 rmq_timeout_ms(st->cfg), why, sizeof(why));
 	if (!why[0])
 		rmq_describe_status(rc, why, sizeof(why));
-	rmq_set_reason(err, errlen, "amqp broker %s: cannot connect: %s",
-		       st->where, why);
+	rmq_set_reason(err, errlen, "amqp broker %s: cannot connect: %s%s",
+		       st->where, why, tls_hint(st, rc));
 	return -1;
 }
 
@@ -394,6 +434,7 @@ static int login(struct amqp_state *st, char *err, size_t errlen)
 	amqp_table_t client;
 	amqp_rpc_reply_t r;
 	char why[200];
+	bool external = amqp_settings(st->cfg)->sasl == AMQP_SASL_EXTERNAL;
 
 	/* librabbitmq merges these capabilities with its own; without
 	 * connection.blocked the broker never says it stopped reading. */
@@ -409,16 +450,30 @@ static int login(struct amqp_state *st, char *err, size_t errlen)
 	client.num_entries = 4;
 	client.entries = props;
 	rmq_watchdog_arm(st, clock_ms() + 2 * rmq_timeout_ms(st->cfg));
-	r = amqp_login_with_properties(
-	    st->conn, st->ci.vhost, 0, FRAME_MAX, HEARTBEAT_S, &client,
-	    AMQP_SASL_METHOD_PLAIN, st->ci.user, st->ci.password);
+	if (external)
+		/* The broker takes the user name from the certificate; the
+		 * identity sent is the authorization id, empty for "the
+		 * same". */
+		r = amqp_login_with_properties(st->conn, st->ci.vhost, 0,
+					       FRAME_MAX, HEARTBEAT_S, &client,
+					       AMQP_SASL_METHOD_EXTERNAL, "");
+	else
+		r = amqp_login_with_properties(
+		    st->conn, st->ci.vhost, 0, FRAME_MAX, HEARTBEAT_S, &client,
+		    AMQP_SASL_METHOD_PLAIN, st->ci.user, st->ci.password);
 	rmq_watchdog_disarm(st);
 	if (r.reply_type == AMQP_RESPONSE_NORMAL)
 		return 0;
 	amqp_map_describe_reply(r, why, sizeof(why));
-	rmq_set_reason(err, errlen,
-		       "amqp broker %s: login as user '%s' failed: %s",
-		       st->where, st->ci.user, why);
+	if (external)
+		rmq_set_reason(err, errlen,
+			       "amqp broker %s: login with the client "
+			       "certificate (SASL EXTERNAL) failed: %s",
+			       st->where, why);
+	else
+		rmq_set_reason(err, errlen,
+			       "amqp broker %s: login as user '%s' failed: %s",
+			       st->where, st->ci.user, why);
 	return -1;
 }
 

@@ -27,7 +27,8 @@
 #endif
 
 /* Debian's bundle of the system's trusted CAs: amqps:// verifies the
- * broker's certificate and host name against it. */
+ * broker's certificate and host name against it unless
+ * OUTBOX_AMQP_TLS_CA names another. */
 #define CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
 #define HEARTBEAT_S 30
 #define FRAME_MAX 131072

@@ -25,6 +25,10 @@
 /* What an unroutable (returned) message does to its row. */
 enum amqp_unroutable { UNROUTABLE_RETRY, UNROUTABLE_FAIL };
 
+/* How the relay logs in: PLAIN sends the URL's user and password,
+ * EXTERNAL lets the broker take the name from the TLS client certificate. */
+enum amqp_sasl { AMQP_SASL_PLAIN, AMQP_SASL_EXTERNAL };
+
 /* The backend's settings (OUTBOX_AMQP_*, OUTBOX_UNROUTABLE), filled by
  * config_load() through amqp_settings_group and owned by struct config. */
 struct amqp_settings {
@@ -33,6 +37,12 @@ struct amqp_settings {
 	bool declare_exchange; /* declare exchange at open */
 	char *header_prefix;   /* "ce-" (default) or "cloudEvents_" */
 	enum amqp_unroutable unroutable;
+	/* amqps:// only (amqp_settings_check() refuses them otherwise). */
+	char *tls_ca_file;   /* NULL: the system's CA bundle */
+	char *tls_cert_file; /* client certificate chain, or NULL */
+	char *tls_key_file;  /* its private key: set with tls_cert_file */
+	bool tls_verify;     /* peer and host name; off is warned about */
+	enum amqp_sasl sasl;
 };
 
 extern const struct config_group amqp_settings_group;
@@ -43,6 +53,16 @@ const struct amqp_settings *amqp_settings(const struct config *cfg);
 /* The parser the backend connects with, so what passes here connects: 0,
  * or -1 with why set (never quoting the URL, which holds a password). */
 int amqp_url_check(const char *url, char *why, size_t whylen);
+
+/* The settings' cross-checks (URL scheme against the TLS settings, a
+ * client certificate with its key, EXTERNAL with a certificate): 0, or
+ * -1 with err naming the variables. */
+int amqp_settings_check(const struct amqp_settings *as, char *err,
+			size_t errlen);
+
+/* Logs one warning per weakness of the broker link at startup: TLS
+ * verification turned off, or plaintext to a host that is not loopback. */
+void amqp_settings_warn(const struct amqp_settings *as);
 
 /* basic.properties app-id of every message the relay publishes. */
 #define AMQP_MAP_APP_ID "outbox-relay"

@@ -2,18 +2,22 @@
 /* The AMQP backend's settings: OUTBOX_AMQP_* and OUTBOX_UNROUTABLE. */
 #include "amqp_map.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define S struct amqp_settings
 
 /* SET_ENUM rows store the index of the choice: keep the orders equal. */
 _Static_assert(UNROUTABLE_RETRY == 0 && UNROUTABLE_FAIL == 1, "choices");
+_Static_assert(AMQP_SASL_PLAIN == 0 && AMQP_SASL_EXTERNAL == 1, "choices");
 
 static const char *const header_prefix_choices[] = {"ce-", "cloudEvents_",
 						    NULL};
 static const char *const unroutable_choices[] = {"retry", "fail", NULL};
+static const char *const sasl_choices[] = {"plain", "external", NULL};
 
 int amqp_url_check(const char *url, char *why, size_t whylen)
 {
@@ -53,6 +57,24 @@ static int check_exchange(const char *v, char *why, size_t whylen)
 	return 0;
 }
 
+/* A PEM file the TLS socket will load: readable now, so a wrong path
+ * stops startup instead of failing every connect. */
+static int check_pem_file(const char *v, char *why, size_t whylen)
+{
+	char msg[96];
+
+	if (config_has_control(v)) {
+		snprintf(why, whylen, "contains control characters");
+		return -1;
+	}
+	if (access(v, R_OK) != 0) {
+		snprintf(why, whylen, "cannot read the file: %s",
+			 strerror_r(errno, msg, sizeof(msg)));
+		return -1;
+	}
+	return 0;
+}
+
 static const struct setting amqp_rows[] = {
     SETTING_STRING(S, "OUTBOX_AMQP_URL", url,
 		   "amqp://guest:guest@127.0.0.1:5672", amqp_url_check,
@@ -70,7 +92,109 @@ static const struct setting amqp_rows[] = {
 		 unroutable_choices, NULL,
 		 "what an unroutable (returned) AMQP message does to its row: "
 		 "retry pauses the destination, fail fails the row"),
+    SETTING_STRING(S, "OUTBOX_AMQP_TLS_CA", tls_ca_file, NULL, check_pem_file,
+		   SETTING_NULLABLE,
+		   "path of a PEM file of the CAs amqps:// trusts for the "
+		   "broker's certificate; unset uses the system's CA bundle"),
+    SETTING_STRING(S, "OUTBOX_AMQP_TLS_CERT", tls_cert_file, NULL,
+		   check_pem_file, SETTING_NULLABLE,
+		   "path of the PEM client certificate (chain) amqps:// "
+		   "presents; needs OUTBOX_AMQP_TLS_KEY"),
+    SETTING_STRING(S, "OUTBOX_AMQP_TLS_KEY", tls_key_file, NULL, check_pem_file,
+		   SETTING_NULLABLE,
+		   "path of the PEM private key (unencrypted) of "
+		   "OUTBOX_AMQP_TLS_CERT"),
+    SETTING_BOOL(S, "OUTBOX_AMQP_TLS_VERIFY", tls_verify, "on",
+		 "verify the broker's certificate and host name (amqps://); "
+		 "off is logged as a warning at startup"),
+    SETTING_ENUM(S, "OUTBOX_AMQP_SASL_MECHANISM", sasl, "plain", sasl_choices,
+		 NULL,
+		 "login: plain sends the URL's user and password, external "
+		 "the TLS client certificate (broker plugin "
+		 "rabbitmq_auth_mechanism_ssl)"),
 };
+
+/* ci of url, parsed into copy (freed by the caller); -1 when not a URL. */
+static int url_info(const char *url, char **copy,
+		    struct amqp_connection_info *ci)
+{
+	*copy = strdup(url);
+	if (!*copy)
+		return -1;
+	amqp_default_connection_info(ci);
+	return amqp_parse_url(*copy, ci) == AMQP_STATUS_OK ? 0 : -1;
+}
+
+static void url_free(char *copy)
+{
+	if (copy) {
+		explicit_bzero(copy, strlen(copy));
+		free(copy);
+	}
+}
+
+int amqp_settings_check(const struct amqp_settings *as, char *err,
+			size_t errlen)
+{
+	struct amqp_connection_info ci;
+	char *copy = NULL;
+	int ret = -1;
+
+	if (!as->url || url_info(as->url, &copy, &ci) != 0) {
+		snprintf(err, errlen, "OUTBOX_AMQP_URL: not an AMQP URL");
+		goto out;
+	}
+	if (!ci.ssl && (as->tls_ca_file || as->tls_cert_file ||
+			as->tls_key_file || !as->tls_verify)) {
+		snprintf(err, errlen,
+			 "OUTBOX_AMQP_TLS_* apply to TLS only, but "
+			 "OUTBOX_AMQP_URL is amqp://: use amqps://");
+		goto out;
+	}
+	if (!as->tls_cert_file != !as->tls_key_file) {
+		snprintf(err, errlen,
+			 "OUTBOX_AMQP_TLS_CERT and "
+			 "OUTBOX_AMQP_TLS_KEY go together: set both "
+			 "or neither");
+		goto out;
+	}
+	if (as->sasl == AMQP_SASL_EXTERNAL && (!ci.ssl || !as->tls_cert_file)) {
+		snprintf(err, errlen,
+			 "OUTBOX_AMQP_SASL_MECHANISM=external logs in with the "
+			 "TLS client certificate: it needs an amqps:// URL and "
+			 "OUTBOX_AMQP_TLS_CERT with OUTBOX_AMQP_TLS_KEY");
+		goto out;
+	}
+	ret = 0;
+out:
+	url_free(copy);
+	return ret;
+}
+
+void amqp_settings_warn(const struct amqp_settings *as)
+{
+	struct amqp_connection_info ci;
+	char *copy = NULL;
+	char where[300];
+
+	if (!as->url || url_info(as->url, &copy, &ci) != 0)
+		goto out;
+	snprintf(where, sizeof(where), "%s:%d", ci.host, ci.port);
+	if (ci.ssl && !as->tls_verify)
+		log_fields(LOG_WARN,
+			   "amqp: TLS verification is off "
+			   "(OUTBOX_AMQP_TLS_VERIFY=off): anyone on the path "
+			   "can pose as the broker",
+			   "link", "amqp", "broker", where, NULL);
+	else if (!ci.ssl && !config_host_is_local(ci.host, strlen(ci.host)))
+		log_fields(LOG_WARN,
+			   "amqp: plaintext link to a host that is not "
+			   "loopback: the password and every event cross "
+			   "the network unencrypted; use amqps://",
+			   "link", "amqp", "broker", where, NULL);
+out:
+	url_free(copy);
+}
 
 const struct config_group amqp_settings_group = {
     .rows = amqp_rows,

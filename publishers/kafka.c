@@ -768,6 +768,7 @@ const struct publisher_ops publisher_kafka = {
     .settings = &kafka_settings_group,
     .default_destination = kafka_default_destination,
     .validate = kafka_validate,
+    .warn_links = kafka_settings_warn,
     .open = kafka_open,
     .publish = kafka_publish,
     .probe = kafka_probe,

@@ -41,6 +41,10 @@ extern const struct config_group kafka_settings_group;
 /* cfg's Kafka settings; all empty when cfg was loaded without them. */
 const struct kafka_settings *kafka_settings(const struct config *cfg);
 
+/* Logs a warning at startup when the brokers are reached in plaintext
+ * while some are not loopback, or with TLS verification off. */
+void kafka_settings_warn(const struct config *cfg);
+
 /*
  * One row as a Kafka record.
  *

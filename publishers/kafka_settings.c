@@ -7,6 +7,7 @@
 #include "kafka.h"
 
 #include <ctype.h>
+#include <strings.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,4 +260,79 @@ const struct kafka_settings *kafka_settings(const struct config *cfg)
 	    config_part(cfg, &kafka_settings_group);
 
 	return s ? s : &none;
+}
+
+static const char *prop_value(const struct kafka_settings *ks, const char *name)
+{
+	for (size_t i = 0; i < ks->n_props; i++)
+		if (strcmp(ks->props[i].name, name) == 0)
+			return ks->props[i].value;
+	return NULL;
+}
+
+/* The brokers of OUTBOX_KAFKA_BROKERS that are not loopback, into out. */
+static bool remote_brokers(const char *list, char *out, size_t len)
+{
+	size_t used = 0;
+	bool any = false;
+
+	out[0] = '\0';
+	for (const char *p = list ? list : ""; *p;) {
+		size_t n = strcspn(p, ","), hlen;
+		const char *h = p, *scheme, *colon;
+
+		while (n > 0 && (*h == ' ' || *h == '\t')) {
+			h++;
+			n--;
+		}
+		scheme = memmem(h, n, "://", 3);
+		if (scheme) {
+			n -= (size_t)(scheme + 3 - h);
+			h = scheme + 3;
+		}
+		/* host:port, or [v6]:port */
+		colon = memrchr(h, ':', n);
+		hlen = colon && (h[0] != '[' || colon[-1] == ']')
+			   ? (size_t)(colon - h)
+			   : n;
+		if (hlen >= 2 && h[0] == '[') {
+			h++;
+			hlen -= 2;
+		}
+		if (!config_host_is_local(h, hlen)) {
+			int w = snprintf(out + used, len - used, "%s%.*s",
+					 any ? "," : "", (int)hlen, h);
+			if (w > 0 && (size_t)w < len - used)
+				used += (size_t)w;
+			any = true;
+		}
+		p += strcspn(p, ",");
+		p += *p == ',';
+	}
+	return any;
+}
+
+void kafka_settings_warn(const struct config *cfg)
+{
+	const struct kafka_settings *ks = kafka_settings(cfg);
+	const char *proto = prop_value(ks, "security.protocol");
+	const char *verify =
+	    prop_value(ks, "enable.ssl.certificate.verification");
+	bool tls = proto && (strcasecmp(proto, "ssl") == 0 ||
+			     strcasecmp(proto, "sasl_ssl") == 0);
+	char hosts[512];
+
+	if (tls && verify && strcasecmp(verify, "false") == 0)
+		log_fields(LOG_WARN,
+			   "kafka: TLS certificate verification is off "
+			   "(enable.ssl.certificate.verification=false): "
+			   "anyone on the path can pose as the brokers",
+			   "link", "kafka", NULL);
+	else if (!tls && remote_brokers(ks->brokers, hosts, sizeof(hosts)))
+		log_fields(LOG_WARN,
+			   "kafka: plaintext link to brokers that are not "
+			   "loopback (security.protocol is not ssl or "
+			   "sasl_ssl): events and any SASL password cross the "
+			   "network unencrypted",
+			   "link", "kafka", "brokers", hosts, NULL);
 }

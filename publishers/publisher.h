@@ -83,6 +83,10 @@ struct publisher_ops {
 	const char *(*default_destination)(const struct config *cfg);
 	/* Startup check of the backend's settings; 0 or -1 with err set. */
 	int (*validate)(const struct config *cfg, char *err, size_t errlen);
+	/* Logs one warning per link of the backend that crosses the
+	 * network in plaintext or with TLS verification off (run and check
+	 * call it once, after validate). May be NULL. */
+	void (*warn_links)(const struct config *cfg);
 	/* Connects; 0 with *state set, or -1 with err set (naming host, never
 	 * a secret). A failed open is retried by the caller with backoff. */
 	int (*open)(const struct config *cfg, void **state, char *err,
@@ -142,6 +146,14 @@ static inline int publisher_validate(const struct publisher_ops *ops,
 				     size_t errlen)
 {
 	return ops->validate ? ops->validate(cfg, err, errlen) : 0;
+}
+
+/* The backend's startup warnings about its links, if it has any. */
+static inline void publisher_warn_links(const struct publisher_ops *ops,
+					const struct config *cfg)
+{
+	if (ops->warn_links)
+		ops->warn_links(cfg);
 }
 
 static inline void publisher_init(struct publisher *pub,

@@ -219,6 +219,30 @@ static void warn_unknown_settings(const struct config_extensions *ext)
 	}
 }
 
+/* One warning per link that crosses the network in plaintext (or, for a
+ * backend, with TLS verification off): the operator may not know. The
+ * lines name hosts, never users or secrets. */
+static void warn_links(const struct config *cfg,
+		       const struct publisher_ops *pub_ops)
+{
+	char hosts[512];
+
+	if (store_conninfo_plaintext(cfg->database_url, hosts, sizeof(hosts)))
+		log_fields(LOG_WARN,
+			   "postgres: the link may run in plaintext to a host "
+			   "that is not loopback; set sslmode=verify-full",
+			   "link", "postgres", "hosts", hosts, NULL);
+	if (cfg->listen && cfg->listen_database_url &&
+	    store_conninfo_plaintext(cfg->listen_database_url, hosts,
+				     sizeof(hosts)))
+		log_fields(
+		    LOG_WARN,
+		    "postgres listener: the link may run in plaintext to "
+		    "a host that is not loopback; set sslmode=verify-full",
+		    "link", "postgres listener", "hosts", hosts, NULL);
+	publisher_warn_links(pub_ops, cfg);
+}
+
 int main(int argc, char **argv)
 {
 	struct config_extensions ext = settings_extensions();
@@ -281,8 +305,10 @@ int main(int argc, char **argv)
 	} else if (strcmp(cmd, "migrate") == 0) {
 		rc = cmd_migrate(&cfg);
 	} else if (strcmp(cmd, "check") == 0) {
+		warn_links(&cfg, pub_ops);
 		rc = cmd_check(&cfg, pub_ops);
 	} else if (strcmp(cmd, "run") == 0) {
+		warn_links(&cfg, pub_ops);
 		rc = cmd_run(&cfg, pub_ops);
 	} else {
 		rc = cli_run(cmd, argc - 1, argv + 1, &cfg);

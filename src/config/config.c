@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -155,6 +156,29 @@ bool config_has_control(const char *v)
 	for (; *v; v++)
 		if ((unsigned char)*v < 0x20 || *v == 0x7f)
 			return true;
+	return false;
+}
+
+bool config_host_is_local(const char *host, size_t n)
+{
+	static const char *const names[] = {"localhost", "localhost.", "::1",
+					    "[::1]", "0:0:0:0:0:0:0:1"};
+
+	if (n == 0 || host[0] == '/' || host[0] == '@')
+		return true;
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (strlen(names[i]) == n &&
+		    strncasecmp(host, names[i], n) == 0)
+			return true;
+	/* A dotted IPv4 literal in 127.0.0.0/8; a name such as
+	 * 127.example.com has letters and is not loopback. */
+	if (n > 4 && strncmp(host, "127.", 4) == 0) {
+		for (size_t i = 4; i < n; i++)
+			if (!(host[i] == '.' ||
+			      (host[i] >= '0' && host[i] <= '9')))
+				return false;
+		return true;
+	}
 	return false;
 }
 

@@ -278,4 +278,10 @@ void config_free_secret(char *s, bool secret);
  * corrupt a log line or a header, so checks refuse it. */
 bool config_has_control(const char *v);
 
+/* True when the host (n bytes of host, which need not end there) stays
+ * on this machine: empty, a Unix socket directory ('/' or '@'),
+ * localhost, 127.0.0.0/8 or ::1. The links the relay warns about when
+ * they run in plaintext are the others. */
+bool config_host_is_local(const char *host, size_t n);
+
 #endif

@@ -4,7 +4,10 @@
 #include "store.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "config/config.h"
 
 void pgconn_describe(PGconn *conn, char *out, size_t outlen)
 {
@@ -174,4 +177,54 @@ int store_conninfo_check(const char *conninfo, char *why, size_t whylen)
 	}
 	PQconninfoFree(opts);
 	return 0;
+}
+
+/* The value of keyword in opts, or libpq's environment variable for it
+ * (what libpq itself would fall back to), or NULL. */
+static const char *conninfo_value(const PQconninfoOption *opts,
+				  const char *keyword, const char *envvar)
+{
+	for (const PQconninfoOption *o = opts; o && o->keyword; o++)
+		if (strcmp(o->keyword, keyword) == 0 && o->val && o->val[0])
+			return o->val;
+	return getenv(envvar);
+}
+
+bool store_conninfo_plaintext(const char *conninfo, char *hosts, size_t len)
+{
+	static const char *const encrypted[] = {"require", "verify-ca",
+						"verify-full"};
+	PQconninfoOption *opts =
+	    PQconninfoParse(conninfo ? conninfo : "", NULL);
+	const char *mode, *list, *p;
+	size_t used = 0;
+	bool remote = false;
+
+	hosts[0] = '\0';
+	if (!opts)
+		return false;
+	mode = conninfo_value(opts, "sslmode", "PGSSLMODE");
+	for (size_t i = 0; mode && i < sizeof(encrypted) / sizeof(*encrypted);
+	     i++)
+		if (strcmp(mode, encrypted[i]) == 0)
+			goto out;
+	/* hostaddr, when given, is where libpq connects. */
+	list = conninfo_value(opts, "hostaddr", "PGHOSTADDR");
+	if (!list)
+		list = conninfo_value(opts, "host", "PGHOST");
+	for (p = list ? list : ""; *p;) {
+		size_t n = strcspn(p, ",");
+
+		if (!config_host_is_local(p, n)) {
+			int w = snprintf(hosts + used, len - used, "%s%.*s",
+					 remote ? "," : "", (int)n, p);
+			if (w > 0 && (size_t)w < len - used)
+				used += (size_t)w;
+			remote = true;
+		}
+		p += n + (p[n] == ',');
+	}
+out:
+	PQconninfoFree(opts);
+	return remote;
 }

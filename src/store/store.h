@@ -313,6 +313,14 @@ int store_admin_time(struct store *s, const char *text, char *out,
  */
 int store_conninfo_check(const char *conninfo, char *why, size_t whylen);
 
+/*
+ * True when a session of conninfo (NULL: libpq's PG* variables) may run
+ * in plaintext to a host that is not loopback: sslmode (or PGSSLMODE) is
+ * not require, verify-ca or verify-full. hosts gets those hosts,
+ * comma-separated (no user, database or password). Any thread.
+ */
+bool store_conninfo_plaintext(const char *conninfo, char *hosts, size_t len);
+
 /* ---- the NOTIFY listener (OUTBOX_LISTEN=on) ---- */
 
 /*
