@@ -10,20 +10,53 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/base.h"
 
-#define LISTEN_BACKLOG 64
+#define LISTEN_BACKLOG 256
+/* Connections served at once, and from one client address. A newcomer
+ * past either limit takes the place of the connection that has waited
+ * longest for its request to arrive (a slow or idle client): probes and
+ * scrapes send their request at once, so they are never the ones closed,
+ * and a slow client cannot keep /healthz out (see docs/operations.md). */
 #define MAX_CONNECTIONS 64
-#define CONNECTION_TIMEOUT_S 10
+#define MAX_PER_ADDRESS 16
+/* libmicrohttpd's own limit sits above ours: room for the connections
+ * closed to make way, until the server has finished closing them. */
+#define HARD_CONNECTIONS 256
+/* A connection that sends nothing for this long is closed. */
+#define CONNECTION_TIMEOUT_S 5
+/* A request whose header has not fully arrived this long after the
+ * connection opened (or its previous request ended) is closed when the
+ * next connection arrives: a client dribbling a header line every few
+ * seconds defeats the idle timeout alone. */
+#define HEADER_DEADLINE_MS 5000
 
+/* One connection the server holds. */
+struct conn_slot {
+	bool used;
+	bool in_request; /* its request header arrived; being answered */
+	bool evicted;	 /* shut down; the server has yet to close it */
+	int fd;
+	int64_t
+	    waiting_since; /* clock_ms(): opened, or previous request done */
+	struct sockaddr_storage addr;
+};
+
+/*
+ * Threads: libmicrohttpd calls every callback below (accept policy,
+ * connection and request notifications, the handler) on its one
+ * internal thread, so slots needs no lock.
+ */
 struct http_server {
 	struct MHD_Daemon *daemon;
 	int fd;
 	http_handler handler;
 	void *arg;
+	struct conn_slot slots[HARD_CONNECTIONS];
 };
 
 void http_reply_text(struct http_reply *reply, unsigned int status,
@@ -48,6 +81,149 @@ static void mhd_log(void *arg, const char *fmt, va_list ap)
 	log_fields(LOG_WARN, "http server", "error", line, NULL);
 }
 
+/* ---- admission: a slow client cannot crowd out the probes ---- */
+
+static bool same_address(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+			      &((const struct sockaddr_in *)b)->sin_addr,
+			      sizeof(struct in_addr)) == 0;
+	if (a->sa_family == AF_INET6)
+		return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+			      &((const struct sockaddr_in6 *)b)->sin6_addr,
+			      sizeof(struct in6_addr)) == 0;
+	return false;
+}
+
+/* Shutting the socket down makes the server read end-of-file and close
+ * the connection on its next pass; its slot is freed then. */
+static void evict(struct conn_slot *c)
+{
+	shutdown(c->fd, SHUT_RDWR);
+	c->evicted = true;
+}
+
+static bool live(const struct conn_slot *c)
+{
+	return c->used && !c->evicted;
+}
+
+/* The live connection (of addr, when not NULL) that has waited longest
+ * for its request, or NULL when every one is being answered. */
+static struct conn_slot *longest_waiting(struct http_server *s,
+					 const struct sockaddr *addr)
+{
+	struct conn_slot *best = NULL;
+
+	for (size_t i = 0; i < HARD_CONNECTIONS; i++) {
+		struct conn_slot *c = &s->slots[i];
+
+		if (!live(c) || c->in_request ||
+		    (addr && !same_address((struct sockaddr *)&c->addr, addr)))
+			continue;
+		if (!best || c->waiting_since < best->waiting_since)
+			best = c;
+	}
+	return best;
+}
+
+/* Makes room for a new connection from addr, or refuses it when every
+ * connection in its way is being answered. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
+				 socklen_t addrlen)
+{
+	struct http_server *s = cls;
+	int64_t now = clock_ms();
+	size_t total = 0, mine = 0;
+	struct conn_slot *victim;
+	(void)addrlen;
+
+	for (size_t i = 0; i < HARD_CONNECTIONS; i++) {
+		struct conn_slot *c = &s->slots[i];
+
+		if (live(c) && !c->in_request &&
+		    now - c->waiting_since > HEADER_DEADLINE_MS)
+			evict(c);
+		if (!live(c))
+			continue;
+		total++;
+		mine += same_address((struct sockaddr *)&c->addr, addr);
+	}
+	if (mine >= MAX_PER_ADDRESS) {
+		victim = longest_waiting(s, addr);
+		if (!victim)
+			return MHD_NO;
+		evict(victim);
+		total--;
+	}
+	if (total >= MAX_CONNECTIONS) {
+		victim = longest_waiting(s, NULL);
+		if (!victim)
+			return MHD_NO;
+		evict(victim);
+	}
+	return MHD_YES;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn,
+			  void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct http_server *s = cls;
+	const union MHD_ConnectionInfo *fd, *addr;
+	struct conn_slot *c = *socket_context;
+
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (c)
+			*c = (struct conn_slot){0};
+		*socket_context = NULL;
+		return;
+	}
+	fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	addr =
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	for (size_t i = 0; fd && addr && i < HARD_CONNECTIONS; i++) {
+		c = &s->slots[i];
+		if (c->used)
+			continue;
+		*c = (struct conn_slot){.used = true,
+					.fd = fd->connect_fd,
+					.waiting_since = clock_ms()};
+		memcpy(&c->addr, addr->client_addr,
+		       addr->client_addr->sa_family == AF_INET6
+			   ? sizeof(struct sockaddr_in6)
+			   : sizeof(struct sockaddr_in));
+		*socket_context = c;
+		return;
+	}
+}
+
+static struct conn_slot *slot_of(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return ci ? ci->socket_context : NULL;
+}
+
+/* A kept-alive connection waits for its next request from now on. */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct conn_slot *c = slot_of(conn);
+	(void)cls;
+	(void)con_cls;
+	(void)toe;
+
+	if (c) {
+		c->in_request = false;
+		c->waiting_since = clock_ms();
+	}
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 				  const char *url, const char *method,
 				  const char *version, const char *upload_data,
@@ -60,6 +236,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 	(void)upload_data_size;
 	(void)con_cls;
 
+	struct conn_slot *slot = slot_of(conn);
+	if (slot)
+		slot->in_request = true;
 	bool allowed = strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
 		       strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
 	if (allowed)
@@ -195,11 +374,12 @@ int http_start(struct http_server **out, const char *addr, http_handler handler,
 		flags |= MHD_USE_IPv6;
 	/* The logger goes first so start-up messages reach it too. */
 	s->daemon = MHD_start_daemon(
-	    flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+	    flags, 0, on_accept, s, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
 	    mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, s->fd,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned int)MAX_CONNECTIONS,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HARD_CONNECTIONS,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)CONNECTION_TIMEOUT_S,
-	    MHD_OPTION_END);
+	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
 	if (!s->daemon) {
 		snprintf(err, errlen, "http: cannot start the server on %s",
 			 addr);

@@ -37,8 +37,10 @@
 /*
  * One per process: main starts the operating surface once. Sharing: the
  * atomics are written by the ops thread (db_ok, db_ok_ms, tick_ms) or
- * main (stop, draining) and read by the HTTP thread; db_error is touched
- * only under lock; everything else is written before the threads start.
+ * main (stop, draining) and read by the HTTP thread; wake is touched
+ * only under lock; first_db_check only by the ops thread (after main set
+ * it before starting that thread); everything else is written before the
+ * threads start.
  */
 static struct ops_state {
 	struct relay *relay;
@@ -51,8 +53,9 @@ static struct ops_state {
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	bool wake;	    /* under lock: draining or stop requested */
-	char db_error[512]; /* under lock: why Postgres is not ok */
+	bool wake; /* under lock: draining or stop requested */
+	/* Only the ops thread: no check has failed or passed yet. */
+	bool first_db_check;
 
 	atomic_int stop;
 	atomic_int draining;
@@ -109,12 +112,11 @@ static void readyz(struct http_reply *reply)
 		http_reply_text(reply, 503, "not ready: shutting down\n");
 		return;
 	}
+	/* Which dependency is down, never where it is or as whom: anyone
+	 * who reaches the port reads this. The log has the details. */
 	if (!atomic_load(&ops.db_ok)) {
-		char why[512];
-		pthread_mutex_lock(&ops.lock);
-		snprintf(why, sizeof(why), "%s", ops.db_error);
-		pthread_mutex_unlock(&ops.lock);
-		reply_printf(reply, 503, "not ready: postgres: %s\n", why);
+		http_reply_text(reply, 503,
+				"not ready: postgres: unreachable\n");
 		return;
 	}
 	int64_t age = clock_ms() - atomic_load(&ops.db_ok_ms);
@@ -126,9 +128,7 @@ static void readyz(struct http_reply *reply)
 		return;
 	}
 	if (atomic_load(&r->workers_ready) <= 0) {
-		reply_printf(reply, 503,
-			     "not ready: publisher %s: no worker has a "
-			     "healthy connection\n",
+		reply_printf(reply, 503, "not ready: publisher %s: unhealthy\n",
 			     r->pub_ops->name);
 		return;
 	}
@@ -173,18 +173,21 @@ static void handle(void *arg, const char *path, struct http_reply *reply)
 
 /* ---- the ops thread ---- */
 
-/* Records the outcome of a Postgres check; logs only the changes. */
+/* Records the outcome of a Postgres check; logs only the changes, with
+ * the reason (which /readyz leaves out). */
 static void set_db(bool ok, const char *why)
 {
-	if (!ok) {
-		pthread_mutex_lock(&ops.lock);
-		snprintf(ops.db_error, sizeof(ops.db_error), "%s", why);
-		pthread_mutex_unlock(&ops.lock);
-	} else {
+	if (ok) {
 		atomic_store(&ops.db_ok_ms, clock_ms());
+		ops.first_db_check = false;
 	}
 	int was = atomic_exchange(&ops.db_ok, ok ? 1 : 0);
-	if (was && !ok)
+	if (!ok && ops.first_db_check) {
+		/* Not yet connected once: the first failure is told too. */
+		ops.first_db_check = false;
+		log_fields(LOG_WARN, "postgres check failed: not ready",
+			   "error", why, NULL);
+	} else if (was && !ok)
 		log_fields(LOG_WARN, "postgres check failed: not ready",
 			   "error", why, NULL);
 	else if (!was && ok)
@@ -374,7 +377,7 @@ int ops_start(struct relay *r, char *err, size_t errlen)
 	atomic_store(&ops.draining, 0);
 	atomic_store(&ops.db_ok, 0);
 	atomic_store(&ops.tick_ms, clock_ms());
-	snprintf(ops.db_error, sizeof(ops.db_error), "not checked yet");
+	ops.first_db_check = true;
 
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -48,6 +48,9 @@ done
 kill -0 "$pid" 2>/dev/null || it_fail "the relay exited"
 code=$(curl -s -o "$it_dir/readyz.out" -w '%{http_code}' "http://127.0.0.1:$port/readyz" || true)
 [ "$code" = 503 ] || it_fail "/readyz answered $code, want 503"
+# Which dependency, not where or as whom: the log has those.
+[ "$(cat "$it_dir/readyz.out")" = "not ready: publisher amqp: unhealthy" ] ||
+	it_fail "/readyz body: $(cat "$it_dir/readyz.out")"
 [ "$(it_count "status = 'pending' AND attempts = 0")" = 5 ] || it_fail "rows were leased without a broker"
 if grep -q -- "$secret" "$it_dir/daemon.log" "$it_dir/readyz.out"; then
 	it_fail "the password appears in the log or /readyz"
