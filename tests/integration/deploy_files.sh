@@ -16,6 +16,8 @@
 #   has resources and runs the Dockerfile's UID; the PodDisruptionBudget
 #   and the metrics Service select the relay pods and not the migrate
 #   Job's; the Job uses its own Secret; images carry the binary's version;
+#   the NetworkPolicy admits only the HTTP port, from the cluster only,
+#   and lets the pods reach DNS, Postgres and the broker ports;
 # - compose relays are hardened like the pods and share one image;
 # - the systemd unit passes systemd-analyze verify and is hardened;
 # - every deploy/ path named in docs/deployment.md exists.
@@ -191,7 +193,7 @@ for fn in manifests:
         if doc:
             objs.setdefault(doc["kind"], []).append(doc)
 for kind in ("Deployment", "ConfigMap", "Secret", "Job",
-             "PodDisruptionBudget", "Service"):
+             "PodDisruptionBudget", "Service", "NetworkPolicy"):
     if kind not in objs:
         problem(f"{kdir}: no {kind}")
         objs[kind] = [{"metadata": {"name": "?"}, "spec": {}}]
@@ -304,6 +306,37 @@ if ann.get("prometheus.io/scrape") != "true" or ann.get("prometheus.io/path") !=
 target = get(svc_ports, 0, "targetPort")
 if ports.get(target, target) != http_port:
     problem(f"Service: targetPort {target} is not the relay's HTTP port {http_port}")
+# NetworkPolicy: the relay pods take traffic on their HTTP port only, and
+# only from the cluster; they may reach DNS, Postgres and the brokers.
+netpol = objs["NetworkPolicy"][0]
+if not selects(get(netpol, "spec", "podSelector", "matchLabels"), dep_labels):
+    problem("NetworkPolicy: does not select the relay pods")
+if sorted(get(netpol, "spec", "policyTypes", default=[])) != ["Egress", "Ingress"]:
+    problem("NetworkPolicy: policyTypes must be Ingress and Egress")
+ingress = get(netpol, "spec", "ingress", default=[])
+if not ingress:
+    problem("NetworkPolicy: no ingress rule lets the probes and Prometheus in")
+for i, rule in enumerate(ingress):
+    rule_ports = [ports.get(p.get("port"), p.get("port")) for p in rule.get("ports", [])]
+    if rule_ports != [http_port]:
+        problem(f"NetworkPolicy: ingress rule {i} opens {rule_ports}, not only the HTTP port {http_port}")
+    peers = rule.get("from", [])
+    if not peers:
+        problem(f"NetworkPolicy: ingress rule {i} admits every source, not the cluster only")
+    for peer in peers:
+        if "ipBlock" in peer:
+            problem(f"NetworkPolicy: ingress rule {i} admits an ipBlock ({peer['ipBlock']}), not the cluster only")
+egress_ports = {(p.get("port"), p.get("protocol", "TCP"))
+                for rule in get(netpol, "spec", "egress", default=[])
+                for p in rule.get("ports", [])}
+for need in ((53, "UDP"), (53, "TCP"), (5432, "TCP"), (5671, "TCP"), (5672, "TCP"),
+             (9092, "TCP"), (9093, "TCP")):
+    if need not in egress_ports:
+        problem(f"NetworkPolicy: egress does not allow port {need[0]}/{need[1]}")
+for rule in get(netpol, "spec", "egress", default=[]):
+    if not rule.get("ports"):
+        problem("NetworkPolicy: an egress rule allows every port")
+
 for img in kust.get("images", []):
     if img.get("newTag") != version:
         problem(f"kustomization.yaml: image {img.get('name')} newTag {img.get('newTag')} is not {version}")
