@@ -37,6 +37,7 @@ enum setting_type {
 	SET_INT,      /* int within [min, max] */
 	SET_DOUBLE,   /* double within [min, max] */
 	SET_DURATION, /* int64_t milliseconds within [min, max] */
+	SET_SIZE,     /* int64_t bytes within [min, max]: 512KiB, 16MiB */
 };
 
 enum setting_flags {
@@ -62,6 +63,10 @@ struct setting {
 #define SETTING_MINUTE (60 * SETTING_SECOND)
 #define SETTING_HOUR (60 * SETTING_MINUTE)
 #define SETTING_DAY (24 * SETTING_HOUR)
+
+#define SETTING_KIB INT64_C(1024)
+#define SETTING_MIB (1024 * SETTING_KIB)
+#define SETTING_GIB (1024 * SETTING_MIB)
 
 /*
  * offsetof() into target struct T that refuses to compile unless the
@@ -116,6 +121,13 @@ struct setting {
 		.name = n, .type = SET_DURATION,                               \
 		.offset = SETTING_FIELD(T, f, int64_t), .def = d, .min = lo,   \
 		.max = hi, .flags = fl, .help = h                              \
+	}
+
+#define SETTING_SIZE(T, n, f, d, lo, hi, h)                                    \
+	{                                                                      \
+		.name = n, .type = SET_SIZE,                                   \
+		.offset = SETTING_FIELD(T, f, int64_t), .def = d, .min = lo,   \
+		.max = hi, .help = h                                           \
 	}
 
 /* The state of one config_load(), lent to a group's hooks so that their
@@ -202,7 +214,8 @@ struct config {
 	double backoff_factor;
 	enum config_ordering ordering;
 	enum config_on_failure on_failure;
-	double max_rate; /* events/s per replica, 0 = unlimited */
+	double max_rate;	/* events/s per replica, 0 = unlimited */
+	int64_t max_event_size; /* bytes of payload; larger rows fail */
 	int64_t shutdown_timeout_ms;
 
 	/* Operations */
@@ -267,6 +280,9 @@ bool config_loader_ok(const struct config_loader *ld, const char *name);
 
 /* 60000 -> "1m", 1500 -> "1500ms": durations as the settings write them. */
 void config_format_duration(int64_t ms, char *buf, size_t len);
+
+/* 16777216 -> "16MiB", 1000 -> "1000B": sizes as the settings write them. */
+void config_format_size(int64_t bytes, char *buf, size_t len);
 
 /* A whole decimal integer, nothing before or after it; -1 with why. */
 int config_parse_int64(const char *s, int64_t *out, char *why, size_t whylen);

@@ -197,6 +197,24 @@ void config_format_duration(int64_t ms, char *buf, size_t len)
 	snprintf(buf, len, "%" PRId64 "%s", ms, ms ? "ms" : "");
 }
 
+void config_format_size(int64_t bytes, char *buf, size_t len)
+{
+	static const struct {
+		const char *unit;
+		int64_t bytes;
+	} units[] = {
+	    {"GiB", SETTING_GIB}, {"MiB", SETTING_MIB}, {"KiB", SETTING_KIB}};
+
+	for (size_t i = 0; bytes != 0 && i < ARRAY_SIZE(units); i++) {
+		if (bytes % units[i].bytes == 0) {
+			snprintf(buf, len, "%" PRId64 "%s",
+				 bytes / units[i].bytes, units[i].unit);
+			return;
+		}
+	}
+	snprintf(buf, len, "%" PRId64 "B", bytes);
+}
+
 /* Whole decimal integer, nothing before or after it. */
 int config_parse_int64(const char *s, int64_t *out, char *why, size_t whylen)
 {
@@ -254,6 +272,40 @@ bad:
 	snprintf(why, whylen,
 		 "not a duration: a whole number with a unit ms, s, m, h or d "
 		 "(500ms, 2s, 1m), or 0");
+	return -1;
+}
+
+/* A whole number with a binary unit: 100B, 512KiB, 16MiB, 1GiB. */
+static int parse_size(const char *s, int64_t *bytes, char *why, size_t whylen)
+{
+	static const struct {
+		const char *unit;
+		int64_t bytes;
+	} units[] = {{"B", 1},
+		     {"KiB", SETTING_KIB},
+		     {"MiB", SETTING_MIB},
+		     {"GiB", SETTING_GIB}};
+	char *end = NULL;
+	long long n;
+
+	if (!isdigit((unsigned char)s[0]))
+		goto bad;
+	errno = 0;
+	n = strtoll(s, &end, 10);
+	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
+		if (strcmp(end, units[i].unit) != 0)
+			continue;
+		if (errno == ERANGE || n > INT64_MAX / units[i].bytes) {
+			snprintf(why, whylen, "size too large");
+			return -1;
+		}
+		*bytes = n * units[i].bytes;
+		return 0;
+	}
+bad:
+	snprintf(why, whylen,
+		 "not a size: a whole number with a unit B, KiB, MiB or GiB "
+		 "(512KiB, 16MiB)");
 	return -1;
 }
 
@@ -324,6 +376,11 @@ void setting_range(const struct setting *s, char *buf, size_t len)
 		snprintf(buf, len, "%s%s..%s",
 			 s->flags & SETTING_ZERO_OK ? "0 or " : "", lo, hi);
 		break;
+	case SET_SIZE:
+		config_format_size(s->min, lo, sizeof(lo));
+		config_format_size(s->max, hi, sizeof(hi));
+		snprintf(buf, len, "%s..%s", lo, hi);
+		break;
 	case SET_STRING:
 		buf[0] = '\0';
 		break;
@@ -379,7 +436,8 @@ static int apply_bool(const char *value, bool *field)
 	return 0;
 }
 
-/* SET_INT, SET_DOUBLE and SET_DURATION: parsed, then held to the range. */
+/* SET_INT, SET_DOUBLE, SET_DURATION and SET_SIZE: parsed, then held to
+ * the range. */
 static int apply_number(const struct setting *s, const char *value, void *field,
 			char *why, size_t whylen)
 {
@@ -400,6 +458,13 @@ static int apply_number(const struct setting *s, const char *value, void *field,
 		if (d < (double)s->min || d > (double)s->max)
 			return 1;
 		*(double *)field = d;
+		return 0;
+	case SET_SIZE:
+		if (parse_size(value, &n, why, whylen) != 0)
+			return -1;
+		if (n < s->min || n > s->max)
+			return 1;
+		*(int64_t *)field = n;
 		return 0;
 	default:
 		if (parse_duration(value, &n, why, whylen) != 0)

@@ -282,9 +282,28 @@ static bool ctx_tick(struct publish_ctx *ctx)
 
 /* ---- one batch: validate, publish, route outcomes, mark ---- */
 
-/* Sets every row held and picks the rows that can be encoded; the others
- * are marked failed with their reason. */
-static void validate_rows(struct batch *b)
+/* A payload over OUTBOX_MAX_EVENT_SIZE can never be sent: it fails before
+ * anything is, so no broker and no encoder buffer sees it. */
+static bool event_too_large(const struct outbox_event *e,
+			    const struct config *cfg, char *reason, size_t len)
+{
+	char limit[32];
+
+	if (cfg->max_event_size <= 0 ||
+	    e->payload_len <= (size_t)cfg->max_event_size)
+		return false;
+	config_format_size(cfg->max_event_size, limit, sizeof(limit));
+	snprintf(reason, len,
+		 "too large: payload of %zu bytes is over "
+		 "OUTBOX_MAX_EVENT_SIZE (%s)",
+		 e->payload_len, limit);
+	return true;
+}
+
+/* Sets every row held and picks the rows that can be encoded and are
+ * within OUTBOX_MAX_EVENT_SIZE; the others are marked failed with their
+ * reason. */
+static void validate_rows(struct batch *b, const struct config *cfg)
 {
 	b->n_valid = 0;
 	for (size_t i = 0; i < b->lease.n; i++) {
@@ -294,7 +313,9 @@ static void validate_rows(struct batch *b)
 		/* A row that can never be encoded fails with its reason and
 		 * never stops the batch (docs/design.md §10). */
 		if (cloudevent_validate(e, b->invalid[i],
-					sizeof(b->invalid[i])) != 0) {
+					sizeof(b->invalid[i])) != 0 ||
+		    event_too_large(e, cfg, b->invalid[i],
+				    sizeof(b->invalid[i]))) {
 			batch_add_mark(b, MARK_FAILED, e->id, b->invalid[i]);
 			metrics_add(MC_PERMANENT, 1);
 			log_fields(LOG_WARN, "event cannot be encoded", "id",
@@ -458,7 +479,7 @@ static void process_batch(struct worker *w, struct lease_batch *lease,
 	b->local_deadline_ms = lease_started_ms + w->cfg->lease_timeout_ms -
 			       w->cfg->statement_timeout_ms;
 	b->last_renew_ms = lease_started_ms;
-	validate_rows(b);
+	validate_rows(b, w->cfg);
 	publish_valid_rows(w);
 	route_outcomes(w);
 	run_marks(w);

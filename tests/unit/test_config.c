@@ -70,6 +70,7 @@ static const char *const all_vars[] = {
     "OUTBOX_ORDERING",
     "OUTBOX_ORDERING_ON_FAILURE",
     "OUTBOX_MAX_RATE",
+    "OUTBOX_MAX_EVENT_SIZE",
     "OUTBOX_SHUTDOWN_TIMEOUT",
     "OUTBOX_HTTP_ADDR",
     "OUTBOX_LOG_LEVEL",
@@ -233,6 +234,7 @@ static void test_defaults(void **state)
 	assert_int_equal(r.cfg.ordering, ORDERING_NONE);
 	assert_int_equal(r.cfg.on_failure, ON_FAILURE_SKIP);
 	assert_true(r.cfg.max_rate == 0.0);
+	assert_int_equal(r.cfg.max_event_size, 16 * 1048576);
 	assert_int_equal(r.cfg.shutdown_timeout_ms, 25000);
 
 	assert_string_equal(r.cfg.http_addr, "0.0.0.0:9090");
@@ -334,6 +336,16 @@ static const struct good_case good_cases[] = {
      ON_FAILURE_BLOCK, 0, NULL},
     {"OUTBOX_MAX_RATE", "0.5", K_DBL, OFF(max_rate), 0, 0.5, NULL},
     {"OUTBOX_MAX_RATE", "1000000", K_DBL, OFF(max_rate), 0, 1e6, NULL},
+    {"OUTBOX_MAX_EVENT_SIZE", "1KiB", K_I64, OFF(max_event_size), 1024, 0,
+     NULL},
+    {"OUTBOX_MAX_EVENT_SIZE", "1500B", K_I64, OFF(max_event_size), 1500, 0,
+     NULL},
+    {"OUTBOX_MAX_EVENT_SIZE", "512KiB", K_I64, OFF(max_event_size), 524288, 0,
+     NULL},
+    {"OUTBOX_MAX_EVENT_SIZE", "64MiB", K_I64, OFF(max_event_size),
+     64 * 1048576, 0, NULL},
+    {"OUTBOX_MAX_EVENT_SIZE", "1GiB", K_I64, OFF(max_event_size), 1073741824,
+     0, NULL},
     {"OUTBOX_SHUTDOWN_TIMEOUT", "11s", K_I64, OFF(shutdown_timeout_ms), 11000,
      0, NULL},
     {"OUTBOX_HTTP_ADDR", "127.0.0.1:8080", K_STR, OFF(http_addr), 0, 0,
@@ -526,6 +538,17 @@ static const struct bad_case bad_cases[] = {
     {"OUTBOX_MAX_RATE", "fast"},
     {"OUTBOX_MAX_RATE", "1e7"},
     {"OUTBOX_MAX_RATE", "1e999"},
+    {"OUTBOX_MAX_EVENT_SIZE", "1048576"},
+    {"OUTBOX_MAX_EVENT_SIZE", "1MB"},
+    {"OUTBOX_MAX_EVENT_SIZE", "1mib"},
+    {"OUTBOX_MAX_EVENT_SIZE", "0"},
+    {"OUTBOX_MAX_EVENT_SIZE", "1023B"},
+    {"OUTBOX_MAX_EVENT_SIZE", "2GiB"},
+    {"OUTBOX_MAX_EVENT_SIZE", "-1KiB"},
+    {"OUTBOX_MAX_EVENT_SIZE", " 1KiB"},
+    {"OUTBOX_MAX_EVENT_SIZE", "1.5MiB"},
+    {"OUTBOX_MAX_EVENT_SIZE", "99999999999999999999GiB"},
+    {"OUTBOX_MAX_EVENT_SIZE", "9999999999999GiB"},
     {"OUTBOX_SHUTDOWN_TIMEOUT", "0"},
     {"OUTBOX_HTTP_ADDR", "9090"},
     {"OUTBOX_HTTP_ADDR", ":9090"},
