@@ -451,12 +451,15 @@ static int login(struct amqp_state *st, char *err, size_t errlen)
 	client.entries = props;
 	rmq_watchdog_arm(st, clock_ms() + 2 * rmq_timeout_ms(st->cfg));
 	if (external)
-		/* The broker takes the user name from the certificate; the
-		 * identity sent is the authorization id, empty for "the
-		 * same". */
-		r = amqp_login_with_properties(st->conn, st->ci.vhost, 0,
-					       FRAME_MAX, HEARTBEAT_S, &client,
-					       AMQP_SASL_METHOD_EXTERNAL, "");
+		/* The broker takes the user name from the certificate and
+		 * RabbitMQ ignores the identity sent; librabbitmq 0.11 cannot
+		 * send an empty one, so the URL's user (or a fixed word) goes.
+		 */
+		r = amqp_login_with_properties(
+		    st->conn, st->ci.vhost, 0, FRAME_MAX, HEARTBEAT_S, &client,
+		    AMQP_SASL_METHOD_EXTERNAL,
+		    st->ci.user && st->ci.user[0] ? st->ci.user
+						  : "outbox-relay");
 	else
 		r = amqp_login_with_properties(
 		    st->conn, st->ci.vhost, 0, FRAME_MAX, HEARTBEAT_S, &client,

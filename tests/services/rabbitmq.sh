@@ -12,6 +12,12 @@
 # OUTBOX_TEST_AMQP_URL, RABBITMQ_NODENAME, RABBITMQ_NODE_PORT, ERL_EPMD_PORT,
 # RABBITMQ_CONF_ENV_FILE, HOME (where the node's Erlang cookie is).
 # User `outbox` (password outbox-test-secret) has full rights on vhost "/".
+#
+# With RABBITMQ_TEST_TLS_DIR set to a directory holding ca.crt, server.crt
+# and server.key, the node also listens for AMQPS (TLS) on another port,
+# asks clients for a certificate signed by ca.crt (without requiring one),
+# and enables rabbitmq_auth_mechanism_ssl (SASL EXTERNAL, the user name
+# taken from the certificate's CN); DIR/env then holds OUTBOX_TEST_AMQPS_PORT.
 set -euo pipefail
 
 # shellcheck disable=SC2034 # read by lib.sh
@@ -115,7 +121,7 @@ amqp_ready() {
 }
 
 cmd_start() {
-	local dir="$1" node amqp_port dist_port epmd_port ctl_port env_lines=() t0 rc
+	local dir="$1" node amqp_port dist_port epmd_port ctl_port tls_port="" env_lines=() t0 rc
 	t0=$SECONDS
 
 	svc_check_dir "$dir"
@@ -175,6 +181,28 @@ log.console = false
 log.file.level = info
 EOF
 	echo '[].' >"$dir/enabled_plugins"
+	if [ -n "${RABBITMQ_TEST_TLS_DIR:-}" ]; then
+		tls_port=$(svc_free_port "$amqp_port" "$dist_port" "$epmd_port" "$ctl_port") ||
+			svc_die "cannot find a free port"
+		mkdir -p "$dir/tls"
+		cp "$RABBITMQ_TEST_TLS_DIR/ca.crt" "$RABBITMQ_TEST_TLS_DIR/server.crt" \
+			"$RABBITMQ_TEST_TLS_DIR/server.key" "$dir/tls/" ||
+			svc_die "RABBITMQ_TEST_TLS_DIR lacks ca.crt, server.crt or server.key"
+		cat >>"$dir/rabbitmq.conf" <<EOF
+# TLS (RABBITMQ_TEST_TLS_DIR): client certificates are asked for, not required.
+listeners.ssl.default = 127.0.0.1:$tls_port
+ssl_options.cacertfile = $dir/tls/ca.crt
+ssl_options.certfile = $dir/tls/server.crt
+ssl_options.keyfile = $dir/tls/server.key
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = false
+auth_mechanisms.1 = PLAIN
+auth_mechanisms.2 = AMQPLAIN
+auth_mechanisms.3 = EXTERNAL
+ssl_cert_login_from = common_name
+EOF
+		echo '[rabbitmq_auth_mechanism_ssl].' >"$dir/enabled_plugins"
+	fi
 	# Erlang refuses a cookie file that others can read.
 	python3 -c 'import secrets; print(secrets.token_hex(20).upper(), end="")' >"$dir/.erlang.cookie"
 	chmod 400 "$dir/.erlang.cookie"
@@ -185,6 +213,7 @@ EOF
 		echo "ERL_EPMD_PORT=$epmd_port"
 		echo "RABBITMQ_CONF_ENV_FILE=$dir/rabbitmq-env.conf"
 		echo "HOME=$dir"
+		[ -z "$tls_port" ] || echo "OUTBOX_TEST_AMQPS_PORT=$tls_port"
 	} >"$dir/env"
 
 	if [ "$(id -u)" -eq 0 ]; then
@@ -212,6 +241,9 @@ EOF
 	# means the node is ready.
 	rc=0
 	svc_wait "$start_timeout" amqp_ready "$dir" "$amqp_port" || rc=1
+	if [ "$rc" -eq 0 ] && [ -n "$tls_port" ]; then
+		svc_wait "$start_timeout" amqp_ready "$dir" "$tls_port" || rc=1
+	fi
 	if ! node_alive "$dir"; then
 		svc_fail "node exited during start" "$dir/log/startup.log" "$dir/log/$node.log"
 	fi
