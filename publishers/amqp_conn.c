@@ -399,12 +399,14 @@ static const char *tls_hint(const struct amqp_state *st, int rc)
 		return " (the broker's certificate is not issued for the host "
 		       "name in OUTBOX_AMQP_URL)";
 	case AMQP_STATUS_SSL_PEER_VERIFY_FAILED:
+		return " (the broker's certificate is not signed by a CA in "
+		       "OUTBOX_AMQP_TLS_CA, or in the system's bundle when "
+		       "that "
+		       "is unset)";
 	case AMQP_STATUS_SSL_CONNECTION_FAILED:
 	case AMQP_STATUS_SSL_ERROR:
-		return " (is the broker's certificate signed by a CA in "
-		       "OUTBOX_AMQP_TLS_CA or the system bundle, and "
-		       "issued for the host name in OUTBOX_AMQP_URL? does "
-		       "the broker speak TLS on that port?)";
+		return " (does the broker speak TLS on that port, and accept "
+		       "the client certificate if one is set?)";
 	default:
 		return "";
 	}
