@@ -7,7 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
 command -v promtool >/dev/null || it_fail "promtool not found (Debian package prometheus)"
-root="$OUTBOX_TEST_SOURCE_ROOT"
+root="$RELAY_TEST_SOURCE_ROOT"
 it_table opsrunbook
 
 # The first yaml block of docs/runbook.md is the rules file.
@@ -59,7 +59,7 @@ sweep_locked() {
 it_wait 10 "the sweep lock" sweep_locked
 
 sed "s/outbox_events/$OUTBOX_TABLE/g" "$root/sql/runbook.sql" |
-	psql "$OUTBOX_TEST_DATABASE_URL" -X -v ON_ERROR_STOP=1 -P pager=off >"$it_dir/runbook.out" 2>&1 ||
+	psql "$RELAY_TEST_DATABASE_URL" -X -v ON_ERROR_STOP=1 -P pager=off >"$it_dir/runbook.out" 2>&1 ||
 	it_fail "sql/runbook.sql failed: $(tail -n 20 "$it_dir/runbook.out")"
 want() {
 	grep -q -E -- "$1" "$it_dir/runbook.out" || it_fail "runbook output lacks /$1/"
