@@ -117,6 +117,16 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 {
 	int rc;
 	char blocking[64];
+	if (s->blocked[0] == '(') {
+		/* No blocked-keys table (store.c reads an empty stand-in): no
+		 * key can be blocked. */
+		snprintf(err, errlen,
+			 "partition key '%.200s' is not blocked: %s has no "
+			 "blocked-keys table (`outbox-relay migrate` creates "
+			 "it)",
+			 key, s->table.literal);
+		return STORE_REFUSED;
+	}
 	PGresult *res = PQexec(s->conn, "BEGIN");
 	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
 		pgconn_error(s->conn, res, err, errlen);

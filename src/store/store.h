@@ -298,6 +298,33 @@ int store_admin_resume(struct store *s, const char *destination,
 		       bool *was_paused, char *err, size_t errlen);
 
 /*
+ * The side tables `outbox-relay migrate` creates beside the outbox table
+ * (docs/design.md §2). A table made by hand, say with CREATE TABLE x (LIKE
+ * outbox_events INCLUDING ALL), may lack them: every session then works
+ * without the features they carry (no operator pause can exist, no key can
+ * be blocked) instead of failing each statement that names them, and the
+ * daemon says once which features are off.
+ */
+enum store_side_table {
+	STORE_SIDE_CONTROL = 1,	     /* operator pauses */
+	STORE_SIDE_REPLICAS = 2,     /* the replica registry */
+	STORE_SIDE_BLOCKED_KEYS = 4, /* ordered mode's blocked keys */
+};
+
+/* Which side tables exist now: *present is a mask of the values above. */
+int store_admin_side_tables(struct store *s, unsigned *present, char *err,
+			    size_t errlen);
+
+/*
+ * The side tables missing from mask present, named for people ("x_control,
+ * x_replicas"), and the features that are off without them ("operator
+ * pauses, ..."); empty strings when none is missing.
+ */
+void store_side_tables_describe(const struct store *s, unsigned present,
+				char *tables, size_t tables_len, char *features,
+				size_t features_len);
+
+/*
  * Reads a time argument: a duration with a unit ("90s", "15m", "2h",
  * "3d") means that long before now(); anything else is read as a
  * timestamptz by Postgres. Writes the instant as ISO 8601 with offset
