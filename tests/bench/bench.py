@@ -769,9 +769,13 @@ class Bench:
             say("latency%s run %d: %d events p50 %.1f ms p99 %.1f ms max "
                 "%.1f ms" % (" (listen)" if listen else "", i + 1, lat["n"],
                              lat["p50"], lat["p99"], lat["max"]))
+        # The distribution for the chart: the median over runs of each
+        # percentile's latency.
+        cdf = [sorted(r["cdf"][i] for r in runs)[len(runs) // 2]
+               for i in range(len(runs[0]["cdf"]))]
         return {k: spread([r[k] for r in runs]) for k in
                 ("p50", "p99", "max")} | {"events": spread(
-                    [r["n"] for r in runs])}
+                    [r["n"] for r in runs]), "cdf_ms": cdf}
 
     # ---- NOTIFY's cost to producers ----
 
@@ -1145,6 +1149,28 @@ class Bench:
         return {"cpus": os.cpu_count(), "cpu": model,
                 "kernel": platform.release()}
 
+    def charts(self, doc):
+        """SVG charts beside the table (tests/bench/charts.py), drawn by
+        a Python that has matplotlib: this one, or Debian's."""
+        out = os.path.abspath(self.args.charts)
+        os.makedirs(out, exist_ok=True)
+        result = os.path.join(out, "bench-result.json")
+        with open(result, "w") as f:
+            json.dump(doc, f, sort_keys=True, indent=1)
+            f.write("\n")
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                              "charts.py")
+        for py in (sys.executable, "/usr/bin/python3"):
+            probe = subprocess.run([py, "-c", "import matplotlib"],
+                                   capture_output=True)
+            if probe.returncode == 0:
+                for line in run([py, script, result, out],
+                                timeout=300).splitlines():
+                    say(line)
+                return
+        raise BenchError("--charts needs matplotlib (Debian package "
+                         "python3-matplotlib)")
+
     def main(self):
         t_begin = time.monotonic()
         self.svc = Services(self.work, self.kafka, self.build)
@@ -1188,6 +1214,8 @@ class Bench:
             print()
             print(json.dumps(doc, sort_keys=True, separators=(",", ":")))
             sys.stdout.flush()
+            if self.args.charts:
+                self.charts(doc)
             if self.sanitized:
                 say("note: the relay was built with sanitizers; its CPU and "
                     "memory figures are not representative")
@@ -1229,6 +1257,10 @@ def main():
                    help="a second relay binary (an earlier build): the "
                    "throughput section drains with both, alternating, and "
                    "reports this build's relay CPU per event as a ratio")
+    p.add_argument("--charts", default=None, metavar="DIR",
+                   help="also write SVG charts (throughput against the "
+                   "limits, latency distribution) and the result they "
+                   "were drawn from into DIR (needs python3-matplotlib)")
     p.add_argument("--relay-bin", default=os.environ.get("RELAY_TEST_BIN"),
                    help="relay binary (default $RELAY_TEST_BIN)")
     a = p.parse_args()

@@ -3,7 +3,7 @@
 # The benchmark (see bench.py and docs/benchmark.md): prints a Markdown
 # table and one JSON line on stdout, progress on stderr.
 #
-# Usage: tests/bench/bench.sh [--quick] [--runs N] [--sections LIST]
+# Usage: tests/bench/bench.sh [--quick] [--runs N] [--sections LIST] [--charts DIR]
 #                             [--no-kafka] [--baseline-bin PATH]
 # The relay comes from RELAY_TEST_BIN; without it, an optimized build
 # without sanitizers is made (or reused) in build-bench/. Standalone it
