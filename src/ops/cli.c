@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Operator subcommands: status, redrive, pause, resume. */
+/* Operator subcommands: migrate, status, redrive, pause, resume, unblock. */
 #include "ops.h"
 
 #include <ctype.h>
