@@ -37,7 +37,8 @@ static void usage(FILE *out)
 
 	fprintf(out,
 		"usage: outbox-relay [run]        relay events (the daemon)\n"
-		"       outbox-relay migrate      create or upgrade the "
+		"       outbox-relay migrate [--quiet]\n"
+		"                                 create or upgrade the "
 		"outbox table\n"
 		"       outbox-relay check        check settings and every "
 		"connection\n"
@@ -50,27 +51,6 @@ static void usage(FILE *out)
 	config_print_help(out, &ext);
 	fprintf(out, "\nExit codes: 0 ok, 1 runtime failure, 2 usage or "
 		     "configuration error.\n");
-}
-
-static int cmd_migrate(const struct config *cfg)
-{
-	struct outbox_table t;
-	char err[1024];
-	if (table_parse(cfg->table, &t, err, sizeof(err)) != 0) {
-		fprintf(stderr, "outbox-relay: OUTBOX_TABLE: %s\n", err);
-		return 2;
-	}
-	struct store_options o =
-	    store_options_from_config(cfg, "outbox-relay/cli", NULL);
-	if (store_migrate(&o, cfg->listen, stdout, err, sizeof(err)) != 0) {
-		fprintf(stderr, "outbox-relay: %s\n", err);
-		return 1;
-	}
-	printf("NOTIFY trigger %s (OUTBOX_LISTEN=%s)\n",
-	       cfg->listen ? "present" : "absent", cfg->listen ? "on" : "off");
-	printf("table %s is at schema version %d\n", cfg->table,
-	       store_schema_version());
-	return 0;
 }
 
 static int cmd_check(const struct config *cfg,
@@ -260,8 +240,8 @@ int main(int argc, char **argv)
 		config_print_markdown(stdout, &ext);
 		return 0;
 	}
-	bool known = strcmp(cmd, "run") == 0 || strcmp(cmd, "migrate") == 0 ||
-		     strcmp(cmd, "check") == 0 || cli_knows(cmd);
+	bool known = strcmp(cmd, "run") == 0 || strcmp(cmd, "check") == 0 ||
+		     cli_knows(cmd);
 	if (!known) {
 		fprintf(stderr, "outbox-relay: unknown command '%s'\n", cmd);
 		usage(stderr);
@@ -302,8 +282,6 @@ int main(int argc, char **argv)
 	} else if (publisher_validate(pub_ops, &cfg, err, sizeof(err)) != 0) {
 		fprintf(stderr, "outbox-relay: %s\n", err);
 		rc = 2;
-	} else if (strcmp(cmd, "migrate") == 0) {
-		rc = cmd_migrate(&cfg);
 	} else if (strcmp(cmd, "check") == 0) {
 		warn_links(&cfg, pub_ops);
 		rc = cmd_check(&cfg, pub_ops);

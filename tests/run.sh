@@ -64,9 +64,9 @@ set -a
 # shellcheck disable=SC1091
 . "$work/kafka/env"
 set +a
-export OUTBOX_TEST_PG_DIR="$work/pg"
-export OUTBOX_TEST_RABBITMQ_DIR="$work/rabbitmq"
-export OUTBOX_TEST_KAFKA_DIR="$work/kafka"
+export RELAY_TEST_PG_DIR="$work/pg"
+export RELAY_TEST_RABBITMQ_DIR="$work/rabbitmq"
+export RELAY_TEST_KAFKA_DIR="$work/kafka"
 
 # Suites that disturb a shared service (restarting Postgres, stopping the
 # broker) run alone, after the parallel ones.

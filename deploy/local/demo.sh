@@ -54,7 +54,7 @@ mkdir -p "$work/pg" "$work/rabbitmq" "$work/kafka"
 
 say "starting PostgreSQL on loopback"
 bash "$root/tests/services/postgres.sh" start "$work/pg" >/dev/null
-db=$(sed -n 's/^OUTBOX_TEST_DATABASE_URL=//p' "$work/pg/env")
+db=$(sed -n 's/^RELAY_TEST_DATABASE_URL=//p' "$work/pg/env")
 export OUTBOX_DATABASE_URL="$db" OUTBOX_TABLE=outbox_events
 export OUTBOX_HTTP_ADDR="" OUTBOX_LOG_FORMAT=text OUTBOX_POLL_INTERVAL=500ms
 export OUTBOX_CE_SOURCE="urn:example:orders-service"
@@ -63,7 +63,7 @@ case "$mode" in
 amqp)
 	say "starting RabbitMQ on loopback (about 8 s)"
 	bash "$root/tests/services/rabbitmq.sh" start "$work/rabbitmq" >/dev/null
-	amqp=$(sed -n 's/^OUTBOX_TEST_AMQP_URL=//p' "$work/rabbitmq/env")
+	amqp=$(sed -n 's/^RELAY_TEST_AMQP_URL=//p' "$work/rabbitmq/env")
 	# A topic exchange for the events and a queue bound to order.*.
 	"$build/tests/amqp_consume" --url "$amqp" --declare-exchange demo.events \
 		--queue demo.orders --bind 'demo.events:order.#'
@@ -72,7 +72,7 @@ amqp)
 kafka)
 	say "starting the Kafka test broker (librdkafka's mock cluster)"
 	bash "$root/tests/services/kafka.sh" start "$work/kafka" "$build/tests/kafka_mock_broker" >/dev/null
-	brokers=$(sed -n 's/^OUTBOX_TEST_KAFKA_BROKERS=//p' "$work/kafka/env")
+	brokers=$(sed -n 's/^RELAY_TEST_KAFKA_BROKERS=//p' "$work/kafka/env")
 	export OUTBOX_PUBLISHER=kafka OUTBOX_KAFKA_BROKERS="$brokers" OUTBOX_KAFKA_TOPIC=demo.orders
 	;;
 stdout)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Operator subcommands: status, redrive, pause, resume. */
+/* Operator subcommands: migrate, status, redrive, pause, resume, unblock. */
 #include "ops.h"
 
 #include <ctype.h>
@@ -13,10 +13,14 @@
 #include <cjson/cJSON.h>
 
 #include "base/base.h"
+#include "progress.h"
 #include "status_text.h"
 #include "store/store.h"
 
 #define STATUS_ROWS 50
+#define WATCH_DEFAULT_MS 2000
+#define WATCH_MIN_MS 200
+#define WATCH_MAX_MS 3600000
 #define REASON_MAX 1000
 #define DESTINATION_MAX 250
 
@@ -38,17 +42,32 @@ static int cmd_resume(const struct subcommand *c, int argc, char **argv,
 		      const struct config *cfg);
 static int cmd_unblock(const struct subcommand *c, int argc, char **argv,
 		       const struct config *cfg);
+static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
+		       const struct config *cfg);
 
 static const struct subcommand commands[] = {
-    {"status", "[--json]",
+    {"migrate", "[--quiet]",
+     "Creates or upgrades the outbox table, its indexes, helper functions\n"
+     "and side tables (idempotent; safe from several pods at once), and\n"
+     "creates or drops the NOTIFY trigger to match OUTBOX_LISTEN. On a\n"
+     "terminal, index builds show their progress (phase, blocks or\n"
+     "tuples, from pg_stat_progress_create_index) on stderr.\n\n"
+     "  --quiet  no progress\n",
+     cmd_migrate},
+    {"status", "[--json | --watch [INTERVAL]]",
      "Shows replicas (silent for more than 15s: dead), backlog, leases\n"
      "and who holds them, failed rows by type, pauses, blocked keys,\n"
      "dead tuples and what holds back vacuum.\n\n"
-     "  --json   one JSON object instead of text\n",
+     "  --json             one JSON object instead of text\n"
+     "  --watch [INTERVAL] a live view redrawn every INTERVAL (default\n"
+     "                     2s, 200ms..1h) until Ctrl-C: backlog,\n"
+     "                     throughput, time to drain, oldest pending, in\n"
+     "                     flight by replica, failures; one plain line\n"
+     "                     per interval when stdout is not a terminal\n",
      cmd_status},
     {"redrive",
      "(--id UUID... | --type T | --since T [--until T]) "
-     "[--status failed|sent] [--dry-run] [--force]",
+     "[--status failed|sent] [--dry-run] [--force] [--quiet]",
      "Returns failed rows (or, with --status sent, already-sent rows: a\n"
      "replay) to pending with attempts reset. Rows are chosen by id, by\n"
      "type and by when they finished; every given selector must match.\n\n"
@@ -59,9 +78,15 @@ static const struct subcommand commands[] = {
      "  --status S       failed (default) or sent; sent needs --since\n"
      "  --dry-run        count the rows, change nothing\n"
      "  --force          with OUTBOX_ORDERING=partition: redrive even rows\n"
-     "                   whose key already has a later row sent\n\n"
+     "                   whose key already has a later row sent\n"
+     "  --quiet          no progress line\n\n"
      "T is a timestamp Postgres reads ('2024-05-01 10:00+00') or a\n"
-     "duration meaning that long ago (90s, 15m, 2h, 3d).\n",
+     "duration meaning that long ago (90s, 15m, 2h, 3d).\n\n"
+     "Rows move in batches of 1000, each committed on its own. On a\n"
+     "terminal a progress line on stderr shows rows done of the total,\n"
+     "the rate and the time left. Ctrl-C stops after the current batch:\n"
+     "the rows redriven so far stay pending, the command says how many\n"
+     "and exits 1; run it again for the rest.\n",
      cmd_redrive},
     {"pause", "[--destination D] [--reason R]",
      "Stops leasing on every replica within one poll interval, for all\n"
@@ -89,13 +114,13 @@ static const struct subcommand commands[] = {
 
 const char *cli_usage_lines(void)
 {
-	return "       outbox-relay status [--json]\n"
+	return "       outbox-relay status [--json | --watch [INTERVAL]]\n"
 	       "                                 replicas, backlog, leases, "
 	       "failures, pauses\n"
 	       "       outbox-relay redrive (--id UUID... | --type T | "
 	       "--since T [--until T])\n"
 	       "                            [--status failed|sent] "
-	       "[--dry-run]\n"
+	       "[--dry-run] [--quiet]\n"
 	       "                                 failed (or sent) rows back "
 	       "to pending\n"
 	       "       outbox-relay pause [--destination D] [--reason R]\n"
@@ -192,20 +217,33 @@ static int open_store(const struct config *cfg, const char *cmd,
 	return 0;
 }
 
-static int cmd_status(const struct subcommand *c, int argc, char **argv,
-		      const struct config *cfg)
+/* What `status` was asked. */
+struct status_args {
+	bool json, watch;
+	int64_t interval_ms;
+};
+
+/* Reads status's options. -1 when they were read, or the exit code. */
+static int status_options(const struct subcommand *c, int argc, char **argv,
+			  struct status_args *a)
 {
-	static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
-					     {"help", no_argument, NULL, 'h'},
-					     {NULL, 0, NULL, 0}};
-	bool json = false;
+	static const struct option opts[] = {
+	    {"json", no_argument, NULL, 'j'},
+	    {"watch", optional_argument, NULL, 'w'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0}};
+	const char *interval = NULL;
 	int opt;
 	optind = 0;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":jh", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'j':
-			json = true;
+			a->json = true;
+			break;
+		case 'w':
+			a->watch = true;
+			interval = optarg;
 			break;
 		case 'h':
 			return print_help(c);
@@ -213,16 +251,31 @@ static int cmd_status(const struct subcommand *c, int argc, char **argv,
 			return bad_option(c, opt, argv);
 		}
 	}
+	/* "--watch 5s": the interval is the next word. */
+	if (a->watch && !interval && optind < argc)
+		interval = argv[optind++];
 	if (optind < argc)
 		return usage_error(c, "unexpected argument '%s'", argv[optind]);
+	if (a->json && a->watch)
+		return usage_error(c, "--json is a one-shot document; --watch "
+				      "is a live view: choose one");
+	a->interval_ms = WATCH_DEFAULT_MS;
+	if (interval &&
+	    (!cli_parse_interval(interval, &a->interval_ms) ||
+	     a->interval_ms < WATCH_MIN_MS || a->interval_ms > WATCH_MAX_MS))
+		return usage_error(c,
+				   "--watch '%s': the interval is a duration "
+				   "from 200ms to 1h (500ms, 2s, 1m)",
+				   interval);
+	return -1;
+}
 
-	struct store *s = NULL;
+/* One snapshot, as text or JSON. */
+static int status_once(struct store *s, bool json)
+{
 	cJSON *st = NULL;
 	char err[1024];
-	int ret = open_store(cfg, c->name, &s);
-	if (ret != 0)
-		return ret;
-	ret = 1;
+	int ret = 1;
 	if (store_admin_status(s, STATUS_ROWS, &st, err, sizeof(err)) != 0) {
 		fprintf(stderr, "outbox-relay status: %s\n", err);
 		goto out;
@@ -247,8 +300,77 @@ static int cmd_status(const struct subcommand *c, int argc, char **argv,
 	ret = fflush(stdout) == 0 ? 0 : 1;
 out:
 	cJSON_Delete(st);
+	return ret;
+}
+
+static int cmd_status(const struct subcommand *c, int argc, char **argv,
+		      const struct config *cfg)
+{
+	struct status_args a = {0};
+	int ret = status_options(c, argc, argv, &a);
+	if (ret >= 0)
+		return ret;
+	struct store *s = NULL;
+	ret = open_store(cfg, c->name, &s);
+	if (ret != 0)
+		return ret;
+	if (a.watch) {
+		cli_catch_interrupts();
+		ret = status_watch(s, cfg->table, a.interval_ms, stdout,
+				   isatty(STDOUT_FILENO), &cli_interrupted);
+	} else {
+		ret = status_once(s, a.json);
+	}
 	store_close(s);
 	return ret;
+}
+
+/* ---- migrate ---- */
+
+static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
+		       const struct config *cfg)
+{
+	static const struct option opts[] = {{"quiet", no_argument, NULL, 'q'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	bool quiet = false;
+	int opt;
+	optind = 0;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":qh", opts, NULL)) != -1) {
+		if (opt == 'q')
+			quiet = true;
+		else if (opt == 'h')
+			return print_help(c);
+		else
+			return bad_option(c, opt, argv);
+	}
+	if (optind < argc)
+		return usage_error(c, "unexpected argument '%s'", argv[optind]);
+
+	char err[1024];
+	struct outbox_table t;
+	if (table_parse(cfg->table, &t, err, sizeof(err)) != 0) {
+		fprintf(stderr, "outbox-relay: OUTBOX_TABLE: %s\n", err);
+		return 2;
+	}
+	struct store_options o =
+	    store_options_from_config(cfg, "outbox-relay/cli", NULL);
+	struct cli_progress p;
+	cli_progress_init(&p, c->name, quiet, NULL);
+	int rc =
+	    store_migrate_watched(&o, cfg->listen, stdout,
+				  p.on ? &p.watcher : NULL, err, sizeof(err));
+	cli_progress_end(&p);
+	if (rc != 0) {
+		fprintf(stderr, "outbox-relay: %s\n", err);
+		return 1;
+	}
+	printf("NOTIFY trigger %s (OUTBOX_LISTEN=%s)\n",
+	       cfg->listen ? "present" : "absent", cfg->listen ? "on" : "off");
+	printf("table %s is at schema version %d\n", cfg->table,
+	       store_schema_version());
+	return 0;
 }
 
 /* ---- redrive ---- */
@@ -273,7 +395,7 @@ struct redrive_args {
 	size_t n_ids;
 	const char *type, *since, *until;
 	const char *status; /* failed or sent */
-	bool dry_run, force;
+	bool dry_run, force, quiet;
 };
 
 /* Reads redrive's options into a. Returns -1 when they were read, or the
@@ -289,12 +411,13 @@ static int redrive_options(const struct subcommand *c, int argc, char **argv,
 	    {"status", required_argument, NULL, 'S'},
 	    {"dry-run", no_argument, NULL, 'n'},
 	    {"force", no_argument, NULL, 'f'},
+	    {"quiet", no_argument, NULL, 'q'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0}};
 	int opt;
 	optind = 0;
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, ":i:t:s:u:S:nfh", opts, NULL)) !=
+	while ((opt = getopt_long(argc, argv, ":i:t:s:u:S:nfqh", opts, NULL)) !=
 	       -1) {
 		switch (opt) {
 		case 'i':
@@ -320,6 +443,9 @@ static int redrive_options(const struct subcommand *c, int argc, char **argv,
 			break;
 		case 'f':
 			a->force = true;
+			break;
+		case 'q':
+			a->quiet = true;
 			break;
 		case 'h':
 			return print_help(c);
@@ -433,9 +559,25 @@ static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
 	    .force = a.force,
 	};
 	size_t count = 0;
+	struct cli_progress p;
+	cli_progress_init(&p, c->name, a.quiet, &cli_interrupted);
+	if (!a.dry_run) {
+		/* Interrupted, the batches done stay done (progress.h). */
+		cli_catch_interrupts();
+		f.progress = &p.watcher;
+	}
 	ret = 1;
-	if (store_redrive(s, &f, &count, err, sizeof(err)) != 0) {
+	int rc = store_redrive(s, &f, &count, err, sizeof(err));
+	cli_progress_end(&p);
+	if (rc != 0) {
 		fprintf(stderr, "outbox-relay redrive: %s\n", err);
+		goto out;
+	}
+	if (cli_interrupted) {
+		printf("interrupted: %zu %s row%s redriven before the stop "
+		       "are pending again with attempts reset; run the same "
+		       "command again for the rest\n",
+		       count, a.status, count == 1 ? "" : "s");
 		goto out;
 	}
 	redrive_report(&a, count, since_at, until_at);

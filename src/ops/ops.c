@@ -235,6 +235,8 @@ struct ops_session {
 	struct store *s;
 	bool connected, starting, draining_sent;
 	bool gauges_failing, beat_failing;
+	bool side_checked; /* the side tables were looked at (and told) */
+	bool registry;	   /* the replica registry table exists */
 	int64_t next_beat, next_gauges, next_connect;
 	char err[1024];
 };
@@ -246,6 +248,36 @@ static void lose_session(struct ops_session *o)
 	o->next_connect = clock_ms();
 }
 
+/*
+ * A table made by hand may lack its side tables (store.h): said once, at
+ * the first connect, with what is off and how to get it; then silence.
+ * Without the registry this replica neither beats nor leaves it, and
+ * counts itself as the one live replica it can vouch for.
+ */
+static void check_side_tables(struct ops_session *o)
+{
+	unsigned present = 0;
+	char tables[512], features[512];
+	if (store_admin_side_tables(o->s, &present, o->err, sizeof(o->err)) !=
+	    0) {
+		/* Unknown: behave as with the registry; its errors say why. */
+		o->registry = true;
+		return;
+	}
+	o->registry = (present & STORE_SIDE_REPLICAS) != 0;
+	if (o->side_checked)
+		return;
+	o->side_checked = true;
+	store_side_tables_describe(o->s, present, tables, sizeof(tables),
+				   features, sizeof(features));
+	if (tables[0])
+		log_fields(LOG_WARN,
+			   "side tables missing: these features are off; "
+			   "`outbox-relay migrate` creates the tables (then "
+			   "restart the relay)",
+			   "missing", tables, "off", features, NULL);
+}
+
 static void try_connect(struct ops_session *o, const struct store_options *so,
 			int64_t now)
 {
@@ -253,6 +285,7 @@ static void try_connect(struct ops_session *o, const struct store_options *so,
 		      : store_open(&o->s, so, o->err, sizeof(o->err));
 	o->connected = rc == 0;
 	if (o->connected) {
+		check_side_tables(o);
 		o->next_beat = now;
 	} else {
 		set_db(false, o->err);
@@ -262,9 +295,15 @@ static void try_connect(struct ops_session *o, const struct store_options *so,
 
 static void beat(struct ops_session *o, bool draining)
 {
-	int rc =
-	    store_admin_heartbeat(o->s, ops.id, o->relay->version, draining,
-				  o->starting, o->err, sizeof(o->err));
+	/* Without a registry the statement that answers is a plain check,
+	 * which readiness needs all the same. */
+	unsigned present;
+	int rc = o->registry
+		     ? store_admin_heartbeat(o->s, ops.id, o->relay->version,
+					     draining, o->starting, o->err,
+					     sizeof(o->err))
+		     : store_admin_side_tables(o->s, &present, o->err,
+					       sizeof(o->err));
 	/* A failed draining heartbeat is retried with the regular ones, not
 	 * in a tight loop. */
 	o->draining_sent = draining;
@@ -293,6 +332,8 @@ static void refresh_gauges(struct ops_session *o)
 	struct store_admin_gauges g;
 	int rc = store_admin_gauges(o->s, &g, o->err, sizeof(o->err));
 	if (rc == 0) {
+		if (!o->registry)
+			g.live_replicas = 1;
 		publish_gauges(&g);
 		if (o->gauges_failing)
 			log_info("gauge query ok again");
@@ -346,7 +387,7 @@ static void *ops_main(void *arg)
 
 	/* A replica that stopped cleanly leaves the registry; one that
 	 * vanished stays there, shown dead, until pruned. */
-	if (o.connected &&
+	if (o.connected && o.registry &&
 	    store_admin_forget(o.s, ops.id, o.err, sizeof(o.err)) != 0)
 		log_warn("leaving the replica registry failed: %s", o.err);
 	store_close(o.s);

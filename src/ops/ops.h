@@ -36,10 +36,10 @@ void ops_draining(struct relay *r);
 void ops_stop(struct relay *r);
 
 /*
- * Operator subcommands beyond run/migrate/check: status, redrive, pause,
- * resume, unblock. Each parses its own arguments (--help per subcommand),
- * prints its result, and returns the exit code (0 ok, 1 runtime failure,
- * 2 usage error with a usage line on stderr).
+ * Operator subcommands beyond run/check: migrate, status (and its live
+ * view, --watch), redrive, pause, resume, unblock. Each parses its own
+ * arguments (--help per subcommand), prints its result, and returns the exit
+ * code (0 ok, 1 runtime failure, 2 usage error with a usage line on stderr).
  */
 
 /* Usage lines for the subcommands, for the top-level --help. */

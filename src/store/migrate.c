@@ -2,6 +2,7 @@
 /* Applying the embedded sql/ migrations in order, under an advisory lock. */
 #include "migrate.h"
 
+#include <poll.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,16 +178,108 @@ static int apply_in_transaction(PGconn *conn, const struct sql_migration *m,
 	}
 }
 
+/* The index a CREATE INDEX statement builds: its first quoted name. */
+static void index_name(const char *sql, char *out, size_t outlen)
+{
+	const char *q = strstr(sql, "INDEX");
+	q = q ? strchr(q, '"') : NULL;
+	const char *end = q ? strchr(q + 1, '"') : NULL;
+	if (end)
+		snprintf(out, outlen, "%.*s", (int)(end - q - 1), q + 1);
+	else
+		snprintf(out, outlen, "index");
+}
+
+/* Reports pg_stat_progress_create_index of backend pid through w, read on
+ * a second session (opened on first use; without one, nothing is said). */
+static void report_index(struct migrate_watch *w, int pid, const char *name)
+{
+	char err[256], sql[256];
+	if (!w->session && !w->tried) {
+		w->tried = true;
+		w->session = pgconn_connect(w->po, err, sizeof(err));
+	}
+	if (!w->session)
+		return;
+	snprintf(sql, sizeof(sql),
+		 "SELECT phase, blocks_done, blocks_total, tuples_done, "
+		 "tuples_total FROM pg_stat_progress_create_index WHERE pid = "
+		 "%d",
+		 pid);
+	PGresult *res = PQexec(w->session, sql);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+		int64_t v[4];
+		for (int i = 0; i < 4; i++)
+			v[i] = strtoll(PQgetvalue(res, 0, i + 1), NULL, 10);
+		bool blocks = v[1] > 0;
+		struct store_progress_info p = {
+		    .what = name,
+		    .phase = PQgetvalue(res, 0, 0),
+		    .done = blocks ? v[0] : v[2],
+		    .total = blocks ? v[1] : v[3],
+		};
+		w->progress->fn(w->progress->ctx, &p);
+		w->reported = true;
+	}
+	PQclear(res);
+}
+
+/* exec_ok() of an index build, reporting its progress about every second
+ * while it runs (PQsendQuery, then waiting on the socket). */
+static bool exec_watched(PGconn *conn, const char *sql, struct migrate_watch *w,
+			 char *err, size_t errlen)
+{
+	if (!w || !w->progress || !strstr(sql, "CREATE INDEX"))
+		return exec_ok(conn, sql, err, errlen);
+	char name[128];
+	index_name(sql, name, sizeof(name));
+	if (!PQsendQuery(conn, sql)) {
+		pgconn_error(conn, NULL, err, errlen);
+		return false;
+	}
+	int pid = PQbackendPID(conn);
+	w->reported = false;
+	while (PQconsumeInput(conn) && PQisBusy(conn)) {
+		struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
+		if (poll(&pfd, 1, 1000) == 0)
+			report_index(w, pid, name);
+	}
+	/* Every result, so the connection is ready for the next statement;
+	 * a lost connection ends with NULL at once. */
+	bool ok = true;
+	PGresult *res;
+	while ((res = PQgetResult(conn)) != NULL) {
+		ExecStatusType st = PQresultStatus(res);
+		if (ok && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+			pgconn_error(conn, res, err, errlen);
+			ok = false;
+		}
+		PQclear(res);
+	}
+	if (ok && PQstatus(conn) != CONNECTION_OK) {
+		pgconn_error(conn, NULL, err, errlen);
+		ok = false;
+	}
+	if (w->reported) {
+		struct store_progress_info p = {.what = name,
+						.phase =
+						    ok ? "built" : "failed",
+						.finished = true};
+		w->progress->fn(w->progress->ctx, &p);
+	}
+	return ok;
+}
+
 /* Outside a transaction: one statement under the DDL lock timeout,
  * retried while it could not get its lock. */
-static int exec_retrying(PGconn *conn, const char *sql, char *err,
-			 size_t errlen)
+static int exec_retrying(PGconn *conn, const char *sql, struct migrate_watch *w,
+			 char *err, size_t errlen)
 {
 	int64_t backoff = 200;
 	for (int attempt = 1;; attempt++) {
 		if (exec_ok(conn, "SET lock_timeout = '" DDL_LOCK_TIMEOUT "'",
 			    err, errlen) &&
-		    exec_ok(conn, sql, err, errlen))
+		    exec_watched(conn, sql, w, err, errlen))
 			return 0;
 		if (strncmp(err, "55P03", 5) != 0 || attempt >= DDL_ATTEMPTS)
 			return -1;
@@ -230,7 +323,8 @@ static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
 static int apply_without_transaction(PGconn *conn, const struct outbox_table *t,
 				     const struct sql_migration *m, char *body,
 				     const char *version_table, FILE *out,
-				     char *err, size_t errlen)
+				     struct migrate_watch *w, char *err,
+				     size_t errlen)
 {
 	char why[512];
 	if (drop_invalid_indexes(conn, t, out, why, sizeof(why)) != 0) {
@@ -246,7 +340,7 @@ static int apply_without_transaction(PGconn *conn, const struct outbox_table *t,
 		if (next)
 			*next = '\0';
 		if (strspn(stmt, " \t\r\n") != strlen(stmt) &&
-		    exec_retrying(conn, stmt, why, sizeof(why)) != 0) {
+		    exec_retrying(conn, stmt, w, why, sizeof(why)) != 0) {
 			snprintf(err, errlen, "migration %s failed: %s",
 				 m->name, why);
 			return -1;
@@ -299,7 +393,8 @@ static int create_version_table(PGconn *conn, const struct outbox_table *t,
 /* Applies migration m, printing how long it took to out. */
 static int apply_one(PGconn *conn, const struct outbox_table *t,
 		     const struct sql_migration *m, const char *version_table,
-		     FILE *out, char *err, size_t errlen)
+		     FILE *out, struct migrate_watch *w, char *err,
+		     size_t errlen)
 {
 	char *body = migrate_expand(m->sql, t);
 	if (!body) {
@@ -310,7 +405,7 @@ static int apply_one(PGconn *conn, const struct outbox_table *t,
 	int rc;
 	if (strncmp(m->sql, "-- outbox:no-transaction", 24) == 0)
 		rc = apply_without_transaction(conn, t, m, body, version_table,
-					       out, err, errlen);
+					       out, w, err, errlen);
 	else
 		rc = apply_in_transaction(conn, m, body, version_table, err,
 					  errlen);
@@ -323,8 +418,8 @@ static int apply_one(PGconn *conn, const struct outbox_table *t,
 
 /* Applies the migrations not yet recorded; the migration lock is held. */
 static int apply_pending(PGconn *conn, const struct outbox_table *t,
-			 bool *applied, int latest, FILE *out, char *err,
-			 size_t errlen)
+			 bool *applied, int latest, FILE *out,
+			 struct migrate_watch *w, char *err, size_t errlen)
 {
 	char version_table[160], why[512];
 	table_derived(t, "_schema_version", version_table,
@@ -343,7 +438,8 @@ static int apply_pending(PGconn *conn, const struct outbox_table *t,
 				fprintf(out, "%s: already applied\n", m->name);
 			continue;
 		}
-		if (apply_one(conn, t, m, version_table, out, err, errlen) != 0)
+		if (apply_one(conn, t, m, version_table, out, w, err, errlen) !=
+		    0)
 			return -1;
 	}
 	return 0;
@@ -351,6 +447,12 @@ static int apply_pending(PGconn *conn, const struct outbox_table *t,
 
 int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
 		char *err, size_t errlen)
+{
+	return migrate_run_watched(conn, t, out, NULL, err, errlen);
+}
+
+int migrate_run_watched(PGconn *conn, const struct outbox_table *t, FILE *out,
+			struct migrate_watch *w, char *err, size_t errlen)
 {
 	int ret = -1;
 	char why[512], sql[256];
@@ -366,7 +468,7 @@ int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
 		snprintf(err, errlen, "migrate %s: %s", t->literal, why);
 		goto out;
 	}
-	ret = apply_pending(conn, t, applied, latest, out, err, errlen);
+	ret = apply_pending(conn, t, applied, latest, out, w, err, errlen);
 	snprintf(sql, sizeof(sql),
 		 "SELECT pg_advisory_unlock(%d, hashtext(%s))", LOCK_NS_MIGRATE,
 		 t->literal);
@@ -390,7 +492,7 @@ int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t, bool on,
 		snprintf(sql, sizeof(sql),
 			 "DROP TRIGGER IF EXISTS \"%s_notify\" ON %s", t->name,
 			 t->quoted);
-	if (exec_retrying(conn, sql, why, sizeof(why)) != 0) {
+	if (exec_retrying(conn, sql, NULL, why, sizeof(why)) != 0) {
 		snprintf(err, errlen, "%s the NOTIFY trigger on %s: %s",
 			 on ? "creating" : "dropping", t->literal, why);
 		return -1;
@@ -406,6 +508,14 @@ int store_schema_version(void)
 int store_migrate(const struct store_options *opt, bool notify_trigger,
 		  FILE *out, char *err, size_t errlen)
 {
+	return store_migrate_watched(opt, notify_trigger, out, NULL, err,
+				     errlen);
+}
+
+int store_migrate_watched(const struct store_options *opt, bool notify_trigger,
+			  FILE *out, const struct store_progress *progress,
+			  char *err, size_t errlen)
+{
 	struct outbox_table t;
 	if (table_parse(opt->table, &t, err, errlen) != 0)
 		return STORE_ERROR;
@@ -418,10 +528,17 @@ int store_migrate(const struct store_options *opt, bool notify_trigger,
 	PGconn *conn = pgconn_connect(&po, err, errlen);
 	if (!conn)
 		return STORE_RECONNECT;
-	int rc = migrate_run(conn, &t, out, err, errlen);
+	/* The watcher's session reads the build's progress beside it. */
+	struct pgconn_options watch_po = po;
+	watch_po.application_name = "outbox-relay/migrate-progress";
+	struct migrate_watch w = {.progress = progress, .po = &watch_po};
+	int rc = migrate_run_watched(conn, &t, out, progress ? &w : NULL, err,
+				     errlen);
 	if (rc == 0)
 		rc = migrate_notify_trigger(conn, &t, notify_trigger, err,
 					    errlen);
+	if (w.session)
+		PQfinish(w.session);
 	PQfinish(conn);
 	return rc == 0 ? STORE_OK : STORE_ERROR;
 }

@@ -19,6 +19,8 @@
 #include <stdio.h>
 
 #include "base/base.h"
+#include "pgconn.h"
+#include "store.h"
 
 struct sql_migration {
 	int version;	  /* from the file name's numeric prefix */
@@ -42,6 +44,23 @@ char *migrate_expand(const char *sql, const struct outbox_table *t);
  */
 int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
 		char *err, size_t errlen);
+
+/*
+ * migrate_run() reporting the progress of its index builds: about every
+ * second, pg_stat_progress_create_index of the building session, read on
+ * a second session connected with po (opened at the first report;
+ * session is the caller's to close).
+ */
+struct migrate_watch {
+	const struct store_progress *progress;
+	const struct pgconn_options *po;
+	PGconn *session;
+	bool tried;    /* a connect was tried (once) */
+	bool reported; /* the current build was reported */
+};
+
+int migrate_run_watched(PGconn *conn, const struct outbox_table *t, FILE *out,
+			struct migrate_watch *w, char *err, size_t errlen);
 
 /*
  * Creates (on) or drops the statement-level NOTIFY trigger of migration

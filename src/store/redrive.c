@@ -45,11 +45,14 @@ static int count_matching(struct store *s, bool sent, const char *const *values,
 	return 0;
 }
 
-/* Redrives batch after batch until one comes back short. */
-static int redrive_batches(struct store *s, bool sent,
-			   const char *const *values, size_t *count, char *err,
-			   size_t errlen)
+/* Redrives batch after batch until one comes back short, or the watcher
+ * asks to stop: each batch is its own autocommit statement, so what is
+ * done stays done. total (0: unknown) is for the watcher. */
+static int redrive_batches(struct store *s, const struct redrive_filter *f,
+			   const char *const *values, size_t total,
+			   size_t *count, char *err, size_t errlen)
 {
+	bool sent = f->sent;
 	for (;;) {
 		int rc;
 		PGresult *res =
@@ -61,6 +64,11 @@ static int redrive_batches(struct store *s, bool sent,
 		PQclear(res);
 		*count += n;
 		if (n < REDRIVE_BATCH)
+			return 0;
+		struct store_progress_info p = {.what = "redrive",
+						.done = (int64_t)*count,
+						.total = (int64_t)total};
+		if (f->progress && !f->progress->fn(f->progress->ctx, &p))
 			return 0;
 	}
 }
@@ -82,10 +90,13 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
 				 f->sent ? "{sent}" : "{failed}"};
 	if (s->opt.ordered && !f->force)
 		rc = check_order(s, values, err, errlen);
+	size_t total = 0;
+	if (rc == 0 && (f->dry_run || f->progress))
+		rc = count_matching(s, f->sent, values, &total, err, errlen);
 	if (rc == 0 && f->dry_run)
-		rc = count_matching(s, f->sent, values, count, err, errlen);
+		*count = total;
 	else if (rc == 0)
-		rc = redrive_batches(s, f->sent, values, count, err, errlen);
+		rc = redrive_batches(s, f, values, total, count, err, errlen);
 	free(ids);
 	return rc;
 }
@@ -117,6 +128,16 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 {
 	int rc;
 	char blocking[64];
+	if (s->blocked[0] == '(') {
+		/* No blocked-keys table (store.c reads an empty stand-in): no
+		 * key can be blocked. */
+		snprintf(err, errlen,
+			 "partition key '%.200s' is not blocked: %s has no "
+			 "blocked-keys table (`outbox-relay migrate` creates "
+			 "it)",
+			 key, s->table.literal);
+		return STORE_REFUSED;
+	}
 	PGresult *res = PQexec(s->conn, "BEGIN");
 	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
 		pgconn_error(s->conn, res, err, errlen);

@@ -102,6 +102,74 @@ static int check_table(struct store *s, char *err, size_t errlen)
 	return rc;
 }
 
+/* What the statements read in place of a missing side table: no pause,
+ * no blocked key, which is exactly what a table without them can hold. */
+#define NO_PAUSES_SQL "SELECT NULL::text AS destination WHERE false"
+#define NO_BLOCKED_KEYS                                                        \
+	"(SELECT NULL::text AS partition_key, NULL::uuid AS blocking_id "      \
+	"WHERE false)"
+
+/* Rebuilds every statement text (s->blocked changed). */
+static int rebuild_statements(struct store *s, char *err, size_t errlen)
+{
+	for (int i = 0; i < ST_COUNT; i++) {
+		free(s->sql[i]);
+		s->sql[i] = NULL;
+	}
+	if (store_build_statements(s) != 0) {
+		snprintf(err, errlen, "store: out of memory");
+		return STORE_ERROR;
+	}
+	return 0;
+}
+
+/*
+ * A table made by hand may lack the control and blocked-keys tables
+ * (store.h, docs/design.md §11): the statements then read none instead of
+ * failing every loop. Checked at each connect, so a session opened after
+ * `outbox-relay migrate` uses the real tables.
+ */
+static int adapt_to_side_tables(struct store *s, char *err, size_t errlen)
+{
+	unsigned present = 0;
+	int rc = store_admin_side_tables(s, &present, err, errlen);
+	if (rc != 0)
+		return rc;
+	char blocked[sizeof(s->blocked)];
+	table_derived(&s->table, "_blocked_keys", blocked, sizeof(blocked));
+	if (!(present & STORE_SIDE_BLOCKED_KEYS)) {
+		if (s->opt.block_on_failure) {
+			snprintf(err, errlen,
+				 "OUTBOX_ORDERING_ON_FAILURE=block needs the "
+				 "table %s%s%s_blocked_keys, which does not "
+				 "exist: create it with `outbox-relay migrate`",
+				 s->table.schema, s->table.schema[0] ? "." : "",
+				 s->table.name);
+			return STORE_ERROR;
+		}
+		snprintf(blocked, sizeof(blocked), "%s", NO_BLOCKED_KEYS);
+	}
+	bool control = present & STORE_SIDE_CONTROL;
+	bool control_off = strcmp(s->sql[ST_CONTROL], NO_PAUSES_SQL) == 0;
+	if (strcmp(blocked, s->blocked) != 0 || (control && control_off)) {
+		snprintf(s->blocked, sizeof(s->blocked), "%s", blocked);
+		rc = rebuild_statements(s, err, errlen);
+		if (rc != 0)
+			return rc;
+		control_off = false;
+	}
+	if (!control && !control_off) {
+		char *none = strdup(NO_PAUSES_SQL);
+		if (!none) {
+			snprintf(err, errlen, "store: out of memory");
+			return STORE_ERROR;
+		}
+		free(s->sql[ST_CONTROL]);
+		s->sql[ST_CONTROL] = none;
+	}
+	return 0;
+}
+
 static int connect_session(struct store *s, char *err, size_t errlen)
 {
 	struct pgconn_options po = {
@@ -115,7 +183,8 @@ static int connect_session(struct store *s, char *err, size_t errlen)
 	s->conn = pgconn_connect(&po, err, errlen);
 	if (!s->conn)
 		return STORE_RECONNECT;
-	return check_table(s, err, errlen);
+	int rc = check_table(s, err, errlen);
+	return rc == 0 ? adapt_to_side_tables(s, err, errlen) : rc;
 }
 
 static char *dup_or_null(const char *v)

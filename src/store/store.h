@@ -164,6 +164,26 @@ int store_clean(struct store *s, int64_t retention_ms,
 		int64_t failed_retention_ms, size_t max_rows, int64_t pause_ms,
 		struct clean_result *r, char *err, size_t errlen);
 
+/* How far a long operator command got (redrive, migrate's index builds). */
+struct store_progress_info {
+	const char *what;    /* "redrive", or the index being built */
+	const char *phase;   /* migrate: pg_stat_progress_create_index.phase */
+	int64_t done, total; /* rows, blocks or tuples; total 0: unknown */
+	bool finished;	     /* migrate: the build ended (after reports) */
+};
+
+/*
+ * A watcher of a long command: fn is called after each redrive batch, and
+ * about every second while migrate builds an index. Returning false asks
+ * redrive to stop before its next batch (the batches done stay done);
+ * migrate ignores it (an interrupted build is dropped and redone by the
+ * next run, §2).
+ */
+struct store_progress {
+	bool (*fn)(void *ctx, const struct store_progress_info *p);
+	void *ctx;
+};
+
 struct redrive_filter {
 	const char *const *ids; /* n_ids == 0: any id */
 	size_t n_ids;
@@ -175,6 +195,9 @@ struct redrive_filter {
 	bool force;	   /* ordered mode: redrive even rows whose key
 			      already has a later row sent (STORE_REFUSED
 			      otherwise) */
+	const struct store_progress *progress; /* NULL: none; else the
+						  matching rows are counted
+						  first */
 };
 
 /*
@@ -229,6 +252,11 @@ int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen);
  */
 int store_migrate(const struct store_options *opt, bool notify_trigger,
 		  FILE *out, char *err, size_t errlen);
+
+/* store_migrate() reporting index builds to progress (may be NULL). */
+int store_migrate_watched(const struct store_options *opt, bool notify_trigger,
+			  FILE *out, const struct store_progress *progress,
+			  char *err, size_t errlen);
 
 /* The newest schema version this relay knows. */
 int store_schema_version(void);
@@ -296,6 +324,45 @@ int store_admin_pause(struct store *s, const char *destination,
 /* Deletes the pause of destination; *was_paused says it existed. */
 int store_admin_resume(struct store *s, const char *destination,
 		       bool *was_paused, char *err, size_t errlen);
+
+/*
+ * The side tables `outbox-relay migrate` creates beside the outbox table
+ * (docs/design.md §2). A table made by hand, say with CREATE TABLE x (LIKE
+ * outbox_events INCLUDING ALL), may lack them: every session then works
+ * without the features they carry (no operator pause can exist, no key can
+ * be blocked) instead of failing each statement that names them, and the
+ * daemon says once which features are off.
+ */
+enum store_side_table {
+	STORE_SIDE_CONTROL = 1,	     /* operator pauses */
+	STORE_SIDE_REPLICAS = 2,     /* the replica registry */
+	STORE_SIDE_BLOCKED_KEYS = 4, /* ordered mode's blocked keys */
+};
+
+/* Which side tables exist now: *present is a mask of the values above. */
+int store_admin_side_tables(struct store *s, unsigned *present, char *err,
+			    size_t errlen);
+
+/*
+ * The side tables missing from mask present, named for people ("x_control,
+ * x_replicas"), and the features that are off without them ("operator
+ * pauses, ..."); empty strings when none is missing.
+ */
+void store_side_tables_describe(const struct store *s, unsigned present,
+				char *tables, size_t tables_len, char *features,
+				size_t features_len);
+
+/*
+ * What `status --watch` redraws, from one statement whose counts each
+ * read a partial index: pending rows (due now, retrying in backoff, crash
+ * suspects, the oldest one's age), rows in flight by holder, and the rows
+ * that finished within the last window_ms (sent; failed at once or with
+ * their attempts spent), with the database clock's time ("at", seconds).
+ * On success *out is a new cJSON object the caller deletes; its members
+ * are listed in docs/operations.md.
+ */
+int store_admin_watch(struct store *s, int64_t window_ms, cJSON **out,
+		      char *err, size_t errlen);
 
 /*
  * Reads a time argument: a duration with a unit ("90s", "15m", "2h",

@@ -140,18 +140,86 @@ int store_admin_forget(struct store *s, const char *id, char *err,
 	return rc;
 }
 
-/* The blocked-keys table belongs to ordered mode and may not exist. A
- * statement cannot name a table that might be missing, so its count goes
- * through query_to_xml(), which plans the inner query only when the CASE
- * reaches it. */
-static char *blocked_count_sql(const struct names *n)
+int store_admin_side_tables(struct store *s, unsigned *present, char *err,
+			    size_t errlen)
+{
+	struct names n;
+	int rc;
+	names_of(&s->table, &n);
+	*present = 0;
+	const char *values[3] = {n.control, n.registry, n.blocked};
+	PGresult *res =
+	    run(s->conn,
+		"SELECT to_regclass($1) IS NOT NULL, to_regclass($2) "
+		"IS NOT NULL, to_regclass($3) IS NOT NULL",
+		3, values, PGRES_TUPLES_OK, "side tables", &rc, err, errlen);
+	if (!res)
+		return rc;
+	const unsigned bits[3] = {STORE_SIDE_CONTROL, STORE_SIDE_REPLICAS,
+				  STORE_SIDE_BLOCKED_KEYS};
+	for (int i = 0; i < 3; i++)
+		if (PQgetvalue(res, 0, i)[0] == 't')
+			*present |= bits[i];
+	PQclear(res);
+	return 0;
+}
+
+/* Appends item to a comma-separated list in out. */
+static void list_add(char *out, size_t outlen, const char *item)
+{
+	size_t used = strlen(out);
+	if (used < outlen)
+		snprintf(out + used, outlen - used, "%s%s", used ? ", " : "",
+			 item);
+}
+
+void store_side_tables_describe(const struct store *s, unsigned present,
+				char *tables, size_t tables_len, char *features,
+				size_t features_len)
+{
+	const struct {
+		unsigned bit;
+		const char *suffix, *feature;
+	} side[] = {
+	    {STORE_SIDE_CONTROL, "_control",
+	     "operator pauses (outbox-relay pause/resume)"},
+	    {STORE_SIDE_REPLICAS, "_replicas",
+	     "the replica registry (status REPLICAS, outbox_live_replicas "
+	     "counts only this replica)"},
+	    {STORE_SIDE_BLOCKED_KEYS, "_blocked_keys",
+	     "blocked keys (OUTBOX_ORDERING_ON_FAILURE=block)"},
+	};
+	tables[0] = features[0] = '\0';
+	for (size_t i = 0; i < sizeof(side) / sizeof(side[0]); i++) {
+		if (present & side[i].bit)
+			continue;
+		char name[160];
+		snprintf(name, sizeof(name), "%s%s%s%s", s->table.schema,
+			 s->table.schema[0] ? "." : "", s->table.name,
+			 side[i].suffix);
+		list_add(tables, tables_len, name);
+		list_add(features, features_len, side[i].feature);
+	}
+}
+
+/* A side table may not exist (ordered mode's blocked keys; any of them
+ * beside a table made by hand). A statement cannot name a table that
+ * might be missing, so its count goes through query_to_xml(), which plans
+ * the inner query only when the CASE reaches it. where is SQL text without
+ * single quotes. */
+static char *count_if_present_sql(const char *table, const char *where)
 {
 	return store_asprintf(
 	    "CASE WHEN to_regclass('%s') IS NULL THEN 0::bigint ELSE "
 	    "(xpath('/row/n/text()', query_to_xml('SELECT count(*) AS n "
-	    "FROM ' || to_regclass('%s')::text, false, true, '')))[1]"
-	    "::text::bigint END",
-	    n->blocked, n->blocked);
+	    "FROM ' || to_regclass('%s')::text || ' WHERE %s', false, true, "
+	    "'')))[1]::text::bigint END",
+	    table, table, where);
+}
+
+static char *blocked_count_sql(const struct names *n)
+{
+	return count_if_present_sql(n->blocked, "true");
 }
 
 int store_admin_gauges(struct store *s, struct store_admin_gauges *g, char *err,
@@ -163,10 +231,15 @@ int store_admin_gauges(struct store *s, struct store_admin_gauges *g, char *err,
 	memset(g, 0, sizeof(*g));
 	names_of(&s->table, &n);
 	char *blocked = blocked_count_sql(&n);
+	char live_where[96];
+	snprintf(live_where, sizeof(live_where),
+		 "last_seen_at > now() - make_interval(secs => %d)",
+		 STORE_ADMIN_DEAD_AFTER_S);
+	char *live = count_if_present_sql(n.registry, live_where);
 	/* Each count is bounded by a partial index of its state; the pending
 	 * scan also yields the oldest row's age. */
 	char *sql =
-	    blocked
+	    blocked && live
 		? store_asprintf(
 		      "WITH p AS (SELECT count(*) AS n, min(created_at) AS "
 		      "oldest "
@@ -179,18 +252,16 @@ int store_admin_gauges(struct store *s, struct store_admin_gauges *g, char *err,
 		      "coalesce((SELECT n_dead_tup FROM pg_stat_user_tables "
 		      "WHERE "
 		      "relid = '%s'::regclass), 0), "
-		      "(SELECT count(*) FROM %s WHERE last_seen_at > now() - "
-		      "%d * "
-		      "interval '1 second'), "
-		      "%s, "
+		      "%s, %s, "
 		      "(pg_notification_queue_usage() * 1000000)::bigint "
 		      "FROM p",
-		      T, T, T, T, n.registry, STORE_ADMIN_DEAD_AFTER_S, blocked)
+		      T, T, T, T, live, blocked)
 		: NULL;
 	PGresult *res = run(s->conn, sql, 0, NULL, PGRES_TUPLES_OK,
 			    "gauge query", &rc, err, errlen);
 	free(sql);
 	free(blocked);
+	free(live);
 	if (!res)
 		return rc;
 	int64_t *fields[8] = {&g->backlog,	&g->oldest_pending_ms,
@@ -564,6 +635,22 @@ out:
 
 /* ---- pauses ---- */
 
+/* Pauses need the control table; a table made by hand may lack it. */
+static int need_control(struct store *s, const char *control, char *err,
+			size_t errlen)
+{
+	unsigned present = 0;
+	int rc = store_admin_side_tables(s, &present, err, errlen);
+	if (rc == 0 && !(present & STORE_SIDE_CONTROL)) {
+		snprintf(err, errlen,
+			 "the control table %s does not exist, so no pause "
+			 "can be kept: create it with `outbox-relay migrate`",
+			 control);
+		rc = STORE_ERROR;
+	}
+	return rc;
+}
+
 int store_admin_pause(struct store *s, const char *destination,
 		      const char *reason, const char *paused_by,
 		      bool *was_paused, char *err, size_t errlen)
@@ -572,6 +659,9 @@ int store_admin_pause(struct store *s, const char *destination,
 	int rc;
 	names_of(&s->table, &n);
 	*was_paused = false;
+	rc = need_control(s, n.control, err, errlen);
+	if (rc != 0)
+		return rc;
 	/* xmax is set on the conflicting row an upsert updated and zero on
 	 * a fresh insert: it tells the two apart in one statement. The
 	 * first pause's paused_at is kept. */
@@ -600,11 +690,13 @@ int store_admin_resume(struct store *s, const char *destination,
 	size_t rows = 0;
 	names_of(&s->table, &n);
 	*was_paused = false;
+	int rc = need_control(s, n.control, err, errlen);
+	if (rc != 0)
+		return rc;
 	char *sql =
 	    store_asprintf("DELETE FROM %s WHERE destination = $1", n.control);
 	const char *values[1] = {destination};
-	int rc =
-	    exec_cmd(s->conn, sql, 1, values, "resume", &rows, err, errlen);
+	rc = exec_cmd(s->conn, sql, 1, values, "resume", &rows, err, errlen);
 	free(sql);
 	if (rc == 0)
 		*was_paused = rows > 0;

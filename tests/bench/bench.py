@@ -24,7 +24,7 @@ ratio of figures measured by this same invocation on this same machine:
 
 Targets are reported, not asserted. Standalone it starts its own services
 with tests/services/*.sh; under tests/run.sh (--quick, suite 'bench') it
-uses the OUTBOX_TEST_* services. Python standard library only.
+uses the RELAY_TEST_* services. Python standard library only.
 """
 
 import argparse
@@ -43,7 +43,7 @@ import tempfile
 import time
 import urllib.request
 
-ROOT = os.environ.get("OUTBOX_TEST_SOURCE_ROOT") or os.path.dirname(
+ROOT = os.environ.get("RELAY_TEST_SOURCE_ROOT") or os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVICES = os.path.join(ROOT, "tests", "services")
 NULL_UUID = "00000000-0000-0000-0000-000000000000"
@@ -179,32 +179,32 @@ class Services:
     def __init__(self, work, need_kafka, build_dir):
         self.own = []
         e = os.environ
-        if e.get("OUTBOX_TEST_DATABASE_URL") and e.get("OUTBOX_TEST_PG_DIR"):
-            self.db_url = e["OUTBOX_TEST_DATABASE_URL"]
-            self.pg_dir = e["OUTBOX_TEST_PG_DIR"]
-            self.amqp_url = e.get("OUTBOX_TEST_AMQP_URL", "")
-            self.rmq_dir = e.get("OUTBOX_TEST_RABBITMQ_DIR", "")
-            self.kafka_brokers = e.get("OUTBOX_TEST_KAFKA_BROKERS", "")
-            self.kafka_dir = e.get("OUTBOX_TEST_KAFKA_DIR", "")
+        if e.get("RELAY_TEST_DATABASE_URL") and e.get("RELAY_TEST_PG_DIR"):
+            self.db_url = e["RELAY_TEST_DATABASE_URL"]
+            self.pg_dir = e["RELAY_TEST_PG_DIR"]
+            self.amqp_url = e.get("RELAY_TEST_AMQP_URL", "")
+            self.rmq_dir = e.get("RELAY_TEST_RABBITMQ_DIR", "")
+            self.kafka_brokers = e.get("RELAY_TEST_KAFKA_BROKERS", "")
+            self.kafka_dir = e.get("RELAY_TEST_KAFKA_DIR", "")
             if not self.amqp_url or not self.rmq_dir:
-                raise BenchError("OUTBOX_TEST_AMQP_URL and "
-                                 "OUTBOX_TEST_RABBITMQ_DIR must be set too")
+                raise BenchError("RELAY_TEST_AMQP_URL and "
+                                 "RELAY_TEST_RABBITMQ_DIR must be set too")
             say("using the services of tests/run.sh")
         else:
             say("starting Postgres, RabbitMQ and the Kafka test broker")
             self.pg_dir = self._start("postgres.sh", work, "pg")
             self.db_url = env_file(os.path.join(self.pg_dir, "env"))[
-                "OUTBOX_TEST_DATABASE_URL"]
+                "RELAY_TEST_DATABASE_URL"]
             self.rmq_dir = self._start("rabbitmq.sh", work, "rabbitmq")
             self.amqp_url = env_file(os.path.join(self.rmq_dir, "env"))[
-                "OUTBOX_TEST_AMQP_URL"]
+                "RELAY_TEST_AMQP_URL"]
             self.kafka_brokers = self.kafka_dir = ""
             if need_kafka:
                 broker = os.path.join(build_dir, "tests", "kafka_mock_broker")
                 self.kafka_dir = self._start("kafka.sh", work, "kafka",
                                              broker)
                 self.kafka_brokers = env_file(os.path.join(
-                    self.kafka_dir, "env"))["OUTBOX_TEST_KAFKA_BROKERS"]
+                    self.kafka_dir, "env"))["RELAY_TEST_KAFKA_BROKERS"]
         self.amqp_url = self.amqp_url.rstrip("/")
         pg_env = env_file(os.path.join(self.pg_dir, "env"))
         pg_bin = pg_env.get("PG_BIN", "")
@@ -769,9 +769,13 @@ class Bench:
             say("latency%s run %d: %d events p50 %.1f ms p99 %.1f ms max "
                 "%.1f ms" % (" (listen)" if listen else "", i + 1, lat["n"],
                              lat["p50"], lat["p99"], lat["max"]))
+        # The distribution for the chart: the median over runs of each
+        # percentile's latency.
+        cdf = [sorted(r["cdf"][i] for r in runs)[len(runs) // 2]
+               for i in range(len(runs[0]["cdf"]))]
         return {k: spread([r[k] for r in runs]) for k in
                 ("p50", "p99", "max")} | {"events": spread(
-                    [r["n"] for r in runs])}
+                    [r["n"] for r in runs]), "cdf_ms": cdf}
 
     # ---- NOTIFY's cost to producers ----
 
@@ -1145,6 +1149,28 @@ class Bench:
         return {"cpus": os.cpu_count(), "cpu": model,
                 "kernel": platform.release()}
 
+    def charts(self, doc):
+        """SVG charts beside the table (tests/bench/charts.py), drawn by
+        a Python that has matplotlib: this one, or Debian's."""
+        out = os.path.abspath(self.args.charts)
+        os.makedirs(out, exist_ok=True)
+        result = os.path.join(out, "bench-result.json")
+        with open(result, "w") as f:
+            json.dump(doc, f, sort_keys=True, indent=1)
+            f.write("\n")
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                              "charts.py")
+        for py in (sys.executable, "/usr/bin/python3"):
+            probe = subprocess.run([py, "-c", "import matplotlib"],
+                                   capture_output=True)
+            if probe.returncode == 0:
+                for line in run([py, script, result, out],
+                                timeout=300).splitlines():
+                    say(line)
+                return
+        raise BenchError("--charts needs matplotlib (Debian package "
+                         "python3-matplotlib)")
+
     def main(self):
         t_begin = time.monotonic()
         self.svc = Services(self.work, self.kafka, self.build)
@@ -1188,6 +1214,8 @@ class Bench:
             print()
             print(json.dumps(doc, sort_keys=True, separators=(",", ":")))
             sys.stdout.flush()
+            if self.args.charts:
+                self.charts(doc)
             if self.sanitized:
                 say("note: the relay was built with sanitizers; its CPU and "
                     "memory figures are not representative")
@@ -1229,8 +1257,12 @@ def main():
                    help="a second relay binary (an earlier build): the "
                    "throughput section drains with both, alternating, and "
                    "reports this build's relay CPU per event as a ratio")
-    p.add_argument("--relay-bin", default=os.environ.get("OUTBOX_RELAY_BIN"),
-                   help="relay binary (default $OUTBOX_RELAY_BIN)")
+    p.add_argument("--charts", default=None, metavar="DIR",
+                   help="also write SVG charts (throughput against the "
+                   "limits, latency distribution) and the result they "
+                   "were drawn from into DIR (needs python3-matplotlib)")
+    p.add_argument("--relay-bin", default=os.environ.get("RELAY_TEST_BIN"),
+                   help="relay binary (default $RELAY_TEST_BIN)")
     a = p.parse_args()
     a.sections = [s for s in a.sections.split(",") if s]
     if "scale" in a.sections:
@@ -1241,7 +1273,7 @@ def main():
     if a.runs < 0 or a.runs > 20:
         p.error("--runs must be 1..20")
     if not a.relay_bin:
-        p.error("no relay binary: set OUTBOX_RELAY_BIN or --relay-bin")
+        p.error("no relay binary: set RELAY_TEST_BIN or --relay-bin")
     try:
         return Bench(a).main()
     except BenchError as e:

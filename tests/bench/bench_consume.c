@@ -340,9 +340,14 @@ int main(int argc, char **argv)
 		qsort(lat.v, lat.n, sizeof(*lat.v), cmp_i64);
 	printf("{\"count\":%ld,\"first_s\":%.6f,\"last_s\":%.6f,"
 	       "\"latency_ms\":{\"n\":%zu,\"p50\":%.3f,\"p99\":%.3f,"
-	       "\"max\":%.3f}}\n",
+	       "\"max\":%.3f,\"cdf\":[",
 	       got, first, last, lat.n, pct_ms(&lat, 50), pct_ms(&lat, 99),
 	       pct_ms(&lat, 100));
+	/* The distribution for the benchmark's chart: the latency at every
+	 * whole percentile, 0 (the fastest: rank 1) to 100 (the slowest). */
+	for (int p = 0; p <= 100; p++)
+		printf("%s%.3f", p ? "," : "", pct_ms(&lat, p));
+	printf("]}}\n");
 	free(lat.v);
 	amqp_channel_close(conn, 1, AMQP_REPLY_SUCCESS);
 	amqp_connection_close(conn, AMQP_REPLY_SUCCESS);

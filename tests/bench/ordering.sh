@@ -7,11 +7,11 @@
 #  2. Producers' commit rate with 16 and 64 concurrent writers, with and
 #     without the NOTIFY trigger of OUTBOX_LISTEN=on: the cost of LISTEN.
 # Usage: tests/bench/ordering.sh [--quick]
-# Uses OUTBOX_TEST_DATABASE_URL when set (tests/run.sh), else starts a
-# throwaway PostgreSQL. Needs a build: OUTBOX_BUILD_DIR (default build-test).
+# Uses RELAY_TEST_DATABASE_URL when set (tests/run.sh), else starts a
+# throwaway PostgreSQL. Needs a build: RELAY_TEST_BUILD_DIR (default build-test).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build="${OUTBOX_BUILD_DIR:-$root/build-test}"
+build="${RELAY_TEST_BUILD_DIR:-$root/build-test}"
 hot=100000 repeats=50 seconds=10
 if [ "${1:-}" = "--quick" ]; then
 	hot=20000 repeats=10 seconds=2
@@ -27,13 +27,13 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-if [ -z "${OUTBOX_TEST_DATABASE_URL:-}" ]; then
+if [ -z "${RELAY_TEST_DATABASE_URL:-}" ]; then
 	mkdir -p "$work/pg"
 	bash "$root/tests/services/postgres.sh" start "$work/pg" >/dev/null
 	own_pg=1
-	OUTBOX_TEST_DATABASE_URL=$(sed -n 's/^OUTBOX_TEST_DATABASE_URL=//p' "$work/pg/env")
+	RELAY_TEST_DATABASE_URL=$(sed -n 's/^RELAY_TEST_DATABASE_URL=//p' "$work/pg/env")
 fi
-db="$OUTBOX_TEST_DATABASE_URL"
+db="$RELAY_TEST_DATABASE_URL"
 
 lease_json=$("$bench" "$db" "$hot" "$repeats")
 

@@ -6,11 +6,13 @@
 set -euo pipefail
 here=$(dirname "${BASH_SOURCE[0]}")
 out=$(mktemp "${TMPDIR:-/tmp}/outbox-bench-quick.XXXXXX")
-trap 'rm -f "$out"' EXIT
-bash "$here/bench.sh" --quick >"$out"
+charts=$(mktemp -d "${TMPDIR:-/tmp}/outbox-bench-charts.XXXXXX")
+trap 'rm -rf "$out" "$charts"' EXIT
+bash "$here/bench.sh" --quick --charts "$charts" >"$out"
 cat "$out"
-python3 - "$out" <<'PY'
-import json, sys
+python3 - "$out" "$charts" <<'PY'
+import json, os, sys
+import xml.etree.ElementTree as ET
 lines = open(sys.argv[1]).read().splitlines()
 table = [l for l in lines if l.startswith("|")]
 assert table[:2] == ["| Measure | Median | Min–max | Compared with | Target |",
@@ -24,6 +26,11 @@ for w in ("1", "2", "4"):
     d = r["throughput"]["amqp"][w]
     assert d["events_per_s"]["median"] > 0 and d["cpu_us_per_event"]["median"] > 0
 assert r["latency"]["p99"]["median"] > 0
+cdf = r["latency"]["cdf_ms"]
+assert len(cdf) == 101 and cdf == sorted(cdf) and cdf[-1] == r["latency"]["max"]["median"]
+for name in ("throughput.svg", "latency.svg"):
+    root = ET.parse(os.path.join(sys.argv[2], name)).getroot()
+    assert root.tag.endswith("svg"), "%s is not an SVG" % name
 assert set(r["scale"]) == {"history", "snapshot", "backlog", "purge"}
 assert len(table) >= 20, "table has only %d rows" % len(table)
 print("ok: %d table rows, JSON line with %s" % (len(table) - 2, ", ".join(sorted(r))))

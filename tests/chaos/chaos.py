@@ -23,9 +23,9 @@ or a relay died by itself. Duplicates are allowed (at-least-once) and
 reported as a percentage of the events.
 
 Run standalone it starts its own services with tests/services/*.sh; under
-tests/run.sh it uses the services named by OUTBOX_TEST_* (and disturbs them,
+tests/run.sh it uses the services named by RELAY_TEST_* (and disturbs them,
 so it runs alone: suite 'chaos'). Builds nothing: the relay binary comes from
-OUTBOX_RELAY_BIN or build-test/outbox-relay. Python standard library only.
+RELAY_TEST_BIN or build-test/outbox-relay. Python standard library only.
 """
 
 import argparse
@@ -45,7 +45,7 @@ import threading
 import time
 import urllib.request
 
-ROOT = os.environ.get("OUTBOX_TEST_SOURCE_ROOT") or os.path.dirname(
+ROOT = os.environ.get("RELAY_TEST_SOURCE_ROOT") or os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVICES = os.path.join(ROOT, "tests", "services")
 
@@ -186,17 +186,17 @@ class Services:
         self.mode = mode
         self.own = []
         e = os.environ
-        need = ["OUTBOX_TEST_DATABASE_URL", "OUTBOX_TEST_PG_DIR"]
-        need += (["OUTBOX_TEST_AMQP_URL", "OUTBOX_TEST_RABBITMQ_DIR"]
+        need = ["RELAY_TEST_DATABASE_URL", "RELAY_TEST_PG_DIR"]
+        need += (["RELAY_TEST_AMQP_URL", "RELAY_TEST_RABBITMQ_DIR"]
                  if mode == "amqp" else
-                 ["OUTBOX_TEST_KAFKA_BROKERS", "OUTBOX_TEST_KAFKA_DIR"])
+                 ["RELAY_TEST_KAFKA_BROKERS", "RELAY_TEST_KAFKA_DIR"])
         if all(e.get(k) for k in need):
-            self.db_url = e["OUTBOX_TEST_DATABASE_URL"]
-            self.pg_dir = e["OUTBOX_TEST_PG_DIR"]
-            self.amqp_url = e.get("OUTBOX_TEST_AMQP_URL", "")
-            self.rmq_dir = e.get("OUTBOX_TEST_RABBITMQ_DIR", "")
-            self.kafka_brokers = e.get("OUTBOX_TEST_KAFKA_BROKERS", "")
-            self.kafka_dir = e.get("OUTBOX_TEST_KAFKA_DIR", "")
+            self.db_url = e["RELAY_TEST_DATABASE_URL"]
+            self.pg_dir = e["RELAY_TEST_PG_DIR"]
+            self.amqp_url = e.get("RELAY_TEST_AMQP_URL", "")
+            self.rmq_dir = e.get("RELAY_TEST_RABBITMQ_DIR", "")
+            self.kafka_brokers = e.get("RELAY_TEST_KAFKA_BROKERS", "")
+            self.kafka_dir = e.get("RELAY_TEST_KAFKA_DIR", "")
             log("using the services of tests/run.sh")
             return
         log("starting services in " + work)
@@ -206,7 +206,7 @@ class Services:
         run(["bash", os.path.join(SERVICES, "postgres.sh"), "start",
              self.pg_dir], timeout=120)
         self.db_url = env_file(os.path.join(self.pg_dir, "env"))[
-            "OUTBOX_TEST_DATABASE_URL"]
+            "RELAY_TEST_DATABASE_URL"]
         self.amqp_url = self.rmq_dir = ""
         self.kafka_brokers = self.kafka_dir = ""
         if mode == "amqp":
@@ -216,7 +216,7 @@ class Services:
             run(["bash", os.path.join(SERVICES, "rabbitmq.sh"), "start",
                  self.rmq_dir], timeout=180)
             self.amqp_url = env_file(os.path.join(self.rmq_dir, "env"))[
-                "OUTBOX_TEST_AMQP_URL"]
+                "RELAY_TEST_AMQP_URL"]
         else:
             broker = os.path.join(os.path.dirname(relay_bin), "tests",
                                   "kafka_mock_broker")
@@ -228,7 +228,7 @@ class Services:
             run(["bash", os.path.join(SERVICES, "kafka.sh"), "start",
                  self.kafka_dir, broker], timeout=60)
             self.kafka_brokers = env_file(os.path.join(
-                self.kafka_dir, "env"))["OUTBOX_TEST_KAFKA_BROKERS"]
+                self.kafka_dir, "env"))["RELAY_TEST_KAFKA_BROKERS"]
 
     def stop(self):
         for script, d in reversed(self.own):
@@ -336,12 +336,12 @@ class Harness:
         self.window = args.window or min(120, max(30, self.n // 100))
         self.t_start = time.monotonic()
         self.deadline = self.t_start + args.duration_cap
-        self.relay_bin = (os.environ.get("OUTBOX_RELAY_BIN")
+        self.relay_bin = (os.environ.get("RELAY_TEST_BIN")
                           or os.path.join(ROOT, "build-test", "outbox-relay"))
         if not os.access(self.relay_bin, os.X_OK):
             raise ChaosError("no relay binary at %s (build it, or set "
-                             "OUTBOX_RELAY_BIN)" % self.relay_bin)
-        self.consume_bin = (os.environ.get("OUTBOX_AMQP_CONSUME")
+                             "RELAY_TEST_BIN)" % self.relay_bin)
+        self.consume_bin = (os.environ.get("RELAY_TEST_AMQP_CONSUME")
                             or os.path.join(os.path.dirname(self.relay_bin),
                                             "tests", "amqp_consume"))
         if self.mode == "amqp" and not os.access(self.consume_bin, os.X_OK):

@@ -15,9 +15,9 @@ bad_url=$(printf '%s' "$amqp_url" | sed -E "s#^(amqp://[^:]+:)[^@]*@#\\1$secret@
 hostport=$(printf '%s' "$amqp_url" | sed -E 's#^amqp://[^@]*@([^/]+).*#\1#')
 
 rc=0
-env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
+env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
 	OUTBOX_PUBLISHER=amqp OUTBOX_AMQP_URL="$bad_url" \
-	"$OUTBOX_RELAY_BIN" check >"$it_dir/check.out" 2>&1 || rc=$?
+	"$RELAY_TEST_BIN" check >"$it_dir/check.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] || it_fail "check exit code $rc, want 1: $(cat "$it_dir/check.out")"
 grep -q "publisher amqp: FAILED: .*$hostport, vhost '/'.*login as user 'outbox' failed: 403 ACCESS_REFUSED" \
 	"$it_dir/check.out" || it_fail "check does not say which broker refused the login: $(cat "$it_dir/check.out")"
@@ -27,9 +27,9 @@ fi
 
 # amqps:// verifies TLS: a plain listener is a handshake failure, named.
 rc=0
-env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
+env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
 	OUTBOX_PUBLISHER=amqp OUTBOX_AMQP_URL="amqps://${amqp_url#amqp://}" \
-	"$OUTBOX_RELAY_BIN" check >"$it_dir/tls.out" 2>&1 || rc=$?
+	"$RELAY_TEST_BIN" check >"$it_dir/tls.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] || it_fail "amqps check exit code $rc, want 1: $(cat "$it_dir/tls.out")"
 grep -q "publisher amqp: FAILED: .*$hostport, vhost '/': cannot connect: SSL" "$it_dir/tls.out" ||
 	it_fail "amqps to a plain listener does not fail clearly: $(cat "$it_dir/tls.out")"

@@ -4,26 +4,26 @@
 # broker URL, names private to the test, the test consumer and
 # rabbitmqctl against the test node.
 
-: "${OUTBOX_TEST_AMQP_URL:?run through tests/run.sh}"
-: "${OUTBOX_AMQP_CONSUME:?run through meson test}"
+: "${RELAY_TEST_AMQP_URL:?run through tests/run.sh}"
+: "${RELAY_TEST_AMQP_CONSUME:?run through meson test}"
 
 # "amqp://host:port/" names the empty vhost, which the relay refuses;
 # without the slash it is vhost "/".
-amqp_url="${OUTBOX_TEST_AMQP_URL%/}"
+amqp_url="${RELAY_TEST_AMQP_URL%/}"
 # Exchanges and queues of this test: the node is shared.
 # shellcheck disable=SC2034 # used by the tests that source this file
 amqp_ns="${it_name}.$$"
 
 # amqp_consume ARGS...: the test consumer (tests/services/amqp_consume.c).
 amqp_consume() {
-	"$OUTBOX_AMQP_CONSUME" --url "$amqp_url" "$@"
+	"$RELAY_TEST_AMQP_CONSUME" --url "$amqp_url" "$@"
 }
 
 # amqp_ctl ARGS...: rabbitmqctl against the test node.
 amqp_ctl() {
-	: "${OUTBOX_TEST_RABBITMQ_DIR:?run through tests/run.sh}"
-	bash "$OUTBOX_TEST_SOURCE_ROOT/tests/services/rabbitmq.sh" ctl \
-		"$OUTBOX_TEST_RABBITMQ_DIR" "$@"
+	: "${RELAY_TEST_RABBITMQ_DIR:?run through tests/run.sh}"
+	bash "$RELAY_TEST_SOURCE_ROOT/tests/services/rabbitmq.sh" ctl \
+		"$RELAY_TEST_RABBITMQ_DIR" "$@"
 }
 
 # amqp_relay NAME [VAR=value...]: it_relay with the AMQP publisher.

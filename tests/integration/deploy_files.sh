@@ -23,8 +23,8 @@
 # - every deploy/ path named in docs/deployment.md exists.
 set -euo pipefail
 
-: "${OUTBOX_RELAY_BIN:?run through meson test (tests/run.sh)}"
-root=${OUTBOX_TEST_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+: "${RELAY_TEST_BIN:?run through meson test (tests/run.sh)}"
+root=${RELAY_TEST_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-deploy-files.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cd "$root"
@@ -47,9 +47,9 @@ grep -q 'deploy/install-deps\.sh' tests/run.sh ||
 	fail "tests/run.sh no longer calls deploy/install-deps.sh"
 
 # --- Dockerfile, manifests, compose: parsed in Python ----------------------
-"$OUTBOX_RELAY_BIN" --settings-markdown >"$work/settings.md"
-version=$("$OUTBOX_RELAY_BIN" --version | awk '{ print $2 }')
-[ -n "$version" ] || fail "no version from $OUTBOX_RELAY_BIN --version"
+"$RELAY_TEST_BIN" --settings-markdown >"$work/settings.md"
+version=$("$RELAY_TEST_BIN" --version | awk '{ print $2 }')
+[ -n "$version" ] || fail "no version from $RELAY_TEST_BIN --version"
 
 pick_python() {
 	local py
@@ -376,7 +376,7 @@ while IFS= read -r soname; do
 	esac
 	# The package owning the file the loader picks (not, say, the i386
 	# copy of libm), compared by real path since /lib is /usr/lib.
-	path=$(ldd "$OUTBOX_RELAY_BIN" | awk -v so="$soname" '$1 == so { print $3 }')
+	path=$(ldd "$RELAY_TEST_BIN" | awk -v so="$soname" '$1 == so { print $3 }')
 	real=$(realpath -e "$path" 2>/dev/null || true)
 	pkg=
 	while read -r owner file; do
@@ -393,8 +393,8 @@ while IFS= read -r soname; do
 	# libc6 is in every Debian image.
 	[ "$pkg" = libc6 ] || grep -qx "$pkg" "$work/runtime-packages" ||
 		fail "Dockerfile: the runtime stage lacks $pkg (for $soname, which the binary links)"
-done < <(readelf -d "$OUTBOX_RELAY_BIN" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p')
-[ ${#needed_pkgs[@]} -ge 5 ] || fail "readelf found only ${#needed_pkgs[@]} libraries in $OUTBOX_RELAY_BIN"
+done < <(readelf -d "$RELAY_TEST_BIN" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p')
+[ ${#needed_pkgs[@]} -ge 5 ] || fail "readelf found only ${#needed_pkgs[@]} libraries in $RELAY_TEST_BIN"
 while IFS= read -r pkg; do
 	case " ${needed_pkgs[*]} tini ca-certificates curl " in
 	*" $pkg "*) ;;
@@ -412,7 +412,7 @@ grep -q '^EnvironmentFile=' "$unit" || fail "$unit: no EnvironmentFile="
 grep -qx 'ExecStart=/usr/local/bin/outbox-relay run' "$unit" || fail "$unit: ExecStart is not '/usr/local/bin/outbox-relay run'"
 # verify checks that ExecStart exists: point it at the built binary.
 mkdir -p "$work/unit"
-sed "s|^ExecStart=/usr/local/bin/outbox-relay |ExecStart=$OUTBOX_RELAY_BIN |" "$unit" >"$work/unit/outbox-relay.service"
+sed "s|^ExecStart=/usr/local/bin/outbox-relay |ExecStart=$RELAY_TEST_BIN |" "$unit" >"$work/unit/outbox-relay.service"
 if ! command -v systemd-analyze >/dev/null 2>&1; then
 	fail "systemd-analyze not found (Debian package systemd)"
 elif ! systemd-analyze verify "$work/unit/outbox-relay.service" >"$work/verify.out" 2>&1 ||

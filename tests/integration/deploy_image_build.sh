@@ -9,7 +9,7 @@
 # has installed the same package list already.
 set -euo pipefail
 
-root=${OUTBOX_TEST_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+root=${RELAY_TEST_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-deploy-image.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 

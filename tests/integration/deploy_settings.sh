@@ -15,8 +15,8 @@
 # Needs no running service.
 set -euo pipefail
 
-: "${OUTBOX_RELAY_BIN:?run through meson test (tests/run.sh)}"
-root=${OUTBOX_TEST_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+: "${RELAY_TEST_BIN:?run through meson test (tests/run.sh)}"
+root=${RELAY_TEST_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-deploy-settings.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -40,13 +40,13 @@ for f in "${files[@]}"; do
 done
 
 # The settings table, from the binary itself: name and default per row.
-"$OUTBOX_RELAY_BIN" --settings-markdown >"$work/settings.md"
+"$RELAY_TEST_BIN" --settings-markdown >"$work/settings.md"
 # shellcheck disable=SC2016 # the backquotes are Markdown
 sed -n 's/^| `\(OUTBOX_[A-Z0-9_]*\)` | \(`\([^`]*\)`\|unset\) |.*/\1=\3/p' \
 	"$work/settings.md" >"$work/defaults"
 cut -d= -f1 "$work/defaults" >"$work/known"
 if ! grep -qx OUTBOX_DATABASE_URL "$work/known" || ! grep -qx OUTBOX_SHUTDOWN_TIMEOUT "$work/known"; then
-	echo "FAIL: cannot read the settings table from $OUTBOX_RELAY_BIN --settings-markdown" >&2
+	echo "FAIL: cannot read the settings table from $RELAY_TEST_BIN --settings-markdown" >&2
 	exit 1
 fi
 
@@ -417,7 +417,7 @@ for envfile in "${envs[@]}"; do
 		[ -z "${!san:-}" ] || vars+=("$san=${!san}")
 	done
 	rc=0
-	env -i PATH=/usr/bin:/bin "${vars[@]}" timeout 60 "$OUTBOX_RELAY_BIN" "$cmd" \
+	env -i PATH=/usr/bin:/bin "${vars[@]}" timeout 60 "$RELAY_TEST_BIN" "$cmd" \
 		>"$work/$set_name.out" 2>&1 || rc=$?
 	if [ "$rc" -ne 1 ]; then
 		fail "$set_name: \`outbox-relay $cmd\` exited $rc, want 1 (a connection failure):"

@@ -14,14 +14,14 @@ if [ "$(id -u)" -ne 0 ]; then
 	echo "SKIP: switching to user nobody needs root"
 	exit 77
 fi
-root=${OUTBOX_TEST_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+root=${RELAY_TEST_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 it_table unpriv
 
 # The binary in a root-owned directory nobody may read but not write; it
 # is also the working directory.
 ro=$(mktemp -d "${TMPDIR:-/tmp}/outbox-ro.XXXXXX")
 trap 'rm -rf "$ro"; it_cleanup' EXIT
-install -m 0555 "$OUTBOX_RELAY_BIN" "$ro/outbox-relay"
+install -m 0555 "$RELAY_TEST_BIN" "$ro/outbox-relay"
 chmod 0555 "$ro"
 as_nobody=(setpriv --reuid="$(id -u nobody)" --regid="$(id -g nobody)" --clear-groups
 	--no-new-privs --inh-caps=-all --bounding-set=-all)
@@ -36,7 +36,7 @@ sleep 0.05
 
 vars=(
 	PATH=/usr/bin:/bin
-	OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL"
+	OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL"
 	OUTBOX_TABLE="$OUTBOX_TABLE"
 	OUTBOX_PUBLISHER=stdout
 	OUTBOX_HTTP_ADDR="127.0.0.1:$port"

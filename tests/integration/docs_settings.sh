@@ -3,12 +3,12 @@
 # The README's settings table is the one the binary prints from its
 # settings table: documentation cannot drift from what is parsed.
 set -euo pipefail
-: "${OUTBOX_RELAY_BIN:?run through meson test}"
-readme="$OUTBOX_TEST_SOURCE_ROOT/README.md"
+: "${RELAY_TEST_BIN:?run through meson test}"
+readme="$RELAY_TEST_SOURCE_ROOT/README.md"
 want=$(mktemp)
 got=$(mktemp)
 trap 'rm -f "$want" "$got"' EXIT
-"$OUTBOX_RELAY_BIN" --settings-markdown >"$want"
+"$RELAY_TEST_BIN" --settings-markdown >"$want"
 sed -n '/<!-- settings:begin -->/,/<!-- settings:end -->/p' "$readme" | sed '1d;$d' >"$got"
 [ -s "$want" ] || { echo "FAIL: the binary printed no settings"; exit 1; }
 if ! diff -u "$want" "$got"; then

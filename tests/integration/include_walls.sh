@@ -230,7 +230,7 @@ self_test() {
 	echo "ok: self-test: ${#injections[@]} injected violations caught in a clean tree and in a copy of the tree"
 }
 
-root="${OUTBOX_TEST_SOURCE_ROOT:?run through meson test}"
+root="${RELAY_TEST_SOURCE_ROOT:?run through meson test}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 case "${1:-}" in

@@ -5,10 +5,10 @@
 # uses topics of its own), its fault commands, the relay with the Kafka
 # publisher, and kcat to read topics back.
 
-: "${OUTBOX_TEST_KAFKA_BROKERS:?run through tests/run.sh}"
-: "${OUTBOX_TEST_KAFKA_DIR:?run through tests/run.sh}"
+: "${RELAY_TEST_KAFKA_BROKERS:?run through tests/run.sh}"
+: "${RELAY_TEST_KAFKA_DIR:?run through tests/run.sh}"
 
-kafka_brokers="$OUTBOX_TEST_KAFKA_BROKERS"
+kafka_brokers="$RELAY_TEST_KAFKA_BROKERS"
 # Topic names of this test ([A-Za-z0-9._-]): the broker is shared.
 # shellcheck disable=SC2034 # used by the tests that source this file
 kafka_ns="${it_name}.$$"
@@ -16,8 +16,8 @@ kafka_ns="${it_name}.$$"
 # kafka_ctl COMMAND...: a command to the test broker (see
 # kafka_mock_broker --help), waiting until it is applied.
 kafka_ctl() {
-	bash "$OUTBOX_TEST_SOURCE_ROOT/tests/services/kafka.sh" ctl \
-		"$OUTBOX_TEST_KAFKA_DIR" "$@"
+	bash "$RELAY_TEST_SOURCE_ROOT/tests/services/kafka.sh" ctl \
+		"$RELAY_TEST_KAFKA_DIR" "$@"
 }
 
 # kafka_topic NAME PARTITIONS: creates a topic on the test broker.

@@ -17,9 +17,9 @@ it_table kafka_settings
 refused() {
 	local name="$1" pattern="$2" rc=0
 	shift 2
-	timeout 30 env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
+	timeout 30 env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
 		OUTBOX_HTTP_ADDR="" OUTBOX_PUBLISHER=kafka OUTBOX_KAFKA_BROKERS="$kafka_brokers" "$@" \
-		"$OUTBOX_RELAY_BIN" run >"$it_dir/$name.out" 2>"$it_dir/$name.err" || rc=$?
+		"$RELAY_TEST_BIN" run >"$it_dir/$name.out" 2>"$it_dir/$name.err" || rc=$?
 	[ "$rc" = 2 ] || it_fail "$name: exit $rc, want 2: $(head -c 500 "$it_dir/$name.err")"
 	grep -E -q -- "$pattern" "$it_dir/$name.err" ||
 		it_fail "$name: stderr does not match '$pattern': $(head -c 500 "$it_dir/$name.err")"

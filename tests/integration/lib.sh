@@ -6,8 +6,8 @@
 # when the test exits, whatever happens.
 set -euo pipefail
 
-: "${OUTBOX_RELAY_BIN:?run through meson test (tests/run.sh)}"
-: "${OUTBOX_TEST_DATABASE_URL:?run through tests/run.sh}"
+: "${RELAY_TEST_BIN:?run through meson test (tests/run.sh)}"
+: "${RELAY_TEST_DATABASE_URL:?run through tests/run.sh}"
 
 it_name=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 it_dir=$(mktemp -d "${TMPDIR:-/tmp}/outbox-it-${it_name}.XXXXXX")
@@ -41,7 +41,7 @@ it_fail() {
 }
 
 it_psql() {
-	psql "$OUTBOX_TEST_DATABASE_URL" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"
+	psql "$RELAY_TEST_DATABASE_URL" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"
 }
 
 # it_table PREFIX: creates a fresh schema, migrates PREFIX_<pid>.outbox_events
@@ -50,8 +50,8 @@ it_table() {
 	local schema="$1_$$"
 	it_psql "SET client_min_messages = warning; DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null
 	export OUTBOX_TABLE="$schema.outbox_events"
-	OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" \
-		"$OUTBOX_RELAY_BIN" migrate >"$it_dir/migrate.out" 2>&1 ||
+	OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" \
+		"$RELAY_TEST_BIN" migrate >"$it_dir/migrate.out" 2>&1 ||
 		it_fail "migrate failed: $(cat "$it_dir/migrate.out")"
 }
 
@@ -103,12 +103,12 @@ it_wait_lines() {
 it_relay() {
 	local name="$1"
 	shift
-	env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" \
+	env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" \
 		OUTBOX_TABLE="$OUTBOX_TABLE" \
 		OUTBOX_HTTP_ADDR="" \
 		OUTBOX_POLL_INTERVAL=200ms \
 		OUTBOX_LOG_FORMAT=json \
-		"$@" "$OUTBOX_RELAY_BIN" run >"$it_dir/$name.out" 2>"$it_dir/$name.log" &
+		"$@" "$RELAY_TEST_BIN" run >"$it_dir/$name.out" 2>"$it_dir/$name.log" &
 	it_last_pid=$!
 	it_pids+=("$it_last_pid")
 }

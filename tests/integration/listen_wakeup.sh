@@ -5,9 +5,9 @@
 # the trigger dropped it still goes out within the poll interval; the
 # listener comes back after a Postgres restart.
 . "$(dirname "$0")/lib.sh"
-: "${OUTBOX_TEST_PG_DIR:?run through tests/run.sh}"
+: "${RELAY_TEST_PG_DIR:?run through tests/run.sh}"
 it_table listen
-OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_LISTEN=on "$OUTBOX_RELAY_BIN" migrate \
+OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_LISTEN=on "$RELAY_TEST_BIN" migrate \
 	>"$it_dir/migrate-on.out" 2>&1 || it_fail "migrate with LISTEN on: $(cat "$it_dir/migrate-on.out")"
 grep -q "NOTIFY trigger present" "$it_dir/migrate-on.out" || it_fail "migrate did not report the trigger"
 
@@ -29,15 +29,15 @@ t=$(insert_and_time 5)
 awk -v t="$t" 'BEGIN { exit !(t < 1) }' || it_fail "with LISTEN the event took ${t}s"
 
 # Without the trigger, polling remains: within the 10 s interval.
-OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_LISTEN=off "$OUTBOX_RELAY_BIN" migrate \
+OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_LISTEN=off "$RELAY_TEST_BIN" migrate \
 	>"$it_dir/migrate-off.out" 2>&1 || it_fail "migrate with LISTEN off"
 sleep 0.5
 t=$(insert_and_time 12)
 awk -v t="$t" 'BEGIN { exit !(t >= 1) }' || it_fail "without the trigger the event came in ${t}s: was it not the poll?"
 
 # The listener reconnects and LISTENs again after a restart.
-OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_LISTEN=on "$OUTBOX_RELAY_BIN" migrate >/dev/null 2>&1
-bash "$OUTBOX_TEST_SOURCE_ROOT/tests/services/postgres.sh" restart "$OUTBOX_TEST_PG_DIR" >/dev/null
+OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_LISTEN=on "$RELAY_TEST_BIN" migrate >/dev/null 2>&1
+bash "$RELAY_TEST_SOURCE_ROOT/tests/services/postgres.sh" restart "$RELAY_TEST_PG_DIR" >/dev/null
 it_wait 30 "listener reconnect" grep -q '"listener lost its connection' "$it_dir/relay.log"
 sleep 3
 t=$(insert_and_time 12)

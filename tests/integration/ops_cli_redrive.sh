@@ -85,11 +85,11 @@ ops_cli redrive --help
 
 # check: a wrong password is a failed Postgres connection, exit 1, and
 # the password is printed nowhere.
-bad_url=$(printf '%s' "$OUTBOX_TEST_DATABASE_URL" | sed 's#://\([^:]*\):[^@]*@#://\1:wrong-Secret-42@#')
-[ "$bad_url" != "$OUTBOX_TEST_DATABASE_URL" ] || it_fail "could not build a URL with a wrong password"
+bad_url=$(printf '%s' "$RELAY_TEST_DATABASE_URL" | sed 's#://\([^:]*\):[^@]*@#://\1:wrong-Secret-42@#')
+[ "$bad_url" != "$RELAY_TEST_DATABASE_URL" ] || it_fail "could not build a URL with a wrong password"
 rc=0
 env OUTBOX_DATABASE_URL="$bad_url" OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_PUBLISHER=stdout \
-	"$OUTBOX_RELAY_BIN" check >"$it_dir/check.out" 2>&1 || rc=$?
+	"$RELAY_TEST_BIN" check >"$it_dir/check.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] || it_fail "check with a wrong password exited $rc: $(cat "$it_dir/check.out")"
 grep -q '^postgres .*FAILED.*password authentication failed' "$it_dir/check.out" ||
 	it_fail "check did not report the failed connection: $(cat "$it_dir/check.out")"

@@ -4,9 +4,9 @@
 # with its HTTP server on a free loopback port, requests to it, metric
 # values, and the CLI against the test's table.
 
-: "${OUTBOX_TEST_SOURCE_ROOT:?run through meson test}"
+: "${RELAY_TEST_SOURCE_ROOT:?run through meson test}"
 # shellcheck source=../services/lib.sh
-. "$OUTBOX_TEST_SOURCE_ROOT/tests/services/lib.sh"
+. "$RELAY_TEST_SOURCE_ROOT/tests/services/lib.sh"
 
 # ops_relay NAME [VAR=value...]: it_relay with the stdout publisher and
 # HTTP on a free port; returns once /healthz answers. Sets ops_port. A
@@ -83,9 +83,9 @@ ops_wait_metric() {
 # stdout to cli.out, stderr to cli.err; sets ops_rc.
 ops_cli() {
 	ops_rc=0
-	env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" \
+	env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" \
 		OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_LOG_FORMAT=json \
-		"$OUTBOX_RELAY_BIN" "$@" >"$it_dir/cli.out" 2>"$it_dir/cli.err" || ops_rc=$?
+		"$RELAY_TEST_BIN" "$@" >"$it_dir/cli.out" 2>"$it_dir/cli.err" || ops_rc=$?
 }
 
 # ops_expect_usage_error ARGS...: the command must exit 2 with a usage
@@ -120,7 +120,7 @@ ops_wait_exit() {
 ops_session_open() {
 	local name="$1"
 	mkfifo "$it_dir/$name.fifo"
-	PGAPPNAME="$name" psql "$OUTBOX_TEST_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 \
+	PGAPPNAME="$name" psql "$RELAY_TEST_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 \
 		-f "$it_dir/$name.fifo" >"$it_dir/$name.psql" 2>&1 &
 	it_pids+=("$!")
 	exec {ops_session_fd}>"$it_dir/$name.fifo"

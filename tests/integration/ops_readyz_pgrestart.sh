@@ -6,13 +6,13 @@
 # Stops the shared test server: runs alone in suite 'pgrestart'.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
-: "${OUTBOX_TEST_PG_DIR:?run through tests/run.sh}"
-pg_service="$OUTBOX_TEST_SOURCE_ROOT/tests/services/postgres.sh"
+: "${RELAY_TEST_PG_DIR:?run through tests/run.sh}"
+pg_service="$RELAY_TEST_SOURCE_ROOT/tests/services/postgres.sh"
 
 # Whatever happens, the server is running again for the next test.
 ops_pg_cleanup() {
-	bash "$pg_service" status "$OUTBOX_TEST_PG_DIR" >/dev/null 2>&1 ||
-		bash "$pg_service" restart "$OUTBOX_TEST_PG_DIR" >/dev/null 2>&1 || true
+	bash "$pg_service" status "$RELAY_TEST_PG_DIR" >/dev/null 2>&1 ||
+		bash "$pg_service" restart "$RELAY_TEST_PG_DIR" >/dev/null 2>&1 || true
 	it_cleanup
 }
 trap ops_pg_cleanup EXIT
@@ -26,7 +26,7 @@ ops_wait_code 20 /readyz 200
 # immediate: without a checkpoint the last commits (the migration) could
 # be lost with the crash.
 it_psql "CHECKPOINT"
-bash "$pg_service" stop "$OUTBOX_TEST_PG_DIR" >/dev/null
+bash "$pg_service" stop "$RELAY_TEST_PG_DIR" >/dev/null
 ops_wait_code 15 /readyz 503
 # Which dependency is down, not where it is or as whom: no host, port,
 # database, user or libpq text (the log has those).
@@ -41,7 +41,7 @@ ops_get /healthz
 ops_get /readyz
 [ "$ops_code" = 503 ] || it_fail "ready again while postgres is still down: $ops_body"
 
-bash "$pg_service" restart "$OUTBOX_TEST_PG_DIR" >/dev/null
+bash "$pg_service" restart "$RELAY_TEST_PG_DIR" >/dev/null
 ops_wait_code 30 /readyz 200
 ops_get /healthz
 [ "$ops_code" = 200 ] || it_fail "healthz after the restart: $ops_code $ops_body"

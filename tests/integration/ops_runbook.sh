@@ -1,31 +1,116 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The runbook stays true: its alerting rules pass `promtool check rules`
-# and name metrics the relay exports and sections that exist, and every
-# query of sql/runbook.sql runs against a real outbox table (substituted
-# the way the file says) and finds what it is for.
+# The operator's kit stays true: the alerting rules
+# (deploy/prometheus/) pass `promtool check rules` and their unit tests
+# (`promtool test rules`: each alert fires when it should and stays quiet
+# otherwise); the dashboard (deploy/grafana/) is a well-formed Grafana
+# dashboard; every metric the rules, their tests and the dashboard use is
+# one a live relay exports on /metrics; the rules link to sections of
+# docs/runbook.md that exist; and every query of sql/runbook.sql runs
+# against a real outbox table (substituted the way the file says) and
+# finds what it is for.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
 command -v promtool >/dev/null || it_fail "promtool not found (Debian package prometheus)"
-root="$OUTBOX_TEST_SOURCE_ROOT"
+root="$RELAY_TEST_SOURCE_ROOT"
+rules="$root/deploy/prometheus/outbox-relay.rules.yml"
+rules_test="$root/deploy/prometheus/outbox-relay.rules.test.yml"
+dashboard="$root/deploy/grafana/outbox-relay.json"
 it_table opsrunbook
 
-# The first yaml block of docs/runbook.md is the rules file.
-awk '/^```yaml$/ { on = 1; next } on && /^```$/ { exit } on { print }' \
-	"$root/docs/runbook.md" >"$it_dir/rules.yml"
-[ -s "$it_dir/rules.yml" ] || it_fail "no yaml block in docs/runbook.md"
-promtool check rules "$it_dir/rules.yml" >"$it_dir/promtool.out" 2>&1 ||
+promtool check rules "$rules" >"$it_dir/promtool.out" 2>&1 ||
 	it_fail "promtool check rules: $(cat "$it_dir/promtool.out")"
+promtool test rules "$rules_test" >"$it_dir/promtool-test.out" 2>&1 ||
+	it_fail "promtool test rules: $(cat "$it_dir/promtool-test.out")"
+# Every alert of the rules file has unit tests that see it fire and stay
+# quiet.
+python3 - "$rules" "$rules_test" >"$it_dir/coverage.out" 2>&1 <<'PY' ||
+import sys
+import yaml
+rules = yaml.safe_load(open(sys.argv[1]))
+tests = yaml.safe_load(open(sys.argv[2]))
+alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+fires, quiet = set(), set()
+for t in tests["tests"]:
+    for a in t.get("alert_rule_test", []):
+        (fires if a.get("exp_alerts") else quiet).add(a["alertname"])
+bad = sorted((alerts - fires) | (alerts - quiet))
+for name in bad:
+    print(f"alert {name} lacks a test where it fires or one where it stays quiet")
+if len(alerts) < 8:
+    print(f"only {len(alerts)} alerts in the rules file")
+sys.exit(1 if bad or len(alerts) < 8 else 0)
+PY
+	it_fail "$(cat "$it_dir/coverage.out")"
+# The runbook points at the rules file instead of holding a copy.
+grep -q 'deploy/prometheus/outbox-relay.rules.yml' "$root/docs/runbook.md" ||
+	it_fail "docs/runbook.md does not link the rules file"
+! grep -q '^      - alert:' "$root/docs/runbook.md" ||
+	it_fail "docs/runbook.md holds a copy of the rules"
 
-# Every metric the rules use is one the relay exports.
+# The dashboard: valid JSON in Grafana's dashboard model, importable as
+# is (its data source is a variable), with the panels it promises; prints
+# the metric names its queries use.
+python3 - "$dashboard" >"$it_dir/dashboard.metrics" 2>"$it_dir/dashboard.err" <<'PY' ||
+import json
+import re
+import sys
+d = json.load(open(sys.argv[1]))
+problems = []
+def need(cond, what):
+    if not cond:
+        problems.append(what)
+need(d.get("title") and d.get("uid"), "no title or uid")
+need(isinstance(d.get("schemaVersion"), int), "no schemaVersion")
+need(d.get("id") is None, "an id ties the dashboard to one Grafana")
+variables = {v["name"]: v for v in d.get("templating", {}).get("list", [])}
+need(variables.get("datasource", {}).get("type") == "datasource", "no data source variable")
+need("instance" in variables, "no replica (instance) variable")
+panels = d.get("panels", [])
+need(len(panels) >= 8, "fewer than 8 panels")
+ids = [p.get("id") for p in panels]
+need(len(ids) == len(set(ids)) and None not in ids, "panel ids missing or repeated")
+exprs = []
+for p in panels:
+    g = p.get("gridPos", {})
+    need(all(isinstance(g.get(k), int) for k in "xywh") and g["x"] + g["w"] <= 24,
+         f"panel {p.get('title')}: bad gridPos")
+    need(p.get("type") and p.get("title"), f"panel {p.get('id')}: no type or title")
+    if p.get("type") == "row":
+        continue
+    need(p.get("datasource", {}).get("uid") == "${datasource}", f"panel {p['title']}: fixed data source")
+    targets = p.get("targets", [])
+    need(targets, f"panel {p['title']}: no queries")
+    for t in targets:
+        need(t.get("expr") and t.get("refId"), f"panel {p['title']}: query without expr or refId")
+        exprs.append(t.get("expr", ""))
+text = "\n".join(exprs)
+for want in ["outbox_backlog_events", "outbox_oldest_pending_age_seconds",
+             "outbox_events_total", "outbox_publish_duration_seconds_bucket",
+             "outbox_lease_duration_seconds_bucket", "outbox_lost_leases_total",
+             "outbox_destinations_paused", "outbox_blocked_keys"]:
+    need(want in text, f"no panel shows {want}")
+need("by (outcome, class)" in text, "events are not split by outcome and class")
+need("$instance" in text and "by (instance)" in text, "nothing per replica")
+for p in problems:
+    print(p, file=sys.stderr)
+print("\n".join(sorted(set(re.findall(r"outbox_[a-z_]+", text)))))
+sys.exit(1 if problems else 0)
+PY
+	it_fail "dashboard: $(cat "$it_dir/dashboard.err")"
+
+# Every metric the rules, their tests and the dashboard use is one the
+# relay exports.
 ops_relay relay
 curl -s -m 5 "http://127.0.0.1:$ops_port/metrics" >"$it_dir/metrics.txt"
-for m in $(grep -o 'outbox_[a-z_]*' "$it_dir/rules.yml" | sort -u); do
+grep -q '^outbox_' "$it_dir/metrics.txt" || it_fail "/metrics answered nothing"
+for m in $(grep -oh 'outbox_[a-z_]*' "$rules" "$rules_test" | sort -u) \
+	$(cat "$it_dir/dashboard.metrics"); do
 	grep -q "^$m[ {]" "$it_dir/metrics.txt" ||
-		it_fail "the rules use $m, which /metrics does not export"
+		it_fail "$m is used by the rules or the dashboard, but /metrics does not export it"
 done
 # Every runbook link points at a heading of docs/runbook.md.
-for link in $(grep -o 'runbook.md#[a-z-]*' "$it_dir/rules.yml" | sort -u); do
+for link in $(grep -o 'runbook.md#[a-z-]*' "$rules" | sort -u); do
 	anchor=${link#runbook.md#}
 	grep '^### ' "$root/docs/runbook.md" | sed 's/^### //' |
 		tr 'A-Z ' 'a-z-' | grep -qx "$anchor" ||
@@ -59,7 +144,7 @@ sweep_locked() {
 it_wait 10 "the sweep lock" sweep_locked
 
 sed "s/outbox_events/$OUTBOX_TABLE/g" "$root/sql/runbook.sql" |
-	psql "$OUTBOX_TEST_DATABASE_URL" -X -v ON_ERROR_STOP=1 -P pager=off >"$it_dir/runbook.out" 2>&1 ||
+	psql "$RELAY_TEST_DATABASE_URL" -X -v ON_ERROR_STOP=1 -P pager=off >"$it_dir/runbook.out" 2>&1 ||
 	it_fail "sql/runbook.sql failed: $(tail -n 20 "$it_dir/runbook.out")"
 want() {
 	grep -q -E -- "$1" "$it_dir/runbook.out" || it_fail "runbook output lacks /$1/"

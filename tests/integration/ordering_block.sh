@@ -31,7 +31,7 @@ pid=$it_last_pid
 it_wait_count 20 "status = 'sent'" -eq 1
 sleep 1
 [ "$(it_count "status = 'sent' AND partition_key = 'K'")" = 0 ] || it_fail "block: K went on after its head failed"
-env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" "${rel[@]}" "$OUTBOX_RELAY_BIN" status --json >"$it_dir/status.json" ||
+env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" "${rel[@]}" "$RELAY_TEST_BIN" status --json >"$it_dir/status.json" ||
 	it_fail "status failed"
 jq -e '.. | strings | select(. == "K")' "$it_dir/status.json" >/dev/null || it_fail "status --json does not show blocked key K"
 # Past every retention, the blocking row survives the cleaner.
@@ -39,14 +39,14 @@ it_psql "UPDATE $OUTBOX_TABLE SET finished_at = now() - interval '1 day' WHERE s
 it_wait_count 20 "status = 'sent'" -eq 0
 [ "$(it_count "status = 'failed'")" = 1 ] || it_fail "the cleaner deleted the blocking row"
 
-env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" "${rel[@]}" "$OUTBOX_RELAY_BIN" unblock --key K --skip \
+env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" "${rel[@]}" "$RELAY_TEST_BIN" unblock --key K --skip \
 	>"$it_dir/unblock.out" 2>&1 || it_fail "unblock failed: $(cat "$it_dir/unblock.out")"
 it_wait_lines 20 "$it_dir/block.out" 3
 it_stop "$pid"
 [ "$(jq -r .subject "$it_dir/block.out" | tr '\n' ' ')" = "l1 k2 k3 " ] ||
 	it_fail "after unblock: delivered $(jq -r .subject "$it_dir/block.out" | tr '\n' ' ')"
 rc=0
-env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" "${rel[@]}" "$OUTBOX_RELAY_BIN" unblock --key K --skip \
+env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" "${rel[@]}" "$RELAY_TEST_BIN" unblock --key K --skip \
 	>"$it_dir/again.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] && grep -q "not blocked" "$it_dir/again.out" || it_fail "unblocking a free key: exit $rc"
 echo ok

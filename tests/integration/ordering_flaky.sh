@@ -6,7 +6,7 @@
 # order (the flaky test backend); for every key the first deliveries
 # follow seq, and nothing is lost.
 . "$(dirname "$0")/lib.sh"
-: "${OUTBOX_RELAY_FLAKY_BIN:?run through meson test}"
+: "${RELAY_TEST_FLAKY_BIN:?run through meson test}"
 it_table ordflaky
 schema=${OUTBOX_TABLE%.*}
 it_psql "DO \$\$ BEGIN
@@ -19,13 +19,13 @@ it_psql "DO \$\$ BEGIN
 log="$it_dir/deliveries.jsonl"
 flaky_relay() {
 	local name="$1"
-	env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
-		OUTBOX_HTTP_ADDR= OUTBOX_PUBLISHER=flaky OUTBOX_TEST_FLAKY_FILE="$log" \
-		OUTBOX_TEST_FLAKY_PERCENT=5 OUTBOX_ORDERING=partition OUTBOX_WORKERS=2 \
+	env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
+		OUTBOX_HTTP_ADDR= OUTBOX_PUBLISHER=flaky RELAY_TEST_FLAKY_FILE="$log" \
+		RELAY_TEST_FLAKY_PERCENT=5 OUTBOX_ORDERING=partition OUTBOX_WORKERS=2 \
 		OUTBOX_LEASE_TIMEOUT=3s OUTBOX_PUBLISH_TIMEOUT=1s OUTBOX_STATEMENT_TIMEOUT=1s \
 		OUTBOX_SWEEP_INTERVAL=500ms OUTBOX_POLL_INTERVAL=100ms \
 		OUTBOX_BACKOFF_BASE=100ms OUTBOX_BACKOFF_MAX=400ms \
-		"$OUTBOX_RELAY_FLAKY_BIN" run >/dev/null 2>"$it_dir/$name.log" &
+		"$RELAY_TEST_FLAKY_BIN" run >/dev/null 2>"$it_dir/$name.log" &
 	it_last_pid=$!
 	it_pids+=("$it_last_pid")
 }

@@ -5,7 +5,7 @@
 # are fenced off and nothing it still had is published after its
 # deadline, so the key's first deliveries stay in seq order.
 . "$(dirname "$0")/lib.sh"
-: "${OUTBOX_RELAY_FLAKY_BIN:?run through meson test}"
+: "${RELAY_TEST_FLAKY_BIN:?run through meson test}"
 it_table ordstop
 schema=${OUTBOX_TABLE%.*}
 it_psql "SELECT $schema.outbox_events_enqueue_json('step', jsonb_build_object('n', n), 'K')
@@ -15,16 +15,16 @@ log="$it_dir/deliveries.jsonl"
 flaky_relay() {
 	local name="$1"
 	shift
-	env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
-		OUTBOX_HTTP_ADDR= OUTBOX_PUBLISHER=flaky OUTBOX_TEST_FLAKY_FILE="$log" \
+	env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
+		OUTBOX_HTTP_ADDR= OUTBOX_PUBLISHER=flaky RELAY_TEST_FLAKY_FILE="$log" \
 		OUTBOX_ORDERING=partition OUTBOX_LEASE_TIMEOUT=2s OUTBOX_PUBLISH_TIMEOUT=500ms \
 		OUTBOX_STATEMENT_TIMEOUT=1s OUTBOX_SWEEP_INTERVAL=300ms OUTBOX_POLL_INTERVAL=100ms \
-		"$@" "$OUTBOX_RELAY_FLAKY_BIN" run >/dev/null 2>"$it_dir/$name.log" &
+		"$@" "$RELAY_TEST_FLAKY_BIN" run >/dev/null 2>"$it_dir/$name.log" &
 	it_last_pid=$!
 	it_pids+=("$it_last_pid")
 }
 # The first relay pauses 400 ms before each event: it is stopped there.
-flaky_relay slow OUTBOX_TEST_FLAKY_DELAY_MS=400
+flaky_relay slow RELAY_TEST_FLAKY_DELAY_MS=400
 slow=$it_last_pid
 it_wait_count 20 "status = 'in_flight' AND leased_by LIKE '%/$slow/%'" -ge 1
 kill -STOP "$slow"

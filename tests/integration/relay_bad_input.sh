@@ -53,27 +53,27 @@ bad_settings=(
 for setting in "${bad_settings[@]}"; do
 	var=${setting%%=*}
 	rc=0
-	env "$setting" OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" "$OUTBOX_RELAY_BIN" run \
+	env "$setting" OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" "$RELAY_TEST_BIN" run \
 		>"$it_dir/bad.out" 2>"$it_dir/bad.err" || rc=$?
 	[ "$rc" = 2 ] || it_fail "$setting: exit $rc, want 2"
 	grep -q "$var" "$it_dir/bad.err" || it_fail "$setting: error does not name $var: $(cat "$it_dir/bad.err")"
 done
 # The cross-checks say why.
-env OUTBOX_PUBLISH_TIMEOUT=1m "$OUTBOX_RELAY_BIN" run >"$it_dir/cross.out" 2>&1 || true
+env OUTBOX_PUBLISH_TIMEOUT=1m "$RELAY_TEST_BIN" run >"$it_dir/cross.out" 2>&1 || true
 grep -q "OUTBOX_LEASE_TIMEOUT" "$it_dir/cross.out" ||
 	it_fail "publish timeout cross-check does not name the lease timeout"
 
 # A missing table: named, with the command that creates it.
 rc=0
-env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_TABLE=nosuch_$$.outbox_events OUTBOX_HTTP_ADDR= \
-	"$OUTBOX_RELAY_BIN" run >"$it_dir/missing.out" 2>&1 || rc=$?
+env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE=nosuch_$$.outbox_events OUTBOX_HTTP_ADDR= \
+	"$RELAY_TEST_BIN" run >"$it_dir/missing.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] || it_fail "missing table: exit $rc, want 1"
 grep -q "nosuch_$$.outbox_events" "$it_dir/missing.out" || it_fail "missing table not named"
 grep -q "outbox-relay migrate" "$it_dir/missing.out" || it_fail "missing table: no hint to migrate"
 
 # A password never appears: wrong password at run time and in check.
 secret="Zq9-not-the-password-7Hx"
-wrong=$(printf '%s' "$OUTBOX_TEST_DATABASE_URL" | sed -E "s#(://[^:]+:)[^@]*@#\1$secret@#")
+wrong=$(printf '%s' "$RELAY_TEST_DATABASE_URL" | sed -E "s#(://[^:]+:)[^@]*@#\1$secret@#")
 it_relay wrongpw OUTBOX_DATABASE_URL="$wrong"
 pid=$it_last_pid
 sleep 3
@@ -81,11 +81,11 @@ kill -0 "$pid" || it_fail "the relay gave up instead of retrying the connection"
 it_stop "$pid"
 grep -q "password authentication failed" "$it_dir/wrongpw.log" || it_fail "no clear error for the wrong password"
 rc=0
-env OUTBOX_DATABASE_URL="$wrong" OUTBOX_TABLE="$OUTBOX_TABLE" "$OUTBOX_RELAY_BIN" check >"$it_dir/check.out" 2>&1 || rc=$?
+env OUTBOX_DATABASE_URL="$wrong" OUTBOX_TABLE="$OUTBOX_TABLE" "$RELAY_TEST_BIN" check >"$it_dir/check.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] || it_fail "check with a wrong password: exit $rc, want 1"
 rc=0
 env OUTBOX_DATABASE_URL="postgresql://u:$secret@127.0.0.1:1/x?no_such_option=1" \
-	timeout 10 "$OUTBOX_RELAY_BIN" run >"$it_dir/cfg.out" 2>&1 || rc=$?
+	timeout 10 "$RELAY_TEST_BIN" run >"$it_dir/cfg.out" 2>&1 || rc=$?
 [ "$rc" = 2 ] || it_fail "a malformed database URL: exit $rc, want 2"
 grep -q OUTBOX_DATABASE_URL "$it_dir/cfg.out" || it_fail "a malformed database URL is not named"
 if grep -l -- "$secret" "$it_dir"/*.log "$it_dir"/*.out "$it_dir"/*.err 2>/dev/null; then
@@ -97,9 +97,9 @@ import sys, urllib.parse as u
 p = u.urlparse(sys.argv[1])
 print("PGHOST=%s PGPORT=%s PGUSER=%s PGPASSWORD=%s PGDATABASE=%s" % (
     p.hostname, p.port, p.username, u.unquote(p.password or ""), p.path.lstrip("/")))
-' "$OUTBOX_TEST_DATABASE_URL")
+' "$RELAY_TEST_DATABASE_URL")
 # shellcheck disable=SC2086
-env -u OUTBOX_DATABASE_URL $pg_vars OUTBOX_TABLE="$OUTBOX_TABLE" "$OUTBOX_RELAY_BIN" check \
+env -u OUTBOX_DATABASE_URL $pg_vars OUTBOX_TABLE="$OUTBOX_TABLE" "$RELAY_TEST_BIN" check \
 	>"$it_dir/pgvars.out" 2>&1 || it_fail "check with PG* variables: $(cat "$it_dir/pgvars.out")"
 grep -q "^postgres .*: ok" "$it_dir/pgvars.out" || it_fail "check with PG* variables did not reach postgres"
 echo "ok"

@@ -21,6 +21,10 @@ rc=$it_rc
 sent_first=$(it_count "status = 'sent'")
 [ "$sent_first" -lt 1000 ] || it_fail "SIGTERM did not land mid-run"
 grep -q '"shutting down"' "$it_dir/first.log" || it_fail "no shutdown log line"
+# The test environment's own variables stay out of the relay's namespace,
+# so a relay started from a test shell has nothing to warn about.
+! grep -q 'unknown setting' "$it_dir/first.log" ||
+	it_fail "the relay warned: $(grep 'unknown setting' "$it_dir/first.log")"
 
 it_relay second OUTBOX_BATCH_SIZE=100
 pid=$it_last_pid

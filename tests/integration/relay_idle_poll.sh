@@ -8,7 +8,7 @@
 it_table idlepoll
 it_psql "INSERT INTO $OUTBOX_TABLE (type, exchange, partition_key, payload) VALUES
   ('t', 'held', NULL, '{}'), ('t', 'free', 'K', '{}'), ('t', 'free', 'K', '{}')"
-env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" "$OUTBOX_RELAY_BIN" pause --destination held >/dev/null ||
+env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" "$RELAY_TEST_BIN" pause --destination held >/dev/null ||
 	it_fail "pause failed"
 # Key K: its head waits in backoff, the row behind it is due but blocked.
 it_psql "UPDATE $OUTBOX_TABLE SET next_attempt_at = now() + interval '1 hour'

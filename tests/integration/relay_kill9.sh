@@ -12,10 +12,10 @@ it_psql "INSERT INTO $OUTBOX_TABLE (type, payload)
 # The relay writes into a pipe nobody reads yet: once the pipe is full it
 # blocks inside a batch, holding leased rows, and is killed there.
 mkfifo "$it_dir/pipe"
-env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
+env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
 	OUTBOX_HTTP_ADDR= OUTBOX_LEASE_TIMEOUT=2s OUTBOX_PUBLISH_TIMEOUT=500ms \
 	OUTBOX_STATEMENT_TIMEOUT=1s OUTBOX_SWEEP_INTERVAL=500ms OUTBOX_BATCH_SIZE=50 \
-	"$OUTBOX_RELAY_BIN" run >"$it_dir/pipe" 2>"$it_dir/first.log" &
+	"$RELAY_TEST_BIN" run >"$it_dir/pipe" 2>"$it_dir/first.log" &
 pid=$!
 it_pids+=("$pid")
 exec 3<"$it_dir/pipe"

@@ -10,11 +10,11 @@ app="app_$$"
 relay="relay_$$"
 it_psql "CREATE ROLE $app; CREATE ROLE $relay"
 trap 'it_psql "DROP OWNED BY $app, $relay; DROP ROLE IF EXISTS $app; DROP ROLE IF EXISTS $relay" >/dev/null 2>&1 || true; it_cleanup' EXIT
-psql "$OUTBOX_TEST_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -v app_role="$app" -v relay_role="$relay" \
-	-v schema="$schema" -v table=outbox_events -f "$OUTBOX_TEST_SOURCE_ROOT/sql/grants.sql" >/dev/null ||
+psql "$RELAY_TEST_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -v app_role="$app" -v relay_role="$relay" \
+	-v schema="$schema" -v table=outbox_events -f "$RELAY_TEST_SOURCE_ROOT/sql/grants.sql" >/dev/null ||
 	it_fail "grants.sql failed"
 as() { # ROLE SQL: runs SQL as ROLE; prints ok or the SQLSTATE class
-	psql "$OUTBOX_TEST_DATABASE_URL" -X -A -t -q -c "SET ROLE $1; $2" >/dev/null 2>&1 && echo ok || echo denied
+	psql "$RELAY_TEST_DATABASE_URL" -X -A -t -q -c "SET ROLE $1; $2" >/dev/null 2>&1 && echo ok || echo denied
 }
 [ "$(as "$app" "INSERT INTO $OUTBOX_TABLE (type, payload) VALUES ('t', 'x')")" = ok ] || it_fail "app cannot insert"
 [ "$(as "$app" "SELECT $schema.outbox_events_enqueue_json('t', '{}', 'k')")" = ok ] || it_fail "app cannot use the helper"

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # The C sources follow the repository's .clang-format.
 set -euo pipefail
-root="${OUTBOX_TEST_SOURCE_ROOT:?run through meson test}"
+root="${RELAY_TEST_SOURCE_ROOT:?run through meson test}"
 cd "$root"
 files=$(git ls-files 'src/*.[ch]' 'publishers/*.[ch]' 'tests/*.[ch]' 2>/dev/null ||
 	find src publishers tests -name '*.[ch]')

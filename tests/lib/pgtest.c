@@ -16,10 +16,10 @@
 
 const char *pgtest_url(void)
 {
-	const char *url = getenv("OUTBOX_TEST_DATABASE_URL");
+	const char *url = getenv("RELAY_TEST_DATABASE_URL");
 	if (!url || !*url)
 		fail_msg(
-		    "OUTBOX_TEST_DATABASE_URL is not set: run tests/run.sh");
+		    "RELAY_TEST_DATABASE_URL is not set: run tests/run.sh");
 	return url;
 }
 

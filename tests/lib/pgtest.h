@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Test fixtures against the real Postgres that tests/run.sh starts
- * (OUTBOX_TEST_DATABASE_URL). Each test gets its own schema, so test
+ * (RELAY_TEST_DATABASE_URL). Each test gets its own schema, so test
  * programs run in parallel without seeing each other's rows.
  */
 #ifndef OUTBOX_PGTEST_H

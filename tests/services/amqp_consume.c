@@ -9,7 +9,7 @@
  * Usage: amqp_consume [--url URL] [--declare-exchange X]... [--queue Q]
  *                     [--max-length N] [--bind X:KEY]... [--count N]
  *                     [--idle-timeout SEC]
- *   URL defaults to $OUTBOX_TEST_AMQP_URL. Exchanges are durable topic
+ *   URL defaults to $RELAY_TEST_AMQP_URL. Exchanges are durable topic
  *   exchanges; the queue is durable and outlives the consumer; with
  *   --max-length it holds at most N messages and the broker refuses
  *   (basic.nack) publishes beyond (x-overflow reject-publish). With
@@ -68,7 +68,7 @@ static long parse_count(const char *s)
 
 static void parse_args(int argc, char **argv, struct options *o)
 {
-	o->url = getenv("OUTBOX_TEST_AMQP_URL");
+	o->url = getenv("RELAY_TEST_AMQP_URL");
 	o->idle_s = 10;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];

@@ -7,9 +7,9 @@
  * global delivery order, and it fails a share of publishes retryably.
  *
  *   OUTBOX_PUBLISHER=flaky
- *   OUTBOX_TEST_FLAKY_FILE     the delivery log (required)
- *   OUTBOX_TEST_FLAKY_PERCENT  share of events nacked (PUB_EVENT), 0-100
- *   OUTBOX_TEST_FLAKY_DELAY_MS pause before each event, to widen windows
+ *   RELAY_TEST_FLAKY_FILE     the delivery log (required)
+ *   RELAY_TEST_FLAKY_PERCENT  share of events nacked (PUB_EVENT), 0-100
+ *   RELAY_TEST_FLAKY_DELAY_MS pause before each event, to widen windows
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -31,8 +31,8 @@ struct flaky {
 static int flaky_validate(const struct config *cfg, char *err, size_t errlen)
 {
 	(void)cfg;
-	if (!getenv("OUTBOX_TEST_FLAKY_FILE")) {
-		snprintf(err, errlen, "OUTBOX_TEST_FLAKY_FILE is not set");
+	if (!getenv("RELAY_TEST_FLAKY_FILE")) {
+		snprintf(err, errlen, "RELAY_TEST_FLAKY_FILE is not set");
 		return -1;
 	}
 	return 0;
@@ -43,7 +43,7 @@ static int flaky_open(const struct config *cfg, void **state, char *err,
 {
 	(void)cfg;
 	struct flaky *f = calloc(1, sizeof(*f));
-	const char *path = getenv("OUTBOX_TEST_FLAKY_FILE");
+	const char *path = getenv("RELAY_TEST_FLAKY_FILE");
 	if (!f || !path) {
 		free(f);
 		snprintf(err, errlen, "flaky: no memory or no file");
@@ -55,8 +55,8 @@ static int flaky_open(const struct config *cfg, void **state, char *err,
 		free(f);
 		return -1;
 	}
-	const char *p = getenv("OUTBOX_TEST_FLAKY_PERCENT");
-	const char *d = getenv("OUTBOX_TEST_FLAKY_DELAY_MS");
+	const char *p = getenv("RELAY_TEST_FLAKY_PERCENT");
+	const char *d = getenv("RELAY_TEST_FLAKY_DELAY_MS");
 	f->percent = p ? atoi(p) : 0;
 	f->delay_ms = d ? atoi(d) : 0;
 	f->seed = (unsigned int)(getpid() ^ time(NULL));

@@ -11,7 +11,7 @@
 #        kafka.sh stop DIR             stop; succeeds if already stopped
 #
 # DIR comes from `mktemp -d`. After start, DIR/env holds KEY=value lines:
-# OUTBOX_TEST_KAFKA_BROKERS and KAFKA_CONTROL (the FIFO; tests may also
+# RELAY_TEST_KAFKA_BROKERS and KAFKA_CONTROL (the FIFO; tests may also
 # write command lines to it directly, without waiting for them).
 set -euo pipefail
 
@@ -87,10 +87,10 @@ cmd_start() {
 	esac
 
 	{
-		echo "OUTBOX_TEST_KAFKA_BROKERS=$bootstrap"
+		echo "RELAY_TEST_KAFKA_BROKERS=$bootstrap"
 		echo "KAFKA_CONTROL=$dir/control"
 	} >"$dir/env"
-	echo "OUTBOX_TEST_KAFKA_BROKERS=$bootstrap"
+	echo "RELAY_TEST_KAFKA_BROKERS=$bootstrap"
 }
 
 # Number of commands the broker has answered so far.

@@ -11,7 +11,7 @@
 #        postgres.sh status DIR    exit 0 if running
 #
 # DIR comes from `mktemp -d`. After start, DIR/env holds KEY=value lines:
-# OUTBOX_TEST_DATABASE_URL, PGHOST, PGPORT, PG_BIN, PG_DATA, PG_SOCKET_DIR.
+# RELAY_TEST_DATABASE_URL, PGHOST, PGPORT, PG_BIN, PG_DATA, PG_SOCKET_DIR.
 # Role `outbox` (superuser, password outbox-test-secret) owns database
 # `outbox`; TCP logins need the password (SCRAM), socket logins are trusted.
 # PG_BIN may be set to choose a server version; the newest one is the default.
@@ -144,8 +144,8 @@ EOF
 	"$pg_bin/psql" -X -q -At -d "$url" -c 'SELECT 1' >>"$dir/setup.log" 2>&1 \
 		|| svc_fail "password login as 'outbox' over TCP failed" "$dir/setup.log" "$dir/postgres.log"
 
-	echo "OUTBOX_TEST_DATABASE_URL=$url" >>"$dir/env"
-	echo "OUTBOX_TEST_DATABASE_URL=$url"
+	echo "RELAY_TEST_DATABASE_URL=$url" >>"$dir/env"
+	echo "RELAY_TEST_DATABASE_URL=$url"
 }
 
 cmd_restart() {

@@ -9,7 +9,7 @@
 #        rabbitmq.sh stop DIR            stop; succeeds if already stopped
 #
 # DIR comes from `mktemp -d`. After start, DIR/env holds KEY=value lines:
-# OUTBOX_TEST_AMQP_URL, RABBITMQ_NODENAME, RABBITMQ_NODE_PORT, ERL_EPMD_PORT,
+# RELAY_TEST_AMQP_URL, RABBITMQ_NODENAME, RABBITMQ_NODE_PORT, ERL_EPMD_PORT,
 # RABBITMQ_CONF_ENV_FILE, HOME (where the node's Erlang cookie is).
 # User `outbox` (password outbox-test-secret) has full rights on vhost "/".
 #
@@ -258,8 +258,8 @@ EOF
 			"$dir/log/setup.log" "$dir/log/$node.log"
 
 	# No path: vhost "/" (a trailing "/" would name the empty vhost).
-	echo "OUTBOX_TEST_AMQP_URL=amqp://outbox:$rmq_password@127.0.0.1:$amqp_port" >>"$dir/env"
-	echo "OUTBOX_TEST_AMQP_URL=amqp://outbox:$rmq_password@127.0.0.1:$amqp_port"
+	echo "RELAY_TEST_AMQP_URL=amqp://outbox:$rmq_password@127.0.0.1:$amqp_port" >>"$dir/env"
+	echo "RELAY_TEST_AMQP_URL=amqp://outbox:$rmq_password@127.0.0.1:$amqp_port"
 	echo "rabbitmq.sh: node $node ready in $((SECONDS - t0))s" >&2
 }
 

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The numbers of `outbox-relay status --watch`: one statement per redraw,
+ * on the command's own session, whose counts each read a partial index of
+ * their state, and which Postgres itself turns into JSON.
+ */
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "pgconn.h"
+#include "store_internal.h"
+
+/* leased_by up to its second '/': host/pid, the holder's registry id. */
+#define HOLDER                                                                 \
+	"CASE WHEN leased_by LIKE '%/%' THEN split_part(leased_by, '/', 1) "   \
+	"|| '/' || split_part(leased_by, '/', 2) ELSE leased_by END"
+
+/* Rows finished within the window: the finished-rows index by
+ * (status, finished_at) bounds the scan to them. */
+static char *watch_sql(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "WITH p AS (SELECT count(*) AS pending, count(*) FILTER (WHERE "
+	    "next_attempt_at <= now()) AS due_now, count(*) FILTER (WHERE "
+	    "attempts > 0 AND next_attempt_at > now()) AS retrying, count(*) "
+	    "FILTER (WHERE suspect) AS crash_suspects, min(created_at) AS "
+	    "oldest FROM %s WHERE status = 'pending'), "
+	    "f AS (SELECT count(*) FILTER (WHERE status = 'sent') AS sent, "
+	    "count(*) FILTER (WHERE status = 'failed' AND attempts < "
+	    "max_attempts) AS permanent, count(*) FILTER (WHERE status = "
+	    "'failed' AND attempts >= max_attempts) AS attempts_spent FROM %s "
+	    "WHERE status IN ('sent', 'failed') AND finished_at > now() - "
+	    "$1::float8 * interval '1 millisecond'), "
+	    "h AS (SELECT %s AS holder, count(*) AS rows, count(*) FILTER "
+	    "(WHERE lease_expires_at < now()) AS expired FROM %s WHERE status "
+	    "= 'in_flight' GROUP BY 1) "
+	    "SELECT json_build_object('at', extract(epoch FROM now()), "
+	    "'window_seconds', $1::float8 / 1000, 'pending', p.pending, "
+	    "'due_now', p.due_now, 'retrying', p.retrying, 'crash_suspects', "
+	    "p.crash_suspects, 'oldest_pending_age_seconds', "
+	    "coalesce(greatest(0, extract(epoch FROM now() - p.oldest)), 0), "
+	    "'sent', f.sent, 'failed_permanent', f.permanent, "
+	    "'failed_attempts_spent', f.attempts_spent, 'failed_total', "
+	    "(SELECT count(*) FROM %s WHERE status = 'failed'), 'in_flight', "
+	    "(SELECT coalesce(sum(h.rows), 0) FROM h), 'in_flight_by_holder', "
+	    "(SELECT coalesce(json_agg(x ORDER BY x.rows DESC, x.holder), "
+	    "'[]') FROM (SELECT * FROM h ORDER BY rows DESC, holder LIMIT 20) "
+	    "x))::text FROM p, f",
+	    T, T, HOLDER, T, T);
+}
+
+int store_admin_watch(struct store *s, int64_t window_ms, cJSON **out,
+		      char *err, size_t errlen)
+{
+	int rc = STORE_ERROR;
+	char window[32];
+	const char *values[1] = {window};
+	PGresult *res = NULL;
+	char *sql = watch_sql(s);
+	*out = NULL;
+	snprintf(window, sizeof(window), "%lld", (long long)window_ms);
+	if (!sql) {
+		snprintf(err, errlen, "watch: out of memory");
+		goto out;
+	}
+	if (!s->conn || PQstatus(s->conn) != CONNECTION_OK) {
+		snprintf(err, errlen, "watch: not connected to postgres");
+		rc = STORE_RECONNECT;
+		goto out;
+	}
+	res = PQexecParams(s->conn, sql, 1, NULL, values, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		char why[768];
+		pgconn_error(s->conn, res, why, sizeof(why));
+		snprintf(err, errlen, "watch: %s", why);
+		rc = pgconn_needs_reconnect(s->conn, res) ? STORE_RECONNECT
+							  : STORE_ERROR;
+		goto out;
+	}
+	*out = cJSON_Parse(PQgetvalue(res, 0, 0));
+	if (!*out) {
+		snprintf(err, errlen, "watch: out of memory");
+		goto out;
+	}
+	rc = 0;
+out:
+	PQclear(res);
+	free(sql);
+	return rc;
+}
