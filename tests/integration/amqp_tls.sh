@@ -12,7 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/amqp_lib.sh"
 . "$(dirname "$0")/tls_lib.sh"
-rmq_service="$OUTBOX_TEST_SOURCE_ROOT/tests/services/rabbitmq.sh"
+rmq_service="$RELAY_TEST_SOURCE_ROOT/tests/services/rabbitmq.sh"
 it_table amqp_tls
 
 chmod 755 "$it_dir"
@@ -23,8 +23,8 @@ mkdir "$rmq"
 trap 'bash "$rmq_service" stop "$rmq" >/dev/null 2>&1; it_cleanup' EXIT
 RABBITMQ_TEST_TLS_DIR="$certs" bash "$rmq_service" start "$rmq" >"$it_dir/rmq-start.out" 2>&1 ||
 	it_fail "cannot start a RabbitMQ node with TLS: $(cat "$it_dir/rmq-start.out")"
-plain_url=$(sed -n 's/^OUTBOX_TEST_AMQP_URL=//p' "$rmq/env")
-tls_port=$(sed -n 's/^OUTBOX_TEST_AMQPS_PORT=//p' "$rmq/env")
+plain_url=$(sed -n 's/^RELAY_TEST_AMQP_URL=//p' "$rmq/env")
+tls_port=$(sed -n 's/^RELAY_TEST_AMQPS_PORT=//p' "$rmq/env")
 [ -n "$tls_port" ] || it_fail "the node has no TLS port"
 # The user the client certificate's CN names, for EXTERNAL.
 bash "$rmq_service" ctl "$rmq" add_user outbox-relay-client "unused-$RANDOM$RANDOM" >/dev/null &&
@@ -34,7 +34,7 @@ bash "$rmq_service" ctl "$rmq" add_user outbox-relay-client "unused-$RANDOM$RAND
 tls_url="amqps://outbox:outbox-test-secret@localhost:$tls_port"
 x="$amqp_ns.x"
 q="$amqp_ns.q"
-"$OUTBOX_AMQP_CONSUME" --url "$plain_url" --declare-exchange "$x" --queue "$q" --bind "$x:#" ||
+"$RELAY_TEST_AMQP_CONSUME" --url "$plain_url" --declare-exchange "$x" --queue "$q" --bind "$x:#" ||
 	it_fail "cannot set up exchange $x and queue $q"
 
 # tls_check NAME URL [VAR=value...]: `check` against the node; sets it_rc.
@@ -42,9 +42,9 @@ tls_check() {
 	local name="$1" url="$2"
 	shift 2
 	it_rc=0
-	env OUTBOX_DATABASE_URL="$OUTBOX_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
+	env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
 		OUTBOX_PUBLISHER=amqp OUTBOX_AMQP_URL="$url" OUTBOX_LOG_FORMAT=json "$@" \
-		"$OUTBOX_RELAY_BIN" check >"$it_dir/$name.out" 2>&1 || it_rc=$?
+		"$RELAY_TEST_BIN" check >"$it_dir/$name.out" 2>&1 || it_rc=$?
 }
 
 # tls_relay NAME N URL [VAR=value...]: N events relayed over url arrive.
@@ -55,7 +55,7 @@ tls_relay() {
 	it_relay "$name" OUTBOX_PUBLISHER=amqp OUTBOX_AMQP_URL="$url" OUTBOX_AMQP_EXCHANGE="$x" "$@"
 	local pid=$it_last_pid
 	it_wait_count 30 "status = 'sent' AND type = 'tls.$name'" -eq "$n"
-	"$OUTBOX_AMQP_CONSUME" --url "$plain_url" --queue "$q" --count "$n" --idle-timeout 10 \
+	"$RELAY_TEST_AMQP_CONSUME" --url "$plain_url" --queue "$q" --count "$n" --idle-timeout 10 \
 		>"$it_dir/$name.jsonl" 2>"$it_dir/$name.err" ||
 		it_fail "$name: consumed $(wc -l <"$it_dir/$name.jsonl") of $n: $(cat "$it_dir/$name.err")"
 	it_stop "$pid"

@@ -8,7 +8,7 @@
 # by the server.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/tls_lib.sh"
-pg_service="$OUTBOX_TEST_SOURCE_ROOT/tests/services/postgres.sh"
+pg_service="$RELAY_TEST_SOURCE_ROOT/tests/services/postgres.sh"
 
 # The service account must reach the server's directory.
 chmod 755 "$it_dir"
@@ -49,7 +49,7 @@ relay_cmd() {
 	shift 2
 	it_rc=0
 	env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_LOG_FORMAT=json \
-		"$OUTBOX_RELAY_BIN" "$@" >"$it_dir/$out" 2>&1 || it_rc=$?
+		"$RELAY_TEST_BIN" "$@" >"$it_dir/$out" 2>&1 || it_rc=$?
 }
 
 relay_cmd "$good" migrate.out migrate
@@ -63,7 +63,7 @@ psql_tls() {
 }
 psql_tls "INSERT INTO $OUTBOX_TABLE (type, payload) SELECT 'tls.pg', '{}' FROM generate_series(1, 5)"
 env OUTBOX_DATABASE_URL="$good" OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_HTTP_ADDR="" \
-	OUTBOX_POLL_INTERVAL=200ms "$OUTBOX_RELAY_BIN" run >"$it_dir/relay.out" 2>"$it_dir/relay.log" &
+	OUTBOX_POLL_INTERVAL=200ms "$RELAY_TEST_BIN" run >"$it_dir/relay.out" 2>"$it_dir/relay.log" &
 pid=$!
 it_pids+=("$pid")
 sent() { [ "$(psql_tls "SELECT count(*) FROM $OUTBOX_TABLE WHERE status = 'sent'")" = 5 ]; }

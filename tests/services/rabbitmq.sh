@@ -17,7 +17,7 @@
 # and server.key, the node also listens for AMQPS (TLS) on another port,
 # asks clients for a certificate signed by ca.crt (without requiring one),
 # and enables rabbitmq_auth_mechanism_ssl (SASL EXTERNAL, the user name
-# taken from the certificate's CN); DIR/env then holds OUTBOX_TEST_AMQPS_PORT.
+# taken from the certificate's CN); DIR/env then holds RELAY_TEST_AMQPS_PORT.
 set -euo pipefail
 
 # shellcheck disable=SC2034 # read by lib.sh
@@ -213,7 +213,7 @@ EOF
 		echo "ERL_EPMD_PORT=$epmd_port"
 		echo "RABBITMQ_CONF_ENV_FILE=$dir/rabbitmq-env.conf"
 		echo "HOME=$dir"
-		[ -z "$tls_port" ] || echo "OUTBOX_TEST_AMQPS_PORT=$tls_port"
+		[ -z "$tls_port" ] || echo "RELAY_TEST_AMQPS_PORT=$tls_port"
 	} >"$dir/env"
 
 	if [ "$(id -u)" -eq 0 ]; then
