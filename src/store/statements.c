@@ -122,14 +122,13 @@ static char *lease_sql(const struct store *s, bool claims)
 	int n = s->opt.batch_size;
 	char *crashed =
 	    claims ? store_asprintf("crashed AS MATERIALIZED (SELECT "
-				    "coalesce(array_agg(x), '{}') AS ids "
-				    "FROM (SELECT unnest(ids) AS x FROM %s "
-				    "WHERE cardinality(ids) > 0 AND "
-				    "pg_xact_status(xid) = 'aborted') q), ",
+				    "unnest(ids) AS x FROM %s WHERE "
+				    "cardinality(ids) > 0 AND "
+				    "pg_xact_status(xid) = 'aborted'), ",
 				    s->claims)
 		   : strdup("");
 	const char *skip_crashed =
-	    claims ? "AND NOT id = ANY((SELECT ids FROM crashed)) " : "";
+	    claims ? "AND NOT id = ANY(ARRAY(SELECT x FROM crashed)) " : "";
 	if (!crashed)
 		return NULL;
 	/* Rows bound for a paused destination (or destination + routing

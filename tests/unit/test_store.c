@@ -242,8 +242,9 @@ static void test_lock_lease_fencing(void **state)
 			 10);
 
 	/* The session dies under the lease (a crash, or a stall killed by
-	 * the server): the marks of the stale lease are refused, and the
-	 * rows are leased again by another session. */
+	 * the server): the marks of the stale lease are refused. Its rows
+	 * wait for the sweeper, which charges the attempt, and come back
+	 * one per batch as crash suspects. */
 	terminate(c, app);
 	struct mark_result r;
 	const char **ids = batch_ids(&b);
@@ -258,13 +259,22 @@ static void test_lock_lease_fencing(void **state)
 			table),
 	    0);
 	lease(s2, &b2);
-	assert_int_equal(b2.n, 10);
-	mark(s2, MARK_SENT, &b2, NULL);
-	commit(&b2);
+	assert_int_equal(b2.n, 0);
+	lease_batch_release(&b2);
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 10);
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	for (int i = 0; i < 10; i++) {
+		lease(s2, &b2);
+		assert_int_equal(b2.n, 1);
+		mark(s2, MARK_SENT, &b2, NULL);
+		commit(&b2);
+	}
 	assert_int_equal(
 	    pgtest_long(c,
 			"SELECT count(*) FROM %s WHERE status = 'sent' AND "
-			"attempts = 1 AND leased_by = 'test/2/w0'",
+			"attempts = 2 AND leased_by = 'test/2/w0'",
 			table),
 	    10);
 
@@ -285,15 +295,15 @@ static void test_lock_lease_fencing(void **state)
 	assert_int_not_equal(store_lease_commit(&b, err, sizeof(err)), 0);
 	lease_batch_release(&b);
 	assert_int_equal(store_reconnect(s, err, sizeof(err)), 0);
-	lease(s2, &b2);
-	assert_int_equal(b2.n, 3);
-	lease_batch_release(&b2); /* rolled back: nothing written */
+	/* Nothing of the stale lease was written; the sweeper charges it. */
 	assert_int_equal(
 	    pgtest_long(c,
 			"SELECT count(*) FROM %s WHERE status = 'pending' AND "
 			"attempts = 0",
 			table),
 	    3);
+	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 3);
 	store_close(s);
 	store_close(s2);
 	PQfinish(c);
@@ -380,8 +390,10 @@ static void test_renew_sweep_suspect(void **state)
 		commit(&b);
 	}
 
-	/* A row another lease holds when the sweeper comes is left to that
-	 * lease: the crashed claim is emptied without charging it. */
+	/* A crashed lease's rows are not leased before the sweeper came;
+	 * one that another transaction holds anyway (it locked the row as
+	 * the claim's holder died) is left to it: the crashed claim is
+	 * emptied without charging it. */
 	pgtest_insert(c, table, 2);
 	lease(s, &b);
 	assert_int_equal(b.n, 2);
@@ -390,9 +402,25 @@ static void test_renew_sweep_suspect(void **state)
 	assert_int_equal(store_reconnect(s, err, sizeof(err)), 0);
 	struct lease_batch b2;
 	lease(s2, &b2);
-	assert_int_equal(b2.n, 2);
+	assert_int_equal(b2.n, 0);
+	lease_batch_release(&b2);
+	PGconn *other = pgtest_connect();
+	pgtest_exec(other, "BEGIN");
+	pgtest_exec(other,
+		    "SELECT id FROM %s WHERE status = 'pending' FOR UPDATE",
+		    table);
 	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_pending + sw.to_failed, 0);
+	pgtest_exec(other, "COMMIT");
+	PQfinish(other);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE status = 'pending' AND "
+			"attempts = 0",
+			table),
+	    2);
+	lease(s2, &b2);
+	assert_int_equal(b2.n, 2);
 	mark(s2, MARK_SENT, &b2, NULL);
 	commit(&b2);
 	assert_int_equal(pgtest_long(c,
