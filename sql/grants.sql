@@ -28,7 +28,7 @@ SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I.%I TO %I', :'schema', 
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = :'schema' AND c.relkind = 'r'
   AND c.relname IN (:'table' || '_replicas', :'table' || '_control', :'table' || '_blocked_keys',
-                    :'table' || '_key_heads')
+                    :'table' || '_key_heads', :'table' || '_claims')
 \gexec
 SELECT format('GRANT SELECT ON %I.%I TO %I', :'schema', :'table' || '_schema_version', :'relay_role')
 \gexec

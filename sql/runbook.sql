@@ -92,21 +92,29 @@ SELECT id, version, state, started_at, last_seen_at,
 FROM outbox_events_replicas ORDER BY last_seen_at DESC;
 
 -- In-flight rows by holder (leased_by up to its second '/' is the
--- registry id), with expired leases the sweeper has not returned yet.
+-- registry id). A lease is a row lock held by the worker's open
+-- transaction, recorded in outbox_events_claims (the rows still say
+-- pending); rows a relay of an older version leased say in_flight.
+WITH f AS (
+  SELECT c.holder AS leased_by, c.leased_at, c.expires_at AS lease_expires_at
+  FROM outbox_events_claims c, unnest(c.ids) AS u(id)
+  WHERE pg_xact_status(c.xid) = 'in progress'
+  UNION ALL
+  SELECT leased_by, leased_at, lease_expires_at
+  FROM outbox_events WHERE status = 'in_flight')
 SELECT split_part(f.leased_by, '/', 1) || '/' || split_part(f.leased_by, '/', 2) AS holder,
        coalesce(bool_or(r.last_seen_at > now() - interval '15 seconds'), false) AS holder_alive,
        count(*) AS rows,
        count(*) FILTER (WHERE f.lease_expires_at < now()) AS expired,
        min(f.lease_expires_at) - now() AS next_expiry,
        max(now() - f.leased_at) AS longest_held
-FROM outbox_events f
+FROM f
 LEFT JOIN outbox_events_replicas r
   ON r.id = split_part(f.leased_by, '/', 1) || '/' || split_part(f.leased_by, '/', 2)
-WHERE f.status = 'in_flight'
 GROUP BY 1 ORDER BY rows DESC;
 
--- Rows that came back from an expired lease (crash suspects) and rows
--- leased many times: a relay dies on them, or leases expire before the
+-- Rows that came back from a lost lease (crash suspects) and rows
+-- leased many times: a relay dies on them, or leases end before the
 -- broker answers (OUTBOX_LEASE_TIMEOUT too short for the publish deadline).
 SELECT id, type, status, attempts, max_attempts, suspect, leased_by,
        left(last_error, 200) AS last_error
@@ -146,7 +154,12 @@ ORDER BY b.blocked_at;
 --   outbox-relay unblock --key <key> --redrive   (retry it, then the rest)
 
 \echo '== 7. No sweep cluster-wide: expired leases waiting, and who holds the sweep lock'
-SELECT count(*) AS expired_leases, min(lease_expires_at) AS oldest_expiry
+-- (leases whose transaction ended without committing, and rows of older
+-- relays whose lease expired)
+SELECT (SELECT coalesce(sum(cardinality(ids)), 0) FROM outbox_events_claims
+        WHERE cardinality(ids) > 0 AND pg_xact_status(xid) = 'aborted')
+       + count(*) AS expired_leases,
+       min(lease_expires_at) AS oldest_expiry
 FROM outbox_events
 WHERE status = 'in_flight' AND lease_expires_at < now();
 

@@ -107,7 +107,9 @@ const struct setting config_core_rows[] = {
     SETTING_INT(C, "OUTBOX_CLEAN_BATCH_SIZE", clean_batch_size, "1000", 1,
 		100000, "rows deleted per cleaner transaction"),
     SETTING_DURATION(C, "OUTBOX_RETENTION", retention_ms, "24h", MINUTE,
-		     3650 * DAY, 0, "how long sent rows are kept"),
+		     3650 * DAY, SETTING_ZERO_OK,
+		     "how long sent rows are kept; 0 deletes a row as soon as "
+		     "the broker acknowledged it (no history)"),
     SETTING_DURATION(C, "OUTBOX_FAILED_RETENTION", failed_retention_ms, "7d",
 		     MINUTE, 3650 * DAY, SETTING_ZERO_OK,
 		     "how long failed rows are kept; 0 keeps them"),

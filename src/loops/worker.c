@@ -23,6 +23,8 @@
  * rather than a statement per row, short enough that an event waits less
  * than one cycle (pause + lease + publish + mark) at moderate rates. */
 #define REPOLL_MS 10
+/* How stale the operator pauses a worker obeys may be. */
+#define CONTROL_REFRESH_MS 1000
 
 #define REASON_MAX 256
 
@@ -66,6 +68,11 @@ struct worker {
 	struct publisher pub;
 	int64_t next_probe_ms;
 	int64_t probe_backoff_ms;
+	/* The operator pauses as last read (the first n_control keys of the
+	 * pause keys), and when. */
+	int64_t control_read_ms;
+	size_t n_control;
+	bool control_global;
 	struct batch batch; /* the batch in progress */
 };
 
@@ -407,12 +414,14 @@ static void route_outcomes(struct worker *w)
 			   "reason", transport->reasons[0], NULL);
 }
 
-static void run_mark(struct worker *w, int order)
+/* Runs one mark; false when it failed, and with it the lease
+ * transaction. */
+static bool run_mark(struct worker *w, int order)
 {
 	const struct mark_list *l = &w->batch.marks[mark_order[order].mark];
 	const char *what = mark_order[order].name;
 	if (l->n == 0)
-		return;
+		return true;
 	char err[512];
 	struct mark_result mr;
 	int64_t t0 = clock_ms();
@@ -423,18 +432,14 @@ static void run_mark(struct worker *w, int order)
 	metrics_observe(MH_MARK_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
 	char count[32];
 	if (rc != 0) {
-		/* The rows stay in_flight; the sweeper returns them once
-		 * the lease expires. */
+		/* The lease transaction is lost with it: nothing of the
+		 * batch takes effect, its rows are pending again and the
+		 * sweeper charges their attempt (docs/design.md §4). */
 		snprintf(count, sizeof(count), "%zu", l->n);
 		log_fields(LOG_ERROR,
-			   "mark failed; the sweeper will recover "
-			   "the rows",
+			   "mark failed; the batch's rows return to pending",
 			   "mark", what, "rows", count, "error", err, NULL);
-		if (relay_stopping(w->r))
-			atomic_store(&w->r->marks_failed, 1);
-		if (rc == STORE_RECONNECT)
-			relay_reconnect(w->th, w->store);
-		return;
+		return false;
 	}
 	metrics_add(MC_LOST_LEASES, mr.lost);
 	metrics_add(MC_MARKS_ALREADY, mr.already);
@@ -446,6 +451,7 @@ static void run_mark(struct worker *w, int order)
 			   "mark", what, "rows", count, "lease_id",
 			   w->batch.lease.lease_id, NULL);
 	}
+	return true;
 }
 
 static void run_marks(struct worker *w)
@@ -460,8 +466,39 @@ static void run_marks(struct worker *w)
 			publisher_close(&w->pub);
 			set_healthy(w, false);
 		}
-		run_mark(w, k);
+		/* A failed mark ended the transaction: the rest cannot
+		 * run, and conclude() says what became of the batch. */
+		if (!run_mark(w, k))
+			return;
 	}
+}
+
+/* Commits the marks: only now do they take effect, and only now are the
+ * rows left unmarked released (after run_marks() closed the publisher, at
+ * shutdown). */
+static void conclude(struct worker *w)
+{
+	struct batch *b = &w->batch;
+	char err[512];
+	int64_t t0 = clock_ms();
+	int rc = store_lease_commit(&b->lease, err, sizeof(err));
+	metrics_observe(MH_MARK_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
+	if (rc == 0)
+		return;
+	char count[32];
+	snprintf(count, sizeof(count), "%zu", b->lease.n);
+	/* A stale relay (its session ended past the lease) lands here: its
+	 * marks are refused by the database, not by us. */
+	log_fields(LOG_WARN,
+		   "lost leases: the lease did not commit; its rows are "
+		   "pending again and go out again",
+		   "lease_id", b->lease.lease_id, "rows", count, "error", err,
+		   NULL);
+	metrics_add(MC_LOST_LEASES, b->lease.n);
+	if (relay_stopping(w->r))
+		atomic_store(&w->r->marks_failed, 1);
+	if (rc == STORE_RECONNECT)
+		relay_reconnect(w->th, w->store);
 }
 
 /* Publishes the leased rows and marks every one by its outcome. Takes
@@ -483,6 +520,7 @@ static void process_batch(struct worker *w, struct lease_batch *lease,
 	publish_valid_rows(w);
 	route_outcomes(w);
 	run_marks(w);
+	conclude(w);
 out:
 	batch_release(b);
 }
@@ -524,14 +562,22 @@ static bool read_control(struct worker *w, char (*keys)[PAUSE_KEY_MAX],
 }
 
 /* Fills pk with the keys the next lease skips. Returns true when an
- * operator paused everything (pk is then left unfilled). */
+ * operator paused everything (pk is then left unfilled). The operator
+ * pauses are read at most every CONTROL_REFRESH_MS, not each loop: a
+ * statement per batch is a share of the database's cost per event. */
 static bool read_pauses(struct worker *w, struct pause_keys *pk)
 {
-	size_t n_control = 0;
-	bool global = read_control(w, pk->keys, RELAY_MAX_PAUSES, &n_control);
-	metrics_set(MG_PAUSED_GLOBALLY, global ? 1 : 0);
-	if (global)
+	int64_t now = clock_ms();
+	if (w->control_read_ms == 0 ||
+	    now - w->control_read_ms >= CONTROL_REFRESH_MS) {
+		w->control_global =
+		    read_control(w, pk->keys, RELAY_MAX_PAUSES, &w->n_control);
+		w->control_read_ms = now;
+		metrics_set(MG_PAUSED_GLOBALLY, w->control_global ? 1 : 0);
+	}
+	if (w->control_global)
 		return true;
+	size_t n_control = w->n_control;
 	pk->n = n_control +
 		active_pauses(w->r, pk->keys + n_control, RELAY_MAX_PAUSES);
 	for (size_t i = 0; i < pk->n; i++)

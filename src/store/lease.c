@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Leasing: the lease itself and its renewal, and what the workers ask
- * before leasing (operator pauses, ordered mode's head classification,
- * when the next row is due).
+ * Leasing (docs/design.md §4): the lock lease, its claim and renewal, and
+ * what the workers ask before leasing (operator pauses, ordered mode's
+ * head classification, when the next row is due).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,11 +28,23 @@ enum lease_col {
 	LC_ATTEMPTS,
 	LC_MAX_ATTEMPTS,
 	LC_LEASE_ID,
+	LC_XID,
 };
+
+/* True while rows' lease transaction is open on its session. */
+static bool lease_open(const struct lease_rows *rows)
+{
+	return rows->s->in_lease && rows->s->conn_gen == rows->conn_gen;
+}
 
 void lease_batch_release(struct lease_batch *b)
 {
 	if (b->rows) {
+		/* Not concluded: roll back, which releases every row. */
+		if (lease_open(b->rows)) {
+			char err[256];
+			store_lease_end(b->rows->s, false, err, sizeof(err));
+		}
 		PQclear(b->rows->res);
 		free(b->rows);
 	}
@@ -85,44 +97,22 @@ static void event_of(PGresult *res, int i, struct outbox_event *e)
 		e->time = "";
 }
 
-int store_lease(struct store *s, const char *const *paused, size_t n_paused,
-		const char *default_destination, struct lease_batch *out,
-		char *err, size_t errlen)
+/* Takes the lease's rows out of res into out. */
+static int take_rows(struct store *s, PGresult *res, struct lease_batch *out,
+		     char *err, size_t errlen)
 {
-	int rc;
-	char timeout[32];
-	memset(out, 0, sizeof(*out));
-	char *paused_arr = store_pg_array(paused, n_paused, true, 4096);
-	if (!paused_arr) {
-		snprintf(err, errlen, "lease: out of memory");
-		return STORE_ERROR;
-	}
-	snprintf(timeout, sizeof(timeout), "%lld",
-		 (long long)s->opt.lease_timeout_ms);
-	const char *values[5] = {timeout, s->leased_by, paused_arr,
-				 default_destination ? default_destination : "",
-				 s->ce_source};
-	/* Binary results: text columns arrive as they are and the payload
-	 * needs no unescaping. */
-	PGresult *res = store_run(s, ST_LEASE, 5, values, PGRES_TUPLES_OK, 1,
-				  &rc, err, errlen);
-	free(paused_arr);
-	if (!res)
-		return store_public_rc(rc);
 	int n = PQntuples(res);
-	if (n == 0) {
-		PQclear(res);
-		return 0;
-	}
 	struct lease_rows *rows =
 	    calloc(1, sizeof(*rows) + (size_t)n * sizeof(rows->events[0]));
 	if (!rows) {
-		PQclear(res);
-		/* The rows are leased; the sweeper returns them. */
 		snprintf(err, errlen, "lease: out of memory for %d rows", n);
 		return STORE_ERROR;
 	}
 	rows->res = res;
+	rows->s = s;
+	rows->conn_gen = s->conn_gen;
+	snprintf(rows->xid, sizeof(rows->xid), "%s",
+		 PQgetvalue(res, 0, LC_XID));
 	out->rows = rows;
 	out->events = rows->events;
 	out->n = (size_t)n;
@@ -133,59 +123,160 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	return 0;
 }
 
-static int cmp_str(const void *a, const void *b)
+/* Opens the claim session on first use: its own connection, so a claim
+ * commits while the lease transaction stays open. */
+static int claim_session(struct store *s, char *err, size_t errlen)
 {
-	return strcmp(*(const char *const *)a, *(const char *const *)b);
+	if (s->claim)
+		return 0;
+	char app[200];
+	snprintf(app, sizeof(app), "%s/claim", s->app_name);
+	struct store_options o = s->opt;
+	o.app_name = app;
+	o.leased_by = NULL;
+	int rc = store_open_traced(&s->claim, &o, s->extra_sql, err, errlen);
+	return rc == 0 ? 0 : store_public_rc(rc);
 }
 
-/* Sets held[i] for each ids[i] among the ids res returned. */
-static int match_held(PGresult *res, const char *const *ids, size_t n,
-		      bool *held, size_t *n_held)
+/* The claims table vanished since the session looked (a table dropped
+ * by hand): go on as without one; the ops thread's side-table check
+ * tells people. */
+static void no_claims(struct store *s, const char *err)
 {
-	int m = PQntuples(res);
-	const char **kept = malloc(sizeof(*kept) * (size_t)(m > 0 ? m : 1));
-	if (!kept)
-		return -1;
-	for (int i = 0; i < m; i++)
-		kept[i] = PQgetvalue(res, i, 0);
-	qsort(kept, (size_t)m, sizeof(*kept), cmp_str);
-	for (size_t i = 0; i < n; i++) {
-		const char *key = ids[i];
-		held[i] = bsearch(&key, kept, (size_t)m, sizeof(*kept),
-				  cmp_str) != NULL;
-		if (held[i])
-			(*n_held)++;
+	log_debug("no claims table: %s", err);
+	s->claims_missing = true;
+}
+
+/* Records, committed, which rows the open lease holds: the sweeper charges
+ * their attempt if the transaction aborts (docs/design.md §4). */
+static int write_claim(struct store *s, const struct lease_batch *b, char *err,
+		       size_t errlen)
+{
+	if (s->claims_missing)
+		return 0;
+	int rc = claim_session(s, err, errlen);
+	if (rc != 0)
+		return rc;
+	const char **ids = malloc(b->n * sizeof(*ids));
+	char *arr = NULL;
+	if (ids) {
+		for (size_t i = 0; i < b->n; i++)
+			ids[i] = b->events[i].id;
+		arr = store_pg_array(ids, b->n, false, 0);
 	}
-	free(kept);
+	free(ids);
+	if (!arr) {
+		snprintf(err, errlen, "claim: out of memory");
+		return STORE_ERROR;
+	}
+	const char *values[5] = {s->leased_by, b->lease_id, b->rows->xid, arr,
+				 s->ce_source};
+	PGresult *res = store_run(s->claim, ST_CLAIM, 5, values,
+				  PGRES_COMMAND_OK, 0, &rc, err, errlen);
+	free(arr);
+	if (!res && store_err_undefined_table(err)) {
+		no_claims(s, err);
+		return 0;
+	}
+	if (!res) {
+		if (rc == STORE_RECONNECT) {
+			char why[256];
+			store_reconnect(s->claim, why, sizeof(why));
+		}
+		return store_public_rc(rc);
+	}
+	PQclear(res);
 	return 0;
 }
 
+/* BEGIN, the lease statement, and for a non-empty lease its claim. An
+ * empty lease ends its transaction at once; a lease whose claim cannot be
+ * written is rolled back (nothing was handed over). */
+int store_lease(struct store *s, const char *const *paused, size_t n_paused,
+		const char *default_destination, struct lease_batch *out,
+		char *err, size_t errlen)
+{
+	int rc;
+	memset(out, 0, sizeof(*out));
+	char *paused_arr = store_pg_array(paused, n_paused, true, 4096);
+	if (!paused_arr) {
+		snprintf(err, errlen, "lease: out of memory");
+		return STORE_ERROR;
+	}
+	const char *values[3] = {paused_arr,
+				 default_destination ? default_destination : "",
+				 s->ce_source};
+	rc = store_lease_begin(s, err, errlen);
+	/* Binary results: text columns arrive as they are and the payload
+	 * needs no unescaping. */
+	enum stmt st = s->claims_missing ? ST_LEASE_BARE : ST_LEASE;
+	PGresult *res = rc != 0 ? NULL
+				: store_run(s, st, 3, values, PGRES_TUPLES_OK,
+					    1, &rc, err, errlen);
+	if (!res && rc != STORE_RECONNECT && st == ST_LEASE &&
+	    store_err_undefined_table(err)) {
+		/* A table made by hand: lease without claims. */
+		no_claims(s, err);
+		char why[256];
+		store_lease_end(s, false, why, sizeof(why));
+		rc = store_lease_begin(s, err, errlen);
+		res = rc != 0 ? NULL
+			      : store_run(s, ST_LEASE_BARE, 3, values,
+					  PGRES_TUPLES_OK, 1, &rc, err, errlen);
+	}
+	free(paused_arr);
+	if (res && PQntuples(res) > 0)
+		rc = take_rows(s, res, out, err, errlen);
+	else
+		PQclear(res);
+	if (rc == 0 && out->n > 0)
+		rc = write_claim(s, out, err, errlen);
+	if (rc != 0 || out->n == 0) {
+		char why[256];
+		if (out->rows)
+			lease_batch_release(out);
+		else if (s->in_lease)
+			store_lease_end(s, false, why, sizeof(why));
+	}
+	return store_public_rc(rc);
+}
+
+/* Keeps the lease transaction's session from the idle-in-transaction
+ * timeout and moves the claim's expiry, which status shows. Every row
+ * stays held while the transaction lives: none can be taken from it. */
 int store_renew(struct store *s, const char *lease_id, const char *const *ids,
 		size_t n, bool *held, size_t *n_held, char *err, size_t errlen)
 {
 	int rc;
+	(void)ids;
 	*n_held = 0;
 	for (size_t i = 0; i < n; i++)
 		held[i] = false;
 	if (n == 0)
 		return 0;
-	char *arr = store_pg_array(ids, n, false, 0);
-	if (!arr) {
-		snprintf(err, errlen, "renew: out of memory");
-		return STORE_ERROR;
+	if (!s->in_lease) {
+		snprintf(err, errlen, "renew: no lease transaction is open");
+		return STORE_RECONNECT;
 	}
-	const char *values[2] = {arr, lease_id};
-	PGresult *res = store_run(s, ST_RENEW, 2, values, PGRES_TUPLES_OK, 0,
+	PGresult *res = store_run(s, ST_KEEPALIVE, 0, NULL, PGRES_TUPLES_OK, 0,
 				  &rc, err, errlen);
-	free(arr);
 	if (!res)
 		return store_public_rc(rc);
-	rc = match_held(res, ids, n, held, n_held);
 	PQclear(res);
-	if (rc != 0) {
-		snprintf(err, errlen, "renew: out of memory");
-		return STORE_ERROR;
-	}
+	for (size_t i = 0; i < n; i++)
+		held[i] = true;
+	*n_held = n;
+	const char *values[2] = {s->leased_by, lease_id};
+	char why[256];
+	/* The claim's expiry is for people reading status: a failure to move
+	 * it costs nothing the lease needs. */
+	res = s->claim ? store_run(s->claim, ST_CLAIM_RENEW, 2, values,
+				   PGRES_COMMAND_OK, 0, &rc, why, sizeof(why))
+		       : NULL;
+	if (res)
+		PQclear(res);
+	else if (s->claim)
+		log_warn("claim renewal: %s", why);
 	return 0;
 }
 

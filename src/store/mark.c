@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Marks: moving a lease's rows out of in_flight, fenced by the lease id,
- * and recognizing a mark whose reply was lost with the connection.
+ * Marks: concluding a lease's rows inside its transaction, and the commit
+ * that makes them take effect (docs/design.md §4). The rows are locked by
+ * that transaction, so a mark needs no lease id fence: a relay whose
+ * transaction ended (its session killed past the lease, its connection
+ * lost) cannot run one, and its COMMIT fails.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,13 +12,18 @@
 
 #include "store_internal.h"
 
-#define MARK_TRIES 3
+/* How long a lost COMMIT reply may leave the server still finishing the
+ * transaction before pg_xact_status() settles. */
+#define COMMIT_STATUS_TRIES 20
+#define COMMIT_STATUS_PAUSE_MS 250
 
-static enum stmt mark_stmt(enum store_mark kind)
+/* The statement of a mark; -1 for the release, which writes nothing: the
+ * row's lock goes with the transaction and no attempt is charged. */
+static int mark_stmt(const struct store *s, enum store_mark kind)
 {
 	switch (kind) {
 	case MARK_SENT:
-		return ST_SENT;
+		return s->opt.delete_sent ? ST_SENT_DELETE : ST_SENT;
 	case MARK_RETRY:
 		return ST_RETRY;
 	case MARK_TRANSPORT:
@@ -25,101 +33,7 @@ static enum stmt mark_stmt(enum store_mark kind)
 	case MARK_RELEASE:
 		break;
 	}
-	return ST_RELEASE;
-}
-
-/*
- * The terminal states a row reaches through each mark, for the lost-reply
- * check; NULL for marks that leave rows pending. Only terminal rows are
- * recognized: the sweeper also returns rows to pending under their last
- * lease id, so a pending row says nothing about whose mark moved it.
- */
-static const char *mark_targets(enum store_mark kind)
-{
-	switch (kind) {
-	case MARK_SENT:
-		return "{sent}";
-	case MARK_RETRY:
-	case MARK_FAILED:
-		return "{failed}";
-	case MARK_TRANSPORT:
-	case MARK_RELEASE:
-		break;
-	}
-	return NULL;
-}
-
-/* Counts rows of ids already in kind's target state under lease_id. */
-static int recheck(struct store *s, enum store_mark kind, const char *arr,
-		   const char *lease_id, size_t *count, char *err,
-		   size_t errlen)
-{
-	int rc;
-	const char *values[3] = {arr, lease_id, mark_targets(kind)};
-	PGresult *res = store_run(s, ST_RECHECK, 3, values, PGRES_TUPLES_OK, 0,
-				  &rc, err, errlen);
-	if (!res)
-		return store_public_rc(rc);
-	*count = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-	PQclear(res);
-	return 0;
-}
-
-/* Runs the mark statement, reconnecting after a lost connection and
- * running it again after a serialization failure, MARK_TRIES times in
- * all. *marked counts the rows it moved. */
-static int run_mark(struct store *s, enum stmt st, int nparams,
-		    const char *const *values, size_t *marked, char *err,
-		    size_t errlen)
-{
-	for (int attempt = 1;; attempt++) {
-		int rc;
-		PGresult *res = store_run(s, st, nparams, values,
-					  PGRES_TUPLES_OK, 0, &rc, err, errlen);
-		if (res) {
-			*marked =
-			    (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-			PQclear(res);
-			return 0;
-		}
-		if (attempt >= MARK_TRIES ||
-		    (rc != STORE_RECONNECT && rc != STORE_RETRY_STATEMENT))
-			return store_public_rc(rc);
-		if (rc == STORE_RECONNECT) {
-			/* The reply may have been lost after the commit;
-			 * the recheck recognizes that. */
-			char why[256];
-			log_warn("mark: %s; reconnecting to retry", err);
-			if (store_reconnect(s, why, sizeof(why)) != 0) {
-				snprintf(err, errlen, "mark: reconnect: %s",
-					 why);
-				return STORE_RECONNECT;
-			}
-		}
-	}
-}
-
-/* Rows not moved now were either moved by an earlier try of this mark
- * whose reply was lost, or are lost leases. The check runs on every
- * shortfall, not only after a reconnect: it also tells a retried mark from
- * a stale one. */
-static int account_shortfall(struct store *s, enum store_mark kind,
-			     const char *id_arr, const char *lease_id, size_t n,
-			     struct mark_result *r, char *err, size_t errlen)
-{
-	size_t in_target = 0;
-	int rc = mark_targets(kind) ? recheck(s, kind, id_arr, lease_id,
-					      &in_target, err, errlen)
-				    : 0;
-	if (rc != 0)
-		return rc;
-	size_t others = n - r->marked;
-	size_t done_before = in_target > r->marked ? in_target - r->marked : 0;
-	if (done_before > others)
-		done_before = others;
-	r->already = done_before;
-	r->lost = others - done_before;
-	return 0;
+	return -1;
 }
 
 int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
@@ -131,6 +45,16 @@ int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
 	memset(r, 0, sizeof(*r));
 	if (n == 0)
 		return 0;
+	if (!s->in_lease) {
+		snprintf(err, errlen, "mark: the lease transaction has ended");
+		r->lost = n;
+		return STORE_RECONNECT;
+	}
+	int st = mark_stmt(s, kind);
+	if (st < 0) {
+		r->marked = n;
+		return 0;
+	}
 	id_arr = store_pg_array(ids, n, false, 0);
 	if (reasons)
 		reason_arr = store_pg_array(reasons, n, true, STORE_ERROR_MAX);
@@ -138,14 +62,85 @@ int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
 		snprintf(err, errlen, "mark: out of memory");
 		goto out;
 	}
-	const char *values[3] = {id_arr, lease_id, reason_arr};
-	ret = run_mark(s, mark_stmt(kind), reasons ? 3 : 2, values, &r->marked,
-		       err, errlen);
-	if (ret == 0 && r->marked < n)
-		ret = account_shortfall(s, kind, id_arr, lease_id, n, r, err,
-					errlen);
+	const char *values[5] = {id_arr, lease_id, s->ce_source, s->leased_by,
+				 reason_arr};
+	int nparams = st == ST_SENT_DELETE ? 1 : reasons ? 5 : 4;
+	int rc;
+	PGresult *res = store_run(s, (enum stmt)st, nparams, values,
+				  PGRES_TUPLES_OK, 0, &rc, err, errlen);
+	if (!res) {
+		ret = store_public_rc(rc);
+		goto out;
+	}
+	r->marked = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+	/* Only a row deleted or concluded outside the relay (by hand) can be
+	 * missing: nothing else can touch a locked row. */
+	r->lost = n - r->marked;
+	PQclear(res);
+	ret = 0;
 out:
 	free(id_arr);
 	free(reason_arr);
 	return ret;
+}
+
+/* After the COMMIT's reply was lost: 1 committed, 0 not, -1 unknown. */
+static int committed_after_all(struct store *s, const char *xid, char *err,
+			       size_t errlen)
+{
+	char why[256] = "";
+	bool connected = false;
+	for (int i = 0; i < COMMIT_STATUS_TRIES; i++) {
+		if (!connected && store_reconnect(s, why, sizeof(why)) != 0) {
+			clock_sleep_ms(COMMIT_STATUS_PAUSE_MS);
+			continue;
+		}
+		connected = true;
+		int rc;
+		const char *values[1] = {xid};
+		PGresult *res =
+		    store_run(s, ST_XACT_STATUS, 1, values, PGRES_TUPLES_OK, 0,
+			      &rc, why, sizeof(why));
+		if (!res) {
+			connected = rc != STORE_RECONNECT;
+			continue;
+		}
+		char status[32];
+		snprintf(status, sizeof(status), "%s", PQgetvalue(res, 0, 0));
+		PQclear(res);
+		if (strcmp(status, "committed") == 0)
+			return 1;
+		if (strcmp(status, "in progress") != 0)
+			return 0;
+		clock_sleep_ms(COMMIT_STATUS_PAUSE_MS);
+	}
+	snprintf(err, errlen,
+		 "%s; whether the lease transaction committed "
+		 "is unknown",
+		 why);
+	return -1;
+}
+
+int store_lease_commit(struct lease_batch *b, char *err, size_t errlen)
+{
+	if (!b->rows)
+		return 0;
+	struct store *s = b->rows->s;
+	if (!s->in_lease || s->conn_gen != b->rows->conn_gen) {
+		snprintf(err, errlen, "the lease transaction has ended");
+		return STORE_RECONNECT;
+	}
+	int rc = store_lease_end(s, true, err, errlen);
+	if (rc != STORE_RECONNECT)
+		return rc;
+	/* The reply was lost, maybe after the commit. */
+	char why[512];
+	snprintf(why, sizeof(why), "%s", err);
+	int done = committed_after_all(s, b->rows->xid, err, errlen);
+	if (done == 1)
+		return 0;
+	if (done == 0)
+		snprintf(err, errlen,
+			 "%s; the lease transaction did not commit", why);
+	return STORE_RECONNECT;
 }

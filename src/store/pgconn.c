@@ -74,7 +74,10 @@ static int apply_settings(PGconn *conn, const struct pgconn_options *opt,
 	int64_t lock = opt->lock_timeout_ms > 0 ? opt->lock_timeout_ms
 		       : st > 0			? st / 2
 						: 5000;
-	int64_t idle = st > 0 ? (st * 3 > 10000 ? st * 3 : 10000) : 60000;
+	int64_t idle = opt->idle_in_transaction_ms > 0
+			   ? opt->idle_in_transaction_ms
+		       : st > 0 ? (st * 3 > 10000 ? st * 3 : 10000)
+				: 60000;
 	char sql[512];
 	snprintf(sql, sizeof(sql),
 		 "SET statement_timeout = %lld; SET lock_timeout = %lld; "

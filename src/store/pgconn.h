@@ -18,7 +18,10 @@ struct pgconn_options {
 	const char *application_name; /* relay/host/worker */
 	int64_t statement_timeout_ms; /* 0: server default */
 	int64_t lock_timeout_ms;      /* 0: half the statement timeout */
-	const char *extra_sql;	      /* tests' diagnostics; may be NULL */
+	/* 0: three statement timeouts (at least 10 s). A worker's session
+	 * sets the lease timeout: it ends a stalled lease transaction. */
+	int64_t idle_in_transaction_ms;
+	const char *extra_sql; /* tests' diagnostics; may be NULL */
 };
 
 /*

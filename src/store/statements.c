@@ -12,14 +12,16 @@
 #include "store_internal.h"
 
 const char *const store_stmt_names[ST_COUNT] = {
-    "outbox_lease",	   "outbox_renew",	     "outbox_sent",
-    "outbox_retry",	   "outbox_transport",	     "outbox_failed",
-    "outbox_release",	   "outbox_recheck",	     "outbox_sweep",
-    "outbox_clean_sent",   "outbox_clean_failed",    "outbox_next_due",
-    "outbox_redrive_f",	   "outbox_redrive_s",	     "outbox_count_f",
-    "outbox_count_s",	   "outbox_control",	     "outbox_classify",
-    "outbox_repair",	   "outbox_redrive_check",   "outbox_unblock",
-    "outbox_unblock_skip", "outbox_unblock_redrive", "outbox_version",
+    "outbox_lease",	      "outbox_lease_bare",   "outbox_claim",
+    "outbox_claim_renew",     "outbox_keepalive",    "outbox_sent",
+    "outbox_sent_delete",     "outbox_retry",	     "outbox_transport",
+    "outbox_failed",	      "outbox_xact_status",  "outbox_sweep_claims",
+    "outbox_sweep",	      "outbox_prune_claims", "outbox_clean_sent",
+    "outbox_clean_failed",    "outbox_next_due",     "outbox_redrive_f",
+    "outbox_redrive_s",	      "outbox_count_f",	     "outbox_count_s",
+    "outbox_control",	      "outbox_classify",     "outbox_repair",
+    "outbox_redrive_check",   "outbox_unblock",	     "outbox_unblock_skip",
+    "outbox_unblock_redrive", "outbox_version",
 };
 
 /* What a mark's "done" CTE returns, for the ordered mode's tail. */
@@ -38,19 +40,30 @@ char *store_asprintf(const char *fmt, ...)
 	return out;
 }
 
-/* The backoff of §3 as an SQL expression over t.attempts: the
- * exponent is capped at 20 so no attempt count overflows an interval, and
- * each row gets +-20 % jitter so a failed batch does not return as one. */
+/* The backoff of §3 after the attempt the mark charges (t.attempts + 1
+ * attempts in all) as an SQL expression: the exponent is capped at 20 so
+ * no attempt count overflows an interval, and each row gets +-20 % jitter
+ * so a failed batch does not return as one. statement_timestamp(), not
+ * now(): now() is when the lease transaction began. */
 static char *backoff_sql(const struct store_options *o)
 {
 	return store_asprintf(
-	    "now() + least(%lld::float8 * power(%.6f::float8, "
-	    "least(greatest(t.attempts - 1, 0), 20)), "
+	    "statement_timestamp() + least(%lld::float8 * power(%.6f::float8, "
+	    "least(greatest(t.attempts, 0), 20)), "
 	    "%lld::float8) * (0.8 + 0.4 * random()) "
 	    "* interval '1 millisecond'",
 	    (long long)o->backoff_base_ms, o->backoff_factor,
 	    (long long)o->backoff_max_ms);
 }
+
+/* What every mark records on the rows it concludes: the attempt it
+ * charges, the source the event went out with (pinned, so a retry carries
+ * the same source + id), and the lease for forensics ($2 lease id, $3
+ * source, $4 leased_by; now() is the lease transaction's start). */
+#define MARK_CHARGE                                                            \
+	"attempts = t.attempts + 1, suspect = false, "                         \
+	"source = coalesce(t.source, $3), lease_id = $2::uuid, "               \
+	"leased_by = $4, leased_at = now()"
 
 /*
  * Ordered mode: CTEs appended to a mark whose "done" CTE returns the rows
@@ -87,91 +100,164 @@ static char *order_tail(const struct store *s, bool may_fail)
 	return both;
 }
 
-/* One autocommit statement. The batch size is a literal so a generic plan
- * never estimates the LIMIT as 10 % of the table; the lease id is made once
- * in its own CTE (in the SET list it would run per row); a crash suspect
- * is leased at most one per batch. CTEs are read lazily, so the pending
- * CTE locks only what fits. "id = ANY(ARRAY(...))" keeps the update on the
- * primary key: a join against the CTE may be planned as a hash join over
- * the table. */
-static char *sql_lease(const struct store *s)
+/*
+ * The lock lease (docs/design.md §4): rows are locked, not written, by the
+ * transaction that will conclude them. Rows named by the claim of a lease
+ * that aborted are skipped until the sweeper has charged them and made
+ * them crash suspects: leased again at once, a row that crashed its relay
+ * would take a full batch of neighbours down with it on the next one.
+ * (Postgres records an abort before it lets go of the row locks, so such
+ * a row is never seen unlocked with its claim still in progress.) The batch
+ * size is a literal so a generic plan never estimates the LIMIT as 10 % of the
+ * table; the lease id is made once in its own CTE; a crash suspect is leased at
+ * most one per batch. CTEs are read lazily, so the due CTE locks only what
+ * fits. "id = ANY(ARRAY(...))" keeps the read on the primary key: a join
+ * against the CTE may be planned as a hash join over the table.
+ * pg_current_xact_id_if_assigned(): locking a row assigned the
+ * transaction an id; an empty lease gets none and writes nothing.
+ */
+static char *lease_sql(const struct store *s, bool claims)
 {
 	const char *T = s->table.quoted;
 	int n = s->opt.batch_size;
+	char *crashed =
+	    claims ? store_asprintf("crashed AS MATERIALIZED (SELECT "
+				    "unnest(ids) AS x FROM %s WHERE "
+				    "cardinality(ids) > 0 AND "
+				    "pg_xact_status(xid) = 'aborted'), ",
+				    s->claims)
+		   : strdup("");
+	const char *skip_crashed =
+	    claims ? "AND NOT id = ANY(ARRAY(SELECT x FROM crashed)) " : "";
+	if (!crashed)
+		return NULL;
 	/* Rows bound for a paused destination (or destination + routing
-	 * key) are not leased; $3 is the paused list, $4 the default.
+	 * key) are not leased; $1 is the paused list, $2 the default.
 	 * Ordered mode leases unkeyed rows and key heads only: the partial
 	 * index of 002 holds nothing else, so a hot key's blocked rows are
 	 * never read. */
 	const char *not_paused =
 	    s->opt.ordered
 		? "(partition_key IS NULL OR head) AND NOT "
-		  "(coalesce(exchange, $4) = ANY($3::text[]) OR "
-		  "coalesce(exchange, $4) || chr(31) || routing_key = "
-		  "ANY($3::text[]))"
-		: "NOT (coalesce(exchange, $4) = ANY($3::text[]) OR "
-		  "coalesce(exchange, $4) || chr(31) || routing_key = "
-		  "ANY($3::text[]))";
-	return store_asprintf(
+		  "(coalesce(exchange, $2) = ANY($1::text[]) OR "
+		  "coalesce(exchange, $2) || chr(31) || routing_key = "
+		  "ANY($1::text[]))"
+		: "NOT (coalesce(exchange, $2) = ANY($1::text[]) OR "
+		  "coalesce(exchange, $2) || chr(31) || routing_key = "
+		  "ANY($1::text[]))";
+	char *sql = store_asprintf(
 	    "WITH lease AS MATERIALIZED (SELECT gen_random_uuid() AS "
-	    "lease_id), "
+	    "lease_id), %s"
 	    "suspect AS MATERIALIZED (SELECT id FROM %s "
 	    "WHERE status = 'pending' AND suspect AND next_attempt_at <= "
-	    "now() AND %s "
+	    "now() AND %s %s"
 	    "ORDER BY next_attempt_at, seq LIMIT 1 "
-	    "FOR NO KEY UPDATE SKIP LOCKED), "
+	    "FOR UPDATE SKIP LOCKED), "
 	    "due AS MATERIALIZED (SELECT id FROM %s "
 	    "WHERE status = 'pending' AND NOT suspect AND next_attempt_at "
-	    "<= now() AND %s "
+	    "<= now() AND %s %s"
 	    "ORDER BY next_attempt_at, seq LIMIT %d "
-	    "FOR NO KEY UPDATE SKIP LOCKED), "
+	    "FOR UPDATE SKIP LOCKED), "
 	    "picked AS (SELECT id FROM suspect UNION ALL "
 	    "SELECT id FROM due LIMIT %d) "
-	    "UPDATE %s AS t SET status = 'in_flight', "
-	    "lease_id = lease.lease_id, leased_at = now(), "
-	    "lease_expires_at = now() + $1::float8 * interval "
-	    "'1 millisecond', leased_by = $2, attempts = t.attempts + 1, "
-	    "source = coalesce(t.source, $5) "
-	    "FROM lease WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) "
-	    "RETURNING t.id::text, t.seq::text, t.type, t.source, "
-	    "t.subject, t.content_type, t.exchange, t.routing_key, "
-	    "t.partition_key, t.payload, t.headers::text, "
+	    "SELECT t.id::text, t.seq::text, t.type, "
+	    "coalesce(t.source, $3), t.subject, t.content_type, t.exchange, "
+	    "t.routing_key, t.partition_key, t.payload, t.headers::text, "
 	    "to_char(t.created_at AT TIME ZONE 'UTC', "
 	    "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "
 	    "(extract(epoch FROM t.created_at) * 1000000)::bigint::text, "
-	    "t.attempts::text, t.max_attempts::text, "
-	    "lease.lease_id::text",
-	    T, not_paused, T, not_paused, n, n, T);
+	    "(t.attempts + 1)::text, t.max_attempts::text, "
+	    "lease.lease_id::text, "
+	    "pg_current_xact_id_if_assigned()::text "
+	    "FROM %s t, lease WHERE t.id = ANY(ARRAY(SELECT id FROM picked))",
+	    crashed, T, not_paused, skip_crashed, T, not_paused, skip_crashed,
+	    n, n, T);
+	free(crashed);
+	return sql;
 }
 
-static char *sql_renew(const struct store *s)
+static char *sql_lease(const struct store *s)
+{
+	return lease_sql(s, true);
+}
+
+/* For a table made by hand without the claims table. */
+static char *sql_lease_bare(const struct store *s)
+{
+	return lease_sql(s, false);
+}
+
+/* On the claim session, autocommit: committed before any row of the
+ * batch is handed to the broker. */
+static char *sql_claim(const struct store *s)
 {
 	return store_asprintf(
-	    "UPDATE %s SET lease_expires_at = now() + %lld * interval "
-	    "'1 millisecond' WHERE id = ANY($1::uuid[]) AND lease_id = "
-	    "$2::uuid AND status = 'in_flight' RETURNING id::text",
-	    s->table.quoted, (long long)s->opt.lease_timeout_ms);
+	    "INSERT INTO %s AS c (holder, lease_id, xid, ids, source, "
+	    "leased_at, expires_at) VALUES ($1, $2::uuid, $3::xid8, "
+	    "$4::uuid[], $5, now(), now() + %lld * interval "
+	    "'1 millisecond') ON CONFLICT (holder) DO UPDATE SET lease_id = "
+	    "excluded.lease_id, xid = excluded.xid, ids = excluded.ids, "
+	    "source = excluded.source, leased_at = excluded.leased_at, "
+	    "expires_at = excluded.expires_at",
+	    s->claims, (long long)s->opt.lease_timeout_ms);
 }
 
-/* Marks return how many rows they moved; in ordered mode the same
- * statement moves the key's head marker (or blocks the key). */
+static char *sql_claim_renew(const struct store *s)
+{
+	return store_asprintf(
+	    "UPDATE %s SET expires_at = now() + %lld * interval "
+	    "'1 millisecond' WHERE holder = $1 AND lease_id = $2::uuid",
+	    s->claims, (long long)s->opt.lease_timeout_ms);
+}
+
+/* Inside the lease transaction: restarts the server's idle-in-transaction
+ * clock, which is the lease's timeout. */
+static char *sql_keepalive(const struct store *s)
+{
+	(void)s;
+	return strdup("SELECT 1");
+}
+
+/* Marks run inside the lease transaction, on rows it holds locked, so no
+ * lease id fence is needed: a relay whose transaction ended can no longer
+ * run them, and its COMMIT fails. They return how many rows they moved;
+ * in ordered mode the same statement moves the key's head marker (or
+ * blocks the key). */
 static char *sql_sent(const struct store *s)
 {
 	char *tail = order_tail(s, false);
 	char *sql =
 	    tail ? store_asprintf(
-		       "WITH done AS (UPDATE %s AS t SET status = 'sent', "
-		       "finished_at = now(), suspect = false WHERE t.id = "
-		       "ANY($1::uuid[]) AND t.lease_id = $2::uuid AND "
-		       "t.status = 'in_flight'%s%s"
+		       "WITH done AS (UPDATE %s AS t SET status = "
+		       "'sent', finished_at = statement_timestamp(), "
+		       "%s WHERE t.id = ANY($1::uuid[]) AND t.status = "
+		       "'pending'%s%s"
 		       "SELECT count(*)::text FROM done",
-		       s->table.quoted, MARK_RETURNING, tail)
+		       s->table.quoted, MARK_CHARGE, MARK_RETURNING, tail)
 		 : NULL;
 	free(tail);
 	return sql;
 }
 
-/* Event class: failed once the attempts are spent. */
+/* No history (OUTBOX_RETENTION=0): an acknowledged row is deleted, the
+ * one write the floor of a table queue needs. */
+static char *sql_sent_delete(const struct store *s)
+{
+	char *tail = order_tail(s, false);
+	char *sql =
+	    tail ? store_asprintf(
+		       "WITH done AS (DELETE FROM %s AS t WHERE t.id = "
+		       "ANY($1::uuid[]) AND t.status = 'pending' RETURNING "
+		       "t.id, t.partition_key, t.seq, 'sent'::text AS status, "
+		       "t.last_error) %s"
+		       "SELECT count(*)::text FROM done",
+		       s->table.quoted, tail)
+		 : NULL;
+	free(tail);
+	return sql;
+}
+
+/* Event class: failed once the attempts are spent. $5: the reasons. */
 static char *sql_retry(const struct store *s)
 {
 	char *backoff = backoff_sql(&s->opt);
@@ -180,16 +266,17 @@ static char *sql_retry(const struct store *s)
 	    backoff && tail
 		? store_asprintf(
 		      "WITH done AS (UPDATE %s AS t SET "
-		      "status = CASE WHEN t.attempts >= t.max_attempts THEN "
-		      "'failed' ELSE 'pending' END, "
-		      "finished_at = CASE WHEN t.attempts >= t.max_attempts "
-		      "THEN now() END, next_attempt_at = %s, last_error = "
-		      "u.reason, suspect = false "
-		      "FROM unnest($1::uuid[], $3::text[]) AS u(id, reason) "
+		      "status = CASE WHEN t.attempts + 1 >= t.max_attempts "
+		      "THEN 'failed' ELSE 'pending' END, "
+		      "finished_at = CASE WHEN t.attempts + 1 >= "
+		      "t.max_attempts THEN statement_timestamp() END, "
+		      "next_attempt_at = %s, last_error = u.reason, %s "
+		      "FROM unnest($1::uuid[], $5::text[]) AS u(id, reason) "
 		      "WHERE t.id = ANY($1::uuid[]) AND t.id = u.id AND "
-		      "t.lease_id = $2::uuid AND t.status = 'in_flight'%s%s"
+		      "t.status = 'pending'%s%s"
 		      "SELECT count(*)::text FROM done",
-		      s->table.quoted, backoff, MARK_RETURNING, tail)
+		      s->table.quoted, backoff, MARK_CHARGE, MARK_RETURNING,
+		      tail)
 		: NULL;
 	free(backoff);
 	free(tail);
@@ -201,18 +288,16 @@ static char *sql_retry(const struct store *s)
 static char *sql_transport(const struct store *s)
 {
 	char *backoff = backoff_sql(&s->opt);
-	char *sql = backoff
-			? store_asprintf(
-			      "WITH done AS (UPDATE %s AS t SET status = "
-			      "'pending', next_attempt_at = %s, last_error = "
-			      "u.reason, suspect = false "
-			      "FROM unnest($1::uuid[], $3::text[]) AS u(id, "
-			      "reason) WHERE t.id = ANY($1::uuid[]) AND t.id = "
-			      "u.id AND t.lease_id = $2::uuid AND t.status = "
-			      "'in_flight'%s"
-			      "SELECT count(*)::text FROM done",
-			      s->table.quoted, backoff, MARK_RETURNING)
-			: NULL;
+	char *sql =
+	    backoff ? store_asprintf(
+			  "WITH done AS (UPDATE %s AS t SET "
+			  "next_attempt_at = %s, last_error = u.reason, %s "
+			  "FROM unnest($1::uuid[], $5::text[]) AS u(id, "
+			  "reason) WHERE t.id = ANY($1::uuid[]) AND t.id = "
+			  "u.id AND t.status = 'pending'%s"
+			  "SELECT count(*)::text FROM done",
+			  s->table.quoted, backoff, MARK_CHARGE, MARK_RETURNING)
+		    : NULL;
 	free(backoff);
 	return sql;
 }
@@ -222,42 +307,90 @@ static char *sql_failed(const struct store *s)
 	char *tail = order_tail(s, true);
 	char *sql =
 	    tail ? store_asprintf(
-		       "WITH done AS (UPDATE %s AS t SET status = 'failed', "
-		       "finished_at = now(), last_error = u.reason, suspect "
-		       "= false FROM unnest($1::uuid[], $3::text[]) AS u(id, "
-		       "reason) WHERE t.id = ANY($1::uuid[]) AND t.id = u.id "
-		       "AND t.lease_id = $2::uuid AND t.status = "
-		       "'in_flight'%s%s"
+		       "WITH done AS (UPDATE %s AS t SET status = "
+		       "'failed', finished_at = statement_timestamp(), "
+		       "last_error = u.reason, %s FROM unnest("
+		       "$1::uuid[], $5::text[]) AS u(id, reason) WHERE "
+		       "t.id = ANY($1::uuid[]) AND t.id = u.id AND "
+		       "t.status = 'pending'%s%s"
 		       "SELECT count(*)::text FROM done",
-		       s->table.quoted, MARK_RETURNING, tail)
+		       s->table.quoted, MARK_CHARGE, MARK_RETURNING, tail)
 		 : NULL;
 	free(tail);
 	return sql;
 }
 
-/* Only rows never handed to the broker get their attempt back. */
-static char *sql_release(const struct store *s)
+/* After a COMMIT whose reply was lost: did the lease transaction commit?
+ * 'committed', 'aborted', 'in progress', or NULL when too old to say. */
+static char *sql_xact_status(const struct store *s)
 {
-	return store_asprintf(
-	    "WITH done AS (UPDATE %s AS t SET status = 'pending', attempts "
-	    "= greatest(t.attempts - 1, 0), next_attempt_at = now() WHERE "
-	    "t.id = ANY($1::uuid[]) AND t.lease_id = $2::uuid AND t.status "
-	    "= 'in_flight'%s"
-	    "SELECT count(*)::text FROM done",
-	    s->table.quoted, MARK_RETURNING);
+	(void)s;
+	return strdup("SELECT coalesce(pg_xact_status($1::xid8), 'unknown')");
 }
 
-static char *sql_recheck(const struct store *s)
+/* The claims of lease transactions that aborted (a crashed, stalled or
+ * disconnected worker): each of their rows still pending and not held by
+ * another transaction is charged the attempt (a crash suspect, or failed
+ * when attempts are spent), then the claim is emptied, fenced by its lease
+ * id. A row another worker holds now is left alone: its own claim covers
+ * it. */
+static char *sql_sweep_claims(const struct store *s)
 {
-	return store_asprintf(
-	    "SELECT count(*)::text FROM %s WHERE id = ANY($1::uuid[]) AND "
-	    "lease_id = $2::uuid AND status = ANY($3::text[])",
-	    s->table.quoted);
+	const char *T = s->table.quoted;
+	char *tail = order_tail(s, true);
+	char *sql =
+	    tail
+		? store_asprintf(
+		      "WITH dead AS MATERIALIZED (SELECT holder, lease_id, "
+		      "ids, source FROM %s WHERE cardinality(ids) > 0 AND "
+		      "pg_xact_status(xid) = 'aborted' ORDER BY leased_at "
+		      "LIMIT 100 FOR UPDATE SKIP LOCKED), "
+		      "victims AS MATERIALIZED (SELECT t.id FROM %s t WHERE "
+		      "t.id = ANY(ARRAY(SELECT unnest(ids) FROM dead)) AND "
+		      "t.status = 'pending' FOR NO KEY UPDATE SKIP LOCKED), "
+		      "done AS (UPDATE %s AS t SET "
+		      "attempts = t.attempts + 1, "
+		      "status = CASE WHEN t.attempts + 1 >= t.max_attempts "
+		      "THEN 'failed' ELSE 'pending' END, "
+		      "finished_at = CASE WHEN t.attempts + 1 >= "
+		      "t.max_attempts THEN now() END, suspect = t.attempts "
+		      "+ 1 < t.max_attempts, "
+		      "next_attempt_at = now() + random() * %lld * "
+		      "interval '1 millisecond', "
+		      "last_error = left('lease lost (leased_by ' || "
+		      "v.holder || ')', %d), source = coalesce(t.source, "
+		      "v.source), lease_id = v.lease_id, leased_by = "
+		      "v.holder FROM (SELECT holder, lease_id, source, "
+		      "unnest(ids) AS id FROM dead) v WHERE t.id = "
+		      "ANY(ARRAY(SELECT id FROM victims)) AND t.id = v.id%s%s, "
+		      "emptied AS (UPDATE %s AS c SET ids = '{}' FROM dead d "
+		      "WHERE c.holder = d.holder AND c.lease_id = d.lease_id "
+		      "RETURNING 1) "
+		      "SELECT (SELECT count(*) FROM emptied)::text, "
+		      "count(*) FILTER (WHERE status = 'failed')::text, "
+		      "count(*) FILTER (WHERE status <> 'failed')::text "
+		      "FROM done",
+		      s->claims, T, T, (long long)s->opt.backoff_base_ms,
+		      STORE_ERROR_MAX, MARK_RETURNING, tail, s->claims)
+		: NULL;
+	free(tail);
+	return sql;
 }
 
-/* Expired by the database clock, so replicas with different settings
- * never sweep each other early. Suspects return with per-row jitter.
- * lease_id stays for forensics. */
+/* Claims of workers that stopped: emptied (or concluded) and a day old. */
+static char *sql_prune_claims(const struct store *s)
+{
+	return store_asprintf(
+	    "DELETE FROM %s WHERE leased_at < now() - interval '1 day' AND "
+	    "(cardinality(ids) = 0 OR pg_xact_status(xid) IS DISTINCT FROM "
+	    "'in progress')",
+	    s->claims);
+}
+
+/* Rows left in_flight by relays of the row lease (before migration 003;
+ * a rolling upgrade runs both): expired by the database clock, so
+ * replicas with different settings never sweep each other early. Suspects
+ * return with per-row jitter. lease_id stays for forensics. */
 static char *sql_sweep(const struct store *s)
 {
 	const char *T = s->table.quoted;
@@ -497,14 +630,19 @@ static char *sql_version(const struct store *s)
 
 static char *(*const builders[ST_COUNT])(const struct store *s) = {
     [ST_LEASE] = sql_lease,
-    [ST_RENEW] = sql_renew,
+    [ST_LEASE_BARE] = sql_lease_bare,
+    [ST_CLAIM] = sql_claim,
+    [ST_CLAIM_RENEW] = sql_claim_renew,
+    [ST_KEEPALIVE] = sql_keepalive,
     [ST_SENT] = sql_sent,
+    [ST_SENT_DELETE] = sql_sent_delete,
     [ST_RETRY] = sql_retry,
     [ST_TRANSPORT] = sql_transport,
     [ST_FAILED] = sql_failed,
-    [ST_RELEASE] = sql_release,
-    [ST_RECHECK] = sql_recheck,
+    [ST_XACT_STATUS] = sql_xact_status,
+    [ST_SWEEP_CLAIMS] = sql_sweep_claims,
     [ST_SWEEP] = sql_sweep,
+    [ST_PRUNE_CLAIMS] = sql_prune_claims,
     [ST_CLEAN_SENT] = sql_clean_sent,
     [ST_CLEAN_FAILED] = sql_clean_failed,
     [ST_NEXT_DUE] = sql_next_due,

@@ -37,6 +37,7 @@ struct store_options store_options_from_config(const struct config *cfg,
 	    .prepare = cfg->pg_prepare,
 	    .ordered = cfg->ordering == ORDERING_PARTITION,
 	    .block_on_failure = cfg->on_failure == ON_FAILURE_BLOCK,
+	    .delete_sent = cfg->retention_ms == 0,
 	};
 	return o;
 }
@@ -149,6 +150,8 @@ static int adapt_to_side_tables(struct store *s, char *err, size_t errlen)
 		}
 		snprintf(blocked, sizeof(blocked), "%s", NO_BLOCKED_KEYS);
 	}
+	/* Without claims, leases go on unrecorded (docs/design.md §11). */
+	s->claims_missing = !(present & STORE_SIDE_CLAIMS);
 	bool control = present & STORE_SIDE_CONTROL;
 	bool control_off = strcmp(s->sql[ST_CONTROL], NO_PAUSES_SQL) == 0;
 	if (strcmp(blocked, s->blocked) != 0 || (control && control_off)) {
@@ -177,9 +180,13 @@ static int connect_session(struct store *s, char *err, size_t errlen)
 	    .application_name = s->app_name,
 	    .statement_timeout_ms = s->opt.statement_timeout_ms,
 	    .lock_timeout_ms = s->opt.lock_timeout_ms,
+	    .idle_in_transaction_ms =
+		s->opt.leased_by ? s->opt.lease_timeout_ms : 0,
 	    .extra_sql = s->extra_sql,
 	};
 	memset(s->prepared, 0, sizeof(s->prepared));
+	s->in_lease = false;
+	s->conn_gen++;
 	s->conn = pgconn_connect(&po, err, errlen);
 	if (!s->conn)
 		return STORE_RECONNECT;
@@ -201,6 +208,7 @@ static int take_options(struct store *s, const struct store_options *opt,
 		return STORE_ERROR;
 	table_derived(&s->table, "_blocked_keys", s->blocked,
 		      sizeof(s->blocked));
+	table_derived(&s->table, "_claims", s->claims, sizeof(s->claims));
 	if (opt->batch_size < 1 || opt->batch_size > 10000) {
 		snprintf(err, errlen, "batch size %d is outside 1..10000",
 			 opt->batch_size);
@@ -259,6 +267,7 @@ void store_close(struct store *s)
 		return;
 	if (s->conn)
 		PQfinish(s->conn);
+	store_close(s->claim);
 	for (int i = 0; i < ST_COUNT; i++)
 		free(s->sql[i]);
 	free(s->conninfo);
@@ -275,6 +284,7 @@ int store_reconnect(struct store *s, char *err, size_t errlen)
 		PQfinish(s->conn);
 		s->conn = NULL;
 	}
+	s->in_lease = false;
 	int rc = connect_session(s, err, errlen);
 	if (rc != 0 && s->conn) {
 		PQfinish(s->conn);
@@ -442,6 +452,49 @@ int store_finish_tx(struct store *s, bool commit, char *err, size_t errlen)
 		pgconn_error(s->conn, res, err, errlen);
 		rc = pgconn_needs_reconnect(s->conn, res) ? STORE_RECONNECT
 							  : STORE_ERROR;
+	}
+	PQclear(res);
+	return rc;
+}
+
+int store_lease_begin(struct store *s, char *err, size_t errlen)
+{
+	if (!s->conn) {
+		snprintf(err, errlen, "not connected to postgres");
+		return STORE_RECONNECT;
+	}
+	PGresult *res = PQexec(s->conn, "BEGIN");
+	int rc = 0;
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		pgconn_error(s->conn, res, err, errlen);
+		rc = pgconn_needs_reconnect(s->conn, res) ? STORE_RECONNECT
+							  : STORE_ERROR;
+	}
+	PQclear(res);
+	s->in_lease = rc == 0;
+	return rc;
+}
+
+int store_lease_end(struct store *s, bool commit, char *err, size_t errlen)
+{
+	s->in_lease = false;
+	if (!s->conn) {
+		snprintf(err, errlen, "not connected to postgres");
+		return STORE_RECONNECT;
+	}
+	PGresult *res = PQexec(s->conn, commit ? "COMMIT" : "ROLLBACK");
+	int rc = 0;
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		pgconn_error(s->conn, res, err, errlen);
+		rc = pgconn_needs_reconnect(s->conn, res) ? STORE_RECONNECT
+							  : STORE_ERROR;
+	} else if (commit && strcmp(PQcmdStatus(res), "COMMIT") != 0) {
+		/* COMMIT of a transaction in which a statement failed rolls
+		 * it back, and says so only in the command tag. */
+		snprintf(err, errlen,
+			 "the lease transaction had failed and was rolled "
+			 "back");
+		rc = STORE_ERROR;
 	}
 	PQclear(res);
 	return rc;

@@ -56,6 +56,7 @@ struct store_options {
 	bool ordered;		 /* OUTBOX_ORDERING=partition */
 	bool block_on_failure;	 /* OUTBOX_ORDERING_ON_FAILURE=block */
 	int64_t lock_timeout_ms; /* 0: half the statement timeout */
+	bool delete_sent;	 /* OUTBOX_RETENTION=0: no history */
 };
 
 struct store;
@@ -134,7 +135,19 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		char *err, size_t errlen);
 
 /*
- * Extends the lease of ids[] by the lease timeout. held[i] is set to
+ * Concludes the lease of b: commits the marks written inside its
+ * transaction and releases every row left unmarked (docs/design.md §4).
+ * 0 when committed. When the COMMIT's reply is lost with the connection,
+ * reconnects and asks Postgres whether the transaction committed.
+ * Otherwise nothing of the batch took effect: the rows are pending again
+ * and the sweeper charges their attempt; STORE_RECONNECT (session lost or
+ * transaction aborted) or STORE_ERROR, with err saying which.
+ */
+int store_lease_commit(struct lease_batch *b, char *err, size_t errlen);
+
+/*
+ * Keeps the lease of ids[] alive (the lease transaction's session must
+ * not sit idle past the lease timeout). held[i] is set to
  * whether row i is still held; *n_held counts them.
  */
 int store_renew(struct store *s, const char *lease_id, const char *const *ids,
@@ -337,6 +350,7 @@ enum store_side_table {
 	STORE_SIDE_CONTROL = 1,	     /* operator pauses */
 	STORE_SIDE_REPLICAS = 2,     /* the replica registry */
 	STORE_SIDE_BLOCKED_KEYS = 4, /* ordered mode's blocked keys */
+	STORE_SIDE_CLAIMS = 8,	     /* the lock leases' claims */
 };
 
 /* Which side tables exist now: *present is a mask of the values above. */

@@ -37,6 +37,7 @@ struct names {
 	char registry[160];
 	char control[160];
 	char blocked[160];
+	char claims[160];
 };
 
 static void names_of(const struct outbox_table *t, struct names *n)
@@ -44,6 +45,7 @@ static void names_of(const struct outbox_table *t, struct names *n)
 	table_derived(t, "_replicas", n->registry, sizeof(n->registry));
 	table_derived(t, "_control", n->control, sizeof(n->control));
 	table_derived(t, "_blocked_keys", n->blocked, sizeof(n->blocked));
+	table_derived(t, "_claims", n->claims, sizeof(n->claims));
 }
 
 /* Describes the failure of res as "what: SQLSTATE: message"; clears res. */
@@ -147,17 +149,18 @@ int store_admin_side_tables(struct store *s, unsigned *present, char *err,
 	int rc;
 	names_of(&s->table, &n);
 	*present = 0;
-	const char *values[3] = {n.control, n.registry, n.blocked};
+	const char *values[4] = {n.control, n.registry, n.blocked, n.claims};
 	PGresult *res =
 	    run(s->conn,
 		"SELECT to_regclass($1) IS NOT NULL, to_regclass($2) "
-		"IS NOT NULL, to_regclass($3) IS NOT NULL",
-		3, values, PGRES_TUPLES_OK, "side tables", &rc, err, errlen);
+		"IS NOT NULL, to_regclass($3) IS NOT NULL, to_regclass($4) "
+		"IS NOT NULL",
+		4, values, PGRES_TUPLES_OK, "side tables", &rc, err, errlen);
 	if (!res)
 		return rc;
-	const unsigned bits[3] = {STORE_SIDE_CONTROL, STORE_SIDE_REPLICAS,
-				  STORE_SIDE_BLOCKED_KEYS};
-	for (int i = 0; i < 3; i++)
+	const unsigned bits[4] = {STORE_SIDE_CONTROL, STORE_SIDE_REPLICAS,
+				  STORE_SIDE_BLOCKED_KEYS, STORE_SIDE_CLAIMS};
+	for (int i = 0; i < 4; i++)
 		if (PQgetvalue(res, 0, i)[0] == 't')
 			*present |= bits[i];
 	PQclear(res);
@@ -188,6 +191,9 @@ void store_side_tables_describe(const struct store *s, unsigned present,
 	     "counts only this replica)"},
 	    {STORE_SIDE_BLOCKED_KEYS, "_blocked_keys",
 	     "blocked keys (OUTBOX_ORDERING_ON_FAILURE=block)"},
+	    {STORE_SIDE_CLAIMS, "_claims",
+	     "crash accounting (a relay that dies holding rows charges them "
+	     "no attempt, so a row that crashes relays is never failed)"},
 	};
 	tables[0] = features[0] = '\0';
 	for (size_t i = 0; i < sizeof(side) / sizeof(side[0]); i++) {
@@ -205,21 +211,36 @@ void store_side_tables_describe(const struct store *s, unsigned present,
 /* A side table may not exist (ordered mode's blocked keys; any of them
  * beside a table made by hand). A statement cannot name a table that
  * might be missing, so its count goes through query_to_xml(), which plans
- * the inner query only when the CASE reaches it. where is SQL text without
- * single quotes. */
-static char *count_if_present_sql(const char *table, const char *where)
+ * the inner query only when the CASE reaches it. select_n and where are
+ * SQL text inside a string literal: quotes doubled. */
+static char *sum_if_present_sql(const char *table, const char *select_n,
+				const char *where)
 {
 	return store_asprintf(
 	    "CASE WHEN to_regclass('%s') IS NULL THEN 0::bigint ELSE "
-	    "(xpath('/row/n/text()', query_to_xml('SELECT count(*) AS n "
-	    "FROM ' || to_regclass('%s')::text || ' WHERE %s', false, true, "
+	    "(xpath('/row/n/text()', query_to_xml('%s FROM ' || "
+	    "to_regclass('%s')::text || ' WHERE %s', false, true, "
 	    "'')))[1]::text::bigint END",
-	    table, table, where);
+	    table, select_n, table, where);
+}
+
+static char *count_if_present_sql(const char *table, const char *where)
+{
+	return sum_if_present_sql(table, "SELECT count(*) AS n", where);
 }
 
 static char *blocked_count_sql(const struct names *n)
 {
 	return count_if_present_sql(n->blocked, "true");
+}
+
+/* Rows held by live lock leases (docs/design.md §4): the claims whose
+ * transaction is in progress. Tables made by hand may have no claims. */
+static char *claimed_count_sql(const struct names *n)
+{
+	return sum_if_present_sql(
+	    n->claims, "SELECT coalesce(sum(cardinality(ids)), 0) AS n",
+	    "pg_xact_status(xid) = ''in progress''");
 }
 
 int store_admin_gauges(struct store *s, struct store_admin_gauges *g, char *err,
@@ -236,10 +257,11 @@ int store_admin_gauges(struct store *s, struct store_admin_gauges *g, char *err,
 		 "last_seen_at > now() - make_interval(secs => %d)",
 		 STORE_ADMIN_DEAD_AFTER_S);
 	char *live = count_if_present_sql(n.registry, live_where);
+	char *claimed = claimed_count_sql(&n);
 	/* Each count is bounded by a partial index of its state; the pending
 	 * scan also yields the oldest row's age. */
 	char *sql =
-	    blocked && live
+	    blocked && live && claimed
 		? store_asprintf(
 		      "WITH p AS (SELECT count(*) AS n, min(created_at) AS "
 		      "oldest "
@@ -247,7 +269,8 @@ int store_admin_gauges(struct store *s, struct store_admin_gauges *g, char *err,
 		      "SELECT p.n, greatest(0, coalesce((extract(epoch FROM "
 		      "now() - "
 		      "p.oldest) * 1000)::bigint, 0)), "
-		      "(SELECT count(*) FROM %s WHERE status = 'in_flight'), "
+		      "(SELECT count(*) FROM %s WHERE status = 'in_flight') "
+		      "+ %s, "
 		      "(SELECT count(*) FROM %s WHERE status = 'failed'), "
 		      "coalesce((SELECT n_dead_tup FROM pg_stat_user_tables "
 		      "WHERE "
@@ -255,13 +278,14 @@ int store_admin_gauges(struct store *s, struct store_admin_gauges *g, char *err,
 		      "%s, %s, "
 		      "(pg_notification_queue_usage() * 1000000)::bigint "
 		      "FROM p",
-		      T, T, T, T, live, blocked)
+		      T, T, claimed, T, T, live, blocked)
 		: NULL;
 	PGresult *res = run(s->conn, sql, 0, NULL, PGRES_TUPLES_OK,
 			    "gauge query", &rc, err, errlen);
 	free(sql);
 	free(blocked);
 	free(live);
+	free(claimed);
 	if (!res)
 		return rc;
 	int64_t *fields[8] = {&g->backlog,	&g->oldest_pending_ms,
@@ -425,14 +449,51 @@ static int status_backlog(struct status_ctx *c)
 	"split_part(leased_by, '/', 1) || '/' || "                             \
 	"split_part(leased_by, '/', 2) END"
 
+/* The rows in flight as one relation: those of live lock leases (the
+ * rows themselves still say pending; attempts counts the one under way)
+ * and those left in_flight by relays of the row lease. */
+static char *flight_sql(const struct status_ctx *c, bool claims)
+{
+	char *legacy = store_asprintf(
+	    "SELECT id, type, exchange, leased_by, lease_id, leased_at, "
+	    "lease_expires_at, attempts, max_attempts, seq FROM %s WHERE "
+	    "status = 'in_flight'",
+	    c->T);
+	if (!claims || !legacy)
+		return legacy;
+	char *both = store_asprintf(
+	    "SELECT t.id, t.type, t.exchange, c.holder AS leased_by, "
+	    "c.lease_id, c.leased_at, c.expires_at AS lease_expires_at, "
+	    "t.attempts + 1 AS attempts, t.max_attempts, t.seq FROM %s c "
+	    "CROSS JOIN LATERAL unnest(c.ids) AS u(id) JOIN %s t ON t.id = "
+	    "u.id WHERE cardinality(c.ids) > 0 AND pg_xact_status(c.xid) = "
+	    "'in progress' AND t.status = 'pending' UNION ALL %s",
+	    c->n.claims, c->T, legacy);
+	free(legacy);
+	return both;
+}
+
 static int status_leases(struct status_ctx *c)
 {
+	PGresult *res =
+	    PQexecParams(c->conn, "SELECT to_regclass($1) IS NOT NULL", 1, NULL,
+			 (const char *const[]){c->n.claims}, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return failed(c->conn, res, "status: claims", c->err,
+			      c->errlen);
+	bool claims = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+	char *F = flight_sql(c, claims);
+	if (!F) {
+		snprintf(c->err, c->errlen, "status: out of memory");
+		return STORE_ERROR;
+	}
 	int rc = section(
 	    c, "in_flight", false,
 	    store_asprintf("SELECT count(*) AS count, count(*) FILTER (WHERE "
 			   "lease_expires_at < now()) AS expired_leases "
-			   "FROM %s WHERE status = 'in_flight'",
-			   c->T));
+			   "FROM (%s) f0",
+			   F));
 	if (rc == 0)
 		rc = section(
 		    c, "in_flight_holders", true,
@@ -441,12 +502,12 @@ static int status_leases(struct status_ctx *c)
 			"AS holder_alive, r.state AS holder_state, count(*) AS "
 			"rows, count(*) FILTER (WHERE f.lease_expires_at < "
 			"now()) AS expired, min(%s) AS next_expiry_in_seconds "
-			"FROM (SELECT %s AS holder, lease_expires_at FROM %s "
-			"WHERE status = 'in_flight') f LEFT JOIN %s r ON r.id "
+			"FROM (SELECT %s AS holder, lease_expires_at FROM (%s) "
+			"f0) f LEFT JOIN %s r ON r.id "
 			"= f.holder GROUP BY f.holder, r.last_seen_at, r.state "
 			"ORDER BY count(*) DESC LIMIT %d",
-			c->dead, SECS("f.lease_expires_at", "now()"), HOLDER,
-			c->T, c->n.registry, c->max_rows));
+			c->dead, SECS("f.lease_expires_at", "now()"), HOLDER, F,
+			c->n.registry, c->max_rows));
 	if (rc == 0)
 		rc = section(
 		    c, "in_flight_rows", true,
@@ -457,13 +518,14 @@ static int status_leases(struct status_ctx *c)
 			"f.attempts, f.max_attempts, %s AS leased_at, %s AS "
 			"lease_expires_at, %s AS lease_expires_in_seconds, "
 			"f.lease_id::text AS lease_id "
-			"FROM (SELECT *, %s AS holder FROM %s WHERE status = "
-			"'in_flight' ORDER BY lease_expires_at LIMIT %d) f "
+			"FROM (SELECT *, %s AS holder FROM (%s) f0 ORDER BY "
+			"lease_expires_at LIMIT %d) f "
 			"LEFT JOIN %s r ON r.id = f.holder "
 			"ORDER BY f.lease_expires_at, f.seq",
 			c->dead, ISO("f.leased_at"), ISO("f.lease_expires_at"),
-			SECS("f.lease_expires_at", "now()"), HOLDER, c->T,
+			SECS("f.lease_expires_at", "now()"), HOLDER, F,
 			c->max_rows, c->n.registry));
+	free(F);
 	return rc;
 }
 

@@ -14,20 +14,27 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "store.h"
 
 enum stmt {
 	ST_LEASE,
-	ST_RENEW,
+	ST_LEASE_BARE,	/* without the claims table */
+	ST_CLAIM,	/* on the claim session */
+	ST_CLAIM_RENEW, /* on the claim session */
+	ST_KEEPALIVE,
 	ST_SENT,
+	ST_SENT_DELETE,
 	ST_RETRY,
 	ST_TRANSPORT,
 	ST_FAILED,
-	ST_RELEASE,
-	ST_RECHECK,
+	ST_XACT_STATUS,
+	ST_SWEEP_CLAIMS,
 	ST_SWEEP,
+	ST_PRUNE_CLAIMS,
 	ST_CLEAN_SENT,
 	ST_CLEAN_FAILED,
 	ST_NEXT_DUE,
@@ -64,14 +71,29 @@ struct store {
 	char *ce_source;
 	char *extra_sql;   /* test hook (store_test.h); NULL otherwise */
 	char blocked[160]; /* the blocked-keys table, quoted */
+	char claims[160];  /* the claims table, quoted */
 	PGconn *conn;
+	/* The lock lease (docs/design.md §4): the open lease transaction of
+	 * this session, if any, and the session that records its claims
+	 * (opened on the first lease; NULL for sessions that lease
+	 * nothing). */
+	bool in_lease;
+	uint64_t conn_gen; /* bumped by every (re)connect */
+	struct store *claim;
+	/* The table has no claims table (made by hand, not by migrate):
+	 * leases go on without claims, so a crash charges no attempt. */
+	bool claims_missing;
 	char *sql[ST_COUNT];
 	bool prepared[ST_COUNT];
 };
 
-/* A leased batch's rows: the result they point into, and the events. */
+/* A leased batch's rows: the result they point into, the events, and
+ * the lease transaction they belong to. */
 struct lease_rows {
 	PGresult *res;
+	struct store *s;   /* whose session holds the transaction */
+	uint64_t conn_gen; /* that session's generation at the lease */
+	char xid[24];	   /* the transaction, pg_current_xact_id() */
 	struct outbox_event events[];
 };
 
@@ -113,6 +135,26 @@ char *store_pg_array(const char *const *items, size_t n, bool quoted,
  */
 int store_begin_locked(struct store *s, int ns, bool custom_plans, bool *got,
 		       char *err, size_t errlen);
+
+/*
+ * The lease transaction of s's session (docs/design.md §4): BEGIN, and its
+ * end, COMMIT (commit) or ROLLBACK. store_lease_end() of a COMMIT that
+ * Postgres turned into a rollback (a statement of it had failed) returns
+ * STORE_ERROR. Both keep s->in_lease.
+ */
+int store_lease_begin(struct store *s, char *err, size_t errlen);
+int store_lease_end(struct store *s, bool commit, char *err, size_t errlen);
+
+/* Opens a store; session_sql (NULL: none) runs after the session
+ * settings (store_test.h's store_open_traced). */
+int store_open_traced(struct store **out, const struct store_options *opt,
+		      const char *session_sql, char *err, size_t errlen);
+
+/* True when err (from store_run) says a relation does not exist. */
+static inline bool store_err_undefined_table(const char *err)
+{
+	return strncmp(err, "42P01", 5) == 0;
+}
 
 /* COMMIT (commit) or ROLLBACK the open transaction. */
 int store_finish_tx(struct store *s, bool commit, char *err, size_t errlen);

@@ -22,24 +22,38 @@ static int abandon_batch(struct store *s, int rc)
 	return store_public_rc(rc);
 }
 
-int store_sweep(struct store *s, size_t max_rows, struct sweep_result *r,
-		char *err, size_t errlen)
+/* Claims emptied per statement (the statement's LIMIT). */
+#define SWEEP_CLAIMS 100
+
+/* One sweep batch in its own locked transaction: *more says whether a
+ * full batch suggests another. */
+static int sweep_batch(struct store *s, enum stmt st, struct sweep_result *r,
+		       bool *more, char *err, size_t errlen)
 {
-	memset(r, 0, sizeof(*r));
-	for (;;) {
-		bool got;
-		int rc = store_begin_locked(s, LOCK_NS_SWEEP, false, &got, err,
-					    errlen);
-		if (rc != 0)
-			return rc;
-		if (!got) {
-			r->skipped = true;
-			return store_finish_tx(s, false, err, errlen);
-		}
-		PGresult *res = store_run(s, ST_SWEEP, 0, NULL, PGRES_TUPLES_OK,
-					  0, &rc, err, errlen);
-		if (!res)
-			return abandon_batch(s, rc);
+	bool got;
+	*more = false;
+	int rc = store_begin_locked(s, LOCK_NS_SWEEP, false, &got, err, errlen);
+	if (rc != 0)
+		return rc;
+	if (!got) {
+		r->skipped = true;
+		return store_finish_tx(s, false, err, errlen);
+	}
+	PGresult *res =
+	    store_run(s, st, 0, NULL, PGRES_TUPLES_OK, 0, &rc, err, errlen);
+	if (!res && st != ST_SWEEP && store_err_undefined_table(err)) {
+		/* A table made by hand, without claims: nothing to sweep. */
+		s->claims_missing = true;
+		return store_finish_tx(s, false, err, errlen);
+	}
+	if (!res)
+		return abandon_batch(s, rc);
+	if (st == ST_SWEEP_CLAIMS) {
+		size_t emptied = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+		r->to_failed += strtoull(PQgetvalue(res, 0, 1), NULL, 10);
+		r->to_pending += strtoull(PQgetvalue(res, 0, 2), NULL, 10);
+		*more = emptied >= SWEEP_CLAIMS;
+	} else {
 		int n = PQntuples(res);
 		for (int i = 0; i < n; i++) {
 			if (strcmp(PQgetvalue(res, i, 0), "failed") == 0)
@@ -47,13 +61,38 @@ int store_sweep(struct store *s, size_t max_rows, struct sweep_result *r,
 			else
 				r->to_pending++;
 		}
-		PQclear(res);
-		rc = store_finish_tx(s, true, err, errlen);
-		if (rc != 0)
-			return rc;
-		if (n < SWEEP_BATCH || r->to_pending + r->to_failed >= max_rows)
-			return 0;
+		*more = n >= SWEEP_BATCH;
 	}
+	PQclear(res);
+	return store_finish_tx(s, true, err, errlen);
+}
+
+/* The claims of aborted lease transactions (docs/design.md §4), then rows
+ * left in_flight by relays of the row lease, then claims of workers long
+ * gone. */
+int store_sweep(struct store *s, size_t max_rows, struct sweep_result *r,
+		char *err, size_t errlen)
+{
+	static const enum stmt passes[] = {ST_SWEEP_CLAIMS, ST_SWEEP};
+	memset(r, 0, sizeof(*r));
+	for (size_t p = 0; p < sizeof(passes) / sizeof(passes[0]); p++) {
+		bool more = passes[p] != ST_SWEEP_CLAIMS || !s->claims_missing;
+		while (more && r->to_pending + r->to_failed < max_rows) {
+			int rc =
+			    sweep_batch(s, passes[p], r, &more, err, errlen);
+			if (rc != 0 || r->skipped)
+				return rc;
+		}
+	}
+	int rc;
+	if (s->claims_missing)
+		return 0;
+	PGresult *res = store_run(s, ST_PRUNE_CLAIMS, 0, NULL, PGRES_COMMAND_OK,
+				  0, &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	PQclear(res);
+	return 0;
 }
 
 /* One cleaner batch: its deletions and how many rows it scanned; the

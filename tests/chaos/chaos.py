@@ -515,10 +515,11 @@ class Harness:
             time.monotonic() - t0))
 
     def held_rows(self, pid):
+        """(id, lease id, transaction) of the rows pid's live leases hold."""
         return self.db.rows(
-            "SELECT id, lease_id FROM %s WHERE status = 'in_flight' AND "
-            "split_part(leased_by, '/', 2) = '%d'" % (self.table, pid),
-            retry_s=10)
+            "SELECT unnest(ids), lease_id, xid FROM %s_claims WHERE "
+            "split_part(holder, '/', 2) = '%d' AND pg_xact_status(xid) = "
+            "'in progress'" % (self.table, pid), retry_s=10)
 
     def fault_sigstop(self, rng):
         # A relay may be idle just then (waiting out its rate or probing
@@ -543,9 +544,9 @@ class Harness:
         # or so) and stop it the moment some appear, then look again
         # (it may have marked them in between).
         probe_end = time.monotonic() + probe_s
-        watch = ("SELECT 1 FROM %s WHERE status = 'in_flight' AND "
-                 "split_part(leased_by, '/', 2) = '%d' LIMIT 1"
-                 % (self.table, proc.pid))
+        watch = ("SELECT 1 FROM %s_claims WHERE split_part(holder, '/', 2) "
+                 "= '%d' AND cardinality(ids) > 0 AND pg_xact_status(xid) = "
+                 "'in progress' LIMIT 1" % (self.table, proc.pid))
         while time.monotonic() < probe_end and proc.poll() is None:
             if not self.db.rows(watch, retry_s=10):
                 time.sleep(0.001)
@@ -572,17 +573,18 @@ class Harness:
                           left["in_flight"]))
             return
         leases = sorted({r[1] for r in held})
+        xids = sorted({r[2] for r in held})
         ids = [r[0] for r in held]
         t_stop = time.monotonic()
-        # Held past its lease timeout until the sweeper took every row.
-        id_list = ",".join("'%s'" % i for i in ids)
+        # Held past its lease timeout (the server ends the stopped
+        # relay's session) until the sweeper charged its claims.
         lease_list = ",".join("'%s'" % x for x in leases)
         swept = False
         while time.monotonic() < t_stop + LEASE_TIMEOUT_S + 15:
             left = self.db.value(
-                "SELECT count(*) FROM %s WHERE id IN (%s) AND lease_id IN "
-                "(%s) AND status = 'in_flight'" % (self.table, id_list,
-                                                   lease_list), retry_s=10)
+                "SELECT count(*) FROM %s_claims WHERE lease_id IN (%s) AND "
+                "cardinality(ids) > 0" % (self.table, lease_list),
+                retry_s=10)
             if left == "0" and time.monotonic() > t_stop + LEASE_TIMEOUT_S:
                 swept = True
                 break
@@ -603,7 +605,8 @@ class Harness:
                     time.monotonic() > t_cont + 2:
                 break
         self.episodes.append({
-            "pid": proc.pid, "ids": ids, "leases": leases, "swept": swept,
+            "pid": proc.pid, "ids": ids, "leases": leases, "xids": xids,
+            "swept": swept,
             "held_s": held_for,
             "lost": after["outbox_lost_leases_total"]
             - before["outbox_lost_leases_total"],
@@ -632,6 +635,13 @@ class Harness:
         c = collections.Counter()
         for status, n in rows:
             c[status] = int(n)
+        # Leased rows still say pending: a live lease is a claim whose
+        # transaction is in progress (docs/design.md §4).
+        held = int(self.db.value(
+            "SELECT coalesce(sum(cardinality(ids)), 0) FROM %s_claims "
+            "WHERE pg_xact_status(xid) = 'in progress'" % self.table))
+        c["in_flight"] += held
+        c["pending"] -= held
         return c
 
     def check_crashes(self):
@@ -738,16 +748,16 @@ class Harness:
         lost = len(table_ids - set(got))
         phantom = len(set(got) - table_ids)
         dups = sum(n - 1 for n in got.values())
-        # Stale marks: a row a SIGSTOP'd relay held may never end under
-        # the lease it held then (the sweeper took it; only a fresh
-        # lease may finish it).
+        # Stale marks: the transaction a SIGSTOP'd relay held its rows
+        # in may never commit (the server ended it past the lease; only
+        # a fresh lease may finish the rows). Each of its rows counts.
         stale_accepted = 0
         for ep in self.episodes:
-            stale_accepted += int(self.db.value(
-                "SELECT count(*) FROM %s WHERE id IN (%s) AND lease_id IN "
-                "(%s) AND status IN ('sent', 'failed')" % (
-                    self.table, ",".join("'%s'" % i for i in ep["ids"]),
-                    ",".join("'%s'" % x for x in ep["leases"]))))
+            committed = int(self.db.value(
+                "SELECT count(*) FROM unnest(ARRAY[%s]::xid8[]) x WHERE "
+                "pg_xact_status(x) = 'committed'" % ",".join(
+                    "'%s'" % x for x in ep["xids"])))
+            stale_accepted += len(ep["ids"]) if committed else 0
         problems = list(self.errors)
         if lost:
             problems.append("%d events never reached the broker" % lost)

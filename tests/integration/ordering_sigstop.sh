@@ -26,9 +26,11 @@ flaky_relay() {
 # The first relay pauses 400 ms before each event: it is stopped there.
 flaky_relay slow RELAY_TEST_FLAKY_DELAY_MS=400
 slow=$it_last_pid
-it_wait_count 20 "status = 'in_flight' AND leased_by LIKE '%/$slow/%'" -ge 1
+slow_held="id IN (SELECT unnest(ids) FROM ${OUTBOX_TABLE}_claims WHERE
+	holder LIKE '%/$slow/%' AND pg_xact_status(xid) = 'in progress')"
+it_wait_count 20 "$slow_held" -ge 1
 kill -STOP "$slow"
-held=$(it_psql "SELECT id FROM $OUTBOX_TABLE WHERE status = 'in_flight' AND leased_by LIKE '%/$slow/%'")
+held=$(it_psql "SELECT id FROM $OUTBOX_TABLE WHERE $slow_held")
 [ -n "$held" ] || it_fail "the slow relay held nothing when stopped"
 flaky_relay fast
 fast=$it_last_pid

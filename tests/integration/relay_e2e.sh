@@ -17,7 +17,7 @@ it_wait_lines 20 "$it_dir/first.out" 100
 it_stop "$pid"
 rc=$it_rc
 [ "$rc" = 0 ] || it_fail "SIGTERM exit code $rc, want 0"
-[ "$(it_count "status = 'in_flight'")" = 0 ] || it_fail "rows left in flight after SIGTERM"
+[ "$(it_count "$it_in_flight")" = 0 ] || it_fail "rows left in flight after SIGTERM"
 sent_first=$(it_count "status = 'sent'")
 [ "$sent_first" -lt 1000 ] || it_fail "SIGTERM did not land mid-run"
 grep -q '"shutting down"' "$it_dir/first.log" || it_fail "no shutdown log line"

@@ -19,9 +19,9 @@ env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" 
 pid=$!
 it_pids+=("$pid")
 exec 3<"$it_dir/pipe"
-it_wait_count 20 "status = 'in_flight'" -gt 0
+it_wait_count 20 "$it_in_flight" -gt 0
 sleep 0.5
-held=$(it_count "status = 'in_flight'")
+held=$(it_count "$it_in_flight")
 kill -9 "$pid"
 wait "$pid" 2>/dev/null || true
 # What reached the pipe before the kill counts as printed.

@@ -52,6 +52,8 @@ static void mark_all(struct store *s, enum store_mark kind,
 		       &r, err, sizeof(err)) != 0)
 		fail_msg("mark: %s", err);
 	assert_int_equal(r.marked, b->n);
+	if (store_lease_commit(b, err, sizeof(err)) != 0)
+		fail_msg("commit: %s", err);
 	lease_batch_release(b);
 }
 
@@ -187,6 +189,7 @@ static void test_block_unblock_and_cleaner(void **state)
 					    sizeof(err)),
 				 0);
 	}
+	assert_int_equal(store_lease_commit(&b, err, sizeof(err)), 0);
 	lease_batch_release(&b);
 	char blocked[160];
 	snprintf(blocked, sizeof(blocked), "%.*soutbox_events_blocked_keys",

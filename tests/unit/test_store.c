@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The store against a real Postgres: leases, fencing, renewal, sweeping,
- * backoff, release, cleaning, ordering columns, plans and CHECKs.
- * Time moves by updating rows, never by mocking clocks.
+ * The store against a real Postgres: lock leases and their claims,
+ * fencing, renewal, sweeping, backoff, release, cleaning, ordering
+ * columns, plans and CHECKs. Time moves by updating rows, never by
+ * mocking clocks.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -29,6 +30,14 @@ static void lease(struct store *s, struct lease_batch *b)
 {
 	if (store_lease(s, NULL, 0, "", b, err, sizeof(err)) != 0)
 		fail_msg("lease: %s", err);
+}
+
+/* Commits the lease: its marks take effect, unmarked rows go back. */
+static void commit(struct lease_batch *b)
+{
+	if (store_lease_commit(b, err, sizeof(err)) != 0)
+		fail_msg("commit: %s", err);
+	lease_batch_release(b);
 }
 
 static const char **batch_ids(const struct lease_batch *b)
@@ -106,6 +115,8 @@ static void *leaser_main(void *arg)
 			       sizeof(e)) != 0 ||
 		    r.marked != b.n)
 			snprintf(l->error, sizeof(l->error), "mark: %s", e);
+		else if (store_lease_commit(&b, e, sizeof(e)) != 0)
+			snprintf(l->error, sizeof(l->error), "commit: %s", e);
 		free(ids);
 		lease_batch_release(&b);
 	}
@@ -169,8 +180,29 @@ static void test_concurrent_lease_each_row_once(void **state)
 	PQfinish(c);
 }
 
-/* 2. Fencing and the lost-reply recheck. */
-static void test_fencing_and_lost_reply(void **state)
+/* Ends the session named app and waits until it is gone, its
+ * transaction aborted. */
+static void terminate(PGconn *c, const char *app)
+{
+	pgtest_exec(c,
+		    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+		    "WHERE application_name = '%s'",
+		    app);
+	for (int i = 0; i < 500; i++) {
+		if (pgtest_long(c,
+				"SELECT count(*) FROM pg_stat_activity WHERE "
+				"application_name = '%s'",
+				app) == 0)
+			return;
+		usleep(10 * 1000);
+	}
+	fail_msg("session %s did not end", app);
+}
+
+/* 2. Fencing: rows are locked, not written, while leased; a lease whose
+ * transaction ended (session killed, idle past the lease) can mark
+ * nothing, and its rows are leasable again at once. */
+static void test_lock_lease_fencing(void **state)
 {
 	(void)state;
 	char table[128];
@@ -182,61 +214,103 @@ static void test_fencing_and_lost_reply(void **state)
 	snprintf(app, sizeof(app), "outbox-test-fence-%d", (int)getpid());
 	o.app_name = app;
 	struct store *s = pgtest_store(&o);
+	struct store_options o2 = pgtest_store_options(table);
+	o2.leased_by = "test/2/w0";
+	struct store *s2 = pgtest_store(&o2);
 
-	struct lease_batch b;
+	struct lease_batch b, b2;
 	lease(s, &b);
 	assert_int_equal(b.n, 10);
-
-	/* A stale lease id changes nothing and counts lost leases. */
-	char real[37];
-	memcpy(real, b.lease_id, sizeof(real));
-	snprintf(b.lease_id, sizeof(b.lease_id), "%s",
-		 "00000000-0000-4000-8000-000000000000");
-	struct mark_result r = mark(s, MARK_SENT, &b, NULL);
-	assert_int_equal(r.marked, 0);
-	assert_int_equal(r.lost, 10);
-	r = mark(s, MARK_FAILED, &b, "stale");
-	assert_int_equal(r.lost, 10);
+	/* Held by a lock: another session leases none of them, the rows
+	 * still say pending, and the claim names them under a live
+	 * transaction. */
+	lease(s2, &b2);
+	assert_int_equal(b2.n, 0);
+	lease_batch_release(&b2);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE status = 'pending' AND "
+			"attempts = 0",
+			table),
+	    10);
 	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM %s WHERE status "
-				     "= 'in_flight'",
-				     table),
+				     "SELECT cardinality(ids) FROM %s_claims "
+				     "WHERE holder = 'test/1/w0' AND "
+				     "lease_id = '%s' AND pg_xact_status(xid) "
+				     "= 'in progress'",
+				     table, b.lease_id),
 			 10);
-	memcpy(b.lease_id, real, sizeof(real));
 
-	/* The mark committed but its reply was lost: the retry finds the
-	 * rows already sent under its own lease, not lost. */
-	pgtest_exec(c,
-		    "UPDATE %s SET status = 'sent', finished_at = now() WHERE "
-		    "lease_id = '%s' AND seq <= 4",
-		    table, b.lease_id);
-	r = mark(s, MARK_SENT, &b, NULL);
-	assert_int_equal(r.marked, 6);
-	assert_int_equal(r.already, 4);
-	assert_int_equal(r.lost, 0);
-	lease_batch_release(&b);
-
-	/* The session dies under the store: the mark reconnects and lands. */
-	pgtest_insert(c, table, 5);
-	lease(s, &b);
-	assert_int_equal(b.n, 5);
-	pgtest_exec(c,
-		    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-		    "WHERE application_name = '%s'",
-		    app);
-	r = mark(s, MARK_SENT, &b, NULL);
-	assert_int_equal(r.marked, 5);
-	assert_int_equal(r.lost, 0);
+	/* The session dies under the lease (a crash, or a stall killed by
+	 * the server): the marks of the stale lease are refused. Its rows
+	 * wait for the sweeper, which charges the attempt, and come back
+	 * one per batch as crash suspects. */
+	terminate(c, app);
+	struct mark_result r;
+	const char **ids = batch_ids(&b);
+	assert_int_not_equal(store_mark(s, MARK_SENT, b.lease_id, ids, NULL,
+					b.n, &r, err, sizeof(err)),
+			     0);
+	assert_int_not_equal(store_lease_commit(&b, err, sizeof(err)), 0);
+	free(ids);
 	lease_batch_release(&b);
 	assert_int_equal(
 	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'sent'",
 			table),
-	    15);
+	    0);
+	lease(s2, &b2);
+	assert_int_equal(b2.n, 0);
+	lease_batch_release(&b2);
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 10);
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	for (int i = 0; i < 10; i++) {
+		lease(s2, &b2);
+		assert_int_equal(b2.n, 1);
+		mark(s2, MARK_SENT, &b2, NULL);
+		commit(&b2);
+	}
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE status = 'sent' AND "
+			"attempts = 2 AND leased_by = 'test/2/w0'",
+			table),
+	    10);
+
+	/* A lease idle past the lease timeout: the server ends the
+	 * session, and with it the lease. */
 	store_close(s);
+	o.lease_timeout_ms = 1000;
+	s = pgtest_store(&o);
+	pgtest_insert(c, table, 3);
+	lease(s, &b);
+	assert_int_equal(b.n, 3);
+	usleep(1600 * 1000);
+	ids = batch_ids(&b);
+	assert_int_not_equal(store_mark(s, MARK_SENT, b.lease_id, ids, NULL,
+					b.n, &r, err, sizeof(err)),
+			     0);
+	free(ids);
+	assert_int_not_equal(store_lease_commit(&b, err, sizeof(err)), 0);
+	lease_batch_release(&b);
+	assert_int_equal(store_reconnect(s, err, sizeof(err)), 0);
+	/* Nothing of the stale lease was written; the sweeper charges it. */
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE status = 'pending' AND "
+			"attempts = 0",
+			table),
+	    3);
+	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 3);
+	store_close(s);
+	store_close(s2);
 	PQfinish(c);
 }
 
-/* 3. Renewal, sweeping, suspects one per batch, attempts spent. */
+/* 3. Renewal, the sweeper charging crashed leases, suspects one per
+ * batch, attempts spent. */
 static void test_renew_sweep_suspect(void **state)
 {
 	(void)state;
@@ -245,95 +319,127 @@ static void test_renew_sweep_suspect(void **state)
 	PGconn *c = pgtest_connect();
 	pgtest_insert(c, table, 5);
 	struct store_options o = pgtest_store_options(table);
-	o.lease_timeout_ms = 30000;
+	char app[64];
+	snprintf(app, sizeof(app), "outbox-test-sweep-%d", (int)getpid());
+	o.app_name = app;
+	o.lease_timeout_ms = 1500;
 	struct store *s = pgtest_store(&o);
+	struct store_options o2 = pgtest_store_options(table);
+	o2.leased_by = "test/2/w0";
+	struct store *s2 = pgtest_store(&o2);
 	struct lease_batch b;
 	lease(s, &b);
 	assert_int_equal(b.n, 5);
 
-	/* Nearly expired; renewal pushes it a full lease timeout out. */
-	pgtest_exec(c,
-		    "UPDATE %s SET lease_expires_at = now() + interval '1 s'",
-		    table);
+	/* Renewals keep a lease alive past its timeout. */
 	const char **ids = batch_ids(&b);
 	bool held[5];
 	size_t n_held;
-	assert_int_equal(
-	    store_renew(s, b.lease_id, ids, 5, held, &n_held, err, sizeof(err)),
-	    0);
-	assert_int_equal(n_held, 5);
+	for (int i = 0; i < 4; i++) {
+		usleep(600 * 1000);
+		assert_int_equal(store_renew(s, b.lease_id, ids, 5, held,
+					     &n_held, err, sizeof(err)),
+				 0);
+		assert_int_equal(n_held, 5);
+	}
 	assert_true(held[0] && held[4]);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM %s WHERE "
-				     "lease_expires_at > now() + interval "
-				     "'20 s'",
-				     table),
-			 5);
 	struct sweep_result sw;
-	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_pending + sw.to_failed, 0);
+	free(ids);
 
-	/* Expired: swept to pending, charged, flagged, holder named. */
-	pgtest_exec(c,
-		    "UPDATE %s SET lease_expires_at = now() - interval '1 s'",
-		    table);
-	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	/* The holder dies: its claim's transaction aborted, so the sweeper
+	 * charges the attempt, flags the rows and names the holder; once. */
+	terminate(c, app);
+	lease_batch_release(&b);
+	assert_int_equal(store_reconnect(s, err, sizeof(err)), 0);
+	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_pending, 5);
 	assert_int_equal(
 	    pgtest_long(c,
 			"SELECT count(*) FROM %s WHERE status = 'pending' "
 			"AND suspect AND attempts = 1 AND last_error = "
-			"'lease expired (leased_by test/1/w0)'",
+			"'lease lost (leased_by test/1/w0)'",
 			table),
 	    5);
-	/* The expired holder's marks are fenced off, and a swept row back
-	 * in pending under its old lease id is a lost lease, not a mark of
-	 * ours whose reply was lost. */
-	struct mark_result r = mark(s, MARK_SENT, &b, NULL);
-	assert_int_equal(r.marked, 0);
-	assert_int_equal(r.lost, 5);
-	r = mark(s, MARK_RELEASE, &b, NULL);
-	assert_int_equal(r.marked, 0);
-	assert_int_equal(r.already, 0);
-	assert_int_equal(r.lost, 5);
-	lease_batch_release(&b);
-	free(ids);
+	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending + sw.to_failed, 0);
 
 	/* Suspects come back one per batch beside normal rows. */
 	pgtest_insert(c, table, 10);
 	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
 	lease(s, &b);
 	assert_int_equal(b.n, 11);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM %s WHERE status "
-				     "= 'in_flight' AND suspect",
-				     table),
-			 1);
+	int suspects = 0;
+	for (size_t i = 0; i < b.n; i++)
+		suspects += pgtest_long(c,
+					"SELECT count(*) FROM %s WHERE id = "
+					"'%s' AND suspect",
+					table, b.events[i].id) == 1;
+	assert_int_equal(suspects, 1);
 	/* Its attempt ends: no longer a suspect. */
-	r = mark(s, MARK_SENT, &b, NULL);
+	struct mark_result r = mark(s, MARK_SENT, &b, NULL);
 	assert_int_equal(r.marked, 11);
-	lease_batch_release(&b);
+	commit(&b);
 	assert_int_equal(
 	    pgtest_long(c, "SELECT count(*) FROM %s WHERE suspect", table), 4);
 	for (int i = 0; i < 4; i++) {
 		lease(s, &b);
 		assert_int_equal(b.n, 1);
 		mark(s, MARK_SENT, &b, NULL);
-		lease_batch_release(&b);
+		commit(&b);
 	}
 
-	/* With its attempts spent, an expired row ends failed. */
+	/* A crashed lease's rows are not leased before the sweeper came;
+	 * one that another transaction holds anyway (it locked the row as
+	 * the claim's holder died) is left to it: the crashed claim is
+	 * emptied without charging it. */
+	pgtest_insert(c, table, 2);
+	lease(s, &b);
+	assert_int_equal(b.n, 2);
+	terminate(c, app);
+	lease_batch_release(&b);
+	assert_int_equal(store_reconnect(s, err, sizeof(err)), 0);
+	struct lease_batch b2;
+	lease(s2, &b2);
+	assert_int_equal(b2.n, 0);
+	lease_batch_release(&b2);
+	PGconn *other = pgtest_connect();
+	pgtest_exec(other, "BEGIN");
+	pgtest_exec(other,
+		    "SELECT id FROM %s WHERE status = 'pending' FOR UPDATE",
+		    table);
+	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending + sw.to_failed, 0);
+	pgtest_exec(other, "COMMIT");
+	PQfinish(other);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE status = 'pending' AND "
+			"attempts = 0",
+			table),
+	    2);
+	lease(s2, &b2);
+	assert_int_equal(b2.n, 2);
+	mark(s2, MARK_SENT, &b2, NULL);
+	commit(&b2);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s_claims WHERE "
+				     "cardinality(ids) > 0 AND "
+				     "pg_xact_status(xid) = 'aborted'",
+				     table),
+			 0);
+
+	/* With its attempts spent, a crashed row ends failed. */
 	pgtest_exec(c,
 		    "INSERT INTO %s (type, payload, max_attempts) VALUES "
 		    "('t', 'x', 1)",
 		    table);
 	lease(s, &b);
 	assert_int_equal(b.n, 1);
-	pgtest_exec(c,
-		    "UPDATE %s SET lease_expires_at = now() - interval '1 s' "
-		    "WHERE status = 'in_flight'",
-		    table);
-	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	terminate(c, app);
+	lease_batch_release(&b);
+	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_failed, 1);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s WHERE status "
@@ -341,7 +447,38 @@ static void test_renew_sweep_suspect(void **state)
 				     "NULL AND NOT suspect",
 				     table),
 			 1);
-	lease_batch_release(&b);
+	store_close(s);
+	store_close(s2);
+	PQfinish(c);
+}
+
+/* Rows left in_flight by a relay of the row lease (a rolling upgrade)
+ * are still returned when their lease expires. */
+static void test_sweep_row_leases(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_legacy", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 3);
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'in_flight', attempts = 1, "
+		    "lease_id = gen_random_uuid(), leased_at = now(), "
+		    "lease_expires_at = now() - interval '1 s', leased_by = "
+		    "'old/9/w0'",
+		    table);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 3);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE status = 'pending' AND "
+			"suspect AND last_error = 'lease expired (leased_by "
+			"old/9/w0)'",
+			table),
+	    3);
 	store_close(s);
 	PQfinish(c);
 }
@@ -360,7 +497,7 @@ static void test_retry_backoff_permanent(void **state)
 	lease(s, &b);
 	struct mark_result r = mark(s, MARK_RETRY, &b, "nack: test");
 	assert_int_equal(r.marked, 3);
-	lease_batch_release(&b);
+	commit(&b);
 	/* Attempt 1: base 2 s, +-20 % jitter. */
 	assert_int_equal(
 	    pgtest_long(c,
@@ -389,7 +526,7 @@ static void test_retry_backoff_permanent(void **state)
 	assert_int_equal(b.events[0].attempts, 60);
 	r = mark(s, MARK_RETRY, &b, "nack again");
 	assert_int_equal(r.marked, 3);
-	lease_batch_release(&b);
+	commit(&b);
 	assert_int_equal(
 	    pgtest_long(c,
 			"SELECT count(*) FROM %s WHERE status = 'pending' "
@@ -417,7 +554,7 @@ static void test_retry_backoff_permanent(void **state)
 			 0);
 	assert_int_equal(r.marked, 1);
 	free(ids);
-	lease_batch_release(&b);
+	commit(&b);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s WHERE status "
 				     "= 'pending' AND last_error = "
@@ -439,7 +576,7 @@ static void test_retry_backoff_permanent(void **state)
 	assert_int_equal(b.n, 2);
 	r = mark(s, MARK_FAILED, &b, "header \"ce-id\" collides");
 	assert_int_equal(r.marked, 2);
-	lease_batch_release(&b);
+	commit(&b);
 	assert_int_equal(
 	    pgtest_long(c,
 			"SELECT count(*) FROM %s WHERE status = 'failed' "
@@ -457,7 +594,7 @@ static void test_retry_backoff_permanent(void **state)
 	r = mark(s, MARK_FAILED, &b, huge);
 	assert_int_equal(r.marked, 1);
 	free(huge);
-	lease_batch_release(&b);
+	commit(&b);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT max(octet_length(last_error)) "
 				     "FROM %s",
@@ -467,7 +604,8 @@ static void test_retry_backoff_permanent(void **state)
 	PQfinish(c);
 }
 
-/* 5. Release returns only never-written rows, attempt given back. */
+/* 5. Release writes nothing: rows never handed to the broker go back with
+ * the lease's end, no attempt charged; the marked ones take effect. */
 static void test_release(void **state)
 {
 	(void)state;
@@ -482,10 +620,20 @@ static void test_release(void **state)
 	assert_int_equal(b.n, 10);
 	const char **ids = batch_ids(&b);
 	struct mark_result r;
-	assert_int_equal(store_mark(s, MARK_RELEASE, b.lease_id, ids, NULL, 4,
-				    &r, err, sizeof(err)),
+	assert_int_equal(store_mark(s, MARK_SENT, b.lease_id, ids, NULL, 6, &r,
+				    err, sizeof(err)),
+			 0);
+	assert_int_equal(r.marked, 6);
+	assert_int_equal(store_mark(s, MARK_RELEASE, b.lease_id, ids + 6, NULL,
+				    4, &r, err, sizeof(err)),
 			 0);
 	assert_int_equal(r.marked, 4);
+	/* Nothing shows before the commit. */
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'sent'",
+			table),
+	    0);
+	commit(&b);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s WHERE status "
 				     "= 'pending' AND attempts = 0",
@@ -493,11 +641,26 @@ static void test_release(void **state)
 			 4);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s WHERE status "
-				     "= 'in_flight' AND attempts = 1",
+				     "= 'sent' AND attempts = 1",
 				     table),
 			 6);
 	free(ids);
-	lease_batch_release(&b);
+
+	/* No history: an acknowledged row is deleted. */
+	store_close(s);
+	o.delete_sent = true;
+	s = pgtest_store(&o);
+	lease(s, &b);
+	assert_int_equal(b.n, 4);
+	r = mark(s, MARK_SENT, &b, NULL);
+	assert_int_equal(r.marked, 4);
+	commit(&b);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status "
+				     "= 'pending'",
+				     table),
+			 0);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s", table), 6);
 	store_close(s);
 	PQfinish(c);
 }
@@ -753,12 +916,8 @@ static void test_generic_plans_use_indexes(void **state)
 					    &r, err, sizeof(err)),
 				 0);
 	}
-	/* A stale mark runs the recheck statement too. */
-	assert_int_equal(store_mark(s, MARK_SENT, b.lease_id, ids, NULL, 20, &r,
-				    err, sizeof(err)),
-			 0);
 	free(ids);
-	lease_batch_release(&b);
+	commit(&b);
 	struct sweep_result sw;
 	assert_int_equal(store_sweep(s, 100000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_pending, 300);
@@ -803,7 +962,7 @@ static void test_generic_plans_use_indexes(void **state)
 				    b.n - 1, &r, err, sizeof(err)),
 			 0);
 	free(ids);
-	lease_batch_release(&b);
+	commit(&b);
 	assert_int_equal(store_sweep(so, 100000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(store_repair_heads(so, &n, err, sizeof(err)), 0);
 	assert_int_equal(
@@ -997,8 +1156,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_concurrent_lease_each_row_once),
-	    cmocka_unit_test(test_fencing_and_lost_reply),
+	    cmocka_unit_test(test_lock_lease_fencing),
 	    cmocka_unit_test(test_renew_sweep_suspect),
+	    cmocka_unit_test(test_sweep_row_leases),
 	    cmocka_unit_test(test_retry_backoff_permanent),
 	    cmocka_unit_test(test_release),
 	    cmocka_unit_test(test_cleaner),
