@@ -23,7 +23,8 @@
  * rather than a statement per row, short enough that an event waits less
  * than one cycle (pause + lease + publish + mark) at moderate rates. */
 #define REPOLL_MS 10
-/* How stale the operator pauses a worker obeys may be. */
+/* How stale the operator pauses a worker obeys may be, at most (the poll
+ * interval when shorter). */
 #define CONTROL_REFRESH_MS 1000
 
 #define REASON_MAX 256
@@ -563,13 +564,16 @@ static bool read_control(struct worker *w, char (*keys)[PAUSE_KEY_MAX],
 
 /* Fills pk with the keys the next lease skips. Returns true when an
  * operator paused everything (pk is then left unfilled). The operator
- * pauses are read at most every CONTROL_REFRESH_MS, not each loop: a
- * statement per batch is a share of the database's cost per event. */
+ * pauses are read once per poll interval (at most a second), not each
+ * loop: a statement per batch is a share of the database's cost per
+ * event. */
 static bool read_pauses(struct worker *w, struct pause_keys *pk)
 {
 	int64_t now = clock_ms();
-	if (w->control_read_ms == 0 ||
-	    now - w->control_read_ms >= CONTROL_REFRESH_MS) {
+	int64_t refresh = w->cfg->poll_interval_ms < CONTROL_REFRESH_MS
+			      ? w->cfg->poll_interval_ms
+			      : CONTROL_REFRESH_MS;
+	if (w->control_read_ms == 0 || now - w->control_read_ms >= refresh) {
 		w->control_global =
 		    read_control(w, pk->keys, RELAY_MAX_PAUSES, &w->n_control);
 		w->control_read_ms = now;

@@ -318,6 +318,8 @@ static const struct good_case good_cases[] = {
     {"OUTBOX_CLEAN_BATCH_SIZE", "100000", K_INT, OFF(clean_batch_size), 100000,
      0, NULL},
     {"OUTBOX_RETENTION", "1m", K_I64, OFF(retention_ms), 60000, 0, NULL},
+    /* 0: no history, a row is deleted on its acknowledgement. */
+    {"OUTBOX_RETENTION", "0", K_I64, OFF(retention_ms), 0, 0, NULL},
     {"OUTBOX_RETENTION", "3650d", K_I64, OFF(retention_ms), 3650 * 86400000LL,
      0, NULL},
     {"OUTBOX_FAILED_RETENTION", "0", K_I64, OFF(failed_retention_ms), 0, 0,
@@ -517,7 +519,6 @@ static const struct bad_case bad_cases[] = {
     {"OUTBOX_CLEAN_INTERVAL", "0"},
     {"OUTBOX_CLEAN_BATCH_SIZE", "0"},
     {"OUTBOX_CLEAN_BATCH_SIZE", "100001"},
-    {"OUTBOX_RETENTION", "0"},
     {"OUTBOX_RETENTION", "1s"},
     {"OUTBOX_FAILED_RETENTION", "1s"},
     {"OUTBOX_FAILED_RETENTION", "3651d"},
