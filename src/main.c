@@ -15,6 +15,7 @@
 
 #include "base/base.h"
 #include "config/config.h"
+#include "encode/encode.h"
 #include "loops/loops.h"
 #include "ops/ops.h"
 #include "publishers/publisher.h"
@@ -28,6 +29,7 @@ static struct config_extensions settings_extensions(void)
 
 	publisher_config_extensions(&ext);
 	ext.check_conninfo = store_conninfo_check;
+	ext.check_ce_source = cloudevent_source_check;
 	return ext;
 }
 

@@ -269,6 +269,9 @@ static setting_check_fn *core_check(const struct config_extensions *ext,
 		return ext ? ext->check_conninfo : NULL;
 	if (s->offset == offsetof(struct config, publisher))
 		return ext ? ext->check_publisher : NULL;
+	if (s->offset == offsetof(struct config, ce_source) && ext &&
+	    ext->check_ce_source)
+		return ext->check_ce_source;
 	return s->check;
 }
 

@@ -160,6 +160,10 @@ struct config_extensions {
 	/* OUTBOX_DATABASE_URL and OUTBOX_LISTEN_DATABASE_URL: 0, or -1 with
 	 * why set, never quoting the value. NULL accepts any. */
 	int (*check_conninfo)(const char *conninfo, char *why, size_t whylen);
+	/* OUTBOX_CE_SOURCE, the encoder's URI-reference check: 0, or -1
+	 * with why set. NULL: config's own check (non-empty, at most 1024
+	 * bytes, no control character). */
+	int (*check_ce_source)(const char *source, char *why, size_t whylen);
 };
 
 #define CONFIG_GROUPS_MAX 8
