@@ -248,6 +248,20 @@ void config_print_markdown(FILE *out, const struct config_extensions *ext);
 /* Copies url into out with any password replaced by "***". */
 void config_redact_url(const char *url, char *out, size_t outlen);
 
+/*
+ * The user and password of a "scheme://" URL must be unambiguous, so the
+ * relay, libpq and librabbitmq all read the same password and no part of
+ * it can end up in a host name, a port or an error message. They end at
+ * the '@' before the first '/' (libpq's reading); there may be only one
+ * such '@', and every '%' before it must start a %XX escape. Without an
+ * '@' there, an '@' further on must follow a host list ("h:5432,h2/db?
+ * application_name=a@b"), or it is a password holding a '/'; and an '@'
+ * after a '?' needs a '/' before that '?'. Anything else is refused with
+ * a way to write it (percent-encoding). Other strings (libpq key=value)
+ * pass. 0, or -1 with why set, never quoting url.
+ */
+int config_url_userinfo_check(const char *url, char *why, size_t whylen);
+
 /* True when name is a variable of the core table or of a group of ext
  * (with or without the _FILE suffix, or one of a group's prefix). */
 bool config_knows(const struct config_extensions *ext, const char *name);

@@ -1048,6 +1048,15 @@ static const struct redact_case redact_cases[] = {
     {"postgres://:pw@host", "postgres://:***@host"},
     {"postgres://u:p@ss@host/db", "postgres://u:***@host/db"},
     {"postgres://u:a/b?c@host/db", "postgres://u:***@host/db"},
+    {"postgresql://u:S3cr@et@host/db", "postgresql://u:***@host/db"},
+    {"postgresql://u:S3cr%40et%3A%2F%25@host/db", "postgresql://u:***@host/db"},
+    {"postgresql://u:a:b@host/db", "postgresql://u:***@host/db"},
+    {"postgresql://u:a?b@host/db", "postgresql://u:***@host/db"},
+    /* an '@' in the query is not the end of a password */
+    {"postgresql://host:5432/db?application_name=a@b",
+     "postgresql://host:5432/db?application_name=a@b"},
+    {"postgresql://u:pw@h1:5432,h2/db?application_name=a@b",
+     "postgresql://u:***@h1:5432,h2/db?application_name=a@b"},
     {"postgres://host/db?user=x&password=secret&sslmode=require",
      "postgres://host/db?user=x&password=***&sslmode=require"},
     {"postgres://host/db?password=ab#cd&x=1",
@@ -1103,6 +1112,48 @@ static void test_redact_url(void **state)
 	assert_int_equal(small[0], 'X');
 	config_redact_url("host=x password=secret", small, sizeof(small));
 	assert_string_equal(small, "host=x pass");
+}
+
+struct userinfo_case {
+	const char *url;
+	const char *why; /* NULL: accepted; else a part of the reason */
+};
+
+static const struct userinfo_case userinfo_cases[] = {
+    {"postgresql://u:S3cr%40et@host/db", NULL},
+    {"postgresql://u:a:b@host:5432/db", NULL},
+    {"postgresql://u:p%25@[::1]:5432,h2:5433/db?x=a@b", NULL},
+    {"postgresql://host/my@db", NULL},
+    {"postgresql://host:5432/db?application_name=a@b", NULL},
+    {"postgresql:///db?host=/tmp", NULL},
+    {"host=x password=a@b/c%", NULL},
+    {"amqp://u:p@h:5672/vh", NULL},
+    {"postgresql://u:S3cr@et@host/db", "more than one '@'"},
+    {"postgresql://u:S3cr@et@host/db", "%40"},
+    {"postgresql://u:a/b@host/db", "a '/' before the '@'"},
+    {"postgresql://u:a/b?c@host/db", "%2F"},
+    {"postgresql://u:50%@host/db", "write '%' as %25"},
+    {"postgresql://u:5%zz@host/db", "two hex digits"},
+    {"postgresql://u:a?b@host/db", "%3F"},
+    {"postgresql://host?application_name=a@b", "after a '?'"},
+    {"amqp://u:S3cr@et@host/vh", "more than one '@'"},
+};
+
+static void test_url_userinfo_check(void **state)
+{
+	(void)state;
+	for (size_t n = 0; n < ARRAY_SIZE(userinfo_cases); n++) {
+		const struct userinfo_case *c = &userinfo_cases[n];
+		char why[256] = "";
+		int rc = config_url_userinfo_check(c->url, why, sizeof(why));
+
+		if (c->why ? rc != -1 || !strstr(why, c->why) : rc != 0)
+			fail_msg("check '%s': got %d '%s', want %s", c->url, rc,
+				 why, c->why ? c->why : "ok");
+		/* The reason never quotes the URL: no part of the password. */
+		if (c->why && (strstr(why, "S3cr") || strstr(why, "et@")))
+			fail_msg("check '%s' quotes it: '%s'", c->url, why);
+	}
 }
 
 static char *capture(void (*print)(FILE *, const struct config_extensions *))
@@ -1255,6 +1306,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_kafka_refused, setup,
 					    teardown),
 	    cmocka_unit_test(test_redact_url),
+	    cmocka_unit_test(test_url_userinfo_check),
 	    cmocka_unit_test(test_help),
 	    cmocka_unit_test(test_markdown),
 	    cmocka_unit_test(test_knows),
