@@ -267,6 +267,11 @@ int main(int argc, char **argv)
 	}
 	log_setup(cfg.log_level, cfg.log_format == LOG_FORMAT_JSON);
 	warn_unknown_settings(&ext);
+	for (const char *w = cfg.warnings; *w;) {
+		size_t n = strcspn(w, "\n");
+		log_warn("%.*s", (int)n, w);
+		w += n + (w[n] == '\n');
+	}
 
 	int rc;
 	const struct publisher_ops *pub_ops = publisher_find(cfg.publisher);

@@ -366,6 +366,7 @@ int config_load(struct config *cfg, const struct config_extensions *ext,
 	const struct config_group *const *groups = ext ? ext->groups : NULL;
 
 	memset(cfg, 0, sizeof(*cfg));
+	ld.warnings = cfg->warnings;
 	for (size_t i = 0; i < ARRAY_SIZE(config_core_rows); i++)
 		setting_load(&ld, &config_core_rows[i],
 			     core_check(ext, &config_core_rows[i]), cfg);

@@ -167,6 +167,7 @@ struct config_extensions {
 };
 
 #define CONFIG_GROUPS_MAX 8
+#define CONFIG_WARNINGS_MAX 2048
 
 /* One loaded settings group, owned by the struct config holding it. */
 struct config_part {
@@ -217,6 +218,11 @@ struct config {
 	/* The settings groups of the extensions, in their order. */
 	struct config_part parts[CONFIG_GROUPS_MAX];
 	size_t n_parts;
+
+	/* What config_load() found worth a warning but not a refusal (a
+	 * NAME_FILE readable by everyone): lines ending in '\n', for the
+	 * caller to log once logging is set up; "" when none. */
+	char warnings[CONFIG_WARNINGS_MAX];
 };
 
 /*

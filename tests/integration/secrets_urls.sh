@@ -40,7 +40,7 @@ check() {
 	shift
 	check_rc=0
 	env OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_HTTP_ADDR= "$@" \
-		timeout 60 "$OUTBOX_RELAY_BIN" check >"$it_dir/$name.check" 2>&1 || check_rc=$?
+		timeout 20 "$OUTBOX_RELAY_BIN" check >"$it_dir/$name.check" 2>&1 || check_rc=$?
 }
 
 # accepted NAME VAR=value...: check fails on the connection (exit 1, the
@@ -95,6 +95,25 @@ accepted amqp_encoded "${amqp[@]}" OUTBOX_AMQP_URL="amqp://outbox:$enc@127.0.0.1
 refused amqp_at OUTBOX_AMQP_URL "${amqp[@]}" OUTBOX_AMQP_URL="amqp://outbox:Kq7mA@Wx4pB@127.0.0.1:1"
 refused amqp_colon OUTBOX_AMQP_URL "${amqp[@]}" OUTBOX_AMQP_URL="amqp://outbox:Kq7mA:Wx4pB@127.0.0.1:1"
 refused amqp_slash OUTBOX_AMQP_URL "${amqp[@]}" OUTBOX_AMQP_URL="amqp://outbox:Kq7mA/Wx4pB@127.0.0.1:1"
+
+# NAME_FILE: a file every user can read works, with a warning in the log;
+# a FIFO is refused at once (it used to hang startup waiting for a writer).
+printf '%s\n' "$OUTBOX_TEST_DATABASE_URL" >"$it_dir/url-file"
+chmod 0644 "$it_dir/url-file"
+check file_0644 OUTBOX_DATABASE_URL_FILE="$it_dir/url-file"
+[ "$check_rc" = 0 ] || it_fail "check with a 0644 URL file: exit $check_rc: $(cat "$it_dir/file_0644.check")"
+grep -q "OUTBOX_DATABASE_URL_FILE: '$it_dir/url-file' is readable by every user (mode 0644)" \
+	"$it_dir/file_0644.check" || it_fail "no warning for a URL file readable by everyone"
+chmod 0600 "$it_dir/url-file"
+check file_0600 OUTBOX_DATABASE_URL_FILE="$it_dir/url-file"
+[ "$check_rc" = 0 ] && ! grep -q "readable by every user" "$it_dir/file_0600.check" ||
+	it_fail "a 0600 URL file: exit $check_rc or a warning: $(cat "$it_dir/file_0600.check")"
+rm -f "$it_dir/url-file"
+mkfifo "$it_dir/url-fifo"
+check file_fifo OUTBOX_DATABASE_URL_FILE="$it_dir/url-fifo"
+[ "$check_rc" = 2 ] || it_fail "a FIFO as URL file: exit $check_rc, want 2 (124: it hung)"
+grep -q "is a FIFO: name a regular file" "$it_dir/file_fifo.check" || it_fail "the FIFO is not named as one"
+rm -f "$it_dir/url-fifo"
 
 if where=$(leaks); then
 	it_fail "a part of a password leaked: $where"

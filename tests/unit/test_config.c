@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -761,6 +762,63 @@ static void test_file_problems(void **state)
 	unlink(nul);
 }
 
+/* NAME_FILE names a regular file: a FIFO (which hung startup waiting for
+ * a writer), a directory or a device is a clear problem, at once. A file
+ * every user can read is read, with a warning. */
+static void test_file_not_regular(void **state)
+{
+	char dir[256], fifo[300], path[256];
+	struct run r;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/test_config.XXXXXX", P_tmpdir);
+	assert_non_null(mkdtemp(dir));
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+
+	env_clear();
+	env_set("OUTBOX_DATABASE_URL_FILE", fifo);
+	env_set("OUTBOX_TABLE_FILE", dir);
+	env_set("OUTBOX_CE_SOURCE_FILE", "/dev/null");
+	run_load(&r);
+	assert_int_equal(r.problems, 3);
+	assert_non_null(strstr(r.errs, "config: OUTBOX_DATABASE_URL_FILE: '"));
+	assert_non_null(strstr(r.errs, "/fifo' is a FIFO: name a regular "
+				       "file\n"));
+	assert_non_null(strstr(r.errs, "config: OUTBOX_TABLE_FILE: '"));
+	assert_non_null(strstr(r.errs, "' is a directory: name a regular "
+				       "file\n"));
+	assert_non_null(strstr(r.errs, "config: OUTBOX_CE_SOURCE_FILE: "
+				       "'/dev/null' is a device"));
+	run_free(&r);
+
+	/* Readable by everyone: loaded, and one warning naming the file. */
+	env_clear();
+	temp_text("outbox_events\n", path, sizeof(path));
+	assert_int_equal(chmod(path, 0644), 0);
+	env_set("OUTBOX_TABLE_FILE", path);
+	run_load(&r);
+	assert_int_equal(r.problems, 0);
+	assert_string_equal(r.cfg.table, "outbox_events");
+	assert_non_null(strstr(r.cfg.warnings, "OUTBOX_TABLE_FILE: '"));
+	assert_non_null(
+	    strstr(r.cfg.warnings, "' is readable by every user (mode 0644)"));
+	assert_non_null(strchr(r.cfg.warnings, '\n'));
+	run_free(&r);
+
+	/* Readable by its owner and group only: no warning. */
+	assert_int_equal(chmod(path, 0640), 0);
+	run_load(&r);
+	assert_int_equal(r.problems, 0);
+	assert_string_equal(r.cfg.warnings, "");
+	run_free(&r);
+
+	unlink(path);
+	unlink(fifo);
+	rmdir(dir);
+	env_clear();
+}
+
 #define HIDDEN "Zq9HiddenPw"
 
 static void test_secrets_hidden(void **state)
@@ -1295,6 +1353,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_file_values, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_file_problems, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_file_not_regular, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_secrets_hidden, setup,
 					    teardown),
