@@ -30,10 +30,14 @@ int amqp_url_check(const char *url, char *why, size_t whylen)
 		return -1;
 	}
 	amqp_default_connection_info(&info);
+	if (config_url_userinfo_check(url, why, whylen) != 0)
+		goto out; /* why says how to write it */
 	if (amqp_parse_url(copy, &info) != AMQP_STATUS_OK)
 		snprintf(why, whylen,
 			 "not an AMQP URL "
-			 "(amqp://user:password@host:port/vhost or amqps://)");
+			 "(amqp://user:password@host:port/vhost or amqps://; "
+			 "percent-encode ':', '@', '/', '?', '#' and '%%' in "
+			 "the user and password)");
 	else if (info.vhost[0] == '\0')
 		/* "amqp://host/" names the vhost "", which brokers refuse. */
 		snprintf(why, whylen,
@@ -41,6 +45,7 @@ int amqp_url_check(const char *url, char *why, size_t whylen)
 			 "vhost '/', or write it as %%2f");
 	else
 		ret = 0;
+out:
 	explicit_bzero(copy, strlen(url));
 	free(copy);
 	return ret;

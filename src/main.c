@@ -15,6 +15,7 @@
 
 #include "base/base.h"
 #include "config/config.h"
+#include "encode/encode.h"
 #include "loops/loops.h"
 #include "ops/ops.h"
 #include "publishers/publisher.h"
@@ -28,6 +29,7 @@ static struct config_extensions settings_extensions(void)
 
 	publisher_config_extensions(&ext);
 	ext.check_conninfo = store_conninfo_check;
+	ext.check_ce_source = cloudevent_source_check;
 	return ext;
 }
 
@@ -269,6 +271,11 @@ int main(int argc, char **argv)
 	}
 	log_setup(cfg.log_level, cfg.log_format == LOG_FORMAT_JSON);
 	warn_unknown_settings(&ext);
+	for (const char *w = cfg.warnings; *w;) {
+		size_t n = strcspn(w, "\n");
+		log_warn("%.*s", (int)n, w);
+		w += n + (w[n] == '\n');
+	}
 
 	int rc;
 	const struct publisher_ops *pub_ops = publisher_find(cfg.publisher);

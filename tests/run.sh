@@ -69,8 +69,9 @@ export RELAY_TEST_RABBITMQ_DIR="$work/rabbitmq"
 export RELAY_TEST_KAFKA_DIR="$work/kafka"
 
 # Suites that disturb a shared service (restarting Postgres, stopping the
-# broker) run alone, after the parallel ones.
-serial_suites=(pgrestart amqpfault kafkafault chaos bench)
+# broker), and the fuzzers (each takes a core for 30 s), run alone, after
+# the parallel ones.
+serial_suites=(pgrestart amqpfault kafkafault chaos bench fuzz)
 # Named tests run as asked, serial suites included (one at a time then).
 exclude=()
 jobs=2

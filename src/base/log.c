@@ -61,7 +61,7 @@ static void line_puts(struct line *l, const char *s)
 	line_put(l, s, strlen(s));
 }
 
-/* JSON string escaping; text mode writes values as they are. */
+/* JSON string escaping (RFC 8259: every C0 control character). */
 static void line_json_string(struct line *l, const char *s)
 {
 	line_put(l, "\"", 1);
@@ -96,6 +96,43 @@ static void line_json_string(struct line *l, const char *s)
 	line_put(l, "\"", 1);
 }
 
+/*
+ * Text mode: the value as it is, except control characters (C0 and DEL),
+ * written as \n, \r, \t or \xHH, so no value (a row's exchange, a
+ * broker's or a client's text) can start a forged line or hide part of
+ * one behind a carriage return.
+ */
+static void line_text(struct line *l, const char *s)
+{
+	while (*s) {
+		size_t n = 0;
+		char esc[8];
+
+		while (s[n] && (unsigned char)s[n] >= 0x20 && s[n] != 0x7f)
+			n++;
+		line_put(l, s, n);
+		s += n;
+		if (*s == '\0')
+			break;
+		switch (*s) {
+		case '\n':
+			line_put(l, "\\n", 2);
+			break;
+		case '\r':
+			line_put(l, "\\r", 2);
+			break;
+		case '\t':
+			line_put(l, "\\t", 2);
+			break;
+		default:
+			snprintf(esc, sizeof(esc), "\\x%02x",
+				 (unsigned)(unsigned char)*s);
+			line_puts(l, esc);
+		}
+		s++;
+	}
+}
+
 static void line_field(struct line *l, const char *key, const char *value)
 {
 	if (log_json) {
@@ -107,7 +144,7 @@ static void line_field(struct line *l, const char *key, const char *value)
 		line_put(l, " ", 1);
 		line_puts(l, key);
 		line_put(l, "=", 1);
-		line_puts(l, value);
+		line_text(l, value);
 	}
 }
 
@@ -135,7 +172,7 @@ static void log_write(enum log_level level, const char *msg, va_list fields)
 		line_put(&l, " ", 1);
 		line_puts(&l, level_names[level]);
 		line_put(&l, " ", 1);
-		line_puts(&l, msg);
+		line_text(&l, msg);
 	}
 	if (log_thread[0])
 		line_field(&l, "thread", log_thread);

@@ -299,6 +299,9 @@ static setting_check_fn *core_check(const struct config_extensions *ext,
 		return ext ? ext->check_conninfo : NULL;
 	if (s->offset == offsetof(struct config, publisher))
 		return ext ? ext->check_publisher : NULL;
+	if (s->offset == offsetof(struct config, ce_source) && ext &&
+	    ext->check_ce_source)
+		return ext->check_ce_source;
 	return s->check;
 }
 
@@ -393,6 +396,7 @@ int config_load(struct config *cfg, const struct config_extensions *ext,
 	const struct config_group *const *groups = ext ? ext->groups : NULL;
 
 	memset(cfg, 0, sizeof(*cfg));
+	ld.warnings = cfg->warnings;
 	for (size_t i = 0; i < ARRAY_SIZE(config_core_rows); i++)
 		setting_load(&ld, &config_core_rows[i],
 			     core_check(ext, &config_core_rows[i]), cfg);

@@ -172,9 +172,14 @@ struct config_extensions {
 	/* OUTBOX_DATABASE_URL and OUTBOX_LISTEN_DATABASE_URL: 0, or -1 with
 	 * why set, never quoting the value. NULL accepts any. */
 	int (*check_conninfo)(const char *conninfo, char *why, size_t whylen);
+	/* OUTBOX_CE_SOURCE, the encoder's URI-reference check: 0, or -1
+	 * with why set. NULL: config's own check (non-empty, at most 1024
+	 * bytes, no control character). */
+	int (*check_ce_source)(const char *source, char *why, size_t whylen);
 };
 
 #define CONFIG_GROUPS_MAX 8
+#define CONFIG_WARNINGS_MAX 2048
 
 /* One loaded settings group, owned by the struct config holding it. */
 struct config_part {
@@ -226,6 +231,11 @@ struct config {
 	/* The settings groups of the extensions, in their order. */
 	struct config_part parts[CONFIG_GROUPS_MAX];
 	size_t n_parts;
+
+	/* What config_load() found worth a warning but not a refusal (a
+	 * NAME_FILE readable by everyone): lines ending in '\n', for the
+	 * caller to log once logging is set up; "" when none. */
+	char warnings[CONFIG_WARNINGS_MAX];
 };
 
 /*
@@ -256,6 +266,20 @@ void config_print_markdown(FILE *out, const struct config_extensions *ext);
 
 /* Copies url into out with any password replaced by "***". */
 void config_redact_url(const char *url, char *out, size_t outlen);
+
+/*
+ * The user and password of a "scheme://" URL must be unambiguous, so the
+ * relay, libpq and librabbitmq all read the same password and no part of
+ * it can end up in a host name, a port or an error message. They end at
+ * the '@' before the first '/' (libpq's reading); there may be only one
+ * such '@', and every '%' before it must start a %XX escape. Without an
+ * '@' there, an '@' further on must follow a host list ("h:5432,h2/db?
+ * application_name=a@b"), or it is a password holding a '/'; and an '@'
+ * after a '?' needs a '/' before that '?'. Anything else is refused with
+ * a way to write it (percent-encoding). Other strings (libpq key=value)
+ * pass. 0, or -1 with why set, never quoting url.
+ */
+int config_url_userinfo_check(const char *url, char *why, size_t whylen);
 
 /* True when name is a variable of the core table or of a group of ext
  * (with or without the _FILE suffix, or one of a group's prefix). */

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -57,11 +58,90 @@ static void redact_query(struct outbuf *o, const char *q)
 	}
 }
 
+static bool is_hex(char c)
+{
+	return isxdigit((unsigned char)c) != 0;
+}
+
+/* "host[:port]" items separated by ',' (libpq's multi-host form); a
+ * host may be an IPv6 literal in brackets. */
+static bool host_list_ok(const char *h, size_t n)
+{
+	const char *end = h + n;
+
+	while (h <= end) {
+		const char *item_end = memchr(h, ',', (size_t)(end - h));
+		const char *p = h, *port = NULL;
+
+		if (!item_end)
+			item_end = end;
+		if (p < item_end && *p == '[') {
+			p = memchr(p, ']', (size_t)(item_end - p));
+			if (!p)
+				return false;
+			if (p + 1 < item_end && p[1] != ':')
+				return false;
+			port = p + 1 < item_end ? p + 2 : NULL;
+		} else {
+			port = memchr(p, ':', (size_t)(item_end - p));
+			if (port)
+				port++;
+		}
+		for (; port && port < item_end; port++)
+			if (!isdigit((unsigned char)*port))
+				return false;
+		h = item_end + 1;
+	}
+	return true;
+}
+
+/*
+ * Where the user and password of a URL end (see config_url_userinfo_check
+ * for the rule): sets *at to the '@' ending them, NULL when there are
+ * none. Returns NULL, or what makes the URL ambiguous.
+ */
+static const char *userinfo_end(const char *auth, const char **at)
+{
+	size_t q = strcspn(auth, "?");
+	size_t slash = strcspn(auth, "/");
+	/* The authority, as libpq reads it, ends at the first '/'. */
+	const char *first = memchr(auth, '@', slash < q ? slash : q);
+
+	*at = NULL;
+	if (slash > q && strchr(auth + q, '@'))
+		return "an '@' after a '?' that comes before any '/': "
+		       "percent-encode '?' in the user or password (%3F), or "
+		       "write the query after a '/'";
+	if (!first) {
+		/* No user: any '@' is in the path or query, unless what
+		 * stands before the '/' is no host list, when it is a
+		 * password holding a '/'. */
+		if (strchr(auth, '@') && !host_list_ok(auth, slash))
+			return "a '/' before the '@': percent-encode '/' and "
+			       "'?' in the user or password (%2F, %3F)";
+		return NULL;
+	}
+	if (memchr(first + 1, '@', slash - (size_t)(first + 1 - auth)))
+		return "more than one '@' before the host: percent-encode "
+		       "'@' in the user or password (%40)";
+	for (const char *p = auth; p < first; p++)
+		if (*p == '%' &&
+		    (p + 2 >= first || !is_hex(p[1]) || !is_hex(p[2])))
+			return "a '%' not followed by two hex digits in the "
+			       "user "
+			       "or password: write '%' as %25";
+	*at = first;
+	return NULL;
+}
+
 static void redact_uri(struct outbuf *o, const char *url, const char *sep)
 {
 	const char *auth = sep + 3;
-	/* The last '@': an unescaped '@' in a password must not leak. */
-	const char *at = strrchr(auth, '@');
+	const char *at;
+	/* A URL config refused never gets here, but if one does, hide up to
+	 * the last '@': too much rather than a part of the password. */
+	if (userinfo_end(auth, &at))
+		at = strrchr(auth, '@');
 	const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
 	const char *rest = auth;
 	const char *q;
@@ -136,6 +216,20 @@ static const char *uri_scheme_end(const char *url)
 	n = strspn(url, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 			"0123456789+.-");
 	return strncmp(url + n, "://", 3) == 0 ? url + n : NULL;
+}
+
+int config_url_userinfo_check(const char *url, char *why, size_t whylen)
+{
+	const char *sep = url ? uri_scheme_end(url) : NULL;
+	const char *at, *problem;
+
+	if (!sep)
+		return 0;
+	problem = userinfo_end(sep + 3, &at);
+	if (!problem)
+		return 0;
+	snprintf(why, whylen, "ambiguous URL, %s", problem);
+	return -1;
 }
 
 void config_redact_url(const char *url, char *out, size_t outlen)

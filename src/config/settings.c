@@ -7,11 +7,14 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -67,11 +70,90 @@ void config_problem(struct config_loader *ld, const char *name, bool secret,
 	fputc('\n', ld->errs);
 }
 
+void loader_warn(struct config_loader *ld, const char *fmt, ...)
+{
+	char line[CONFIG_WARNINGS_MAX];
+	size_t used;
+	va_list ap;
+
+	if (!ld->warnings)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	used = strlen(ld->warnings);
+	/* Whole lines only: a warning that does not fit is dropped. */
+	if (used + strlen(line) + 2 <= CONFIG_WARNINGS_MAX)
+		snprintf(ld->warnings + used, CONFIG_WARNINGS_MAX - used,
+			 "%s\n", line);
+}
+
 void config_free_secret(char *s, bool secret)
 {
 	if (s && secret)
 		explicit_bzero(s, strlen(s));
 	free(s);
+}
+
+static const char *file_kind(mode_t mode)
+{
+	if (S_ISDIR(mode))
+		return "a directory";
+	if (S_ISFIFO(mode))
+		return "a FIFO";
+	if (S_ISCHR(mode) || S_ISBLK(mode))
+		return "a device";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	return "not a regular file";
+}
+
+/*
+ * Opens path for reading when it is a regular file; NULL after reporting.
+ * O_NONBLOCK, so opening a FIFO returns at once instead of waiting for a
+ * writer (which hung startup), and fstat on what was opened, so nothing
+ * can be swapped in between a check and the open. A file every user may
+ * read is read, with a warning: a secret belongs in a file readable by
+ * the relay's user or group only (mode 0600 or 0640).
+ */
+static FILE *open_regular(struct config_loader *ld, const char *fname,
+			  const char *path)
+{
+	char msg[128];
+	struct stat st;
+	FILE *f;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+
+	if (fd < 0) {
+		config_problem(ld, fname, false, NULL, "cannot read '%s': %s",
+			       path, strerror_r(errno, msg, sizeof(msg)));
+		return NULL;
+	}
+	if (fstat(fd, &st) != 0) {
+		config_problem(ld, fname, false, NULL, "cannot stat '%s': %s",
+			       path, strerror_r(errno, msg, sizeof(msg)));
+		close(fd);
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		config_problem(ld, fname, false, NULL,
+			       "'%s' is %s: name a regular file", path,
+			       file_kind(st.st_mode));
+		close(fd);
+		return NULL;
+	}
+	if (st.st_mode & S_IROTH)
+		loader_warn(ld,
+			    "%s: '%s' is readable by every user (mode %04o): "
+			    "make it readable by the relay only (0600 or 0640)",
+			    fname, path, (unsigned)(st.st_mode & 07777));
+	f = fdopen(fd, "rb");
+	if (!f) {
+		config_problem(ld, fname, false, NULL, "cannot read '%s': %s",
+			       path, strerror_r(errno, msg, sizeof(msg)));
+		close(fd);
+	}
+	return f;
 }
 
 /*
@@ -92,12 +174,9 @@ static int file_read(struct config_loader *ld, const char *fname,
 		config_problem(ld, fname, false, NULL, "empty file path");
 		goto out;
 	}
-	f = fopen(path, "rbe");
-	if (!f) {
-		config_problem(ld, fname, false, NULL, "cannot read '%s': %s",
-			       path, strerror_r(errno, msg, sizeof(msg)));
+	f = open_regular(ld, fname, path);
+	if (!f)
 		goto out;
-	}
 	buf = malloc(FILE_VALUE_MAX + 2);
 	if (!buf) {
 		config_problem(ld, fname, false, NULL, "out of memory");

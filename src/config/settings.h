@@ -20,7 +20,14 @@ struct config_loader {
 	/* Names of the settings that had a problem: not cross-checked. */
 	const char *bad[LOADER_BAD_MAX];
 	size_t n_bad;
+	/* struct config's warnings, CONFIG_WARNINGS_MAX bytes; NULL: none
+	 * kept. */
+	char *warnings;
 };
+
+/* Appends one warning line to ld->warnings (struct config). */
+void loader_warn(struct config_loader *ld, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* The core table (config.c), for the printers. */
 extern const struct setting config_core_rows[];

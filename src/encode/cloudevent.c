@@ -183,6 +183,44 @@ static bool is_set(const char *s)
 	return s && *s;
 }
 
+/* True when s holds a C0 control character or DEL. */
+static bool has_ascii_control(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return true;
+	return false;
+}
+
+/*
+ * source as a URI-reference, and the destination columns without control
+ * characters: migration 004's CHECKs refuse those, but a table made by
+ * hand may lack them (§10), and an exchange reaches log lines (a pause)
+ * as well as broker frames.
+ */
+static int destination_check(const struct outbox_event *ev, char *reason,
+			     size_t reasonlen)
+{
+	char why[96];
+
+	if (cloudevent_uri_reference_problem(ev->source, why, sizeof(why))) {
+		set_reason(reason, reasonlen,
+			   "source is not a URI-reference (RFC 3986): %s", why);
+		return -1;
+	}
+	if (ev->exchange && has_ascii_control(ev->exchange)) {
+		set_reason(reason, reasonlen,
+			   "exchange contains a control character");
+		return -1;
+	}
+	if (ev->routing_key && has_ascii_control(ev->routing_key)) {
+		set_reason(reason, reasonlen,
+			   "routing_key contains a control character");
+		return -1;
+	}
+	return 0;
+}
+
 /* Checks the row's own attributes (everything but the headers). */
 static int attributes_check(const struct outbox_event *ev, char *reason,
 			    size_t reasonlen)
@@ -221,7 +259,7 @@ static int attributes_check(const struct outbox_event *ev, char *reason,
 			return -1;
 		}
 	}
-	return 0;
+	return destination_check(ev, reason, reasonlen);
 }
 
 static bool is_trace_header(const char *name)

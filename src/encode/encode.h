@@ -33,7 +33,30 @@
  * values must be valid UTF-8; traceparent and tracestate (matched exactly,
  * lower case) become CloudEvents attributes in structured mode and so must
  * also be free of control characters.
+ *
+ * source must also be a URI-reference (cloudevent_uri_reference_problem()).
+ * exchange (when not NULL) and routing_key must hold no control character
+ * (C0 or DEL): they reach broker frames and log lines, and tables made
+ * without migration 003's CHECKs can hold them.
  */
+
+/*
+ * RFC 3986 URI-reference syntax (`source` is one in CloudEvents 1.0):
+ * returns NULL when s is one, or why with what is wrong first ("a space in
+ * the path"), never quoting s.
+ */
+const char *cloudevent_uri_reference_problem(const char *s, char *why,
+					     size_t whylen);
+
+/* The longest OUTBOX_CE_SOURCE accepted, in bytes. */
+#define CLOUDEVENT_SOURCE_MAX 1024
+
+/*
+ * The settings check of OUTBOX_CE_SOURCE (lent to config through struct
+ * config_extensions): a non-empty URI-reference of at most
+ * CLOUDEVENT_SOURCE_MAX bytes. 0, or -1 with why set.
+ */
+int cloudevent_source_check(const char *v, char *why, size_t whylen);
 
 /*
  * Checks that ev can be encoded. Returns 0, or -1 with a short lowercase

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,15 +71,58 @@ void http_reply_text(struct http_reply *reply, unsigned int status,
 		reply->status = MHD_HTTP_INTERNAL_SERVER_ERROR;
 }
 
+uint64_t http_warn_admit(struct http_warn_limit *l, int64_t now_ms, bool *admit)
+{
+	uint64_t suppressed = 0;
+
+	if (l->window_start_ms == 0 ||
+	    now_ms - l->window_start_ms >= HTTP_WARN_WINDOW_MS) {
+		suppressed = l->suppressed;
+		l->window_start_ms = now_ms;
+		l->in_window = 0;
+		l->suppressed = 0;
+	}
+	*admit = l->in_window < HTTP_WARN_BURST;
+	if (*admit)
+		l->in_window++;
+	else
+		l->suppressed++;
+	return suppressed;
+}
+
+/* One limit for the process: every request that libmicrohttpd finds
+ * malformed is a warning, and a client sending them in a loop must not
+ * flood the log. warn_lock guards warn_limit (the server's thread logs;
+ * a second server in tests shares the budget). */
+static pthread_mutex_t warn_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct http_warn_limit warn_limit;
+
 static void mhd_log(void *arg, const char *fmt, va_list ap)
 {
-	char line[512];
+	char line[512], count[32];
+	bool admit;
 	(void)arg;
 	vsnprintf(line, sizeof(line), fmt, ap);
 	size_t n = strlen(line);
 	while (n > 0 && line[n - 1] == '\n')
 		line[--n] = '\0';
-	log_fields(LOG_WARN, "http server", "error", line, NULL);
+	pthread_mutex_lock(&warn_lock);
+	uint64_t suppressed = http_warn_admit(&warn_limit, clock_ms(), &admit);
+	bool last = admit && warn_limit.in_window == HTTP_WARN_BURST;
+	pthread_mutex_unlock(&warn_lock);
+	if (suppressed) {
+		snprintf(count, sizeof(count), "%llu",
+			 (unsigned long long)suppressed);
+		log_fields(LOG_WARN, "http server warnings suppressed",
+			   "suppressed", count, NULL);
+	}
+	if (admit)
+		log_fields(LOG_WARN, "http server", "error", line, NULL);
+	if (last)
+		log_fields(LOG_WARN,
+			   "http server: further warnings are counted, not "
+			   "logged, until the window ends",
+			   "window", HTTP_WARN_WINDOW_TEXT, NULL);
 }
 
 /* ---- admission: a slow client cannot crowd out the probes ---- */

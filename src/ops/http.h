@@ -12,7 +12,9 @@
 #ifndef OUTBOX_HTTP_H
 #define OUTBOX_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* A reply the handler fills in. body is malloc'd (or NULL for empty) and
  * owned by the server once the handler returns. */
@@ -41,6 +43,28 @@ int http_port(const struct http_server *s);
 
 /* Stops serving, closes the socket and frees s; NULL is fine. */
 void http_stop(struct http_server *s);
+
+/*
+ * Warnings of the server (a malformed request each) are rate-limited: at
+ * most HTTP_WARN_BURST per HTTP_WARN_WINDOW_MS; the rest are counted, and
+ * the count is logged as one "suppressed" line with the first warning of
+ * a later window.
+ */
+#define HTTP_WARN_BURST 10
+#define HTTP_WARN_WINDOW_MS 10000
+#define HTTP_WARN_WINDOW_TEXT "10s"
+
+struct http_warn_limit {
+	int64_t window_start_ms; /* 0: no window yet */
+	int in_window;		 /* warnings logged in this window */
+	uint64_t suppressed;	 /* warnings dropped in this window */
+};
+
+/* One warning at now_ms: sets *admit when it may be logged, and returns
+ * how many were suppressed in the window that just ended (0 when the
+ * window goes on), to be logged first. */
+uint64_t http_warn_admit(struct http_warn_limit *l, int64_t now_ms,
+			 bool *admit);
 
 /* Sets reply to status with a copy of the text as a text/plain body. */
 void http_reply_text(struct http_reply *reply, unsigned int status,

@@ -169,7 +169,13 @@ bool pgconn_is_retryable(const PGresult *res)
 int store_conninfo_check(const char *conninfo, char *why, size_t whylen)
 {
 	char *msg = NULL;
-	PQconninfoOption *opts = PQconninfoParse(conninfo, &msg);
+	PQconninfoOption *opts;
+
+	/* libpq takes the first '@' and would show the rest of a password
+	 * holding one as the host name, in errors and /readyz. */
+	if (config_url_userinfo_check(conninfo, why, whylen) != 0)
+		return -1;
+	opts = PQconninfoParse(conninfo, &msg);
 	/* libpq's message may quote the password: say only what is wrong. */
 	PQfreemem(msg);
 	if (!opts) {

@@ -5,8 +5,9 @@
 # repository minus the patterns of deploy/Dockerfile.dockerignore). The
 # image is the only release build (-O3 with the project's -Werror) and its
 # unit suite gates the image, so both must pass here or the image cannot
-# be built. The dependency step is checked with --check: the test command
-# has installed the same package list already.
+# be built; its binary must carry every hardening flag (hardening.sh).
+# The dependency step is checked with --check: the test command has
+# installed the same package list already.
 set -euo pipefail
 
 root=${RELAY_TEST_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -68,4 +69,7 @@ while IFS= read -r step; do
 done <"$work/steps"
 [ -x "$work/src/build/outbox-relay" ] || fail "the build stage produced no build/outbox-relay"
 "$work/src/build/outbox-relay" --version
+# The image's binary carries every hardening flag, fortify included.
+bash "$root/tests/integration/hardening.sh" --check "$work/src/build/outbox-relay" ||
+	fail "the release binary is not hardened"
 echo "deploy_image_build: the image's build stage builds and passes the unit suite"

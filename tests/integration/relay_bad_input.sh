@@ -21,15 +21,21 @@ it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, headers) VALUES
   ('bad.ctype', '{}', '{\"Content-Type\": \"text/plain\"}'),
   ('', '{}', '{}'),
   ('good.two', '{}', '{\"x-tenant\": \"t1\"}')"
+# A source that is not a URI-reference, and destinations holding control
+# characters: refused by the encoder when the table has no CHECKs.
+it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, source, exchange, routing_key) VALUES
+  ('bad.source', '{}', 'not a uri with spaces', NULL, ''),
+  ('bad.exchange', '{}', NULL, 'orders' || chr(10) || 'forged', ''),
+  ('bad.routing', '{}', NULL, NULL, 'rk' || chr(27) || '[2K')"
 
 it_relay relay
 pid=$it_last_pid
-it_wait_count 20 "status IN ('sent', 'failed')" -eq 7
+it_wait_count 20 "status IN ('sent', 'failed')" -eq 10
 it_stop "$pid"
 rc=$it_rc
 [ "$rc" = 0 ] || it_fail "exit code $rc"
 [ "$(it_count "status = 'sent' AND type LIKE 'good.%'")" = 2 ] || it_fail "good rows not sent"
-[ "$(it_count "status = 'failed' AND last_error IS NOT NULL AND finished_at IS NOT NULL")" = 5 ] ||
+[ "$(it_count "status = 'failed' AND last_error IS NOT NULL AND finished_at IS NOT NULL")" = 8 ] ||
 	it_fail "bad rows not failed with a reason"
 for t in bad.array bad.number bad.collide bad.ctype; do
 	reason=$(it_psql "SELECT last_error FROM $OUTBOX_TABLE WHERE type = '$t'")
@@ -39,6 +45,13 @@ it_psql "SELECT last_error FROM $OUTBOX_TABLE WHERE type = 'bad.collide'" | grep
 	it_fail "collision reason does not name the header"
 it_psql "SELECT last_error FROM $OUTBOX_TABLE WHERE type = ''" | grep -qi 'type' ||
 	it_fail "empty type reason does not say type"
+[ "$(it_psql "SELECT last_error FROM $OUTBOX_TABLE WHERE type = 'bad.source'")" = \
+	"source is not a URI-reference (RFC 3986): a space in the path" ] ||
+	it_fail "bad source reason: $(it_psql "SELECT last_error FROM $OUTBOX_TABLE WHERE type = 'bad.source'")"
+[ "$(it_psql "SELECT last_error FROM $OUTBOX_TABLE WHERE type = 'bad.exchange'")" = \
+	"exchange contains a control character" ] || it_fail "bad exchange reason"
+[ "$(it_psql "SELECT last_error FROM $OUTBOX_TABLE WHERE type = 'bad.routing'")" = \
+	"routing_key contains a control character" ] || it_fail "bad routing key reason"
 [ "$(wc -l <"$it_dir/relay.out")" = 2 ] || it_fail "expected exactly the 2 good events printed"
 
 # Bad settings: exit 2, a line naming the variable.
@@ -48,6 +61,7 @@ bad_settings=(
 	OUTBOX_TABLE=bad-name OUTBOX_LOG_LEVEL=loud OUTBOX_HTTP_ADDR=nohost OUTBOX_PG_PREPARE=maybe
 	OUTBOX_UNROUTABLE=drop OUTBOX_MAX_RATE=-5 OUTBOX_RETENTION=forever OUTBOX_LOG_FORMAT=xml
 	OUTBOX_SHUTDOWN_TIMEOUT=1y OUTBOX_ORDERING_ON_FAILURE=ignore OUTBOX_CE_SOURCE=
+	"OUTBOX_CE_SOURCE=not a uri" "OUTBOX_CE_SOURCE=http://h:port/"
 	OUTBOX_PUBLISH_TIMEOUT=1m OUTBOX_SWEEP_INTERVAL=2m OUTBOX_KAFKA_ENABLE_IDEMPOTENCE=false
 )
 for setting in "${bad_settings[@]}"; do

@@ -75,7 +75,7 @@ static const char set_null[] = "<null>";
 struct vcase {
 	const char *what;
 	const char *id, *type, *source, *subject, *partition_key, *content_type,
-	    *headers;
+	    *headers, *exchange, *routing_key;
 	const char *want; /* NULL: valid; else the exact reason */
 };
 
@@ -157,8 +157,58 @@ static const struct vcase vcases[] = {
      .headers = "{\"ce-" A10 A10 A10 A10 A10 A10 A10 A10 "\":\"x\"}",
      .want = "header \"ce-" A10 A10 A10 A10 A10 A10 "a...\" collides with "
 	     "a CloudEvents attribute"},
+    /* source must be an RFC 3986 URI-reference */
+    {"source with spaces", .source = "not a uri with spaces",
+     .want = "source is not a URI-reference (RFC 3986): a space in the path"},
+    {"space in host", .source = "https://exa mple.com/x",
+     .want = "source is not a URI-reference (RFC 3986): a space in the host"},
+    {"bad scheme", .source = "1abc:x",
+     .want = "source is not a URI-reference (RFC 3986): an invalid scheme"},
+    {"colon first", .source = ":x",
+     .want = "source is not a URI-reference (RFC 3986): an invalid scheme"},
+    {"bad percent", .source = "urn:a%zz",
+     .want = "source is not a URI-reference (RFC 3986): a '%' not followed "
+	     "by two hex digits in the path"},
+    {"cut percent", .source = "/a%4",
+     .want = "source is not a URI-reference (RFC 3986): a '%' not followed "
+	     "by two hex digits in the path"},
+    {"port not a number", .source = "http://host:80a/",
+     .want = "source is not a URI-reference (RFC 3986): a port that is not "
+	     "a number"},
+    {"unclosed ip literal", .source = "http://[::1/x",
+     .want = "source is not a URI-reference (RFC 3986): an unclosed '[' in "
+	     "the host"},
+    {"second fragment", .source = "/a#b#c",
+     .want = "source is not a URI-reference (RFC 3986): '#' in the "
+	     "fragment"},
+    {"bracket in path", .source = "/a[b]",
+     .want = "source is not a URI-reference (RFC 3986): '[' in the path"},
+    {"non-ascii source", .source = "/Ã©tÃ©",
+     .want = "source is not a URI-reference (RFC 3986): a non-ASCII byte in "
+	     "the path (percent-encode it)"},
+    {"quote in query", .source = "/a?b=\"c\"",
+     .want = "source is not a URI-reference (RFC 3986): '\"' in the query"},
+    /* destinations without control characters (rows made without 004) */
+    {"newline in exchange", .exchange = "orders\nforged",
+     .want = "exchange contains a control character"},
+    {"DEL in routing key", .routing_key = "rk\x7f",
+     .want = "routing_key contains a control character"},
+    {"escape in exchange", .exchange = "\x1b[31m",
+     .want = "exchange contains a control character"},
     /* good rows */
     {"defaults", .want = NULL},
+    {"relative source", .source = "/outbox-relay"},
+    {"relative path source", .source = "orders/eu-1"},
+    {"network-path source", .source = "//relay.example/orders"},
+    {"full uri source",
+     .source = "https://user:pw@example.com:8443/a/b;p?x=1&y=%2F#frag/?"},
+    {"ip literal source", .source = "http://[2001:db8::1]:80/x"},
+    {"mailto source", .source = "mailto:events@example.com"},
+    {"urn source", .source = "urn:uuid:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"},
+    {"sub-delims source", .source = "/a!$&'()*+,;=:@b~_.-"},
+    {"empty exchange and routing key", .exchange = "", .routing_key = ""},
+    {"dotted destinations", .exchange = "orders.v1",
+     .routing_key = "order.paid.*"},
     {"null headers", .headers = SET_NULL},
     {"no subject, no key", .subject = SET_NULL, .partition_key = SET_NULL},
     {"empty subject and key mean absent", .subject = "", .partition_key = ""},
@@ -205,6 +255,8 @@ static void test_validate_table(void **state)
 		f.ev.partition_key = pick(c->partition_key, f.ev.partition_key);
 		f.ev.content_type = pick(c->content_type, f.ev.content_type);
 		f.ev.headers_json = pick(c->headers, f.ev.headers_json);
+		f.ev.exchange = pick(c->exchange, f.ev.exchange);
+		f.ev.routing_key = pick(c->routing_key, f.ev.routing_key);
 
 		rc = cloudevent_validate(&f.ev, reason, sizeof(reason));
 		print_message("case: %s -> %d %s\n", c->what, rc, reason);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -790,6 +791,63 @@ static void test_file_problems(void **state)
 	unlink(nul);
 }
 
+/* NAME_FILE names a regular file: a FIFO (which hung startup waiting for
+ * a writer), a directory or a device is a clear problem, at once. A file
+ * every user can read is read, with a warning. */
+static void test_file_not_regular(void **state)
+{
+	char dir[256], fifo[300], path[256];
+	struct run r;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/test_config.XXXXXX", P_tmpdir);
+	assert_non_null(mkdtemp(dir));
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+
+	env_clear();
+	env_set("OUTBOX_DATABASE_URL_FILE", fifo);
+	env_set("OUTBOX_TABLE_FILE", dir);
+	env_set("OUTBOX_CE_SOURCE_FILE", "/dev/null");
+	run_load(&r);
+	assert_int_equal(r.problems, 3);
+	assert_non_null(strstr(r.errs, "config: OUTBOX_DATABASE_URL_FILE: '"));
+	assert_non_null(strstr(r.errs, "/fifo' is a FIFO: name a regular "
+				       "file\n"));
+	assert_non_null(strstr(r.errs, "config: OUTBOX_TABLE_FILE: '"));
+	assert_non_null(strstr(r.errs, "' is a directory: name a regular "
+				       "file\n"));
+	assert_non_null(strstr(r.errs, "config: OUTBOX_CE_SOURCE_FILE: "
+				       "'/dev/null' is a device"));
+	run_free(&r);
+
+	/* Readable by everyone: loaded, and one warning naming the file. */
+	env_clear();
+	temp_text("outbox_events\n", path, sizeof(path));
+	assert_int_equal(chmod(path, 0644), 0);
+	env_set("OUTBOX_TABLE_FILE", path);
+	run_load(&r);
+	assert_int_equal(r.problems, 0);
+	assert_string_equal(r.cfg.table, "outbox_events");
+	assert_non_null(strstr(r.cfg.warnings, "OUTBOX_TABLE_FILE: '"));
+	assert_non_null(
+	    strstr(r.cfg.warnings, "' is readable by every user (mode 0644)"));
+	assert_non_null(strchr(r.cfg.warnings, '\n'));
+	run_free(&r);
+
+	/* Readable by its owner and group only: no warning. */
+	assert_int_equal(chmod(path, 0640), 0);
+	run_load(&r);
+	assert_int_equal(r.problems, 0);
+	assert_string_equal(r.cfg.warnings, "");
+	run_free(&r);
+
+	unlink(path);
+	unlink(fifo);
+	rmdir(dir);
+	env_clear();
+}
+
 #define HIDDEN "Zq9HiddenPw"
 
 static void test_secrets_hidden(void **state)
@@ -1077,6 +1135,15 @@ static const struct redact_case redact_cases[] = {
     {"postgres://:pw@host", "postgres://:***@host"},
     {"postgres://u:p@ss@host/db", "postgres://u:***@host/db"},
     {"postgres://u:a/b?c@host/db", "postgres://u:***@host/db"},
+    {"postgresql://u:S3cr@et@host/db", "postgresql://u:***@host/db"},
+    {"postgresql://u:S3cr%40et%3A%2F%25@host/db", "postgresql://u:***@host/db"},
+    {"postgresql://u:a:b@host/db", "postgresql://u:***@host/db"},
+    {"postgresql://u:a?b@host/db", "postgresql://u:***@host/db"},
+    /* an '@' in the query is not the end of a password */
+    {"postgresql://host:5432/db?application_name=a@b",
+     "postgresql://host:5432/db?application_name=a@b"},
+    {"postgresql://u:pw@h1:5432,h2/db?application_name=a@b",
+     "postgresql://u:***@h1:5432,h2/db?application_name=a@b"},
     {"postgres://host/db?user=x&password=secret&sslmode=require",
      "postgres://host/db?user=x&password=***&sslmode=require"},
     {"postgres://host/db?password=ab#cd&x=1",
@@ -1132,6 +1199,48 @@ static void test_redact_url(void **state)
 	assert_int_equal(small[0], 'X');
 	config_redact_url("host=x password=secret", small, sizeof(small));
 	assert_string_equal(small, "host=x pass");
+}
+
+struct userinfo_case {
+	const char *url;
+	const char *why; /* NULL: accepted; else a part of the reason */
+};
+
+static const struct userinfo_case userinfo_cases[] = {
+    {"postgresql://u:S3cr%40et@host/db", NULL},
+    {"postgresql://u:a:b@host:5432/db", NULL},
+    {"postgresql://u:p%25@[::1]:5432,h2:5433/db?x=a@b", NULL},
+    {"postgresql://host/my@db", NULL},
+    {"postgresql://host:5432/db?application_name=a@b", NULL},
+    {"postgresql:///db?host=/tmp", NULL},
+    {"host=x password=a@b/c%", NULL},
+    {"amqp://u:p@h:5672/vh", NULL},
+    {"postgresql://u:S3cr@et@host/db", "more than one '@'"},
+    {"postgresql://u:S3cr@et@host/db", "%40"},
+    {"postgresql://u:a/b@host/db", "a '/' before the '@'"},
+    {"postgresql://u:a/b?c@host/db", "%2F"},
+    {"postgresql://u:50%@host/db", "write '%' as %25"},
+    {"postgresql://u:5%zz@host/db", "two hex digits"},
+    {"postgresql://u:a?b@host/db", "%3F"},
+    {"postgresql://host?application_name=a@b", "after a '?'"},
+    {"amqp://u:S3cr@et@host/vh", "more than one '@'"},
+};
+
+static void test_url_userinfo_check(void **state)
+{
+	(void)state;
+	for (size_t n = 0; n < ARRAY_SIZE(userinfo_cases); n++) {
+		const struct userinfo_case *c = &userinfo_cases[n];
+		char why[256] = "";
+		int rc = config_url_userinfo_check(c->url, why, sizeof(why));
+
+		if (c->why ? rc != -1 || !strstr(why, c->why) : rc != 0)
+			fail_msg("check '%s': got %d '%s', want %s", c->url, rc,
+				 why, c->why ? c->why : "ok");
+		/* The reason never quotes the URL: no part of the password. */
+		if (c->why && (strstr(why, "S3cr") || strstr(why, "et@")))
+			fail_msg("check '%s' quotes it: '%s'", c->url, why);
+	}
 }
 
 static char *capture(void (*print)(FILE *, const struct config_extensions *))
@@ -1274,6 +1383,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_file_values, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_file_problems, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_file_not_regular, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_secrets_hidden, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_cross_checks, setup, teardown),
@@ -1284,6 +1395,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_kafka_refused, setup,
 					    teardown),
 	    cmocka_unit_test(test_redact_url),
+	    cmocka_unit_test(test_url_userinfo_check),
 	    cmocka_unit_test(test_help),
 	    cmocka_unit_test(test_markdown),
 	    cmocka_unit_test(test_knows),

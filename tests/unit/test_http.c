@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "base/base.h"
 #include "ops/http.h"
 
 static void echo_handler(void *arg, const char *path, struct http_reply *r)
@@ -58,6 +59,108 @@ static char *roundtrip(int port, const char *request)
 	buf[n] = '\0';
 	close(fd);
 	return buf;
+}
+
+/* The limiter itself, on a clock of its own: a burst, then counting,
+ * then the count handed back once, with the first warning of a later
+ * window. */
+static void test_warn_limit(void **state)
+{
+	(void)state;
+	struct http_warn_limit l = {0};
+	bool admit;
+	int64_t t = 1000;
+	for (int i = 0; i < HTTP_WARN_BURST; i++) {
+		assert_int_equal(http_warn_admit(&l, t + i, &admit), 0);
+		assert_true(admit);
+	}
+	for (int i = 0; i < 25; i++) {
+		assert_int_equal(http_warn_admit(&l, t + 100 + i, &admit), 0);
+		assert_false(admit);
+	}
+	/* Still the same window, a moment before it ends. */
+	assert_int_equal(
+	    http_warn_admit(&l, t + HTTP_WARN_WINDOW_MS - 1, &admit), 0);
+	assert_false(admit);
+	/* The next window: 26 were suppressed, this one is logged. */
+	t += HTTP_WARN_WINDOW_MS;
+	assert_int_equal(http_warn_admit(&l, t, &admit), 26);
+	assert_true(admit);
+	assert_int_equal(http_warn_admit(&l, t + 1, &admit), 0);
+	assert_true(admit);
+	/* A quiet window in between hands back nothing. */
+	t += 5 * HTTP_WARN_WINDOW_MS;
+	assert_int_equal(http_warn_admit(&l, t, &admit), 0);
+	assert_true(admit);
+}
+
+/* stderr of fn() into a buffer (the log writes there). */
+static char *capture_stderr(void (*fn)(void *), void *arg)
+{
+	char path[] = "/tmp/outbox-http-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	fflush(stderr);
+	int saved = dup(2);
+	dup2(fd, 2);
+	fn(arg);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	off_t size = lseek(fd, 0, SEEK_END);
+	lseek(fd, 0, SEEK_SET);
+	char *buf = calloc(1, (size_t)size + 1);
+	assert_non_null(buf);
+	assert_int_equal(read(fd, buf, (size_t)size), (ssize_t)size);
+	close(fd);
+	unlink(path);
+	return buf;
+}
+
+#define FLOOD 200
+
+static void flood(void *arg)
+{
+	int port = *(int *)arg;
+	for (int i = 0; i < FLOOD; i++) {
+		char *resp = roundtrip(port, "GET / HTTP/1.1\r\nHost\r\n\r\n");
+		assert_non_null(strstr(resp, "HTTP/1.1 400"));
+		free(resp);
+	}
+}
+
+static size_t count(const char *s, const char *what)
+{
+	size_t n = 0;
+	for (const char *p = s; (p = strstr(p, what)); p += strlen(what))
+		n++;
+	return n;
+}
+
+/* A client sending malformed requests in a loop gets its 400s, and the
+ * log gets at most the burst and one line saying the rest is counted. */
+static void test_malformed_flood(void **state)
+{
+	(void)state;
+	int calls = 0;
+	char err[256];
+	struct http_server *s = NULL;
+	log_setup(LOG_INFO, false);
+	assert_int_equal(http_start(&s, "127.0.0.1:0", echo_handler, &calls,
+				    err, sizeof(err)),
+			 0);
+	int port = http_port(s);
+	char *out = capture_stderr(flood, &port);
+	http_stop(s);
+	size_t warnings = count(out, " warn http server error=");
+	print_message("%zu warnings for %d malformed requests\n", warnings,
+		      FLOOD);
+	assert_true(warnings >= 1);
+	assert_true(warnings <= HTTP_WARN_BURST);
+	assert_true(count(out, "further warnings are counted") <= 1);
+	assert_true(count(out, "\n") <= HTTP_WARN_BURST + 2);
+	assert_int_equal(calls, 0);
+	free(out);
 }
 
 static void test_get_reaches_handler(void **state)
@@ -150,6 +253,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_get_reaches_handler),
+	    cmocka_unit_test(test_warn_limit),
+	    cmocka_unit_test(test_malformed_flood),
 	    cmocka_unit_test(test_taken_port_is_an_error),
 	    cmocka_unit_test(test_bad_addresses),
 	};

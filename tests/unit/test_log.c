@@ -87,6 +87,40 @@ static void test_text_lines(void **state)
 	free(out);
 }
 
+static void emit_text_hostile(void)
+{
+	log_setup(LOG_INFO, false);
+	log_set_thread("worker-1");
+	log_fields(LOG_WARN, "destination paused", "exchange",
+		   "orders\n2024-01-01T00:00:00.000Z error forged\r\t\x1b[2K"
+		   "\x7f\\n",
+		   NULL);
+	log_info("msg\nwith a newline");
+}
+
+/* Text lines escape control characters: no value can start a line of its
+ * own or rewrite one on a terminal. */
+static void test_text_escapes_controls(void **state)
+{
+	(void)state;
+	char *out = capture(emit_text_hostile);
+	assert_non_null(strstr(out, " warn destination paused thread=worker-1 "
+				    "exchange=orders\\n2024-01-01T00:00:00"
+				    ".000Z error forged\\r\\t\\x1b[2K"
+				    "\\x7f\\n\n"));
+	assert_non_null(strstr(out, " info msg\\nwith a newline "
+				    "thread=worker-1\n"));
+	/* Two log lines, so exactly two newlines. */
+	size_t lines = 0;
+	for (const char *p = out; *p; p++)
+		lines += *p == '\n';
+	assert_int_equal(lines, 2);
+	assert_null(strchr(out, '\r'));
+	assert_null(strchr(out, '\x1b'));
+	assert_null(strchr(out, '\x7f'));
+	free(out);
+}
+
 static void test_level_parse(void **state)
 {
 	(void)state;
@@ -100,6 +134,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_json_lines),
 	    cmocka_unit_test(test_text_lines),
+	    cmocka_unit_test(test_text_escapes_controls),
 	    cmocka_unit_test(test_level_parse),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
