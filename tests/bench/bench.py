@@ -1233,7 +1233,7 @@ def main():
                    help="runs per figure (default 3, --quick 1)")
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help="comma-separated subset of " + ",".join(SECTIONS) +
-                   " (scale = the last four)")
+                   " (scale = history,snapshot,backlog,purge)")
     p.add_argument("--no-kafka", action="store_true",
                    help="leave out the Kafka figures")
     p.add_argument("--keep", action="store_true",
