@@ -33,7 +33,8 @@ want = {"floor_c", "floor_d", "floor_a", "relay_history", "relay_ordered",
         "relay_life"}
 if db["retention_zero"]["supported"]:
     want.add("relay_nohistory")
-assert set(db["variants"]) == want, "dbcost variants: %s" % sorted(db["variants"])
+assert set(db["variants"]) == want, \
+    "dbcost variants: %s" % sorted(db["variants"])
 for name, v in db["variants"].items():
     for k in ("rows_per_s", "wal_bytes_per_event", "cpu_us_per_event"):
         assert v[k]["median"] > 0, "dbcost %s: %s is %s" % (name, k, v[k])
