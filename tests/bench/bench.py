@@ -21,6 +21,9 @@ ratio of figures measured by this same invocation on this same machine:
     vs a clean table; lease time after 60 s of leasing while another session
     holds an old snapshot vs without; a 1M-event backlog drain; the cleaner
     purging 2M rows (time and WAL written).
+ 6. Database cost (section dbcost, tests/bench/dbcost.py): Postgres CPU
+    and WAL per event of the relay's drain next to the floor statements of
+    a table queue, run by pgbench on the same table.
 
 Targets are reported, not asserted. Standalone it starts its own services
 with tests/services/*.sh; under tests/run.sh (--quick, suite 'bench') it
@@ -43,6 +46,8 @@ import tempfile
 import time
 import urllib.request
 
+import dbcost
+
 ROOT = os.environ.get("RELAY_TEST_SOURCE_ROOT") or os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVICES = os.path.join(ROOT, "tests", "services")
@@ -63,7 +68,7 @@ QUICK = {
     "notify_s": 3,
 }
 SECTIONS = ["limits", "throughput", "latency", "notify", "history",
-            "snapshot", "backlog", "purge"]
+            "snapshot", "backlog", "purge", "dbcost"]
 SCALE = ["history", "snapshot", "backlog", "purge"]
 
 TARGETS = {
@@ -1132,6 +1137,8 @@ class Bench:
                 "{:,}".format(p["rows"]), p["clean_batch_size"]),
                 p["seconds"], 1)
             row("WAL written by the purge, MB", p["wal_mb"], 0)
+        if "dbcost" in r:
+            dbcost.report_rows(r["dbcost"], row, rows)
         head = ["| Measure | Median | Min–max | Compared with | Target |",
                 "|---|---|---|---|---|"]
         return "\n".join(head + rows)
@@ -1178,7 +1185,10 @@ class Bench:
             say("no Kafka broker: the Kafka figures are left out")
             self.kafka = False
         try:
-            self.statements = self.capture_statements()
+            # Only these run the captured statements; dbcost runs its own,
+            # so it works with a relay whose statements have other shapes.
+            if set(self.sections) & {"limits", "history", "snapshot"}:
+                self.statements = self.capture_statements()
             if "limits" in self.sections:
                 lim = {"db": self.db_limit(), "amqp": self.amqp_limit()}
                 if self.kafka:
@@ -1198,6 +1208,9 @@ class Bench:
                 if part in self.sections:
                     self.results.setdefault("scale", {})[part] = getattr(
                         self, "scale_" + part)()
+            if "dbcost" in self.sections:
+                self.results["dbcost"] = dbcost.measure(
+                    self, sys.modules[__name__])
             table = self.report()
             doc = {
                 "bench": "outbox-relay",
@@ -1248,7 +1261,7 @@ def main():
                    help="runs per figure (default 3, --quick 1)")
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help="comma-separated subset of " + ",".join(SECTIONS) +
-                   " (scale = the last four)")
+                   " (scale = history,snapshot,backlog,purge)")
     p.add_argument("--no-kafka", action="store_true",
                    help="leave out the Kafka figures")
     p.add_argument("--keep", action="store_true",

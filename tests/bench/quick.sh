@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # The benchmark's short form for tests/run.sh (suite bench): small sizes,
 # one run each. Times are not asserted (the test build has sanitizers);
-# only that it completes and prints a well-formed table and JSON line.
+# only that it completes and prints a well-formed table and JSON line with
+# every section's figures.
 set -euo pipefail
 here=$(dirname "${BASH_SOURCE[0]}")
 out=$(mktemp "${TMPDIR:-/tmp}/outbox-bench-quick.XXXXXX")
@@ -20,7 +21,7 @@ assert table[:2] == ["| Measure | Median | Min–max | Compared with | Target |"
 assert all(l.count("|") == 6 for l in table), "malformed table row"
 doc = json.loads(lines[-1])
 r = doc["results"]
-for key in ("limits", "throughput", "latency", "notify", "scale"):
+for key in ("limits", "throughput", "latency", "notify", "scale", "dbcost"):
     assert key in r, "no %s in the JSON line" % key
 for w in ("1", "2", "4"):
     d = r["throughput"]["amqp"][w]
@@ -32,6 +33,28 @@ for name in ("throughput.svg", "latency.svg"):
     root = ET.parse(os.path.join(sys.argv[2], name)).getroot()
     assert root.tag.endswith("svg"), "%s is not an SVG" % name
 assert set(r["scale"]) == {"history", "snapshot", "backlog", "purge"}
+# Database cost: every variant measured something, and the ratios to the
+# floor the targets speak of are there.
+db = r["dbcost"]
+want = {"floor_c", "floor_d", "floor_a", "relay_history", "relay_ordered",
+        "relay_life"}
+if db["retention_zero"]["supported"]:
+    want.add("relay_nohistory")
+assert set(db["variants"]) == want, \
+    "dbcost variants: %s" % sorted(db["variants"])
+for name, v in db["variants"].items():
+    for k in ("rows_per_s", "wal_bytes_per_event", "cpu_us_per_event"):
+        assert v[k]["median"] > 0, "dbcost %s: %s is %s" % (name, k, v[k])
+for name in ("floor_d", "floor_a", "relay_life"):
+    v = db["variants"][name]
+    for k in ("wal_bytes_per_event", "cpu_us_per_event"):
+        assert v["with_deletes_" + k]["median"] > v[k]["median"], \
+            "dbcost %s: the deletes cost nothing in %s" % (name, k)
+assert "relay_life+deletes/floor_d+deletes.cpu_us_per_event" in db["ratios"]
+if "relay_nohistory" in want:
+    assert "relay_nohistory/floor_c.wal_bytes_per_event" in db["ratios"]
+else:
+    assert any("not supported by this build" in l for l in table)
 assert len(table) >= 20, "table has only %d rows" % len(table)
 print("ok: %d table rows, JSON line with %s" % (len(table) - 2, ", ".join(sorted(r))))
 PY
