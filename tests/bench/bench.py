@@ -6,9 +6,9 @@ One command prints a Markdown table and one JSON line. Every figure is the
 median of --runs runs (default 3) with min-max, and every comparison is a
 ratio of figures measured by this same invocation on this same machine:
 
- 1. Limits: the database cycle limit (pgbench running the relay's own lease
-    and mark-sent statements, batch 100, captured from the server log while
-    the relay ran them) and the broker limit (bench_publish: a minimal
+ 1. Limits: the database cycle limit (pgbench running the relay's own lease,
+    claim and mark-sent statements in one transaction, batch 100, captured
+    from the server log while the relay ran them) and the broker limit (bench_publish: a minimal
     confirmed publisher, 1 KB persistent messages, confirms pipelined).
  2. Throughput: pre-inserted events drained end to end (consumed) with
     OUTBOX_WORKERS 1, 2, 4, for AMQP and for the Kafka test broker; events/s
@@ -153,31 +153,6 @@ def cpu_spent(before, after, name):
     started in between (the relay's backends) count from zero; those that
     ended in between are not seen."""
     return sum(t - before[name].get(p, 0.0) for p, t in after[name].items())
-
-
-def top_level_update(sql):
-    """Index of the statement's own UPDATE keyword (outside parentheses
-    and string literals), or -1."""
-    depth = 0
-    i = 0
-    quote = None
-    found = -1
-    while i < len(sql):
-        c = sql[i]
-        if quote:
-            if c == quote:
-                quote = None
-        elif c in "'\"":
-            quote = c
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif depth == 0 and sql.startswith("UPDATE ", i) and (
-                i == 0 or sql[i - 1] == " "):
-            found = i
-        i += 1
-    return found
 
 
 class Services:
@@ -442,13 +417,14 @@ class Bench:
                                  "(log %s)" % relay.log_path)
             time.sleep(0.1)
         relay.stop()
-        quoted = '"%s_capture"."outbox_events"' % self.tag
+        quoted = '"%s_capture"."outbox_events' % self.tag
         found = {}
         try:
             with open(self.svc.pg_log, errors="replace") as f:
                 f.seek(start)
                 for line in f:
-                    for name in ("outbox_lease", "outbox_sent"):
+                    for name in ("outbox_lease", "outbox_claim",
+                                 "outbox_sent"):
                         key = "execute %s: " % name
                         i = line.find(key)
                         if i >= 0 and quoted in line and name not in found:
@@ -456,22 +432,26 @@ class Bench:
         except OSError as e:
             raise BenchError("cannot read the server log %s: %s"
                              % (self.svc.pg_log, e))
-        if len(found) != 2:
-            raise BenchError("lease and mark statements not found in %s "
-                             "(log_statement needs a superuser role)"
+        if len(found) != 3:
+            raise BenchError("lease, claim and mark statements not found in "
+                             "%s (log_statement needs a superuser role)"
                              % self.svc.pg_log)
-        return found["outbox_lease"], found["outbox_sent"]
+        return found["outbox_lease"], found["outbox_claim"], \
+            found["outbox_sent"]
 
     def pgbench_script(self, table):
-        """A pgbench cycle: the relay's lease (batch 100), then its
-        mark-sent of exactly the rows leased. The lease is wrapped so that
-        \\gset can take its ids; its text is otherwise the relay's own."""
-        lease, sent = self.statements
-        cap = '"%s_capture"."outbox_events"' % self.tag
+        """A pgbench cycle as a worker runs it (the lock lease): BEGIN, the
+        relay's lease (batch 100), its claim, its mark-sent of exactly the
+        rows leased, COMMIT. The relay writes the claim on a second
+        session; here it runs inside the transaction, which costs the
+        database the same write. The lease is wrapped so that \\gset can
+        take its ids; the texts are otherwise the relay's own."""
+        lease, claim, sent = self.statements
+        cap = '"%s_capture"."outbox_events' % self.tag
         schema, name = table.split(".")
-        quoted = '"%s"."%s"' % (schema, name)
-        lease = lease.replace(cap, quoted)
-        sent = sent.replace(cap, quoted)
+        quoted = '"%s"."%s' % (schema, name)
+        lease, claim, sent = (x.replace(cap, quoted)
+                              for x in (lease, claim, sent))
         # pgbench -M prepared turns every ":name" into a parameter, even in
         # a string literal (the to_char format's ":MI:SS"): spell such
         # colons chr(58), which the planner folds back into a constant.
@@ -480,33 +460,34 @@ class Bench:
                 m.group(0).replace(":", "' || chr(58) || '")
                 if re.search(r":[A-Za-z_]", m.group(0)) else m.group(0)),
                 text)
-        lease = no_colon_names(lease)
-        sent = no_colon_names(sent)
-        pos = top_level_update(lease)
-        if not lease.startswith("WITH ") or pos < 0 or \
-                " RETURNING " not in lease[pos:]:
+        lease, claim, sent = (no_colon_names(x) for x in (lease, claim, sent))
+        if not lease.startswith("WITH ") or \
+                "FOR UPDATE SKIP LOCKED" not in lease:
             raise BenchError("the lease statement no longer has the shape "
-                             "'WITH ... UPDATE ... RETURNING ...'; update "
+                             "'WITH ... FOR UPDATE SKIP LOCKED ...'; update "
                              "pgbench_script() in tests/bench/bench.py")
         # The relay's parameters, as literals: pgbench variables cannot
         # be empty, and the planner sees the values either way.
-        lease_vars = {"1": "'60000'", "2": "'pgbench/0/w'", "3": "'{}'",
-                      "4": "''", "5": "'/bench'"}
-        lease = re.sub(r"\$(\d+)\b", lambda m: lease_vars[m.group(1)], lease)
-        pos = top_level_update(lease)
-        sent = re.sub(r"\$(\d+)\b",
-                      lambda m: {"1": ":ids", "2": ":lease"}[m.group(1)],
-                      sent)
-        wrapped = ("%s, bench_leased AS (%s) SELECT coalesce(array_agg(id), "
+        def bind(text, values):
+            return re.sub(r"\$(\d+)\b", lambda m: values[m.group(1)], text)
+        lease = bind(lease, {"1": "'{}'", "2": "''", "3": "'/bench'"})
+        claim = bind(claim, {"1": "'pgbench/' || :client_id", "2": ":lease",
+                             "3": "pg_current_xact_id()", "4": ":ids",
+                             "5": "'/bench'"})
+        sent = bind(sent, {"1": ":ids", "2": ":lease", "3": "'/bench'",
+                           "4": "'pgbench/0/w'"})
+        wrapped = ("WITH bench_leased AS (%s) SELECT coalesce(array_agg(id), "
                    "'{}') AS ids, coalesce(max(lease_id), '%s') AS lease "
-                   "FROM bench_leased" % (lease[:pos].rstrip(), lease[pos:],
-                                          NULL_UUID))
+                   "FROM bench_leased" % (lease, NULL_UUID))
         path = os.path.join(self.work, "cycle-%s.sql" % schema)
         with open(path, "w") as f:
-            f.write("-- The lease and mark-sent statements outbox-relay ran, "
-                    "captured from the server log.\n")
+            f.write("-- The lease, claim and mark-sent statements "
+                    "outbox-relay ran, captured from the server log.\n")
+            f.write("BEGIN;\n")
             f.write(wrapped + " \\gset\n")
+            f.write(claim + ";\n")
             f.write(sent + ";\n")
+            f.write("COMMIT;\n")
         return path
 
     def pgbench(self, script, clients, extra, timeout=3600):
@@ -598,8 +579,10 @@ class Bench:
                 raise BenchError("pgbench cycle marked %d rows, want %d" % (
                     leased, per_client * self.p["db_clients"] * 100))
             rates.append(tps * 100)
-            say("db limit run %d: %.0f events/s (lease %.2f ms, mark %.2f "
-                "ms)" % (i + 1, tps * 100, lat[0], lat[1]))
+            # lat: BEGIN, lease, claim, mark, COMMIT
+            say("db limit run %d: %.0f events/s (lease %.2f ms, claim %.2f "
+                "ms, mark %.2f ms, commit %.2f ms)" % (
+                    i + 1, tps * 100, lat[1], lat[2], lat[3], lat[4]))
         return spread(rates)
 
     def amqp_limit(self):
@@ -981,8 +964,9 @@ class Bench:
 
         lim = r.get("limits", {})
         if lim:
-            row("Database cycle limit, events/s (pgbench, lease + mark, "
-                "batch 100, %d clients)" % self.p["db_clients"], lim["db"])
+            row("Database cycle limit, events/s (pgbench, lease, claim and "
+                "mark in one transaction, batch 100, %d clients)"
+                % self.p["db_clients"], lim["db"])
             row("AMQP broker limit, msgs/s (confirmed publisher, 1 KB "
                 "persistent, window 1000)", lim["amqp"])
             if "kafka" in lim:

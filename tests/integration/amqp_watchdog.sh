@@ -21,8 +21,10 @@ it_psql "INSERT INTO $OUTBOX_TABLE (type, routing_key, payload)
          FROM generate_series(1, 5) g ORDER BY g"
 
 amqp_ctl set_vm_memory_high_watermark 0 >/dev/null || it_fail "cannot raise a memory alarm"
+# The message must stay under the relay's own size limit to be sent.
 amqp_relay run OUTBOX_AMQP_EXCHANGE="$x" OUTBOX_PUBLISH_TIMEOUT=2s \
-	OUTBOX_BACKOFF_BASE=100ms OUTBOX_BACKOFF_MAX=400ms
+	OUTBOX_BACKOFF_BASE=100ms OUTBOX_BACKOFF_MAX=400ms \
+	OUTBOX_MAX_EVENT_SIZE=64MiB
 pid=$it_last_pid
 it_wait 20 "the watchdog in the log" amqp_log_has run 'publish stuck past its deadline'
 it_wait 20 "the blocked probe in the log" amqp_log_has run 'broker blocked the connection: low on memory'
