@@ -147,6 +147,26 @@ static void no_claims(struct store *s, const char *err)
 	s->claims_missing = true;
 }
 
+/* Settles this worker's claim of a lease that aborted (a failed mark, a
+ * rolled-back batch, a lost session), as the sweeper would: its rows owe
+ * the attempt and come back as crash suspects. */
+static int settle_own_claim(struct store *s, char *err, size_t errlen)
+{
+	int rc;
+	const char *values[1] = {s->leased_by};
+	PGresult *res = store_run(s->claim, ST_SETTLE_OWN, 1, values,
+				  PGRES_TUPLES_OK, 0, &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	log_fields(LOG_INFO,
+		   "settled the claim of a lease that did not commit; its "
+		   "rows come back as crash suspects",
+		   "failed", PQgetvalue(res, 0, 1), "suspects",
+		   PQgetvalue(res, 0, 2), NULL);
+	PQclear(res);
+	return 0;
+}
+
 /* Records, committed, which rows the open lease holds: the sweeper charges
  * their attempt if the transaction aborts (docs/design.md §4). */
 static int write_claim(struct store *s, const struct lease_batch *b, char *err,
@@ -173,6 +193,25 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 				 s->ce_source};
 	PGresult *res = store_run(s->claim, ST_CLAIM, 5, values,
 				  PGRES_COMMAND_OK, 0, &rc, err, errlen);
+	if (res && strcmp(PQcmdTuples(res), "0") == 0) {
+		/* The previous claim is unsettled: settle it, then again. */
+		PQclear(res);
+		res = NULL;
+		rc = settle_own_claim(s, err, errlen);
+		if (rc == 0)
+			res = store_run(s->claim, ST_CLAIM, 5, values,
+					PGRES_COMMAND_OK, 0, &rc, err, errlen);
+		if (res && strcmp(PQcmdTuples(res), "0") == 0) {
+			PQclear(res);
+			res = NULL;
+			snprintf(
+			    err, errlen,
+			    "claim: this worker's previous lease is held "
+			    "by a transaction still in progress (a session "
+			    "lost half-open); leasing again once it ends");
+			rc = STORE_ERROR;
+		}
+	}
 	free(arr);
 	if (!res && store_err_undefined_table(err)) {
 		no_claims(s, err);

@@ -12,16 +12,16 @@
 #include "store_internal.h"
 
 const char *const store_stmt_names[ST_COUNT] = {
-    "outbox_lease",	      "outbox_lease_bare",   "outbox_claim",
-    "outbox_claim_renew",     "outbox_keepalive",    "outbox_sent",
-    "outbox_sent_delete",     "outbox_retry",	     "outbox_transport",
-    "outbox_failed",	      "outbox_xact_status",  "outbox_sweep_claims",
-    "outbox_sweep",	      "outbox_prune_claims", "outbox_clean_sent",
-    "outbox_clean_failed",    "outbox_next_due",     "outbox_redrive_f",
-    "outbox_redrive_s",	      "outbox_count_f",	     "outbox_count_s",
-    "outbox_control",	      "outbox_classify",     "outbox_repair",
-    "outbox_redrive_check",   "outbox_unblock",	     "outbox_unblock_skip",
-    "outbox_unblock_redrive", "outbox_version",
+    "outbox_lease",	   "outbox_lease_bare",	     "outbox_claim",
+    "outbox_claim_renew",  "outbox_keepalive",	     "outbox_sent",
+    "outbox_sent_delete",  "outbox_retry",	     "outbox_transport",
+    "outbox_failed",	   "outbox_xact_status",     "outbox_sweep_claims",
+    "outbox_settle_own",   "outbox_sweep",	     "outbox_prune_claims",
+    "outbox_clean_sent",   "outbox_clean_failed",    "outbox_next_due",
+    "outbox_redrive_f",	   "outbox_redrive_s",	     "outbox_count_f",
+    "outbox_count_s",	   "outbox_control",	     "outbox_classify",
+    "outbox_repair",	   "outbox_redrive_check",   "outbox_unblock",
+    "outbox_unblock_skip", "outbox_unblock_redrive", "outbox_version",
 };
 
 /* What a mark's "done" CTE returns, for the ordered mode's tail. */
@@ -188,7 +188,12 @@ static char *sql_lease_bare(const struct store *s)
 }
 
 /* On the claim session, autocommit: committed before any row of the
- * batch is handed to the broker. */
+ * batch is handed to the broker. It overwrites the worker's previous
+ * claim only once that one is settled: emptied by the sweeper, or its
+ * transaction committed. A claim of a lease that aborted and was not swept
+ * yet, or of a transaction still running (a session lost half-open), is
+ * left alone: overwriting it would lose the attempt it owes and let its
+ * rows out before the sweeper made them suspects. */
 static char *sql_claim(const struct store *s)
 {
 	return store_asprintf(
@@ -198,7 +203,8 @@ static char *sql_claim(const struct store *s)
 	    "'1 millisecond') ON CONFLICT (holder) DO UPDATE SET lease_id = "
 	    "excluded.lease_id, xid = excluded.xid, ids = excluded.ids, "
 	    "source = excluded.source, leased_at = excluded.leased_at, "
-	    "expires_at = excluded.expires_at",
+	    "expires_at = excluded.expires_at WHERE c.ids = '{}' OR "
+	    "coalesce(pg_xact_status(c.xid), 'committed') = 'committed'",
 	    s->claims, (long long)s->opt.lease_timeout_ms);
 }
 
@@ -334,7 +340,7 @@ static char *sql_xact_status(const struct store *s)
  * when attempts are spent), then the claim is emptied, fenced by its lease
  * id. A row another worker holds now is left alone: its own claim covers
  * it. */
-static char *sql_sweep_claims(const struct store *s)
+static char *settle_claims_sql(const struct store *s, bool own)
 {
 	const char *T = s->table.quoted;
 	char *tail = order_tail(s, true);
@@ -343,7 +349,7 @@ static char *sql_sweep_claims(const struct store *s)
 		? store_asprintf(
 		      "WITH dead AS MATERIALIZED (SELECT holder, lease_id, "
 		      "ids, source FROM %s WHERE cardinality(ids) > 0 AND "
-		      "pg_xact_status(xid) = 'aborted' ORDER BY leased_at "
+		      "pg_xact_status(xid) = 'aborted'%s ORDER BY leased_at "
 		      "LIMIT 100 FOR UPDATE SKIP LOCKED), "
 		      "victims AS MATERIALIZED (SELECT t.id FROM %s t WHERE "
 		      "t.id = ANY(ARRAY(SELECT unnest(ids) FROM dead)) AND "
@@ -370,11 +376,24 @@ static char *sql_sweep_claims(const struct store *s)
 		      "count(*) FILTER (WHERE status = 'failed')::text, "
 		      "count(*) FILTER (WHERE status <> 'failed')::text "
 		      "FROM done",
-		      s->claims, T, T, (long long)s->opt.backoff_base_ms,
-		      STORE_ERROR_MAX, MARK_RETURNING, tail, s->claims)
+		      s->claims, own ? " AND holder = $1" : "", T, T,
+		      (long long)s->opt.backoff_base_ms, STORE_ERROR_MAX,
+		      MARK_RETURNING, tail, s->claims)
 		: NULL;
 	free(tail);
 	return sql;
+}
+
+static char *sql_sweep_claims(const struct store *s)
+{
+	return settle_claims_sql(s, false);
+}
+
+/* A worker settling its own dead claim before it writes the next one
+ * (write_claim() in lease.c). */
+static char *sql_settle_own(const struct store *s)
+{
+	return settle_claims_sql(s, true);
 }
 
 /* Claims of workers that stopped: emptied (or concluded) and a day old. */
@@ -641,6 +660,7 @@ static char *(*const builders[ST_COUNT])(const struct store *s) = {
     [ST_FAILED] = sql_failed,
     [ST_XACT_STATUS] = sql_xact_status,
     [ST_SWEEP_CLAIMS] = sql_sweep_claims,
+    [ST_SETTLE_OWN] = sql_settle_own,
     [ST_SWEEP] = sql_sweep,
     [ST_PRUNE_CLAIMS] = sql_prune_claims,
     [ST_CLEAN_SENT] = sql_clean_sent,

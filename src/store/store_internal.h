@@ -33,6 +33,7 @@ enum stmt {
 	ST_FAILED,
 	ST_XACT_STATUS,
 	ST_SWEEP_CLAIMS,
+	ST_SETTLE_OWN, /* on the claim session */
 	ST_SWEEP,
 	ST_PRUNE_CLAIMS,
 	ST_CLEAN_SENT,

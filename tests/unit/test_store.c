@@ -72,6 +72,7 @@ static struct mark_result mark(struct store *s, enum store_mark kind,
 /* 1. Concurrent leasing: every row exactly once. */
 struct leaser {
 	const char *table;
+	char holder[32]; /* each worker of a relay has its own */
 	char **ids;
 	size_t n;
 	size_t cap;
@@ -82,6 +83,7 @@ static void *leaser_main(void *arg)
 {
 	struct leaser *l = arg;
 	struct store_options o = pgtest_store_options(l->table);
+	o.leased_by = l->holder;
 	struct store *s = NULL;
 	char e[512];
 	if (store_open(&s, &o, e, sizeof(e)) != 0) {
@@ -142,6 +144,7 @@ static void test_concurrent_lease_each_row_once(void **state)
 	memset(l, 0, sizeof(l));
 	for (int i = 0; i < 4; i++) {
 		l[i].table = table;
+		snprintf(l[i].holder, sizeof(l[i].holder), "test/1/w%d", i);
 		assert_int_equal(
 		    pthread_create(&th[i], NULL, leaser_main, &l[i]), 0);
 	}
@@ -449,6 +452,52 @@ static void test_renew_sweep_suspect(void **state)
 			 1);
 	store_close(s);
 	store_close(s2);
+	PQfinish(c);
+}
+
+/* A lease that aborts while its session lives on (a failed mark, a
+ * rolled-back batch): the worker's next claim does not overwrite the dead
+ * one; the worker settles it first, as the sweeper would. */
+static void test_own_dead_claim_settled(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_own_claim", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 3);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 3);
+	char first[37];
+	memcpy(first, b.lease_id, sizeof(first));
+	lease_batch_release(&b); /* not committed: rolled back */
+	/* The aborted lease's rows wait for whoever settles its claim. */
+	pgtest_insert(c, table, 2);
+	lease(s, &b);
+	assert_int_equal(b.n, 2);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE status = 'pending' AND "
+			"suspect AND attempts = 1 AND lease_id = '%s' AND "
+			"last_error = 'lease lost (leased_by test/1/w0)'",
+			table, first),
+	    3);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT cardinality(ids) FROM %s_claims "
+				     "WHERE lease_id = '%s'",
+				     table, b.lease_id),
+			 2);
+	mark(s, MARK_SENT, &b, NULL);
+	commit(&b);
+	/* A committed claim is overwritten without ado. */
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	mark(s, MARK_SENT, &b, NULL);
+	commit(&b);
+	store_close(s);
 	PQfinish(c);
 }
 
@@ -1159,6 +1208,7 @@ int main(void)
 	    cmocka_unit_test(test_lock_lease_fencing),
 	    cmocka_unit_test(test_renew_sweep_suspect),
 	    cmocka_unit_test(test_sweep_row_leases),
+	    cmocka_unit_test(test_own_dead_claim_settled),
 	    cmocka_unit_test(test_retry_backoff_permanent),
 	    cmocka_unit_test(test_release),
 	    cmocka_unit_test(test_cleaner),
