@@ -337,9 +337,12 @@ static char *sql_xact_status(const struct store *s)
 /* The claims of lease transactions that aborted (a crashed, stalled or
  * disconnected worker): each of their rows still pending and not held by
  * another transaction is charged the attempt (a crash suspect, or failed
- * when attempts are spent), then the claim is emptied, fenced by its lease
- * id. A row another worker holds now is left alone: its own claim covers
- * it. */
+ * when attempts are spent), and the claim keeps only the rows it could
+ * not charge because another transaction holds them now: a later sweep
+ * charges those once they are free (or drops them, finished). Emptying
+ * the claim of those too would let two relays take turns crashing on a
+ * poison row without its attempts ever being charged (found by the
+ * protocol's model, docs/model.md). Fenced by the lease id. */
 static char *settle_claims_sql(const struct store *s, bool own)
 {
 	const char *T = s->table.quoted;
@@ -369,16 +372,20 @@ static char *settle_claims_sql(const struct store *s, bool own)
 		      "v.holder FROM (SELECT holder, lease_id, source, "
 		      "unnest(ids) AS id FROM dead) v WHERE t.id = "
 		      "ANY(ARRAY(SELECT id FROM victims)) AND t.id = v.id%s%s, "
-		      "emptied AS (UPDATE %s AS c SET ids = '{}' FROM dead d "
-		      "WHERE c.holder = d.holder AND c.lease_id = d.lease_id "
-		      "RETURNING 1) "
-		      "SELECT (SELECT count(*) FROM emptied)::text, "
+		      "emptied AS (UPDATE %s AS c SET ids = ARRAY(SELECT x "
+		      "FROM unnest(c.ids) AS x WHERE NOT x = ANY(ARRAY("
+		      "SELECT id FROM victims)) AND EXISTS (SELECT 1 FROM %s "
+		      "k WHERE k.id = x AND k.status = 'pending')) FROM dead "
+		      "d WHERE c.holder = d.holder AND c.lease_id = "
+		      "d.lease_id RETURNING cardinality(c.ids) = 0 AS done) "
+		      "SELECT (SELECT count(*) FILTER (WHERE done) FROM "
+		      "emptied)::text, "
 		      "count(*) FILTER (WHERE status = 'failed')::text, "
 		      "count(*) FILTER (WHERE status <> 'failed')::text "
 		      "FROM done",
 		      s->claims, own ? " AND holder = $1" : "", T, T,
 		      (long long)s->opt.backoff_base_ms, STORE_ERROR_MAX,
-		      MARK_RETURNING, tail, s->claims)
+		      MARK_RETURNING, tail, s->claims, T)
 		: NULL;
 	free(tail);
 	return sql;
