@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Model check of the lock-lease row protocol (tests/model/row_protocol.pml,
+# docs/model.md). The model must pass in each of its configurations; each
+# mutant (the model with one guard removed, or the design as first
+# written) must be reported failing by spin, with a trail. One line per
+# run: name, verdict, states explored, seconds.
+#
+# Usage: check.sh [-v] [RUN...]   (default: every run; -v prints the
+#        trail of each failing mutant, as spin replays it)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+model="$here/row_protocol.pml"
+verbose=0
+if [ "${1:-}" = "-v" ]; then
+	verbose=1
+	shift
+fi
+
+for tool in spin gcc; do
+	command -v "$tool" >/dev/null 2>&1 || {
+		echo "check.sh: $tool not found (deploy/install-deps.sh installs it)" >&2
+		exit 1
+	}
+done
+
+# name : expected verdict : spin defines
+runs=(
+	"faults:pass:-DFAULTS=2 -DHISTORY"
+	"modes:pass:-DFAULTS=1"
+	"poison:pass:-DFAULTS=1 -DPOISON"
+	"no_g1:fail:-DFAULTS=1 -DPOISON -DNO_G1"
+	"no_g2:fail:-DFAULTS=1 -DNO_G2"
+	"no_g3:fail:-DFAULTS=1 -DNO_G3"
+	"no_g4:fail:-DFAULTS=1 -DNO_G4"
+	"no_g5:fail:-DFAULTS=1 -DNO_G5"
+	"no_fence:fail:-DFAULTS=1 -DNO_FENCE"
+	"as_written_upsert:fail:-DFAULTS=1 -DAS_WRITTEN_UPSERT"
+	"as_written_sweep:fail:-DFAULTS=1 -DPOISON -DAS_WRITTEN_SWEEP"
+)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-model.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+wanted() {
+	[ ${#selected[@]} -eq 0 ] && return 0
+	local s
+	for s in "${selected[@]}"; do
+		[ "$s" = "$1" ] && return 0
+	done
+	return 1
+}
+
+selected=("$@")
+for s in "${selected[@]}"; do
+	found=0
+	for spec in "${runs[@]}"; do
+		[ "${spec%%:*}" = "$s" ] && found=1
+	done
+	[ "$found" -eq 1 ] || { echo "check.sh: no run named '$s'" >&2; exit 2; }
+done
+
+failures=0
+for spec in "${runs[@]}"; do
+	name=${spec%%:*}
+	rest=${spec#*:}
+	expect=${rest%%:*}
+	read -r -a defines <<<"${rest#*:}"
+	wanted "$name" || continue
+	dir="$work/$name"
+	mkdir -p "$dir"
+	cp "$model" "$dir/"
+	start=$(date +%s.%N)
+	if ! (cd "$dir" && spin -a "${defines[@]}" row_protocol.pml >spin.out 2>&1); then
+		echo "model $name: FAIL: spin -a rejected the model" >&2
+		cat "$dir/spin.out" >&2
+		failures=$((failures + 1))
+		continue
+	fi
+	# Mutants are searched breadth first: the trail is a shortest one.
+	cflags=(-w -O2 -DSAFETY -DCOLLAPSE)
+	[ "$expect" = fail ] && cflags+=(-DBFS)
+	if ! (cd "$dir" && gcc "${cflags[@]}" -o pan pan.c >gcc.out 2>&1); then
+		echo "model $name: FAIL: pan.c does not compile" >&2
+		cat "$dir/gcc.out" >&2
+		failures=$((failures + 1))
+		continue
+	fi
+	(cd "$dir" && ./pan -m1000000 >pan.out 2>&1) || true
+	end=$(date +%s.%N)
+	secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+	states=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' "$dir/pan.out")
+	errors=$(sed -n 's/.*errors: \([0-9]*\)$/\1/p' "$dir/pan.out")
+	found=$(grep -m1 -E 'assertion violated|invalid end state' "$dir/pan.out" || true)
+	if [ -z "$states" ] || [ -z "$errors" ] ||
+		grep -q 'max search depth too small' "$dir/pan.out"; then
+		echo "model $name: FAIL: the search did not complete" >&2
+		cat "$dir/pan.out" >&2
+		failures=$((failures + 1))
+		continue
+	fi
+	case "$expect:$errors" in
+	pass:0)
+		echo "model $name: pass, $states states, ${secs}s"
+		;;
+	pass:*)
+		echo "model $name: FAIL: $found ($states states, ${secs}s)" >&2
+		(cd "$dir" && spin -t -p -g "${defines[@]}" row_protocol.pml) | tail -40 >&2
+		failures=$((failures + 1))
+		;;
+	fail:0)
+		echo "model $name: FAIL: the mutant passes ($states states, ${secs}s)" >&2
+		failures=$((failures + 1))
+		;;
+	fail:*)
+		if [ -z "$found" ]; then
+			echo "model $name: FAIL: spin reports an error but no violation" >&2
+			cat "$dir/pan.out" >&2
+			failures=$((failures + 1))
+			continue
+		fi
+		steps=$(cd "$dir" && spin -t "${defines[@]}" row_protocol.pml 2>&1 |
+			sed -n 's/^spin: trail ends after \([0-9]*\) steps.*/\1/p')
+		echo "model $name: caught, $states states, ${secs}s: ${found#pan:1: } (trail of ${steps:-?} steps)"
+		if [ "$verbose" -eq 1 ]; then
+			(cd "$dir" && spin -t -p "${defines[@]}" row_protocol.pml)
+		fi
+		;;
+	esac
+done
+
+if [ "$failures" -ne 0 ]; then
+	echo "model check: $failures run(s) failed" >&2
+	exit 1
+fi
+echo "model check: ok"

@@ -1,0 +1,540 @@
+/*
+ * SPDX-License-Identifier: MIT
+ *
+ * The "lock lease" row protocol, checked by spin (docs/model.md says what
+ * is modeled, what is abstracted away, and what each run finds).
+ *
+ * Two relays (each a worker: a main transaction M, a claim session K and
+ * a claim row in C), a sweeper and a cleaner over three outbox rows:
+ *   row 0, row 1: one partition key, row 0 first (ordered mode, skip);
+ *   row 2: no key; in half of the runs a poison row that crashes every
+ *          relay that hands it to the broker.
+ * Time is abstracted away: every pending row is due. What a database
+ * statement or transaction does is one indivisible step (d_step); the
+ * relays, the sweeper and the cleaner interleave between such steps.
+ *
+ * Properties, all assertions (the checker process runs once nothing
+ * else can move; spin's invalid-end-state check backs it up):
+ *   P1  a mark only moves a pending row; at quiescence every row was
+ *       acked and is sent or deleted, or failed;
+ *   P2  at quiescence no row is locked and no dead claim holds ids;
+ *   P3  every mark is made under the row lock of the committing
+ *       transaction: a relay whose transaction died marks nothing;
+ *   P4  row 1 is handed to the broker only after row 0 is sent, deleted
+ *       or failed;
+ *   P5  the sweeper never charges more crashes than happened to a row;
+ *       a crash record is never overwritten before the sweeper settled
+ *       it; the poison row crashes at most MAXA + NSLOT live relays.
+ *
+ * Guards: a mutant is this model built with one switch (check.sh):
+ *   NO_G1     the claim is written after publishing, not before
+ *   NO_G2     no row lock (no FOR UPDATE SKIP LOCKED)
+ *   NO_G3     the sweeper settles claims without asking pg_xact_status
+ *   NO_G4     no idle_in_transaction_session_timeout: a stalled session
+ *             keeps its locks
+ *   NO_G5     the head marker moves when the broker acks row 0, before
+ *             the transaction that marks it commits
+ *   NO_FENCE  a stale relay's marks are applied (on a new session)
+ * The design as first written, which the model refines (docs/model.md):
+ *   AS_WRITTEN_UPSERT  the claim upsert overwrites a dead, unsettled claim
+ *                      of the same holder (refined, F1: it waits)
+ *   AS_WRITTEN_SWEEP   the sweeper empties a dead claim's ids even when a
+ *                      row is locked by another relay (refined, F2: a
+ *                      locked id stays for the next sweep)
+ */
+
+#define NROW 3
+#define NRELAY 2
+#define NSLOT NRELAY /* one claim row per relay (see CRASH_STEP) */
+#define MAXA 2  /* max_attempts of every row */
+#ifndef FAULTS
+#define FAULTS 2 /* crashes, stalls and lost acks, all relays together */
+#endif
+/* HISTORY: acked rows are always kept as sent (else both ways).
+ * POISON: row 2 crashes every relay that hands it over (a run of its
+ * own: with the faults above it would multiply the states). */
+
+/* Row status. DEL: deleted, on ack (no history) or by the cleaner. */
+#define PEND 0
+#define SENT 1
+#define DEL 2
+#define FAIL 3
+
+/* pg_xact_status of a claim's xid (C_NONE: no claim, or nothing left in
+ * it that anyone reads). */
+#define C_NONE 0
+#define C_LIVE 1
+#define C_DONE 2
+#define C_DEAD 3
+
+byte st[NROW];
+byte att[NROW];
+bit sus[NROW];
+bit head[NROW];
+byte lk[NROW]; /* 0: unlocked, else relay + 1 holds the row lock in M */
+byte cst[NSLOT];
+byte cids[NSLOT]; /* bit i: row i is in the claim */
+byte faults = FAULTS;
+byte nstop;  /* relays stopped for good (at most NRELAY - 1) */
+bit history; /* 1: acked rows become sent; 0: deleted */
+bit poison;  /* row 2 crashes whoever hands it over */
+
+/* Ghost state, for the assertions. credit[i]: crashed batches holding
+ * pending row i that the sweeper may still charge; kept only while the
+ * row is pending; saturates at CREDIT_MAX (then it is not checked). */
+#define CREDIT_MAX 3
+byte credit[NROW];
+/* owed[i]: transactions that handed row i to the broker and then died,
+ * not yet charged; kept only while the row is pending. */
+#define OWED_MAX 3
+byte owed[NROW];
+
+#ifdef NO_G2
+#define UNLOCKED(i) 1
+#else
+#define UNLOCKED(i) (lk[i] == 0)
+#endif
+#ifdef NO_FENCE
+#define FENCE_OFF 1
+#else
+#define FENCE_OFF 0
+#endif
+#ifdef AS_WRITTEN_UPSERT
+#define UPSERT_OVERWRITES 1
+#define SET_FRESH(v) fresh = v
+#else
+#define UPSERT_OVERWRITES 0
+#define SET_FRESH(v) skip
+#endif
+
+#define ISSET(m, i) (((m) >> (i)) & 1)
+#define PENDING(i) (st[i] == PEND)
+#define ELIG(i) (PENDING(i) && UNLOCKED(i) && (i == 2 || head[i]))
+#define ALLDONE (!PENDING(0) && !PENDING(1) && !PENDING(2))
+#define PMASK (PENDING(0) | (PENDING(1) << 1) | (PENDING(2) << 2))
+/* pending and locked: the sweeper's SKIP LOCKED leaves it alone */
+#define LP(i) (PENDING(i) && !UNLOCKED(i))
+#define LPMASK (LP(0) | (LP(1) << 1) | (LP(2) << 2))
+/* a dead claim with ids: the sweeper has not settled it yet */
+#define UNSETTLED(s) (cst[s] == C_DEAD && cids[s] != 0)
+
+/* What the lease may return: any non-empty set of due, unlocked rows
+ * (ordered: unkeyed rows and key heads) with at most one suspect. */
+#define OKROW(m, i) (!ISSET(m, i) || ELIG(i))
+#define NSUS(m)                                                            \
+	((ISSET(m, 0) && sus[0]) + (ISSET(m, 1) && sus[1]) +               \
+	 (ISSET(m, 2) && sus[2]))
+#define VALID(m) (OKROW(m, 0) && OKROW(m, 1) && OKROW(m, 2) && NSUS(m) <= 1)
+
+/* A row leaves pending for good. The mark that finishes row 0 (sent, or
+ * failed under skip) sets head on the key's next row in the same
+ * statement (§6). */
+#define FINISH(i, to)                                                      \
+	st[i] = to;                                                        \
+	credit[i] = 0;                                                     \
+	owed[i] = 0;                                                       \
+	if                                                                 \
+	:: i == 0 -> head[0] = 0; head[1] = 1                              \
+	:: else -> skip                                                    \
+	fi
+
+/* The sweeper's charge of a crashed batch's row: attempts + 1, suspect,
+ * failed when the attempts are spent. Never more charges than crashes. */
+#define CHARGE(i)                                                          \
+	assert(PENDING(i));                                                \
+	if                                                                 \
+	:: credit[i] < CREDIT_MAX -> assert(credit[i] > 0); credit[i]--     \
+	:: else -> skip                                                    \
+	fi;                                                                \
+	if                                                                 \
+	:: owed[i] > 0 -> owed[i]--                                        \
+	:: else -> skip                                                    \
+	fi;                                                                \
+	att[i]++;                                                          \
+	sus[i] = 1;                                                        \
+	if                                                                 \
+	:: att[i] >= MAXA -> FINISH(i, FAIL)                               \
+	:: else -> skip                                                    \
+	fi
+
+/* Each pending row of a claimed batch whose transaction died may be
+ * charged once. */
+#define CREDIT1(i)                                                         \
+	if                                                                 \
+	:: ISSET(batch, i) && PENDING(i) && credit[i] < CREDIT_MAX ->      \
+		credit[i]++                                                \
+	:: else -> skip                                                    \
+	fi
+#define CREDIT_BATCH CREDIT1(0); CREDIT1(1); CREDIT1(2)
+#define OWE1(i)                                                            \
+	if                                                                 \
+	:: ISSET(handed, i) && PENDING(i) && owed[i] < OWED_MAX ->         \
+		owed[i]++                                                  \
+	:: else -> skip                                                    \
+	fi
+
+#define UNLOCK1(i)                                                         \
+	if                                                                 \
+	:: lk[i] == me -> lk[i] = 0                                        \
+	:: else -> skip                                                    \
+	fi
+#define UNLOCK_ALL UNLOCK1(0); UNLOCK1(1); UNLOCK1(2)
+
+/* M's transaction ends without commit: its row locks vanish, and the xid
+ * of the claim, if one was written for it, is now aborted. */
+#define ABORT_TXN                                                          \
+	if                                                                 \
+	:: alive ->                                                        \
+		UNLOCK_ALL;                                                \
+		OWE1(0); OWE1(1); OWE1(2);                                 \
+		if                                                         \
+		:: claimed -> cst[slot] = C_DEAD; CREDIT_BATCH             \
+		:: else -> skip                                            \
+		fi;                                                        \
+		alive = 0                                                  \
+	:: else -> skip                                                    \
+	fi
+
+/* A crash: the process dies. Its successor is a new holder (new pid)
+ * with a claim row of its own; the model reuses the relay's one claim
+ * row, and the successor leases only once the sweeper settled the dead
+ * claim there (so no claim is ever lost to this reuse). */
+#define CRASH_STEP                                                         \
+	ABORT_TXN;                                                         \
+	SET_FRESH(1)
+
+/* A stall past the lease (SIGSTOP, a hung call): the server's
+ * idle_in_transaction_session_timeout kills M's session (G4). The relay
+ * may never come back, or wake up later, stale (see "stale:" below). */
+#ifndef NO_G4
+#define STALL                                                              \
+	d_step { ABORT_TXN; handed = 0 };                                  \
+	if                                                                 \
+	:: goto stale                                                      \
+	:: d_step { nstop < NRELAY - 1 -> nstop++ }; goto stopped         \
+	fi
+#else
+#define STALL                                                              \
+	if                                                                 \
+	:: d_step { nstop < NRELAY - 1 -> nstop++ }; goto stopped         \
+	:: else -> skip                                                    \
+	fi
+#endif
+
+/* A crash or a stall may happen between any two statements. */
+#define MAYBE_FAULT                                                        \
+	if                                                                 \
+	:: d_step { alive && faults > 0 -> faults--; CRASH_STEP };         \
+		goto idle                                                  \
+	:: d_step { alive && faults > 0 -> faults-- }; STALL              \
+	:: skip                                                            \
+	fi
+
+/* K's autocommit upsert of the claim row (G1: before any handover). If
+ * it fails, M rolls back and nothing is published. A stale relay's K
+ * still works: it writes a claim whose xid is already aborted. */
+#define WRITE_CLAIM                                                        \
+	if                                                                 \
+	:: alive -> d_step { ABORT_TXN }; goto idle /* K failed */         \
+	:: d_step {                                                        \
+		assert(!(cst[slot] == C_DEAD && (cids[slot] & PMASK) != 0)); \
+		cids[slot] = batch;                                        \
+		claimed = 1;                                               \
+		if                                                         \
+		:: alive -> cst[slot] = C_LIVE                             \
+		:: else -> cst[slot] = C_DEAD; CREDIT_BATCH                \
+		fi                                                         \
+	   }                                                               \
+	fi
+
+/* 1. M: BEGIN; SELECT due rows FOR UPDATE SKIP LOCKED LIMIT n. Nothing
+ * is written: the rows stay pending, locked by M. A relay waits while
+ * its claim row holds a dead, unsettled claim (F1). */
+#ifdef NO_G2
+#define LOCK_BATCH skip
+#else
+#define LOCK1(i)                                                           \
+	if                                                                 \
+	:: ISSET(batch, i) -> lk[i] = me                                   \
+	:: else -> skip                                                    \
+	fi
+#define LOCK_BATCH LOCK1(0); LOCK1(1); LOCK1(2)
+#endif
+#define LEASE(m)                                                           \
+	d_step {                                                           \
+		(!UNSETTLED(slot) || (UPSERT_OVERWRITES && !fresh)) &&     \
+		    VALID(m) ->                                            \
+		batch = m;                                                 \
+		LOCK_BATCH;                                                \
+		alive = 1;                                                 \
+		SET_FRESH(0)                                               \
+	}
+
+/* 3. Hand row i to the broker (or not: destination refused or paused,
+ * past the local deadline: no statement, no charge). A stale relay
+ * publishes too. Then a fault may strike. */
+#ifdef NO_G5
+/* the mutant moves the head as soon as the broker acks row 0, before
+ * the transaction that marks it commits */
+#define EARLY_HEAD(i)                                                      \
+	if                                                                 \
+	:: i == 0 -> d_step { ack = 1; head[0] = 0; head[1] = 1 }         \
+	:: skip                                                            \
+	fi
+#else
+#define EARLY_HEAD(i) skip
+#endif
+#define PUBLISH(i)                                                         \
+	if                                                                 \
+	:: ISSET(batch, i) ->                                              \
+		if                                                         \
+		:: skip                                                    \
+		:: poison && i == 2 ->                                     \
+			d_step {                                           \
+				handed = handed | (1 << i);                \
+				CRASH_STEP                                 \
+			};                                                 \
+			goto idle                                          \
+		:: !(poison && i == 2) ->                                  \
+			d_step {                                           \
+				/* P4: row 1 reaches the broker only after \
+				 * row 0 is sent, deleted or failed */     \
+				assert(i != 1 || st[0] != PEND);           \
+				handed = handed | (1 << i)                 \
+			};                                                 \
+			EARLY_HEAD(i)                                      \
+		fi;                                                        \
+		MAYBE_FAULT                                                \
+	:: else -> skip                                                    \
+	fi
+
+/* 4. One statement per outcome class, in M. The broker's answer is
+ * chosen here: nothing reads it before. acked: DELETE, or UPDATE to sent
+ * (history); nack: attempts + 1, failed when spent; ack lost (outcome
+ * unknown, transport): attempts + 1, never failed for it; permanent:
+ * failed at once. */
+#ifdef NO_G2
+#define HOLDS(i) skip
+#else
+#define HOLDS(i) assert(lk[i] == me) /* P3 */
+#endif
+#define ACKED(i)                                                           \
+	if                                                                 \
+	:: history -> FINISH(i, SENT)                                      \
+	:: else -> FINISH(i, DEL)                                          \
+	fi
+#define MARK(i)                                                            \
+	if                                                                 \
+	:: ISSET(handed, i) ->                                             \
+		HOLDS(i);                                                  \
+		assert(PENDING(i)); /* P1: nobody finished it meanwhile */ \
+		sus[i] = 0;                                                \
+		if                                                         \
+		:: ack && i == 0 -> ACKED(i)                               \
+		:: !(ack && i == 0) -> ACKED(i) /* once or twice */        \
+		:: !(ack && i == 0) -> att[i]++; /* nack */                \
+			if                                                 \
+			:: att[i] >= MAXA -> FINISH(i, FAIL)               \
+			:: else -> skip                                    \
+			fi                                                 \
+		:: !(ack && i == 0) && faults > 0 -> faults--; /* lost */  \
+			if                                                 \
+			:: att[i] <= MAXA -> att[i]++                      \
+			:: else -> skip                                    \
+			fi                                                 \
+		:: !(ack && i == 0) -> FINISH(i, FAIL) /* permanent */    \
+		fi                                                         \
+	:: else -> skip                                                    \
+	fi
+
+/* 5. COMMIT. The claim row is not touched: its xid is now committed,
+ * which marks the claim done (so, in the model, nothing is left in it
+ * to read, but for the G3 mutant). A stale relay's session is gone: its
+ * COMMIT fails (the fence). */
+#ifdef NO_G3
+#define CLAIM_DONE cst[slot] = C_DONE
+#else
+#define CLAIM_DONE cst[slot] = C_NONE; cids[slot] = 0
+#endif
+
+proctype relay(byte r)
+{
+	byte me = r + 1;
+	byte slot = r;
+	byte batch, handed;
+	bit alive, claimed, fresh;
+	bit ack; /* NO_G5 only: row 0 acked before its commit */
+
+idle:
+	atomic { batch = 0; handed = 0; ack = 0; claimed = 0 };
+	if
+	:: ALLDONE -> goto finished
+	:: LEASE(1)
+	:: LEASE(2)
+	:: LEASE(3)
+	:: LEASE(4)
+	:: LEASE(5)
+	:: LEASE(6)
+	:: LEASE(7)
+	fi;
+#ifndef NO_G1
+	/* 2. The claim, committed before any handover (G1). */
+	WRITE_CLAIM;
+	MAYBE_FAULT;
+#endif
+	PUBLISH(0);
+	PUBLISH(1);
+	PUBLISH(2);
+#ifdef NO_G1
+	WRITE_CLAIM;
+	MAYBE_FAULT;
+#endif
+commit:
+	if
+	:: alive || FENCE_OFF ->
+		atomic {
+			MARK(0);
+			MARK(1);
+			MARK(2);
+			if
+			:: alive -> UNLOCK_ALL; CLAIM_DONE; alive = 0
+			:: else -> skip
+			fi
+		}
+	:: else -> skip /* the COMMIT of a stale relay fails */
+	fi;
+	goto idle;
+
+	/* A stale relay wakes up not knowing that its session is gone: it
+	 * hands the rest of its batch to the broker (at worst all of it,
+	 * again), then its COMMIT fails. */
+stale:
+	atomic {
+		assert(!ISSET(batch, 1) || st[0] != PEND); /* P4 */
+		handed = batch
+	};
+	if
+	:: FENCE_OFF -> goto commit
+	:: else -> goto idle
+	fi;
+
+stopped:
+end_stopped:
+	false;
+finished:
+	skip
+}
+
+/* The sweeper settles one dead claim per step: an id still pending and
+ * not locked is charged; a locked one stays for the next sweep (F2); one
+ * no longer pending is dropped. An emptied claim is done. */
+#ifdef NO_G3
+#define SWEEPABLE(s) (cids[s] != 0)
+#else
+#define SWEEPABLE(s) UNSETTLED(s)
+#endif
+#ifdef AS_WRITTEN_SWEEP
+#define WORK(s) SWEEPABLE(s)
+#define KEEP_LOCKED(s, i) cids[s] = cids[s] & ~(1 << i)
+#else
+#define WORK(s) (SWEEPABLE(s) && (cids[s] & ~LPMASK) != 0)
+#define KEEP_LOCKED(s, i) skip
+#endif
+#define SETTLE1(s, i)                                                      \
+	if                                                                 \
+	:: ISSET(cids[s], i) && PENDING(i) && UNLOCKED(i) ->               \
+		CHARGE(i);                                                 \
+		cids[s] = cids[s] & ~(1 << i)                              \
+	:: ISSET(cids[s], i) && PENDING(i) && !UNLOCKED(i) ->              \
+		KEEP_LOCKED(s, i)                                          \
+	:: ISSET(cids[s], i) && !PENDING(i) ->                             \
+		cids[s] = cids[s] & ~(1 << i)                              \
+	:: else -> skip                                                    \
+	fi
+#define SETTLE(s)                                                          \
+	d_step {                                                           \
+		WORK(s) ->                                                 \
+		SETTLE1(s, 0);                                             \
+		SETTLE1(s, 1);                                             \
+		SETTLE1(s, 2);                                             \
+		if                                                         \
+		:: cids[s] == 0 -> cst[s] = C_NONE                         \
+		:: else -> skip                                            \
+		fi                                                         \
+	}
+
+proctype sweeper()
+{
+end_sweep:
+	do
+	:: SETTLE(0)
+	:: SETTLE(1)
+	od
+}
+
+/* The cleaner deletes sent rows (retention) and failed rows (failed
+ * retention); no relay ever holds those. */
+proctype cleaner()
+{
+end_clean:
+	do
+	:: d_step { st[0] == SENT -> st[0] = DEL }
+	:: d_step { st[1] == SENT -> st[1] = DEL }
+	:: d_step { st[2] == SENT -> st[2] = DEL }
+	:: d_step { st[0] == FAIL -> st[0] = DEL }
+	:: d_step { st[1] == FAIL -> st[1] = DEL }
+	:: d_step { st[2] == FAIL -> st[2] = DEL }
+	od
+}
+
+/* P5, at every step: each transaction that handed a pending row to the
+ * broker and died is remembered by a dead claim holding the row until
+ * the sweeper charged it. (A poison row is therefore failed after
+ * MAXA crashes, plus those still recorded.) */
+#define NREC1(s, i) (UNSETTLED(s) && ISSET(cids[s], i))
+#define NREC(i) (NREC1(0, i) + NREC1(1, i))
+#define OWED_OK(i) (!PENDING(i) || owed[i] <= NREC(i))
+active proctype monitor()
+{
+end_monitor:
+	atomic { !(OWED_OK(0) && OWED_OK(1) && OWED_OK(2)) -> assert(false) }
+}
+
+/* Runs once nothing else can move: relays finished or stopped for good
+ * (one at least is not), the sweeper and the cleaner out of work. */
+proctype checker()
+{
+	timeout;
+	d_step {
+		/* P1, P2: nothing pending, nothing locked */
+		assert(ALLDONE);
+		assert(lk[0] == 0 && lk[1] == 0 && lk[2] == 0);
+		/* P2: no dead claim left unsettled */
+		assert(!UNSETTLED(0) && !UNSETTLED(1))
+	}
+}
+
+init
+{
+	atomic {
+#ifdef HISTORY
+		history = 1;
+#else
+		if
+		:: history = 0
+		:: history = 1
+		fi;
+#endif
+#ifndef POISON
+		poison = 0;
+#else
+		poison = 1;
+#endif
+		head[0] = 1;
+		run relay(0);
+		run relay(1);
+		run sweeper();
+		run cleaner();
+		run checker()
+	}
+}
