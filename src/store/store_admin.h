@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shared by the store's operator queries (store_admin.c, store_status.c):
+ * the side objects' names, running a query for a report, and the SQL
+ * fragments that render times for people. Private to src/store/.
+ */
+#ifndef OUTBOX_STORE_ADMIN_H
+#define OUTBOX_STORE_ADMIN_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+
+#include "base/base.h"
+
+/* Timestamps as people and jq read them: UTC, ISO 8601, whole seconds. */
+#define ISO(c)                                                                 \
+	"to_char((" c ") AT TIME ZONE 'UTC', "                                 \
+	"'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+/* Seconds between two instants, one decimal, as a JSON number. */
+#define SECS(a, b)                                                             \
+	"round(extract(epoch FROM (" a ") - (" b "))::numeric, 1)::float8"
+
+/* Postgres type oids the JSON conversion distinguishes (pg_type.h). */
+#define OID_BOOL 16
+#define OID_INT8 20
+#define OID_INT2 21
+#define OID_INT4 23
+#define OID_JSON 114
+#define OID_FLOAT4 700
+#define OID_FLOAT8 701
+#define OID_NUMERIC 1700
+#define OID_JSONB 3802
+
+/* The quoted names of the table's side objects. */
+struct names {
+	char registry[160];
+	char control[160];
+	char blocked[160];
+	char claims[160];
+};
+
+void admin_names_of(const struct outbox_table *t, struct names *n);
+
+/* Describes the failure of res as "what: SQLSTATE: message"; clears res.
+ * Returns STORE_RECONNECT or STORE_ERROR. */
+int admin_failed(PGconn *conn, PGresult *res, const char *what, char *err,
+		 size_t errlen);
+
+/*
+ * Runs sql (NULL means it could not be built) with text parameters.
+ * Returns the result when its status is want; otherwise NULL with err
+ * and *rc set.
+ */
+PGresult *admin_run(PGconn *conn, const char *sql, int n,
+		    const char *const *values, ExecStatusType want,
+		    const char *what, int *rc, char *err, size_t errlen);
+
+/* Runs a statement for its effect only; *rows (may be NULL) counts the
+ * rows it changed. */
+int admin_exec_cmd(PGconn *conn, const char *sql, int n,
+		   const char *const *values, const char *what, size_t *rows,
+		   char *err, size_t errlen);
+
+/* The count of blocked keys, 0 when the table has no blocked-keys table. */
+char *admin_blocked_count_sql(const struct names *n);
+
+#endif
