@@ -87,6 +87,10 @@ const struct setting config_core_rows[] = {
     /* Loops */
     SETTING_INT(C, "OUTBOX_BATCH_SIZE", batch_size, "100", 1, 10000,
 		"rows leased per batch"),
+    SETTING_SIZE(C, "OUTBOX_BATCH_BYTES", batch_bytes, "32MiB",
+		 64 * SETTING_KIB, SETTING_GIB,
+		 "payload bytes a batch stops adding rows at (the first row "
+		 "always goes): bounds a worker's memory"),
     SETTING_INT(C, "OUTBOX_WORKERS", workers, "1", 1, 64,
 		"relay worker threads per process"),
     SETTING_DURATION(C, "OUTBOX_POLL_INTERVAL", poll_interval_ms, "2s", 10,

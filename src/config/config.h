@@ -205,6 +205,7 @@ struct config {
 
 	/* Loops */
 	int batch_size;
+	int64_t batch_bytes; /* payload bytes per lease, a budget */
 	int workers;
 	int64_t poll_interval_ms;
 	int64_t publish_timeout_ms;

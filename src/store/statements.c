@@ -102,16 +102,19 @@ static char *order_tail(const struct store *s, bool may_fail)
 
 /*
  * The lock lease (docs/design.md §4): rows are locked, not written, by the
- * transaction that will conclude them. Rows named by the claim of a lease
- * that aborted are skipped until the sweeper has charged them and made
- * them crash suspects: leased again at once, a row that crashed its relay
- * would take a full batch of neighbours down with it on the next one.
- * (Postgres records an abort before it lets go of the row locks, so such
- * a row is never seen unlocked with its claim still in progress.) The batch
- * size is a literal so a generic plan never estimates the LIMIT as 10 % of the
- * table; the lease id is made once in its own CTE; a crash suspect is leased at
- * most one per batch. CTEs are read lazily, so the due CTE locks only what
- * fits. "id = ANY(ARRAY(...))" keeps the read on the primary key: a join
+ * transaction that will conclude them. The batch stops adding rows once
+ * their payloads reach the byte budget (the first row always goes):
+ * octet_length() reads a stored value's size without fetching it. Rows
+ * locked but past the budget are left as they are and let go at the end. Rows
+ * named by the claim of a lease that aborted are skipped until the sweeper has
+ * charged them and made them crash suspects: leased again at once, a row that
+ * crashed its relay would take a full batch of neighbours down with it on the
+ * next one. (Postgres records an abort before it lets go of the row locks, so
+ * such a row is never seen unlocked with its claim still in progress.) The
+ * batch size is a literal so a generic plan never estimates the LIMIT as 10 %
+ * of the table; the lease id is made once in its own CTE; a crash suspect is
+ * leased at most one per batch. CTEs are read lazily, so the due CTE locks only
+ * what fits. "id = ANY(ARRAY(...))" keeps the read on the primary key: a join
  * against the CTE may be planned as a hash join over the table.
  * pg_current_xact_id_if_assigned(): locking a row assigned the
  * transaction an id; an empty lease gets none and writes nothing.
@@ -148,18 +151,23 @@ static char *lease_sql(const struct store *s, bool claims)
 	char *sql = store_asprintf(
 	    "WITH lease AS MATERIALIZED (SELECT gen_random_uuid() AS "
 	    "lease_id), %s"
-	    "suspect AS MATERIALIZED (SELECT id FROM %s "
+	    "suspect AS MATERIALIZED (SELECT id, octet_length(payload) AS "
+	    "bytes FROM %s "
 	    "WHERE status = 'pending' AND suspect AND next_attempt_at <= "
 	    "now() AND %s %s"
 	    "ORDER BY next_attempt_at, seq LIMIT 1 "
 	    "FOR UPDATE SKIP LOCKED), "
-	    "due AS MATERIALIZED (SELECT id FROM %s "
+	    "due AS MATERIALIZED (SELECT id, octet_length(payload) AS bytes "
+	    "FROM %s "
 	    "WHERE status = 'pending' AND NOT suspect AND next_attempt_at "
 	    "<= now() AND %s %s"
 	    "ORDER BY next_attempt_at, seq LIMIT %d "
 	    "FOR UPDATE SKIP LOCKED), "
-	    "picked AS (SELECT id FROM suspect UNION ALL "
-	    "SELECT id FROM due LIMIT %d) "
+	    "queue AS (SELECT id, bytes, 0 AS k, 0::bigint AS o FROM suspect "
+	    "UNION ALL SELECT id, bytes, 1, row_number() OVER () FROM due), "
+	    "picked AS (SELECT id FROM (SELECT id, sum(bytes) OVER (ORDER BY "
+	    "k, o ROWS UNBOUNDED PRECEDING) - bytes AS before FROM queue) q "
+	    "WHERE before < %lld LIMIT %d) "
 	    "SELECT t.id::text, t.seq::text, t.type, "
 	    "coalesce(t.source, $3), t.subject, t.content_type, t.exchange, "
 	    "t.routing_key, t.partition_key, t.payload, t.headers::text, "
@@ -171,7 +179,7 @@ static char *lease_sql(const struct store *s, bool claims)
 	    "pg_current_xact_id_if_assigned()::text "
 	    "FROM %s t, lease WHERE t.id = ANY(ARRAY(SELECT id FROM picked))",
 	    crashed, T, not_paused, skip_crashed, T, not_paused, skip_crashed,
-	    n, n, T);
+	    n, (long long)s->opt.batch_bytes, n, T);
 	free(crashed);
 	return sql;
 }

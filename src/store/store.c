@@ -28,6 +28,7 @@ struct store_options store_options_from_config(const struct config *cfg,
 	    .leased_by = leased_by,
 	    .ce_source = cfg->ce_source,
 	    .batch_size = cfg->batch_size,
+	    .batch_bytes = cfg->batch_bytes,
 	    .clean_batch_size = cfg->clean_batch_size,
 	    .lease_timeout_ms = cfg->lease_timeout_ms,
 	    .statement_timeout_ms = cfg->statement_timeout_ms,
@@ -214,6 +215,8 @@ static int take_options(struct store *s, const struct store_options *opt,
 			 opt->batch_size);
 		return STORE_ERROR;
 	}
+	if (s->opt.batch_bytes <= 0)
+		s->opt.batch_bytes = INT64_MAX / 2;
 	if (s->opt.clean_batch_size < 1)
 		s->opt.clean_batch_size = 1000;
 	if (s->opt.backoff_factor < 1.0)

@@ -46,6 +46,8 @@ struct store_options {
 	const char *leased_by; /* host/pod, pid, worker */
 	const char *ce_source; /* pinned into rows whose source is NULL */
 	int batch_size;	       /* 1..10000, a literal in the lease text */
+	int64_t batch_bytes;   /* payload bytes a lease stops adding rows
+				  past; 0: no budget */
 	int clean_batch_size;  /* rows per cleaner transaction */
 	int64_t lease_timeout_ms;
 	int64_t statement_timeout_ms;

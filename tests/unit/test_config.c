@@ -56,6 +56,7 @@ static const char *const all_vars[] = {
     "OUTBOX_CE_SOURCE",
     "OUTBOX_CE_MODE",
     "OUTBOX_BATCH_SIZE",
+    "OUTBOX_BATCH_BYTES",
     "OUTBOX_WORKERS",
     "OUTBOX_POLL_INTERVAL",
     "OUTBOX_PUBLISH_TIMEOUT",
@@ -321,6 +322,7 @@ static const struct good_case good_cases[] = {
     {"OUTBOX_RETENTION", "1m", K_I64, OFF(retention_ms), 60000, 0, NULL},
     /* 0: no history, a row is deleted on its acknowledgement. */
     {"OUTBOX_RETENTION", "0", K_I64, OFF(retention_ms), 0, 0, NULL},
+    {"OUTBOX_BATCH_BYTES", "1MiB", K_I64, OFF(batch_bytes), 1048576, 0, NULL},
     {"OUTBOX_RETENTION", "3650d", K_I64, OFF(retention_ms), 3650 * 86400000LL,
      0, NULL},
     {"OUTBOX_FAILED_RETENTION", "0", K_I64, OFF(failed_retention_ms), 0, 0,

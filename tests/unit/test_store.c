@@ -506,6 +506,44 @@ static void test_own_dead_claim_settled(void **state)
 	PQfinish(c);
 }
 
+/* The byte budget: a lease stops adding rows once their payloads reach
+ * it, and a row larger than the whole budget still goes, alone. */
+static void test_batch_byte_budget(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_budget", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload) SELECT 't', "
+		    "convert_to(repeat('x', 400000), 'UTF8') FROM "
+		    "generate_series(1, 5)",
+		    table);
+	struct store_options o = pgtest_store_options(table);
+	o.batch_bytes = 1000000;
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	/* 0, 400 000 and 800 000 bytes before each: three fit. */
+	assert_int_equal(b.n, 3);
+	mark(s, MARK_SENT, &b, NULL);
+	commit(&b);
+	store_close(s);
+	o.batch_bytes = 100000;
+	s = pgtest_store(&o);
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	assert_int_equal(b.events[0].payload_len, 400000);
+	mark(s, MARK_SENT, &b, NULL);
+	commit(&b);
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'sent'",
+			table),
+	    4);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* Rows left in_flight by a relay of the row lease (a rolling upgrade)
  * are still returned when their lease expires. */
 static void test_sweep_row_leases(void **state)
@@ -1214,6 +1252,7 @@ int main(void)
 	    cmocka_unit_test(test_renew_sweep_suspect),
 	    cmocka_unit_test(test_sweep_row_leases),
 	    cmocka_unit_test(test_own_dead_claim_settled),
+	    cmocka_unit_test(test_batch_byte_budget),
 	    cmocka_unit_test(test_retry_backoff_permanent),
 	    cmocka_unit_test(test_release),
 	    cmocka_unit_test(test_cleaner),
