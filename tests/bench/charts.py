@@ -8,6 +8,9 @@ Reads the JSON line bench.py prints and writes SVG files into DIR:
                   measured in the same run (Postgres, each broker)
   latency.svg     the end-to-end latency distribution at a steady rate,
                   polling and with OUTBOX_LISTEN=on
+  dbcost.svg      what draining the outbox costs Postgres per event (WAL
+                  bytes, CPU), the relay's variants beside the floor
+                  statements measured in the same run
 
 A chart whose sections were not run is left out (and said so on stderr).
 Drawn with matplotlib (Debian's python3-matplotlib), no display needed.
@@ -116,6 +119,65 @@ def latency(doc, path):
     return True
 
 
+# (result key, bar label, floor?) in the order the bars are drawn; a
+# "+deletes" key adds the deletes of the history (the cleaner's work).
+DBCOST_BARS = [
+    ("floor_c", "floor C\n(lock, DELETE)", True),
+    ("relay_nohistory", "relay\nno history", False),
+    ("floor_d", "floor D\n(lock, UPDATE)", True),
+    ("relay_history", "relay\nhistory kept", False),
+    ("floor_d+deletes", "floor D\n+ its deletes", True),
+    ("relay_life+deletes", "relay history\n+ cleaner", False),
+    ("relay_ordered", "relay\nordered", False),
+]
+
+
+def dbcost_value(variants, key, measure):
+    name, _, deletes = key.partition("+")
+    v = variants.get(name)
+    if not v:
+        return None
+    field = ("with_deletes_" + measure) if deletes else measure
+    return median(v[field]) if field in v else None
+
+
+def dbcost(doc, path):
+    res = doc["results"].get("dbcost")
+    if not res:
+        return False
+    variants = res["variants"]
+    bars = [(label, floor,
+             dbcost_value(variants, key, "wal_bytes_per_event"))
+            for key, label, floor in DBCOST_BARS]
+    cpu = [dbcost_value(variants, key, "cpu_us_per_event")
+           for key, _, _ in DBCOST_BARS]
+    shown = [i for i, (_, _, wal) in enumerate(bars) if wal is not None]
+    if not shown:
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, values, unit in ((axes[0], [bars[i][2] for i in shown],
+                              "WAL bytes per event"),
+                             (axes[1], [cpu[i] for i in shown],
+                              "Postgres CPU µs per event")):
+        colors = ["#9aa5b1" if bars[i][1] else "#2b6cb0" for i in shown]
+        x = range(len(shown))
+        ax.bar(x, values, color=colors)
+        for xi, v in zip(x, values):
+            ax.annotate("%.0f" % v, (xi, v), ha="center", va="bottom",
+                        fontsize=7)
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([bars[i][0] for i in shown], fontsize=7)
+        ax.set_ylabel(unit)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_title("Database cost per event: relay (blue) beside the "
+                      "floor (grey)", fontsize=10, loc="left")
+    axes[1].set_title(title_of(doc), fontsize=9, loc="right")
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Date": None})
+    plt.close(fig)
+    return True
+
+
 def main():
     if len(sys.argv) != 3:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
@@ -126,15 +188,13 @@ def main():
     os.makedirs(out, exist_ok=True)
     wrote = []
     for name, draw in (("throughput.svg", throughput),
-                       ("latency.svg", latency)):
+                       ("latency.svg", latency), ("dbcost.svg", dbcost)):
         path = os.path.join(out, name)
         if draw(doc, path):
             wrote.append(path)
         else:
             print("charts: %s left out: its sections were not run" % name,
                   file=sys.stderr)
-    # The database cost against the floor needs a benchmark section that
-    # does not exist yet; it is drawn once that section is added.
     for path in wrote:
         print("charts: wrote %s" % path)
     return 0 if wrote else 1

@@ -38,12 +38,19 @@ doc = {"form": "quick", "runs": 1, "machine": {"cpus": 2},
                           for b, v in (("amqp", 13800), ("kafka", 23500))},
            "latency": {"p50": s(15.0), "p99": s(31.2), "max": s(48.0), "cdf_ms": cdf},
            "latency_listen": {"p50": s(11.4), "p99": s(27.9), "max": s(30.0),
-                              "cdf_ms": cdf_listen}}}
+                              "cdf_ms": cdf_listen},
+           "dbcost": {"variants": {
+               "floor_c": {"wal_bytes_per_event": s(1294), "cpu_us_per_event": s(25.2)},
+               "floor_d": {"wal_bytes_per_event": s(2736), "cpu_us_per_event": s(50.3),
+                           "with_deletes_wal_bytes_per_event": s(3982),
+                           "with_deletes_cpu_us_per_event": s(59.0)},
+               "relay_nohistory": {"wal_bytes_per_event": s(1313), "cpu_us_per_event": s(31.5)},
+               "relay_history": {"wal_bytes_per_event": s(2805), "cpu_us_per_event": s(52.9)}}}}}
 json.dump(doc, open(sys.argv[1], "w"))
 PY
 "$py" "$root/tests/bench/charts.py" "$work/result.json" "$work/charts" >"$work/out" 2>&1 ||
 	fail "charts.py failed: $(cat "$work/out")"
-for f in throughput latency; do
+for f in throughput latency dbcost; do
 	[ -s "$work/charts/$f.svg" ] || fail "no $f.svg"
 	"$py" -c 'import sys, xml.etree.ElementTree as E; assert E.parse(sys.argv[1]).getroot().tag.endswith("svg")' \
 		"$work/charts/$f.svg" || fail "$f.svg is not SVG"
@@ -63,6 +70,11 @@ want latency.svg "Latency distribution at 1000 events/s"
 want latency.svg "p50 15.0 ms, p99 31.2 ms"
 want latency.svg "OUTBOX_LISTEN=on: p50 11.4 ms, p99 27.9 ms"
 want latency.svg "target: p99 within 50 ms"
+want dbcost.svg "Database cost per event"
+want dbcost.svg "relay (blue) beside the floor (grey)"
+want dbcost.svg "WAL bytes per event"
+want dbcost.svg "1313"
+want dbcost.svg "relay"
 # The same result draws the same files.
 "$py" "$root/tests/bench/charts.py" "$work/result.json" "$work/again" >/dev/null 2>&1
 cmp -s "$work/charts/latency.svg" "$work/again/latency.svg" || fail "charts differ between two drawings"
