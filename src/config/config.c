@@ -80,7 +80,8 @@ const struct setting config_core_rows[] = {
     /* CloudEvents */
     SETTING_STRING(C, "OUTBOX_CE_SOURCE", ce_source, "/outbox-relay",
 		   check_ce_source, 0,
-		   "CloudEvents source for rows whose source is NULL"),
+		   "CloudEvents source for rows whose source is NULL; a "
+		   "URI-reference (RFC 3986)"),
     SETTING_ENUM(C, "OUTBOX_CE_MODE", ce_mode, "binary", ce_mode_choices, NULL,
 		 "CloudEvents content mode"),
 
