@@ -319,72 +319,67 @@ int config_parse_int64(const char *s, int64_t *out, char *why, size_t whylen)
 	return 0;
 }
 
+/* A unit and what one of it is worth, in the smallest unit. */
+struct unit {
+	const char *name;
+	int64_t scale;
+};
+
+/* A whole number directly followed by one of units: 1 when *out is set,
+ * 0 when s is not of that form, -1 when the value overflows. */
+static int parse_scaled(const char *s, const struct unit *units, size_t n_units,
+			int64_t *out)
+{
+	char *end = NULL;
+	if (!isdigit((unsigned char)s[0]))
+		return 0;
+	errno = 0;
+	long long n = strtoll(s, &end, 10);
+	for (size_t i = 0; i < n_units; i++) {
+		if (strcmp(end, units[i].name) != 0)
+			continue;
+		if (errno == ERANGE || n > INT64_MAX / units[i].scale)
+			return -1;
+		*out = n * units[i].scale;
+		return 1;
+	}
+	return 0;
+}
+
 static int parse_duration(const char *s, int64_t *ms, char *why, size_t whylen)
 {
-	static const struct {
-		const char *unit;
-		int64_t ms;
-	} units[] = {
+	static const struct unit units[] = {
 	    {"ms", 1}, {"s", SECOND}, {"m", MINUTE}, {"h", HOUR}, {"d", DAY}};
-	char *end = NULL;
-	long long n;
 
 	if (strcmp(s, "0") == 0) {
 		*ms = 0;
 		return 0;
 	}
-	if (!isdigit((unsigned char)s[0]))
-		goto bad;
-	errno = 0;
-	n = strtoll(s, &end, 10);
-	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
-		if (strcmp(end, units[i].unit) != 0)
-			continue;
-		if (errno == ERANGE || n > INT64_MAX / units[i].ms) {
-			snprintf(why, whylen, "duration too large");
-			return -1;
-		}
-		*ms = n * units[i].ms;
+	int rc = parse_scaled(s, units, ARRAY_SIZE(units), ms);
+	if (rc > 0)
 		return 0;
-	}
-bad:
-	snprintf(why, whylen,
-		 "not a duration: a whole number with a unit ms, s, m, h or d "
-		 "(500ms, 2s, 1m), or 0");
+	snprintf(why, whylen, "%s",
+		 rc < 0 ? "duration too large"
+			: "not a duration: a whole number with a unit ms, s, "
+			  "m, h or d (500ms, 2s, 1m), or 0");
 	return -1;
 }
 
 /* A whole number with a binary unit: 100B, 512KiB, 16MiB, 1GiB. */
 static int parse_size(const char *s, int64_t *bytes, char *why, size_t whylen)
 {
-	static const struct {
-		const char *unit;
-		int64_t bytes;
-	} units[] = {{"B", 1},
-		     {"KiB", SETTING_KIB},
-		     {"MiB", SETTING_MIB},
-		     {"GiB", SETTING_GIB}};
-	char *end = NULL;
-	long long n;
+	static const struct unit units[] = {{"B", 1},
+					    {"KiB", SETTING_KIB},
+					    {"MiB", SETTING_MIB},
+					    {"GiB", SETTING_GIB}};
 
-	if (!isdigit((unsigned char)s[0]))
-		goto bad;
-	errno = 0;
-	n = strtoll(s, &end, 10);
-	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
-		if (strcmp(end, units[i].unit) != 0)
-			continue;
-		if (errno == ERANGE || n > INT64_MAX / units[i].bytes) {
-			snprintf(why, whylen, "size too large");
-			return -1;
-		}
-		*bytes = n * units[i].bytes;
+	int rc = parse_scaled(s, units, ARRAY_SIZE(units), bytes);
+	if (rc > 0)
 		return 0;
-	}
-bad:
-	snprintf(why, whylen,
-		 "not a size: a whole number with a unit B, KiB, MiB or GiB "
-		 "(512KiB, 16MiB)");
+	snprintf(why, whylen, "%s",
+		 rc < 0 ? "size too large"
+			: "not a size: a whole number with a unit B, KiB, MiB "
+			  "or GiB (512KiB, 16MiB)");
 	return -1;
 }
 

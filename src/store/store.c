@@ -447,51 +447,48 @@ failed:
 	return rc;
 }
 
-int store_finish_tx(struct store *s, bool commit, char *err, size_t errlen)
-{
-	PGresult *res = PQexec(s->conn, commit ? "COMMIT" : "ROLLBACK");
-	int rc = 0;
-	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-		pgconn_error(s->conn, res, err, errlen);
-		rc = pgconn_needs_reconnect(s->conn, res) ? STORE_RECONNECT
-							  : STORE_ERROR;
-	}
-	PQclear(res);
-	return rc;
-}
-
-int store_lease_begin(struct store *s, char *err, size_t errlen)
+/* Runs a transaction-control statement; its command tag goes to tag
+ * (NULL: not wanted). 0, or STORE_RECONNECT / STORE_ERROR with err. */
+static int exec_control(struct store *s, const char *sql, char *tag,
+			size_t taglen, char *err, size_t errlen)
 {
 	if (!s->conn) {
 		snprintf(err, errlen, "not connected to postgres");
 		return STORE_RECONNECT;
 	}
-	PGresult *res = PQexec(s->conn, "BEGIN");
+	PGresult *res = PQexec(s->conn, sql);
 	int rc = 0;
 	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
 		pgconn_error(s->conn, res, err, errlen);
 		rc = pgconn_needs_reconnect(s->conn, res) ? STORE_RECONNECT
 							  : STORE_ERROR;
+	} else if (tag) {
+		snprintf(tag, taglen, "%s", PQcmdStatus(res));
 	}
 	PQclear(res);
+	return rc;
+}
+
+int store_finish_tx(struct store *s, bool commit, char *err, size_t errlen)
+{
+	return exec_control(s, commit ? "COMMIT" : "ROLLBACK", NULL, 0, err,
+			    errlen);
+}
+
+int store_lease_begin(struct store *s, char *err, size_t errlen)
+{
+	int rc = exec_control(s, "BEGIN", NULL, 0, err, errlen);
 	s->in_lease = rc == 0;
 	return rc;
 }
 
 int store_lease_end(struct store *s, bool commit, char *err, size_t errlen)
 {
+	char tag[32] = "";
 	s->in_lease = false;
-	if (!s->conn) {
-		snprintf(err, errlen, "not connected to postgres");
-		return STORE_RECONNECT;
-	}
-	PGresult *res = PQexec(s->conn, commit ? "COMMIT" : "ROLLBACK");
-	int rc = 0;
-	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-		pgconn_error(s->conn, res, err, errlen);
-		rc = pgconn_needs_reconnect(s->conn, res) ? STORE_RECONNECT
-							  : STORE_ERROR;
-	} else if (commit && strcmp(PQcmdStatus(res), "COMMIT") != 0) {
+	int rc = exec_control(s, commit ? "COMMIT" : "ROLLBACK", tag,
+			      sizeof(tag), err, errlen);
+	if (rc == 0 && commit && strcmp(tag, "COMMIT") != 0) {
 		/* COMMIT of a transaction in which a statement failed rolls
 		 * it back, and says so only in the command tag. */
 		snprintf(err, errlen,
@@ -499,7 +496,6 @@ int store_lease_end(struct store *s, bool commit, char *err, size_t errlen)
 			 "back");
 		rc = STORE_ERROR;
 	}
-	PQclear(res);
 	return rc;
 }
 
