@@ -256,8 +256,8 @@ class DbCost:
         (history) or deleted (no history)."""
         out = self.b.sql("SELECT count(*), count(*) FILTER (WHERE status "
                          "NOT IN ('sent', 'failed')) FROM %s" % t)
-        total, todo = out.split("|")
-        return int(total), int(todo)
+        total, remaining = out.split("|")
+        return int(total), int(remaining)
 
     # ---- one variant ----
 
@@ -285,8 +285,8 @@ class DbCost:
         if failed and int(failed.group(1)):
             raise BenchError("pgbench %s: %s failed transactions"
                              % (script, failed.group(1)))
-        total, todo = self.counts(t)
-        done = self.n - todo
+        total, remaining = self.counts(t)
+        done = self.n - remaining
         if done != per * CLIENTS * BATCH:
             raise BenchError("floor %s finished %d rows, want %d" % (
                 script, done, per * CLIENTS * BATCH))
@@ -338,10 +338,10 @@ class DbCost:
         if rc != 0:
             raise BenchError("relay exit code %s (log %s)" % (
                 rc, relay.log_path))
-        total, todo = self.counts(t)
-        if todo:
+        total, remaining = self.counts(t)
+        if remaining:
             raise BenchError("%s: %d rows not sent (log %s)" % (
-                name, todo, relay.log_path))
+                name, remaining, relay.log_path))
         if delete and total:
             raise BenchError("%s: the cleaner left %d rows (log %s)" % (
                 name, total, relay.log_path))
