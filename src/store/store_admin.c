@@ -407,3 +407,24 @@ out:
 	free(sql);
 	return rc;
 }
+
+char *admin_flight_sql(const char *T, const char *claims, bool has_claims)
+{
+	char *legacy = store_asprintf(
+	    "SELECT id, type, exchange, leased_by, lease_id, leased_at, "
+	    "lease_expires_at, attempts, max_attempts, seq FROM %s WHERE "
+	    "status = 'in_flight'",
+	    T);
+	if (!has_claims || !legacy)
+		return legacy;
+	char *both = store_asprintf(
+	    "SELECT t.id, t.type, t.exchange, c.holder AS leased_by, "
+	    "c.lease_id, c.leased_at, c.expires_at AS lease_expires_at, "
+	    "t.attempts + 1 AS attempts, t.max_attempts, t.seq FROM %s c "
+	    "CROSS JOIN LATERAL unnest(c.ids) AS u(id) JOIN %s t ON t.id = "
+	    "u.id WHERE cardinality(c.ids) > 0 AND pg_xact_status(c.xid) = "
+	    "'in progress' AND t.status = 'pending' UNION ALL %s",
+	    claims, T, legacy);
+	free(legacy);
+	return both;
+}

@@ -61,6 +61,24 @@ int admin_exec_cmd(PGconn *conn, const char *sql, int n,
 		   const char *const *values, const char *what, size_t *rows,
 		   char *err, size_t errlen);
 
+/* The holder of a lease: leased_by up to its second '/' (host/pid, the
+ * replica registry's id), or all of it when it has no such part. */
+#define ADMIN_HOLDER                                                           \
+	"CASE WHEN leased_by LIKE '%/%' THEN "                                 \
+	"split_part(leased_by, '/', 1) || '/' || "                             \
+	"split_part(leased_by, '/', 2) ELSE leased_by END"
+
+/*
+ * The rows in flight as one relation (docs/design.md §4): those of live
+ * lock leases (the rows themselves still say pending; attempts counts the
+ * one under way) and those left in_flight by relays of the row lease.
+ * Columns: id, type, exchange, leased_by, lease_id, leased_at,
+ * lease_expires_at, attempts, max_attempts, seq. T is the quoted table;
+ * claims (the quoted claims table) is read only when has_claims. Malloc'd;
+ * NULL when out of memory.
+ */
+char *admin_flight_sql(const char *T, const char *claims, bool has_claims);
+
 /* The count of blocked keys, 0 when the table has no blocked-keys table. */
 char *admin_blocked_count_sql(const struct names *n);
 

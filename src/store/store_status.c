@@ -153,37 +153,6 @@ static int status_backlog(struct status_ctx *c)
 		c->T));
 }
 
-/* The holder is leased_by up to its second '/': host/pid, the registry
- * id. */
-#define HOLDER                                                                 \
-	"CASE WHEN leased_by LIKE '%/%' THEN "                                 \
-	"split_part(leased_by, '/', 1) || '/' || "                             \
-	"split_part(leased_by, '/', 2) END"
-
-/* The rows in flight as one relation: those of live lock leases (the
- * rows themselves still say pending; attempts counts the one under way)
- * and those left in_flight by relays of the row lease. */
-static char *flight_sql(const struct status_ctx *c, bool claims)
-{
-	char *legacy = store_asprintf(
-	    "SELECT id, type, exchange, leased_by, lease_id, leased_at, "
-	    "lease_expires_at, attempts, max_attempts, seq FROM %s WHERE "
-	    "status = 'in_flight'",
-	    c->T);
-	if (!claims || !legacy)
-		return legacy;
-	char *both = store_asprintf(
-	    "SELECT t.id, t.type, t.exchange, c.holder AS leased_by, "
-	    "c.lease_id, c.leased_at, c.expires_at AS lease_expires_at, "
-	    "t.attempts + 1 AS attempts, t.max_attempts, t.seq FROM %s c "
-	    "CROSS JOIN LATERAL unnest(c.ids) AS u(id) JOIN %s t ON t.id = "
-	    "u.id WHERE cardinality(c.ids) > 0 AND pg_xact_status(c.xid) = "
-	    "'in progress' AND t.status = 'pending' UNION ALL %s",
-	    c->n.claims, c->T, legacy);
-	free(legacy);
-	return both;
-}
-
 static int status_leases(struct status_ctx *c)
 {
 	PGresult *res =
@@ -194,7 +163,7 @@ static int status_leases(struct status_ctx *c)
 				    c->errlen);
 	bool claims = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	PQclear(res);
-	char *F = flight_sql(c, claims);
+	char *F = admin_flight_sql(c->T, c->n.claims, claims);
 	if (!F) {
 		snprintf(c->err, c->errlen, "status: out of memory");
 		return STORE_ERROR;
@@ -217,8 +186,8 @@ static int status_leases(struct status_ctx *c)
 			"f0) f LEFT JOIN %s r ON r.id "
 			"= f.holder GROUP BY f.holder, r.last_seen_at, r.state "
 			"ORDER BY count(*) DESC LIMIT %d",
-			c->dead, SECS("f.lease_expires_at", "now()"), HOLDER, F,
-			c->n.registry, c->max_rows));
+			c->dead, SECS("f.lease_expires_at", "now()"),
+			ADMIN_HOLDER, F, c->n.registry, c->max_rows));
 	if (rc == 0)
 		rc = section(
 		    c, "in_flight_rows", true,
@@ -234,7 +203,7 @@ static int status_leases(struct status_ctx *c)
 			"LEFT JOIN %s r ON r.id = f.holder "
 			"ORDER BY f.lease_expires_at, f.seq",
 			c->dead, ISO("f.leased_at"), ISO("f.lease_expires_at"),
-			SECS("f.lease_expires_at", "now()"), HOLDER, F,
+			SECS("f.lease_expires_at", "now()"), ADMIN_HOLDER, F,
 			c->max_rows, c->n.registry));
 	free(F);
 	return rc;

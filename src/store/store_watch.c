@@ -10,19 +10,22 @@
 #include <stdlib.h>
 
 #include "pgconn.h"
+#include "store_admin.h"
 #include "store_internal.h"
-
-/* leased_by up to its second '/': host/pid, the holder's registry id. */
-#define HOLDER                                                                 \
-	"CASE WHEN leased_by LIKE '%/%' THEN split_part(leased_by, '/', 1) "   \
-	"|| '/' || split_part(leased_by, '/', 2) ELSE leased_by END"
 
 /* Rows finished within the window: the finished-rows index by
  * (status, finished_at) bounds the scan to them. */
 static char *watch_sql(const struct store *s)
 {
 	const char *T = s->table.quoted;
-	return store_asprintf(
+	char claims[160];
+	table_derived(&s->table, "_claims", claims, sizeof(claims));
+	/* In flight: live lock leases (from the claims) and rows relays of
+	 * the row lease left in_flight. */
+	char *flight = admin_flight_sql(T, claims, !s->claims_missing);
+	if (!flight)
+		return NULL;
+	char *sql = store_asprintf(
 	    "WITH p AS (SELECT count(*) AS pending, count(*) FILTER (WHERE "
 	    "next_attempt_at <= now()) AS due_now, count(*) FILTER (WHERE "
 	    "attempts > 0 AND next_attempt_at > now()) AS retrying, count(*) "
@@ -35,8 +38,8 @@ static char *watch_sql(const struct store *s)
 	    "WHERE status IN ('sent', 'failed') AND finished_at > now() - "
 	    "$1::float8 * interval '1 millisecond'), "
 	    "h AS (SELECT %s AS holder, count(*) AS rows, count(*) FILTER "
-	    "(WHERE lease_expires_at < now()) AS expired FROM %s WHERE status "
-	    "= 'in_flight' GROUP BY 1) "
+	    "(WHERE lease_expires_at < now()) AS expired FROM (%s) f0 GROUP BY "
+	    "1) "
 	    "SELECT json_build_object('at', extract(epoch FROM now()), "
 	    "'window_seconds', $1::float8 / 1000, 'pending', p.pending, "
 	    "'due_now', p.due_now, 'retrying', p.retrying, 'crash_suspects', "
@@ -49,7 +52,9 @@ static char *watch_sql(const struct store *s)
 	    "(SELECT coalesce(json_agg(x ORDER BY x.rows DESC, x.holder), "
 	    "'[]') FROM (SELECT * FROM h ORDER BY rows DESC, holder LIMIT 20) "
 	    "x))::text FROM p, f",
-	    T, T, HOLDER, T, T);
+	    T, T, ADMIN_HOLDER, flight, T);
+	free(flight);
+	return sql;
 }
 
 int store_admin_watch(struct store *s, int64_t window_ms, cJSON **out,

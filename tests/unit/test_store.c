@@ -243,6 +243,28 @@ static void test_lock_lease_fencing(void **state)
 				     "= 'in progress'",
 				     table, b.lease_id),
 			 10);
+	/* status and status --watch see the lease as in flight, held by
+	 * the relay test/1. */
+	cJSON *doc = NULL;
+	assert_int_equal(store_admin_watch(s2, 60000, &doc, err, sizeof(err)),
+			 0);
+	assert_int_equal(cJSON_GetObjectItem(doc, "in_flight")->valuedouble,
+			 10);
+	cJSON *h = cJSON_GetArrayItem(
+	    cJSON_GetObjectItem(doc, "in_flight_by_holder"), 0);
+	assert_string_equal(cJSON_GetObjectItem(h, "holder")->valuestring,
+			    "test/1");
+	cJSON_Delete(doc);
+	assert_int_equal(store_admin_status(s2, 10, &doc, err, sizeof(err)), 0);
+	assert_int_equal(
+	    cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "in_flight"), "count")
+		->valuedouble,
+	    10);
+	cJSON *row =
+	    cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "in_flight_rows"), 0);
+	assert_string_equal(cJSON_GetObjectItem(row, "lease_id")->valuestring,
+			    b.lease_id);
+	cJSON_Delete(doc);
 
 	/* The session dies under the lease (a crash, or a stall killed by
 	 * the server): the marks of the stale lease are refused. Its rows
