@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "store_internal.h"
 
@@ -23,8 +24,7 @@ enum lease_col {
 	LC_PARTITION_KEY,
 	LC_PAYLOAD,
 	LC_HEADERS,
-	LC_TIME,
-	LC_CREATED_US,
+	LC_CREATED_AT,
 	LC_ATTEMPTS,
 	LC_MAX_ATTEMPTS,
 	LC_LEASE_ID,
@@ -46,6 +46,7 @@ void lease_batch_release(struct lease_batch *b)
 			store_lease_end(b->rows->s, false, err, sizeof(err));
 		}
 		PQclear(b->rows->res);
+		free(b->rows->text);
 		free(b->rows);
 	}
 	memset(b, 0, sizeof(*b));
@@ -56,16 +57,74 @@ static const char *col(PGresult *res, int row, int c)
 	return PQgetisnull(res, row, c) ? NULL : PQgetvalue(res, row, c);
 }
 
-static long long col_ll(PGresult *res, int row, int c)
+/* The lease's columns arrive in binary (docs/design.md §4): integers in
+ * network byte order, uuid as 16 bytes, timestamptz as microseconds since
+ * 2000-01-01. A value of the wrong width means the table is not the one the
+ * statement was written for, and the batch is refused. */
+static bool col_be(PGresult *res, int row, int c, int width, uint64_t *out)
 {
-	return strtoll(PQgetvalue(res, row, c), NULL, 10);
+	if (PQgetisnull(res, row, c) || PQgetlength(res, row, c) != width)
+		return false;
+	const unsigned char *p = (const unsigned char *)PQgetvalue(res, row, c);
+	uint64_t v = 0;
+	for (int i = 0; i < width; i++)
+		v = v << 8 | p[i];
+	*out = v;
+	return true;
 }
 
-/* Row i of a lease result as an event pointing into res. */
-static void event_of(PGresult *res, int i, struct outbox_event *e)
+static bool col_uuid(PGresult *res, int row, int c, char out[37])
 {
-	e->id = col(res, i, LC_ID);
-	e->seq = col_ll(res, i, LC_SEQ);
+	if (PQgetisnull(res, row, c) || PQgetlength(res, row, c) != 16)
+		return false;
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *p = (const unsigned char *)PQgetvalue(res, row, c);
+	char *o = out;
+	for (int i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			*o++ = '-';
+		*o++ = hex[p[i] >> 4];
+		*o++ = hex[p[i] & 15];
+	}
+	*o = '\0';
+	return true;
+}
+
+/* Microseconds from the Unix epoch to Postgres's, 2000-01-01. */
+#define PG_EPOCH_US INT64_C(946684800000000)
+
+/* created_at as RFC 3339 UTC with microseconds, the CloudEvents time. */
+static void format_time(int64_t unix_us, char out[40])
+{
+	int64_t secs = unix_us / 1000000, us = unix_us % 1000000;
+	if (us < 0) {
+		us += 1000000;
+		secs -= 1;
+	}
+	time_t t = (time_t)secs;
+	struct tm tm;
+	if (!gmtime_r(&t, &tm)) {
+		out[0] = '\0';
+		return;
+	}
+	snprintf(out, 40, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ",
+		 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+		 tm.tm_min, tm.tm_sec, (int)us);
+}
+
+/* Row i of a lease result as an event pointing into res and text. */
+static bool event_of(PGresult *res, int i, struct lease_text *text,
+		     struct outbox_event *e)
+{
+	uint64_t seq, created, attempts, max_attempts;
+	if (!col_uuid(res, i, LC_ID, text->id) ||
+	    !col_be(res, i, LC_SEQ, 8, &seq) ||
+	    !col_be(res, i, LC_CREATED_AT, 8, &created) ||
+	    !col_be(res, i, LC_ATTEMPTS, 4, &attempts) ||
+	    !col_be(res, i, LC_MAX_ATTEMPTS, 4, &max_attempts))
+		return false;
+	e->id = text->id;
+	e->seq = (int64_t)seq;
 	e->type = col(res, i, LC_TYPE);
 	e->source = col(res, i, LC_SOURCE);
 	e->subject = col(res, i, LC_SUBJECT);
@@ -76,11 +135,11 @@ static void event_of(PGresult *res, int i, struct outbox_event *e)
 	e->payload = (const unsigned char *)PQgetvalue(res, i, LC_PAYLOAD);
 	e->payload_len = (size_t)PQgetlength(res, i, LC_PAYLOAD);
 	e->headers_json = col(res, i, LC_HEADERS);
-	e->time = col(res, i, LC_TIME);
-	e->created_at_us = col_ll(res, i, LC_CREATED_US);
-	e->attempts = (int)strtol(PQgetvalue(res, i, LC_ATTEMPTS), NULL, 10);
-	e->max_attempts =
-	    (int)strtol(PQgetvalue(res, i, LC_MAX_ATTEMPTS), NULL, 10);
+	e->created_at_us = (int64_t)created + PG_EPOCH_US;
+	format_time(e->created_at_us, text->time);
+	e->time = text->time;
+	e->attempts = (int)(int32_t)(uint32_t)attempts;
+	e->max_attempts = (int)(int32_t)(uint32_t)max_attempts;
 	/* A table created without our CHECKs may hold NULLs where the relay
 	 * expects text; the encoder fails those rows. */
 	if (!e->type)
@@ -93,8 +152,15 @@ static void event_of(PGresult *res, int i, struct outbox_event *e)
 		e->headers_json = "null";
 	if (!e->source)
 		e->source = "";
-	if (!e->time)
-		e->time = "";
+	return true;
+}
+
+/* Insertion order: the rows come back in the order of their place in the
+ * table (read by ctid), and a batch goes out in the order it was made. */
+static int by_seq(const void *a, const void *b)
+{
+	const struct outbox_event *x = a, *y = b;
+	return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
 /* Takes the lease's rows out of res into out. */
@@ -104,22 +170,35 @@ static int take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	int n = PQntuples(res);
 	struct lease_rows *rows =
 	    calloc(1, sizeof(*rows) + (size_t)n * sizeof(rows->events[0]));
-	if (!rows) {
+	struct lease_text *text = calloc((size_t)n, sizeof(*text));
+	uint64_t xid;
+	if (!rows || !text) {
+		free(rows);
+		free(text);
 		snprintf(err, errlen, "lease: out of memory for %d rows", n);
 		return STORE_ERROR;
 	}
 	rows->res = res;
+	rows->text = text;
 	rows->s = s;
 	rows->conn_gen = s->conn_gen;
-	snprintf(rows->xid, sizeof(rows->xid), "%s",
-		 PQgetvalue(res, 0, LC_XID));
 	out->rows = rows;
 	out->events = rows->events;
 	out->n = (size_t)n;
-	snprintf(out->lease_id, sizeof(out->lease_id), "%s",
-		 PQgetvalue(res, 0, LC_LEASE_ID));
-	for (int i = 0; i < n; i++)
-		event_of(res, i, &out->events[i]);
+	char lease_id[37];
+	bool ok = col_be(res, 0, LC_XID, 8, &xid) &&
+		  col_uuid(res, 0, LC_LEASE_ID, lease_id);
+	for (int i = 0; ok && i < n; i++)
+		ok = event_of(res, i, &text[i], &out->events[i]);
+	if (!ok) {
+		snprintf(err, errlen,
+			 "lease: a column came back in an unexpected form (is "
+			 "the table the one `outbox-relay migrate` made?)");
+		return STORE_ERROR;
+	}
+	snprintf(rows->xid, sizeof(rows->xid), "%llu", (unsigned long long)xid);
+	snprintf(out->lease_id, sizeof(out->lease_id), "%s", lease_id);
+	qsort(out->events, out->n, sizeof(out->events[0]), by_seq);
 	return 0;
 }
 

@@ -113,11 +113,19 @@ static char *order_tail(const struct store *s, bool may_fail)
  * such a row is never seen unlocked with its claim still in progress.) The
  * batch size is a literal so a generic plan never estimates the LIMIT as 10 %
  * of the table; the lease id is made once in its own CTE; a crash suspect is
- * leased at most one per batch. CTEs are read lazily, so the due CTE locks only
- * what fits. "id = ANY(ARRAY(...))" keeps the read on the primary key: a join
- * against the CTE may be planned as a hash join over the table.
- * pg_current_xact_id_if_assigned(): locking a row assigned the
- * transaction an id; an empty lease gets none and writes nothing.
+ * leased at most one per batch, ahead of the due rows (UNION ALL keeps its
+ * branches' order, and so does the window over it). CTEs are read lazily, so
+ * the due CTE locks only what fits.
+ *
+ * What it costs Postgres is measured per batch (docs/design.md §4, "the
+ * lease's own cost"): the locking scans carry only each row's ctid and size,
+ * so the byte-budget window copies no payload; the picked rows are read back
+ * by ctid (a locked row cannot move while its lock is held), which costs a
+ * heap fetch where a primary-key lookup costs an index descent; every
+ * column goes out in its binary form (uuid, int8, timestamptz), so no text
+ * conversion runs on the server. pg_current_xact_id_if_assigned(): locking a
+ * row assigned the transaction an id; an empty lease gets none and writes
+ * nothing.
  */
 static char *lease_sql(const struct store *s, bool claims)
 {
@@ -151,33 +159,28 @@ static char *lease_sql(const struct store *s, bool claims)
 	char *sql = store_asprintf(
 	    "WITH lease AS MATERIALIZED (SELECT gen_random_uuid() AS "
 	    "lease_id), %s"
-	    "suspect AS MATERIALIZED (SELECT id, octet_length(payload) AS "
-	    "bytes FROM %s "
+	    "suspect AS MATERIALIZED (SELECT ctid AS tid, "
+	    "octet_length(payload) AS bytes FROM %s "
 	    "WHERE status = 'pending' AND suspect AND next_attempt_at <= "
 	    "now() AND %s %s"
 	    "ORDER BY next_attempt_at, seq LIMIT 1 "
 	    "FOR UPDATE SKIP LOCKED), "
-	    "due AS MATERIALIZED (SELECT id, octet_length(payload) AS bytes "
-	    "FROM %s "
+	    "due AS MATERIALIZED (SELECT ctid AS tid, octet_length(payload) "
+	    "AS bytes FROM %s "
 	    "WHERE status = 'pending' AND NOT suspect AND next_attempt_at "
 	    "<= now() AND %s %s"
 	    "ORDER BY next_attempt_at, seq LIMIT %d "
 	    "FOR UPDATE SKIP LOCKED), "
-	    "queue AS (SELECT id, bytes, 0 AS k, 0::bigint AS o FROM suspect "
-	    "UNION ALL SELECT id, bytes, 1, row_number() OVER () FROM due), "
-	    "picked AS (SELECT id FROM (SELECT id, sum(bytes) OVER (ORDER BY "
-	    "k, o ROWS UNBOUNDED PRECEDING) - bytes AS before FROM queue) q "
+	    "picked AS (SELECT tid FROM (SELECT tid, sum(bytes) OVER (ROWS "
+	    "UNBOUNDED PRECEDING) - bytes AS before FROM (SELECT tid, bytes "
+	    "FROM suspect UNION ALL SELECT tid, bytes FROM due) u) q "
 	    "WHERE before < %lld LIMIT %d) "
-	    "SELECT t.id::text, t.seq::text, t.type, "
-	    "coalesce(t.source, $3), t.subject, t.content_type, t.exchange, "
-	    "t.routing_key, t.partition_key, t.payload, t.headers::text, "
-	    "to_char(t.created_at AT TIME ZONE 'UTC', "
-	    "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "
-	    "(extract(epoch FROM t.created_at) * 1000000)::bigint::text, "
-	    "(t.attempts + 1)::text, t.max_attempts::text, "
-	    "lease.lease_id::text, "
-	    "pg_current_xact_id_if_assigned()::text "
-	    "FROM %s t, lease WHERE t.id = ANY(ARRAY(SELECT id FROM picked))",
+	    "SELECT t.id, t.seq, t.type, coalesce(t.source, $3), t.subject, "
+	    "t.content_type, t.exchange, t.routing_key, t.partition_key, "
+	    "t.payload, t.headers::text, t.created_at, t.attempts + 1, "
+	    "t.max_attempts, (SELECT lease_id FROM lease), "
+	    "pg_current_xact_id_if_assigned() "
+	    "FROM %s t WHERE t.ctid = ANY(ARRAY(SELECT tid FROM picked))",
 	    crashed, T, not_paused, skip_crashed, T, not_paused, skip_crashed,
 	    n, (long long)s->opt.batch_bytes, n, T);
 	free(crashed);

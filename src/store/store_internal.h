@@ -90,11 +90,18 @@ struct store {
 
 /* A leased batch's rows: the result they point into, the events, and
  * the lease transaction they belong to. */
+/* Text the relay makes of a leased row's binary columns. */
+struct lease_text {
+	char id[37];   /* uuid */
+	char time[40]; /* created_at, RFC 3339 UTC */
+};
+
 struct lease_rows {
 	PGresult *res;
-	struct store *s;   /* whose session holds the transaction */
-	uint64_t conn_gen; /* that session's generation at the lease */
-	char xid[24];	   /* the transaction, pg_current_xact_id() */
+	struct lease_text *text; /* one per event, same order as res */
+	struct store *s;	 /* whose session holds the transaction */
+	uint64_t conn_gen;	 /* that session's generation at the lease */
+	char xid[24];		 /* the transaction, pg_current_xact_id() */
 	struct outbox_event events[];
 };
 

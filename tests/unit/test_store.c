@@ -566,6 +566,71 @@ static void test_batch_byte_budget(void **state)
 	PQfinish(c);
 }
 
+/* The lease's columns come back in binary and are made into text by the
+ * relay: each must read as the table holds it, and a batch goes out in
+ * insertion order whatever the rows' places in the table. */
+static void test_lease_columns(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_columns", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_exec(c,
+		    "INSERT INTO %s (id, type, source, subject, content_type, "
+		    "exchange, routing_key, partition_key, payload, headers, "
+		    "created_at, attempts, max_attempts) VALUES "
+		    "('0195f0a4-1b2c-7d3e-8f40-5a6b7c8d9e0f', 'a.b', '/src', "
+		    "'subj', 'text/plain', 'ex', 'rk', NULL, 'hi', "
+		    "'{\"k\": \"v\"}', '2026-01-02 03:04:05.678901+00', 2, 7), "
+		    "(gen_random_uuid(), 't', NULL, NULL, 'text/plain', NULL, "
+		    "'', NULL, '', '{}', '1969-12-31 23:59:59.5+00', 0, 5)",
+		    table);
+	/* The first row moves to the end of the table: the read by place
+	 * returns it last, the batch must not. */
+	pgtest_exec(c, "UPDATE %s SET subject = 'subj' WHERE type = 'a.b'",
+		    table);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 2);
+	const struct outbox_event *e = &b.events[0];
+	assert_string_equal(e->id, "0195f0a4-1b2c-7d3e-8f40-5a6b7c8d9e0f");
+	assert_true(e->seq < b.events[1].seq);
+	assert_string_equal(e->type, "a.b");
+	assert_string_equal(e->source, "/src");
+	assert_string_equal(e->subject, "subj");
+	assert_string_equal(e->exchange, "ex");
+	assert_string_equal(e->routing_key, "rk");
+	assert_null(e->partition_key);
+	assert_int_equal(e->payload_len, 2);
+	assert_memory_equal(e->payload, "hi", 2);
+	assert_string_equal(e->headers_json, "{\"k\": \"v\"}");
+	assert_string_equal(e->time, "2026-01-02T03:04:05.678901Z");
+	assert_int_equal(e->created_at_us, INT64_C(1767323045678901));
+	assert_int_equal(e->attempts, 3);
+	assert_int_equal(e->max_attempts, 7);
+	e = &b.events[1];
+	assert_null(e->exchange);
+	assert_string_equal(e->headers_json, "{}");
+	assert_string_equal(e->time, "1969-12-31T23:59:59.500000Z");
+	assert_int_equal(e->created_at_us, -500000);
+	assert_int_equal(e->attempts, 1);
+	assert_int_equal(e->max_attempts, 5);
+	assert_int_equal(strlen(b.lease_id), 36);
+	/* The claim names this lease and its transaction, still running. */
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s_claims WHERE "
+				     "lease_id = '%s' AND pg_xact_status(xid) "
+				     "= 'in progress' AND cardinality(ids) = 2",
+				     table, b.lease_id),
+			 1);
+	mark(s, MARK_SENT, &b, NULL);
+	commit(&b);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* Rows left in_flight by a relay of the row lease (a rolling upgrade)
  * are still returned when their lease expires. */
 static void test_sweep_row_leases(void **state)
@@ -1275,6 +1340,7 @@ int main(void)
 	    cmocka_unit_test(test_sweep_row_leases),
 	    cmocka_unit_test(test_own_dead_claim_settled),
 	    cmocka_unit_test(test_batch_byte_budget),
+	    cmocka_unit_test(test_lease_columns),
 	    cmocka_unit_test(test_retry_backoff_permanent),
 	    cmocka_unit_test(test_release),
 	    cmocka_unit_test(test_cleaner),
