@@ -29,6 +29,7 @@ enum lease_col {
 	LC_MAX_ATTEMPTS,
 	LC_LEASE_ID,
 	LC_XID,
+	LC_TID,
 };
 
 /* True while rows' lease transaction is open on its session. */
@@ -45,6 +46,8 @@ void lease_batch_release(struct lease_batch *b)
 			char err[256];
 			store_lease_end(b->rows->s, false, err, sizeof(err));
 		}
+		if (b->rows->s->open_lease == b->rows)
+			b->rows->s->open_lease = NULL;
 		PQclear(b->rows->res);
 		free(b->rows->text);
 		free(b->rows);
@@ -116,13 +119,17 @@ static void format_time(int64_t unix_us, char out[40])
 static bool event_of(PGresult *res, int i, struct lease_text *text,
 		     struct outbox_event *e)
 {
-	uint64_t seq, created, attempts, max_attempts;
+	uint64_t seq, created, attempts, max_attempts, tid;
 	if (!col_uuid(res, i, LC_ID, text->id) ||
+	    !col_be(res, i, LC_TID, 6, &tid) ||
 	    !col_be(res, i, LC_SEQ, 8, &seq) ||
 	    !col_be(res, i, LC_CREATED_AT, 8, &created) ||
 	    !col_be(res, i, LC_ATTEMPTS, 4, &attempts) ||
 	    !col_be(res, i, LC_MAX_ATTEMPTS, 4, &max_attempts))
 		return false;
+	/* tid's binary form: block number (4 bytes), then offset (2). */
+	snprintf(text->tid, sizeof(text->tid), "(%u,%u)", (unsigned)(tid >> 16),
+		 (unsigned)(tid & 0xffff));
 	e->id = text->id;
 	e->seq = (int64_t)seq;
 	e->type = col(res, i, LC_TYPE);
@@ -180,6 +187,7 @@ static int take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	}
 	rows->res = res;
 	rows->text = text;
+	rows->n = (size_t)n;
 	rows->s = s;
 	rows->conn_gen = s->conn_gen;
 	out->rows = rows;
@@ -199,6 +207,7 @@ static int take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	snprintf(rows->xid, sizeof(rows->xid), "%llu", (unsigned long long)xid);
 	snprintf(out->lease_id, sizeof(out->lease_id), "%s", lease_id);
 	qsort(out->events, out->n, sizeof(out->events[0]), by_seq);
+	s->open_lease = rows;
 	return 0;
 }
 

@@ -36,12 +36,67 @@ static int mark_stmt(const struct store *s, enum store_mark kind)
 	return -1;
 }
 
+/* Where row `id` of the open lease is: its ctid text, or NULL when the
+ * lease has no such row. The worker passes the ids the lease gave it, which
+ * point into the lease's own text, so finding one is pointer arithmetic;
+ * an id copied elsewhere is looked up by value. */
+static const char *tid_of(const struct lease_rows *rows, const char *id)
+{
+	const char *first = (const char *)rows->text;
+	const char *end = (const char *)(rows->text + rows->n);
+	if (id >= first && id < end) {
+		size_t k = (size_t)(id - first) / sizeof(rows->text[0]);
+		if (id == rows->text[k].id)
+			return rows->text[k].tid;
+	}
+	for (size_t k = 0; k < rows->n; k++)
+		if (strcmp(rows->text[k].id, id) == 0)
+			return rows->text[k].tid;
+	return NULL;
+}
+
+/* The ctids of ids as a Postgres array literal; NULL with err set when an
+ * id is not a row of the open lease or memory ran out. */
+static char *tid_array(const struct store *s, const char *const *ids, size_t n,
+		       char *err, size_t errlen)
+{
+	const struct lease_rows *rows = s->open_lease;
+	const char **tids = malloc(n * sizeof(*tids));
+	char *arr = NULL;
+	if (!tids) {
+		snprintf(err, errlen, "mark: out of memory");
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		tids[i] = rows ? tid_of(rows, ids[i]) : NULL;
+		if (!tids[i]) {
+			snprintf(err, errlen,
+				 "mark: row %s is not one of the open lease's",
+				 ids[i]);
+			goto out;
+		}
+	}
+	arr = store_pg_array(tids, n, true, sizeof(rows->text[0].tid));
+	if (!arr)
+		snprintf(err, errlen, "mark: out of memory");
+out:
+	free(tids);
+	return arr;
+}
+
+/* Whether a mark's statement returns its count as a row (ordered mode's
+ * tail reads the rows it moved) rather than in its command tag. */
+static bool counts_in_row(const struct store *s, int st)
+{
+	return s->opt.ordered && st != ST_TRANSPORT;
+}
+
 int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
 	       const char *const *ids, const char *const *reasons, size_t n,
 	       struct mark_result *r, char *err, size_t errlen)
 {
 	int ret = STORE_ERROR;
-	char *id_arr = NULL, *reason_arr = NULL;
+	char *tid_arr = NULL, *reason_arr = NULL;
 	memset(r, 0, sizeof(*r));
 	if (n == 0)
 		return 0;
@@ -55,31 +110,36 @@ int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
 		r->marked = n;
 		return 0;
 	}
-	id_arr = store_pg_array(ids, n, false, 0);
+	tid_arr = tid_array(s, ids, n, err, errlen);
+	if (!tid_arr)
+		goto out;
 	if (reasons)
 		reason_arr = store_pg_array(reasons, n, true, STORE_ERROR_MAX);
-	if (!id_arr || (reasons && !reason_arr)) {
+	if (reasons && !reason_arr) {
 		snprintf(err, errlen, "mark: out of memory");
 		goto out;
 	}
-	const char *values[5] = {id_arr, lease_id, s->ce_source, s->leased_by,
+	const char *values[5] = {tid_arr, lease_id, s->ce_source, s->leased_by,
 				 reason_arr};
 	int nparams = st == ST_SENT_DELETE ? 1 : reasons ? 5 : 4;
+	bool in_row = counts_in_row(s, st);
 	int rc;
 	PGresult *res = store_run(s, (enum stmt)st, nparams, values,
-				  PGRES_TUPLES_OK, 0, &rc, err, errlen);
+				  in_row ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
+				  0, &rc, err, errlen);
 	if (!res) {
 		ret = store_public_rc(rc);
 		goto out;
 	}
-	r->marked = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+	r->marked = (size_t)strtoull(
+	    in_row ? PQgetvalue(res, 0, 0) : PQcmdTuples(res), NULL, 10);
 	/* Only a row deleted or concluded outside the relay (by hand) can be
 	 * missing: nothing else can touch a locked row. */
 	r->lost = n - r->marked;
 	PQclear(res);
 	ret = 0;
 out:
-	free(id_arr);
+	free(tid_arr);
 	free(reason_arr);
 	return ret;
 }

@@ -24,10 +24,10 @@ const char *const store_stmt_names[ST_COUNT] = {
     "outbox_unblock_skip", "outbox_unblock_redrive", "outbox_version",
 };
 
-/* What a mark's "done" CTE returns, for the ordered mode's tail. */
-#define MARK_RETURNING                                                         \
-	" RETURNING t.id, t.partition_key, t.seq, t.status, "                  \
-	"t.last_error) "
+/* What a mark returns for the ordered mode's tail. */
+#define MARK_COLUMNS "t.id, t.partition_key, t.seq, t.status, t.last_error"
+/* What a sweep's "done" CTE returns, for the ordered mode's tail. */
+#define MARK_RETURNING " RETURNING " MARK_COLUMNS ") "
 
 char *store_asprintf(const char *fmt, ...)
 {
@@ -179,7 +179,7 @@ static char *lease_sql(const struct store *s, bool claims)
 	    "t.content_type, t.exchange, t.routing_key, t.partition_key, "
 	    "t.payload, t.headers::text, t.created_at, t.attempts + 1, "
 	    "t.max_attempts, (SELECT lease_id FROM lease), "
-	    "pg_current_xact_id_if_assigned() "
+	    "pg_current_xact_id_if_assigned(), t.ctid "
 	    "FROM %s t WHERE t.ctid = ANY(ARRAY(SELECT tid FROM picked))",
 	    crashed, T, not_paused, skip_crashed, T, not_paused, skip_crashed,
 	    n, (long long)s->opt.batch_bytes, n, T);
@@ -235,106 +235,99 @@ static char *sql_keepalive(const struct store *s)
 	return strdup("SELECT 1");
 }
 
-/* Marks run inside the lease transaction, on rows it holds locked, so no
+/*
+ * Marks run inside the lease transaction, on rows it holds locked, so no
  * lease id fence is needed: a relay whose transaction ended can no longer
- * run them, and its COMMIT fails. They return how many rows they moved;
- * in ordered mode the same statement moves the key's head marker (or
- * blocks the key). */
-static char *sql_sent(const struct store *s)
+ * run them, and its COMMIT fails. They name the rows by ctid ($1), which a
+ * locked row keeps until its lock goes, so each row costs a heap fetch and
+ * no index descent; the count of rows moved is the command's own. In
+ * ordered mode the same statement moves the key's head marker (or blocks
+ * the key), from the rows the mark returns; without a tail the mark
+ * returns nothing.
+ */
+static char *mark_sql(char *core, const char *returning, char *tail)
 {
-	char *tail = order_tail(s, false);
-	char *sql =
-	    tail ? store_asprintf(
-		       "WITH done AS (UPDATE %s AS t SET status = "
-		       "'sent', finished_at = statement_timestamp(), "
-		       "%s WHERE t.id = ANY($1::uuid[]) AND t.status = "
-		       "'pending'%s%s"
-		       "SELECT count(*)::text FROM done",
-		       s->table.quoted, MARK_CHARGE, MARK_RETURNING, tail)
-		 : NULL;
+	char *sql = NULL;
+	if (core && tail)
+		sql = tail[0] == '\0'
+			  ? strdup(core)
+			  : store_asprintf("WITH done AS (%s RETURNING %s) "
+					   "%sSELECT count(*)::text FROM done",
+					   core, returning, tail);
+	free(core);
 	free(tail);
 	return sql;
+}
+
+static char *sql_sent(const struct store *s)
+{
+	return mark_sql(
+	    store_asprintf("UPDATE %s AS t SET status = 'sent', finished_at = "
+			   "statement_timestamp(), %s WHERE t.ctid = "
+			   "ANY($1::tid[]) AND t.status = 'pending'",
+			   s->table.quoted, MARK_CHARGE),
+	    MARK_COLUMNS, order_tail(s, false));
 }
 
 /* No history (OUTBOX_RETENTION=0): an acknowledged row is deleted, the
  * one write the floor of a table queue needs. */
 static char *sql_sent_delete(const struct store *s)
 {
-	char *tail = order_tail(s, false);
-	char *sql =
-	    tail ? store_asprintf(
-		       "WITH done AS (DELETE FROM %s AS t WHERE t.id = "
-		       "ANY($1::uuid[]) AND t.status = 'pending' RETURNING "
-		       "t.id, t.partition_key, t.seq, 'sent'::text AS status, "
-		       "t.last_error) %s"
-		       "SELECT count(*)::text FROM done",
-		       s->table.quoted, tail)
-		 : NULL;
-	free(tail);
-	return sql;
+	return mark_sql(
+	    store_asprintf("DELETE FROM %s AS t WHERE t.ctid = "
+			   "ANY($1::tid[]) AND t.status = 'pending'",
+			   s->table.quoted),
+	    "t.id, t.partition_key, t.seq, 'sent'::text AS status, "
+	    "t.last_error",
+	    order_tail(s, false));
 }
 
-/* Event class: failed once the attempts are spent. $5: the reasons. */
+/* A mark that records a reason per row: $5, in the order of $1. */
+#define MARK_REASONS                                                           \
+	"FROM unnest($1::tid[], $5::text[]) AS u(tid, reason) WHERE t.ctid "   \
+	"= ANY($1::tid[]) AND t.ctid = u.tid AND t.status = 'pending'"
+
+/* Event class: failed once the attempts are spent. */
 static char *sql_retry(const struct store *s)
 {
 	char *backoff = backoff_sql(&s->opt);
-	char *tail = order_tail(s, true);
-	char *sql =
-	    backoff && tail
-		? store_asprintf(
-		      "WITH done AS (UPDATE %s AS t SET "
-		      "status = CASE WHEN t.attempts + 1 >= t.max_attempts "
-		      "THEN 'failed' ELSE 'pending' END, "
-		      "finished_at = CASE WHEN t.attempts + 1 >= "
-		      "t.max_attempts THEN statement_timestamp() END, "
-		      "next_attempt_at = %s, last_error = u.reason, %s "
-		      "FROM unnest($1::uuid[], $5::text[]) AS u(id, reason) "
-		      "WHERE t.id = ANY($1::uuid[]) AND t.id = u.id AND "
-		      "t.status = 'pending'%s%s"
-		      "SELECT count(*)::text FROM done",
-		      s->table.quoted, backoff, MARK_CHARGE, MARK_RETURNING,
-		      tail)
-		: NULL;
+	char *core =
+	    backoff ? store_asprintf(
+			  "UPDATE %s AS t SET status = CASE WHEN t.attempts + "
+			  "1 >= t.max_attempts THEN 'failed' ELSE 'pending' "
+			  "END, finished_at = CASE WHEN t.attempts + 1 >= "
+			  "t.max_attempts THEN statement_timestamp() END, "
+			  "next_attempt_at = %s, last_error = u.reason, "
+			  "%s " MARK_REASONS,
+			  s->table.quoted, backoff, MARK_CHARGE)
+		    : NULL;
 	free(backoff);
-	free(tail);
-	return sql;
+	return mark_sql(core, MARK_COLUMNS, order_tail(s, true));
 }
 
 /* Transport class: the broker's fault, so never failed for it; the row
- * keeps its key's head. */
+ * keeps its key's head, so there is no tail. */
 static char *sql_transport(const struct store *s)
 {
 	char *backoff = backoff_sql(&s->opt);
-	char *sql =
-	    backoff ? store_asprintf(
-			  "WITH done AS (UPDATE %s AS t SET "
-			  "next_attempt_at = %s, last_error = u.reason, %s "
-			  "FROM unnest($1::uuid[], $5::text[]) AS u(id, "
-			  "reason) WHERE t.id = ANY($1::uuid[]) AND t.id = "
-			  "u.id AND t.status = 'pending'%s"
-			  "SELECT count(*)::text FROM done",
-			  s->table.quoted, backoff, MARK_CHARGE, MARK_RETURNING)
+	char *core =
+	    backoff ? store_asprintf("UPDATE %s AS t SET next_attempt_at = "
+				     "%s, last_error = u.reason, "
+				     "%s " MARK_REASONS,
+				     s->table.quoted, backoff, MARK_CHARGE)
 		    : NULL;
 	free(backoff);
-	return sql;
+	return mark_sql(core, MARK_COLUMNS, strdup(""));
 }
 
 static char *sql_failed(const struct store *s)
 {
-	char *tail = order_tail(s, true);
-	char *sql =
-	    tail ? store_asprintf(
-		       "WITH done AS (UPDATE %s AS t SET status = "
-		       "'failed', finished_at = statement_timestamp(), "
-		       "last_error = u.reason, %s FROM unnest("
-		       "$1::uuid[], $5::text[]) AS u(id, reason) WHERE "
-		       "t.id = ANY($1::uuid[]) AND t.id = u.id AND "
-		       "t.status = 'pending'%s%s"
-		       "SELECT count(*)::text FROM done",
-		       s->table.quoted, MARK_CHARGE, MARK_RETURNING, tail)
-		 : NULL;
-	free(tail);
-	return sql;
+	return mark_sql(
+	    store_asprintf("UPDATE %s AS t SET status = 'failed', finished_at "
+			   "= statement_timestamp(), last_error = u.reason, "
+			   "%s " MARK_REASONS,
+			   s->table.quoted, MARK_CHARGE),
+	    MARK_COLUMNS, order_tail(s, true));
 }
 
 /* After a COMMIT whose reply was lost: did the lease transaction commit?

@@ -79,6 +79,9 @@ struct store {
 	 * (opened on the first lease; NULL for sessions that lease
 	 * nothing). */
 	bool in_lease;
+	/* The rows of the lease transaction open on this session, for the
+	 * marks' ctids; set by store_lease, cleared when the batch goes. */
+	const struct lease_rows *open_lease;
 	uint64_t conn_gen; /* bumped by every (re)connect */
 	struct store *claim;
 	/* The table has no claims table (made by hand, not by migrate):
@@ -94,14 +97,16 @@ struct store {
 struct lease_text {
 	char id[37];   /* uuid */
 	char time[40]; /* created_at, RFC 3339 UTC */
+	char tid[24];  /* ctid, "(block,offset)": where the locked row is */
 };
 
 struct lease_rows {
 	PGresult *res;
-	struct lease_text *text; /* one per event, same order as res */
-	struct store *s;	 /* whose session holds the transaction */
-	uint64_t conn_gen;	 /* that session's generation at the lease */
-	char xid[24];		 /* the transaction, pg_current_xact_id() */
+	struct lease_text *text; /* one per row of res, in its order */
+	size_t n;
+	struct store *s;   /* whose session holds the transaction */
+	uint64_t conn_gen; /* that session's generation at the lease */
+	char xid[24];	   /* the transaction, pg_current_xact_id() */
 	struct outbox_event events[];
 };
 

@@ -625,8 +625,27 @@ static void test_lease_columns(void **state)
 				     "= 'in progress' AND cardinality(ids) = 2",
 				     table, b.lease_id),
 			 1);
-	mark(s, MARK_SENT, &b, NULL);
+	/* Marks name rows by place: an id that is no row of the open lease
+	 * is refused; one copied out of the batch is found by value. */
+	struct mark_result r;
+	const char *stranger[1] = {"0195f0a4-1b2c-7d3e-8f40-000000000000"};
+	assert_int_not_equal(store_mark(s, MARK_SENT, b.lease_id, stranger,
+					NULL, 1, &r, err, sizeof(err)),
+			     0);
+	assert_non_null(strstr(err, "not one of the open lease's"));
+	char copy[37];
+	snprintf(copy, sizeof(copy), "%s", b.events[1].id);
+	const char *copied[1] = {copy};
+	assert_int_equal(store_mark(s, MARK_SENT, b.lease_id, copied, NULL, 1,
+				    &r, err, sizeof(err)),
+			 0);
+	assert_int_equal(r.marked, 1);
 	commit(&b);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'sent' AND type = 't'",
+				     table),
+			 1);
 	store_close(s);
 	PQfinish(c);
 }
