@@ -118,9 +118,9 @@ static char *order_tail(const struct store *s, bool may_fail)
  * the due CTE locks only what fits.
  *
  * What it costs Postgres is measured per batch (docs/design.md §4, "the
- * lease's own cost"): the locking scans carry only each row's ctid and size,
- * so the byte-budget window copies no payload; the picked rows are read back
- * by ctid (a locked row cannot move while its lock is held), which costs a
+ * statements' own cost"): the locking scans carry only each row's ctid and
+ * size, so the byte-budget window copies no payload; the picked rows are read
+ * back by ctid (a locked row cannot move while its lock is held), which costs a
  * heap fetch where a primary-key lookup costs an index descent; every
  * column goes out in its binary form (uuid, int8, timestamptz), so no text
  * conversion runs on the server. pg_current_xact_id_if_assigned(): locking a
