@@ -173,3 +173,9 @@ void metrics_text_render(FILE *out)
 		render_histogram(out, &histogram_defs[i], &h);
 	}
 }
+
+int64_t metrics_gauge_pause_ms(int64_t base_ms, int64_t took_ms)
+{
+	int64_t paced = took_ms > 0 ? took_ms * GAUGE_COST_FACTOR : 0;
+	return paced > base_ms ? paced : base_ms;
+}

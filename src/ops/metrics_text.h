@@ -3,8 +3,18 @@
 #ifndef OUTBOX_METRICS_TEXT_H
 #define OUTBOX_METRICS_TEXT_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 void metrics_text_render(FILE *out);
+
+/* The SQL-backed gauges (backlog, oldest pending age, ...) are refreshed
+ * every base_ms, or less often when their query is slow: it counts every
+ * pending row, so a backlog of millions makes it cost the database a
+ * second or more. The pause after a refresh that took took_ms is at least
+ * GAUGE_COST_FACTOR times that, which keeps the query's share of one
+ * Postgres core at or below 1 / GAUGE_COST_FACTOR per replica. */
+#define GAUGE_COST_FACTOR 100
+int64_t metrics_gauge_pause_ms(int64_t base_ms, int64_t took_ms);
 
 #endif

@@ -330,7 +330,9 @@ static void beat(struct ops_session *o, bool draining)
 static void refresh_gauges(struct ops_session *o)
 {
 	struct store_admin_gauges g;
+	int64_t t0 = clock_ms();
 	int rc = store_admin_gauges(o->s, &g, o->err, sizeof(o->err));
+	int64_t took = clock_ms() - t0;
 	if (rc == 0) {
 		if (!o->registry)
 			g.live_replicas = 1;
@@ -350,7 +352,7 @@ static void refresh_gauges(struct ops_session *o)
 		if (rc == STORE_RECONNECT)
 			lose_session(o);
 	}
-	o->next_gauges = clock_ms() + GAUGES_MS;
+	o->next_gauges = clock_ms() + metrics_gauge_pause_ms(GAUGES_MS, took);
 }
 
 static void *ops_main(void *arg)

@@ -442,7 +442,7 @@ class Bench:
     def pgbench_script(self, table):
         """A pgbench cycle as a worker runs it (the lock lease): BEGIN, the
         relay's lease (batch 100), its claim, its mark-sent of exactly the
-        rows leased, COMMIT. The relay writes the claim on a second
+        rows leased (by ctid, as the relay names them), COMMIT. The relay writes the claim on a second
         session; here it runs inside the transaction, which costs the
         database the same write. The lease is wrapped so that \\gset can
         take its ids; the texts are otherwise the relay's own."""
@@ -474,10 +474,12 @@ class Bench:
         claim = bind(claim, {"1": "'pgbench/' || :client_id", "2": ":lease",
                              "3": "pg_current_xact_id()", "4": ":ids",
                              "5": "'/bench'"})
-        sent = bind(sent, {"1": ":ids", "2": ":lease", "3": "'/bench'",
+        sent = bind(sent, {"1": ":tids", "2": ":lease", "3": "'/bench'",
                            "4": "'pgbench/0/w'"})
+        # The claim names rows by id, the mark by ctid (docs/design.md §4).
         wrapped = ("WITH bench_leased AS (%s) SELECT coalesce(array_agg(id), "
-                   "'{}') AS ids, coalesce(max(lease_id), '%s') AS lease "
+                   "'{}') AS ids, coalesce(array_agg(ctid), '{}') AS tids, "
+                   "coalesce(max(lease_id::text), '%s') AS lease "
                    "FROM bench_leased" % (lease, NULL_UUID))
         path = os.path.join(self.work, "cycle-%s.sql" % schema)
         with open(path, "w") as f:

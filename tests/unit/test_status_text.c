@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "ops/metrics_text.h"
 #include "ops/status_text.h"
 
 /* Everything wrong at once. */
@@ -262,12 +263,25 @@ static void test_long_text(void **state)
 	cJSON_Delete(st);
 }
 
+/* The gauge query paces itself: a slow count (a big backlog) waits
+ * GAUGE_COST_FACTOR times its own length, a fast one the base interval. */
+static void test_gauge_pacing(void **state)
+{
+	(void)state;
+	assert_int_equal(metrics_gauge_pause_ms(5000, 3), 5000);
+	assert_int_equal(metrics_gauge_pause_ms(5000, 0), 5000);
+	assert_int_equal(metrics_gauge_pause_ms(5000, 300), 30000);
+	assert_int_equal(metrics_gauge_pause_ms(5000, 1500),
+			 1500 * GAUGE_COST_FACTOR);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_troubled),
 	    cmocka_unit_test(test_healthy),
 	    cmocka_unit_test(test_long_text),
+	    cmocka_unit_test(test_gauge_pacing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
