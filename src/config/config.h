@@ -195,6 +195,7 @@ struct config {
 	bool listen;
 	bool pg_prepare;
 	int64_t statement_timeout_ms; /* also the mark budget of §4 */
+	int64_t pg_dead_peer_ms;      /* keepalive window, both ends */
 
 	/* Publisher */
 	char *publisher; /* a backend's name, as check_publisher accepts */

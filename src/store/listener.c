@@ -61,6 +61,7 @@ int store_listener_open(struct store_listener **out,
 	    .application_name = opt->app_name ? opt->app_name : "outbox-relay",
 	    .statement_timeout_ms = opt->statement_timeout_ms,
 	    .lock_timeout_ms = opt->lock_timeout_ms,
+	    .dead_peer_ms = opt->dead_peer_ms,
 	};
 	l->conn = pgconn_connect(&po, err, errlen);
 	int rc =

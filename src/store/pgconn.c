@@ -67,6 +67,29 @@ static int exec_setup(PGconn *conn, const char *sql, const char *what,
  * the lock (unless the caller asks for its own, shorter one), and an idle
  * transaction of ours cannot pin vacuum's horizon for long.
  */
+/* The dead-peer window split into TCP keepalive settings, the same on the
+ * relay's end and the server's: the first probe after half the window of
+ * silence, then three probes a sixth of it apart. tcp_user_timeout gives up
+ * on data sent but never acknowledged after the whole window. */
+struct keepalive {
+	int idle_s, interval_s, count;
+	int64_t user_timeout_ms;
+};
+
+#define DEAD_PEER_DEFAULT_MS 15000
+
+static struct keepalive keepalive_of(int64_t dead_peer_ms)
+{
+	int64_t w = dead_peer_ms > 0 ? dead_peer_ms : DEAD_PEER_DEFAULT_MS;
+	struct keepalive k = {
+	    .idle_s = (int)(w / 2000 > 0 ? w / 2000 : 1),
+	    .interval_s = (int)(w / 6000 > 0 ? w / 6000 : 1),
+	    .count = 3,
+	    .user_timeout_ms = w,
+	};
+	return k;
+}
+
 static int apply_settings(PGconn *conn, const struct pgconn_options *opt,
 			  const char *where, char *err, size_t errlen)
 {
@@ -78,13 +101,23 @@ static int apply_settings(PGconn *conn, const struct pgconn_options *opt,
 			   ? opt->idle_in_transaction_ms
 		       : st > 0 ? (st * 3 > 10000 ? st * 3 : 10000)
 				: 60000;
-	char sql[512];
+	/* The server's end of the same dead-peer window: without it a relay
+	 * cut off mid-transaction keeps its session, locks and open
+	 * transaction on the server for the kernel's two hours of keepalive
+	 * silence, or until idle_in_transaction_session_timeout. (Ignored on
+	 * a Unix socket.) */
+	struct keepalive k = keepalive_of(opt->dead_peer_ms);
+	char sql[640];
 	snprintf(sql, sizeof(sql),
 		 "SET statement_timeout = %lld; SET lock_timeout = %lld; "
 		 "SET idle_in_transaction_session_timeout = %lld; "
+		 "SET tcp_keepalives_idle = %d; "
+		 "SET tcp_keepalives_interval = %d; "
+		 "SET tcp_keepalives_count = %d; SET tcp_user_timeout = %lld; "
 		 "SET jit = off",
 		 (long long)st, (long long)(lock > 0 ? lock : 1),
-		 (long long)idle);
+		 (long long)idle, k.idle_s, k.interval_s, k.count,
+		 (long long)k.user_timeout_ms);
 	if (exec_setup(conn, sql, "session settings", where, err, errlen) != 0)
 		return -1;
 	if (opt->extra_sql && exec_setup(conn, opt->extra_sql, "session setup",
@@ -97,16 +130,22 @@ PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 		       size_t errlen)
 {
 	/* keepalives + tcp_user_timeout: a server that vanished without a
-	 * FIN is noticed within ~15 s instead of the kernel's two hours. */
+	 * FIN is noticed within the dead-peer window (OUTBOX_PG_DEAD_PEER_
+	 * TIMEOUT) instead of the kernel's two hours. */
+	struct keepalive k = keepalive_of(opt->dead_peer_ms);
+	char idle[16], interval[16], count[16], user_timeout[24];
+	snprintf(idle, sizeof(idle), "%d", k.idle_s);
+	snprintf(interval, sizeof(interval), "%d", k.interval_s);
+	snprintf(count, sizeof(count), "%d", k.count);
+	snprintf(user_timeout, sizeof(user_timeout), "%lld",
+		 (long long)k.user_timeout_ms);
 	const char *keys[] = {
 	    "dbname",		"application_name",    "keepalives",
 	    "keepalives_idle",	"keepalives_interval", "keepalives_count",
 	    "tcp_user_timeout", "connect_timeout",     NULL};
-	const char *values[] = {opt->conninfo, opt->application_name,
-				"1",	       "10",
-				"5",	       "3",
-				"15000",       "10",
-				NULL};
+	const char *values[] = {
+	    opt->conninfo, opt->application_name, "1",	idle, interval,
+	    count,	   user_timeout,	  "10", NULL};
 	char where[256];
 	PGconn *conn = NULL;
 

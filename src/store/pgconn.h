@@ -21,6 +21,9 @@ struct pgconn_options {
 	/* 0: three statement timeouts (at least 10 s). A worker's session
 	 * sets the lease timeout: it ends a stalled lease transaction. */
 	int64_t idle_in_transaction_ms;
+	/* A peer silent this long is given up on both ends (keepalives and
+	 * tcp_user_timeout of libpq and of the server); 0: 15 s. */
+	int64_t dead_peer_ms;
 	const char *extra_sql; /* tests' diagnostics; may be NULL */
 };
 

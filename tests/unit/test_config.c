@@ -38,6 +38,7 @@ static const char *const all_vars[] = {
     "OUTBOX_LISTEN",
     "OUTBOX_LISTEN_DATABASE_URL",
     "OUTBOX_PG_PREPARE",
+    "OUTBOX_PG_DEAD_PEER_TIMEOUT",
     "OUTBOX_STATEMENT_TIMEOUT",
     "OUTBOX_PUBLISHER",
     "OUTBOX_AMQP_URL",
@@ -313,6 +314,8 @@ static const struct good_case good_cases[] = {
      NULL},
     {"OUTBOX_LEASE_TIMEOUT", "5m", K_I64, OFF(lease_timeout_ms), 300000, 0,
      NULL},
+    {"OUTBOX_PG_DEAD_PEER_TIMEOUT", "30s", K_I64, OFF(pg_dead_peer_ms), 30000,
+     0, NULL},
     {"OUTBOX_SWEEP_INTERVAL", "100ms", K_I64, OFF(sweep_interval_ms), 100, 0,
      NULL},
     {"OUTBOX_CLEAN_INTERVAL", "1d", K_I64, OFF(clean_interval_ms), 86400000, 0,
@@ -517,6 +520,9 @@ static const struct bad_case bad_cases[] = {
     {"OUTBOX_POLL_INTERVAL", "2"},
     {"OUTBOX_PUBLISH_TIMEOUT", "50ms"},
     {"OUTBOX_LEASE_TIMEOUT", "500ms"},
+    {"OUTBOX_PG_DEAD_PEER_TIMEOUT", "1s"},
+    {"OUTBOX_PG_DEAD_PEER_TIMEOUT", "11m"},
+    {"OUTBOX_PG_DEAD_PEER_TIMEOUT", "soon"},
     {"OUTBOX_LEASE_TIMEOUT", "0"},
     {"OUTBOX_SWEEP_INTERVAL", "0"},
     {"OUTBOX_CLEAN_INTERVAL", "0"},
@@ -902,7 +908,7 @@ static const struct cross_case cross_cases[] = {
      1,
      {"config: OUTBOX_PUBLISH_TIMEOUT: "}},
     {{{"OUTBOX_LEASE_TIMEOUT", "15s"}},
-     2,
+     3,
      {"config: OUTBOX_PUBLISH_TIMEOUT: ",
       "config: OUTBOX_SWEEP_INTERVAL: sweep interval 30s must be less "
       "than OUTBOX_LEASE_TIMEOUT 15s\n"}},
@@ -910,6 +916,12 @@ static const struct cross_case cross_cases[] = {
      0,
      {NULL}},
     {{{"OUTBOX_SWEEP_INTERVAL", "1m"}}, 1, {"config: OUTBOX_SWEEP_INTERVAL: "}},
+    {{{"OUTBOX_PG_DEAD_PEER_TIMEOUT", "1m"}},
+     1,
+     {"config: OUTBOX_PG_DEAD_PEER_TIMEOUT: dead-peer timeout 1m must be "
+      "less than OUTBOX_LEASE_TIMEOUT 1m: a cut relay's session must end "
+      "before its lease does\n"}},
+    {{{"OUTBOX_PG_DEAD_PEER_TIMEOUT", "59s"}}, 0, {NULL}},
     {{{"OUTBOX_BACKOFF_BASE", "6m"}},
      1,
      {"config: OUTBOX_BACKOFF_BASE: backoff base 6m must not exceed "

@@ -650,6 +650,59 @@ static void test_lease_columns(void **state)
 	PQfinish(c);
 }
 
+static const char *conninfo_value(PGconn *conn, const char *key, char *out,
+				  size_t outlen)
+{
+	PQconninfoOption *opts = PQconninfo(conn);
+	out[0] = '\0';
+	for (PQconninfoOption *o = opts; o && o->keyword; o++)
+		if (strcmp(o->keyword, key) == 0 && o->val)
+			snprintf(out, outlen, "%s", o->val);
+	PQconninfoFree(opts);
+	return out;
+}
+
+static void show(PGconn *conn, const char *name, char *out, size_t outlen)
+{
+	char sql[128];
+	snprintf(sql, sizeof(sql), "SHOW %s", name);
+	PGresult *res = PQexec(conn, sql);
+	assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+	snprintf(out, outlen, "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+}
+
+/* OUTBOX_PG_DEAD_PEER_TIMEOUT reaches both ends of every session: libpq's
+ * keepalives and tcp_user_timeout, and the server's own for the session,
+ * so a relay cut off mid-transaction loses its locks within the window. */
+static void test_dead_peer_window(void **state)
+{
+	(void)state;
+	char table[128], v[64];
+	pgtest_fresh_table("store_peer", table, sizeof(table));
+	struct store_options o = pgtest_store_options(table);
+	o.dead_peer_ms = 12000;
+	struct store *s = pgtest_store(&o);
+	PGconn *conn = store_conn(s);
+	assert_string_equal(
+	    conninfo_value(conn, "keepalives_idle", v, sizeof(v)), "6");
+	assert_string_equal(
+	    conninfo_value(conn, "keepalives_interval", v, sizeof(v)), "2");
+	assert_string_equal(
+	    conninfo_value(conn, "keepalives_count", v, sizeof(v)), "3");
+	assert_string_equal(
+	    conninfo_value(conn, "tcp_user_timeout", v, sizeof(v)), "12000");
+	show(conn, "tcp_keepalives_idle", v, sizeof(v));
+	assert_string_equal(v, "6");
+	show(conn, "tcp_keepalives_interval", v, sizeof(v));
+	assert_string_equal(v, "2");
+	show(conn, "tcp_keepalives_count", v, sizeof(v));
+	assert_string_equal(v, "3");
+	show(conn, "tcp_user_timeout", v, sizeof(v));
+	assert_string_equal(v, "12000");
+	store_close(s);
+}
+
 /* Rows left in_flight by a relay of the row lease (a rolling upgrade)
  * are still returned when their lease expires. */
 static void test_sweep_row_leases(void **state)
@@ -1360,6 +1413,7 @@ int main(void)
 	    cmocka_unit_test(test_own_dead_claim_settled),
 	    cmocka_unit_test(test_batch_byte_budget),
 	    cmocka_unit_test(test_lease_columns),
+	    cmocka_unit_test(test_dead_peer_window),
 	    cmocka_unit_test(test_retry_backoff_permanent),
 	    cmocka_unit_test(test_release),
 	    cmocka_unit_test(test_cleaner),
