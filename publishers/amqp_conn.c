@@ -451,6 +451,7 @@ static int login(struct amqp_state *st, char *err, size_t errlen)
 	props[3].value.value.table.entries = caps;
 	client.num_entries = 4;
 	client.entries = props;
+	int heartbeat_s = (int)(amqp_settings(st->cfg)->heartbeat_ms / 1000);
 	rmq_watchdog_arm(st, clock_ms() + 2 * rmq_timeout_ms(st->cfg));
 	if (external)
 		/* The broker takes the user name from the certificate and
@@ -458,13 +459,13 @@ static int login(struct amqp_state *st, char *err, size_t errlen)
 		 * send an empty one, so the URL's user (or a fixed word) goes.
 		 */
 		r = amqp_login_with_properties(
-		    st->conn, st->ci.vhost, 0, FRAME_MAX, HEARTBEAT_S, &client,
+		    st->conn, st->ci.vhost, 0, FRAME_MAX, heartbeat_s, &client,
 		    AMQP_SASL_METHOD_EXTERNAL,
 		    st->ci.user && st->ci.user[0] ? st->ci.user
 						  : "outbox-relay");
 	else
 		r = amqp_login_with_properties(
-		    st->conn, st->ci.vhost, 0, FRAME_MAX, HEARTBEAT_S, &client,
+		    st->conn, st->ci.vhost, 0, FRAME_MAX, heartbeat_s, &client,
 		    AMQP_SASL_METHOD_PLAIN, st->ci.user, st->ci.password);
 	rmq_watchdog_disarm(st);
 	if (r.reply_type == AMQP_RESPONSE_NORMAL)

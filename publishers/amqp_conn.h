@@ -30,7 +30,6 @@
  * broker's certificate and host name against it unless
  * OUTBOX_AMQP_TLS_CA names another. */
 #define CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
-#define HEARTBEAT_S 30
 #define FRAME_MAX 131072
 /* publish_ctx.tick is due every 200 ms; ticking at half that and waiting
  * for frames in slices no longer keeps the promise with room to spare. */

@@ -43,6 +43,9 @@ struct amqp_settings {
 	char *tls_key_file;  /* its private key: set with tls_cert_file */
 	bool tls_verify;     /* peer and host name; off is warned about */
 	enum amqp_sasl sasl;
+	/* Proposed heartbeat, whole seconds; the connection takes the lower
+	 * of it and the broker's. Two silent ones and the link is dead. */
+	int64_t heartbeat_ms;
 };
 
 extern const struct config_group amqp_settings_group;

@@ -117,6 +117,12 @@ static const struct setting amqp_rows[] = {
 		 "login: plain sends the URL's user and password, external "
 		 "the TLS client certificate (broker plugin "
 		 "rabbitmq_auth_mechanism_ssl)"),
+    SETTING_DURATION(S, "OUTBOX_AMQP_HEARTBEAT", heartbeat_ms, "10s",
+		     SETTING_SECOND, 10 * SETTING_MINUTE, 0,
+		     "AMQP heartbeat the relay proposes, whole seconds (the "
+		     "connection takes the lower of it and the broker's); two "
+		     "missed ones end a silent link, which must happen within "
+		     "the lease timeout"),
 };
 
 /* ci of url, parsed into copy (freed by the caller); -1 when not a URL. */
@@ -161,6 +167,12 @@ int amqp_settings_check(const struct amqp_settings *as, char *err,
 			 "OUTBOX_AMQP_TLS_CERT and "
 			 "OUTBOX_AMQP_TLS_KEY go together: set both "
 			 "or neither");
+		goto out;
+	}
+	if (as->heartbeat_ms % 1000 != 0) {
+		snprintf(err, errlen,
+			 "OUTBOX_AMQP_HEARTBEAT: AMQP heartbeats are whole "
+			 "seconds");
 		goto out;
 	}
 	if (as->sasl == AMQP_SASL_EXTERNAL && (!ci.ssl || !as->tls_cert_file)) {

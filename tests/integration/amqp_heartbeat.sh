@@ -31,4 +31,26 @@ fi
 [ "$(grep -c '"amqp connected"' "$it_dir/run.log")" = 1 ] || it_fail "the relay reconnected"
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
-echo "ok: idle connection kept alive by heartbeats"
+
+# The relay's own proposal: with the broker at a long heartbeat, the
+# connection takes OUTBOX_AMQP_HEARTBEAT (the lower of the two).
+amqp_ctl eval 'application:set_env(rabbit, heartbeat, 600).' >/dev/null || it_fail "cannot set the heartbeat"
+amqp_relay run2 OUTBOX_AMQP_EXCHANGE="$x" OUTBOX_POLL_INTERVAL=5s OUTBOX_AMQP_HEARTBEAT=3s
+pid=$it_last_pid
+it_wait 15 "the connection" amqp_log_has run2 '"amqp connected"'
+amqp_ctl list_connections client_properties timeout >"$it_dir/connections2.out" ||
+	it_fail "cannot list connections"
+grep -E "outbox-relay [^ ]+ pid $pid\"\\}\\]\\s+3\$" "$it_dir/connections2.out" >/dev/null ||
+	it_fail "the relay's connection did not take its own 3 s heartbeat: $(cat "$it_dir/connections2.out")"
+it_stop "$pid"
+[ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
+
+# Two missed heartbeats must end a silent link within the lease.
+rc=0
+env OUTBOX_PUBLISHER=amqp OUTBOX_AMQP_URL="$RELAY_TEST_AMQP_URL" OUTBOX_AMQP_HEARTBEAT=30s \
+	OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
+	"$RELAY_TEST_BIN" check >"$it_dir/check.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] || it_fail "OUTBOX_AMQP_HEARTBEAT=30s with a 1m lease: exit $rc, want 2 ($(cat "$it_dir/check.out"))"
+grep -q "OUTBOX_AMQP_HEARTBEAT 30s: two missed heartbeats" "$it_dir/check.out" ||
+	it_fail "no reason given: $(cat "$it_dir/check.out")"
+echo "ok: idle connection kept alive by heartbeats; the relay's own heartbeat proposed and checked"

@@ -290,6 +290,15 @@ static void test_amqp_tls_checks(void **state)
 				 c->url, rc, rc ? err : "",
 				 c->error ? c->error : "accepted");
 	}
+	/* AMQP heartbeats are whole seconds. */
+	struct amqp_settings hb = {.url = (char *)"amqp://u:p@h",
+				   .tls_verify = true,
+				   .heartbeat_ms = 1500};
+	assert_int_equal(amqp_settings_check(&hb, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "OUTBOX_AMQP_HEARTBEAT: AMQP heartbeats "
+				    "are whole seconds"));
+	hb.heartbeat_ms = 2000;
+	assert_int_equal(amqp_settings_check(&hb, err, sizeof(err)), 0);
 }
 
 /* The settings rows: defaults, and files that must be readable. */
