@@ -6,6 +6,7 @@
  * transaction ended (its session killed past the lease, its connection
  * lost) cannot run one, and its COMMIT fails.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,10 +43,13 @@ static int mark_stmt(const struct store *s, enum store_mark kind)
  * an id copied elsewhere is looked up by value. */
 static const char *tid_of(const struct lease_rows *rows, const char *id)
 {
-	const char *first = (const char *)rows->text;
-	const char *end = (const char *)(rows->text + rows->n);
-	if (id >= first && id < end) {
-		size_t k = (size_t)(id - first) / sizeof(rows->text[0]);
+	/* As integers: relational comparison of pointers into different
+	 * objects is undefined. */
+	uintptr_t first = (uintptr_t)rows->text;
+	uintptr_t end = (uintptr_t)(rows->text + rows->n);
+	uintptr_t at = (uintptr_t)id;
+	if (at >= first && at < end) {
+		size_t k = (size_t)(at - first) / sizeof(rows->text[0]);
 		if (id == rows->text[k].id)
 			return rows->text[k].tid;
 	}
