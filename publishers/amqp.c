@@ -161,19 +161,6 @@ static int amqp_validate(const struct config *cfg, char *err, size_t errlen)
 		    "be declared)");
 		return -1;
 	}
-	if (2 * as->heartbeat_ms >= cfg->lease_timeout_ms) {
-		char hb[32], lease[32];
-		config_format_duration(as->heartbeat_ms, hb, sizeof(hb));
-		config_format_duration(cfg->lease_timeout_ms, lease,
-				       sizeof(lease));
-		rmq_set_reason(
-		    err, errlen,
-		    "OUTBOX_AMQP_HEARTBEAT %s: two missed heartbeats "
-		    "must end a silent broker link within "
-		    "OUTBOX_LEASE_TIMEOUT %s",
-		    hb, lease);
-		return -1;
-	}
 	return amqp_settings_check(as, err, errlen);
 }
 

@@ -39,6 +39,16 @@ void rmq_set_reason(char *buf, size_t len, const char *fmt, ...)
 		amqp_map_utf8_cut(buf);
 }
 
+/* Two missed heartbeats end a silent link: within half the lease timeout,
+ * whatever OUTBOX_AMQP_HEARTBEAT says, and never under a second. */
+int rmq_heartbeat_s(const struct config *cfg)
+{
+	int64_t ms = amqp_settings(cfg)->heartbeat_ms;
+	if (ms > cfg->lease_timeout_ms / 4)
+		ms = cfg->lease_timeout_ms / 4;
+	return ms >= 1000 ? (int)(ms / 1000) : 1;
+}
+
 int64_t rmq_timeout_ms(const struct config *cfg)
 {
 	return cfg->publish_timeout_ms > 0 ? cfg->publish_timeout_ms : 5000;
@@ -451,7 +461,7 @@ static int login(struct amqp_state *st, char *err, size_t errlen)
 	props[3].value.value.table.entries = caps;
 	client.num_entries = 4;
 	client.entries = props;
-	int heartbeat_s = (int)(amqp_settings(st->cfg)->heartbeat_ms / 1000);
+	int heartbeat_s = rmq_heartbeat_s(st->cfg);
 	rmq_watchdog_arm(st, clock_ms() + 2 * rmq_timeout_ms(st->cfg));
 	if (external)
 		/* The broker takes the user name from the certificate and

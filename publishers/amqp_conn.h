@@ -131,6 +131,7 @@ void rmq_set_reason(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 int64_t rmq_timeout_ms(const struct config *cfg);
+int rmq_heartbeat_s(const struct config *cfg);
 struct timeval rmq_tv_of(int64_t ms);
 int rmq_watchdog_start(struct watchdog *wd, char *err, size_t errlen);
 void rmq_watchdog_stop(struct watchdog *wd);

@@ -121,8 +121,8 @@ static const struct setting amqp_rows[] = {
 		     SETTING_SECOND, 10 * SETTING_MINUTE, 0,
 		     "AMQP heartbeat the relay proposes, whole seconds (the "
 		     "connection takes the lower of it and the broker's); two "
-		     "missed ones end a silent link, which must happen within "
-		     "the lease timeout"),
+		     "missed ones end a silent link; at most a quarter of the "
+		     "lease timeout is used"),
 };
 
 /* ci of url, parsed into copy (freed by the caller); -1 when not a URL. */

@@ -78,7 +78,7 @@ const struct setting config_core_rows[] = {
 	"how soon a Postgres peer that stopped answering (a cut link, a "
 	"half-open connection) is given up, on both ends: the relay's TCP "
 	"keepalives and tcp_user_timeout, and the server's for the "
-	"relay's sessions; must be below the lease timeout"),
+	"relay's sessions; at most half the lease timeout is used"),
 
     /* Publisher */
     SETTING_STRING(C, "OUTBOX_PUBLISHER", publisher, "stdout", NULL, 0,
@@ -278,16 +278,6 @@ static void cross_check(struct config_loader *ld, const struct config *cfg)
 		config_problem(ld, "OUTBOX_SWEEP_INTERVAL", false, NULL,
 			       "sweep interval %s must be less than "
 			       "OUTBOX_LEASE_TIMEOUT %s",
-			       a, b);
-	}
-	if (OK(PG_DEAD_PEER_TIMEOUT) && OK(LEASE_TIMEOUT) &&
-	    cfg->pg_dead_peer_ms >= cfg->lease_timeout_ms) {
-		config_format_duration(cfg->pg_dead_peer_ms, a, sizeof(a));
-		config_format_duration(cfg->lease_timeout_ms, b, sizeof(b));
-		config_problem(ld, "OUTBOX_PG_DEAD_PEER_TIMEOUT", false, NULL,
-			       "dead-peer timeout %s must be less than "
-			       "OUTBOX_LEASE_TIMEOUT %s: a cut relay's "
-			       "session must end before its lease does",
 			       a, b);
 	}
 	if (OK(BACKOFF_BASE) && OK(BACKOFF_MAX) &&

@@ -32,7 +32,10 @@ struct store_options store_options_from_config(const struct config *cfg,
 	    .clean_batch_size = cfg->clean_batch_size,
 	    .lease_timeout_ms = cfg->lease_timeout_ms,
 	    .statement_timeout_ms = cfg->statement_timeout_ms,
-	    .dead_peer_ms = cfg->pg_dead_peer_ms,
+	    /* A cut relay's session must end well before its lease. */
+	    .dead_peer_ms = cfg->pg_dead_peer_ms < cfg->lease_timeout_ms / 2
+				? cfg->pg_dead_peer_ms
+				: cfg->lease_timeout_ms / 2,
 	    .backoff_base_ms = cfg->backoff_base_ms,
 	    .backoff_max_ms = cfg->backoff_max_ms,
 	    .backoff_factor = cfg->backoff_factor,

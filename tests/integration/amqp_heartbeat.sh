@@ -45,12 +45,17 @@ grep -E "outbox-relay [^ ]+ pid $pid\"\\}\\]\\s+3\$" "$it_dir/connections2.out" 
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
 
-# Two missed heartbeats must end a silent link within the lease.
-rc=0
-env OUTBOX_PUBLISHER=amqp OUTBOX_AMQP_URL="$RELAY_TEST_AMQP_URL" OUTBOX_AMQP_HEARTBEAT=30s \
-	OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
-	"$RELAY_TEST_BIN" check >"$it_dir/check.out" 2>&1 || rc=$?
-[ "$rc" = 2 ] || it_fail "OUTBOX_AMQP_HEARTBEAT=30s with a 1m lease: exit $rc, want 2 ($(cat "$it_dir/check.out"))"
-grep -q "OUTBOX_AMQP_HEARTBEAT 30s: two missed heartbeats" "$it_dir/check.out" ||
-	it_fail "no reason given: $(cat "$it_dir/check.out")"
-echo "ok: idle connection kept alive by heartbeats; the relay's own heartbeat proposed and checked"
+# Two missed heartbeats must end a silent link within half the lease: an
+# 8 s lease caps a 30 s proposal at 2 s.
+amqp_relay run3 OUTBOX_AMQP_EXCHANGE="$x" OUTBOX_POLL_INTERVAL=1s OUTBOX_AMQP_HEARTBEAT=30s \
+	OUTBOX_LEASE_TIMEOUT=8s OUTBOX_PUBLISH_TIMEOUT=2s OUTBOX_STATEMENT_TIMEOUT=2s \
+	OUTBOX_SWEEP_INTERVAL=2s OUTBOX_SHUTDOWN_TIMEOUT=5s
+pid=$it_last_pid
+it_wait 15 "the connection" amqp_log_has run3 '"amqp connected"'
+amqp_ctl list_connections client_properties timeout >"$it_dir/connections3.out" ||
+	it_fail "cannot list connections"
+grep -E "outbox-relay [^ ]+ pid $pid\"\\}\\]\\s+2\$" "$it_dir/connections3.out" >/dev/null ||
+	it_fail "the heartbeat was not capped at a quarter of the lease: $(cat "$it_dir/connections3.out")"
+it_stop "$pid"
+[ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
+echo "ok: idle connection kept alive by heartbeats; the relay's own heartbeat proposed and capped"
