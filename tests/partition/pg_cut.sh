@@ -38,12 +38,15 @@ pg_data=$(sed -n 's/^PG_DATA=//p' "$pg_dir/env")
 pg_port=$(sed -n 's/^PGPORT=//p' "$pg_dir/env")
 services="$RELAY_TEST_SOURCE_ROOT/tests/services"
 
+reconfigured=0
 restore() {
 	ip netns del "$ns" 2>/dev/null || true
 	ip link del "$host_if" 2>/dev/null || true
-	if [ -f "$pg_data/postgresql.auto.conf.partition" ]; then
-		mv "$pg_data/postgresql.auto.conf.partition" "$pg_data/postgresql.auto.conf"
+	if [ "$reconfigured" = 1 ]; then
+		# In place, so the files keep their owner (the server's user).
 		sed -i "/# partition test/d" "$pg_data/pg_hba.conf"
+		chown --reference="$pg_data" "$pg_data/pg_hba.conf"
+		it_psql "ALTER SYSTEM RESET listen_addresses" >/dev/null 2>&1 || true
 		bash "$services/postgres.sh" restart "$pg_dir" >/dev/null 2>&1 || true
 	fi
 }
@@ -59,7 +62,7 @@ ip netns exec "$ns" ip link set "$ns_if" up
 ip netns exec "$ns" ip link set lo up
 
 # Postgres listens on the host end of the link too, for this test only.
-cp "$pg_data/postgresql.auto.conf" "$pg_data/postgresql.auto.conf.partition"
+reconfigured=1
 echo "host all all $ns_ip/32 scram-sha-256 # partition test" >>"$pg_data/pg_hba.conf"
 it_psql "ALTER SYSTEM SET listen_addresses = '127.0.0.1,$host_ip'" >/dev/null
 bash "$services/postgres.sh" restart "$pg_dir" >/dev/null || it_fail "cannot restart postgres"
