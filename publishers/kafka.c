@@ -159,6 +159,40 @@ static int conf_default(rd_kafka_conf_t *conf, const struct config *cfg,
 	return conf_put(conf, name, value, false, err, errlen);
 }
 
+int64_t kafka_dead_peer_ms(const struct config *cfg)
+{
+	int64_t w = cfg->lease_timeout_ms / 4;
+	return w < KAFKA_DEAD_PEER_MIN_MS   ? KAFKA_DEAD_PEER_MIN_MS
+	       : w > KAFKA_DEAD_PEER_MAX_MS ? KAFKA_DEAD_PEER_MAX_MS
+					    : w;
+}
+
+/*
+ * A broker that went silent (a cut link, a half-open connection through a
+ * load balancer) is given up within the dead-peer window, a quarter of the
+ * lease as for AMQP's heartbeats, and the link is tried again soon after
+ * it returns. librdkafka's own defaults (60 s for a request, 30 s to set
+ * up a connection, reconnects backing off to 10 s) outlast a default
+ * lease. Each stays settable as OUTBOX_KAFKA_<PROPERTY>.
+ */
+static int conf_dead_peer(rd_kafka_conf_t *conf, const struct config *cfg,
+			  char *err, size_t errlen)
+{
+	int64_t w = kafka_dead_peer_ms(cfg);
+	char window[32], backoff[32];
+
+	snprintf(window, sizeof(window), "%" PRId64, w);
+	snprintf(backoff, sizeof(backoff), "%" PRId64, w / 2);
+	return conf_default(conf, cfg, "socket.timeout.ms", NULL, window, err,
+			    errlen) ||
+	       conf_default(conf, cfg, "socket.connection.setup.timeout.ms",
+			    NULL, window, err, errlen) ||
+	       conf_default(conf, cfg, "reconnect.backoff.max.ms",
+			    "reconnect.backoff.ms", backoff, err, errlen) ||
+	       conf_default(conf, cfg, "socket.keepalive.enable", NULL, "true",
+			    err, errlen);
+}
+
 /*
  * The producer configuration: every OUTBOX_KAFKA_<PROPERTY>, then what the
  * relay insists on. Returns a conf owned by the caller, or NULL with err
@@ -194,6 +228,8 @@ static rd_kafka_conf_t *conf_build(const struct config *cfg, bool brokers,
 	snprintf(num, sizeof(num), "%" PRId64, cfg->publish_timeout_ms);
 	if (conf_default(conf, cfg, "message.timeout.ms", "delivery.timeout.ms",
 			 num, err, errlen))
+		goto fail;
+	if (conf_dead_peer(conf, cfg, err, errlen))
 		goto fail;
 	/* An unknown topic must be reported within the publish deadline so
 	 * it pauses the topic instead of timing out like an outage. */

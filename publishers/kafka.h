@@ -137,4 +137,11 @@ void kafka_reason(char *buf, size_t buflen, const char *what,
  * through it); NULL while it is being recreated. */
 rd_kafka_t *kafka_handle(void *state);
 
+/* How soon a silent broker connection is given up, and so the producer's
+ * socket timeouts unless set: a quarter of the lease timeout, within
+ * these bounds (README, "Cut links and half-open connections"). */
+#define KAFKA_DEAD_PEER_MIN_MS 1000
+#define KAFKA_DEAD_PEER_MAX_MS 30000
+int64_t kafka_dead_peer_ms(const struct config *cfg);
+
 #endif

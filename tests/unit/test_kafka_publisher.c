@@ -109,6 +109,7 @@ static void fixture_init(struct fixture *f, int64_t publish_timeout_ms,
 	    .parts = {{&kafka_settings_group, &f->settings}},
 	    .n_parts = 1,
 	    .publish_timeout_ms = publish_timeout_ms,
+	    .lease_timeout_ms = 60000,
 	};
 	for (size_t i = 0; i < MAXEV; i++) {
 		snprintf(ids[i], sizeof(ids[i]),
@@ -216,6 +217,45 @@ static void test_acked(void **unused)
 	/* An empty batch is fine too. */
 	assert_int_equal(publish(&f, 0, &t), 0);
 	fixture_done(&f);
+}
+
+static void expect_conf(struct fixture *f, const char *name, const char *want)
+{
+	char got[64];
+	size_t size = sizeof(got);
+
+	assert_int_equal(rd_kafka_conf_get(rd_kafka_conf(kafka_handle(f->pub)),
+					   name, got, &size),
+			 RD_KAFKA_CONF_OK);
+	if (strcmp(got, want) != 0)
+		fail_msg("%s = %s, want %s", name, got, want);
+}
+
+/* A silent broker is given up within a quarter of the lease (60 s here),
+ * not librdkafka's minute; a property the operator set is left alone. */
+static void test_dead_peer_defaults(void **unused)
+{
+	struct fixture f;
+
+	(void)unused;
+	fixture_init(&f, 5000, NULL, NULL);
+	assert_int_equal(kafka_dead_peer_ms(&f.cfg), 15000);
+	expect_conf(&f, "socket.timeout.ms", "15000");
+	expect_conf(&f, "socket.connection.setup.timeout.ms", "15000");
+	expect_conf(&f, "reconnect.backoff.max.ms", "7500");
+	expect_conf(&f, "socket.keepalive.enable", "true");
+	fixture_done(&f);
+
+	fixture_init(&f, 5000, "socket.timeout.ms", "42000");
+	expect_conf(&f, "socket.timeout.ms", "42000");
+	expect_conf(&f, "socket.connection.setup.timeout.ms", "15000");
+	fixture_done(&f);
+
+	/* Bounded both ways. */
+	f.cfg.lease_timeout_ms = 2000;
+	assert_int_equal(kafka_dead_peer_ms(&f.cfg), KAFKA_DEAD_PEER_MIN_MS);
+	f.cfg.lease_timeout_ms = 3600000;
+	assert_int_equal(kafka_dead_peer_ms(&f.cfg), KAFKA_DEAD_PEER_MAX_MS);
 }
 
 static void test_may_send(void **unused)
@@ -523,6 +563,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_acked),
 	    cmocka_unit_test(test_may_send),
+	    cmocka_unit_test(test_dead_peer_defaults),
 	    cmocka_unit_test(test_retryable_errors),
 	    cmocka_unit_test(test_broker_refuses_size),
 	    cmocka_unit_test(test_local_size_limit),
