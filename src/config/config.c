@@ -77,8 +77,9 @@ const struct setting config_core_rows[] = {
 	10 * MINUTE, 0,
 	"how soon a Postgres peer that stopped answering (a cut link, a "
 	"half-open connection) is given up, on both ends: the relay's TCP "
-	"keepalives and tcp_user_timeout, and the server's for the "
-	"relay's sessions; at most half the lease timeout is used"),
+	"keepalives, tcp_user_timeout and connect timeout, and the "
+	"server's keepalives for the relay's sessions; at most half the "
+	"lease timeout is used"),
 
     /* Publisher */
     SETTING_STRING(C, "OUTBOX_PUBLISHER", publisher, "stdout", NULL, 0,

@@ -133,7 +133,12 @@ PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 	 * FIN is noticed within the dead-peer window (OUTBOX_PG_DEAD_PEER_
 	 * TIMEOUT) instead of the kernel's two hours. */
 	struct keepalive k = keepalive_of(opt->dead_peer_ms);
-	char idle[16], interval[16], count[16], user_timeout[24];
+	char idle[16], interval[16], count[16], user_timeout[24], connect[16];
+	/* A connection attempt into a cut link (no answer to the SYN) is
+	 * given up within the same window, so a relay tries again soon after
+	 * the link returns instead of waiting out the kernel's SYN retries. */
+	snprintf(connect, sizeof(connect), "%lld",
+		 (long long)(k.user_timeout_ms + 999) / 1000);
 	snprintf(idle, sizeof(idle), "%d", k.idle_s);
 	snprintf(interval, sizeof(interval), "%d", k.interval_s);
 	snprintf(count, sizeof(count), "%d", k.count);
@@ -144,8 +149,8 @@ PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 	    "keepalives_idle",	"keepalives_interval", "keepalives_count",
 	    "tcp_user_timeout", "connect_timeout",     NULL};
 	const char *values[] = {
-	    opt->conninfo, opt->application_name, "1",	idle, interval,
-	    count,	   user_timeout,	  "10", NULL};
+	    opt->conninfo, opt->application_name, "1",	   idle, interval,
+	    count,	   user_timeout,	  connect, NULL};
 	char where[256];
 	PGconn *conn = NULL;
 

@@ -692,6 +692,9 @@ static void test_dead_peer_window(void **state)
 	    conninfo_value(conn, "keepalives_count", v, sizeof(v)), "3");
 	assert_string_equal(
 	    conninfo_value(conn, "tcp_user_timeout", v, sizeof(v)), "12000");
+	/* A connection attempt into a cut link gives up within it too. */
+	assert_string_equal(
+	    conninfo_value(conn, "connect_timeout", v, sizeof(v)), "12");
 	show(conn, "tcp_keepalives_idle", v, sizeof(v));
 	assert_string_equal(v, "6");
 	show(conn, "tcp_keepalives_interval", v, sizeof(v));
