@@ -68,10 +68,13 @@ RELAY_ENV = {
     "OUTBOX_CE_SOURCE": "/chaos",
 }
 N_RELAYS = 3
+# Log prefix and table schema prefix; the partition harness, which builds
+# on this one, sets its own.
+PREFIX = "chaos"
 
 
 def log(msg):
-    print("chaos: " + msg, flush=True)
+    print(PREFIX + ": " + msg, flush=True)
 
 
 class ChaosError(Exception):
@@ -262,6 +265,10 @@ class Relay:
         self.log_path = None
         self.busy = threading.Lock()  # held while a fault owns this relay
 
+    def command(self):
+        """The relay's command line; a subclass may run it elsewhere."""
+        return [self.h.relay_bin, "run"]
+
     def start(self):
         self.gen += 1
         self.port = free_port()
@@ -269,14 +276,19 @@ class Relay:
             self.h.work, "relay-%d-%03d.log" % (self.slot, self.gen))
         env = dict(os.environ)
         env.update(self.h.relay_env)
+        env.update(self.extra_env())
         env["OUTBOX_HTTP_ADDR"] = "127.0.0.1:%d" % self.port
         with open(self.log_path, "w") as err:
             self.proc = subprocess.Popen(
-                [self.h.relay_bin, "run"], env=env, stdin=subprocess.DEVNULL,
+                self.command(), env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=err)
         # Set per process: the main thread may look at the old one while
         # the new one starts.
         self.proc.expected_exit = False
+
+    def extra_env(self):
+        """Settings of this slot alone, over the harness's."""
+        return {}
 
     def metrics(self, timeout=1.0):
         """Counters from /metrics, or None if it does not answer."""
@@ -284,17 +296,9 @@ class Relay:
             with urllib.request.urlopen(
                     "http://127.0.0.1:%d/metrics" % self.port,
                     timeout=timeout) as r:
-                text = r.read().decode()
+                return parse_counters(r.read().decode())
         except (OSError, ValueError):
             return None
-        out = collections.Counter()
-        for line in text.splitlines():
-            m = re.match(r"(outbox_lost_leases_total|"
-                         r"outbox_lease_renewal_lost_rows_total|"
-                         r"outbox_marks_recovered_total)\s+(\S+)$", line)
-            if m:
-                out[m.group(1)] = float(m.group(2))
-        return out
 
     def exited_by_itself(self):
         p = self.proc
@@ -317,6 +321,18 @@ class Relay:
             self.proc.kill()
             self.proc.wait(10)
             return None
+
+
+def parse_counters(text):
+    """The fencing counters of a /metrics page."""
+    out = collections.Counter()
+    for line in text.splitlines():
+        m = re.match(r"(outbox_lost_leases_total|"
+                     r"outbox_lease_renewal_lost_rows_total|"
+                     r"outbox_marks_recovered_total)\s+(\S+)$", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
 
 
 def proc_state(pid):
@@ -369,7 +385,7 @@ class Harness:
     def setup(self):
         self.svc = Services(self.mode, self.relay_bin, self.work)
         self.db = Psql(self.svc.db_url)
-        tag = "chaos_%d" % os.getpid()
+        tag = "%s_%d" % (PREFIX, os.getpid())
         self.schema = tag
         self.table = tag + ".outbox_events"
         self.db.rows("SET client_min_messages = warning; "
@@ -377,17 +393,13 @@ class Harness:
         run([self.relay_bin, "migrate"], env=dict(
             os.environ, OUTBOX_DATABASE_URL=self.svc.db_url,
             OUTBOX_TABLE=self.table))
-        # The backlog must outlast the fault window and a SIGSTOP probe
-        # that starts at its end: a restarted relay begins with a fresh
-        # rate budget, so kills speed the drain up as well as slow it.
-        drain_s = self.window + SIGSTOP_PROBE_S + 5
-        rate = max(5, math.ceil(self.n / (N_RELAYS * drain_s)))
+        rate, pacing = self.pace()
         self.relay_env = dict(RELAY_ENV)
         self.relay_env.update({
             "OUTBOX_DATABASE_URL": self.svc.db_url,
             "OUTBOX_TABLE": self.table,
             "OUTBOX_PUBLISHER": self.mode,
-            "OUTBOX_MAX_RATE": str(rate),
+            "OUTBOX_MAX_RATE": rate,
         })
         if self.mode == "amqp":
             url = self.svc.amqp_url.rstrip("/")
@@ -405,15 +417,29 @@ class Harness:
             self.relay_env.update({
                 "OUTBOX_KAFKA_BROKERS": self.svc.kafka_brokers,
                 "OUTBOX_KAFKA_TOPIC": self.topic})
-        self.db.rows(
+        self.insert_events(self.db, self.n)
+        log("%d events in %s, %s, work dir %s" % (self.n, self.table, pacing,
+                                                 self.work))
+
+    def insert_events(self, db, n):
+        """n events: a JSON payload of ~220 bytes, 16 routing keys, 64
+        partition keys."""
+        db.rows(
             "INSERT INTO %s (type, routing_key, partition_key, payload) "
-            "SELECT 'com.example.chaos', 'k.' || (g %% 16), "
+            "SELECT 'com.example.%s', 'k.' || (g %% 16), "
             "'key-' || (g %% 64), convert_to(json_build_object('n', g, "
             "'pad', repeat('x', 200))::text, 'UTF8') "
-            "FROM generate_series(1, %d) g" % (self.table, self.n))
-        log("%d events in %s, %d relays at %d events/s each, fault window "
-            "%ds, work dir %s" % (self.n, self.table, N_RELAYS, rate,
-                                  self.window, self.work))
+            "FROM generate_series(1, %d) g" % (self.table, PREFIX, n))
+
+    def pace(self):
+        """The relays' OUTBOX_MAX_RATE, and the run's pacing in words. The
+        backlog must outlast the fault window and a SIGSTOP probe that
+        starts at its end: a restarted relay begins with a fresh rate
+        budget, so kills speed the drain up as well as slow it."""
+        drain_s = self.window + SIGSTOP_PROBE_S + 5
+        rate = max(5, math.ceil(self.n / (N_RELAYS * drain_s)))
+        return str(rate), "%d relays at %d events/s each, fault window " \
+            "%ds" % (N_RELAYS, rate, self.window)
 
     # ---- faults ----
 

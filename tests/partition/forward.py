@@ -1,35 +1,47 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """A TCP forwarder for the partition tests, the way a load balancer sits
-between a relay and a broker: it listens on LISTEN_HOST (a free port),
-prints that port, and copies bytes both ways to 127.0.0.1:TARGET_PORT.
-When the relay's side of a link goes dark, the forwarder's connection to
-the broker stays open and silent, as a middlebox's would: only heartbeats
-can tell the broker.
+between a relay and a broker. Each argument LISTEN_HOST:PORT=TARGET_HOST:
+TARGET_PORT listens on LISTEN_HOST (PORT 0: a free one) and copies bytes
+both ways to TARGET_HOST:TARGET_PORT; the listening ports are printed on
+one line, in the order given. When the relay's side of a link goes dark,
+the forwarder's connection to the broker stays open and silent, as a
+middlebox's would: only heartbeats and timeouts can tell either end.
 
-Usage: forward.py LISTEN_HOST TARGET_PORT
+Usage: forward.py LISTEN_HOST:PORT=TARGET_HOST:TARGET_PORT ...
 """
 import selectors
 import socket
 import sys
 
 
+def split_addr(text):
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
 def main():
-    host, target = sys.argv[1], int(sys.argv[2])
-    lsock = socket.socket()
-    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsock.bind((host, 0))
-    lsock.listen(64)
-    print(lsock.getsockname()[1], flush=True)
     sel = selectors.DefaultSelector()
-    sel.register(lsock, selectors.EVENT_READ, None)
+    ports = []
+    for spec in sys.argv[1:]:
+        listen, _, target = spec.partition("=")
+        if not target:
+            sys.exit("forward.py: expected LISTEN:PORT=TARGET:PORT, got "
+                     + spec)
+        lsock = socket.socket()
+        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lsock.bind(split_addr(listen))
+        lsock.listen(64)
+        ports.append(str(lsock.getsockname()[1]))
+        sel.register(lsock, selectors.EVENT_READ, split_addr(target))
+    print(" ".join(ports), flush=True)
     peer = {}
     while True:
         for key, _ in sel.select():
-            if key.data is None:
-                down, _ = lsock.accept()
+            if key.data != "c":
+                down, _ = key.fileobj.accept()
                 try:
-                    up = socket.create_connection(("127.0.0.1", target), 5)
+                    up = socket.create_connection(key.data, 5)
                 except OSError:
                     down.close()
                     continue
