@@ -260,7 +260,7 @@ class Relay:
     """A relay process for one measurement."""
 
     def __init__(self, bench, table, publisher, workers=1, extra=None,
-                 log_name="relay", relay_bin=None):
+                 log_name="relay", relay_bin=None, run_env=True):
         self.port = free_port()
         env = dict(os.environ)
         env.update({
@@ -274,6 +274,8 @@ class Relay:
             "OUTBOX_KAFKA_BROKERS": bench.svc.kafka_brokers or "127.0.0.1:9",
             "OUTBOX_CE_SOURCE": "/bench",
         })
+        if run_env:  # --relay-env
+            env.update(bench.relay_env)
         env.update(extra or {})
         self.log_path = os.path.join(bench.work, log_name + ".log")
         with open(self.log_path, "a") as err:
@@ -357,6 +359,18 @@ class Bench:
         self.queue = self.tag + ".q"
         self.results = {}
         self.notes = []
+        # --relay-env: settings for every relay of the run (a section's
+        # own settings still win), named in the report.
+        self.relay_env = dict(kv.split("=", 1) for kv in args.relay_env)
+        self.baseline_env = dict(kv.split("=", 1)
+                                 for kv in args.baseline_env)
+        if self.relay_env:
+            self.notes.append("every relay ran with " + ", ".join(
+                "`%s=%s`" % kv for kv in sorted(self.relay_env.items())))
+        if self.baseline_env:
+            self.notes.append("the throughput baseline ran with " +
+                              ", ".join("`%s=%s`" % kv for kv in sorted(
+                                  self.baseline_env.items())))
 
     # ---- database helpers ----
 
@@ -408,7 +422,8 @@ class Bench:
             self.svc.pg_log) else 0
         relay = Relay(self, t, "stdout", extra={
             "PGOPTIONS": "-c log_statement=all",
-            "OUTBOX_POLL_INTERVAL": "100ms"}, log_name="capture")
+            "OUTBOX_POLL_INTERVAL": "100ms"}, log_name="capture",
+            run_env=False)  # the default statements, whatever the run's
         deadline = time.monotonic() + 30
         while self.count(t, "status = 'sent'") < 5:
             if time.monotonic() > deadline or not relay.alive():
@@ -619,7 +634,7 @@ class Bench:
     # ---- 2./3. throughput and cost ----
 
     def drain_once(self, t, n, broker, workers, topic=None, timeout=1800,
-                   relay_bin=None, label=""):
+                   relay_bin=None, label="", env=None):
         """Relays n pre-inserted events; returns events/s, CPU, RSS."""
         # The consumer's CPU: it is our only child reaped in between.
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -627,7 +642,9 @@ class Bench:
             cons = self.consumer(n, idle=60)
         else:
             cons = self.kafka_consumer(topic, n)
-        extra = {"OUTBOX_KAFKA_TOPIC": topic} if topic else {}
+        extra = dict(env or {})
+        if topic:
+            extra["OUTBOX_KAFKA_TOPIC"] = topic
         cpu0 = cpu_snapshot(self.svc.pids(broker))
         t0 = time.time()
         relay = Relay(self, t, broker, workers, extra,
@@ -658,9 +675,10 @@ class Bench:
         if rc != 0:
             raise BenchError("relay exit code %s (log %s)" % (rc,
                                                               relay.log_path))
-        sent = self.count(t, "status = 'sent'")
-        if sent != n:
-            raise BenchError("%d of %d rows sent" % (sent, n))
+        # Sent rows are kept, or deleted on the ack (OUTBOX_RETENTION=0).
+        left = self.count(t, "status <> 'sent'")
+        if left:
+            raise BenchError("%d of %d rows not sent" % (left, n))
         parts = {k: cpu_spent(cpu0, cpu1, k) / n * 1e6
                  for k in ("postgres", "broker")}
         parts["consumer"] = (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime -
@@ -676,17 +694,20 @@ class Bench:
     def throughput(self, broker):
         t = self.table("drain_" + broker)
         n = self.p["events"]
-        # With --baseline-bin, each run drains the same backlog with both
-        # binaries, in alternating order, so drift hits both alike.
-        bins = [("", self.relay_bin)]
-        if self.args.baseline_bin:
-            bins.append(("-baseline", self.args.baseline_bin))
+        # With --baseline-bin or --baseline-env, each run drains the same
+        # backlog with this build and with the baseline (another binary,
+        # other settings, or both), in alternating order, so drift hits
+        # both alike.
+        bins = [("", self.relay_bin, {})]
+        if self.args.baseline_bin or self.baseline_env:
+            bins.append(("-baseline", self.args.baseline_bin or
+                         self.relay_bin, self.baseline_env))
         out = {}
         for w in self.p["workers"]:
-            runs = {label: [] for label, _ in bins}
+            runs = {label: [] for label, _, _ in bins}
             for i in range(self.p["runs"]):
-                for label, relay_bin in (bins if i % 2 == 0 else
-                                         bins[::-1]):
+                for label, relay_bin, env in (bins if i % 2 == 0 else
+                                              bins[::-1]):
                     self.sql("TRUNCATE %s" % t)
                     self.fill(t, n)
                     topic = None
@@ -694,7 +715,8 @@ class Bench:
                         topic = self.kafka_topic("%s.drain.%d.%d%s"
                                                  % (self.tag, w, i, label))
                     r = self.drain_once(t, n, broker, w, topic,
-                                        relay_bin=relay_bin, label=label)
+                                        relay_bin=relay_bin, label=label,
+                                        env=env)
                     runs[label].append(r)
                     say("%s%s %d worker(s) run %d: %.0f events/s, %.1f us "
                         "CPU/event, %.1f MB peak RSS, per batch %s, CPU "
@@ -1007,7 +1029,7 @@ class Bench:
                 cur = d["cpu_us_per_event"]["median"]
                 ref = base["cpu_us_per_event"]["median"]
                 row("Relay CPU per event, µs (%s, %s worker(s)), this build "
-                    "vs --baseline-bin" % (broker.upper(), w),
+                    "vs the baseline" % (broker.upper(), w),
                     d["cpu_us_per_event"], 1,
                     "%.2f × baseline (%.1f µs, %.1f–%.1f); events/s %.2f ×"
                     % (cur / max(1e-9, ref), ref,
@@ -1127,7 +1149,9 @@ class Bench:
             dbcost.report_rows(r["dbcost"], row, rows)
         head = ["| Measure | Median | Min–max | Compared with | Target |",
                 "|---|---|---|---|---|"]
-        return "\n".join(head + rows)
+        notes = ["", "Notes: " + "; ".join(self.notes) + "."] \
+            if self.notes else []
+        return "\n".join(head + rows + notes)
 
     def machine(self):
         model = ""
@@ -1204,6 +1228,8 @@ class Bench:
                 "runs": self.p["runs"],
                 "parameters": self.p,
                 "relay_sanitized": self.sanitized,
+                "relay_env": self.relay_env,
+                "baseline_env": self.baseline_env,
                 "machine": self.machine(),
                 "seconds": round(time.monotonic() - t_begin, 1),
                 "targets": TARGETS,
@@ -1260,6 +1286,15 @@ def main():
                    help="also write SVG charts (throughput against the "
                    "limits, latency distribution) and the result they "
                    "were drawn from into DIR (needs python3-matplotlib)")
+    p.add_argument("--relay-env", action="append", default=[],
+                   metavar="OUTBOX_NAME=VALUE",
+                   help="a setting for every relay the run starts "
+                   "(repeatable), e.g. OUTBOX_RETENTION=0")
+    p.add_argument("--baseline-env", action="append", default=[],
+                   metavar="OUTBOX_NAME=VALUE",
+                   help="a setting for the throughput baseline's relays "
+                   "(repeatable): with or without --baseline-bin, each "
+                   "run also drains with it, alternating")
     p.add_argument("--relay-bin", default=os.environ.get("RELAY_TEST_BIN"),
                    help="relay binary (default $RELAY_TEST_BIN)")
     a = p.parse_args()
@@ -1269,6 +1304,10 @@ def main():
     bad = [s for s in a.sections if s not in SECTIONS + ["scale"]]
     if bad:
         p.error("unknown section(s): " + ", ".join(bad))
+    for kv in a.relay_env + a.baseline_env:
+        if not re.match(r"OUTBOX_[A-Z0-9_]+=", kv):
+            p.error("--relay-env and --baseline-env take OUTBOX_NAME=VALUE, "
+                    "not " + kv)
     if a.runs < 0 or a.runs > 20:
         p.error("--runs must be 1..20")
     if not a.relay_bin:
