@@ -617,7 +617,12 @@ static void await_reports(struct run *run)
 		}
 		if (left <= 0)
 			break;
-		rd_kafka_poll(st->rk, (int)(left < TICK_MS ? left : TICK_MS));
+		/* flush, not poll: it serves the delivery reports as poll
+		 * does, and while it waits librdkafka sends what is queued at
+		 * once instead of lingering (linger.ms, 5 ms by default): the
+		 * whole batch is queued, and nothing more will join it. This
+		 * worker's producer carries only this batch. */
+		rd_kafka_flush(st->rk, (int)(left < TICK_MS ? left : TICK_MS));
 		run_tick(run);
 	}
 	if (st->queued == 0)

@@ -258,6 +258,26 @@ static void test_dead_peer_defaults(void **unused)
 	assert_int_equal(kafka_dead_peer_ms(&f.cfg), KAFKA_DEAD_PEER_MAX_MS);
 }
 
+/* A queued batch goes out at once: nothing more will join it, so the
+ * producer's linger (here 5 s) must not hold it back. */
+static void test_batch_not_lingered(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+	int64_t t0;
+
+	(void)unused;
+	fixture_init(&f, 10000, "linger.ms", "5000");
+	t = tctx_new(f.pub, 10000);
+	t0 = clock_ms();
+	assert_int_equal(publish(&f, 20, &t), 0);
+	expect_all(&f, 20, PUB_ACKED);
+	if (clock_ms() - t0 >= 2500)
+		fail_msg("a batch waited %lld ms for the producer's linger",
+			 (long long)(clock_ms() - t0));
+	fixture_done(&f);
+}
+
 static void test_may_send(void **unused)
 {
 	struct fixture f;
@@ -564,6 +584,7 @@ int main(void)
 	    cmocka_unit_test(test_acked),
 	    cmocka_unit_test(test_may_send),
 	    cmocka_unit_test(test_dead_peer_defaults),
+	    cmocka_unit_test(test_batch_not_lingered),
 	    cmocka_unit_test(test_retryable_errors),
 	    cmocka_unit_test(test_broker_refuses_size),
 	    cmocka_unit_test(test_local_size_limit),
