@@ -32,6 +32,7 @@ uses the RELAY_TEST_* services. Python standard library only.
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
@@ -567,8 +568,12 @@ class Bench:
             raise BenchError("consumer: " + err.strip())
         return json.loads(out)
 
-    def kafka_topic(self, name):
-        self.svc.kafka_ctl("create_topic", name, "3")
+    def kafka_topic(self, name, events=0):
+        """A topic of the test broker. It keeps about 5 MB per partition
+        and drops older records, so a drain topic gets enough partitions
+        to hold every event even when kcat falls behind a fast relay."""
+        parts = max(3, math.ceil(events * 1400 / (4 << 20)))
+        self.svc.kafka_ctl("create_topic", name, str(parts))
         return name
 
     def kafka_consumer(self, topic, count):
@@ -713,7 +718,7 @@ class Bench:
                     topic = None
                     if broker == "kafka":
                         topic = self.kafka_topic("%s.drain.%d.%d%s"
-                                                 % (self.tag, w, i, label))
+                                                 % (self.tag, w, i, label), n)
                     r = self.drain_once(t, n, broker, w, topic,
                                         relay_bin=relay_bin, label=label,
                                         env=env)
