@@ -905,6 +905,29 @@ def on_signal(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def add_common_args(p):
+    """The options every harness built on this one takes."""
+    p.add_argument("--seed", type=int, default=None,
+                   help="fault schedule seed (default: random, printed)")
+    p.add_argument("--mode", choices=["amqp", "kafka"], default="amqp")
+    p.add_argument("--duration-cap", type=int, default=600,
+                   help="the whole run is bounded by this many seconds")
+
+
+def start(harness_class, p, a):
+    """Checks the common options, then runs the harness; its exit code."""
+    if a.duration_cap < 60:
+        p.error("--duration-cap must be at least 60")
+    if a.seed is None:
+        a.seed = random.SystemRandom().randrange(1, 2 ** 31)
+    try:
+        h = harness_class(a)
+    except ChaosError as e:
+        print("%s: error: %s" % (PREFIX, e), file=sys.stderr)
+        return 2
+    return h.main()
+
+
 def main():
     signal.signal(signal.SIGTERM, on_signal)
     p = argparse.ArgumentParser(
@@ -913,29 +936,16 @@ def main():
         "then a verdict on loss, duplicates and fencing.")
     p.add_argument("--events", type=int, default=10000,
                    help="events to relay (default 10000)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="fault schedule seed (default: random, printed)")
-    p.add_argument("--mode", choices=["amqp", "kafka"], default="amqp")
-    p.add_argument("--duration-cap", type=int, default=600,
-                   help="the whole run is bounded by this many seconds")
+    add_common_args(p)
     p.add_argument("--window", type=int, default=0,
                    help="seconds of faults (default: events/100, "
                    "30..120)")
     a = p.parse_args()
     if a.events < 100 or a.events > 10000000:
         p.error("--events must be 100..10000000")
-    if a.duration_cap < 60:
-        p.error("--duration-cap must be at least 60")
-    if a.window and not 10 <= a.window <= a.duration_cap - 60:
+    if a.window and not 10 <= a.window <= max(10, a.duration_cap - 60):
         p.error("--window must be 10..duration cap - 60")
-    if a.seed is None:
-        a.seed = random.SystemRandom().randrange(1, 2 ** 31)
-    try:
-        h = Harness(a)
-    except ChaosError as e:
-        print("chaos: error: %s" % e, file=sys.stderr)
-        return 2
-    return h.main()
+    return start(Harness, p, a)
 
 
 if __name__ == "__main__":

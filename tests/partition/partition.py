@@ -609,12 +609,8 @@ class Harness(chaos.Harness):
         return 0 if ok else 1
 
 
-def on_signal(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main():
-    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGTERM, chaos.on_signal)
     p = argparse.ArgumentParser(
         prog="partition.sh",
         description="Relays cut off by the network on a seeded schedule, "
@@ -622,15 +618,11 @@ def main():
     p.add_argument("--rate", type=int, default=100,
                    help="events/s inserted while the faults last "
                    "(default 100)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="fault schedule seed (default: random, printed)")
-    p.add_argument("--mode", choices=["amqp", "kafka"], default="amqp")
     p.add_argument("--short", action="store_true",
                    help="one round of three faults and an all-cut")
     p.add_argument("--passes", type=int, default=2,
                    help="passes over every fault (default 2)")
-    p.add_argument("--duration-cap", type=int, default=600,
-                   help="the whole run is bounded by this many seconds")
+    chaos.add_common_args(p)
     a = p.parse_args()
     # chaos.Harness reads these: a first backlog, and a window it
     # does not use here.
@@ -640,18 +632,9 @@ def main():
         p.error("--rate must be 10..5000")
     if not 1 <= a.passes <= 10:
         p.error("--passes must be 1..10")
-    if a.duration_cap < 60:
-        p.error("--duration-cap must be at least 60")
     if os.geteuid() != 0:
         p.error("needs root: it makes network namespaces")
-    if a.seed is None:
-        a.seed = random.SystemRandom().randrange(1, 2 ** 31)
-    try:
-        h = Harness(a)
-    except ChaosError as e:
-        print("partition: error: %s" % e, file=sys.stderr)
-        return 2
-    return h.main()
+    return chaos.start(Harness, p, a)
 
 
 if __name__ == "__main__":
