@@ -137,6 +137,13 @@ void kafka_reason(char *buf, size_t buflen, const char *what,
  * through it); NULL while it is being recreated. */
 rd_kafka_t *kafka_handle(void *state);
 
+/* The producer configuration for cfg: every OUTBOX_KAFKA_<PROPERTY>, then
+ * what the relay insists on and its defaults; bootstrap.servers too when
+ * brokers is true. A conf owned by the caller, or NULL with err naming the
+ * variable at fault (never a secret value). */
+rd_kafka_conf_t *kafka_conf_build(const struct config *cfg, bool brokers,
+				  char *err, size_t errlen);
+
 /* How soon a silent broker connection is given up, and so the producer's
  * socket timeouts unless set: a quarter of the lease timeout, within
  * these bounds (README, "Cut links and half-open connections"). */
