@@ -8,11 +8,16 @@
  * report per message), and prints one JSON line with the rate. Not part of
  * the relay; tests/bench/bench.py drives it.
  *
+ * With --rate R (AMQP) it is the broker floor of the latency figures
+ * instead: the same confirmed publisher paced at R messages/s, each
+ * stamped with its publish time in ce-time, so the consumer's latency is
+ * what the broker alone adds.
+ *
  * Usage: bench_publish amqp --url URL --exchange X [--count N] [--size B]
- *                           [--window W]
+ *                           [--window W] [--rate R]
  *        bench_publish kafka --brokers LIST --topic T [--count N] [--size B]
- *   Defaults: N 100000, B 1024, W 1000. Exit status: 0 when every message
- *   was confirmed, 1 otherwise or on errors, 2 on bad usage.
+ *   Defaults: N 100000, B 1024, W 1000, no pacing. Exit status: 0 when
+ *   every message was confirmed, 1 otherwise or on errors, 2 on bad usage.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -43,6 +48,7 @@ struct options {
 	long count;
 	long size;
 	long window;
+	long rate; /* messages/s, 0: as fast as confirms allow */
 };
 
 /* What was confirmed, by delivery tag (AMQP) or by report (Kafka). */
@@ -56,7 +62,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: " PROG " amqp --url URL --exchange X [--count N] "
-		"[--size B] [--window W]\n"
+		"[--size B] [--window W] [--rate R]\n"
 		"       " PROG " kafka --brokers LIST --topic T [--count N] "
 		"[--size B]\n");
 	exit(2);
@@ -110,10 +116,13 @@ static void parse_args(int argc, char **argv, struct options *o)
 			o->size = parse_long(argv[++i], 1, 100000000L);
 		else if (strcmp(a, "--window") == 0)
 			o->window = parse_long(argv[++i], 1, 1000000L);
+		else if (strcmp(a, "--rate") == 0)
+			o->rate = parse_long(argv[++i], 1, 1000000L);
 		else
 			usage();
 	}
-	if (o->kafka ? (!o->brokers || !o->topic) : (!o->url || !o->exchange))
+	if (o->kafka ? (!o->brokers || !o->topic || o->rate)
+		     : (!o->url || !o->exchange))
 		usage();
 }
 
@@ -186,20 +195,21 @@ static void settle(struct confirms *c, struct tally *t, uint64_t tag,
 		c->low++;
 }
 
-/* Reads one frame (waiting at most 30 s) and applies what it says. */
-static void read_frame(amqp_connection_state_t conn, struct confirms *c,
-		       struct tally *t)
+/* Reads one frame, waiting at most wait_us, and applies what it says;
+ * false when none came in time. */
+static bool read_frame_within(amqp_connection_state_t conn, struct confirms *c,
+			      struct tally *t, long wait_us)
 {
-	struct timeval tv = {30, 0};
+	struct timeval tv = {wait_us / 1000000, wait_us % 1000000};
 	amqp_frame_t f;
 	int rc = amqp_simple_wait_frame_noblock(conn, &f, &tv);
 
 	if (rc == AMQP_STATUS_TIMEOUT)
-		die("no confirm from the broker within 30 s");
+		return false;
 	if (rc != AMQP_STATUS_OK)
 		die(amqp_error_string2(rc));
 	if (f.frame_type != AMQP_FRAME_METHOD)
-		return;
+		return true;
 	switch (f.payload.method.id) {
 	case AMQP_BASIC_ACK_METHOD: {
 		const amqp_basic_ack_t *a = f.payload.method.decoded;
@@ -231,6 +241,26 @@ static void read_frame(amqp_connection_state_t conn, struct confirms *c,
 	default:
 		break;
 	}
+	return true;
+}
+
+/* Reads one frame (waiting at most 30 s) and applies what it says. */
+static void read_frame(amqp_connection_state_t conn, struct confirms *c,
+		       struct tally *t)
+{
+	if (!read_frame_within(conn, c, t, 30000000L))
+		die("no confirm from the broker within 30 s");
+}
+
+/* With --rate, waits for message seq's turn, reading confirms meanwhile. */
+static void pace(const struct options *o, amqp_connection_state_t conn,
+		 struct confirms *c, struct tally *t, double t0, long seq)
+{
+	double due = t0 + (double)(seq - 1) / (double)o->rate;
+	double left;
+
+	while (o->rate && (left = due - now_s()) > 0)
+		read_frame_within(conn, c, t, (long)(left * 1e6) + 1);
 }
 
 static double run_amqp(const struct options *o, struct tally *t)
@@ -285,6 +315,7 @@ static double run_amqp(const struct options *o, struct tally *t)
 
 		while (c.published - c.settled >= o->window)
 			read_frame(conn, &c, t);
+		pace(o, conn, &c, t, t0, seq);
 		make_id(id, sizeof(id), seq);
 		make_time(tm, sizeof(tm));
 		h[1].value.value.bytes = amqp_cstring_bytes(id);

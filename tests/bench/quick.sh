@@ -27,6 +27,10 @@ for w in ("1", "2", "4"):
     d = r["throughput"]["amqp"][w]
     assert d["events_per_s"]["median"] > 0 and d["cpu_us_per_event"]["median"] > 0
 assert r["latency"]["p99"]["median"] > 0
+# The broker floor and the high rate, each measured.
+for key in ("latency_floor", "latency_high", "latency_high_listen",
+            "latency_high_floor"):
+    assert r[key]["p99"]["median"] > 0, "no %s" % key
 cdf = r["latency"]["cdf_ms"]
 assert len(cdf) == 101 and cdf == sorted(cdf) and cdf[-1] == r["latency"]["max"]["median"]
 for name in ("throughput.svg", "latency.svg"):
