@@ -854,6 +854,21 @@ class Harness:
         except ChaosError:
             pass
 
+    def report(self):
+        """What happened, printed above the verdict line."""
+        for f in self.fault_log:
+            print("  fault " + f)
+        for ep in self.episodes:
+            print("  sigstop pid %d: %d rows under %d lease(s), held "
+                  "%.1fs, lost leases counted %d, renewals refused %d, "
+                  "marks taken as already done %d"
+                  % (ep["pid"], len(ep["ids"]), len(ep["leases"]),
+                     ep["held_s"], ep["lost"], ep["renewal_lost"],
+                     ep["recovered"]))
+
+    def teardown(self):
+        """What the run made beside the services, undone after them."""
+
     def main(self):
         log("seed=%d mode=%s events=%d (repeat with --seed %d)" % (
             self.seed, self.mode, self.n, self.seed))
@@ -861,26 +876,19 @@ class Harness:
         try:
             self.setup()
             self.run_faults()
-            log("fault window over: %s" % dict(self.faults))
+            log("faults over: %s" % dict(self.faults))
             counts = self.drain()
             codes = self.stop_relays()
             consumed = self.consume()
             line, problems = self.verdict(counts, codes, consumed)
-            for f in self.fault_log:
-                print("  fault " + f)
-            for ep in self.episodes:
-                print("  sigstop pid %d: %d rows under %d lease(s), held "
-                      "%.1fs, lost leases counted %d, renewals refused %d, "
-                      "marks taken as already done %d"
-                      % (ep["pid"], len(ep["ids"]), len(ep["leases"]),
-                         ep["held_s"], ep["lost"], ep["renewal_lost"],
-                         ep["recovered"]))
+            self.report()
             for p in problems:
                 print("  problem: " + p)
             print(line, flush=True)
             ok = not problems
         except ChaosError as e:
-            print("chaos: error: %s (seed=%d)" % (e, self.seed), flush=True)
+            print("%s: error: %s (seed=%d)" % (PREFIX, e, self.seed),
+                  flush=True)
         finally:
             self.stop_faults.set()
             if hasattr(self, "svc"):
@@ -890,12 +898,14 @@ class Harness:
                                  "SCHEMA IF EXISTS %s CASCADE" % self.schema,
                                  retry_s=10)
                 self.db.close()
+            self.teardown()
+            if hasattr(self, "svc"):
                 self.svc.stop()
             if ok:
                 shutil.rmtree(self.work, ignore_errors=True)
             else:
-                print("chaos: kept %s (relay logs) for inspection"
-                      % self.work, flush=True)
+                print("%s: kept %s (relay logs) for inspection"
+                      % (PREFIX, self.work), flush=True)
         return 0 if ok else 1
 
 

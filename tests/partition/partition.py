@@ -472,7 +472,7 @@ class Harness(chaos.Harness):
                                                ep["pid"], ep["restored"]))
         return float(v) if v else None
 
-    def judge(self, counts, codes, consumed):
+    def verdict(self, counts, codes, consumed):
         table_ids = {r[0] for r in self.db.rows(
             "SELECT id FROM %s" % self.table)}
         got = collections.Counter(consumed)
@@ -561,52 +561,19 @@ class Harness(chaos.Harness):
                       "never" if rec is None else "%.1fs" % rec,
                       self.window_s(ep["links"])))
 
-    def main(self):
-        log("seed=%d mode=%s events=%d (repeat with --seed %d)" % (
-            self.seed, self.mode, self.n, self.seed))
-        ok = False
+    def cleanup_services(self):
+        """The relays killed, the forwarders stopped, and Postgres back
+        as it was."""
+        super().cleanup_services()
+        for f in self.forwarders:
+            f.stop()
         try:
-            self.setup()
-            self.run_faults()
-            log("faults over: %s" % dict(self.faults))
-            counts = self.drain()
-            codes = self.stop_relays()
-            consumed = self.consume()
-            line, problems = self.judge(counts, codes, consumed)
-            self.report()
-            for p in problems:
-                print("  problem: " + p)
-            print(line, flush=True)
-            ok = not problems
+            self.pg_unlisten()
         except ChaosError as e:
-            print("partition: error: %s (seed=%d)" % (e, self.seed),
-                  flush=True)
-        finally:
-            for r in self.relays:
-                if r.proc and r.proc.poll() is None:
-                    r.proc.kill()
-                    r.proc.wait(10)
-            for f in self.forwarders:
-                f.stop()
-            if hasattr(self, "svc"):
-                try:
-                    self.pg_unlisten()
-                    if ok:
-                        self.db.rows("SET client_min_messages = warning; "
-                                     "DROP SCHEMA IF EXISTS %s CASCADE"
-                                     % self.schema, retry_s=10)
-                except ChaosError as e:
-                    print("partition: cleanup: %s" % e, flush=True)
-                self.db.close()
-            self.net.teardown()
-            if hasattr(self, "svc"):
-                self.svc.stop()
-            if ok:
-                shutil.rmtree(self.work, ignore_errors=True)
-            else:
-                print("partition: kept %s (relay logs) for inspection"
-                      % self.work, flush=True)
-        return 0 if ok else 1
+            print("partition: cleanup: %s" % e, flush=True)
+
+    def teardown(self):
+        self.net.teardown()
 
 
 def main():
