@@ -137,6 +137,11 @@ void kafka_reason(char *buf, size_t buflen, const char *what,
  * through it); NULL while it is being recreated. */
 rd_kafka_t *kafka_handle(void *state);
 
+/* The librdkafka property an OUTBOX_KAFKA_<PROPERTY> variable set under
+ * cfg (name as librdkafka spells it), or NULL. */
+const struct kafka_prop *kafka_prop_find(const struct config *cfg,
+					 const char *name);
+
 /* The producer configuration for cfg: every OUTBOX_KAFKA_<PROPERTY>, then
  * what the relay insists on and its defaults; bootstrap.servers too when
  * brokers is true. A conf owned by the caller, or NULL with err naming the

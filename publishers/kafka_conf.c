@@ -34,8 +34,8 @@ static void prop_var(const char *name, char *out, size_t outlen)
 	out[j < outlen ? j : outlen - 1] = '\0';
 }
 
-static const struct kafka_prop *prop_find(const struct config *cfg,
-					  const char *name)
+const struct kafka_prop *kafka_prop_find(const struct config *cfg,
+					 const char *name)
 {
 	const struct kafka_settings *ks = kafka_settings(cfg);
 
@@ -98,7 +98,8 @@ static int conf_default(rd_kafka_conf_t *conf, const struct config *cfg,
 			const char *name, const char *alias, const char *value,
 			char *err, size_t errlen)
 {
-	if (prop_find(cfg, name) || (alias && prop_find(cfg, alias)))
+	if (kafka_prop_find(cfg, name) ||
+	    (alias && kafka_prop_find(cfg, alias)))
 		return 0;
 	return conf_put(conf, name, value, false, err, errlen);
 }

@@ -983,17 +983,6 @@ static void test_cross_checks(void **state)
 	}
 }
 
-static const struct kafka_prop *find_prop(const struct config *cfg,
-					  const char *name)
-{
-	const struct kafka_settings *ks = kafka_settings(cfg);
-
-	for (size_t i = 0; i < ks->n_props; i++)
-		if (strcmp(ks->props[i].name, name) == 0)
-			return &ks->props[i];
-	return NULL;
-}
-
 static void test_kafka_passthrough(void **state)
 {
 	char pem[256], topic[256];
@@ -1031,9 +1020,9 @@ static void test_kafka_passthrough(void **state)
 	assert_string_equal(KS(r)->props[5].value,
 			    "-----BEGIN PRIVATE KEY-----");
 	assert_true(KS(r)->props[5].secret);
-	assert_null(find_prop(&r.cfg, "brokers"));
-	assert_null(find_prop(&r.cfg, "topic"));
-	assert_null(find_prop(&r.cfg, "key.from"));
+	assert_null(kafka_prop_find(&r.cfg, "brokers"));
+	assert_null(kafka_prop_find(&r.cfg, "topic"));
+	assert_null(kafka_prop_find(&r.cfg, "key.from"));
 	run_free(&r);
 	unlink(pem);
 	unlink(topic);
@@ -1068,7 +1057,8 @@ static void test_kafka_secret_names(void **state)
 	assert_int_equal(r.problems, 0);
 	assert_int_equal(KS(r)->n_props, ARRAY_SIZE(cases));
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
-		const struct kafka_prop *p = find_prop(&r.cfg, cases[i].prop);
+		const struct kafka_prop *p =
+		    kafka_prop_find(&r.cfg, cases[i].prop);
 		if (!p || p->secret != cases[i].secret)
 			fail_msg("%s: missing or secret=%d", cases[i].prop,
 				 p ? p->secret : -1);
