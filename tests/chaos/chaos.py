@@ -767,23 +767,14 @@ class Harness:
                     raise ChaosError("record without ce_id: " + line[:200])
         return ids
 
-    def verdict(self, counts, codes, consumed):
+    def delivery(self, counts, consumed):
+        """(problems, lost, duplicates) of the delivery itself: every
+        event consumed, none unknown, every row sent and none left."""
         table_ids = {r[0] for r in self.db.rows(
             "SELECT id FROM %s" % self.table)}
         got = collections.Counter(consumed)
         lost = len(table_ids - set(got))
         phantom = len(set(got) - table_ids)
-        dups = sum(n - 1 for n in got.values())
-        # Stale marks: the transaction a SIGSTOP'd relay held its rows
-        # in may never commit (the server ended it past the lease; only
-        # a fresh lease may finish the rows). Each of its rows counts.
-        stale_accepted = 0
-        for ep in self.episodes:
-            committed = int(self.db.value(
-                "SELECT count(*) FROM unnest(ARRAY[%s]::xid8[]) x WHERE "
-                "pg_xact_status(x) = 'committed'" % ",".join(
-                    "'%s'" % x for x in ep["xids"])))
-            stale_accepted += len(ep["ids"]) if committed else 0
         problems = list(self.errors)
         if lost:
             problems.append("%d events never reached the broker" % lost)
@@ -795,6 +786,20 @@ class Harness:
         if counts["sent"] != self.n:
             problems.append("%d rows sent, want %d" % (counts["sent"],
                                                        self.n))
+        return problems, lost, sum(n - 1 for n in got.values())
+
+    def verdict(self, counts, codes, consumed):
+        problems, lost, dups = self.delivery(counts, consumed)
+        # Stale marks: the transaction a SIGSTOP'd relay held its rows
+        # in may never commit (the server ended it past the lease; only
+        # a fresh lease may finish the rows). Each of its rows counts.
+        stale_accepted = 0
+        for ep in self.episodes:
+            committed = int(self.db.value(
+                "SELECT count(*) FROM unnest(ARRAY[%s]::xid8[]) x WHERE "
+                "pg_xact_status(x) = 'committed'" % ",".join(
+                    "'%s'" % x for x in ep["xids"])))
+            stale_accepted += len(ep["ids"]) if committed else 0
         if stale_accepted:
             problems.append("%d marks of a stale lease were accepted"
                             % stale_accepted)

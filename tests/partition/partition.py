@@ -473,23 +473,7 @@ class Harness(chaos.Harness):
         return float(v) if v else None
 
     def verdict(self, counts, codes, consumed):
-        table_ids = {r[0] for r in self.db.rows(
-            "SELECT id FROM %s" % self.table)}
-        got = collections.Counter(consumed)
-        lost = len(table_ids - set(got))
-        dups = sum(n - 1 for n in got.values())
-        problems = list(self.errors)
-        if lost:
-            problems.append("%d events never reached the broker" % lost)
-        if set(got) - table_ids:
-            problems.append("%d consumed ids are not in the table"
-                            % len(set(got) - table_ids))
-        for k in ("failed", "pending", "in_flight"):
-            if counts[k]:
-                problems.append("%d rows %s at the end" % (counts[k], k))
-        if counts["sent"] != self.n:
-            problems.append("%d rows sent, want %d" % (counts["sent"],
-                                                       self.n))
+        problems, lost, dups = self.delivery(counts, consumed)
         stale_accepted = 0
         releases, recoveries = [], collections.defaultdict(list)
         for ep in self.episodes:
