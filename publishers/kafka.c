@@ -12,8 +12,6 @@
  */
 #include "kafka.h"
 
-#include <ctype.h>
-#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -34,17 +34,6 @@ static void prop_var(const char *name, char *out, size_t outlen)
 	out[j < outlen ? j : outlen - 1] = '\0';
 }
 
-const struct kafka_prop *kafka_prop_find(const struct config *cfg,
-					 const char *name)
-{
-	const struct kafka_settings *ks = kafka_settings(cfg);
-
-	for (size_t i = 0; i < ks->n_props; i++)
-		if (strcmp(ks->props[i].name, name) == 0)
-			return &ks->props[i];
-	return NULL;
-}
-
 /* Properties that would void what the relay promises. The settings table
  * already refuses enable.idempotence, acks and bootstrap.servers. */
 static int prop_refused(const struct kafka_prop *p, char *err, size_t errlen)

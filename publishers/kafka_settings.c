@@ -262,12 +262,22 @@ const struct kafka_settings *kafka_settings(const struct config *cfg)
 	return s ? s : &none;
 }
 
-static const char *prop_value(const struct kafka_settings *ks, const char *name)
+const struct kafka_prop *kafka_prop_find(const struct config *cfg,
+					 const char *name)
 {
+	const struct kafka_settings *ks = kafka_settings(cfg);
+
 	for (size_t i = 0; i < ks->n_props; i++)
 		if (strcmp(ks->props[i].name, name) == 0)
-			return ks->props[i].value;
+			return &ks->props[i];
 	return NULL;
+}
+
+static const char *prop_value(const struct config *cfg, const char *name)
+{
+	const struct kafka_prop *p = kafka_prop_find(cfg, name);
+
+	return p ? p->value : NULL;
 }
 
 /* The brokers of OUTBOX_KAFKA_BROKERS that are not loopback, into out. */
@@ -315,9 +325,9 @@ static bool remote_brokers(const char *list, char *out, size_t len)
 void kafka_settings_warn(const struct config *cfg)
 {
 	const struct kafka_settings *ks = kafka_settings(cfg);
-	const char *proto = prop_value(ks, "security.protocol");
+	const char *proto = prop_value(cfg, "security.protocol");
 	const char *verify =
-	    prop_value(ks, "enable.ssl.certificate.verification");
+	    prop_value(cfg, "enable.ssl.certificate.verification");
 	bool tls = proto && (strcasecmp(proto, "ssl") == 0 ||
 			     strcasecmp(proto, "sasl_ssl") == 0);
 	char hosts[512];
