@@ -540,9 +540,10 @@ class Harness:
         self.note("pg-restart", "fast restart in %.1fs" % (
             time.monotonic() - t0))
 
-    def held_rows(self, pid):
-        """(id, lease id, transaction) of the rows pid's live leases hold."""
-        return self.db.rows(
+    def held_rows(self, pid, db=None):
+        """(id, lease id, transaction) of the rows pid's live leases hold,
+        asked on db (a thread's own session) or the harness's."""
+        return (db or self.db).rows(
             "SELECT unnest(ids), lease_id, xid FROM %s_claims WHERE "
             "split_part(holder, '/', 2) = '%d' AND pg_xact_status(xid) = "
             "'in progress'" % (self.table, pid), retry_s=10)

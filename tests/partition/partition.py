@@ -191,7 +191,6 @@ class Harness(chaos.Harness):
         self.net = Net(chaos.N_RELAYS)
         self.forwarders = []
         self.pg_changed = False
-        self.episodes = []
         self.rounds = self.plan(random.Random("%d/plan" % self.seed),
                                 args.short, args.passes)
         self.rng = random.Random("%d/faults" % self.seed)
@@ -315,14 +314,6 @@ class Harness(chaos.Harness):
 
     # ---- faults ----
 
-    def held(self, db, pid):
-        """(id, lease id, transaction) of the rows pid's live leases hold."""
-        return db.rows(
-            "SELECT unnest(ids), lease_id, xid FROM %s_claims WHERE "
-            "split_part(holder, '/', 2) = '%d' AND cardinality(ids) > 0 AND "
-            "pg_xact_status(xid) = 'in progress'" % (self.table, pid),
-            retry_s=10)
-
     def cut(self, slots, links, up=False):
         for i in slots:
             for link in links:
@@ -343,7 +334,7 @@ class Harness(chaos.Harness):
                 time.sleep(0.002)
                 continue
             self.cut(slots, links)
-            held = {i: self.held(db, pid) for i, pid in pids.items()}
+            held = {i: self.held_rows(pid, db) for i, pid in pids.items()}
             if any(held.values()) or time.monotonic() >= end:
                 return held
             self.cut(slots, links, up=True)
