@@ -102,6 +102,11 @@ const struct setting config_core_rows[] = {
 		 "always goes): bounds a worker's memory"),
     SETTING_INT(C, "OUTBOX_WORKERS", workers, "1", 1, 64,
 		"relay worker threads per process"),
+    SETTING_INT(C, "OUTBOX_WORKER_WINDOW", worker_window, "2", 1, 8,
+		"batches one worker keeps in flight: while one is with the "
+		"broker the next is leased and the last marked (each batch "
+		"its own Postgres session); 1 leases, publishes and marks in "
+		"turn"),
     SETTING_DURATION(C, "OUTBOX_POLL_INTERVAL", poll_interval_ms, "2s", 10,
 		     HOUR, 0, "longest idle sleep between polls"),
     SETTING_DURATION(C, "OUTBOX_PUBLISH_TIMEOUT", publish_timeout_ms, "5s", 100,
@@ -280,6 +285,15 @@ static void cross_check(struct config_loader *ld, const struct config *cfg)
 			       "sweep interval %s must be less than "
 			       "OUTBOX_LEASE_TIMEOUT %s",
 			       a, b);
+	}
+	if (OK(WORKERS) && OK(WORKER_WINDOW) &&
+	    cfg->workers * cfg->worker_window > CONFIG_MAX_LANES) {
+		config_problem(ld, "OUTBOX_WORKER_WINDOW", false, NULL,
+			       "OUTBOX_WORKERS %d times a window of %d is "
+			       "%d Postgres sessions for batches; at most %d",
+			       cfg->workers, cfg->worker_window,
+			       cfg->workers * cfg->worker_window,
+			       CONFIG_MAX_LANES);
 	}
 	if (OK(BACKOFF_BASE) && OK(BACKOFF_MAX) &&
 	    cfg->backoff_base_ms > cfg->backoff_max_ms) {

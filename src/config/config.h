@@ -68,6 +68,10 @@ struct setting {
 #define SETTING_MIB (1024 * SETTING_KIB)
 #define SETTING_GIB (1024 * SETTING_MIB)
 
+/* Worker threads over all workers (OUTBOX_WORKERS x OUTBOX_WORKER_WINDOW),
+ * each with its own Postgres session. */
+#define CONFIG_MAX_LANES 64
+
 /*
  * offsetof() into target struct T that refuses to compile unless the
  * field has the C type the row's parser writes through the offset, so a
@@ -208,6 +212,7 @@ struct config {
 	int batch_size;
 	int64_t batch_bytes; /* payload bytes per lease, a budget */
 	int workers;
+	int worker_window; /* batches in flight per worker: its lanes */
 	int64_t poll_interval_ms;
 	int64_t publish_timeout_ms;
 	int64_t lease_timeout_ms;

@@ -28,6 +28,8 @@
 /* Every field but last_tick_ms is set by relay_start() before the thread
  * runs; tid and started are then used only by the thread that called
  * relay_start() (relay_finished, relay_join). */
+struct worker_share;
+
 struct relay_thread {
 	char name[32];
 	pthread_t tid;
@@ -36,7 +38,8 @@ struct relay_thread {
 				      by the thread, read by relay_healthy */
 	int64_t max_interval_ms;   /* healthy while ticks are this close */
 	struct relay *relay;
-	int index; /* worker number */
+	int index;		    /* worker number */
+	struct worker_share *share; /* a worker's lanes: what they share */
 };
 
 /* A destination (or destination + chr(31) + routing key) refusing events.
@@ -75,6 +78,9 @@ struct relay {
 	 * relay_thread for what is shared after that. */
 	struct relay_thread threads[RELAY_MAX_THREADS];
 	int n_threads;
+	/* One per worker, for its lanes (lanes.c); created by
+	 * relay_start(), freed by relay_join() after the threads. */
+	struct worker_share *worker_shares;
 	/* Written by relay_stop(), on the thread that runs the relay. */
 	int64_t shutdown_started_ms;
 };

@@ -55,6 +55,44 @@ int relay_reconnect(struct relay_thread *th, struct store *s);
  * shutdown began first. */
 struct store *relay_open_store(struct relay_thread *th, const char *who);
 
+/* ---- lanes.c: what the lanes of one worker share ---- */
+
+/* n workers' shares, each for `lanes` lane threads; NULL with err. */
+struct worker_share *worker_shares_create(struct relay *r, int n, int lanes,
+					  char *err, size_t errlen);
+/* Worker i's share. */
+struct worker_share *worker_share_at(struct worker_share *shares, int i);
+/* After every lane thread returned. */
+void worker_shares_destroy(struct worker_share *shares, int n);
+
+/* Opens or probes the worker's publisher when due and services it; true
+ * when healthy, else *next_probe_ms says when to ask again. */
+bool lanes_publisher_ready(struct worker_share *s, const struct config *cfg,
+			   int64_t *next_probe_ms);
+/* Keeps an idle publisher's connection serviced (heartbeats); a relay_idle
+ * service callback taking the share. */
+void lanes_publisher_service(void *share);
+/* Publishes on the worker's publisher once the lanes before have; ctx->tick
+ * runs while waiting. An unhealthy publisher hands nothing over
+ * (PUB_NOT_WRITTEN). Returns what publisher_publish() did, -1 when it was
+ * not called. */
+int lanes_publish(struct worker_share *s, const struct outbox_event *events,
+		  size_t n, struct publish_ctx *ctx,
+		  struct pub_result *results);
+/* docs/design.md §7: closes the publisher before a lane releases never-sent
+ * rows at shutdown. */
+void lanes_close_before_release(struct worker_share *s);
+/* A lane thread ends; the last one closes the publisher. */
+void lanes_leave(struct worker_share *s);
+
+/* Waits for this lane's turn to lease (one lane leases at a time, and not
+ * before the cadence set by the last lease). False when shutdown began. */
+bool lanes_take_turn(struct worker_share *s, struct relay_thread *th);
+/* Ends the turn: the next lease not before next_lease_ms, or, when the
+ * lease found nothing (idle), also at a wake-up after generation gen. */
+void lanes_end_turn(struct worker_share *s, int64_t next_lease_ms, bool idle,
+		    uint64_t gen);
+
 /* ---- pauses.c: destinations that refused events (under r->lock) ---- */
 
 /* Pauses destination key (doubling its pause if it is refused again after

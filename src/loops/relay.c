@@ -139,9 +139,11 @@ int relay_init(struct relay *r, const struct config *cfg,
 	if (gethostname(r->host, sizeof(r->host)) != 0)
 		snprintf(r->host, sizeof(r->host), "unknown");
 	r->host[sizeof(r->host) - 1] = '\0';
-	if (cfg->workers < 1 || cfg->workers > RELAY_MAX_THREADS - 8) {
-		snprintf(err, errlen, "workers %d is out of range",
-			 cfg->workers);
+	if (cfg->workers < 1 || cfg->worker_window < 1 ||
+	    cfg->workers * cfg->worker_window > RELAY_MAX_THREADS - 8) {
+		snprintf(err, errlen,
+			 "workers %d with a window of %d is out of range",
+			 cfg->workers, cfg->worker_window);
 		return -1;
 	}
 	pthread_condattr_t ca;
@@ -183,12 +185,23 @@ int relay_start(struct relay *r, char *err, size_t errlen)
 		struct relay_thread *th;
 	} starts[RELAY_MAX_THREADS];
 	int n = 0;
-	for (int i = 0; i < cfg->workers; i++) {
-		char name[32];
-		snprintf(name, sizeof(name), "worker-%d", i);
-		starts[n].fn = worker_main;
-		starts[n++].th = add_thread(r, name, i, worker_max);
-	}
+	r->worker_shares = worker_shares_create(
+	    r, cfg->workers, cfg->worker_window, err, errlen);
+	if (!r->worker_shares)
+		return -1;
+	for (int i = 0; i < cfg->workers; i++)
+		for (int lane = 0; lane < cfg->worker_window; lane++) {
+			char name[32];
+			if (lane == 0)
+				snprintf(name, sizeof(name), "worker-%d", i);
+			else
+				snprintf(name, sizeof(name), "worker-%d.%d", i,
+					 lane);
+			starts[n].fn = worker_main;
+			starts[n].th = add_thread(r, name, i, worker_max);
+			starts[n++].th->share =
+			    worker_share_at(r->worker_shares, i);
+		}
 	starts[n].fn = sweeper_main;
 	starts[n++].th = add_thread(r, "sweeper", 0, loop_max);
 	starts[n].fn = cleaner_main;
@@ -240,6 +253,8 @@ int relay_join(struct relay *r)
 			pthread_join(r->threads[i].tid, NULL);
 			r->threads[i].started = false;
 		}
+	worker_shares_destroy(r->worker_shares, r->cfg->workers);
+	r->worker_shares = NULL;
 	pthread_mutex_destroy(&r->lock);
 	pthread_cond_destroy(&r->wake);
 	return atomic_load(&r->marks_failed) ? 1 : 0;

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A relay worker: leases a batch, publishes it, marks every row by its
- * outcome, and waits as long as what it leased says. Each worker has its
- * own store session and its own publisher; what it shares with the other
- * workers goes through struct relay (pauses.c, rate.c, the wake-up
- * generation).
+ * One lane of a relay worker: leases a batch, publishes it, marks every row
+ * by its outcome, and leases again when the worker's cadence says. Each
+ * lane has its own store session (its lease is an open transaction); the
+ * lanes of one worker share its publisher and lease cadence (lanes.c);
+ * what the workers share goes through struct relay (pauses.c, rate.c, the
+ * wake-up generation).
  */
 #include "loops_int.h"
 
@@ -15,13 +16,10 @@
 #include "base/base.h"
 #include "encode/encode.h"
 
-#define PROBE_MIN_MS 1000
-/* A probe is one confirmed publish: cheap enough to try every few seconds,
- * so publishing resumes soon after the broker recovers. */
-#define PROBE_MAX_MS 5000
-/* After a partial batch: long enough that a trickle is leased in batches
- * rather than a statement per row, short enough that an event waits less
- * than one cycle (pause + lease + publish + mark) at moderate rates. */
+/* After a partial batch, the next lease of the worker (any lane) starts
+ * this long after the last one started: long enough that a trickle is
+ * leased in batches rather than a statement per row, short enough that an
+ * event waits at most this plus one publish. */
 #define REPOLL_MS 10
 /* How stale the operator pauses a worker obeys may be, at most (the poll
  * interval when shorter). */
@@ -60,15 +58,13 @@ struct batch {
 	int64_t last_renew_ms;
 };
 
-/* One worker thread's state; only that thread touches it. */
+/* One lane thread's state; only that thread touches it. */
 struct worker {
 	struct relay_thread *th;
 	struct relay *r;
 	const struct config *cfg;
 	struct store *store;
-	struct publisher pub;
-	int64_t next_probe_ms;
-	int64_t probe_backoff_ms;
+	struct worker_share *share; /* the publisher and lease cadence */
 	/* The operator pauses as last read (the first n_control keys of the
 	 * pause keys), and when. */
 	int64_t control_read_ms;
@@ -145,10 +141,9 @@ static void batch_add_mark(struct batch *b, enum store_mark mark,
 struct outcome_rule {
 	enum store_mark mark;
 	enum metric_counter counter;
-	bool in_doubt;		  /* also counted in MC_IN_DOUBT */
-	bool pauses_destination;  /* the event's destination is paused */
-	bool publisher_unhealthy; /* probed before the next batch */
-	bool observes_latency;	  /* end-to-end latency is recorded */
+	bool in_doubt;		 /* also counted in MC_IN_DOUBT */
+	bool pauses_destination; /* the event's destination is paused */
+	bool observes_latency;	 /* end-to-end latency is recorded */
 	bool logged_as_failed;
 };
 
@@ -159,8 +154,7 @@ static const struct outcome_rule outcome_rules[] = {
     [PUB_NOT_WRITTEN] = {.mark = MARK_RELEASE, .counter = MC_RELEASED},
     [PUB_TRANSPORT] = {.mark = MARK_TRANSPORT,
 		       .counter = MC_TRANSPORT,
-		       .in_doubt = true,
-		       .publisher_unhealthy = true},
+		       .in_doubt = true},
     [PUB_DESTINATION] = {.mark = MARK_RELEASE,
 			 .counter = MC_DESTINATION,
 			 .pauses_destination = true},
@@ -188,52 +182,6 @@ static const struct {
 
 _Static_assert(sizeof(mark_order) / sizeof(mark_order[0]) == N_MARKS,
 	       "every store mark runs once per batch");
-
-/* ---- the publisher's health ---- */
-
-static void set_healthy(struct worker *w, bool healthy)
-{
-	if (healthy == w->pub.healthy)
-		return;
-	w->pub.healthy = healthy;
-	atomic_fetch_add(&w->r->workers_ready, healthy ? 1 : -1);
-	metrics_gauge_add(MG_PUBLISHERS_UNHEALTHY, healthy ? -1 : 1);
-}
-
-static void service_publisher(void *arg)
-{
-	struct worker *w = arg;
-	publisher_service(&w->pub);
-}
-
-/* Opens or probes the publisher when it is due; true when healthy. */
-static bool ensure_publisher(struct worker *w)
-{
-	if (w->pub.healthy)
-		return true;
-	int64_t now = clock_ms();
-	if (now < w->next_probe_ms)
-		return false;
-	char err[512] = "";
-	int rc = w->pub.open
-		     ? publisher_probe(&w->pub, err, sizeof(err))
-		     : publisher_open(&w->pub, w->cfg, err, sizeof(err));
-	if (rc == 0) {
-		log_info("publisher %s is healthy", w->pub.ops->name);
-		w->probe_backoff_ms = 0;
-		set_healthy(w, true);
-		return true;
-	}
-	metrics_add(MC_PUBLISHER_FAILURES, 1);
-	w->probe_backoff_ms =
-	    w->probe_backoff_ms ? w->probe_backoff_ms * 2 : PROBE_MIN_MS;
-	if (w->probe_backoff_ms > PROBE_MAX_MS)
-		w->probe_backoff_ms = PROBE_MAX_MS;
-	w->next_probe_ms = now + w->probe_backoff_ms;
-	log_fields(LOG_WARN, "publisher unhealthy; leasing nothing for it",
-		   "publisher", w->pub.ops->name, "error", err, NULL);
-	return false;
-}
 
 /* ---- while publishing: lease renewal and the publisher's callbacks ---- */
 
@@ -356,11 +304,10 @@ static void publish_valid_rows(struct worker *w)
 		    .outcome = PUB_TRANSPORT,
 		    .reason = "the publisher reported no outcome"};
 	int64_t t0 = clock_ms();
-	int rc =
-	    publisher_publish(&w->pub, b->valid, b->n_valid, &ctx, b->results);
+	/* A publisher that failed is probed before the next batch (lanes.c);
+	 * the rows say what became of them either way. */
+	(void)lanes_publish(w->share, b->valid, b->n_valid, &ctx, b->results);
 	metrics_observe(MH_PUBLISH_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
-	if (rc != 0)
-		set_healthy(w, false);
 }
 
 static void destination_key(const struct config *cfg,
@@ -392,8 +339,6 @@ static void route_outcomes(struct worker *w)
 		metrics_add(rule->counter, 1);
 		if (rule->in_doubt)
 			metrics_add(MC_IN_DOUBT, 1);
-		if (rule->publisher_unhealthy)
-			set_healthy(w, false);
 		if (rule->observes_latency && now_us > e->created_at_us)
 			metrics_observe(MH_END_TO_END_SECONDS,
 					(uint64_t)(now_us - e->created_at_us));
@@ -459,13 +404,12 @@ static void run_marks(struct worker *w)
 {
 	for (int k = 0; k < N_MARKS; k++) {
 		if (mark_order[k].mark == MARK_RELEASE &&
-		    relay_stopping(w->r) && w->pub.open) {
+		    relay_stopping(w->r)) {
 			/* docs/design.md §7: never-sent rows are released only
 			 * once the broker client is closed, so nothing still
 			 * queued in it can go out after another replica
 			 * leased them. */
-			publisher_close(&w->pub);
-			set_healthy(w, false);
+			lanes_close_before_release(w->share);
 		}
 		/* A failed mark ended the transaction: the rest cannot
 		 * run, and conclude() says what became of the batch. */
@@ -589,54 +533,43 @@ static bool read_pauses(struct worker *w, struct pause_keys *pk)
 	return false;
 }
 
-/* Leases a batch into *lease. Returns 0, or -1 after logging the error
- * and backing off (or reconnecting); the rate reserved is given back. */
+/* Leases a batch into *lease; 0, or the store's error with err. */
 static int lease_rows(struct worker *w, const struct pause_keys *pk,
-		      int64_t started, struct lease_batch *lease)
+		      int64_t started, struct lease_batch *lease, char *err,
+		      size_t errlen)
 {
 	const struct config *cfg = w->cfg;
-	char err[1024];
 	int rc = 0;
 	if (cfg->ordering == ORDERING_PARTITION) {
 		/* Fresh keyed rows learn whether they head their key
 		 * before the lease looks for heads. */
 		size_t classified;
-		rc = store_classify(w->store, &classified, err, sizeof(err));
+		rc = store_classify(w->store, &classified, err, errlen);
 	}
 	if (rc == 0)
 		rc = store_lease(w->store, pk->ptrs, pk->n,
 				 publisher_default_destination(cfg), lease, err,
-				 sizeof(err));
+				 errlen);
 	metrics_observe(MH_LEASE_SECONDS,
 			(uint64_t)(clock_ms() - started) * 1000);
 	metrics_add(MC_LEASES, 1);
-	if (rc == 0)
-		return 0;
-	rate_refund(w->r, cfg->batch_size);
-	log_warn("lease failed: %s", err);
-	if (rc == STORE_RECONNECT)
-		relay_reconnect(w->th, w->store);
-	else
-		relay_idle(w->th, cfg->poll_interval_ms, NULL, NULL);
-	return -1;
+	return rc;
 }
 
-/* Waits after a lease that found n rows; gen is the wake-up generation
- * read before it. */
-static void wait_after_lease(struct worker *w, size_t n, uint64_t gen)
+/* When the worker's next lease may start after one that began at started
+ * and found n rows. */
+static int64_t next_lease_at(struct worker *w, size_t n, int64_t started)
 {
 	const struct config *cfg = w->cfg;
 	if (n == (size_t)cfg->batch_size)
-		return;
-	if (n > 0) {
+		return started; /* a backlog: the next lane leases at once */
+	if (n > 0)
 		/* Not cut short by notifications: with LISTEN on, a steady
 		 * stream would otherwise turn into a lease per few rows,
 		 * and the leases' cost into queueing delay (measured: p99
 		 * at 1000 events/s 90 ms against 18 without).
-		 * Notifications are for waking idle workers. */
-		relay_idle_since(w->th, NULL, REPOLL_MS, NULL, NULL);
-		return;
-	}
+		 * Notifications are for waking an idle worker. */
+		return started + REPOLL_MS;
 	/* Idle: until the poll interval or the earliest row that becomes
 	 * due. Rows already due that the lease left behind (paused
 	 * destination, locked by another replica) must not shorten the
@@ -646,53 +579,65 @@ static void wait_after_lease(struct worker *w, size_t n, uint64_t gen)
 	if (store_next_due_ms(w->store, &due, err, sizeof(err)) == 0 &&
 	    due > 0 && due < sleep_ms)
 		sleep_ms = due < 10 ? 10 : due;
-	relay_idle_since(w->th, &gen, sleep_ms, service_publisher, w);
+	return clock_ms() + sleep_ms;
 }
 
-/* One pass of the worker loop. */
+/* One pass of the lane's loop. */
 static void worker_pass(struct worker *w, struct pause_keys *pk)
 {
 	struct relay *r = w->r;
 	const struct config *cfg = w->cfg;
 	loop_tick(w->th);
-	if (!ensure_publisher(w)) {
-		relay_idle(w->th, w->next_probe_ms - clock_ms(),
-			   service_publisher, w);
+	int64_t next_probe_ms;
+	if (!lanes_publisher_ready(w->share, cfg, &next_probe_ms)) {
+		relay_idle(w->th, next_probe_ms - clock_ms(),
+			   lanes_publisher_service, w->share);
 		return;
 	}
-	service_publisher(w);
 	if (read_pauses(w, pk)) {
-		relay_idle(w->th, cfg->poll_interval_ms, service_publisher, w);
+		relay_idle(w->th, cfg->poll_interval_ms,
+			   lanes_publisher_service, w->share);
 		return;
 	}
 	int64_t wait = rate_reserve(r, cfg->batch_size);
 	if (wait > 0)
-		relay_idle(w->th, wait, service_publisher, w);
-	if (relay_stopping(r))
+		relay_idle(w->th, wait, lanes_publisher_service, w->share);
+	if (relay_stopping(r) || !lanes_take_turn(w->share, w->th)) {
+		rate_refund(r, cfg->batch_size);
 		return;
+	}
 
 	uint64_t gen = relay_wake_generation(r);
 	int64_t started = clock_ms();
 	struct lease_batch lease = {0};
-	if (lease_rows(w, pk, started, &lease) != 0)
+	char err[1024];
+	int rc = lease_rows(w, pk, started, &lease, err, sizeof(err));
+	if (rc != 0) {
+		lanes_end_turn(w->share, clock_ms(), false, 0);
+		rate_refund(r, cfg->batch_size);
+		log_warn("lease failed: %s", err);
+		if (rc == STORE_RECONNECT)
+			relay_reconnect(w->th, w->store);
+		else
+			relay_idle(w->th, cfg->poll_interval_ms, NULL, NULL);
 		return;
+	}
 	size_t n = lease.n;
+	lanes_end_turn(w->share, next_lease_at(w, n, started), n == 0, gen);
 	rate_refund(r, (double)cfg->batch_size - (double)n);
 	/* An empty lease holds nothing to release. */
 	if (n > 0) {
 		metrics_observe(MH_BATCH_SIZE, n);
 		process_batch(w, &lease, started);
 	}
-	wait_after_lease(w, n, gen);
 }
 
 void *worker_main(void *arg)
 {
 	struct relay_thread *th = arg;
 	struct relay *r = th->relay;
-	struct worker w = {.th = th, .r = r, .cfg = r->cfg};
+	struct worker w = {.th = th, .r = r, .cfg = r->cfg, .share = th->share};
 	struct pause_keys pk = {0};
-	publisher_init(&w.pub, r->pub_ops);
 	log_set_thread(th->name);
 	if (pause_keys_init(&pk) != 0) {
 		log_error("out of memory for the pause keys");
@@ -701,13 +646,10 @@ void *worker_main(void *arg)
 	w.store = relay_open_store(th, th->name);
 	if (!w.store)
 		goto out;
-	metrics_gauge_add(MG_PUBLISHERS_UNHEALTHY, 1); /* until first open */
 	while (!relay_stopping(r))
 		worker_pass(&w, &pk);
 out:
-	publisher_close(&w.pub);
-	if (w.pub.healthy)
-		atomic_fetch_sub(&r->workers_ready, 1);
+	lanes_leave(w.share);
 	store_close(w.store);
 	pause_keys_release(&pk);
 	log_info("worker stopped");

@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the lanes of one worker share (docs/design.md §5, "The worker's
+ * window"): the publisher, its health and probe schedule, and the lease
+ * cadence. A worker with OUTBOX_WORKER_WINDOW=w runs w lane threads; each
+ * lane leases, publishes and marks one batch at a time on its own Postgres
+ * session (a lease is an open transaction, so one per session), and the
+ * lanes take turns at the publisher: while one batch is with the broker,
+ * the next lane's lease and the last lane's marks run beside it.
+ *
+ * Locks: pub_lock guards pub and the health fields; lease_lock guards the
+ * lease cadence. A lane never holds both, and never holds lease_lock over
+ * a statement (it takes the turn, leases, and gives it back).
+ */
+#include "loops_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "base/base.h"
+
+#define PROBE_MIN_MS 1000
+/* A probe is one confirmed publish: cheap enough to try every few seconds,
+ * so publishing resumes soon after the broker recovers. */
+#define PROBE_MAX_MS 5000
+/* How long a lane waits for another lane's lease before looking at
+ * shutdown again. */
+#define TURN_WAIT_MS 50
+
+struct worker_share {
+	struct relay *r;
+
+	pthread_mutex_t pub_lock;
+	struct publisher pub;
+	int64_t next_probe_ms;
+	int64_t probe_backoff_ms;
+	int lanes_left; /* the last lane out closes the publisher */
+
+	pthread_mutex_t lease_lock;
+	pthread_cond_t lease_done; /* on CLOCK_MONOTONIC */
+	bool leasing;		   /* a lane holds the lease turn */
+	int64_t next_lease_ms;	   /* no lease before (clock_ms) */
+	bool idle;		   /* the last lease found nothing */
+	uint64_t idle_gen;	   /* wake-up generation read before it */
+};
+
+struct worker_share *worker_shares_create(struct relay *r, int n, int lanes,
+					  char *err, size_t errlen)
+{
+	struct worker_share *shares = calloc((size_t)n, sizeof(*shares));
+	if (!shares) {
+		snprintf(err, errlen, "out of memory for %d workers", n);
+		return NULL;
+	}
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	for (int i = 0; i < n; i++) {
+		struct worker_share *s = &shares[i];
+		s->r = r;
+		s->lanes_left = lanes;
+		publisher_init(&s->pub, r->pub_ops);
+		/* Counted unhealthy until the first open. */
+		metrics_gauge_add(MG_PUBLISHERS_UNHEALTHY, 1);
+		pthread_mutex_init(&s->pub_lock, NULL);
+		pthread_mutex_init(&s->lease_lock, NULL);
+		pthread_cond_init(&s->lease_done, &ca);
+	}
+	pthread_condattr_destroy(&ca);
+	return shares;
+}
+
+struct worker_share *worker_share_at(struct worker_share *shares, int i)
+{
+	return &shares[i];
+}
+
+void worker_shares_destroy(struct worker_share *shares, int n)
+{
+	if (!shares)
+		return;
+	for (int i = 0; i < n; i++) {
+		struct worker_share *s = &shares[i];
+		publisher_close(&s->pub);
+		pthread_mutex_destroy(&s->pub_lock);
+		pthread_mutex_destroy(&s->lease_lock);
+		pthread_cond_destroy(&s->lease_done);
+	}
+	free(shares);
+}
+
+/* ---- the publisher (under pub_lock) ---- */
+
+static void set_healthy(struct worker_share *s, bool healthy)
+{
+	if (healthy == s->pub.healthy)
+		return;
+	s->pub.healthy = healthy;
+	atomic_fetch_add(&s->r->workers_ready, healthy ? 1 : -1);
+	metrics_gauge_add(MG_PUBLISHERS_UNHEALTHY, healthy ? -1 : 1);
+}
+
+/* Opens or probes the publisher when it is due. */
+static bool ensure_publisher(struct worker_share *s, const struct config *cfg)
+{
+	if (s->pub.healthy)
+		return true;
+	int64_t now = clock_ms();
+	if (now < s->next_probe_ms)
+		return false;
+	char err[512] = "";
+	int rc = s->pub.open ? publisher_probe(&s->pub, err, sizeof(err))
+			     : publisher_open(&s->pub, cfg, err, sizeof(err));
+	if (rc == 0) {
+		log_info("publisher %s is healthy", s->pub.ops->name);
+		s->probe_backoff_ms = 0;
+		set_healthy(s, true);
+		return true;
+	}
+	metrics_add(MC_PUBLISHER_FAILURES, 1);
+	s->probe_backoff_ms =
+	    s->probe_backoff_ms ? s->probe_backoff_ms * 2 : PROBE_MIN_MS;
+	if (s->probe_backoff_ms > PROBE_MAX_MS)
+		s->probe_backoff_ms = PROBE_MAX_MS;
+	s->next_probe_ms = now + s->probe_backoff_ms;
+	log_fields(LOG_WARN, "publisher unhealthy; leasing nothing for it",
+		   "publisher", s->pub.ops->name, "error", err, NULL);
+	return false;
+}
+
+bool lanes_publisher_ready(struct worker_share *s, const struct config *cfg,
+			   int64_t *next_probe_ms)
+{
+	pthread_mutex_lock(&s->pub_lock);
+	bool ok = ensure_publisher(s, cfg);
+	if (ok)
+		publisher_service(&s->pub);
+	*next_probe_ms = s->next_probe_ms;
+	pthread_mutex_unlock(&s->pub_lock);
+	return ok;
+}
+
+void lanes_publisher_service(void *arg)
+{
+	struct worker_share *s = arg;
+	/* Busy means another lane is publishing, which services it. */
+	if (pthread_mutex_trylock(&s->pub_lock) != 0)
+		return;
+	publisher_service(&s->pub);
+	pthread_mutex_unlock(&s->pub_lock);
+}
+
+/* Takes pub_lock, calling ctx->tick (lease renewal, health tick) at least
+ * every few hundred milliseconds while another lane publishes. */
+static void lock_publisher(struct worker_share *s, struct publish_ctx *ctx)
+{
+	for (;;) {
+		struct timespec at;
+		clock_gettime(CLOCK_MONOTONIC, &at);
+		at.tv_nsec += 200 * 1000000L;
+		if (at.tv_nsec >= 1000000000L) {
+			at.tv_sec++;
+			at.tv_nsec -= 1000000000L;
+		}
+		int rc =
+		    pthread_mutex_clocklock(&s->pub_lock, CLOCK_MONOTONIC, &at);
+		if (rc == 0)
+			return;
+		if (rc != ETIMEDOUT) {
+			/* Not expected of a default mutex; waiting blind is
+			 * still correct, only without renewals. */
+			pthread_mutex_lock(&s->pub_lock);
+			return;
+		}
+		ctx->tick(ctx);
+	}
+}
+
+int lanes_publish(struct worker_share *s, const struct outbox_event *events,
+		  size_t n, struct publish_ctx *ctx, struct pub_result *results)
+{
+	lock_publisher(s, ctx);
+	int rc = -1;
+	/* Another lane may have found the broker gone while this one
+	 * waited: its rows were never handed over. */
+	if (!s->pub.healthy || !s->pub.open) {
+		for (size_t i = 0; i < n; i++) {
+			results[i].outcome = PUB_NOT_WRITTEN;
+			snprintf(results[i].reason, sizeof(results[i].reason),
+				 "not handed to the broker: the publisher "
+				 "became unhealthy");
+		}
+		goto out;
+	}
+	rc = publisher_publish(&s->pub, events, n, ctx, results);
+	bool in_doubt = false;
+	for (size_t i = 0; i < n; i++)
+		in_doubt = in_doubt || results[i].outcome == PUB_TRANSPORT;
+	/* An outcome in doubt means the connection is: probe it before the
+	 * next batch (docs/design.md §3). */
+	if (rc != 0 || in_doubt)
+		set_healthy(s, false);
+out:
+	pthread_mutex_unlock(&s->pub_lock);
+	return rc;
+}
+
+void lanes_close_before_release(struct worker_share *s)
+{
+	pthread_mutex_lock(&s->pub_lock);
+	if (s->pub.open) {
+		publisher_close(&s->pub);
+		set_healthy(s, false);
+	}
+	pthread_mutex_unlock(&s->pub_lock);
+}
+
+void lanes_leave(struct worker_share *s)
+{
+	pthread_mutex_lock(&s->pub_lock);
+	if (--s->lanes_left == 0) {
+		publisher_close(&s->pub);
+		set_healthy(s, false);
+	}
+	pthread_mutex_unlock(&s->pub_lock);
+}
+
+/* ---- the lease cadence (under lease_lock) ---- */
+
+static void lease_wait(struct worker_share *s, int64_t ms)
+{
+	struct timespec at;
+	clock_gettime(CLOCK_MONOTONIC, &at);
+	at.tv_sec += ms / 1000;
+	at.tv_nsec += (ms % 1000) * 1000000L;
+	if (at.tv_nsec >= 1000000000L) {
+		at.tv_sec++;
+		at.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&s->lease_done, &s->lease_lock, &at);
+}
+
+bool lanes_take_turn(struct worker_share *s, struct relay_thread *th)
+{
+	struct relay *r = s->r;
+	pthread_mutex_lock(&s->lease_lock);
+	for (;;) {
+		if (relay_stopping(r)) {
+			pthread_mutex_unlock(&s->lease_lock);
+			return false;
+		}
+		if (s->leasing) {
+			/* Another lane leases: two at once would only split
+			 * the same rows between them. */
+			loop_tick(th);
+			lease_wait(s, TURN_WAIT_MS);
+			continue;
+		}
+		int64_t now = clock_ms();
+		bool woken = s->idle && relay_wake_generation(r) != s->idle_gen;
+		if (now >= s->next_lease_ms || woken) {
+			s->leasing = true;
+			pthread_mutex_unlock(&s->lease_lock);
+			return true;
+		}
+		int64_t wait = s->next_lease_ms - now;
+		bool idle = s->idle;
+		uint64_t gen = s->idle_gen;
+		pthread_mutex_unlock(&s->lease_lock);
+		/* Idle: a wake-up (a notification, a resume) ends the wait.
+		 * Paced after a partial batch: only time does. */
+		relay_idle_since(th, idle ? &gen : NULL, wait,
+				 lanes_publisher_service, s);
+		pthread_mutex_lock(&s->lease_lock);
+	}
+}
+
+void lanes_end_turn(struct worker_share *s, int64_t next_lease_ms, bool idle,
+		    uint64_t gen)
+{
+	pthread_mutex_lock(&s->lease_lock);
+	s->leasing = false;
+	s->next_lease_ms = next_lease_ms;
+	s->idle = idle;
+	s->idle_gen = gen;
+	pthread_cond_broadcast(&s->lease_done);
+	pthread_mutex_unlock(&s->lease_lock);
+}
