@@ -68,8 +68,8 @@ struct setting {
 #define SETTING_MIB (1024 * SETTING_KIB)
 #define SETTING_GIB (1024 * SETTING_MIB)
 
-/* Worker threads over all workers (OUTBOX_WORKERS x OUTBOX_WORKER_WINDOW),
- * each with its own Postgres session. */
+/* Worker lanes over all workers (OUTBOX_WORKERS x OUTBOX_WORKER_WINDOW),
+ * each a thread with its own Postgres sessions. */
 #define CONFIG_MAX_LANES 64
 
 /*

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Ordered delivery under faults (docs/design.md §6): 3 relay processes x 2
-# workers, 200 keys x 50 events, 5 % of publishes failing retryably and
+# workers x a window of 3 lanes, 200 keys x 50 events, 5 % of publishes
+# failing retryably, each batch acknowledged in a random order, and
 # one relay killed -9 mid-run. Deliveries go to one shared log in global
 # order (the flaky test backend); for every key the first deliveries
 # follow seq, and nothing is lost.
@@ -21,7 +22,8 @@ flaky_relay() {
 	local name="$1"
 	env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
 		OUTBOX_HTTP_ADDR= OUTBOX_PUBLISHER=flaky RELAY_TEST_FLAKY_FILE="$log" \
-		RELAY_TEST_FLAKY_PERCENT=5 OUTBOX_ORDERING=partition OUTBOX_WORKERS=2 \
+		RELAY_TEST_FLAKY_PERCENT=5 RELAY_TEST_FLAKY_SHUFFLE=1 OUTBOX_ORDERING=partition \
+		OUTBOX_WORKERS=2 OUTBOX_WORKER_WINDOW=3 \
 		OUTBOX_LEASE_TIMEOUT=3s OUTBOX_PUBLISH_TIMEOUT=1s OUTBOX_STATEMENT_TIMEOUT=1s \
 		OUTBOX_SWEEP_INTERVAL=500ms OUTBOX_POLL_INTERVAL=100ms \
 		OUTBOX_BACKOFF_BASE=100ms OUTBOX_BACKOFF_MAX=400ms \

@@ -10,6 +10,9 @@
  *   RELAY_TEST_FLAKY_FILE     the delivery log (required)
  *   RELAY_TEST_FLAKY_PERCENT  share of events nacked (PUB_EVENT), 0-100
  *   RELAY_TEST_FLAKY_DELAY_MS pause before each event, to widen windows
+ *   RELAY_TEST_FLAKY_SHUFFLE  1: each batch is delivered and acknowledged
+ *                             in a random order, as a broker confirming
+ *                             out of order would
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -25,6 +28,7 @@ struct flaky {
 	int fd;
 	int percent;
 	int delay_ms;
+	int shuffle;
 	unsigned int seed;
 };
 
@@ -57,8 +61,10 @@ static int flaky_open(const struct config *cfg, void **state, char *err,
 	}
 	const char *p = getenv("RELAY_TEST_FLAKY_PERCENT");
 	const char *d = getenv("RELAY_TEST_FLAKY_DELAY_MS");
+	const char *sh = getenv("RELAY_TEST_FLAKY_SHUFFLE");
 	f->percent = p ? atoi(p) : 0;
 	f->delay_ms = d ? atoi(d) : 0;
+	f->shuffle = sh ? atoi(sh) : 0;
 	f->seed = (unsigned int)(getpid() ^ time(NULL));
 	*state = f;
 	return 0;
@@ -69,7 +75,18 @@ static int flaky_publish(void *state, const struct outbox_event *events,
 			 struct pub_result *results)
 {
 	struct flaky *f = state;
-	for (size_t i = 0; i < n; i++) {
+	size_t *order = malloc((n ? n : 1) * sizeof(*order));
+	if (!order)
+		return -1; /* every row stays "no outcome": in doubt */
+	for (size_t k = 0; k < n; k++)
+		order[k] = k;
+	for (size_t k = n; f->shuffle && k > 1; k--) {
+		size_t j = (size_t)rand_r(&f->seed) % k, t = order[k - 1];
+		order[k - 1] = order[j];
+		order[j] = t;
+	}
+	for (size_t k = 0; k < n; k++) {
+		size_t i = order[k];
 		struct pub_result *r = &results[i];
 		r->route_scoped = false;
 		r->reason[0] = '\0';
@@ -103,6 +120,7 @@ static int flaky_publish(void *state, const struct outbox_event *events,
 		}
 		r->outcome = PUB_ACKED;
 	}
+	free(order);
 	return 0;
 }
 
