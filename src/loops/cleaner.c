@@ -44,7 +44,8 @@ void *cleaner_main(void *arg)
 			if (cr.sent_deleted + cr.failed_deleted >= cap)
 				next = 1000;
 		}
-		relay_idle(th, next, NULL, NULL);
+		/* Not woken by relay_wake(): see the sweeper. */
+		relay_idle_since(th, NULL, next, NULL, NULL);
 	}
 	store_close(s);
 	log_info("cleaner stopped");

@@ -194,7 +194,10 @@ int lanes_publish(struct worker_share *s, const struct outbox_event *events,
 		}
 		goto out;
 	}
+	/* The publish alone: the wait for the turn is the lanes'. */
+	int64_t t0 = clock_ms();
 	rc = publisher_publish(&s->pub, events, n, ctx, results);
+	metrics_observe(MH_PUBLISH_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
 	bool in_doubt = false;
 	for (size_t i = 0; i < n; i++)
 		in_doubt = in_doubt || results[i].outcome == PUB_TRANSPORT;

@@ -56,7 +56,11 @@ void *sweeper_main(void *arg)
 				relay_wake(r);
 			}
 		}
-		relay_idle(th, r->cfg->sweep_interval_ms, NULL, NULL);
+		/* Only time (or shutdown) ends the sleep: relay_wake() is
+		 * for workers, and with LISTEN on it comes with every
+		 * inserting commit, which would make a sweep per commit. */
+		relay_idle_since(th, NULL, r->cfg->sweep_interval_ms, NULL,
+				 NULL);
 	}
 	store_close(s);
 	log_info("sweeper stopped");

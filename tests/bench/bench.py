@@ -299,8 +299,9 @@ class Relay:
                     return int(line.split()[1])
         return 0
 
-    def metrics(self):
-        """Sums and counts of the statement and publish histograms."""
+    def counts(self):
+        """Sums and counts of the statement and publish histograms, as
+        the relay's /metrics has them."""
         try:
             with urllib.request.urlopen(
                     "http://127.0.0.1:%d/metrics" % self.port,
@@ -314,6 +315,11 @@ class Relay:
                          r"(sum|count)\s+(\S+)$", line)
             if m:
                 out[m.group(1) + "_" + m.group(2)] = float(m.group(3))
+        return out
+
+    def metrics(self):
+        """Milliseconds per batch of the lease, mark and publish."""
+        out = self.counts()
         per_batch = {}
         for k in ("lease", "mark", "publish"):
             if out.get(k + "_count"):
@@ -773,6 +779,17 @@ class Bench:
             relay = Relay(self, t, "amqp", 1, extra, log_name="latency")
             try:
                 time.sleep(0.5)
+                # What the relay costs Postgres: the CPU of its own
+                # sessions (not the producers'), and its leases.
+                backends = dict(
+                    (int(line.split("|")[0]), line.split("|")[1])
+                    for line in self.sql(
+                        "SELECT pid, application_name FROM "
+                        "pg_stat_activity WHERE application_name LIKE "
+                        "'outbox-relay/%%' AND datname = current_database()"
+                    ).splitlines())
+                cpu0 = {b: proc_cpu_s(b) for b in backends}
+                leases0 = relay.counts().get("lease_count", 0)
                 t_start = time.time()
                 cons = self.consumer(0, idle=5, since=t_start + warm)
                 run([self.svc.pgbench, "-n", "-M", "prepared", "-c", "2",
@@ -780,9 +797,20 @@ class Bench:
                      "-f", script, self.svc.db_url],
                     timeout=secs + warm + 120)
                 got = self.consumer_result(cons, 120)
+                by_session = {b: proc_cpu_s(b) - cpu0[b] for b in backends}
+                cpu = sum(by_session.values())
+                top = max(by_session, key=by_session.get, default=None)
+                leases = relay.counts().get("lease_count", 0) - leases0
+                events = int(self.sql("SELECT count(*) FROM %s" % t))
             finally:
                 relay.stop()
             lat = got["latency_ms"]
+            lat["pg_us_per_event"] = 1e6 * cpu / max(events, 1)
+            lat["leases_per_1000"] = 1000.0 * leases / max(events, 1)
+            if top is not None:
+                say("  busiest relay session: %s, %.1f us per event" % (
+                    backends[top].rsplit("/", 1)[-1],
+                    1e6 * by_session[top] / max(events, 1)))
             # Below the base rate's samples something broke; at the high
             # rate the producers (or the relay) may fall short of it,
             # which the report shows by the events measured.
@@ -793,9 +821,11 @@ class Bench:
                     rate, lat["n"], rate * secs))
             runs.append(lat)
             say("latency%s at %d/s run %d: %d events p50 %.1f ms p99 %.1f "
-                "ms max %.1f ms" % (" (listen)" if listen else "", rate,
-                                    i + 1, lat["n"], lat["p50"], lat["p99"],
-                                    lat["max"]))
+                "ms max %.1f ms; the relay's sessions %.1f us Postgres CPU "
+                "and %.0f leases per 1000 events" % (
+                    " (listen)" if listen else "", rate, i + 1, lat["n"],
+                    lat["p50"], lat["p99"], lat["max"],
+                    lat["pg_us_per_event"], lat["leases_per_1000"]))
         return self.latency_summary(runs)
 
     @staticmethod
@@ -804,8 +834,10 @@ class Bench:
         # percentile's latency.
         cdf = [sorted(r["cdf"][i] for r in runs)[len(runs) // 2]
                for i in range(len(runs[0]["cdf"]))]
-        return {k: spread([r[k] for r in runs]) for k in
-                ("p50", "p99", "max")} | {"events": spread(
+        out = {k: spread([r[k] for r in runs]) for k in
+               ("p50", "p99", "max", "pg_us_per_event", "leases_per_1000")
+               if k in runs[0]}
+        return out | {"events": spread(
                     [r["n"] for r in runs]), "cdf_ms": cdf}
 
     def latency_floor(self, rate):
@@ -1118,11 +1150,13 @@ class Bench:
                 tgt, verdict(lat["p99"]["median"] <= tgt, "%.1f ms" % (
                     lat["p99"]["median"] - tgt))))
             row("Latency max, ms", lat["max"], 1)
+            self.lease_cost_rows(lat, "polling", row)
         lat = r.get("latency_listen")
         if lat:
             row("Latency p50, ms, with OUTBOX_LISTEN=on", lat["p50"], 1)
             row("Latency p99, ms, with OUTBOX_LISTEN=on", lat["p99"], 1)
             row("Latency max, ms, with OUTBOX_LISTEN=on", lat["max"], 1)
+            self.lease_cost_rows(lat, "OUTBOX_LISTEN=on", row)
         self.latency_rows(r, row)
         nt = r.get("notify")
         if nt:
@@ -1193,6 +1227,16 @@ class Bench:
         notes = ["", "Notes: " + "; ".join(self.notes) + "."] \
             if self.notes else []
         return "\n".join(head + rows + notes)
+
+    def lease_cost_rows(self, lat, name, row):
+        """What the relay cost Postgres while the latency was measured."""
+        if "pg_us_per_event" not in lat:
+            return
+        row("Postgres CPU of the relay's sessions per event, µs, %s at "
+            "%d events/s" % (name, self.p["latency_rate"]),
+            lat["pg_us_per_event"], 1)
+        row("Leases per 1000 events, %s at %d events/s" % (
+            name, self.p["latency_rate"]), lat["leases_per_1000"], 0)
 
     def latency_rows(self, r, row):
         """The broker floor at the base rate, and all three at the high

@@ -27,6 +27,10 @@ for w in ("1", "2", "4"):
     d = r["throughput"]["amqp"][w]
     assert d["events_per_s"]["median"] > 0 and d["cpu_us_per_event"]["median"] > 0
 assert r["latency"]["p99"]["median"] > 0
+# What the relay cost Postgres beside the latency: its sessions' CPU and
+# leases per event, both measured, never zero while events flowed.
+assert r["latency"]["pg_us_per_event"]["median"] > 0
+assert r["latency"]["leases_per_1000"]["median"] > 0
 # The broker floor and the high rate, each measured.
 for key in ("latency_floor", "latency_high", "latency_high_listen",
             "latency_high_floor"):

@@ -3,15 +3,17 @@
 # Wake-up through LISTEN (docs/design.md §7): with a 10 s poll interval and
 # OUTBOX_LISTEN=on, an inserted event is published within a second; with
 # the trigger dropped it still goes out within the poll interval; the
-# listener comes back after a Postgres restart.
+# listener comes back after a Postgres restart. Notifications wake the
+# workers only: a burst of commits does not make the sweeper sweep.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/ops_lib.sh"
 : "${RELAY_TEST_PG_DIR:?run through tests/run.sh}"
 it_table listen
 OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_LISTEN=on "$RELAY_TEST_BIN" migrate \
 	>"$it_dir/migrate-on.out" 2>&1 || it_fail "migrate with LISTEN on: $(cat "$it_dir/migrate-on.out")"
 grep -q "NOTIFY trigger present" "$it_dir/migrate-on.out" || it_fail "migrate did not report the trigger"
 
-it_relay relay OUTBOX_LISTEN=on OUTBOX_POLL_INTERVAL=10s
+ops_relay relay OUTBOX_LISTEN=on OUTBOX_POLL_INTERVAL=10s OUTBOX_SWEEP_INTERVAL=5s
 pid=$it_last_pid
 sleep 1.5 # past the first poll
 
@@ -27,6 +29,17 @@ insert_and_time() {
 }
 t=$(insert_and_time 5)
 awk -v t="$t" 'BEGIN { exit !(t < 1) }' || it_fail "with LISTEN the event took ${t}s"
+
+# 200 commits, 200 notifications, in about a second: at most one sweep
+# (every 5 s), not one per notification.
+sweeps=$(ops_metric outbox_sweeps_total)
+n=$(wc -l <"$it_dir/relay.out")
+for _ in $(seq 200); do
+	echo "INSERT INTO $OUTBOX_TABLE (type, payload) VALUES ('listen.burst', '{}');"
+done | psql "$RELAY_TEST_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -f - >/dev/null
+it_wait_lines 30 "$it_dir/relay.out" $((n + 200))
+swept=$(($(ops_metric outbox_sweeps_total) - sweeps))
+[ "$swept" -le 2 ] || it_fail "$swept sweeps during a burst of 200 notifications"
 
 # Without the trigger, polling remains: within the 10 s interval.
 OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_LISTEN=off "$RELAY_TEST_BIN" migrate \
