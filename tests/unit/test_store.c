@@ -1292,6 +1292,34 @@ static void test_checks_and_migrations(void **state)
 		    "\"cex\": \"z\"}')",
 		    table);
 
+	/* 005: the headers CHECK holds pending rows only, so a mark (which
+	 * moves rows out of pending) never calls headers_ok per row; it is
+	 * PL/pgSQL, which no statement tries to inline. */
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM pg_constraint WHERE conrelid = "
+			"'%s'::regclass AND pg_get_constraintdef(oid) LIKE "
+			"'%%headers_ok%%'",
+			table),
+	    1);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM pg_constraint WHERE conrelid = "
+			"'%s'::regclass AND pg_get_constraintdef(oid) LIKE "
+			"'%%status <> ''pending''%%headers_ok%%'",
+			table),
+	    1);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM pg_proc p JOIN "
+			"pg_language l ON l.oid = p.prolang "
+			"WHERE p.proname = 'outbox_events_"
+			"headers_ok' AND l.lanname = 'plpgsql' AND "
+			"p.pronamespace = (SELECT relnamespace "
+			"FROM pg_class WHERE oid = '%s'::regclass)",
+			table),
+	    1);
+
 	/* 001 twice is a no-op. */
 	struct outbox_table t;
 	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
