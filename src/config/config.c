@@ -102,11 +102,11 @@ const struct setting config_core_rows[] = {
 		 "always goes): bounds a worker's memory"),
     SETTING_INT(C, "OUTBOX_WORKERS", workers, "1", 1, 64,
 		"relay worker threads per process"),
-    SETTING_INT(C, "OUTBOX_WORKER_WINDOW", worker_window, "2", 1, 8,
+    SETTING_INT(C, "OUTBOX_WORKER_WINDOW", worker_window, "0", 0, 8,
 		"batches one worker keeps in flight: while one is with the "
 		"broker the next is leased and the last marked (each batch "
 		"its own Postgres session); 1 leases, publishes and marks in "
-		"turn"),
+		"turn; 0: 2 for a single worker, 1 with several"),
     SETTING_DURATION(C, "OUTBOX_POLL_INTERVAL", poll_interval_ms, "2s", 10,
 		     HOUR, 0, "longest idle sleep between polls"),
     SETTING_DURATION(C, "OUTBOX_PUBLISH_TIMEOUT", publish_timeout_ms, "5s", 100,
@@ -258,6 +258,16 @@ static int check_http_addr(const char *v, char *why, size_t whylen)
 
 #define OK(v) config_loader_ok(ld, "OUTBOX_" #v)
 
+/* Every batch in flight is a lease the others' leases skip over (SKIP
+ * LOCKED), so the default keeps a replica at two: a window of 2 for one
+ * worker, none beyond the workers for several (docs/benchmark.md). */
+int config_worker_window(const struct config *cfg)
+{
+	if (cfg->worker_window > 0)
+		return cfg->worker_window;
+	return cfg->workers == 1 ? 2 : 1;
+}
+
 /* docs/design.md §4: settings that would let a lease expire under a live batch.
  */
 static void cross_check(struct config_loader *ld, const struct config *cfg)
@@ -287,12 +297,13 @@ static void cross_check(struct config_loader *ld, const struct config *cfg)
 			       a, b);
 	}
 	if (OK(WORKERS) && OK(WORKER_WINDOW) &&
-	    cfg->workers * cfg->worker_window > CONFIG_MAX_LANES) {
+	    cfg->workers * config_worker_window(cfg) > CONFIG_MAX_LANES) {
 		config_problem(ld, "OUTBOX_WORKER_WINDOW", false, NULL,
 			       "OUTBOX_WORKERS %d times a window of %d is "
-			       "%d Postgres sessions for batches; at most %d",
-			       cfg->workers, cfg->worker_window,
-			       cfg->workers * cfg->worker_window,
+			       "%d lanes, each with its Postgres sessions; at "
+			       "most %d",
+			       cfg->workers, config_worker_window(cfg),
+			       cfg->workers * config_worker_window(cfg),
 			       CONFIG_MAX_LANES);
 	}
 	if (OK(BACKOFF_BASE) && OK(BACKOFF_MAX) &&

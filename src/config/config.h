@@ -212,7 +212,7 @@ struct config {
 	int batch_size;
 	int64_t batch_bytes; /* payload bytes per lease, a budget */
 	int workers;
-	int worker_window; /* batches in flight per worker: its lanes */
+	int worker_window; /* as set; 0: config_worker_window() decides */
 	int64_t poll_interval_ms;
 	int64_t publish_timeout_ms;
 	int64_t lease_timeout_ms;
@@ -257,6 +257,10 @@ struct config {
  */
 int config_load(struct config *cfg, const struct config_extensions *ext,
 		FILE *errs);
+
+/* The lanes per worker OUTBOX_WORKER_WINDOW means: as set, or for 0, 2
+ * when there is one worker and 1 when there are several. */
+int config_worker_window(const struct config *cfg);
 
 /* Frees every string and group struct config_load() stored; leaves cfg
  * zeroed. */

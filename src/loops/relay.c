@@ -139,11 +139,12 @@ int relay_init(struct relay *r, const struct config *cfg,
 	if (gethostname(r->host, sizeof(r->host)) != 0)
 		snprintf(r->host, sizeof(r->host), "unknown");
 	r->host[sizeof(r->host) - 1] = '\0';
-	if (cfg->workers < 1 || cfg->worker_window < 1 ||
-	    cfg->workers * cfg->worker_window > RELAY_MAX_THREADS - 8) {
+	int window = config_worker_window(cfg);
+	if (cfg->workers < 1 || window < 1 ||
+	    cfg->workers * window > RELAY_MAX_THREADS - 8) {
 		snprintf(err, errlen,
 			 "workers %d with a window of %d is out of range",
-			 cfg->workers, cfg->worker_window);
+			 cfg->workers, window);
 		return -1;
 	}
 	pthread_condattr_t ca;
@@ -186,11 +187,11 @@ int relay_start(struct relay *r, char *err, size_t errlen)
 	} starts[RELAY_MAX_THREADS];
 	int n = 0;
 	r->worker_shares = worker_shares_create(
-	    r, cfg->workers, cfg->worker_window, err, errlen);
+	    r, cfg->workers, config_worker_window(cfg), err, errlen);
 	if (!r->worker_shares)
 		return -1;
 	for (int i = 0; i < cfg->workers; i++)
-		for (int lane = 0; lane < cfg->worker_window; lane++) {
+		for (int lane = 0; lane < config_worker_window(cfg); lane++) {
 			char name[32];
 			if (lane == 0)
 				snprintf(name, sizeof(name), "worker-%d", i);

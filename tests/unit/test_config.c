@@ -60,6 +60,7 @@ static const char *const all_vars[] = {
     "OUTBOX_BATCH_SIZE",
     "OUTBOX_BATCH_BYTES",
     "OUTBOX_WORKERS",
+    "OUTBOX_WORKER_WINDOW",
     "OUTBOX_POLL_INTERVAL",
     "OUTBOX_PUBLISH_TIMEOUT",
     "OUTBOX_LEASE_TIMEOUT",
@@ -310,6 +311,7 @@ static const struct good_case good_cases[] = {
     {"OUTBOX_BATCH_SIZE", "1", K_INT, OFF(batch_size), 1, 0, NULL},
     {"OUTBOX_BATCH_SIZE", "10000", K_INT, OFF(batch_size), 10000, 0, NULL},
     {"OUTBOX_WORKERS", "64", K_INT, OFF(workers), 64, 0, NULL},
+    {"OUTBOX_WORKER_WINDOW", "8", K_INT, OFF(worker_window), 8, 0, NULL},
     {"OUTBOX_POLL_INTERVAL", "10ms", K_I64, OFF(poll_interval_ms), 10, 0, NULL},
     {"OUTBOX_PUBLISH_TIMEOUT", "100ms", K_I64, OFF(publish_timeout_ms), 100, 0,
      NULL},
@@ -517,6 +519,8 @@ static const struct bad_case bad_cases[] = {
     {"OUTBOX_BATCH_SIZE", "99999999999999999999"},
     {"OUTBOX_WORKERS", "0"},
     {"OUTBOX_WORKERS", "65"},
+    {"OUTBOX_WORKER_WINDOW", "9"},
+    {"OUTBOX_WORKER_WINDOW", "-1"},
     {"OUTBOX_POLL_INTERVAL", "5ms"},
     {"OUTBOX_POLL_INTERVAL", "2"},
     {"OUTBOX_PUBLISH_TIMEOUT", "50ms"},
@@ -922,6 +926,12 @@ static const struct cross_case cross_cases[] = {
      {"config: OUTBOX_BACKOFF_BASE: backoff base 6m must not exceed "
       "OUTBOX_BACKOFF_MAX 5m\n"}},
     {{{"OUTBOX_BACKOFF_BASE", "5m"}}, 0, {NULL}},
+    {{{"OUTBOX_WORKERS", "16"}, {"OUTBOX_WORKER_WINDOW", "5"}},
+     1,
+     {"config: OUTBOX_WORKER_WINDOW: OUTBOX_WORKERS 16 times a window of 5 "
+      "is 80 lanes"}},
+    {{{"OUTBOX_WORKERS", "64"}}, 0, {NULL}},
+    {{{"OUTBOX_WORKERS", "16"}, {"OUTBOX_WORKER_WINDOW", "4"}}, 0, {NULL}},
     {{{"OUTBOX_SHUTDOWN_TIMEOUT", "10s"}},
      1,
      {"config: OUTBOX_SHUTDOWN_TIMEOUT: shutdown timeout 10s must be "
@@ -979,6 +989,34 @@ static void test_cross_checks(void **state)
 			if (!strstr(r.errs, c->needle[i]))
 				fail_msg("case %zu: missing '%s' in:\n%s", n,
 					 c->needle[i], r.errs);
+		run_free(&r);
+	}
+}
+
+/* OUTBOX_WORKER_WINDOW=0 (the default) keeps a replica at two batches in
+ * flight: two lanes for one worker, one per worker for several. */
+static void test_worker_window(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *workers, *window;
+		int lanes;
+	} cases[] = {
+	    {NULL, NULL, 2}, {"1", NULL, 2}, {"4", NULL, 1},
+	    {"4", "0", 1},   {"4", "3", 3},  {"1", "1", 1},
+	};
+	for (size_t n = 0; n < ARRAY_SIZE(cases); n++) {
+		struct run r;
+		env_clear();
+		if (cases[n].workers)
+			env_set("OUTBOX_WORKERS", cases[n].workers);
+		if (cases[n].window)
+			env_set("OUTBOX_WORKER_WINDOW", cases[n].window);
+		run_load(&r);
+		assert_int_equal(r.problems, 0);
+		if (config_worker_window(&r.cfg) != cases[n].lanes)
+			fail_msg("case %zu: %d lanes, want %d", n,
+				 config_worker_window(&r.cfg), cases[n].lanes);
 		run_free(&r);
 	}
 }
@@ -1387,6 +1425,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_secrets_hidden, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_cross_checks, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_window, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_kafka_passthrough, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_kafka_secret_names, setup,
