@@ -269,13 +269,18 @@ bool lanes_take_turn(struct worker_share *s, struct relay_thread *th)
 			return true;
 		}
 		int64_t wait = s->next_lease_ms - now;
-		bool idle = s->idle;
+		if (!s->idle) {
+			/* Paced after a partial batch (at most REPOLL_MS):
+			 * only time ends it, so it waits here, where the
+			 * wake-ups of LISTEN do not reach. */
+			loop_tick(th);
+			lease_wait(s, wait);
+			continue;
+		}
 		uint64_t gen = s->idle_gen;
 		pthread_mutex_unlock(&s->lease_lock);
-		/* Idle: a wake-up (a notification, a resume) ends the wait.
-		 * Paced after a partial batch: only time does. */
-		relay_idle_since(th, idle ? &gen : NULL, wait,
-				 lanes_publisher_service, s);
+		/* Idle: a wake-up (a notification, a resume) ends the wait. */
+		relay_idle_since(th, &gen, wait, lanes_publisher_service, s);
 		pthread_mutex_lock(&s->lease_lock);
 	}
 }

@@ -47,20 +47,25 @@ void relay_idle_since(struct relay_thread *th, const uint64_t *gen, int64_t ms,
 {
 	struct relay *r = th->relay;
 	int64_t until = clock_ms() + ms;
+	int64_t next_service = clock_ms() + 1000;
 	pthread_mutex_lock(&r->lock);
 	while (!relay_stopping(r) && (!gen || r->wake_gen == *gen)) {
 		int64_t now = clock_ms();
 		if (now >= until)
 			break;
 		/* Wake every second so the tick stays fresh and the
-		 * service call keeps broker heartbeats going. */
-		int64_t slice = until - now < 1000 ? until - now : 1000;
+		 * service call keeps broker heartbeats going; not on every
+		 * wake-up of other threads (with LISTEN on, thousands a
+		 * second), which this sleep does not end. */
+		int64_t slice =
+		    (until < next_service ? until : next_service) - now;
 		struct timespec ts = clock_monotonic_after(slice);
 		pthread_cond_timedwait(&r->wake, &r->lock, &ts);
-		if (service) {
+		if (service && clock_ms() >= next_service) {
 			pthread_mutex_unlock(&r->lock);
 			service(state);
 			pthread_mutex_lock(&r->lock);
+			next_service = clock_ms() + 1000;
 		}
 		loop_tick(th);
 	}

@@ -595,16 +595,20 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 				 lanes_publisher_service, w->share);
 		return;
 	}
-	if (read_pauses(w, pk)) {
-		relay_idle(w->th, cfg->poll_interval_ms,
-			   lanes_publisher_service, w->share);
-		return;
-	}
 	int64_t wait = rate_reserve(r, cfg->batch_size);
 	if (wait > 0)
 		relay_idle(w->th, wait, lanes_publisher_service, w->share);
 	if (relay_stopping(r) || !lanes_take_turn(w->share, w->th)) {
 		rate_refund(r, cfg->batch_size);
+		return;
+	}
+	/* Read within the turn: waiting for it can take longer than a
+	 * pause takes to matter. */
+	if (read_pauses(w, pk)) {
+		lanes_end_turn(w->share, clock_ms(), false, 0);
+		rate_refund(r, cfg->batch_size);
+		relay_idle(w->th, cfg->poll_interval_ms,
+			   lanes_publisher_service, w->share);
 		return;
 	}
 
