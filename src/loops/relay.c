@@ -57,8 +57,9 @@ void relay_idle_since(struct relay_thread *th, const uint64_t *gen, int64_t ms,
 		 * service call keeps broker heartbeats going; not on every
 		 * wake-up of other threads (with LISTEN on, thousands a
 		 * second), which this sleep does not end. */
-		int64_t slice =
-		    (until < next_service ? until : next_service) - now;
+		int64_t slice = until - now < 1000 ? until - now : 1000;
+		if (service && next_service - now < slice)
+			slice = next_service > now ? next_service - now : 1;
 		struct timespec ts = clock_monotonic_after(slice);
 		pthread_cond_timedwait(&r->wake, &r->lock, &ts);
 		if (service && clock_ms() >= next_service) {

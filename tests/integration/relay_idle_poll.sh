@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # An idle worker sleeps the poll interval even when due rows exist that it
 # may not lease (a paused destination, or rows behind a key's head): it
-# must not spin on lease statements.
+# must not spin on lease statements. No loop of an idle relay spins on
+# the CPU either (its sleeps are long: the sweeper's, the cleaner's).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
 it_table idlepoll
@@ -17,13 +18,22 @@ ops_relay relay OUTBOX_POLL_INTERVAL=500ms OUTBOX_ORDERING=partition
 leases() {
 	curl -s "http://127.0.0.1:$ops_port/metrics" | awk '$1 == "outbox_leases_total" { print $2 }'
 }
+# User + system clock ticks of the relay process so far.
+cpu_ticks() {
+	awk '{ print $14 + $15 }' "/proc/$it_last_pid/stat"
+}
 sleep 1
 before=$(leases)
+cpu_before=$(cpu_ticks)
 sleep 3
 after=$(leases)
+cpu=$(($(cpu_ticks) - cpu_before))
+# 3 s of a spinning thread is about 300 ticks; an idle relay under the
+# sanitizers takes a few.
+[ "$cpu" -le 60 ] || it_fail "$cpu clock ticks of CPU in 3 s of idling: a loop spins"
 n=$((after - before))
 # 3 s at one lease per 500 ms is about 6; a spinning worker makes hundreds.
 [ "$n" -le 12 ] || it_fail "$n leases in 3 s of idling: the worker spins"
 [ "$(it_count "status = 'sent'")" = 0 ] || it_fail "a held row was sent"
 it_stop "$it_last_pid"
-echo "ok: $n leases in 3 s"
+echo "ok: $n leases and $cpu clock ticks of CPU in 3 s"
