@@ -8,9 +8,15 @@
  * lanes take turns at the publisher: while one batch is with the broker,
  * the next lane's lease and the last lane's marks run beside it.
  *
- * Locks: pub_lock guards pub and the health fields; lease_lock guards the
- * lease cadence. A lane never holds both, and never holds lease_lock over
- * a statement (it takes the turn, leases, and gives it back).
+ * Batches go to the broker in the order they were leased: each leased
+ * batch gets a ticket at the end of its lease turn, and the publisher
+ * serves tickets in order, so one worker keeps a key's rows in order as
+ * the serial worker did (and as Kafka's per-key partitions show).
+ *
+ * Locks: pub_lock guards pub, the health fields and the ticket being
+ * served; lease_lock guards the lease cadence and the tickets issued. A
+ * lane never holds both, and never holds lease_lock over a statement (it
+ * takes the turn, leases, and gives it back).
  */
 #include "loops_int.h"
 
@@ -36,7 +42,9 @@ struct worker_share {
 	struct publisher pub;
 	int64_t next_probe_ms;
 	int64_t probe_backoff_ms;
-	int lanes_left; /* the last lane out closes the publisher */
+	int lanes_left;	  /* the last lane out closes the publisher */
+	uint64_t serving; /* the ticket whose batch publishes next */
+	pthread_cond_t publish_turn; /* with pub_lock, on CLOCK_MONOTONIC */
 
 	pthread_mutex_t lease_lock;
 	pthread_cond_t lease_done; /* on CLOCK_MONOTONIC */
@@ -44,6 +52,7 @@ struct worker_share {
 	int64_t next_lease_ms;	   /* no lease before (clock_ms) */
 	bool idle;		   /* the last lease found nothing */
 	uint64_t idle_gen;	   /* wake-up generation read before it */
+	uint64_t issued;	   /* tickets given to leased batches */
 };
 
 struct worker_share *worker_shares_create(struct relay *r, int n, int lanes,
@@ -61,12 +70,14 @@ struct worker_share *worker_shares_create(struct relay *r, int n, int lanes,
 		struct worker_share *s = &shares[i];
 		s->r = r;
 		s->lanes_left = lanes;
+		s->serving = 1;
 		publisher_init(&s->pub, r->pub_ops);
 		/* Counted unhealthy until the first open. */
 		metrics_gauge_add(MG_PUBLISHERS_UNHEALTHY, 1);
 		pthread_mutex_init(&s->pub_lock, NULL);
 		pthread_mutex_init(&s->lease_lock, NULL);
 		pthread_cond_init(&s->lease_done, &ca);
+		pthread_cond_init(&s->publish_turn, &ca);
 	}
 	pthread_condattr_destroy(&ca);
 	return shares;
@@ -87,6 +98,7 @@ void worker_shares_destroy(struct worker_share *shares, int n)
 		pthread_mutex_destroy(&s->pub_lock);
 		pthread_mutex_destroy(&s->lease_lock);
 		pthread_cond_destroy(&s->lease_done);
+		pthread_cond_destroy(&s->publish_turn);
 	}
 	free(shares);
 }
@@ -178,10 +190,47 @@ static void lock_publisher(struct worker_share *s, struct publish_ctx *ctx)
 	}
 }
 
-int lanes_publish(struct worker_share *s, const struct outbox_event *events,
-		  size_t n, struct publish_ctx *ctx, struct pub_result *results)
+/* With pub_lock held: waits until ticket is served, calling ctx->tick (if
+ * ctx) every few hundred milliseconds meanwhile. */
+static void await_ticket(struct worker_share *s, uint64_t ticket,
+			 struct publish_ctx *ctx)
+{
+	while (s->serving != ticket) {
+		struct timespec at;
+		clock_gettime(CLOCK_MONOTONIC, &at);
+		at.tv_nsec += 200 * 1000000L;
+		if (at.tv_nsec >= 1000000000L) {
+			at.tv_sec++;
+			at.tv_nsec -= 1000000000L;
+		}
+		if (pthread_cond_timedwait(&s->publish_turn, &s->pub_lock,
+					   &at) == ETIMEDOUT &&
+		    ctx)
+			ctx->tick(ctx);
+	}
+}
+
+/* With pub_lock held: the next ticket's turn. */
+static void next_ticket(struct worker_share *s)
+{
+	s->serving++;
+	pthread_cond_broadcast(&s->publish_turn);
+}
+
+void lanes_pass(struct worker_share *s, uint64_t ticket)
+{
+	pthread_mutex_lock(&s->pub_lock);
+	await_ticket(s, ticket, NULL);
+	next_ticket(s);
+	pthread_mutex_unlock(&s->pub_lock);
+}
+
+int lanes_publish(struct worker_share *s, uint64_t ticket,
+		  const struct outbox_event *events, size_t n,
+		  struct publish_ctx *ctx, struct pub_result *results)
 {
 	lock_publisher(s, ctx);
+	await_ticket(s, ticket, ctx);
 	int rc = -1;
 	/* Another lane may have found the broker gone while this one
 	 * waited: its rows were never handed over. */
@@ -206,6 +255,7 @@ int lanes_publish(struct worker_share *s, const struct outbox_event *events,
 	if (rc != 0 || in_doubt)
 		set_healthy(s, false);
 out:
+	next_ticket(s);
 	pthread_mutex_unlock(&s->pub_lock);
 	return rc;
 }
@@ -285,14 +335,18 @@ bool lanes_take_turn(struct worker_share *s, struct relay_thread *th)
 	}
 }
 
-void lanes_end_turn(struct worker_share *s, int64_t next_lease_ms, bool idle,
-		    uint64_t gen)
+uint64_t lanes_end_turn(struct worker_share *s, int64_t next_lease_ms,
+			bool idle, uint64_t gen, bool leased)
 {
+	uint64_t ticket = 0;
 	pthread_mutex_lock(&s->lease_lock);
+	if (leased)
+		ticket = ++s->issued;
 	s->leasing = false;
 	s->next_lease_ms = next_lease_ms;
 	s->idle = idle;
 	s->idle_gen = gen;
 	pthread_cond_broadcast(&s->lease_done);
 	pthread_mutex_unlock(&s->lease_lock);
+	return ticket;
 }

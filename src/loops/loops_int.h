@@ -72,13 +72,16 @@ bool lanes_publisher_ready(struct worker_share *s, const struct config *cfg,
 /* Keeps an idle publisher's connection serviced (heartbeats); a relay_idle
  * service callback taking the share. */
 void lanes_publisher_service(void *share);
-/* Publishes on the worker's publisher once the lanes before have; ctx->tick
- * runs while waiting. An unhealthy publisher hands nothing over
- * (PUB_NOT_WRITTEN). Returns what publisher_publish() did, -1 when it was
- * not called. */
-int lanes_publish(struct worker_share *s, const struct outbox_event *events,
-		  size_t n, struct publish_ctx *ctx,
-		  struct pub_result *results);
+/* Publishes on the worker's publisher when ticket's turn comes (batches go
+ * out in lease order); ctx->tick runs while waiting. An unhealthy
+ * publisher hands nothing over (PUB_NOT_WRITTEN). Returns what
+ * publisher_publish() did, -1 when it was not called. */
+int lanes_publish(struct worker_share *s, uint64_t ticket,
+		  const struct outbox_event *events, size_t n,
+		  struct publish_ctx *ctx, struct pub_result *results);
+/* Gives up ticket's turn, in its order, for a batch with nothing to
+ * publish. Every ticket goes through lanes_publish() or this, once. */
+void lanes_pass(struct worker_share *s, uint64_t ticket);
 /* docs/design.md §7: closes the publisher before a lane releases never-sent
  * rows at shutdown. */
 void lanes_close_before_release(struct worker_share *s);
@@ -89,9 +92,10 @@ void lanes_leave(struct worker_share *s);
  * before the cadence set by the last lease). False when shutdown began. */
 bool lanes_take_turn(struct worker_share *s, struct relay_thread *th);
 /* Ends the turn: the next lease not before next_lease_ms, or, when the
- * lease found nothing (idle), also at a wake-up after generation gen. */
-void lanes_end_turn(struct worker_share *s, int64_t next_lease_ms, bool idle,
-		    uint64_t gen);
+ * lease found nothing (idle), also at a wake-up after generation gen.
+ * When the lane leased rows, returns the batch's publish ticket (else 0). */
+uint64_t lanes_end_turn(struct worker_share *s, int64_t next_lease_ms,
+			bool idle, uint64_t gen, bool leased);
 
 /* ---- pauses.c: destinations that refused events (under r->lock) ---- */
 

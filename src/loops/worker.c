@@ -58,6 +58,7 @@ struct batch {
 	struct mark_list marks[N_MARKS]; /* indexed by enum store_mark */
 	int64_t local_deadline_ms;	 /* no row handed to the broker after */
 	int64_t last_renew_ms;
+	uint64_t ticket; /* its turn at the publisher (lanes.c) */
 };
 
 /* One lane thread's state; only that thread touches it. */
@@ -288,8 +289,10 @@ static void validate_rows(struct batch *b, const struct config *cfg)
 static void publish_valid_rows(struct worker *w)
 {
 	struct batch *b = &w->batch;
-	if (b->n_valid == 0)
+	if (b->n_valid == 0) {
+		lanes_pass(w->share, b->ticket);
 		return;
+	}
 	int64_t publish_deadline = clock_ms() + w->cfg->publish_timeout_ms;
 	struct publish_ctx ctx = {
 	    .deadline_ms = publish_deadline < b->local_deadline_ms
@@ -307,7 +310,8 @@ static void publish_valid_rows(struct worker *w)
 		    .reason = "the publisher reported no outcome"};
 	/* A publisher that failed is probed before the next batch (lanes.c);
 	 * the rows say what became of them either way. */
-	(void)lanes_publish(w->share, b->valid, b->n_valid, &ctx, b->results);
+	(void)lanes_publish(w->share, b->ticket, b->valid, b->n_valid, &ctx,
+			    b->results);
 }
 
 static void destination_key(const struct config *cfg,
@@ -449,15 +453,17 @@ static void conclude(struct worker *w)
 /* Publishes the leased rows and marks every one by its outcome. Takes
  * over *lease. */
 static void process_batch(struct worker *w, struct lease_batch *lease,
-			  int64_t lease_started_ms)
+			  int64_t lease_started_ms, uint64_t ticket)
 {
 	struct batch *b = &w->batch;
 	char err[128];
 	if (batch_init(b, lease, err, sizeof(err)) != 0) {
 		/* Nothing was handed over; the sweeper returns the rows. */
 		log_error("%s", err);
+		lanes_pass(w->share, ticket);
 		goto out;
 	}
+	b->ticket = ticket;
 	b->local_deadline_ms = lease_started_ms + w->cfg->lease_timeout_ms -
 			       w->cfg->statement_timeout_ms;
 	b->last_renew_ms = lease_started_ms;
@@ -605,7 +611,7 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 	/* Read within the turn: waiting for it can take longer than a
 	 * pause takes to matter. */
 	if (read_pauses(w, pk)) {
-		lanes_end_turn(w->share, clock_ms(), false, 0);
+		lanes_end_turn(w->share, clock_ms(), false, 0, false);
 		rate_refund(r, cfg->batch_size);
 		relay_idle(w->th, cfg->poll_interval_ms,
 			   lanes_publisher_service, w->share);
@@ -618,7 +624,7 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 	char err[1024];
 	int rc = lease_rows(w, pk, started, &lease, err, sizeof(err));
 	if (rc != 0) {
-		lanes_end_turn(w->share, clock_ms(), false, 0);
+		lanes_end_turn(w->share, clock_ms(), false, 0, false);
 		rate_refund(r, cfg->batch_size);
 		log_warn("lease failed: %s", err);
 		if (rc == STORE_RECONNECT)
@@ -628,12 +634,13 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 		return;
 	}
 	size_t n = lease.n;
-	lanes_end_turn(w->share, next_lease_at(w, n, started), n == 0, gen);
+	uint64_t ticket = lanes_end_turn(w->share, next_lease_at(w, n, started),
+					 n == 0, gen, n > 0);
 	rate_refund(r, (double)cfg->batch_size - (double)n);
 	/* An empty lease holds nothing to release. */
 	if (n > 0) {
 		metrics_observe(MH_BATCH_SIZE, n);
-		process_batch(w, &lease, started);
+		process_batch(w, &lease, started, ticket);
 	}
 }
 
