@@ -34,6 +34,9 @@
 /* How long a lane waits for another lane's lease before looking at
  * shutdown again. */
 #define TURN_WAIT_MS 50
+/* How often a lane waiting for the publisher calls ctx->tick (its lease
+ * renewal and health tick). */
+#define WAIT_SLICE_MS 200
 
 struct worker_share {
 	struct relay *r;
@@ -169,13 +172,7 @@ void lanes_publisher_service(void *arg)
 static void lock_publisher(struct worker_share *s, struct publish_ctx *ctx)
 {
 	for (;;) {
-		struct timespec at;
-		clock_gettime(CLOCK_MONOTONIC, &at);
-		at.tv_nsec += 200 * 1000000L;
-		if (at.tv_nsec >= 1000000000L) {
-			at.tv_sec++;
-			at.tv_nsec -= 1000000000L;
-		}
+		struct timespec at = clock_monotonic_after(WAIT_SLICE_MS);
 		int rc =
 		    pthread_mutex_clocklock(&s->pub_lock, CLOCK_MONOTONIC, &at);
 		if (rc == 0)
@@ -196,13 +193,7 @@ static void await_ticket(struct worker_share *s, uint64_t ticket,
 			 struct publish_ctx *ctx)
 {
 	while (s->serving != ticket) {
-		struct timespec at;
-		clock_gettime(CLOCK_MONOTONIC, &at);
-		at.tv_nsec += 200 * 1000000L;
-		if (at.tv_nsec >= 1000000000L) {
-			at.tv_sec++;
-			at.tv_nsec -= 1000000000L;
-		}
+		struct timespec at = clock_monotonic_after(WAIT_SLICE_MS);
 		if (pthread_cond_timedwait(&s->publish_turn, &s->pub_lock,
 					   &at) == ETIMEDOUT &&
 		    ctx)
@@ -284,14 +275,7 @@ void lanes_leave(struct worker_share *s)
 
 static void lease_wait(struct worker_share *s, int64_t ms)
 {
-	struct timespec at;
-	clock_gettime(CLOCK_MONOTONIC, &at);
-	at.tv_sec += ms / 1000;
-	at.tv_nsec += (ms % 1000) * 1000000L;
-	if (at.tv_nsec >= 1000000000L) {
-		at.tv_sec++;
-		at.tv_nsec -= 1000000000L;
-	}
+	struct timespec at = clock_monotonic_after(ms);
 	pthread_cond_timedwait(&s->lease_done, &s->lease_lock, &at);
 }
 
