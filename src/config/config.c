@@ -296,14 +296,14 @@ static void cross_check(struct config_loader *ld, const struct config *cfg)
 			       "OUTBOX_LEASE_TIMEOUT %s",
 			       a, b);
 	}
+	int window = config_worker_window(cfg);
 	if (OK(WORKERS) && OK(WORKER_WINDOW) &&
-	    cfg->workers * config_worker_window(cfg) > CONFIG_MAX_LANES) {
+	    cfg->workers * window > CONFIG_MAX_LANES) {
 		config_problem(ld, "OUTBOX_WORKER_WINDOW", false, NULL,
 			       "OUTBOX_WORKERS %d times a window of %d is "
 			       "%d lanes, each with its Postgres sessions; at "
 			       "most %d",
-			       cfg->workers, config_worker_window(cfg),
-			       cfg->workers * config_worker_window(cfg),
+			       cfg->workers, window, cfg->workers * window,
 			       CONFIG_MAX_LANES);
 	}
 	if (OK(BACKOFF_BASE) && OK(BACKOFF_MAX) &&

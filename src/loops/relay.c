@@ -192,12 +192,13 @@ int relay_start(struct relay *r, char *err, size_t errlen)
 		struct relay_thread *th;
 	} starts[RELAY_MAX_THREADS];
 	int n = 0;
-	r->worker_shares = worker_shares_create(
-	    r, cfg->workers, config_worker_window(cfg), err, errlen);
+	int lanes = config_worker_window(cfg);
+	r->worker_shares =
+	    worker_shares_create(r, cfg->workers, lanes, err, errlen);
 	if (!r->worker_shares)
 		return -1;
 	for (int i = 0; i < cfg->workers; i++)
-		for (int lane = 0; lane < config_worker_window(cfg); lane++) {
+		for (int lane = 0; lane < lanes; lane++) {
 			char name[32];
 			if (lane == 0)
 				snprintf(name, sizeof(name), "worker-%d", i);
