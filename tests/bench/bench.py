@@ -347,6 +347,10 @@ class Bench:
         self.p = dict(QUICK if args.quick else FULL)
         if args.runs:
             self.p["runs"] = args.runs
+        if args.workers:
+            self.p["workers"] = args.workers
+        if args.events:
+            self.p["events"] = args.events
         self.sections = args.sections
         self.relay_bin = args.relay_bin
         self.build = os.path.dirname(self.relay_bin)
@@ -1394,6 +1398,12 @@ def main():
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help="comma-separated subset of " + ",".join(SECTIONS) +
                    " (scale = history,snapshot,backlog,purge)")
+    p.add_argument("--workers", default=None, metavar="LIST",
+                   help="the throughput section's worker counts, "
+                   "comma-separated (default 1,2,4)")
+    p.add_argument("--events", type=int, default=0,
+                   help="events per throughput drain (default 100000, "
+                   "--quick 5000)")
     p.add_argument("--no-kafka", action="store_true",
                    help="leave out the Kafka figures")
     p.add_argument("--keep", action="store_true",
@@ -1428,6 +1438,15 @@ def main():
         if not re.match(r"OUTBOX_[A-Z0-9_]+=", kv):
             p.error("--relay-env and --baseline-env take OUTBOX_NAME=VALUE, "
                     "not " + kv)
+    if a.workers is not None:
+        try:
+            a.workers = [int(w) for w in a.workers.split(",") if w]
+        except ValueError:
+            p.error("--workers takes numbers, e.g. 1,4")
+        if not a.workers or any(w < 1 or w > 64 for w in a.workers):
+            p.error("--workers takes worker counts of 1..64")
+    if a.events and (a.events < 100 or a.events > 10000000):
+        p.error("--events must be 100..10000000")
     if a.runs < 0 or a.runs > 20:
         p.error("--runs must be 1..20")
     if not a.relay_bin:
