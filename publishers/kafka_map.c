@@ -201,13 +201,17 @@ int kafka_msg_build(const struct config *cfg, const struct outbox_event *ev,
 			 shown);
 		goto out;
 	}
-	if (cloudevent_validate(ev, reason, reasonlen) != 0)
+	/* The encoder checks the row as cloudevent_validate() does (the
+	 * worker has, so this is the second and last look at it): a refusal
+	 * is the row's, unless memory ran out. */
+	if (cloudevent_binary_headers(ev, CE_PREFIX, &ce, reason, reasonlen) !=
+	    0) {
+		if (strcmp(reason, "out of memory") == 0)
+			*fail = PUB_NOT_WRITTEN;
 		goto out;
+	}
 	/* The row is valid, so every failure from here on is memory. */
 	*fail = PUB_NOT_WRITTEN;
-	if (cloudevent_binary_headers(ev, CE_PREFIX, &ce, reason, reasonlen) !=
-	    0)
-		goto out;
 
 	msg->topic = topic;
 	key = ks->key_from == KEY_FROM_ROUTING_KEY ? ev->routing_key

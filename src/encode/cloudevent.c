@@ -123,8 +123,16 @@ static bool is_noncharacter(uint32_t cp)
 static const char *string_problem(const char *s, bool strict)
 {
 	const unsigned char *p = (const unsigned char *)s;
-	size_t len = strlen(s);
+	size_t len;
 
+	/* Attribute values are printable ASCII nearly always, and that
+	 * passes either check without decoding: this runs for every
+	 * attribute of every event. */
+	while (*p >= 0x20 && *p < 0x7f)
+		p++;
+	if (*p == '\0')
+		return NULL;
+	len = strlen((const char *)p);
 	while (len > 0) {
 		uint32_t cp;
 		size_t k = cloudevent_utf8_decode(p, len, &cp);
@@ -322,27 +330,25 @@ static int header_check(const cJSON *first, const cJSON *h, char *reason,
 }
 
 /*
- * Parses and checks ev->headers_json. Returns the object (the caller
- * deletes it; empty when the column is NULL), or NULL with reason set.
- * cJSON cannot tell running out of memory from bad input; the first is
- * reported as the second, which only costs that row its retries.
+ * Parses and checks ev->headers_json into *out (the caller deletes it;
+ * NULL when the row has no headers: the column NULL or the empty object,
+ * its default, which needs no parsing). 0, or -1 with reason set. cJSON
+ * cannot tell running out of memory from bad input; the first is reported
+ * as the second, which only costs that row its retries.
  */
-static cJSON *headers_parse(const struct outbox_event *ev, char *reason,
-			    size_t reasonlen)
+static int headers_parse(const struct outbox_event *ev, cJSON **out,
+			 char *reason, size_t reasonlen)
 {
-	cJSON *obj = NULL;
+	cJSON *obj;
 	const cJSON *h;
 
-	if (!ev->headers_json) {
-		obj = cJSON_CreateObject();
-		if (!obj)
-			set_reason(reason, reasonlen, OOM_REASON);
-		return obj;
-	}
+	*out = NULL;
+	if (!ev->headers_json || strcmp(ev->headers_json, "{}") == 0)
+		return 0;
 	obj = cJSON_ParseWithOpts(ev->headers_json, NULL, 1);
 	if (!obj) {
 		set_reason(reason, reasonlen, "headers are not valid json");
-		return NULL;
+		return -1;
 	}
 	if (!cJSON_IsObject(obj)) {
 		set_reason(reason, reasonlen, "headers are not a json object");
@@ -353,10 +359,11 @@ static cJSON *headers_parse(const struct outbox_event *ev, char *reason,
 		if (header_check(obj->child, h, reason, reasonlen) != 0)
 			goto fail;
 	}
-	return obj;
+	*out = obj;
+	return 0;
 fail:
 	cJSON_Delete(obj);
-	return NULL;
+	return -1;
 }
 
 int cloudevent_validate(const struct outbox_event *ev, char *reason,
@@ -364,31 +371,40 @@ int cloudevent_validate(const struct outbox_event *ev, char *reason,
 {
 	cJSON *headers;
 
-	if (attributes_check(ev, reason, reasonlen) != 0)
-		return -1;
-	headers = headers_parse(ev, reason, reasonlen);
-	if (!headers)
+	if (attributes_check(ev, reason, reasonlen) != 0 ||
+	    headers_parse(ev, &headers, reason, reasonlen) != 0)
 		return -1;
 	cJSON_Delete(headers);
 	return 0;
 }
 
-/* Appends prefix+name = value as one allocation (see struct ce_header). */
-static int headers_push(struct ce_headers *h, const char *prefix,
-			const char *name, const char *value)
+/* The header table is one allocation: the items, then every name and
+ * value after them (see struct ce_header). */
+struct header_arena {
+	struct ce_headers *h;
+	char *next; /* where the next string goes */
+};
+
+/* Bytes prefix+name = value takes in the arena. */
+static size_t header_size(const char *prefix, const char *name,
+			  const char *value)
+{
+	return strlen(prefix) + strlen(name) + 1 + strlen(value) + 1;
+}
+
+/* Appends prefix+name = value; the arena was sized by header_size(). */
+static void headers_push(struct header_arena *a, const char *prefix,
+			 const char *name, const char *value)
 {
 	size_t pl = strlen(prefix), nl = strlen(name), vl = strlen(value);
-	char *buf = malloc(pl + nl + 1 + vl + 1);
+	struct ce_header *item = &a->h->items[a->h->n++];
 
-	if (!buf)
-		return -1;
-	memcpy(buf, prefix, pl);
-	memcpy(buf + pl, name, nl + 1);
-	memcpy(buf + pl + nl + 1, value, vl + 1);
-	h->items[h->n].name = buf;
-	h->items[h->n].value = buf + pl + nl + 1;
-	h->n++;
-	return 0;
+	item->name = a->next;
+	memcpy(a->next, prefix, pl);
+	memcpy(a->next + pl, name, nl + 1);
+	item->value = a->next + pl + nl + 1;
+	memcpy(item->value, value, vl + 1);
+	a->next = item->value + vl + 1;
 }
 
 int cloudevent_binary_headers(const struct outbox_event *ev, const char *prefix,
@@ -396,46 +412,65 @@ int cloudevent_binary_headers(const struct outbox_event *ev, const char *prefix,
 			      size_t reasonlen)
 {
 	struct ce_headers h = {0};
+	struct header_arena arena;
+	struct {
+		const char *name;
+		const char *value;
+	} attrs[7];
 	cJSON *headers = NULL;
 	const cJSON *it;
-	size_t cap;
+	size_t n_attrs = 0, count, bytes;
 	int ret = -1;
 
 	*out = (struct ce_headers){0};
 	if (attributes_check(ev, reason, reasonlen) != 0)
 		goto out;
-	headers = headers_parse(ev, reason, reasonlen);
-	if (!headers)
+	if (headers_parse(ev, &headers, reason, reasonlen) != 0)
 		goto out;
 
-	cap = 7 + (size_t)cJSON_GetArraySize(headers);
-	h.items = calloc(cap, sizeof(*h.items));
-	if (!h.items)
-		goto oom;
-	if (headers_push(&h, prefix, "specversion", SPECVERSION) ||
-	    headers_push(&h, prefix, "id", ev->id) ||
-	    headers_push(&h, prefix, "source", ev->source) ||
-	    headers_push(&h, prefix, "type", ev->type))
-		goto oom;
-	if (is_set(ev->time) && headers_push(&h, prefix, "time", ev->time))
-		goto oom;
-	if (is_set(ev->subject) &&
-	    headers_push(&h, prefix, "subject", ev->subject))
-		goto oom;
-	if (is_set(ev->partition_key) &&
-	    headers_push(&h, prefix, "partitionkey", ev->partition_key))
-		goto oom;
+	attrs[n_attrs].name = "specversion";
+	attrs[n_attrs++].value = SPECVERSION;
+	attrs[n_attrs].name = "id";
+	attrs[n_attrs++].value = ev->id;
+	attrs[n_attrs].name = "source";
+	attrs[n_attrs++].value = ev->source;
+	attrs[n_attrs].name = "type";
+	attrs[n_attrs++].value = ev->type;
+	if (is_set(ev->time)) {
+		attrs[n_attrs].name = "time";
+		attrs[n_attrs++].value = ev->time;
+	}
+	if (is_set(ev->subject)) {
+		attrs[n_attrs].name = "subject";
+		attrs[n_attrs++].value = ev->subject;
+	}
+	if (is_set(ev->partition_key)) {
+		attrs[n_attrs].name = "partitionkey";
+		attrs[n_attrs++].value = ev->partition_key;
+	}
+	count = n_attrs + (size_t)cJSON_GetArraySize(headers);
+	bytes = count * sizeof(*h.items);
+	for (size_t i = 0; i < n_attrs; i++)
+		bytes += header_size(prefix, attrs[i].name, attrs[i].value);
 	cJSON_ArrayForEach(it, headers)
 	{
-		if (headers_push(&h, "", it->string, it->valuestring))
-			goto oom;
+		bytes += header_size("", it->string, it->valuestring);
+	}
+	h.items = malloc(bytes);
+	if (!h.items) {
+		set_reason(reason, reasonlen, OOM_REASON);
+		goto out;
+	}
+	arena = (struct header_arena){.h = &h, .next = (char *)(h.items + count)};
+	for (size_t i = 0; i < n_attrs; i++)
+		headers_push(&arena, prefix, attrs[i].name, attrs[i].value);
+	cJSON_ArrayForEach(it, headers)
+	{
+		headers_push(&arena, "", it->string, it->valuestring);
 	}
 	*out = h;
 	h = (struct ce_headers){0};
 	ret = 0;
-	goto out;
-oom:
-	set_reason(reason, reasonlen, OOM_REASON);
 out:
 	ce_headers_release(&h);
 	cJSON_Delete(headers);
@@ -444,8 +479,6 @@ out:
 
 void ce_headers_release(struct ce_headers *h)
 {
-	for (size_t i = 0; i < h->n; i++)
-		free(h->items[i].name);
 	free(h->items);
 	*h = (struct ce_headers){0};
 }
@@ -674,8 +707,7 @@ char *cloudevent_structured(const struct outbox_event *ev, size_t *len,
 	*len = 0;
 	if (attributes_check(ev, reason, reasonlen) != 0)
 		goto out;
-	headers = headers_parse(ev, reason, reasonlen);
-	if (!headers)
+	if (headers_parse(ev, &headers, reason, reasonlen) != 0)
 		goto out;
 	env = envelope_attributes(ev, headers);
 	if (!env)

@@ -69,13 +69,14 @@ int cloudevent_validate(const struct outbox_event *ev, char *reason,
 
 /* One transport header of binary content mode. */
 struct ce_header {
-	char *name;  /* owned by the list; one allocation with value */
-	char *value; /* points into name's allocation */
+	char *name;  /* points into the list's allocation */
+	char *value; /* likewise */
 };
 
 /* The headers a transport sends in binary content mode, in order. */
 struct ce_headers {
-	struct ce_header *items; /* owned; NULL when n == 0 */
+	struct ce_header *items; /* owned: one allocation holding the items
+				    and every name and value */
 	size_t n;
 };
 

@@ -96,28 +96,89 @@ static bool col_uuid(PGresult *res, int row, int c, char out[37])
 /* Microseconds from the Unix epoch to Postgres's, 2000-01-01. */
 #define PG_EPOCH_US INT64_C(946684800000000)
 
-/* created_at as RFC 3339 UTC with microseconds, the CloudEvents time. */
-static void format_time(int64_t unix_us, char out[40])
+/* Writes v as exactly width decimal digits (v < 10^width). */
+static char *put_digits(char *p, unsigned v, int width)
+{
+	for (int i = width - 1; i >= 0; i--) {
+		p[i] = (char)('0' + v % 10);
+		v /= 10;
+	}
+	return p + width;
+}
+
+/* The seconds part of a time, kept across the rows of one lease: rows
+ * leased together were mostly made within the same second. */
+struct time_cache {
+	int64_t secs;
+	bool valid;
+	char head[19]; /* "YYYY-MM-DDTHH:MM:SS", not terminated */
+};
+
+/* created_at as RFC 3339 UTC with microseconds, the CloudEvents time
+ * (run per leased row, so without snprintf). */
+static void format_time(int64_t unix_us, struct time_cache *tc, char out[40])
 {
 	int64_t secs = unix_us / 1000000, us = unix_us % 1000000;
 	if (us < 0) {
 		us += 1000000;
 		secs -= 1;
 	}
-	time_t t = (time_t)secs;
-	struct tm tm;
-	if (!gmtime_r(&t, &tm)) {
-		out[0] = '\0';
-		return;
+	if (!tc->valid || tc->secs != secs) {
+		time_t t = (time_t)secs;
+		struct tm tm;
+		/* Years outside 0..9999 cannot be written as RFC 3339. */
+		if (!gmtime_r(&t, &tm) || tm.tm_year < -1900 ||
+		    tm.tm_year > 9999 - 1900) {
+			tc->valid = false;
+			out[0] = '\0';
+			return;
+		}
+		char *p = put_digits(tc->head, (unsigned)(tm.tm_year + 1900), 4);
+		*p++ = '-';
+		p = put_digits(p, (unsigned)tm.tm_mon + 1, 2);
+		*p++ = '-';
+		p = put_digits(p, (unsigned)tm.tm_mday, 2);
+		*p++ = 'T';
+		p = put_digits(p, (unsigned)tm.tm_hour, 2);
+		*p++ = ':';
+		p = put_digits(p, (unsigned)tm.tm_min, 2);
+		*p++ = ':';
+		put_digits(p, (unsigned)tm.tm_sec, 2);
+		tc->secs = secs;
+		tc->valid = true;
 	}
-	snprintf(out, 40, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ",
-		 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-		 tm.tm_min, tm.tm_sec, (int)us);
+	memcpy(out, tc->head, sizeof(tc->head));
+	char *p = out + sizeof(tc->head);
+	*p++ = '.';
+	p = put_digits(p, (unsigned)us, 6);
+	*p++ = 'Z';
+	*p = '\0';
+}
+
+/* "(block,offset)" of a ctid, without snprintf. */
+static void format_tid(uint64_t tid, char out[24])
+{
+	char digits[10];
+	unsigned parts[2] = {(unsigned)(tid >> 16), (unsigned)(tid & 0xffff)};
+	char *p = out;
+	*p++ = '(';
+	for (int k = 0; k < 2; k++) {
+		int n = 0;
+		unsigned v = parts[k];
+		do {
+			digits[n++] = (char)('0' + v % 10);
+			v /= 10;
+		} while (v);
+		while (n > 0)
+			*p++ = digits[--n];
+		*p++ = k == 0 ? ',' : ')';
+	}
+	*p = '\0';
 }
 
 /* Row i of a lease result as an event pointing into res and text. */
-static bool event_of(PGresult *res, int i, struct lease_text *text,
-		     struct outbox_event *e)
+static bool event_of(PGresult *res, int i, struct time_cache *tc,
+		     struct lease_text *text, struct outbox_event *e)
 {
 	uint64_t seq, created, attempts, max_attempts, tid;
 	if (!col_uuid(res, i, LC_ID, text->id) ||
@@ -128,8 +189,7 @@ static bool event_of(PGresult *res, int i, struct lease_text *text,
 	    !col_be(res, i, LC_MAX_ATTEMPTS, 4, &max_attempts))
 		return false;
 	/* tid's binary form: block number (4 bytes), then offset (2). */
-	snprintf(text->tid, sizeof(text->tid), "(%u,%u)", (unsigned)(tid >> 16),
-		 (unsigned)(tid & 0xffff));
+	format_tid(tid, text->tid);
 	e->id = text->id;
 	e->seq = (int64_t)seq;
 	e->type = col(res, i, LC_TYPE);
@@ -143,7 +203,7 @@ static bool event_of(PGresult *res, int i, struct lease_text *text,
 	e->payload_len = (size_t)PQgetlength(res, i, LC_PAYLOAD);
 	e->headers_json = col(res, i, LC_HEADERS);
 	e->created_at_us = (int64_t)created + PG_EPOCH_US;
-	format_time(e->created_at_us, text->time);
+	format_time(e->created_at_us, tc, text->time);
 	e->time = text->time;
 	e->attempts = (int)(int32_t)(uint32_t)attempts;
 	e->max_attempts = (int)(int32_t)(uint32_t)max_attempts;
@@ -196,8 +256,9 @@ static int take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	char lease_id[37];
 	bool ok = col_be(res, 0, LC_XID, 8, &xid) &&
 		  col_uuid(res, 0, LC_LEASE_ID, lease_id);
+	struct time_cache tc = {.valid = false};
 	for (int i = 0; ok && i < n; i++)
-		ok = event_of(res, i, &text[i], &out->events[i]);
+		ok = event_of(res, i, &tc, &text[i], &out->events[i]);
 	if (!ok) {
 		snprintf(err, errlen,
 			 "lease: a column came back in an unexpected form (is "
