@@ -214,6 +214,8 @@ struct config {
 	int workers;
 	int worker_window; /* as set; 0: config_worker_window() decides */
 	int64_t poll_interval_ms;
+	int64_t lease_interval_ms; /* after a partial batch, lease start to
+				      the next lease's start */
 	int64_t publish_timeout_ms;
 	int64_t lease_timeout_ms;
 	int64_t sweep_interval_ms;

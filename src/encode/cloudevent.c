@@ -461,7 +461,8 @@ int cloudevent_binary_headers(const struct outbox_event *ev, const char *prefix,
 		set_reason(reason, reasonlen, OOM_REASON);
 		goto out;
 	}
-	arena = (struct header_arena){.h = &h, .next = (char *)(h.items + count)};
+	arena =
+	    (struct header_arena){.h = &h, .next = (char *)(h.items + count)};
 	for (size_t i = 0; i < n_attrs; i++)
 		headers_push(&arena, prefix, attrs[i].name, attrs[i].value);
 	cJSON_ArrayForEach(it, headers)

@@ -304,9 +304,10 @@ bool lanes_take_turn(struct worker_share *s, struct relay_thread *th)
 		}
 		int64_t wait = s->next_lease_ms - now;
 		if (!s->idle) {
-			/* Paced after a partial batch (at most REPOLL_MS):
-			 * only time ends it, so it waits here, where the
-			 * wake-ups of LISTEN do not reach. */
+			/* Paced after a partial batch (at most
+			 * OUTBOX_LEASE_INTERVAL): only time ends it, so it
+			 * waits here, where the wake-ups of LISTEN do not
+			 * reach. */
 			loop_tick(th);
 			lease_wait(s, wait);
 			continue;

@@ -16,13 +16,6 @@
 #include "base/base.h"
 #include "encode/encode.h"
 
-/* After a partial batch, the next lease of the worker (any lane) starts
- * this long after the last one started: long enough that a trickle is
- * leased in batches rather than a statement per row, short enough that an
- * event waits at most this plus one publish. 14 ms keeps the leases per
- * event at 1000 events/s within 20 % of the serial worker's (whose cycle
- * was a 10 ms pause plus the batch), docs/benchmark.md. */
-#define REPOLL_MS 14
 /* How stale the operator pauses a worker obeys may be, at most (the poll
  * interval when shorter). */
 #define CONTROL_REFRESH_MS 1000
@@ -574,8 +567,12 @@ static int64_t next_lease_at(struct worker *w, size_t n, int64_t started)
 		 * stream would otherwise turn into a lease per few rows,
 		 * and the leases' cost into queueing delay (measured: p99
 		 * at 1000 events/s 90 ms against 18 without).
-		 * Notifications are for waking an idle worker. */
-		return started + REPOLL_MS;
+		 * Notifications are for waking an idle worker.
+		 * OUTBOX_LEASE_INTERVAL (14 ms): long enough that a trickle
+		 * is leased in batches rather than a statement per row,
+		 * short enough that an event waits at most this plus one
+		 * publish (docs/benchmark.md, "Latency"). */
+		return started + cfg->lease_interval_ms;
 	/* Idle: until the poll interval or the earliest row that becomes
 	 * due. Rows already due that the lease left behind (paused
 	 * destination, locked by another replica) must not shorten the

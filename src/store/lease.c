@@ -133,7 +133,8 @@ static void format_time(int64_t unix_us, struct time_cache *tc, char out[40])
 			out[0] = '\0';
 			return;
 		}
-		char *p = put_digits(tc->head, (unsigned)(tm.tm_year + 1900), 4);
+		char *p =
+		    put_digits(tc->head, (unsigned)(tm.tm_year + 1900), 4);
 		*p++ = '-';
 		p = put_digits(p, (unsigned)tm.tm_mon + 1, 2);
 		*p++ = '-';

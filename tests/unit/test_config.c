@@ -62,6 +62,7 @@ static const char *const all_vars[] = {
     "OUTBOX_WORKERS",
     "OUTBOX_WORKER_WINDOW",
     "OUTBOX_POLL_INTERVAL",
+    "OUTBOX_LEASE_INTERVAL",
     "OUTBOX_PUBLISH_TIMEOUT",
     "OUTBOX_LEASE_TIMEOUT",
     "OUTBOX_SWEEP_INTERVAL",
@@ -313,6 +314,9 @@ static const struct good_case good_cases[] = {
     {"OUTBOX_WORKERS", "64", K_INT, OFF(workers), 64, 0, NULL},
     {"OUTBOX_WORKER_WINDOW", "8", K_INT, OFF(worker_window), 8, 0, NULL},
     {"OUTBOX_POLL_INTERVAL", "10ms", K_I64, OFF(poll_interval_ms), 10, 0, NULL},
+    {"OUTBOX_LEASE_INTERVAL", "3ms", K_I64, OFF(lease_interval_ms), 3, 0, NULL},
+    {"OUTBOX_LEASE_INTERVAL", "1s", K_I64, OFF(lease_interval_ms), 1000, 0,
+     NULL},
     {"OUTBOX_PUBLISH_TIMEOUT", "100ms", K_I64, OFF(publish_timeout_ms), 100, 0,
      NULL},
     {"OUTBOX_LEASE_TIMEOUT", "5m", K_I64, OFF(lease_timeout_ms), 300000, 0,
@@ -522,6 +526,8 @@ static const struct bad_case bad_cases[] = {
     {"OUTBOX_WORKER_WINDOW", "9"},
     {"OUTBOX_WORKER_WINDOW", "-1"},
     {"OUTBOX_POLL_INTERVAL", "5ms"},
+    {"OUTBOX_LEASE_INTERVAL", "0ms"},
+    {"OUTBOX_LEASE_INTERVAL", "2s"},
     {"OUTBOX_POLL_INTERVAL", "2"},
     {"OUTBOX_PUBLISH_TIMEOUT", "50ms"},
     {"OUTBOX_LEASE_TIMEOUT", "500ms"},
@@ -1021,6 +1027,18 @@ static void test_worker_window(void **state)
 	}
 }
 
+/* The pace after a partial batch: 14 ms unless set. */
+static void test_lease_interval(void **state)
+{
+	(void)state;
+	struct run r;
+	env_clear();
+	run_load(&r);
+	assert_int_equal(r.problems, 0);
+	assert_int_equal(r.cfg.lease_interval_ms, 14);
+	run_free(&r);
+}
+
 static void test_kafka_passthrough(void **state)
 {
 	char pem[256], topic[256];
@@ -1426,6 +1444,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_cross_checks, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_window, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_lease_interval, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_kafka_passthrough, setup,
 					    teardown),
