@@ -395,23 +395,20 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	const char *values[3] = {paused_arr,
 				 default_destination ? default_destination : "",
 				 s->ce_source};
-	rc = store_lease_begin(s, err, errlen);
 	/* Binary results: text columns arrive as they are and the payload
 	 * needs no unescaping. */
 	enum stmt st = s->claims_missing ? ST_LEASE_BARE : ST_LEASE;
-	PGresult *res = rc != 0 ? NULL
-				: store_run(s, st, 3, values, PGRES_TUPLES_OK,
-					    1, &rc, err, errlen);
+	PGresult *res = store_run_leasing(s, st, 3, values, PGRES_TUPLES_OK,
+					  1, &rc, err, errlen);
 	if (!res && rc != STORE_RECONNECT && st == ST_LEASE &&
 	    store_err_undefined_table(err)) {
 		/* A table made by hand: lease without claims. */
 		no_claims(s, err);
 		char why[256];
-		store_lease_end(s, false, why, sizeof(why));
-		rc = store_lease_begin(s, err, errlen);
-		res = rc != 0 ? NULL
-			      : store_run(s, ST_LEASE_BARE, 3, values,
-					  PGRES_TUPLES_OK, 1, &rc, err, errlen);
+		if (s->in_lease)
+			store_lease_end(s, false, why, sizeof(why));
+		res = store_run_leasing(s, ST_LEASE_BARE, 3, values,
+					PGRES_TUPLES_OK, 1, &rc, err, errlen);
 	}
 	free(paused_arr);
 	if (res && PQntuples(res) > 0)

@@ -322,6 +322,12 @@ static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 			      NULL, NULL, result_format);
 }
 
+/* store_run()'s verdict on res, the result of statement st: res when it
+ * has the wanted status, else NULL with *rc and err set (res freed). */
+static PGresult *result_of(struct store *s, enum stmt st, PGresult *res,
+			   ExecStatusType want, int *rc, char *err,
+			   size_t errlen);
+
 PGresult *store_run(struct store *s, enum stmt st, int nparams,
 		    const char *const *values, ExecStatusType want,
 		    int result_format, int *rc, char *err, size_t errlen)
@@ -338,6 +344,14 @@ PGresult *store_run(struct store *s, enum stmt st, int nparams,
 	else
 		res = PQexecParams(s->conn, s->sql[st], nparams, NULL, values,
 				   NULL, NULL, result_format);
+	return result_of(s, st, res, want, rc, err, errlen);
+}
+
+static PGresult *result_of(struct store *s, enum stmt st, PGresult *res,
+			   ExecStatusType want, int *rc, char *err,
+			   size_t errlen)
+{
+	*rc = 0;
 	if (PQresultStatus(res) == want)
 		return res;
 	pgconn_error(s->conn, res, err, errlen);
@@ -480,19 +494,117 @@ int store_finish_tx(struct store *s, bool commit, char *err, size_t errlen)
 			    errlen);
 }
 
-int store_lease_begin(struct store *s, char *err, size_t errlen)
+/* The lease transaction's opening statements, in order. The lease must
+ * walk the pending index in its order: an index scan marks the entries of
+ * rows earlier leases took (dead once those commit) as dead as it passes
+ * them, so the next lease skips them. A bitmap scan marks nothing, and
+ * Postgres picks one whenever its statistics say few rows are pending (a
+ * queue table's normal state): then every lease re-reads every row leased
+ * since the last vacuum (docs/design.md §4). */
+static const char *const lease_opening[] = {
+    "BEGIN",
+    "SET LOCAL enable_bitmapscan = off",
+};
+
+/* Queues the lease transaction's opening, the preparation of st when it
+ * is due and st itself, then the sync. The number of statements queued
+ * goes to *sent; false when libpq refused to queue. */
+static bool queue_leasing(struct store *s, enum stmt st, bool prepare,
+			  int nparams, const char *const *values,
+			  int result_format, size_t *sent)
 {
-	/* The lease must walk the pending index in its order: an index scan
-	 * marks the entries of rows earlier leases took (dead once those
-	 * commit) as dead as it passes them, so the next lease skips them.
-	 * A bitmap scan marks nothing, and Postgres picks one whenever its
-	 * statistics say few rows are pending (a queue table's normal
-	 * state): then every lease re-reads every row leased since the last
-	 * vacuum (docs/design.md §4). One round trip with the BEGIN. */
-	int rc = exec_control(s, "BEGIN; SET LOCAL enable_bitmapscan = off",
-			      NULL, 0, err, errlen);
-	s->in_lease = rc == 0;
-	return rc;
+	PGconn *c = s->conn;
+	size_t n_open = sizeof(lease_opening) / sizeof(lease_opening[0]);
+
+	*sent = 0;
+	if (PQenterPipelineMode(c) != 1)
+		return false;
+	for (size_t i = 0; i < n_open; i++, (*sent)++)
+		if (PQsendQueryParams(c, lease_opening[i], 0, NULL, NULL, NULL,
+				      NULL, 0) != 1)
+			return false;
+	if (prepare) {
+		if (PQsendPrepare(c, store_stmt_names[st], s->sql[st], nparams,
+				  NULL) != 1)
+			return false;
+		(*sent)++;
+	}
+	int queued = s->opt.prepare
+			 ? PQsendQueryPrepared(c, store_stmt_names[st], nparams,
+					       values, NULL, NULL, result_format)
+			 : PQsendQueryParams(c, s->sql[st], nparams, NULL,
+					     values, NULL, NULL, result_format);
+	if (queued != 1)
+		return false;
+	(*sent)++;
+	return PQpipelineSync(c) == 1;
+}
+
+PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
+			    const char *const *values, ExecStatusType want,
+			    int result_format, int *rc, char *err,
+			    size_t errlen)
+{
+	PGconn *c = s->conn;
+	PGresult *res = NULL, *failed = NULL;
+	bool prepare = s->opt.prepare && !s->prepared[st];
+	size_t sent, k = 0;
+
+	*rc = 0;
+	if (!c) {
+		snprintf(err, errlen, "not connected to postgres");
+		*rc = STORE_RECONNECT;
+		return NULL;
+	}
+	/* One round trip instead of one per statement: a lease's latency
+	 * is mostly waiting for the server. */
+	if (!queue_leasing(s, st, prepare, nparams, values, result_format,
+			   &sent)) {
+		pgconn_error(c, NULL, err, errlen);
+		*rc = STORE_RECONNECT; /* the pipeline's state is unknown */
+		return NULL;
+	}
+	/* Statement k's result, then NULL, for each; then the sync. Once a
+	 * statement failed, the rest come back PGRES_PIPELINE_ABORTED. */
+	for (;;) {
+		PGresult *r = PQgetResult(c);
+		if (!r) {
+			if (PQstatus(c) == CONNECTION_BAD || ++k > sent)
+				break;
+			continue;
+		}
+		ExecStatusType status = PQresultStatus(r);
+		if (status == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			break;
+		}
+		bool fine = status == PGRES_COMMAND_OK ||
+			    status == PGRES_TUPLES_OK;
+		if (k == 0 && status == PGRES_COMMAND_OK)
+			s->in_lease = true;
+		if (prepare && k == sent - 2)
+			s->prepared[st] = status == PGRES_COMMAND_OK;
+		if (k == sent - 1 && fine && !res) {
+			res = r;
+		} else if (!failed && !fine &&
+			   status != PGRES_PIPELINE_ABORTED) {
+			failed = r;
+		} else {
+			PQclear(r);
+		}
+	}
+	if (PQstatus(c) == CONNECTION_BAD || PQexitPipelineMode(c) != 1) {
+		pgconn_error(c, failed, err, errlen);
+		PQclear(failed);
+		PQclear(res);
+		*rc = STORE_RECONNECT;
+		return NULL;
+	}
+	if (failed) {
+		PQclear(res);
+		return result_of(s, st, failed, want, rc, err, errlen);
+	}
+	return result_of(s, st, res, want, rc, err, errlen);
 }
 
 int store_lease_end(struct store *s, bool commit, char *err, size_t errlen)

@@ -150,12 +150,19 @@ int store_begin_locked(struct store *s, int ns, bool custom_plans, bool *got,
 		       char *err, size_t errlen);
 
 /*
- * The lease transaction of s's session (docs/design.md §4): BEGIN, and its
- * end, COMMIT (commit) or ROLLBACK. store_lease_end() of a COMMIT that
- * Postgres turned into a rollback (a statement of it had failed) returns
- * STORE_ERROR. Both keep s->in_lease.
+ * The lease transaction of s's session (docs/design.md §4).
+ * store_run_leasing() opens it and runs statement st in it, in one round
+ * trip (libpq's pipeline mode): BEGIN, the transaction's settings, st's
+ * preparation when due, st. Returns as store_run() does for st's result,
+ * or for the first statement that failed; s->in_lease is true once the
+ * BEGIN succeeded, whatever came after it. store_lease_end() ends it,
+ * COMMIT (commit) or ROLLBACK; of a COMMIT that Postgres turned into a
+ * rollback (a statement of it had failed) it returns STORE_ERROR.
  */
-int store_lease_begin(struct store *s, char *err, size_t errlen);
+PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
+			    const char *const *values, ExecStatusType want,
+			    int result_format, int *rc, char *err,
+			    size_t errlen);
 int store_lease_end(struct store *s, bool commit, char *err, size_t errlen);
 
 /* Opens a store; session_sql (NULL: none) runs after the session
