@@ -1281,6 +1281,50 @@ static void test_lease_walks_the_index(void **state)
 	PQfinish(c);
 }
 
+/* 8c. The lease's statements go in one pipeline; when the lease
+ * statement itself fails there (its claims table dropped under a prepared
+ * statement), the transaction its BEGIN opened is rolled back, the
+ * failure is the statement's, and the lease falls back to leasing without
+ * claims in a fresh pipeline: nothing is left open, no row is lost. */
+static void test_lease_pipeline_failure(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_lease_pipe", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 5);
+	struct store_options o = pgtest_store_options(table);
+	o.batch_size = 2;
+	struct store *s = traced_store(&o, NULL);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 2);
+	assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 2);
+	commit(&b);
+	pgtest_exec(c, "DROP TABLE %s_claims", table);
+	lease(s, &b);
+	assert_int_equal(b.n, 2);
+	assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 2);
+	commit(&b);
+	/* No transaction of the store's session stayed open. */
+	assert_int_equal(PQtransactionStatus(store_conn(s)), PQTRANS_IDLE);
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	commit(&b);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'sent'",
+				     table),
+			 4);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'pending'",
+				     table),
+			 1);
+	store_close(s);
+	PQfinish(c);
+}
+
 struct migrator {
 	struct outbox_table t;
 	int rc;
@@ -1492,6 +1536,7 @@ int main(void)
 	    cmocka_unit_test(test_seq_and_uuidv7),
 	    cmocka_unit_test(test_generic_plans_use_indexes),
 	    cmocka_unit_test(test_lease_walks_the_index),
+	    cmocka_unit_test(test_lease_pipeline_failure),
 	    cmocka_unit_test(test_checks_and_migrations),
 	    cmocka_unit_test(test_listener),
 	};
