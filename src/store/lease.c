@@ -398,8 +398,8 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	/* Binary results: text columns arrive as they are and the payload
 	 * needs no unescaping. */
 	enum stmt st = s->claims_missing ? ST_LEASE_BARE : ST_LEASE;
-	PGresult *res = store_run_leasing(s, st, 3, values, PGRES_TUPLES_OK,
-					  1, &rc, err, errlen);
+	PGresult *res = store_run_leasing(s, st, 3, values, PGRES_TUPLES_OK, 1,
+					  &rc, err, errlen);
 	if (!res && rc != STORE_RECONNECT && st == ST_LEASE &&
 	    store_err_undefined_table(err)) {
 		/* A table made by hand: lease without claims. */
