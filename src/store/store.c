@@ -529,11 +529,12 @@ static bool queue_leasing(struct store *s, enum stmt st, bool prepare,
 			return false;
 		(*sent)++;
 	}
-	int queued = s->opt.prepare
-			 ? PQsendQueryPrepared(c, store_stmt_names[st], nparams,
-					       values, NULL, NULL, result_format)
-			 : PQsendQueryParams(c, s->sql[st], nparams, NULL,
-					     values, NULL, NULL, result_format);
+	int queued =
+	    s->opt.prepare
+		? PQsendQueryPrepared(c, store_stmt_names[st], nparams, values,
+				      NULL, NULL, result_format)
+		: PQsendQueryParams(c, s->sql[st], nparams, NULL, values, NULL,
+				    NULL, result_format);
 	if (queued != 1)
 		return false;
 	(*sent)++;
@@ -578,8 +579,8 @@ PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 			PQclear(r);
 			break;
 		}
-		bool fine = status == PGRES_COMMAND_OK ||
-			    status == PGRES_TUPLES_OK;
+		bool fine =
+		    status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
 		if (k == 0 && status == PGRES_COMMAND_OK)
 			s->in_lease = true;
 		if (prepare && k == sent - 2)
