@@ -318,7 +318,7 @@ static bool slot_build(struct batch *b, size_t i)
 			/* Only memory can fail a row the relay validated:
 			 * let it retry. */
 			rmq_settle(fl, i,
-				   strcmp(r->reason, "out of memory") == 0
+				   strcmp(r->reason, CLOUDEVENT_NO_MEMORY) == 0
 				       ? PUB_NOT_WRITTEN
 				       : PUB_PERMANENT,
 				   false, r->reason);

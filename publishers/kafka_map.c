@@ -206,7 +206,7 @@ int kafka_msg_build(const struct config *cfg, const struct outbox_event *ev,
 	 * is the row's, unless memory ran out. */
 	if (cloudevent_binary_headers(ev, CE_PREFIX, &ce, reason, reasonlen) !=
 	    0) {
-		if (strcmp(reason, "out of memory") == 0)
+		if (strcmp(reason, CLOUDEVENT_NO_MEMORY) == 0)
 			*fail = PUB_NOT_WRITTEN;
 		goto out;
 	}

@@ -12,7 +12,7 @@
 #include <cJSON.h>
 
 #define SPECVERSION "1.0"
-#define OOM_REASON "out of memory"
+#define OOM_REASON CLOUDEVENT_NO_MEMORY
 /* Bytes of a header name quoted in a reason: keeps every reason well
  * inside pub_result.reason (256). */
 #define REASON_NAME_MAX 64

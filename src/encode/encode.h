@@ -58,6 +58,10 @@ const char *cloudevent_uri_reference_problem(const char *s, char *why,
  */
 int cloudevent_source_check(const char *v, char *why, size_t whylen);
 
+/* The reason every function here gives when memory ran out: the one
+ * refusal that is not the row's (a caller retries the row). */
+#define CLOUDEVENT_NO_MEMORY "out of memory"
+
 /*
  * Checks that ev can be encoded. Returns 0, or -1 with a short lowercase
  * reason (fit for last_error, always valid UTF-8) in reason, e.g.

@@ -326,29 +326,6 @@ static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
  * has the wanted status, else NULL with *rc and err set (res freed). */
 static PGresult *result_of(struct store *s, enum stmt st, PGresult *res,
 			   ExecStatusType want, int *rc, char *err,
-			   size_t errlen);
-
-PGresult *store_run(struct store *s, enum stmt st, int nparams,
-		    const char *const *values, ExecStatusType want,
-		    int result_format, int *rc, char *err, size_t errlen)
-{
-	PGresult *res;
-	*rc = 0;
-	if (!s->conn) {
-		snprintf(err, errlen, "not connected to postgres");
-		*rc = STORE_RECONNECT;
-		return NULL;
-	}
-	if (s->opt.prepare)
-		res = exec_prepared(s, st, nparams, values, result_format);
-	else
-		res = PQexecParams(s->conn, s->sql[st], nparams, NULL, values,
-				   NULL, NULL, result_format);
-	return result_of(s, st, res, want, rc, err, errlen);
-}
-
-static PGresult *result_of(struct store *s, enum stmt st, PGresult *res,
-			   ExecStatusType want, int *rc, char *err,
 			   size_t errlen)
 {
 	*rc = 0;
@@ -370,6 +347,25 @@ static PGresult *result_of(struct store *s, enum stmt st, PGresult *res,
 	}
 	PQclear(res);
 	return NULL;
+}
+
+PGresult *store_run(struct store *s, enum stmt st, int nparams,
+		    const char *const *values, ExecStatusType want,
+		    int result_format, int *rc, char *err, size_t errlen)
+{
+	PGresult *res;
+	*rc = 0;
+	if (!s->conn) {
+		snprintf(err, errlen, "not connected to postgres");
+		*rc = STORE_RECONNECT;
+		return NULL;
+	}
+	if (s->opt.prepare)
+		res = exec_prepared(s, st, nparams, values, result_format);
+	else
+		res = PQexecParams(s->conn, s->sql[st], nparams, NULL, values,
+				   NULL, NULL, result_format);
+	return result_of(s, st, res, want, rc, err, errlen);
 }
 
 /* Appends to a growable buffer; returns -1 when out of memory. */

@@ -1295,7 +1295,7 @@ static void test_lease_pipeline_failure(void **state)
 	pgtest_insert(c, table, 5);
 	struct store_options o = pgtest_store_options(table);
 	o.batch_size = 2;
-	struct store *s = traced_store(&o, NULL);
+	struct store *s = pgtest_store(&o);
 	struct lease_batch b;
 	lease(s, &b);
 	assert_int_equal(b.n, 2);
