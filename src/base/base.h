@@ -80,16 +80,15 @@ void clock_sleep_ms(int64_t ms);
  */
 
 enum metric_counter {
-	MC_SENT,	  /* broker acknowledged, marked sent */
-	MC_RELEASED,	  /* never written: released */
-	MC_DESTINATION,	  /* destination refused: released, paused */
-	MC_TRANSPORT,	  /* outcome unknown: retried, charged */
-	MC_EVENT,	  /* nacked: retried or failed when spent */
-	MC_PERMANENT,	  /* failed at once */
-	MC_LOST_LEASES,	  /* marks fenced off */
-	MC_MARKS_ALREADY, /* lost replies recognized */
-	MC_LEASES,	  /* lease statements run */
-	MC_SWEEPS,	  /* sweep ticks that held the lock */
+	MC_SENT,	/* broker acknowledged, marked sent */
+	MC_RELEASED,	/* never written: released */
+	MC_DESTINATION, /* destination refused: released, paused */
+	MC_TRANSPORT,	/* outcome unknown: retried, charged */
+	MC_EVENT,	/* nacked: retried or failed when spent */
+	MC_PERMANENT,	/* failed at once */
+	MC_LOST_LEASES, /* rows of leases that did not commit */
+	MC_LEASES,	/* lease statements run */
+	MC_SWEEPS,	/* sweep ticks that held the lock */
 	MC_SWEPT_PENDING,
 	MC_SWEPT_FAILED,
 	MC_CLEANS,
@@ -98,8 +97,7 @@ enum metric_counter {
 	MC_DB_RECONNECTS,
 	MC_PUBLISHER_FAILURES, /* probes or opens that failed */
 	MC_RENEWALS,
-	MC_RENEWAL_LOST, /* rows a renewal found no longer held */
-	MC_IN_DOUBT,	 /* handed to the broker, outcome unknown */
+	MC_IN_DOUBT, /* handed to the broker, outcome unknown */
 	MC_COUNT
 };
 

@@ -22,7 +22,7 @@
 
 #define REASON_MAX 256
 
-/* enum store_mark runs from MARK_SENT to MARK_RELEASE. */
+/* enum mark_kind runs from MARK_SENT to MARK_RELEASE. */
 #define N_MARKS (MARK_RELEASE + 1)
 
 /* The rows one store mark applies to; reasons[i] goes with ids[i]. */
@@ -41,14 +41,12 @@ struct mark_list {
  */
 struct batch {
 	struct lease_batch lease;    /* every event and id points into it */
-	bool *held;		     /* per row: the lease is still ours */
-	const char **ids;	     /* per row: its id, for renewals */
 	char (*invalid)[REASON_MAX]; /* per row: why it cannot be encoded */
 	struct outbox_event *valid;  /* the rows handed to the publisher */
 	size_t *valid_row; /* valid[j] is lease.events[valid_row[j]] */
 	size_t n_valid;
 	struct pub_result *results;	 /* per valid row */
-	struct mark_list marks[N_MARKS]; /* indexed by enum store_mark */
+	struct mark_list marks[N_MARKS]; /* indexed by enum mark_kind */
 	int64_t local_deadline_ms;	 /* no row handed to the broker after */
 	int64_t last_renew_ms;
 	uint64_t ticket; /* its turn at the publisher (lanes.c) */
@@ -81,8 +79,6 @@ struct pause_keys {
 
 static void batch_release(struct batch *b)
 {
-	free(b->held);
-	free(b->ids);
 	free(b->invalid);
 	free(b->valid);
 	free(b->valid_row);
@@ -103,14 +99,11 @@ static int batch_init(struct batch *b, struct lease_batch *lease, char *err,
 	size_t n = lease->n;
 	*b = (struct batch){.lease = *lease};
 	*lease = (struct lease_batch){0};
-	b->held = calloc(n, sizeof(*b->held));
-	b->ids = calloc(n, sizeof(*b->ids));
 	b->invalid = calloc(n, sizeof(*b->invalid));
 	b->valid = calloc(n, sizeof(*b->valid));
 	b->valid_row = calloc(n, sizeof(*b->valid_row));
 	b->results = calloc(n, sizeof(*b->results));
-	bool ok = b->held && b->ids && b->invalid && b->valid && b->valid_row &&
-		  b->results;
+	bool ok = b->invalid && b->valid && b->valid_row && b->results;
 	for (int k = 0; k < N_MARKS; k++) {
 		b->marks[k].ids = calloc(n, sizeof(*b->marks[k].ids));
 		b->marks[k].reasons = calloc(n, sizeof(*b->marks[k].reasons));
@@ -124,8 +117,8 @@ static int batch_init(struct batch *b, struct lease_batch *lease, char *err,
 	return 0;
 }
 
-static void batch_add_mark(struct batch *b, enum store_mark mark,
-			   const char *id, const char *reason)
+static void batch_add_mark(struct batch *b, enum mark_kind mark, const char *id,
+			   const char *reason)
 {
 	struct mark_list *l = &b->marks[mark];
 	l->ids[l->n] = id;
@@ -135,7 +128,7 @@ static void batch_add_mark(struct batch *b, enum store_mark mark,
 /* ---- what each publish outcome does (docs/design.md §3) ---- */
 
 struct outcome_rule {
-	enum store_mark mark;
+	enum mark_kind mark;
 	enum metric_counter counter;
 	bool in_doubt;		 /* also counted in MC_IN_DOUBT */
 	bool pauses_destination; /* the event's destination is paused */
@@ -167,7 +160,7 @@ _Static_assert(N_OUTCOMES == PUB_PERMANENT + 1, "one rule per publish outcome");
  * is closed before it (see run_marks). Sent and release carry no reason:
  * neither records an error on the row. */
 static const struct {
-	enum store_mark mark;
+	enum mark_kind mark;
 	const char *name;
 	bool with_reasons;
 } mark_order[] = {
@@ -181,27 +174,16 @@ _Static_assert(sizeof(mark_order) / sizeof(mark_order[0]) == N_MARKS,
 
 /* ---- while publishing: lease renewal and the publisher's callbacks ---- */
 
+/* Keeps the lease transaction from the idle-in-transaction timeout while
+ * the batch is with the broker. Every row stays held while it lives. */
 static void renew(struct worker *w)
 {
 	struct batch *b = &w->batch;
-	size_t n = b->lease.n;
-	bool *now_held = calloc(n, sizeof(bool));
 	char err[512];
-	size_t n_held;
-	if (!now_held)
-		return;
 	int64_t before = clock_ms();
-	int rc = store_renew(w->store, b->lease.lease_id, b->ids, n, now_held,
-			     &n_held, err, sizeof(err));
+	int rc = store_renew(w->store, err, sizeof(err));
 	if (rc == 0) {
-		size_t lost = 0;
-		for (size_t i = 0; i < n; i++) {
-			if (b->held[i] && !now_held[i])
-				lost++;
-			b->held[i] = b->held[i] && now_held[i];
-		}
 		metrics_add(MC_RENEWALS, 1);
-		metrics_add(MC_RENEWAL_LOST, lost);
 		/* The deadline moves only as far as the database moved the
 		 * lease, measured from before the statement. */
 		b->local_deadline_ms = before + w->cfg->lease_timeout_ms -
@@ -212,15 +194,13 @@ static void renew(struct worker *w)
 		if (rc == STORE_RECONNECT)
 			store_reconnect(w->store, err, sizeof(err));
 	}
-	free(now_held);
 }
 
 static bool ctx_may_send(struct publish_ctx *ctx, size_t j)
 {
 	struct worker *w = ctx->opaque;
-	if (relay_stopping(w->r) || clock_ms() >= w->batch.local_deadline_ms)
-		return false;
-	return w->batch.held[w->batch.valid_row[j]];
+	(void)j;
+	return !relay_stopping(w->r) && clock_ms() < w->batch.local_deadline_ms;
 }
 
 static bool ctx_tick(struct publish_ctx *ctx)
@@ -252,16 +232,14 @@ static bool event_too_large(const struct outbox_event *e,
 	return true;
 }
 
-/* Sets every row held and picks the rows that can be encoded and are
- * within OUTBOX_MAX_EVENT_SIZE; the others are marked failed with their
+/* Picks the rows that can be encoded and are within
+ * OUTBOX_MAX_EVENT_SIZE; the others are marked failed with their
  * reason. */
 static void validate_rows(struct batch *b, const struct config *cfg)
 {
 	b->n_valid = 0;
 	for (size_t i = 0; i < b->lease.n; i++) {
 		const struct outbox_event *e = &b->lease.events[i];
-		b->ids[i] = e->id;
-		b->held[i] = true;
 		/* A row that can never be encoded fails with its reason and
 		 * never stops the batch (docs/design.md §10). */
 		if (cloudevent_validate(e, b->invalid[i],
@@ -368,8 +346,7 @@ static bool run_mark(struct worker *w, int order)
 	char err[512];
 	struct mark_result mr;
 	int64_t t0 = clock_ms();
-	int rc = store_mark(w->store, mark_order[order].mark,
-			    w->batch.lease.lease_id, l->ids,
+	int rc = store_mark(w->store, mark_order[order].mark, l->ids,
 			    mark_order[order].with_reasons ? l->reasons : NULL,
 			    l->n, &mr, err, sizeof(err));
 	metrics_observe(MH_MARK_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
@@ -384,13 +361,13 @@ static bool run_mark(struct worker *w, int order)
 			   "mark", what, "rows", count, "error", err, NULL);
 		return false;
 	}
-	metrics_add(MC_LOST_LEASES, mr.lost);
-	metrics_add(MC_MARKS_ALREADY, mr.already);
-	if (mr.lost > 0) {
-		snprintf(count, sizeof(count), "%zu", mr.lost);
-		log_fields(LOG_WARN,
-			   "lost leases: rows no longer ours were "
-			   "left alone",
+	if (mr.missing > 0) {
+		/* Each row is in one mark list once: a row marked twice is
+		 * a bug of ours, and the first mark stands. */
+		snprintf(count, sizeof(count), "%zu", mr.missing);
+		log_fields(LOG_ERROR,
+			   "rows of the lease were marked already; left as "
+			   "the first mark made them",
 			   "mark", what, "rows", count, "lease_id",
 			   w->batch.lease.lease_id, NULL);
 	}
@@ -423,7 +400,7 @@ static void conclude(struct worker *w)
 	struct batch *b = &w->batch;
 	char err[512];
 	int64_t t0 = clock_ms();
-	int rc = store_lease_commit(&b->lease, err, sizeof(err));
+	int rc = store_lease_commit(w->store, &b->lease, err, sizeof(err));
 	metrics_observe(MH_MARK_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
 	if (rc == 0)
 		return;
@@ -451,9 +428,12 @@ static void process_batch(struct worker *w, struct lease_batch *lease,
 	struct batch *b = &w->batch;
 	char err[128];
 	if (batch_init(b, lease, err, sizeof(err)) != 0) {
-		/* Nothing was handed over; the sweeper returns the rows. */
+		/* Nothing was handed over: roll the lease back. */
 		log_error("%s", err);
 		lanes_pass(w->share, ticket);
+		if (store_lease_abort(w->store, &b->lease, err, sizeof(err)) ==
+		    STORE_RECONNECT)
+			relay_reconnect(w->th, w->store);
 		goto out;
 	}
 	b->ticket = ticket;

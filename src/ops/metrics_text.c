@@ -26,9 +26,8 @@ static const struct counter_def counter_defs[MC_COUNT] = {
     [MC_PERMANENT] = {"outbox_events_total",
 		      "{outcome=\"failed\",class=\"permanent\"}", NULL},
     [MC_LOST_LEASES] = {"outbox_lost_leases_total", "",
-			"Rows a mark found no longer held by its lease."},
-    [MC_MARKS_ALREADY] = {"outbox_marks_recovered_total", "",
-			  "Rows found already marked after a lost reply."},
+			"Rows of leases that did not commit (they go out "
+			"again)."},
     [MC_LEASES] = {"outbox_leases_total", "", "Lease statements run."},
     [MC_SWEEPS] = {"outbox_sweeps_total", "",
 		   "Sweep ticks that held the sweep lock."},
@@ -48,8 +47,6 @@ static const struct counter_def counter_defs[MC_COUNT] = {
 			       "failed."},
     [MC_RENEWALS] = {"outbox_lease_renewals_total", "",
 		     "Lease renewals while awaiting broker outcomes."},
-    [MC_RENEWAL_LOST] = {"outbox_lease_renewal_lost_rows_total", "",
-			 "Rows a renewal found no longer held."},
     [MC_IN_DOUBT] = {"outbox_in_doubt_events_total", "",
 		     "Events handed to the broker whose outcome never "
 		     "came (retried keeping their charge; a source of "

@@ -194,7 +194,7 @@ static void set_db(bool ok, const char *why)
 		log_info("postgres check ok");
 }
 
-static void publish_gauges(const struct store_admin_gauges *g)
+static void publish_gauges(const struct store_gauges *g)
 {
 	metrics_set(MG_BACKLOG, g->backlog);
 	metrics_set(MG_OLDEST_PENDING_MS, g->oldest_pending_ms);
@@ -329,7 +329,7 @@ static void beat(struct ops_session *o, bool draining)
 
 static void refresh_gauges(struct ops_session *o)
 {
-	struct store_admin_gauges g;
+	struct store_gauges g;
 	int64_t t0 = clock_ms();
 	int rc = store_admin_gauges(o->s, &g, o->err, sizeof(o->err));
 	int64_t took = clock_ms() - t0;

@@ -41,11 +41,6 @@ static bool lease_open(const struct lease_rows *rows)
 void lease_batch_release(struct lease_batch *b)
 {
 	if (b->rows) {
-		/* Not concluded: roll back, which releases every row. */
-		if (lease_open(b->rows)) {
-			char err[256];
-			store_lease_end(b->rows->s, false, err, sizeof(err));
-		}
 		if (b->rows->s->open_lease == b->rows)
 			b->rows->s->open_lease = NULL;
 		PQclear(b->rows->res);
@@ -53,6 +48,14 @@ void lease_batch_release(struct lease_batch *b)
 		free(b->rows);
 	}
 	memset(b, 0, sizeof(*b));
+}
+
+int store_lease_abort(struct store *s, struct lease_batch *b, char *err,
+		      size_t errlen)
+{
+	if (!b->rows || b->rows->s != s || !lease_open(b->rows))
+		return 0;
+	return store_lease_end(s, false, err, errlen);
 }
 
 static const char *col(PGresult *res, int row, int c)
@@ -268,6 +271,7 @@ static int take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	}
 	snprintf(rows->xid, sizeof(rows->xid), "%llu", (unsigned long long)xid);
 	snprintf(out->lease_id, sizeof(out->lease_id), "%s", lease_id);
+	memcpy(rows->lease_id, out->lease_id, sizeof(rows->lease_id));
 	qsort(out->events, out->n, sizeof(out->events[0]), by_seq);
 	s->open_lease = rows;
 	return 0;
@@ -386,7 +390,15 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		char *err, size_t errlen)
 {
 	int rc;
+	char why[256];
 	memset(out, 0, sizeof(*out));
+	if (s->in_lease) {
+		/* A caller that dropped a batch without concluding it: leasing
+		 * inside that transaction would keep its rows locked. */
+		log_error("a lease was left open without being concluded; "
+			  "rolling it back");
+		store_lease_end(s, false, why, sizeof(why));
+	}
 	char *paused_arr = store_pg_array(paused, n_paused, true, 4096);
 	if (!paused_arr) {
 		snprintf(err, errlen, "lease: out of memory");
@@ -404,7 +416,6 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	    store_err_undefined_table(err)) {
 		/* A table made by hand: lease without claims. */
 		no_claims(s, err);
-		char why[256];
 		if (s->in_lease)
 			store_lease_end(s, false, why, sizeof(why));
 		res = store_run_leasing(s, ST_LEASE_BARE, 3, values,
@@ -418,11 +429,10 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	if (rc == 0 && out->n > 0)
 		rc = write_claim(s, out, err, errlen);
 	if (rc != 0 || out->n == 0) {
-		char why[256];
-		if (out->rows)
-			lease_batch_release(out);
-		else if (s->in_lease)
+		/* Nothing was handed over: the rows go back as they were. */
+		if (s->in_lease)
 			store_lease_end(s, false, why, sizeof(why));
+		lease_batch_release(out);
 	}
 	return store_public_rc(rc);
 }
@@ -430,17 +440,10 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 /* Keeps the lease transaction's session from the idle-in-transaction
  * timeout and moves the claim's expiry, which status shows. Every row
  * stays held while the transaction lives: none can be taken from it. */
-int store_renew(struct store *s, const char *lease_id, const char *const *ids,
-		size_t n, bool *held, size_t *n_held, char *err, size_t errlen)
+int store_renew(struct store *s, char *err, size_t errlen)
 {
 	int rc;
-	(void)ids;
-	*n_held = 0;
-	for (size_t i = 0; i < n; i++)
-		held[i] = false;
-	if (n == 0)
-		return 0;
-	if (!s->in_lease) {
+	if (!s->in_lease || !s->open_lease) {
 		snprintf(err, errlen, "renew: no lease transaction is open");
 		return STORE_RECONNECT;
 	}
@@ -449,10 +452,7 @@ int store_renew(struct store *s, const char *lease_id, const char *const *ids,
 	if (!res)
 		return store_public_rc(rc);
 	PQclear(res);
-	for (size_t i = 0; i < n; i++)
-		held[i] = true;
-	*n_held = n;
-	const char *values[2] = {s->leased_by, lease_id};
+	const char *values[2] = {s->leased_by, s->open_lease->lease_id};
 	char why[256];
 	/* The claim's expiry is for people reading status: a failure to move
 	 * it costs nothing the lease needs. */

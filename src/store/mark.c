@@ -20,7 +20,7 @@
 
 /* The statement of a mark; -1 for the release, which writes nothing: the
  * row's lock goes with the transaction and no attempt is charged. */
-static int mark_stmt(const struct store *s, enum store_mark kind)
+static int mark_stmt(const struct store *s, enum mark_kind kind)
 {
 	switch (kind) {
 	case MARK_SENT:
@@ -95,18 +95,17 @@ static bool counts_in_row(const struct store *s, int st)
 	return s->opt.ordered && st != ST_TRANSPORT;
 }
 
-int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
-	       const char *const *ids, const char *const *reasons, size_t n,
-	       struct mark_result *r, char *err, size_t errlen)
+int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
+	       const char *const *reasons, size_t n, struct mark_result *r,
+	       char *err, size_t errlen)
 {
 	int ret = STORE_ERROR;
 	char *tid_arr = NULL, *reason_arr = NULL;
 	memset(r, 0, sizeof(*r));
 	if (n == 0)
 		return 0;
-	if (!s->in_lease) {
+	if (!s->in_lease || !s->open_lease) {
 		snprintf(err, errlen, "mark: the lease transaction has ended");
-		r->lost = n;
 		return STORE_RECONNECT;
 	}
 	int st = mark_stmt(s, kind);
@@ -123,8 +122,8 @@ int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
 		snprintf(err, errlen, "mark: out of memory");
 		goto out;
 	}
-	const char *values[5] = {tid_arr, lease_id, s->ce_source, s->leased_by,
-				 reason_arr};
+	const char *values[5] = {tid_arr, s->open_lease->lease_id, s->ce_source,
+				 s->leased_by, reason_arr};
 	int nparams = st == ST_SENT_DELETE ? 1 : reasons ? 5 : 4;
 	bool in_row = counts_in_row(s, st);
 	int rc;
@@ -137,9 +136,9 @@ int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
 	}
 	r->marked = (size_t)strtoull(
 	    in_row ? PQgetvalue(res, 0, 0) : PQcmdTuples(res), NULL, 10);
-	/* Only a row deleted or concluded outside the relay (by hand) can be
-	 * missing: nothing else can touch a locked row. */
-	r->lost = n - r->marked;
+	/* Only a row this lease marked already can be missing: no other
+	 * session can change a row the lease holds locked. */
+	r->missing = n - r->marked;
 	PQclear(res);
 	ret = 0;
 out:
@@ -185,12 +184,13 @@ static int committed_after_all(struct store *s, const char *xid, char *err,
 	return -1;
 }
 
-int store_lease_commit(struct lease_batch *b, char *err, size_t errlen)
+int store_lease_commit(struct store *s, struct lease_batch *b, char *err,
+		       size_t errlen)
 {
 	if (!b->rows)
 		return 0;
-	struct store *s = b->rows->s;
-	if (!s->in_lease || s->conn_gen != b->rows->conn_gen) {
+	if (b->rows->s != s || !s->in_lease ||
+	    s->conn_gen != b->rows->conn_gen) {
 		snprintf(err, errlen, "the lease transaction has ended");
 		return STORE_RECONNECT;
 	}

@@ -17,15 +17,6 @@
 #define DDL_LOCK_TIMEOUT "5s"
 #define DDL_ATTEMPTS 12
 
-int migrate_latest_version(void)
-{
-	int v = 0;
-	for (const struct sql_migration *m = sql_migrations; m->name; m++)
-		if (m->version > v)
-			v = m->version;
-	return v;
-}
-
 char *migrate_expand(const char *sql, const struct outbox_table *t)
 {
 	char channel[200];
@@ -503,7 +494,7 @@ int migrate_run_watched(PGconn *conn, const struct outbox_table *t, FILE *out,
 {
 	int ret = -1;
 	char why[512], sql[256];
-	int latest = migrate_latest_version();
+	int latest = sql_schema_version;
 	bool *applied = calloc((size_t)latest + 1, sizeof(bool));
 	if (!applied) {
 		snprintf(err, errlen, "migrate: out of memory");
@@ -547,11 +538,6 @@ int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t, bool on,
 		return -1;
 	}
 	return 0;
-}
-
-int store_schema_version(void)
-{
-	return migrate_latest_version();
 }
 
 int store_migrate(const struct store_options *opt, bool notify_trigger,

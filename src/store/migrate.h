@@ -20,16 +20,8 @@
 
 #include "base/base.h"
 #include "pgconn.h"
+#include "schema.h"
 #include "store.h"
-
-struct sql_migration {
-	int version;	  /* from the file name's numeric prefix */
-	const char *name; /* file name */
-	const char *sql;  /* text with {{table}}-style placeholders */
-};
-
-/* Generated from sql/ (sql/embed.py); ends with a zeroed entry. */
-extern const struct sql_migration sql_migrations[];
 
 /*
  * Expands the placeholders of sql for table t. Returns a malloc'd string
@@ -69,8 +61,5 @@ int migrate_run_watched(PGconn *conn, const struct outbox_table *t, FILE *out,
  */
 int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t, bool on,
 			   char *err, size_t errlen);
-
-/* The newest version sql/ knows. */
-int migrate_latest_version(void);
 
 #endif

@@ -138,19 +138,16 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 			 key, s->table.literal);
 		return STORE_REFUSED;
 	}
-	PGresult *res = PQexec(s->conn, "BEGIN");
-	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-		pgconn_error(s->conn, res, err, errlen);
-		PQclear(res);
-		return STORE_ERROR;
-	}
-	PQclear(res);
+	rc = store_exec_cmd(s, "unblock", "BEGIN", 0, NULL, NULL, err, errlen);
+	if (rc != 0)
+		return rc;
 	rc = take_block(s, key, blocking, sizeof(blocking), err, errlen);
 	if (rc != 0)
 		goto fail;
 	const char *values[1] = {redrive ? blocking : key};
-	res = store_run(s, redrive ? ST_UNBLOCK_REDRIVE : ST_UNBLOCK_SKIP, 1,
-			values, PGRES_COMMAND_OK, 0, &rc, err, errlen);
+	PGresult *res =
+	    store_run(s, redrive ? ST_UNBLOCK_REDRIVE : ST_UNBLOCK_SKIP, 1,
+		      values, PGRES_COMMAND_OK, 0, &rc, err, errlen);
 	if (!res)
 		goto fail;
 	PQclear(res);

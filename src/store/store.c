@@ -12,8 +12,8 @@
 
 #include "base/base.h"
 #include "config/config.h"
-#include "migrate.h"
 #include "pgconn.h"
+#include "schema.h"
 #include "store_internal.h"
 #include "store_test.h"
 
@@ -52,25 +52,18 @@ struct store_options store_options_from_config(const struct config *cfg,
 static int check_version(struct store *s, const char *lit, char *err,
 			 size_t errlen)
 {
-	int latest = migrate_latest_version();
-	PGresult *res = PQexecParams(s->conn, s->sql[ST_VERSION], 0, NULL, NULL,
-				     NULL, NULL, 0);
-	int rc = 0;
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+	int rc;
+	PGresult *res = store_exec(s, NULL, s->sql[ST_VERSION], 0, NULL,
+				   PGRES_TUPLES_OK, &rc, err, errlen);
+	if (!res)
 		/* A table made by hand has no version table: its columns are
 		 * the owner's business. */
-		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-		if (!state || strcmp(state, "42P01") != 0) {
-			pgconn_error(s->conn, res, err, errlen);
-			rc = pgconn_needs_reconnect(s->conn, res)
-				 ? STORE_RECONNECT
-				 : STORE_ERROR;
-		}
-	} else if (strtol(PQgetvalue(res, 0, 0), NULL, 10) < latest) {
+		return store_err_undefined_table(err) ? 0 : store_public_rc(rc);
+	if (strtol(PQgetvalue(res, 0, 0), NULL, 10) < sql_schema_version) {
 		snprintf(err, errlen,
 			 "outbox table %s is at schema version %s and this "
 			 "relay needs %d: run `outbox-relay migrate`",
-			 lit, PQgetvalue(res, 0, 0), latest);
+			 lit, PQgetvalue(res, 0, 0), sql_schema_version);
 		rc = STORE_ERROR;
 	}
 	PQclear(res);
@@ -81,31 +74,70 @@ static int check_table(struct store *s, char *err, size_t errlen)
 {
 	const char *values[1];
 	char lit[160];
+	int rc;
 	/* to_regclass wants the name itself, not the quoted literal. */
 	snprintf(lit, sizeof(lit), "%s%s%s", s->table.schema,
 		 s->table.schema[0] ? "." : "", s->table.name);
 	values[0] = lit;
 	PGresult *res =
-	    PQexecParams(s->conn, "SELECT to_regclass($1) IS NOT NULL", 1, NULL,
-			 values, NULL, NULL, 0);
-	int rc = 0;
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		pgconn_error(s->conn, res, err, errlen);
-		rc = pgconn_needs_reconnect(s->conn, res) ? STORE_RECONNECT
-							  : STORE_ERROR;
-	} else if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
+	    store_exec(s, NULL, "SELECT to_regclass($1) IS NOT NULL", 1, values,
+		       PGRES_TUPLES_OK, &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	bool exists = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+	if (!exists) {
 		char where[256];
 		pgconn_describe(s->conn, where, sizeof(where));
 		snprintf(err, errlen,
 			 "outbox table %s does not exist in %s: create it with "
 			 "`outbox-relay migrate`",
 			 lit, where);
-		rc = STORE_ERROR;
+		return STORE_ERROR;
 	}
+	return check_version(s, lit, err, errlen);
+}
+
+int store_admin_side_tables(struct store *s, unsigned *present, char *err,
+			    size_t errlen)
+{
+	const struct {
+		const char *suffix;
+		unsigned bit;
+	} side[] = {
+	    {"_control", STORE_SIDE_CONTROL},
+	    {"_replicas", STORE_SIDE_REPLICAS},
+	    {"_blocked_keys", STORE_SIDE_BLOCKED_KEYS},
+	    {"_claims", STORE_SIDE_CLAIMS},
+	};
+	enum { N_SIDE = sizeof(side) / sizeof(side[0]) };
+	char names[N_SIDE][160];
+	const char *values[N_SIDE];
+	int rc;
+	*present = 0;
+	for (size_t i = 0; i < N_SIDE; i++) {
+		table_derived(&s->table, side[i].suffix, names[i],
+			      sizeof(names[i]));
+		values[i] = names[i];
+	}
+	PGresult *res = store_exec(
+	    s, "side tables",
+	    "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) "
+	    "IS NOT NULL, to_regclass($3) IS NOT NULL, to_regclass($4) "
+	    "IS NOT NULL",
+	    N_SIDE, values, PGRES_TUPLES_OK, &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	for (size_t i = 0; i < N_SIDE; i++)
+		if (PQgetvalue(res, 0, (int)i)[0] == 't')
+			*present |= side[i].bit;
 	PQclear(res);
-	if (rc == 0)
-		rc = check_version(s, lit, err, errlen);
-	return rc;
+	return 0;
+}
+
+int store_schema_version(void)
+{
+	return sql_schema_version;
 }
 
 /* What the statements read in place of a missing side table: no pause,
@@ -322,16 +354,23 @@ static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 			      NULL, NULL, result_format);
 }
 
-/* store_run()'s verdict on res, the result of statement st: res when it
- * has the wanted status, else NULL with *rc and err set (res freed). */
-static PGresult *result_of(struct store *s, enum stmt st, PGresult *res,
-			   ExecStatusType want, int *rc, char *err,
-			   size_t errlen)
+/* The runner's verdict on res, the result of statement st (-1: a
+ * statement of no enum stmt): res when it has the wanted status, else NULL
+ * with *rc and err ("what: SQLSTATE: message", what NULL: no prefix) set,
+ * and res freed. */
+static PGresult *result_of(struct store *s, int st, const char *what,
+			   PGresult *res, ExecStatusType want, int *rc,
+			   char *err, size_t errlen)
 {
 	*rc = 0;
 	if (PQresultStatus(res) == want)
 		return res;
-	pgconn_error(s->conn, res, err, errlen);
+	char why[768];
+	pgconn_error(s->conn, res, why, sizeof(why));
+	if (what)
+		snprintf(err, errlen, "%s: %s", what, why);
+	else
+		snprintf(err, errlen, "%s", why);
 	if (pgconn_needs_reconnect(s->conn, res)) {
 		*rc = STORE_RECONNECT;
 	} else {
@@ -340,7 +379,7 @@ static PGresult *result_of(struct store *s, enum stmt st, PGresult *res,
 		 * that vanished is prepared again next time. */
 		const char *state =
 		    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-		if (state && strcmp(state, "26000") == 0)
+		if (st >= 0 && state && strcmp(state, "26000") == 0)
 			s->prepared[st] = false;
 		if (pgconn_is_retryable(res))
 			*rc = STORE_RETRY_STATEMENT;
@@ -349,23 +388,64 @@ static PGresult *result_of(struct store *s, enum stmt st, PGresult *res,
 	return NULL;
 }
 
+/* Every statement of the store runs here, but the lease transaction's
+ * pipelined opening (store_run_leasing). st >= 0: statement st of s->sql,
+ * prepared when the options say so; -1: sql, unprepared. */
+static PGresult *run_sql(struct store *s, int st, const char *what,
+			 const char *sql, int nparams,
+			 const char *const *values, ExecStatusType want,
+			 int result_format, int *rc, char *err, size_t errlen)
+{
+	*rc = 0;
+	if (!sql) {
+		snprintf(err, errlen, "%s: out of memory",
+			 what ? what : "statement");
+		*rc = STORE_ERROR;
+		return NULL;
+	}
+	if (!s->conn) {
+		snprintf(err, errlen, "%s%snot connected to postgres",
+			 what ? what : "", what ? ": " : "");
+		*rc = STORE_RECONNECT;
+		return NULL;
+	}
+	PGresult *res = st >= 0 && s->opt.prepare
+			    ? exec_prepared(s, (enum stmt)st, nparams, values,
+					    result_format)
+			    : PQexecParams(s->conn, sql, nparams, NULL, values,
+					   NULL, NULL, result_format);
+	return result_of(s, st, what, res, want, rc, err, errlen);
+}
+
 PGresult *store_run(struct store *s, enum stmt st, int nparams,
 		    const char *const *values, ExecStatusType want,
 		    int result_format, int *rc, char *err, size_t errlen)
 {
-	PGresult *res;
-	*rc = 0;
-	if (!s->conn) {
-		snprintf(err, errlen, "not connected to postgres");
-		*rc = STORE_RECONNECT;
-		return NULL;
-	}
-	if (s->opt.prepare)
-		res = exec_prepared(s, st, nparams, values, result_format);
-	else
-		res = PQexecParams(s->conn, s->sql[st], nparams, NULL, values,
-				   NULL, NULL, result_format);
-	return result_of(s, st, res, want, rc, err, errlen);
+	return run_sql(s, (int)st, NULL, s->sql[st], nparams, values, want,
+		       result_format, rc, err, errlen);
+}
+
+PGresult *store_exec(struct store *s, const char *what, const char *sql,
+		     int nparams, const char *const *values,
+		     ExecStatusType want, int *rc, char *err, size_t errlen)
+{
+	return run_sql(s, -1, what, sql, nparams, values, want, 0, rc, err,
+		       errlen);
+}
+
+int store_exec_cmd(struct store *s, const char *what, const char *sql,
+		   int nparams, const char *const *values, size_t *rows,
+		   char *err, size_t errlen)
+{
+	int rc;
+	PGresult *res = store_exec(s, what, sql, nparams, values,
+				   PGRES_COMMAND_OK, &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	if (rows)
+		*rows = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
+	PQclear(res);
+	return 0;
 }
 
 /* Appends to a growable buffer; returns -1 when out of memory. */
@@ -437,29 +517,25 @@ int store_begin_locked(struct store *s, int ns, bool custom_plans, bool *got,
 {
 	char sql[320];
 	*got = false;
-	PGresult *res = PQexec(s->conn, "BEGIN");
-	if (PQresultStatus(res) != PGRES_COMMAND_OK)
-		goto failed;
-	PQclear(res);
+	int rc = store_exec_cmd(s, NULL, "BEGIN", 0, NULL, NULL, err, errlen);
+	if (rc != 0)
+		return rc;
 	snprintf(sql, sizeof(sql),
 		 "SELECT pg_try_advisory_xact_lock(%d, hashtext(%s))%s", ns,
 		 s->table.literal,
 		 custom_plans ? ", set_config('plan_cache_mode', "
 				"'force_custom_plan', true)"
 			      : "");
-	res = PQexec(s->conn, sql);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		goto failed;
+	PGresult *res = store_exec(s, NULL, sql, 0, NULL, PGRES_TUPLES_OK, &rc,
+				   err, errlen);
+	if (!res) {
+		char ignored[64];
+		store_finish_tx(s, false, ignored, sizeof(ignored));
+		return store_public_rc(rc);
+	}
 	*got = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	PQclear(res);
 	return 0;
-failed:
-	pgconn_error(s->conn, res, err, errlen);
-	int rc = pgconn_needs_reconnect(s->conn, res) ? STORE_RECONNECT
-						      : STORE_ERROR;
-	PQclear(res);
-	PQclear(PQexec(s->conn, "ROLLBACK"));
-	return rc;
 }
 
 /* Runs a transaction-control statement; its command tag goes to tag
@@ -467,21 +543,15 @@ failed:
 static int exec_control(struct store *s, const char *sql, char *tag,
 			size_t taglen, char *err, size_t errlen)
 {
-	if (!s->conn) {
-		snprintf(err, errlen, "not connected to postgres");
-		return STORE_RECONNECT;
-	}
-	PGresult *res = PQexec(s->conn, sql);
-	int rc = 0;
-	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-		pgconn_error(s->conn, res, err, errlen);
-		rc = pgconn_needs_reconnect(s->conn, res) ? STORE_RECONNECT
-							  : STORE_ERROR;
-	} else if (tag) {
+	int rc;
+	PGresult *res = store_exec(s, NULL, sql, 0, NULL, PGRES_COMMAND_OK, &rc,
+				   err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	if (tag)
 		snprintf(tag, taglen, "%s", PQcmdStatus(res));
-	}
 	PQclear(res);
-	return rc;
+	return 0;
 }
 
 int store_finish_tx(struct store *s, bool commit, char *err, size_t errlen)
@@ -599,9 +669,10 @@ PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 	}
 	if (failed) {
 		PQclear(res);
-		return result_of(s, st, failed, want, rc, err, errlen);
+		return result_of(s, (int)st, NULL, failed, want, rc, err,
+				 errlen);
 	}
-	return result_of(s, st, res, want, rc, err, errlen);
+	return result_of(s, (int)st, NULL, res, want, rc, err, errlen);
 }
 
 int store_lease_end(struct store *s, bool commit, char *err, size_t errlen)

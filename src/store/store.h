@@ -5,7 +5,10 @@
  * (docs/design.md §3, §4, §7). This header is all other parts see of it.
  *
  * One struct store owns one Postgres session and is used by one thread.
- * Statements are autocommit, except sweep and clean batches, which run in
+ * Statements are autocommit, except: a lease, which opens a transaction
+ * that holds its rows locked while they are published, takes their marks
+ * and ends with store_lease_commit() or store_lease_abort() (the lock
+ * lease, docs/design.md §4); and sweep and clean batches, which run in
  * their own short transaction under a transaction-level advisory lock.
  * The database clock (now()) is the only clock for leases, backoff,
  * sweeping and retention.
@@ -77,7 +80,13 @@ struct store_options store_options_from_config(const struct config *cfg,
 /* The rows of a lease, private to the store. */
 struct lease_rows;
 
-/* A leased batch. Owns rows; every event points into them. */
+/*
+ * A leased batch: rows locked by the lease transaction open on the
+ * session that leased them (docs/design.md §4). Owns rows; every event
+ * points into them. The session's caller ends the transaction with
+ * store_lease_commit() or store_lease_abort(), then frees the batch with
+ * lease_batch_release().
+ */
 struct lease_batch {
 	struct lease_rows *rows;
 	char lease_id[37];
@@ -85,10 +94,11 @@ struct lease_batch {
 	size_t n;
 };
 
+/* Frees b's rows. It ends no transaction: conclude the lease first. */
 void lease_batch_release(struct lease_batch *b);
 
 /* Which transition a mark performs; each is one statement per batch. */
-enum store_mark {
+enum mark_kind {
 	MARK_SENT,	/* broker acknowledged */
 	MARK_RETRY,	/* event class: backoff, failed when attempts spent */
 	MARK_TRANSPORT, /* outcome unknown: backoff, charge kept, never
@@ -99,9 +109,10 @@ enum store_mark {
 
 struct mark_result {
 	size_t marked;	/* rows this call moved */
-	size_t already; /* rows a previous try of this mark had moved (its
-			   reply was lost with the connection) */
-	size_t lost;	/* rows no longer held under this lease */
+	size_t missing; /* rows named that were no longer pending: marked
+			   already in this lease (a caller's mistake); no
+			   other session can change them, the lease
+			   transaction holds every row's lock */
 };
 
 struct sweep_result {
@@ -124,47 +135,68 @@ int store_open(struct store **out, const struct store_options *opt, char *err,
 	       size_t errlen);
 void store_close(struct store *s);
 
-/* Drops the session and connects again. */
+/* Drops the session and connects again; an open lease transaction ends
+ * with it (its rows are pending again). */
 int store_reconnect(struct store *s, char *err, size_t errlen);
 
 /*
- * Leases up to batch_size due pending rows (at most one crash suspect),
- * skipping rows whose destination, or destination + chr(31) + routing key,
- * is in paused[] (n_paused may be 0). default_destination is what a NULL
- * exchange means. An empty batch has n == 0 and rows == NULL.
+ * Opens the lease transaction of s's session and leases up to batch_size
+ * due pending rows into it (at most one crash suspect), skipping rows
+ * whose destination, or destination + chr(31) + routing key, is in
+ * paused[] (n_paused may be 0). default_destination is what a NULL
+ * exchange means. A non-empty batch leaves the transaction open, its rows
+ * locked and its claim committed, until store_lease_commit() or
+ * store_lease_abort(); an empty batch (n == 0, rows == NULL) and every
+ * failure leave none open.
  */
 int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		const char *default_destination, struct lease_batch *out,
 		char *err, size_t errlen);
 
 /*
- * Concludes the lease of b: commits the marks written inside its
- * transaction and releases every row left unmarked (docs/design.md §4).
- * 0 when committed. When the COMMIT's reply is lost with the connection,
- * reconnects and asks Postgres whether the transaction committed.
- * Otherwise nothing of the batch took effect: the rows are pending again
- * and the sweeper charges their attempt; STORE_RECONNECT (session lost or
- * transaction aborted) or STORE_ERROR, with err saying which.
+ * Concludes the lease of b, open on s: commits the marks written inside
+ * its transaction, which releases every row left unmarked (docs/design.md
+ * §4). 0 when committed. When the COMMIT's reply is lost with the
+ * connection, reconnects and asks Postgres whether the transaction
+ * committed. Otherwise nothing of the batch took effect: the rows are
+ * pending again and the sweeper charges their attempt; STORE_RECONNECT
+ * (session lost or transaction aborted) or STORE_ERROR, with err saying
+ * which.
  */
-int store_lease_commit(struct lease_batch *b, char *err, size_t errlen);
+int store_lease_commit(struct store *s, struct lease_batch *b, char *err,
+		       size_t errlen);
 
 /*
- * Keeps the lease of ids[] alive (the lease transaction's session must
- * not sit idle past the lease timeout). held[i] is set to
- * whether row i is still held; *n_held counts them.
+ * Ends the lease of b, open on s, without any of its marks: ROLLBACK.
+ * Every row is pending again as it was before the lease; the claim stays
+ * committed, so the sweeper charges the rows' attempt (docs/design.md
+ * §4). 0 when the transaction is no longer open (also when it already
+ * ended with its session).
  */
-int store_renew(struct store *s, const char *lease_id, const char *const *ids,
-		size_t n, bool *held, size_t *n_held, char *err, size_t errlen);
+int store_lease_abort(struct store *s, struct lease_batch *b, char *err,
+		      size_t errlen);
 
 /*
- * Moves ids[] out of in_flight, fenced by lease_id. reasons[] (NULL for
- * MARK_SENT and MARK_RELEASE) become last_error, cut to STORE_ERROR_MAX.
- * A lost connection is reconnected and the mark retried; rows found
- * already moved to the target state under this lease count as already.
+ * Keeps the lease transaction open on s alive: one statement in it, so
+ * the session does not sit idle in transaction past the lease timeout
+ * (which would end it and release the rows). The rows cannot be lost
+ * while the transaction lives, so there is nothing per row to report.
+ * Also moves the claim's expiry, which status shows. STORE_RECONNECT
+ * when no lease transaction is open any more.
  */
-int store_mark(struct store *s, enum store_mark kind, const char *lease_id,
-	       const char *const *ids, const char *const *reasons, size_t n,
-	       struct mark_result *r, char *err, size_t errlen);
+int store_renew(struct store *s, char *err, size_t errlen);
+
+/*
+ * Applies mark kind to ids[] of the lease open on s, inside its
+ * transaction: nothing takes effect before store_lease_commit().
+ * reasons[] (NULL for MARK_SENT and MARK_RELEASE) become last_error, cut
+ * to STORE_ERROR_MAX. MARK_RELEASE writes nothing (the row's lock goes
+ * with the transaction, and no attempt is charged). A failed mark ends
+ * the transaction (Postgres aborts it), and with it the whole batch.
+ */
+int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
+	       const char *const *reasons, size_t n, struct mark_result *r,
+	       char *err, size_t errlen);
 
 /* Sweeps expired leases in batches until none are left or max_rows. */
 int store_sweep(struct store *s, size_t max_rows, struct sweep_result *r,
@@ -306,7 +338,7 @@ int store_admin_forget(struct store *s, const char *id, char *err,
 		       size_t errlen);
 
 /* The SQL-backed gauges, from one statement. */
-struct store_admin_gauges {
+struct store_gauges {
 	int64_t backlog;	   /* pending rows */
 	int64_t oldest_pending_ms; /* now() - min(created_at) of pending; 0 */
 	int64_t in_flight;
@@ -317,7 +349,7 @@ struct store_admin_gauges {
 	int64_t notify_queue_ppm; /* pg_notification_queue_usage() * 1e6 */
 };
 
-int store_admin_gauges(struct store *s, struct store_admin_gauges *g, char *err,
+int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 		       size_t errlen);
 
 /*

@@ -22,62 +22,6 @@ void admin_names_of(const struct outbox_table *t, struct names *n)
 	table_derived(t, "_claims", n->claims, sizeof(n->claims));
 }
 
-/* Describes the failure of res as "what: SQLSTATE: message"; clears res. */
-int admin_failed(PGconn *conn, PGresult *res, const char *what, char *err,
-		 size_t errlen)
-{
-	char why[768];
-	pgconn_error(conn, res, why, sizeof(why));
-	snprintf(err, errlen, "%s: %s", what, why);
-	int rc =
-	    pgconn_needs_reconnect(conn, res) ? STORE_RECONNECT : STORE_ERROR;
-	PQclear(res);
-	return rc;
-}
-
-/*
- * Runs sql (NULL means it could not be built) with text parameters.
- * Returns the result when its status is want; otherwise NULL with err
- * and *rc set.
- */
-PGresult *admin_run(PGconn *conn, const char *sql, int n,
-		    const char *const *values, ExecStatusType want,
-		    const char *what, int *rc, char *err, size_t errlen)
-{
-	*rc = 0;
-	if (!sql) {
-		snprintf(err, errlen, "%s: out of memory", what);
-		*rc = STORE_ERROR;
-		return NULL;
-	}
-	if (!conn || PQstatus(conn) != CONNECTION_OK) {
-		snprintf(err, errlen, "%s: not connected to postgres", what);
-		*rc = STORE_RECONNECT;
-		return NULL;
-	}
-	PGresult *res = PQexecParams(conn, sql, n, NULL, values, NULL, NULL, 0);
-	if (PQresultStatus(res) == want)
-		return res;
-	*rc = admin_failed(conn, res, what, err, errlen);
-	return NULL;
-}
-
-/* Runs a statement for its effect only. */
-int admin_exec_cmd(PGconn *conn, const char *sql, int n,
-		   const char *const *values, const char *what, size_t *rows,
-		   char *err, size_t errlen)
-{
-	int rc;
-	PGresult *res = admin_run(conn, sql, n, values, PGRES_COMMAND_OK, what,
-				  &rc, err, errlen);
-	if (!res)
-		return rc;
-	if (rows)
-		*rows = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
-	PQclear(res);
-	return 0;
-}
-
 int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 			  bool draining, bool starting, char *err,
 			  size_t errlen)
@@ -97,8 +41,8 @@ int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 	    n.registry, STORE_ADMIN_PRUNE_AFTER_S, n.registry);
 	const char *values[4] = {id, version, draining ? "draining" : "alive",
 				 starting ? "true" : "false"};
-	int rc = admin_exec_cmd(s->conn, sql, 4, values, "registry heartbeat",
-				NULL, err, errlen);
+	int rc = store_exec_cmd(s, "registry heartbeat", sql, 4, values, NULL,
+				err, errlen);
 	free(sql);
 	return rc;
 }
@@ -110,35 +54,10 @@ int store_admin_forget(struct store *s, const char *id, char *err,
 	admin_names_of(&s->table, &n);
 	char *sql = store_asprintf("DELETE FROM %s WHERE id = $1", n.registry);
 	const char *values[1] = {id};
-	int rc = admin_exec_cmd(s->conn, sql, 1, values, "registry delete",
-				NULL, err, errlen);
+	int rc = store_exec_cmd(s, "registry delete", sql, 1, values, NULL, err,
+				errlen);
 	free(sql);
 	return rc;
-}
-
-int store_admin_side_tables(struct store *s, unsigned *present, char *err,
-			    size_t errlen)
-{
-	struct names n;
-	int rc;
-	admin_names_of(&s->table, &n);
-	*present = 0;
-	const char *values[4] = {n.control, n.registry, n.blocked, n.claims};
-	PGresult *res = admin_run(
-	    s->conn,
-	    "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) "
-	    "IS NOT NULL, to_regclass($3) IS NOT NULL, to_regclass($4) "
-	    "IS NOT NULL",
-	    4, values, PGRES_TUPLES_OK, "side tables", &rc, err, errlen);
-	if (!res)
-		return rc;
-	const unsigned bits[4] = {STORE_SIDE_CONTROL, STORE_SIDE_REPLICAS,
-				  STORE_SIDE_BLOCKED_KEYS, STORE_SIDE_CLAIMS};
-	for (int i = 0; i < 4; i++)
-		if (PQgetvalue(res, 0, i)[0] == 't')
-			*present |= bits[i];
-	PQclear(res);
-	return 0;
 }
 
 /* Appends item to a comma-separated list in out. */
@@ -217,7 +136,7 @@ static char *claimed_count_sql(const struct names *n)
 	    "pg_xact_status(xid) = ''in progress''");
 }
 
-int store_admin_gauges(struct store *s, struct store_admin_gauges *g, char *err,
+int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 		       size_t errlen)
 {
 	struct names n;
@@ -254,14 +173,14 @@ int store_admin_gauges(struct store *s, struct store_admin_gauges *g, char *err,
 		      "FROM p",
 		      T, T, claimed, T, T, live, blocked)
 		: NULL;
-	PGresult *res = admin_run(s->conn, sql, 0, NULL, PGRES_TUPLES_OK,
-				  "gauge query", &rc, err, errlen);
+	PGresult *res = store_exec(s, "gauge query", sql, 0, NULL,
+				   PGRES_TUPLES_OK, &rc, err, errlen);
 	free(sql);
 	free(blocked);
 	free(live);
 	free(claimed);
 	if (!res)
-		return rc;
+		return store_public_rc(rc);
 	int64_t *fields[8] = {&g->backlog,	&g->oldest_pending_ms,
 			      &g->in_flight,	&g->failed,
 			      &g->dead_tuples,	&g->live_replicas,
@@ -314,11 +233,11 @@ int store_admin_pause(struct store *s, const char *destination,
 	    "RETURNING (c.xmax::text <> '0')",
 	    n.control);
 	const char *values[3] = {destination, paused_by, reason};
-	PGresult *res = admin_run(s->conn, sql, 3, values, PGRES_TUPLES_OK,
-				  "pause", &rc, err, errlen);
+	PGresult *res = store_exec(s, "pause", sql, 3, values, PGRES_TUPLES_OK,
+				   &rc, err, errlen);
 	free(sql);
 	if (!res)
-		return rc;
+		return store_public_rc(rc);
 	*was_paused = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	PQclear(res);
 	return 0;
@@ -337,8 +256,7 @@ int store_admin_resume(struct store *s, const char *destination,
 	char *sql =
 	    store_asprintf("DELETE FROM %s WHERE destination = $1", n.control);
 	const char *values[1] = {destination};
-	rc = admin_exec_cmd(s->conn, sql, 1, values, "resume", &rows, err,
-			    errlen);
+	rc = store_exec_cmd(s, "resume", sql, 1, values, &rows, err, errlen);
 	free(sql);
 	if (rc == 0)
 		*was_paused = rows > 0;
@@ -362,7 +280,6 @@ static bool is_duration(const char *s)
 int store_admin_time(struct store *s, const char *text, char *out,
 		     size_t outlen, char *err, size_t errlen)
 {
-	PGconn *conn = s->conn;
 	const char *fmt = "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"'";
 	char *sql =
 	    is_duration(text)
@@ -373,39 +290,24 @@ int store_admin_time(struct store *s, const char *text, char *out,
 				 "TIME ZONE 'UTC', %s)",
 				 fmt);
 	const char *values[1] = {text};
-	int rc = 0;
-	PGresult *res = NULL;
-	if (!sql) {
-		snprintf(err, errlen, "time: out of memory");
-		return STORE_ERROR;
-	}
-	if (!conn || PQstatus(conn) != CONNECTION_OK) {
-		snprintf(err, errlen, "time: not connected to postgres");
-		rc = STORE_RECONNECT;
-		goto out;
-	}
-	res = PQexecParams(conn, sql, 1, NULL, values, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-		if (state && strncmp(state, "22", 2) == 0) {
-			/* Data exception: the value itself is wrong. */
+	int rc;
+	PGresult *res = store_exec(s, "time", sql, 1, values, PGRES_TUPLES_OK,
+				   &rc, err, errlen);
+	free(sql);
+	if (!res) {
+		/* A data exception (class 22): the value itself is wrong. */
+		if (strncmp(err, "time: 22", 8) == 0) {
 			snprintf(err, errlen,
 				 "'%s' is neither a time Postgres can read "
 				 "nor a duration like 90s, 15m, 2h or 3d",
 				 text);
-			rc = STORE_INVALID;
-			PQclear(res);
-		} else {
-			rc = admin_failed(conn, res, "time", err, errlen);
+			return STORE_INVALID;
 		}
-		res = NULL;
-		goto out;
+		return store_public_rc(rc);
 	}
 	snprintf(out, outlen, "%s", PQgetvalue(res, 0, 0));
-out:
 	PQclear(res);
-	free(sql);
-	return rc;
+	return 0;
 }
 
 char *admin_flight_sql(const char *T, const char *claims, bool has_claims)

@@ -41,26 +41,6 @@ struct names {
 
 void admin_names_of(const struct outbox_table *t, struct names *n);
 
-/* Describes the failure of res as "what: SQLSTATE: message"; clears res.
- * Returns STORE_RECONNECT or STORE_ERROR. */
-int admin_failed(PGconn *conn, PGresult *res, const char *what, char *err,
-		 size_t errlen);
-
-/*
- * Runs sql (NULL means it could not be built) with text parameters.
- * Returns the result when its status is want; otherwise NULL with err
- * and *rc set.
- */
-PGresult *admin_run(PGconn *conn, const char *sql, int n,
-		    const char *const *values, ExecStatusType want,
-		    const char *what, int *rc, char *err, size_t errlen);
-
-/* Runs a statement for its effect only; *rows (may be NULL) counts the
- * rows it changed. */
-int admin_exec_cmd(PGconn *conn, const char *sql, int n,
-		   const char *const *values, const char *what, size_t *rows,
-		   char *err, size_t errlen);
-
 /* The holder of a lease: leased_by up to its second '/' (host/pid, the
  * replica registry's id), or all of it when it has no such part. */
 #define ADMIN_HOLDER                                                           \

@@ -107,6 +107,7 @@ struct lease_rows {
 	struct store *s;   /* whose session holds the transaction */
 	uint64_t conn_gen; /* that session's generation at the lease */
 	char xid[24];	   /* the transaction, pg_current_xact_id() */
+	char lease_id[37]; /* recorded on the rows its marks charge */
 	struct outbox_event events[];
 };
 
@@ -126,6 +127,23 @@ char *store_asprintf(const char *fmt, ...)
 PGresult *store_run(struct store *s, enum stmt st, int nparams,
 		    const char *const *values, ExecStatusType want,
 		    int result_format, int *rc, char *err, size_t errlen);
+
+/*
+ * Runs sql, an ad hoc statement (operator queries, the startup checks),
+ * unprepared with text parameters, the way store_run() runs the
+ * prepared ones: the result when its status is want, else NULL with *rc
+ * and err set, err led by what. sql NULL means it could not be built
+ * (out of memory).
+ */
+PGresult *store_exec(struct store *s, const char *what, const char *sql,
+		     int nparams, const char *const *values,
+		     ExecStatusType want, int *rc, char *err, size_t errlen);
+
+/* store_exec() of a statement run for its effect only; *rows (may be NULL)
+ * counts the rows it changed. 0 or a public store_rc. */
+int store_exec_cmd(struct store *s, const char *what, const char *sql,
+		   int nparams, const char *const *values, size_t *rows,
+		   char *err, size_t errlen);
 
 /* What a failed store_run() means to a public caller. */
 static inline int store_public_rc(int rc)

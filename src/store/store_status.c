@@ -57,16 +57,16 @@ static cJSON *row_json(const PGresult *res, int i)
 /* Runs sql and adds its rows to parent under key: every row as an array
  * of objects (as_array), or the first row's columns merged into an
  * object (a statement returning one row). Frees sql. */
-static int add_query(PGconn *conn, char *sql, int n, const char *const *values,
-		     cJSON *parent, const char *key, bool as_array, char *err,
-		     size_t errlen)
+static int add_query(struct store *s, char *sql, int n,
+		     const char *const *values, cJSON *parent, const char *key,
+		     bool as_array, char *err, size_t errlen)
 {
 	int rc;
-	PGresult *res = admin_run(conn, sql, n, values, PGRES_TUPLES_OK, key,
-				  &rc, err, errlen);
+	PGresult *res = store_exec(s, key, sql, n, values, PGRES_TUPLES_OK, &rc,
+				   err, errlen);
 	free(sql);
 	if (!res)
-		return rc;
+		return store_public_rc(rc);
 	cJSON *item = NULL;
 	rc = STORE_ERROR;
 	if (as_array) {
@@ -96,7 +96,7 @@ out:
 
 /* What every section of status needs. */
 struct status_ctx {
-	PGconn *conn;
+	struct store *s;
 	const char *T; /* the outbox table, quoted */
 	struct names n;
 	char dead[64]; /* the instant before which a replica is dead */
@@ -110,7 +110,7 @@ struct status_ctx {
 static int section(struct status_ctx *c, const char *key, bool as_array,
 		   char *sql)
 {
-	return add_query(c->conn, sql, 0, NULL, c->st, key, as_array, c->err,
+	return add_query(c->s, sql, 0, NULL, c->st, key, as_array, c->err,
 			 c->errlen);
 }
 
@@ -155,12 +155,13 @@ static int status_backlog(struct status_ctx *c)
 
 static int status_leases(struct status_ctx *c)
 {
-	PGresult *res =
-	    PQexecParams(c->conn, "SELECT to_regclass($1) IS NOT NULL", 1, NULL,
-			 (const char *const[]){c->n.claims}, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		return admin_failed(c->conn, res, "status: claims", c->err,
-				    c->errlen);
+	int rc;
+	PGresult *res = store_exec(c->s, "status: claims",
+				   "SELECT to_regclass($1) IS NOT NULL", 1,
+				   (const char *const[]){c->n.claims},
+				   PGRES_TUPLES_OK, &rc, c->err, c->errlen);
+	if (!res)
+		return store_public_rc(rc);
 	bool claims = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	PQclear(res);
 	char *F = admin_flight_sql(c->T, c->n.claims, claims);
@@ -168,7 +169,7 @@ static int status_leases(struct status_ctx *c)
 		snprintf(c->err, c->errlen, "status: out of memory");
 		return STORE_ERROR;
 	}
-	int rc = section(
+	rc = section(
 	    c, "in_flight", false,
 	    store_asprintf("SELECT count(*) AS count, count(*) FILTER (WHERE "
 			   "lease_expires_at < now()) AS expired_leases "
@@ -260,7 +261,7 @@ static int status_blocked_keys(struct status_ctx *c)
 		return 0;
 	/* Present: the ordering feature owns its columns, so rows are shown
 	 * whole. */
-	return add_query(c->conn,
+	return add_query(c->s,
 			 store_asprintf("SELECT row_to_json(b) AS key FROM %s "
 					"b LIMIT %d",
 					c->n.blocked, c->max_rows),
@@ -338,7 +339,7 @@ int store_admin_status(struct store *s, int max_rows, cJSON **out, char *err,
 	*out = NULL;
 	if (max_rows < 1)
 		max_rows = 1;
-	struct status_ctx c = {.conn = s->conn,
+	struct status_ctx c = {.s = s,
 			       .T = s->table.quoted,
 			       .max_rows = max_rows,
 			       .err = err,
@@ -353,9 +354,9 @@ int store_admin_status(struct store *s, int max_rows, cJSON **out, char *err,
 		return STORE_ERROR;
 	}
 	/* One snapshot for every section, so counts agree. */
-	rc = admin_exec_cmd(c.conn,
+	rc = store_exec_cmd(s, "status",
 			    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-			    0, NULL, "status", NULL, err, errlen);
+			    0, NULL, NULL, err, errlen);
 	if (rc != 0)
 		goto out;
 	rc = status_sections(&c);
@@ -363,12 +364,11 @@ int store_admin_status(struct store *s, int max_rows, cJSON **out, char *err,
 		goto out;
 	char ignored[256];
 	if (rc != 0) {
-		admin_exec_cmd(c.conn, "ROLLBACK", 0, NULL, "status", NULL,
-			       ignored, sizeof(ignored));
+		store_exec_cmd(s, "status", "ROLLBACK", 0, NULL, NULL, ignored,
+			       sizeof(ignored));
 		goto out;
 	}
-	rc = admin_exec_cmd(c.conn, "COMMIT", 0, NULL, "status", NULL, err,
-			    errlen);
+	rc = store_exec_cmd(s, "status", "COMMIT", 0, NULL, NULL, err, errlen);
 out:
 	if (rc == 0)
 		*out = c.st;

@@ -60,39 +60,22 @@ static char *watch_sql(const struct store *s)
 int store_admin_watch(struct store *s, int64_t window_ms, cJSON **out,
 		      char *err, size_t errlen)
 {
-	int rc = STORE_ERROR;
+	int rc;
 	char window[32];
 	const char *values[1] = {window};
-	PGresult *res = NULL;
 	char *sql = watch_sql(s);
 	*out = NULL;
 	snprintf(window, sizeof(window), "%lld", (long long)window_ms);
-	if (!sql) {
-		snprintf(err, errlen, "watch: out of memory");
-		goto out;
-	}
-	if (!s->conn || PQstatus(s->conn) != CONNECTION_OK) {
-		snprintf(err, errlen, "watch: not connected to postgres");
-		rc = STORE_RECONNECT;
-		goto out;
-	}
-	res = PQexecParams(s->conn, sql, 1, NULL, values, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		char why[768];
-		pgconn_error(s->conn, res, why, sizeof(why));
-		snprintf(err, errlen, "watch: %s", why);
-		rc = pgconn_needs_reconnect(s->conn, res) ? STORE_RECONNECT
-							  : STORE_ERROR;
-		goto out;
-	}
+	PGresult *res = store_exec(s, "watch", sql, 1, values, PGRES_TUPLES_OK,
+				   &rc, err, errlen);
+	free(sql);
+	if (!res)
+		return store_public_rc(rc);
 	*out = cJSON_Parse(PQgetvalue(res, 0, 0));
+	PQclear(res);
 	if (!*out) {
 		snprintf(err, errlen, "watch: out of memory");
-		goto out;
+		return STORE_ERROR;
 	}
-	rc = 0;
-out:
-	PQclear(res);
-	free(sql);
-	return rc;
+	return 0;
 }

@@ -80,6 +80,7 @@ static int measure(struct store *s, bool ordered, int repeats, size_t want,
 			fprintf(stderr,
 				"bench_ordering: leased %zu rows, want %zu\n",
 				b.n, want);
+			store_lease_abort(s, &b, err, sizeof(err));
 			lease_batch_release(&b);
 			free(t);
 			return -1;
@@ -88,8 +89,10 @@ static int measure(struct store *s, bool ordered, int repeats, size_t want,
 		for (size_t k = 0; k < b.n; k++)
 			ids[k] = b.events[k].id;
 		struct mark_result r;
-		int rc = store_mark(s, MARK_RELEASE, b.lease_id, ids, NULL, b.n,
-				    &r, err, sizeof(err));
+		int rc = store_mark(s, MARK_RELEASE, ids, NULL, b.n, &r, err,
+				    sizeof(err));
+		if (rc == 0)
+			rc = store_lease_abort(s, &b, err, sizeof(err));
 		free(ids);
 		lease_batch_release(&b);
 		if (rc != 0) {

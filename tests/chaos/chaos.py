@@ -324,12 +324,10 @@ class Relay:
 
 
 def parse_counters(text):
-    """The fencing counters of a /metrics page."""
+    """The fencing counter of a /metrics page."""
     out = collections.Counter()
     for line in text.splitlines():
-        m = re.match(r"(outbox_lost_leases_total|"
-                     r"outbox_lease_renewal_lost_rows_total|"
-                     r"outbox_marks_recovered_total)\s+(\S+)$", line)
+        m = re.match(r"(outbox_lost_leases_total)\s+(\S+)$", line)
         if m:
             out[m.group(1)] = float(m.group(2))
     return out
@@ -637,10 +635,6 @@ class Harness:
             "held_s": held_for,
             "lost": after["outbox_lost_leases_total"]
             - before["outbox_lost_leases_total"],
-            "renewal_lost": after["outbox_lease_renewal_lost_rows_total"]
-            - before["outbox_lease_renewal_lost_rows_total"],
-            "recovered": after["outbox_marks_recovered_total"]
-            - before["outbox_marks_recovered_total"],
             "scraped": bool(after)})
 
     def plan(self, rng):
@@ -866,11 +860,9 @@ class Harness:
             print("  fault " + f)
         for ep in self.episodes:
             print("  sigstop pid %d: %d rows under %d lease(s), held "
-                  "%.1fs, lost leases counted %d, renewals refused %d, "
-                  "marks taken as already done %d"
+                  "%.1fs, lost leases counted %d"
                   % (ep["pid"], len(ep["ids"]), len(ep["leases"]),
-                     ep["held_s"], ep["lost"], ep["renewal_lost"],
-                     ep["recovered"]))
+                     ep["held_s"], ep["lost"]))
 
     def teardown(self):
         """What the run made beside the services, undone after them."""

@@ -38,7 +38,7 @@ static void lease(struct store *s, struct lease_batch *b)
 		fail_msg("lease: %s", err);
 }
 
-static void mark_all(struct store *s, enum store_mark kind,
+static void mark_all(struct store *s, enum mark_kind kind,
 		     struct lease_batch *b, const char *reason)
 {
 	const char *ids[128], *reasons[128];
@@ -48,11 +48,11 @@ static void mark_all(struct store *s, enum store_mark kind,
 		reasons[i] = reason;
 	}
 	struct mark_result r;
-	if (store_mark(s, kind, b->lease_id, ids, reason ? reasons : NULL, b->n,
-		       &r, err, sizeof(err)) != 0)
+	if (store_mark(s, kind, ids, reason ? reasons : NULL, b->n, &r, err,
+		       sizeof(err)) != 0)
 		fail_msg("mark: %s", err);
 	assert_int_equal(r.marked, b->n);
-	if (store_lease_commit(b, err, sizeof(err)) != 0)
+	if (store_lease_commit(s, b, err, sizeof(err)) != 0)
 		fail_msg("commit: %s", err);
 	lease_batch_release(b);
 }
@@ -184,12 +184,11 @@ static void test_block_unblock_and_cleaner(void **state)
 		ids[0] = b.events[i].id;
 		bool is_a = strcmp(b.events[i].subject, "a1") == 0;
 		assert_int_equal(store_mark(s, is_a ? MARK_FAILED : MARK_SENT,
-					    b.lease_id, ids,
-					    is_a ? reasons : NULL, 1, &r, err,
-					    sizeof(err)),
+					    ids, is_a ? reasons : NULL, 1, &r,
+					    err, sizeof(err)),
 				 0);
 	}
-	assert_int_equal(store_lease_commit(&b, err, sizeof(err)), 0);
+	assert_int_equal(store_lease_commit(s, &b, err, sizeof(err)), 0);
 	lease_batch_release(&b);
 	char blocked[160];
 	snprintf(blocked, sizeof(blocked), "%.*soutbox_events_blocked_keys",

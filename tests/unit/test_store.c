@@ -33,10 +33,18 @@ static void lease(struct store *s, struct lease_batch *b)
 }
 
 /* Commits the lease: its marks take effect, unmarked rows go back. */
-static void commit(struct lease_batch *b)
+static void commit(struct store *s, struct lease_batch *b)
 {
-	if (store_lease_commit(b, err, sizeof(err)) != 0)
+	if (store_lease_commit(s, b, err, sizeof(err)) != 0)
 		fail_msg("commit: %s", err);
+	lease_batch_release(b);
+}
+
+/* Ends the lease without its marks (if it is still open) and frees it. */
+static void abandon(struct store *s, struct lease_batch *b)
+{
+	char why[256];
+	store_lease_abort(s, b, why, sizeof(why));
 	lease_batch_release(b);
 }
 
@@ -49,7 +57,7 @@ static const char **batch_ids(const struct lease_batch *b)
 	return ids;
 }
 
-static struct mark_result mark(struct store *s, enum store_mark kind,
+static struct mark_result mark(struct store *s, enum mark_kind kind,
 			       const struct lease_batch *b, const char *reason)
 {
 	struct mark_result r;
@@ -61,8 +69,7 @@ static struct mark_result mark(struct store *s, enum store_mark kind,
 		for (size_t i = 0; i < b->n; i++)
 			reasons[i] = reason;
 	}
-	if (store_mark(s, kind, b->lease_id, ids, reasons, b->n, &r, err,
-		       sizeof(err)) != 0)
+	if (store_mark(s, kind, ids, reasons, b->n, &r, err, sizeof(err)) != 0)
 		fail_msg("mark: %s", err);
 	free(ids);
 	free(reasons);
@@ -113,14 +120,14 @@ static void *leaser_main(void *arg)
 			l->ids[l->n++] = strdup(b.events[i].id);
 		}
 		struct mark_result r;
-		if (store_mark(s, MARK_SENT, b.lease_id, ids, NULL, b.n, &r, e,
+		if (store_mark(s, MARK_SENT, ids, NULL, b.n, &r, e,
 			       sizeof(e)) != 0 ||
 		    r.marked != b.n)
 			snprintf(l->error, sizeof(l->error), "mark: %s", e);
-		else if (store_lease_commit(&b, e, sizeof(e)) != 0)
+		else if (store_lease_commit(s, &b, e, sizeof(e)) != 0)
 			snprintf(l->error, sizeof(l->error), "commit: %s", e);
 		free(ids);
-		lease_batch_release(&b);
+		abandon(s, &b);
 	}
 	store_close(s);
 	return NULL;
@@ -229,7 +236,7 @@ static void test_lock_lease_fencing(void **state)
 	 * transaction. */
 	lease(s2, &b2);
 	assert_int_equal(b2.n, 0);
-	lease_batch_release(&b2);
+	abandon(s2, &b2);
 	assert_int_equal(
 	    pgtest_long(c,
 			"SELECT count(*) FROM %s WHERE status = 'pending' AND "
@@ -273,19 +280,18 @@ static void test_lock_lease_fencing(void **state)
 	terminate(c, app);
 	struct mark_result r;
 	const char **ids = batch_ids(&b);
-	assert_int_not_equal(store_mark(s, MARK_SENT, b.lease_id, ids, NULL,
-					b.n, &r, err, sizeof(err)),
-			     0);
-	assert_int_not_equal(store_lease_commit(&b, err, sizeof(err)), 0);
+	assert_int_not_equal(
+	    store_mark(s, MARK_SENT, ids, NULL, b.n, &r, err, sizeof(err)), 0);
+	assert_int_not_equal(store_lease_commit(s, &b, err, sizeof(err)), 0);
 	free(ids);
-	lease_batch_release(&b);
+	abandon(s, &b);
 	assert_int_equal(
 	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'sent'",
 			table),
 	    0);
 	lease(s2, &b2);
 	assert_int_equal(b2.n, 0);
-	lease_batch_release(&b2);
+	abandon(s2, &b2);
 	struct sweep_result sw;
 	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_pending, 10);
@@ -294,7 +300,7 @@ static void test_lock_lease_fencing(void **state)
 		lease(s2, &b2);
 		assert_int_equal(b2.n, 1);
 		mark(s2, MARK_SENT, &b2, NULL);
-		commit(&b2);
+		commit(s2, &b2);
 	}
 	assert_int_equal(
 	    pgtest_long(c,
@@ -313,12 +319,11 @@ static void test_lock_lease_fencing(void **state)
 	assert_int_equal(b.n, 3);
 	usleep(1600 * 1000);
 	ids = batch_ids(&b);
-	assert_int_not_equal(store_mark(s, MARK_SENT, b.lease_id, ids, NULL,
-					b.n, &r, err, sizeof(err)),
-			     0);
+	assert_int_not_equal(
+	    store_mark(s, MARK_SENT, ids, NULL, b.n, &r, err, sizeof(err)), 0);
 	free(ids);
-	assert_int_not_equal(store_lease_commit(&b, err, sizeof(err)), 0);
-	lease_batch_release(&b);
+	assert_int_not_equal(store_lease_commit(s, &b, err, sizeof(err)), 0);
+	abandon(s, &b);
 	assert_int_equal(store_reconnect(s, err, sizeof(err)), 0);
 	/* Nothing of the stale lease was written; the sweeper charges it. */
 	assert_int_equal(
@@ -357,26 +362,18 @@ static void test_renew_sweep_suspect(void **state)
 	assert_int_equal(b.n, 5);
 
 	/* Renewals keep a lease alive past its timeout. */
-	const char **ids = batch_ids(&b);
-	bool held[5];
-	size_t n_held;
 	for (int i = 0; i < 4; i++) {
 		usleep(600 * 1000);
-		assert_int_equal(store_renew(s, b.lease_id, ids, 5, held,
-					     &n_held, err, sizeof(err)),
-				 0);
-		assert_int_equal(n_held, 5);
+		assert_int_equal(store_renew(s, err, sizeof(err)), 0);
 	}
-	assert_true(held[0] && held[4]);
 	struct sweep_result sw;
 	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_pending + sw.to_failed, 0);
-	free(ids);
 
 	/* The holder dies: its claim's transaction aborted, so the sweeper
 	 * charges the attempt, flags the rows and names the holder; once. */
 	terminate(c, app);
-	lease_batch_release(&b);
+	abandon(s, &b);
 	assert_int_equal(store_reconnect(s, err, sizeof(err)), 0);
 	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_pending, 5);
@@ -405,14 +402,14 @@ static void test_renew_sweep_suspect(void **state)
 	/* Its attempt ends: no longer a suspect. */
 	struct mark_result r = mark(s, MARK_SENT, &b, NULL);
 	assert_int_equal(r.marked, 11);
-	commit(&b);
+	commit(s, &b);
 	assert_int_equal(
 	    pgtest_long(c, "SELECT count(*) FROM %s WHERE suspect", table), 4);
 	for (int i = 0; i < 4; i++) {
 		lease(s, &b);
 		assert_int_equal(b.n, 1);
 		mark(s, MARK_SENT, &b, NULL);
-		commit(&b);
+		commit(s, &b);
 	}
 
 	/* A crashed lease's rows are not leased before the sweeper came;
@@ -423,12 +420,12 @@ static void test_renew_sweep_suspect(void **state)
 	lease(s, &b);
 	assert_int_equal(b.n, 2);
 	terminate(c, app);
-	lease_batch_release(&b);
+	abandon(s, &b);
 	assert_int_equal(store_reconnect(s, err, sizeof(err)), 0);
 	struct lease_batch b2;
 	lease(s2, &b2);
 	assert_int_equal(b2.n, 0);
-	lease_batch_release(&b2);
+	abandon(s2, &b2);
 	PGconn *other = pgtest_connect();
 	pgtest_exec(other, "BEGIN");
 	pgtest_exec(other,
@@ -451,7 +448,7 @@ static void test_renew_sweep_suspect(void **state)
 		lease(s2, &b2);
 		assert_int_equal(b2.n, 1);
 		mark(s2, MARK_SENT, &b2, NULL);
-		commit(&b2);
+		commit(s2, &b2);
 	}
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s_claims WHERE "
@@ -468,7 +465,7 @@ static void test_renew_sweep_suspect(void **state)
 	lease(s, &b);
 	assert_int_equal(b.n, 1);
 	terminate(c, app);
-	lease_batch_release(&b);
+	abandon(s, &b);
 	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_failed, 1);
 	assert_int_equal(pgtest_long(c,
@@ -499,7 +496,7 @@ static void test_own_dead_claim_settled(void **state)
 	assert_int_equal(b.n, 3);
 	char first[37];
 	memcpy(first, b.lease_id, sizeof(first));
-	lease_batch_release(&b); /* not committed: rolled back */
+	abandon(s, &b); /* not committed */
 	/* The aborted lease's rows wait for whoever settles its claim. */
 	pgtest_insert(c, table, 2);
 	lease(s, &b);
@@ -517,13 +514,13 @@ static void test_own_dead_claim_settled(void **state)
 				     table, b.lease_id),
 			 2);
 	mark(s, MARK_SENT, &b, NULL);
-	commit(&b);
+	commit(s, &b);
 	/* A committed claim is overwritten without ado. */
 	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
 	lease(s, &b);
 	assert_int_equal(b.n, 1);
 	mark(s, MARK_SENT, &b, NULL);
-	commit(&b);
+	commit(s, &b);
 	store_close(s);
 	PQfinish(c);
 }
@@ -549,7 +546,7 @@ static void test_batch_byte_budget(void **state)
 	/* 0, 400 000 and 800 000 bytes before each: three fit. */
 	assert_int_equal(b.n, 3);
 	mark(s, MARK_SENT, &b, NULL);
-	commit(&b);
+	commit(s, &b);
 	store_close(s);
 	o.batch_bytes = 100000;
 	s = pgtest_store(&o);
@@ -557,7 +554,7 @@ static void test_batch_byte_budget(void **state)
 	assert_int_equal(b.n, 1);
 	assert_int_equal(b.events[0].payload_len, 400000);
 	mark(s, MARK_SENT, &b, NULL);
-	commit(&b);
+	commit(s, &b);
 	assert_int_equal(
 	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'sent'",
 			table),
@@ -629,18 +626,26 @@ static void test_lease_columns(void **state)
 	 * is refused; one copied out of the batch is found by value. */
 	struct mark_result r;
 	const char *stranger[1] = {"0195f0a4-1b2c-7d3e-8f40-000000000000"};
-	assert_int_not_equal(store_mark(s, MARK_SENT, b.lease_id, stranger,
-					NULL, 1, &r, err, sizeof(err)),
-			     0);
+	assert_int_not_equal(
+	    store_mark(s, MARK_SENT, stranger, NULL, 1, &r, err, sizeof(err)),
+	    0);
 	assert_non_null(strstr(err, "not one of the open lease's"));
 	char copy[37];
 	snprintf(copy, sizeof(copy), "%s", b.events[1].id);
 	const char *copied[1] = {copy};
-	assert_int_equal(store_mark(s, MARK_SENT, b.lease_id, copied, NULL, 1,
-				    &r, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+	    store_mark(s, MARK_SENT, copied, NULL, 1, &r, err, sizeof(err)), 0);
 	assert_int_equal(r.marked, 1);
-	commit(&b);
+	assert_int_equal(r.missing, 0);
+	/* A row marked twice in one lease is no longer pending the second
+	 * time: the mark says so instead of moving it again. */
+	assert_int_equal(store_mark(s, MARK_FAILED, copied,
+				    (const char *const[]){"again"}, 1, &r, err,
+				    sizeof(err)),
+			 0);
+	assert_int_equal(r.marked, 0);
+	assert_int_equal(r.missing, 1);
+	commit(s, &b);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s WHERE status = "
 				     "'sent' AND type = 't'",
@@ -751,7 +756,7 @@ static void test_retry_backoff_permanent(void **state)
 	lease(s, &b);
 	struct mark_result r = mark(s, MARK_RETRY, &b, "nack: test");
 	assert_int_equal(r.marked, 3);
-	commit(&b);
+	commit(s, &b);
 	/* Attempt 1: base 2 s, +-20 % jitter. */
 	assert_int_equal(
 	    pgtest_long(c,
@@ -763,7 +768,7 @@ static void test_retry_backoff_permanent(void **state)
 	    3);
 	lease(s, &b);
 	assert_int_equal(b.n, 0); /* not before next_attempt_at */
-	lease_batch_release(&b);
+	abandon(s, &b);
 	/* The idle worker sleeps until the earliest due row... */
 	int64_t due;
 	assert_int_equal(store_next_due_ms(s, &due, err, sizeof(err)), 0);
@@ -780,7 +785,7 @@ static void test_retry_backoff_permanent(void **state)
 	assert_int_equal(b.events[0].attempts, 60);
 	r = mark(s, MARK_RETRY, &b, "nack again");
 	assert_int_equal(r.marked, 3);
-	commit(&b);
+	commit(s, &b);
 	assert_int_equal(
 	    pgtest_long(c,
 			"SELECT count(*) FROM %s WHERE status = 'pending' "
@@ -799,16 +804,16 @@ static void test_retry_backoff_permanent(void **state)
 	assert_int_equal(b.n, 3);
 	const char **ids = batch_ids(&b);
 	const char *reasons[3] = {"connection lost", "connection lost", "nack"};
-	assert_int_equal(store_mark(s, MARK_TRANSPORT, b.lease_id, ids, reasons,
-				    2, &r, err, sizeof(err)),
+	assert_int_equal(store_mark(s, MARK_TRANSPORT, ids, reasons, 2, &r, err,
+				    sizeof(err)),
 			 0);
 	assert_int_equal(r.marked, 2);
-	assert_int_equal(store_mark(s, MARK_RETRY, b.lease_id, ids + 2,
-				    reasons + 2, 1, &r, err, sizeof(err)),
+	assert_int_equal(store_mark(s, MARK_RETRY, ids + 2, reasons + 2, 1, &r,
+				    err, sizeof(err)),
 			 0);
 	assert_int_equal(r.marked, 1);
 	free(ids);
-	commit(&b);
+	commit(s, &b);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s WHERE status "
 				     "= 'pending' AND last_error = "
@@ -830,7 +835,7 @@ static void test_retry_backoff_permanent(void **state)
 	assert_int_equal(b.n, 2);
 	r = mark(s, MARK_FAILED, &b, "header \"ce-id\" collides");
 	assert_int_equal(r.marked, 2);
-	commit(&b);
+	commit(s, &b);
 	assert_int_equal(
 	    pgtest_long(c,
 			"SELECT count(*) FROM %s WHERE status = 'failed' "
@@ -848,7 +853,7 @@ static void test_retry_backoff_permanent(void **state)
 	r = mark(s, MARK_FAILED, &b, huge);
 	assert_int_equal(r.marked, 1);
 	free(huge);
-	commit(&b);
+	commit(s, &b);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT max(octet_length(last_error)) "
 				     "FROM %s",
@@ -874,20 +879,19 @@ static void test_release(void **state)
 	assert_int_equal(b.n, 10);
 	const char **ids = batch_ids(&b);
 	struct mark_result r;
-	assert_int_equal(store_mark(s, MARK_SENT, b.lease_id, ids, NULL, 6, &r,
-				    err, sizeof(err)),
-			 0);
+	assert_int_equal(
+	    store_mark(s, MARK_SENT, ids, NULL, 6, &r, err, sizeof(err)), 0);
 	assert_int_equal(r.marked, 6);
-	assert_int_equal(store_mark(s, MARK_RELEASE, b.lease_id, ids + 6, NULL,
-				    4, &r, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+	    store_mark(s, MARK_RELEASE, ids + 6, NULL, 4, &r, err, sizeof(err)),
+	    0);
 	assert_int_equal(r.marked, 4);
 	/* Nothing shows before the commit. */
 	assert_int_equal(
 	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'sent'",
 			table),
 	    0);
-	commit(&b);
+	commit(s, &b);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s WHERE status "
 				     "= 'pending' AND attempts = 0",
@@ -908,7 +912,7 @@ static void test_release(void **state)
 	assert_int_equal(b.n, 4);
 	r = mark(s, MARK_SENT, &b, NULL);
 	assert_int_equal(r.marked, 4);
-	commit(&b);
+	commit(s, &b);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s WHERE status "
 				     "= 'pending'",
@@ -1150,28 +1154,23 @@ static void test_generic_plans_use_indexes(void **state)
 			 0);
 	assert_int_equal(b.n, 100);
 	const char **ids = batch_ids(&b);
-	bool held[100];
-	size_t n_held;
-	assert_int_equal(store_renew(s, b.lease_id, ids, 100, held, &n_held,
-				     err, sizeof(err)),
-			 0);
+	assert_int_equal(store_renew(s, err, sizeof(err)), 0);
 	const char *reasons[100];
 	for (int i = 0; i < 100; i++)
 		reasons[i] = "r";
 	struct mark_result r;
-	enum store_mark kinds[5] = {MARK_SENT, MARK_RETRY, MARK_TRANSPORT,
-				    MARK_FAILED, MARK_RELEASE};
+	enum mark_kind kinds[5] = {MARK_SENT, MARK_RETRY, MARK_TRANSPORT,
+				   MARK_FAILED, MARK_RELEASE};
 	for (int k = 0; k < 5; k++) {
 		bool with_reason =
 		    kinds[k] != MARK_SENT && kinds[k] != MARK_RELEASE;
-		assert_int_equal(store_mark(s, kinds[k], b.lease_id,
-					    ids + k * 20,
+		assert_int_equal(store_mark(s, kinds[k], ids + k * 20,
 					    with_reason ? reasons : NULL, 20,
 					    &r, err, sizeof(err)),
 				 0);
 	}
 	free(ids);
-	commit(&b);
+	commit(s, &b);
 	struct sweep_result sw;
 	assert_int_equal(store_sweep(s, 100000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_pending, 300);
@@ -1209,14 +1208,14 @@ static void test_generic_plans_use_indexes(void **state)
 	assert_int_equal(store_lease(so, NULL, 0, "", &b, err, sizeof(err)), 0);
 	assert_true(b.n > 0);
 	ids = batch_ids(&b);
-	assert_int_equal(store_mark(so, MARK_FAILED, b.lease_id, ids, reasons,
-				    1, &r, err, sizeof(err)),
-			 0);
-	assert_int_equal(store_mark(so, MARK_SENT, b.lease_id, ids + 1, NULL,
-				    b.n - 1, &r, err, sizeof(err)),
+	assert_int_equal(
+	    store_mark(so, MARK_FAILED, ids, reasons, 1, &r, err, sizeof(err)),
+	    0);
+	assert_int_equal(store_mark(so, MARK_SENT, ids + 1, NULL, b.n - 1, &r,
+				    err, sizeof(err)),
 			 0);
 	free(ids);
-	commit(&b);
+	commit(so, &b);
 	assert_int_equal(store_sweep(so, 100000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(store_repair_heads(so, &n, err, sizeof(err)), 0);
 	assert_int_equal(
@@ -1270,7 +1269,7 @@ static void test_lease_walks_the_index(void **state)
 		lease(s, &b);
 		assert_int_equal(b.n, 100);
 		assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 100);
-		commit(&b);
+		commit(s, &b);
 	}
 	assert_non_null(plans);
 	assert_true(count_of(plans, "_pending_idx") >= 10);
@@ -1300,17 +1299,17 @@ static void test_lease_pipeline_failure(void **state)
 	lease(s, &b);
 	assert_int_equal(b.n, 2);
 	assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 2);
-	commit(&b);
+	commit(s, &b);
 	pgtest_exec(c, "DROP TABLE %s_claims", table);
 	lease(s, &b);
 	assert_int_equal(b.n, 2);
 	assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 2);
-	commit(&b);
+	commit(s, &b);
 	/* No transaction of the store's session stayed open. */
 	assert_int_equal(PQtransactionStatus(store_conn(s)), PQTRANS_IDLE);
 	lease(s, &b);
 	assert_int_equal(b.n, 1);
-	commit(&b);
+	commit(s, &b);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s WHERE status = "
 				     "'sent'",
@@ -1413,7 +1412,7 @@ static void test_checks_and_migrations(void **state)
 				     "SELECT count(*) FROM \"%s\".\"outbox_"
 				     "events_schema_version\"",
 				     t.schema),
-			 migrate_latest_version());
+			 store_schema_version());
 
 	/* Two migrates at once on a fresh schema both succeed. */
 	struct migrator m[2];

@@ -70,9 +70,9 @@ static void heartbeat(struct fixture *f, const char *id, bool draining,
 		fail_msg("heartbeat: %s", err);
 }
 
-static struct store_admin_gauges gauges(struct fixture *f)
+static struct store_gauges gauges(struct fixture *f)
 {
-	struct store_admin_gauges g;
+	struct store_gauges g;
 	if (store_admin_gauges(f->s, &g, err, sizeof(err)) != 0)
 		fail_msg("gauges: %s", err);
 	return g;
@@ -254,7 +254,7 @@ static void test_gauges(void **state)
 	struct fixture *f = *state;
 	fill(f);
 	heartbeat(f, "host-a/1", false, true);
-	struct store_admin_gauges g = gauges(f);
+	struct store_gauges g = gauges(f);
 	assert_int_equal(g.backlog, 3);
 	assert_true(g.oldest_pending_ms >= 3600000);
 	assert_true(g.oldest_pending_ms < 3700000);
@@ -524,7 +524,7 @@ static void test_time_arguments(void **state)
 static void test_lost_session(void **state)
 {
 	struct fixture *f = *state;
-	struct store_admin_gauges g;
+	struct store_gauges g;
 	struct store *gone = admin_store(f->table);
 	pgtest_exec(f->conn, "SELECT pg_terminate_backend(%d)",
 		    PQbackendPID(store_conn(gone)));
