@@ -116,10 +116,10 @@ static int cmd_run(const struct config *cfg,
 		   const struct publisher_ops *pub_ops)
 {
 	char err[1024];
-	static struct relay relay;
+	struct relay *relay = NULL;
 	if (check_table_at_start(cfg) != 0)
 		return 1;
-	if (relay_init(&relay, cfg, pub_ops, err, sizeof(err)) != 0) {
+	if (relay_create(&relay, cfg, pub_ops, err, sizeof(err)) != 0) {
 		log_error("%s", err);
 		return 1;
 	}
@@ -135,15 +135,17 @@ static int cmd_run(const struct config *cfg,
 	sigaddset(&set, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
-	if (relay_start(&relay, err, sizeof(err)) != 0) {
+	if (relay_start(relay, err, sizeof(err)) != 0) {
 		log_error("%s", err);
-		relay_join(&relay);
+		relay_join(relay);
+		relay_destroy(relay);
 		return 1;
 	}
-	if (ops_start(&relay, err, sizeof(err)) != 0) {
+	if (ops_start(relay, err, sizeof(err)) != 0) {
 		log_error("%s", err);
-		relay_stop(&relay);
-		relay_join(&relay);
+		relay_stop(relay);
+		relay_join(relay);
+		relay_destroy(relay);
 		return 1;
 	}
 	char source[256];
@@ -158,17 +160,17 @@ static int cmd_run(const struct config *cfg,
 		struct timespec ts = {.tv_sec = 0, .tv_nsec = 200000000};
 		int sig = sigtimedwait(&set, NULL, &ts);
 		if (sig > 0) {
-			if (atomic_load(&relay.stopping)) {
+			if (relay_stopping(relay)) {
 				log_warn("second signal: exiting at once");
 				_exit(1);
 			}
 			log_fields(LOG_INFO, "shutting down", "signal",
 				   sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
-			ops_draining(&relay);
-			relay_stop(&relay);
+			ops_draining(relay);
+			relay_stop(relay);
 			deadline = clock_ms() + cfg->shutdown_timeout_ms;
 		}
-		if (deadline && relay_finished(&relay))
+		if (deadline && relay_finished(relay))
 			break;
 		if (deadline && clock_ms() > deadline + 2000) {
 			log_error("shutdown timeout passed with loops still "
@@ -176,8 +178,9 @@ static int cmd_run(const struct config *cfg,
 			_exit(1);
 		}
 	}
-	int rc = relay_join(&relay);
-	ops_stop(&relay);
+	int rc = relay_join(relay);
+	ops_stop(relay);
+	relay_destroy(relay);
 	log_fields(LOG_INFO, "outbox-relay stopped", "exit", rc ? "1" : "0",
 		   NULL);
 	return rc;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the lanes of one worker share (docs/design.md §5, "The worker's
+ * What the lanes of one worker share (docs/design.md §7, "The worker's
  * window"): the publisher, its health and probe schedule, and the lease
  * cadence. A worker with OUTBOX_WORKER_WINDOW=w runs w lane threads; each
  * lane leases, publishes and marks one batch at a time on its own Postgres
@@ -16,7 +16,9 @@
  * Locks: pub_lock guards pub, the health fields and the ticket being
  * served; lease_lock guards the lease cadence and the tickets issued. A
  * lane never holds both, and never holds lease_lock over a statement (it
- * takes the turn, leases, and gives it back).
+ * takes the turn, leases, and gives it back). The publisher is thus used
+ * by one lane at a time, on whichever lane's thread holds pub_lock; a
+ * publish's callbacks (struct publish_ctx) run on that thread.
  */
 #include "loops_int.h"
 
@@ -38,7 +40,7 @@
  * renewal and health tick). */
 #define WAIT_SLICE_MS 200
 
-struct worker_share {
+struct lanes {
 	struct relay *r;
 
 	pthread_mutex_t pub_lock;
@@ -58,11 +60,11 @@ struct worker_share {
 	uint64_t issued;	   /* tickets given to leased batches */
 };
 
-struct worker_share *worker_shares_create(struct relay *r, int n, int lanes,
-					  char *err, size_t errlen)
+struct lanes *lanes_create(struct relay *r, int n, int per_worker, char *err,
+			   size_t errlen)
 {
-	struct worker_share *shares = calloc((size_t)n, sizeof(*shares));
-	if (!shares) {
+	struct lanes *all = calloc((size_t)n, sizeof(*all));
+	if (!all) {
 		snprintf(err, errlen, "out of memory for %d workers", n);
 		return NULL;
 	}
@@ -70,117 +72,117 @@ struct worker_share *worker_shares_create(struct relay *r, int n, int lanes,
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	for (int i = 0; i < n; i++) {
-		struct worker_share *s = &shares[i];
-		s->r = r;
-		s->lanes_left = lanes;
-		s->serving = 1;
-		publisher_init(&s->pub, r->pub_ops);
+		struct lanes *l = &all[i];
+		l->r = r;
+		l->lanes_left = per_worker;
+		l->serving = 1;
+		publisher_init(&l->pub, r->pub_ops);
 		/* Counted unhealthy until the first open. */
 		metrics_gauge_add(MG_PUBLISHERS_UNHEALTHY, 1);
-		pthread_mutex_init(&s->pub_lock, NULL);
-		pthread_mutex_init(&s->lease_lock, NULL);
-		pthread_cond_init(&s->lease_done, &ca);
-		pthread_cond_init(&s->publish_turn, &ca);
+		pthread_mutex_init(&l->pub_lock, NULL);
+		pthread_mutex_init(&l->lease_lock, NULL);
+		pthread_cond_init(&l->lease_done, &ca);
+		pthread_cond_init(&l->publish_turn, &ca);
 	}
 	pthread_condattr_destroy(&ca);
-	return shares;
+	return all;
 }
 
-struct worker_share *worker_share_at(struct worker_share *shares, int i)
+struct lanes *lanes_of_worker(struct lanes *all, int i)
 {
-	return &shares[i];
+	return &all[i];
 }
 
-void worker_shares_destroy(struct worker_share *shares, int n)
+void lanes_destroy(struct lanes *all, int n)
 {
-	if (!shares)
+	if (!all)
 		return;
 	for (int i = 0; i < n; i++) {
-		struct worker_share *s = &shares[i];
-		publisher_close(&s->pub);
-		pthread_mutex_destroy(&s->pub_lock);
-		pthread_mutex_destroy(&s->lease_lock);
-		pthread_cond_destroy(&s->lease_done);
-		pthread_cond_destroy(&s->publish_turn);
+		struct lanes *l = &all[i];
+		publisher_close(&l->pub);
+		pthread_mutex_destroy(&l->pub_lock);
+		pthread_mutex_destroy(&l->lease_lock);
+		pthread_cond_destroy(&l->lease_done);
+		pthread_cond_destroy(&l->publish_turn);
 	}
-	free(shares);
+	free(all);
 }
 
 /* ---- the publisher (under pub_lock) ---- */
 
-static void set_healthy(struct worker_share *s, bool healthy)
+static void set_healthy(struct lanes *l, bool healthy)
 {
-	if (healthy == s->pub.healthy)
+	if (healthy == l->pub.healthy)
 		return;
-	s->pub.healthy = healthy;
-	atomic_fetch_add(&s->r->workers_ready, healthy ? 1 : -1);
+	l->pub.healthy = healthy;
+	atomic_fetch_add(&l->r->workers_ready, healthy ? 1 : -1);
 	metrics_gauge_add(MG_PUBLISHERS_UNHEALTHY, healthy ? -1 : 1);
 }
 
 /* Opens or probes the publisher when it is due. */
-static bool ensure_publisher(struct worker_share *s, const struct config *cfg)
+static bool ensure_publisher(struct lanes *l, const struct config *cfg)
 {
-	if (s->pub.healthy)
+	if (l->pub.healthy)
 		return true;
 	int64_t now = clock_ms();
-	if (now < s->next_probe_ms)
+	if (now < l->next_probe_ms)
 		return false;
 	char err[512] = "";
-	int rc = s->pub.open ? publisher_probe(&s->pub, err, sizeof(err))
-			     : publisher_open(&s->pub, cfg, err, sizeof(err));
+	int rc = l->pub.open ? publisher_probe(&l->pub, err, sizeof(err))
+			     : publisher_open(&l->pub, cfg, err, sizeof(err));
 	if (rc == 0) {
-		log_info("publisher %s is healthy", s->pub.ops->name);
-		s->probe_backoff_ms = 0;
-		set_healthy(s, true);
+		log_info("publisher %s is healthy", l->pub.ops->name);
+		l->probe_backoff_ms = 0;
+		set_healthy(l, true);
 		return true;
 	}
 	metrics_add(MC_PUBLISHER_FAILURES, 1);
-	s->probe_backoff_ms =
-	    s->probe_backoff_ms ? s->probe_backoff_ms * 2 : PROBE_MIN_MS;
-	if (s->probe_backoff_ms > PROBE_MAX_MS)
-		s->probe_backoff_ms = PROBE_MAX_MS;
-	s->next_probe_ms = now + s->probe_backoff_ms;
+	l->probe_backoff_ms =
+	    l->probe_backoff_ms ? l->probe_backoff_ms * 2 : PROBE_MIN_MS;
+	if (l->probe_backoff_ms > PROBE_MAX_MS)
+		l->probe_backoff_ms = PROBE_MAX_MS;
+	l->next_probe_ms = now + l->probe_backoff_ms;
 	log_fields(LOG_WARN, "publisher unhealthy; leasing nothing for it",
-		   "publisher", s->pub.ops->name, "error", err, NULL);
+		   "publisher", l->pub.ops->name, "error", err, NULL);
 	return false;
 }
 
-bool lanes_publisher_ready(struct worker_share *s, const struct config *cfg,
+bool lanes_publisher_ready(struct lanes *l, const struct config *cfg,
 			   int64_t *next_probe_ms)
 {
-	pthread_mutex_lock(&s->pub_lock);
-	bool ok = ensure_publisher(s, cfg);
+	pthread_mutex_lock(&l->pub_lock);
+	bool ok = ensure_publisher(l, cfg);
 	if (ok)
-		publisher_service(&s->pub);
-	*next_probe_ms = s->next_probe_ms;
-	pthread_mutex_unlock(&s->pub_lock);
+		publisher_service(&l->pub);
+	*next_probe_ms = l->next_probe_ms;
+	pthread_mutex_unlock(&l->pub_lock);
 	return ok;
 }
 
 void lanes_publisher_service(void *arg)
 {
-	struct worker_share *s = arg;
+	struct lanes *l = arg;
 	/* Busy means another lane is publishing, which services it. */
-	if (pthread_mutex_trylock(&s->pub_lock) != 0)
+	if (pthread_mutex_trylock(&l->pub_lock) != 0)
 		return;
-	publisher_service(&s->pub);
-	pthread_mutex_unlock(&s->pub_lock);
+	publisher_service(&l->pub);
+	pthread_mutex_unlock(&l->pub_lock);
 }
 
 /* Takes pub_lock, calling ctx->tick (lease renewal, health tick) at least
  * every few hundred milliseconds while another lane publishes. */
-static void lock_publisher(struct worker_share *s, struct publish_ctx *ctx)
+static void lock_publisher(struct lanes *l, struct publish_ctx *ctx)
 {
 	for (;;) {
 		struct timespec at = clock_monotonic_after(WAIT_SLICE_MS);
 		int rc =
-		    pthread_mutex_clocklock(&s->pub_lock, CLOCK_MONOTONIC, &at);
+		    pthread_mutex_clocklock(&l->pub_lock, CLOCK_MONOTONIC, &at);
 		if (rc == 0)
 			return;
 		if (rc != ETIMEDOUT) {
 			/* Not expected of a default mutex; waiting blind is
 			 * still correct, only without renewals. */
-			pthread_mutex_lock(&s->pub_lock);
+			pthread_mutex_lock(&l->pub_lock);
 			return;
 		}
 		ctx->tick(ctx);
@@ -189,12 +191,12 @@ static void lock_publisher(struct worker_share *s, struct publish_ctx *ctx)
 
 /* With pub_lock held: waits until ticket is served, calling ctx->tick (if
  * ctx) every few hundred milliseconds meanwhile. */
-static void await_ticket(struct worker_share *s, uint64_t ticket,
+static void await_ticket(struct lanes *l, uint64_t ticket,
 			 struct publish_ctx *ctx)
 {
-	while (s->serving != ticket) {
+	while (l->serving != ticket) {
 		struct timespec at = clock_monotonic_after(WAIT_SLICE_MS);
-		if (pthread_cond_timedwait(&s->publish_turn, &s->pub_lock,
+		if (pthread_cond_timedwait(&l->publish_turn, &l->pub_lock,
 					   &at) == ETIMEDOUT &&
 		    ctx)
 			ctx->tick(ctx);
@@ -202,30 +204,30 @@ static void await_ticket(struct worker_share *s, uint64_t ticket,
 }
 
 /* With pub_lock held: the next ticket's turn. */
-static void next_ticket(struct worker_share *s)
+static void next_ticket(struct lanes *l)
 {
-	s->serving++;
-	pthread_cond_broadcast(&s->publish_turn);
+	l->serving++;
+	pthread_cond_broadcast(&l->publish_turn);
 }
 
-void lanes_pass(struct worker_share *s, uint64_t ticket)
+void lanes_pass(struct lanes *l, uint64_t ticket)
 {
-	pthread_mutex_lock(&s->pub_lock);
-	await_ticket(s, ticket, NULL);
-	next_ticket(s);
-	pthread_mutex_unlock(&s->pub_lock);
+	pthread_mutex_lock(&l->pub_lock);
+	await_ticket(l, ticket, NULL);
+	next_ticket(l);
+	pthread_mutex_unlock(&l->pub_lock);
 }
 
-int lanes_publish(struct worker_share *s, uint64_t ticket,
+int lanes_publish(struct lanes *l, uint64_t ticket,
 		  const struct outbox_event *events, size_t n,
 		  struct publish_ctx *ctx, struct pub_result *results)
 {
-	lock_publisher(s, ctx);
-	await_ticket(s, ticket, ctx);
+	lock_publisher(l, ctx);
+	await_ticket(l, ticket, ctx);
 	int rc = -1;
 	/* Another lane may have found the broker gone while this one
 	 * waited: its rows were never handed over. */
-	if (!s->pub.healthy || !s->pub.open) {
+	if (!l->pub.healthy || !l->pub.open) {
 		for (size_t i = 0; i < n; i++) {
 			results[i].outcome = PUB_NOT_WRITTEN;
 			snprintf(results[i].reason, sizeof(results[i].reason),
@@ -236,7 +238,7 @@ int lanes_publish(struct worker_share *s, uint64_t ticket,
 	}
 	/* The publish alone: the wait for the turn is the lanes'. */
 	int64_t t0 = clock_ms();
-	rc = publisher_publish(&s->pub, events, n, ctx, results);
+	rc = publisher_publish(&l->pub, events, n, ctx, results);
 	metrics_observe(MH_PUBLISH_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
 	bool in_doubt = false;
 	for (size_t i = 0; i < n; i++)
@@ -244,94 +246,94 @@ int lanes_publish(struct worker_share *s, uint64_t ticket,
 	/* An outcome in doubt means the connection is: probe it before the
 	 * next batch (docs/design.md §3). */
 	if (rc != 0 || in_doubt)
-		set_healthy(s, false);
+		set_healthy(l, false);
 out:
-	next_ticket(s);
-	pthread_mutex_unlock(&s->pub_lock);
+	next_ticket(l);
+	pthread_mutex_unlock(&l->pub_lock);
 	return rc;
 }
 
-void lanes_close_before_release(struct worker_share *s)
+void lanes_close_before_release(struct lanes *l)
 {
-	pthread_mutex_lock(&s->pub_lock);
-	if (s->pub.open) {
-		publisher_close(&s->pub);
-		set_healthy(s, false);
+	pthread_mutex_lock(&l->pub_lock);
+	if (l->pub.open) {
+		publisher_close(&l->pub);
+		set_healthy(l, false);
 	}
-	pthread_mutex_unlock(&s->pub_lock);
+	pthread_mutex_unlock(&l->pub_lock);
 }
 
-void lanes_leave(struct worker_share *s)
+void lanes_leave(struct lanes *l)
 {
-	pthread_mutex_lock(&s->pub_lock);
-	if (--s->lanes_left == 0) {
-		publisher_close(&s->pub);
-		set_healthy(s, false);
+	pthread_mutex_lock(&l->pub_lock);
+	if (--l->lanes_left == 0) {
+		publisher_close(&l->pub);
+		set_healthy(l, false);
 	}
-	pthread_mutex_unlock(&s->pub_lock);
+	pthread_mutex_unlock(&l->pub_lock);
 }
 
 /* ---- the lease cadence (under lease_lock) ---- */
 
-static void lease_wait(struct worker_share *s, int64_t ms)
+static void lease_wait(struct lanes *l, int64_t ms)
 {
 	struct timespec at = clock_monotonic_after(ms);
-	pthread_cond_timedwait(&s->lease_done, &s->lease_lock, &at);
+	pthread_cond_timedwait(&l->lease_done, &l->lease_lock, &at);
 }
 
-bool lanes_take_turn(struct worker_share *s, struct relay_thread *th)
+bool lanes_take_turn(struct lanes *l, struct relay_thread *th)
 {
-	struct relay *r = s->r;
-	pthread_mutex_lock(&s->lease_lock);
+	struct relay *r = l->r;
+	pthread_mutex_lock(&l->lease_lock);
 	for (;;) {
 		if (relay_stopping(r)) {
-			pthread_mutex_unlock(&s->lease_lock);
+			pthread_mutex_unlock(&l->lease_lock);
 			return false;
 		}
-		if (s->leasing) {
+		if (l->leasing) {
 			/* Another lane leases: two at once would only split
 			 * the same rows between them. */
 			loop_tick(th);
-			lease_wait(s, TURN_WAIT_MS);
+			lease_wait(l, TURN_WAIT_MS);
 			continue;
 		}
 		int64_t now = clock_ms();
-		bool woken = s->idle && relay_wake_generation(r) != s->idle_gen;
-		if (now >= s->next_lease_ms || woken) {
-			s->leasing = true;
-			pthread_mutex_unlock(&s->lease_lock);
+		bool woken = l->idle && relay_wake_generation(r) != l->idle_gen;
+		if (now >= l->next_lease_ms || woken) {
+			l->leasing = true;
+			pthread_mutex_unlock(&l->lease_lock);
 			return true;
 		}
-		int64_t wait = s->next_lease_ms - now;
-		if (!s->idle) {
+		int64_t wait = l->next_lease_ms - now;
+		if (!l->idle) {
 			/* Paced after a partial batch (at most
 			 * OUTBOX_LEASE_INTERVAL): only time ends it, so it
 			 * waits here, where the wake-ups of LISTEN do not
 			 * reach. */
 			loop_tick(th);
-			lease_wait(s, wait);
+			lease_wait(l, wait);
 			continue;
 		}
-		uint64_t gen = s->idle_gen;
-		pthread_mutex_unlock(&s->lease_lock);
+		uint64_t gen = l->idle_gen;
+		pthread_mutex_unlock(&l->lease_lock);
 		/* Idle: a wake-up (a notification, a resume) ends the wait. */
-		relay_idle_since(th, &gen, wait, lanes_publisher_service, s);
-		pthread_mutex_lock(&s->lease_lock);
+		relay_idle_since(th, &gen, wait, lanes_publisher_service, l);
+		pthread_mutex_lock(&l->lease_lock);
 	}
 }
 
-uint64_t lanes_end_turn(struct worker_share *s, int64_t next_lease_ms,
-			bool idle, uint64_t gen, bool leased)
+uint64_t lanes_end_turn(struct lanes *l, enum turn_end how,
+			int64_t next_lease_ms, uint64_t wake_gen)
 {
 	uint64_t ticket = 0;
-	pthread_mutex_lock(&s->lease_lock);
-	if (leased)
-		ticket = ++s->issued;
-	s->leasing = false;
-	s->next_lease_ms = next_lease_ms;
-	s->idle = idle;
-	s->idle_gen = gen;
-	pthread_cond_broadcast(&s->lease_done);
-	pthread_mutex_unlock(&s->lease_lock);
+	pthread_mutex_lock(&l->lease_lock);
+	if (how == TURN_LEASED)
+		ticket = ++l->issued;
+	l->leasing = false;
+	l->next_lease_ms = next_lease_ms;
+	l->idle = how == TURN_EMPTY;
+	l->idle_gen = wake_gen;
+	pthread_cond_broadcast(&l->lease_done);
+	pthread_mutex_unlock(&l->lease_lock);
 	return ticket;
 }

@@ -1,20 +1,100 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the loop threads share inside src/loops: the thread entry points,
- * the sleeps and reconnects every loop uses, and the two pieces of shared
- * state the workers coordinate through (destination pauses and the max-rate
- * schedule, both under relay.lock). Private to this folder; loops/loops.h
- * is the public surface.
+ * Inside src/loops: struct relay and its threads, the thread entry points,
+ * the primitives every loop thread uses (loop.c: health ticks, wake-ups,
+ * sleeps, store sessions), what the lanes of one worker share (lanes.c),
+ * and the two pieces of state the workers coordinate through (destination
+ * pauses and the max-rate schedule, both under relay.lock). Private to
+ * this folder (and its unit tests); loops/loops.h is the public surface.
+ *
+ * Files, from the bottom: loop.c (primitives), lanes.c, pauses.c and
+ * rate.c (use loop.c), worker.c, sweeper.c, cleaner.c, listener.c (the
+ * loops), relay.c (lifecycle: creates the lanes and starts the loops).
+ * Nothing calls upward.
  */
 #ifndef OUTBOX_LOOPS_INT_H
 #define OUTBOX_LOOPS_INT_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "loops.h"
 #include "store/store.h"
+
+#define RELAY_MAX_THREADS 72
+#define RELAY_MAX_PAUSES 256
+
+/* What the lanes of one worker share (lanes.c). */
+struct lanes;
+
+/*
+ * One loop thread, as /healthz sees it. Every field but last_tick_ms is
+ * set by relay_start() before the thread runs; tid and started are then
+ * used only by the thread that called relay_start() (relay_finished,
+ * relay_join).
+ */
+struct relay_thread {
+	char name[32];
+	pthread_t tid;
+	bool started;
+	atomic_llong last_tick_ms; /* clock_ms() of its last loop pass: written
+				      by the thread, read by relay_healthy */
+	int64_t max_interval_ms;   /* healthy while ticks are this close */
+	struct relay *relay;
+	int index;	     /* worker number */
+	struct lanes *lanes; /* a worker lane's: its worker's lanes */
+};
+
+/* A destination (or destination + chr(31) + routing key) refusing events.
+ * Lives in relay.pauses: only touched with relay.lock held. */
+struct relay_pause {
+	char key[300];
+	int64_t until_ms;   /* clock_ms() */
+	int64_t backoff_ms; /* doubles each time it refuses again */
+};
+
+/*
+ * Sharing: struct relay is created by main and outlives every thread. Each
+ * field below says how it is shared: read-only after relay_create() or
+ * relay_start(), a C11 atomic read and written without locks, or under
+ * `lock`. A worker's publisher is shared by its lanes under the lanes'
+ * publisher lock (lanes.c); whatever else a thread keeps (its store
+ * session, its batch) is its own and never shared.
+ */
+struct relay {
+	/* Read-only after relay_create(). */
+	const struct config *cfg;
+	const struct publisher_ops *pub_ops; /* each worker opens one */
+	char host[64];
+	int pid;
+
+	/* Atomics, read and written without locks. */
+	atomic_int stopping;	  /* 1 once shutdown began */
+	atomic_int marks_failed;  /* 1 if a mark could not be written */
+	atomic_int workers_ready; /* workers with a healthy publisher */
+
+	/* lock guards every field from wake_gen to rate_next_ms; wake is
+	 * signalled under it by relay_wake(). */
+	pthread_mutex_t lock;
+	pthread_cond_t wake; /* on CLOCK_MONOTONIC */
+	uint64_t wake_gen;   /* bumped by relay_wake() */
+	struct relay_pause pauses[RELAY_MAX_PAUSES];
+	size_t n_pauses;
+	double rate_next_ms; /* max-rate schedule (clock_ms units) */
+
+	/* Filled by relay_start() before each thread starts; see struct
+	 * relay_thread for what is shared after that. */
+	struct relay_thread threads[RELAY_MAX_THREADS];
+	int n_threads;
+	/* One per worker; created by relay_start(), freed by relay_join()
+	 * after the threads. */
+	struct lanes *lanes;
+	/* Written by relay_stop(), on the thread that runs the relay. */
+	int64_t shutdown_started_ms;
+};
 
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000
@@ -28,15 +108,19 @@ void *sweeper_main(void *arg);
 void *cleaner_main(void *arg);
 void *listener_main(void *arg);
 
-/* ---- relay.c: what every loop thread uses ---- */
+/* ---- loop.c: what every loop thread uses ---- */
 
 /* Records a loop pass for relay_healthy(). */
 void loop_tick(struct relay_thread *th);
 
-bool relay_stopping(const struct relay *r);
-
 /* The current wake-up generation, for relay_idle_since(). */
 uint64_t relay_wake_generation(struct relay *r);
+
+/* Sleeps up to ms, returning early on relay_wake() or shutdown; keeps the
+ * thread's health tick fresh and calls service (if not NULL) every
+ * second so broker connections keep their heartbeats. */
+void relay_idle(struct relay_thread *th, int64_t ms, void (*service)(void *),
+		void *state);
 
 /* Sleeps like relay_idle(), but returns at once when a wake-up came after
  * generation *gen was read. gen NULL: only shutdown ends the sleep early. */
@@ -57,45 +141,61 @@ struct store *relay_open_store(struct relay_thread *th, const char *who);
 
 /* ---- lanes.c: what the lanes of one worker share ---- */
 
-/* n workers' shares, each for `lanes` lane threads; NULL with err. */
-struct worker_share *worker_shares_create(struct relay *r, int n, int lanes,
-					  char *err, size_t errlen);
-/* Worker i's share. */
-struct worker_share *worker_share_at(struct worker_share *shares, int i);
+/*
+ * The lanes of n workers, `per_worker` lane threads each; NULL with err.
+ * Each worker's lanes share one publisher of r's backend (opened on first
+ * use), used by one lane at a time under the lanes' publisher lock, and
+ * one lease cadence (docs/design.md §7).
+ */
+struct lanes *lanes_create(struct relay *r, int n, int per_worker, char *err,
+			   size_t errlen);
+/* Worker i's lanes. */
+struct lanes *lanes_of_worker(struct lanes *all, int i);
 /* After every lane thread returned. */
-void worker_shares_destroy(struct worker_share *shares, int n);
+void lanes_destroy(struct lanes *all, int n);
 
 /* Opens or probes the worker's publisher when due and services it; true
  * when healthy, else *next_probe_ms says when to ask again. */
-bool lanes_publisher_ready(struct worker_share *s, const struct config *cfg,
+bool lanes_publisher_ready(struct lanes *l, const struct config *cfg,
 			   int64_t *next_probe_ms);
 /* Keeps an idle publisher's connection serviced (heartbeats); a relay_idle
- * service callback taking the share. */
-void lanes_publisher_service(void *share);
+ * service callback taking the lanes. */
+void lanes_publisher_service(void *lanes);
 /* Publishes on the worker's publisher when ticket's turn comes (batches go
- * out in lease order); ctx->tick runs while waiting. An unhealthy
- * publisher hands nothing over (PUB_NOT_WRITTEN). Returns what
- * publisher_publish() did, -1 when it was not called. */
-int lanes_publish(struct worker_share *s, uint64_t ticket,
+ * out in lease order); ctx->tick runs on this thread while it waits, and
+ * ctx's callbacks run on it during the publish. An unhealthy publisher
+ * hands nothing over (PUB_NOT_WRITTEN). Returns what publisher_publish()
+ * did, -1 when it was not called. */
+int lanes_publish(struct lanes *l, uint64_t ticket,
 		  const struct outbox_event *events, size_t n,
 		  struct publish_ctx *ctx, struct pub_result *results);
 /* Gives up ticket's turn, in its order, for a batch with nothing to
  * publish. Every ticket goes through lanes_publish() or this, once. */
-void lanes_pass(struct worker_share *s, uint64_t ticket);
+void lanes_pass(struct lanes *l, uint64_t ticket);
 /* docs/design.md §7: closes the publisher before a lane releases never-sent
  * rows at shutdown. */
-void lanes_close_before_release(struct worker_share *s);
+void lanes_close_before_release(struct lanes *l);
 /* A lane thread ends; the last one closes the publisher. */
-void lanes_leave(struct worker_share *s);
+void lanes_leave(struct lanes *l);
 
 /* Waits for this lane's turn to lease (one lane leases at a time, and not
  * before the cadence set by the last lease). False when shutdown began. */
-bool lanes_take_turn(struct worker_share *s, struct relay_thread *th);
-/* Ends the turn: the next lease not before next_lease_ms, or, when the
- * lease found nothing (idle), also at a wake-up after generation gen.
- * When the lane leased rows, returns the batch's publish ticket (else 0). */
-uint64_t lanes_end_turn(struct worker_share *s, int64_t next_lease_ms,
-			bool idle, uint64_t gen, bool leased);
+bool lanes_take_turn(struct lanes *l, struct relay_thread *th);
+
+/* How a lease turn ended. */
+enum turn_end {
+	TURN_SKIPPED, /* no lease ran (paused, failed): the next lane may
+			 lease at next_lease_ms */
+	TURN_EMPTY,   /* the lease found nothing: idle until next_lease_ms
+			 or a wake-up after generation wake_gen */
+	TURN_LEASED,  /* rows were leased: they get a publish ticket */
+};
+
+/* Ends the turn: the next lease not before next_lease_ms (and, for
+ * TURN_EMPTY, not before a wake-up after wake_gen either). For
+ * TURN_LEASED returns the batch's publish ticket, else 0. */
+uint64_t lanes_end_turn(struct lanes *l, enum turn_end how,
+			int64_t next_lease_ms, uint64_t wake_gen);
 
 /* ---- pauses.c: destinations that refused events (under r->lock) ---- */
 

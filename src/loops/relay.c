@@ -1,150 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The relay's lifecycle (init, start, stop, join, health) and what every
- * loop thread shares: the wake-up generation, idle sleeps, store opening
- * and reconnects. The loops themselves live in worker.c, sweeper.c,
- * cleaner.c and listener.c.
+ * The relay's lifecycle (create, start, stop, join, destroy), its health
+ * and the accessors of loops/loops.h. The loops themselves live in
+ * worker.c, sweeper.c, cleaner.c and listener.c, the primitives they share
+ * in loop.c.
  */
 #include "loops_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/base.h"
 
-void loop_tick(struct relay_thread *th)
-{
-	atomic_store(&th->last_tick_ms, clock_ms());
-}
-
-bool relay_stopping(const struct relay *r)
-{
-	return atomic_load(&r->stopping) != 0;
-}
-
-void relay_wake(struct relay *r)
-{
-	pthread_mutex_lock(&r->lock);
-	r->wake_gen++;
-	pthread_cond_broadcast(&r->wake);
-	pthread_mutex_unlock(&r->lock);
-}
-
-uint64_t relay_wake_generation(struct relay *r)
-{
-	pthread_mutex_lock(&r->lock);
-	uint64_t gen = r->wake_gen;
-	pthread_mutex_unlock(&r->lock);
-	return gen;
-}
-
-/* A notification that arrives while a lease is under way must not be slept
- * through, hence the generation read before the lease. */
-void relay_idle_since(struct relay_thread *th, const uint64_t *gen, int64_t ms,
-		      void (*service)(void *), void *state)
-{
-	struct relay *r = th->relay;
-	int64_t until = clock_ms() + ms;
-	int64_t next_service = clock_ms() + 1000;
-	pthread_mutex_lock(&r->lock);
-	while (!relay_stopping(r) && (!gen || r->wake_gen == *gen)) {
-		int64_t now = clock_ms();
-		if (now >= until)
-			break;
-		/* Wake every second so the tick stays fresh and the
-		 * service call keeps broker heartbeats going; not on every
-		 * wake-up of other threads (with LISTEN on, thousands a
-		 * second), which this sleep does not end. */
-		int64_t slice = until - now < 1000 ? until - now : 1000;
-		if (service && next_service - now < slice)
-			slice = next_service > now ? next_service - now : 1;
-		struct timespec ts = clock_monotonic_after(slice);
-		pthread_cond_timedwait(&r->wake, &r->lock, &ts);
-		if (service && clock_ms() >= next_service) {
-			pthread_mutex_unlock(&r->lock);
-			service(state);
-			pthread_mutex_lock(&r->lock);
-			next_service = clock_ms() + 1000;
-		}
-		loop_tick(th);
-	}
-	pthread_mutex_unlock(&r->lock);
-	loop_tick(th);
-}
-
-void relay_idle(struct relay_thread *th, int64_t ms, void (*service)(void *),
-		void *state)
-{
-	uint64_t gen = relay_wake_generation(th->relay);
-	relay_idle_since(th, &gen, ms, service, state);
-}
-
-static int64_t next_backoff(int64_t backoff)
-{
-	return backoff * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : backoff * 2;
-}
-
-int relay_reconnect(struct relay_thread *th, struct store *s)
-{
-	int64_t backoff = RECONNECT_MIN_MS;
-	char err[512];
-	while (!relay_stopping(th->relay)) {
-		if (store_reconnect(s, err, sizeof(err)) == 0) {
-			metrics_add(MC_DB_RECONNECTS, 1);
-			log_info("reconnected to postgres");
-			return 0;
-		}
-		log_warn("postgres reconnect failed: %s", err);
-		relay_idle(th, backoff, NULL, NULL);
-		backoff = next_backoff(backoff);
-	}
-	return -1;
-}
-
-void relay_app_name(const struct relay *r, const char *who, char *out,
-		    size_t outlen)
-{
-	snprintf(out, outlen, "outbox-relay/%s/%s", r->host, who);
-}
-
-/* A missing table is not retried quietly: it is logged every time. */
-struct store *relay_open_store(struct relay_thread *th, const char *who)
-{
-	struct relay *r = th->relay;
-	const struct config *cfg = r->cfg;
-	char name[160], leased_by[160], err[1024];
-	relay_app_name(r, who, name, sizeof(name));
-	snprintf(leased_by, sizeof(leased_by), "%s/%d/%s", r->host, r->pid,
-		 who);
-	struct store_options o =
-	    store_options_from_config(cfg, name, leased_by);
-	int64_t backoff = RECONNECT_MIN_MS;
-	while (!relay_stopping(r)) {
-		struct store *s = NULL;
-		if (store_open(&s, &o, err, sizeof(err)) == 0)
-			return s;
-		log_error("%s", err);
-		relay_idle(th, backoff, NULL, NULL);
-		backoff = next_backoff(backoff);
-	}
-	return NULL;
-}
-
 /* ---- lifecycle ---- */
 
-int relay_init(struct relay *r, const struct config *cfg,
-	       const struct publisher_ops *pub_ops, char *err, size_t errlen)
+int relay_create(struct relay **out, const struct config *cfg,
+		 const struct publisher_ops *pub_ops, char *err, size_t errlen)
 {
-	memset(r, 0, sizeof(*r));
-	r->cfg = cfg;
-	r->pub_ops = pub_ops;
-	r->pid = (int)getpid();
-	snprintf(r->version, sizeof(r->version), "%s", OUTBOX_VERSION);
-	if (gethostname(r->host, sizeof(r->host)) != 0)
-		snprintf(r->host, sizeof(r->host), "unknown");
-	r->host[sizeof(r->host) - 1] = '\0';
+	*out = NULL;
 	int window = config_worker_window(cfg);
 	if (cfg->workers < 1 || window < 1 ||
 	    cfg->workers * window > RELAY_MAX_THREADS - 8) {
@@ -153,16 +29,31 @@ int relay_init(struct relay *r, const struct config *cfg,
 			 cfg->workers, window);
 		return -1;
 	}
+	struct relay *r = calloc(1, sizeof(*r));
+	if (!r) {
+		snprintf(err, errlen, "out of memory for the relay");
+		return -1;
+	}
+	r->cfg = cfg;
+	r->pub_ops = pub_ops;
+	r->pid = (int)getpid();
+	if (gethostname(r->host, sizeof(r->host)) != 0)
+		snprintf(r->host, sizeof(r->host), "unknown");
+	r->host[sizeof(r->host) - 1] = '\0';
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	if (pthread_mutex_init(&r->lock, NULL) != 0 ||
-	    pthread_cond_init(&r->wake, &ca) != 0) {
-		pthread_condattr_destroy(&ca);
+	bool locks = pthread_mutex_init(&r->lock, NULL) == 0;
+	bool cond = locks && pthread_cond_init(&r->wake, &ca) == 0;
+	pthread_condattr_destroy(&ca);
+	if (!cond) {
+		if (locks)
+			pthread_mutex_destroy(&r->lock);
+		free(r);
 		snprintf(err, errlen, "cannot create relay locks");
 		return -1;
 	}
-	pthread_condattr_destroy(&ca);
+	*out = r;
 	return 0;
 }
 
@@ -193,9 +84,8 @@ int relay_start(struct relay *r, char *err, size_t errlen)
 	} starts[RELAY_MAX_THREADS];
 	int n = 0;
 	int lanes = config_worker_window(cfg);
-	r->worker_shares =
-	    worker_shares_create(r, cfg->workers, lanes, err, errlen);
-	if (!r->worker_shares)
+	r->lanes = lanes_create(r, cfg->workers, lanes, err, errlen);
+	if (!r->lanes)
 		return -1;
 	for (int i = 0; i < cfg->workers; i++)
 		for (int lane = 0; lane < lanes; lane++) {
@@ -207,8 +97,7 @@ int relay_start(struct relay *r, char *err, size_t errlen)
 					 lane);
 			starts[n].fn = worker_main;
 			starts[n].th = add_thread(r, name, i, worker_max);
-			starts[n++].th->share =
-			    worker_share_at(r->worker_shares, i);
+			starts[n++].th->lanes = lanes_of_worker(r->lanes, i);
 		}
 	starts[n].fn = sweeper_main;
 	starts[n++].th = add_thread(r, "sweeper", 0, loop_max);
@@ -261,11 +150,18 @@ int relay_join(struct relay *r)
 			pthread_join(r->threads[i].tid, NULL);
 			r->threads[i].started = false;
 		}
-	worker_shares_destroy(r->worker_shares, r->cfg->workers);
-	r->worker_shares = NULL;
+	lanes_destroy(r->lanes, r->cfg->workers);
+	r->lanes = NULL;
+	return atomic_load(&r->marks_failed) ? 1 : 0;
+}
+
+void relay_destroy(struct relay *r)
+{
+	if (!r)
+		return;
 	pthread_mutex_destroy(&r->lock);
 	pthread_cond_destroy(&r->wake);
-	return atomic_load(&r->marks_failed) ? 1 : 0;
+	free(r);
 }
 
 bool relay_healthy(struct relay *r, char *out, size_t outlen)
@@ -284,4 +180,29 @@ bool relay_healthy(struct relay *r, char *out, size_t outlen)
 		}
 	}
 	return true;
+}
+
+bool relay_publisher_ready(const struct relay *r)
+{
+	return atomic_load(&r->workers_ready) > 0;
+}
+
+const char *relay_publisher_name(const struct relay *r)
+{
+	return r->pub_ops->name;
+}
+
+const struct config *relay_config(const struct relay *r)
+{
+	return r->cfg;
+}
+
+void relay_replica_id(const struct relay *r, char *out, size_t outlen)
+{
+	snprintf(out, outlen, "%s/%d", r->host, r->pid);
+}
+
+const char *relay_host(const struct relay *r)
+{
+	return r->host;
 }

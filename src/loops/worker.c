@@ -58,7 +58,9 @@ struct worker {
 	struct relay *r;
 	const struct config *cfg;
 	struct store *store;
-	struct worker_share *share; /* the publisher and lease cadence */
+	struct lanes *lanes; /* the publisher and lease cadence */
+	/* Where a NULL exchange goes: the backend's default, asked once. */
+	const char *default_destination;
 	/* The operator pauses as last read (the first n_control keys of the
 	 * pause keys), and when. */
 	int64_t control_read_ms;
@@ -261,7 +263,7 @@ static void publish_valid_rows(struct worker *w)
 {
 	struct batch *b = &w->batch;
 	if (b->n_valid == 0) {
-		lanes_pass(w->share, b->ticket);
+		lanes_pass(w->lanes, b->ticket);
 		return;
 	}
 	int64_t publish_deadline = clock_ms() + w->cfg->publish_timeout_ms;
@@ -281,16 +283,15 @@ static void publish_valid_rows(struct worker *w)
 		    .reason = "the publisher reported no outcome"};
 	/* A publisher that failed is probed before the next batch (lanes.c);
 	 * the rows say what became of them either way. */
-	(void)lanes_publish(w->share, b->ticket, b->valid, b->n_valid, &ctx,
+	(void)lanes_publish(w->lanes, b->ticket, b->valid, b->n_valid, &ctx,
 			    b->results);
 }
 
-static void destination_key(const struct config *cfg,
+static void destination_key(const struct worker *w,
 			    const struct outbox_event *e, bool route_scoped,
 			    char *out, size_t outlen)
 {
-	const char *dest =
-	    e->exchange ? e->exchange : publisher_default_destination(cfg);
+	const char *dest = e->exchange ? e->exchange : w->default_destination;
 	if (route_scoped)
 		snprintf(out, outlen, "%s\x1f%s", dest, e->routing_key);
 	else
@@ -319,7 +320,7 @@ static void route_outcomes(struct worker *w)
 					(uint64_t)(now_us - e->created_at_us));
 		if (rule->pauses_destination) {
 			char key[PAUSE_KEY_MAX];
-			destination_key(w->cfg, e, res->route_scoped, key,
+			destination_key(w, e, res->route_scoped, key,
 					sizeof(key));
 			pause_destination(w->r, key, res->reason);
 		}
@@ -383,7 +384,7 @@ static void run_marks(struct worker *w)
 			 * once the broker client is closed, so nothing still
 			 * queued in it can go out after another replica
 			 * leased them. */
-			lanes_close_before_release(w->share);
+			lanes_close_before_release(w->lanes);
 		}
 		/* A failed mark ended the transaction: the rest cannot
 		 * run, and conclude() says what became of the batch. */
@@ -430,7 +431,7 @@ static void process_batch(struct worker *w, struct lease_batch *lease,
 	if (batch_init(b, lease, err, sizeof(err)) != 0) {
 		/* Nothing was handed over: roll the lease back. */
 		log_error("%s", err);
-		lanes_pass(w->share, ticket);
+		lanes_pass(w->lanes, ticket);
 		if (store_lease_abort(w->store, &b->lease, err, sizeof(err)) ==
 		    STORE_RECONNECT)
 			relay_reconnect(w->th, w->store);
@@ -527,8 +528,7 @@ static int lease_rows(struct worker *w, const struct pause_keys *pk,
 	}
 	if (rc == 0)
 		rc = store_lease(w->store, pk->ptrs, pk->n,
-				 publisher_default_destination(cfg), lease, err,
-				 errlen);
+				 w->default_destination, lease, err, errlen);
 	metrics_observe(MH_LEASE_SECONDS,
 			(uint64_t)(clock_ms() - started) * 1000);
 	metrics_add(MC_LEASES, 1);
@@ -572,26 +572,26 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 	const struct config *cfg = w->cfg;
 	loop_tick(w->th);
 	int64_t next_probe_ms;
-	if (!lanes_publisher_ready(w->share, cfg, &next_probe_ms)) {
+	if (!lanes_publisher_ready(w->lanes, cfg, &next_probe_ms)) {
 		/* New rows do not make a probe due. */
 		relay_idle_since(w->th, NULL, next_probe_ms - clock_ms(),
-				 lanes_publisher_service, w->share);
+				 lanes_publisher_service, w->lanes);
 		return;
 	}
 	int64_t wait = rate_reserve(r, cfg->batch_size);
 	if (wait > 0)
-		relay_idle(w->th, wait, lanes_publisher_service, w->share);
-	if (relay_stopping(r) || !lanes_take_turn(w->share, w->th)) {
+		relay_idle(w->th, wait, lanes_publisher_service, w->lanes);
+	if (relay_stopping(r) || !lanes_take_turn(w->lanes, w->th)) {
 		rate_refund(r, cfg->batch_size);
 		return;
 	}
 	/* Read within the turn: waiting for it can take longer than a
 	 * pause takes to matter. */
 	if (read_pauses(w, pk)) {
-		lanes_end_turn(w->share, clock_ms(), false, 0, false);
+		lanes_end_turn(w->lanes, TURN_SKIPPED, clock_ms(), 0);
 		rate_refund(r, cfg->batch_size);
 		relay_idle(w->th, cfg->poll_interval_ms,
-			   lanes_publisher_service, w->share);
+			   lanes_publisher_service, w->lanes);
 		return;
 	}
 
@@ -601,7 +601,7 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 	char err[1024];
 	int rc = lease_rows(w, pk, started, &lease, err, sizeof(err));
 	if (rc != 0) {
-		lanes_end_turn(w->share, clock_ms(), false, 0, false);
+		lanes_end_turn(w->lanes, TURN_SKIPPED, clock_ms(), 0);
 		rate_refund(r, cfg->batch_size);
 		log_warn("lease failed: %s", err);
 		if (rc == STORE_RECONNECT)
@@ -611,8 +611,9 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 		return;
 	}
 	size_t n = lease.n;
-	uint64_t ticket = lanes_end_turn(w->share, next_lease_at(w, n, started),
-					 n == 0, gen, n > 0);
+	uint64_t ticket =
+	    lanes_end_turn(w->lanes, n > 0 ? TURN_LEASED : TURN_EMPTY,
+			   next_lease_at(w, n, started), gen);
 	rate_refund(r, (double)cfg->batch_size - (double)n);
 	/* An empty lease holds nothing to release. */
 	if (n > 0) {
@@ -625,7 +626,15 @@ void *worker_main(void *arg)
 {
 	struct relay_thread *th = arg;
 	struct relay *r = th->relay;
-	struct worker w = {.th = th, .r = r, .cfg = r->cfg, .share = th->share};
+	struct worker w = {.th = th,
+			   .r = r,
+			   .cfg = r->cfg,
+			   .lanes = th->lanes,
+			   /* Backends without the notion have no callback. */
+			   .default_destination =
+			       r->pub_ops->default_destination
+				   ? r->pub_ops->default_destination(r->cfg)
+				   : ""};
 	struct pause_keys pk = {0};
 	log_set_thread(th->name);
 	if (pause_keys_init(&pk) != 0) {
@@ -638,7 +647,7 @@ void *worker_main(void *arg)
 	while (!relay_stopping(r))
 		worker_pass(&w, &pk);
 out:
-	lanes_leave(w.share);
+	lanes_leave(w.lanes);
 	store_close(w.store);
 	pause_keys_release(&pk);
 	log_info("worker stopped");

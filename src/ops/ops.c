@@ -127,9 +127,9 @@ static void readyz(struct http_reply *reply)
 			     (long long)age);
 		return;
 	}
-	if (atomic_load(&r->workers_ready) <= 0) {
+	if (!relay_publisher_ready(r)) {
 		reply_printf(reply, 503, "not ready: publisher %s: unhealthy\n",
-			     r->pub_ops->name);
+			     relay_publisher_name(r));
 		return;
 	}
 	http_reply_text(reply, 200, "ready\n");
@@ -298,12 +298,12 @@ static void beat(struct ops_session *o, bool draining)
 	/* Without a registry the statement that answers is a plain check,
 	 * which readiness needs all the same. */
 	unsigned present;
-	int rc = o->registry
-		     ? store_admin_heartbeat(o->s, ops.id, o->relay->version,
-					     draining, o->starting, o->err,
-					     sizeof(o->err))
-		     : store_admin_side_tables(o->s, &present, o->err,
-					       sizeof(o->err));
+	int rc =
+	    o->registry
+		? store_admin_heartbeat(o->s, ops.id, OUTBOX_VERSION, draining,
+					o->starting, o->err, sizeof(o->err))
+		: store_admin_side_tables(o->s, &present, o->err,
+					  sizeof(o->err));
 	/* A failed draining heartbeat is retried with the regular ones, not
 	 * in a tight loop. */
 	o->draining_sent = draining;
@@ -362,8 +362,9 @@ static void *ops_main(void *arg)
 	struct ops_session o = {.relay = r, .starting = true};
 
 	log_set_thread("ops");
-	snprintf(name, sizeof(name), "outbox-relay/%s/ops", r->host);
-	struct store_options so = store_options_from_config(r->cfg, name, NULL);
+	snprintf(name, sizeof(name), "outbox-relay/%s/ops", relay_host(r));
+	struct store_options so =
+	    store_options_from_config(relay_config(r), name, NULL);
 	/* Operator statements are few and varied: unnamed, never prepared. */
 	so.prepare = false;
 	so.lock_timeout_ms = OPS_LOCK_TIMEOUT_MS;
@@ -408,11 +409,11 @@ static void wake_thread(void)
 
 int ops_start(struct relay *r, char *err, size_t errlen)
 {
-	const struct config *cfg = r->cfg;
+	const struct config *cfg = relay_config(r);
 	pthread_condattr_t ca;
 
 	ops.relay = r;
-	snprintf(ops.id, sizeof(ops.id), "%s/%d", r->host, r->pid);
+	relay_replica_id(r, ops.id, sizeof(ops.id));
 	/* Connect (connect_timeout plus tcp_user_timeout) and two
 	 * statements bound one pass of the loop. */
 	ops.max_tick_ms = 30000 + 2 * cfg->statement_timeout_ms;

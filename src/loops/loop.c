@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What every loop thread uses: its health tick, the relay's wake-ups and
+ * shutdown flag, idle sleeps, and opening and reconnecting its store
+ * session. The bottom of src/loops: it calls nothing else in the folder.
+ */
+#include "loops_int.h"
+
+#include <stdio.h>
+#include <time.h>
+
+#include "base/base.h"
+
+void loop_tick(struct relay_thread *th)
+{
+	atomic_store(&th->last_tick_ms, clock_ms());
+}
+
+bool relay_stopping(const struct relay *r)
+{
+	return atomic_load(&r->stopping) != 0;
+}
+
+void relay_wake(struct relay *r)
+{
+	pthread_mutex_lock(&r->lock);
+	r->wake_gen++;
+	pthread_cond_broadcast(&r->wake);
+	pthread_mutex_unlock(&r->lock);
+}
+
+uint64_t relay_wake_generation(struct relay *r)
+{
+	pthread_mutex_lock(&r->lock);
+	uint64_t gen = r->wake_gen;
+	pthread_mutex_unlock(&r->lock);
+	return gen;
+}
+
+/* A notification that arrives while a lease is under way must not be slept
+ * through, hence the generation read before the lease. */
+void relay_idle_since(struct relay_thread *th, const uint64_t *gen, int64_t ms,
+		      void (*service)(void *), void *state)
+{
+	struct relay *r = th->relay;
+	int64_t until = clock_ms() + ms;
+	int64_t next_service = clock_ms() + 1000;
+	pthread_mutex_lock(&r->lock);
+	while (!relay_stopping(r) && (!gen || r->wake_gen == *gen)) {
+		int64_t now = clock_ms();
+		if (now >= until)
+			break;
+		/* Wake every second so the tick stays fresh and the
+		 * service call keeps broker heartbeats going; not on every
+		 * wake-up of other threads (with LISTEN on, thousands a
+		 * second), which this sleep does not end. */
+		int64_t slice = until - now < 1000 ? until - now : 1000;
+		if (service && next_service - now < slice)
+			slice = next_service > now ? next_service - now : 1;
+		struct timespec ts = clock_monotonic_after(slice);
+		pthread_cond_timedwait(&r->wake, &r->lock, &ts);
+		if (service && clock_ms() >= next_service) {
+			pthread_mutex_unlock(&r->lock);
+			service(state);
+			pthread_mutex_lock(&r->lock);
+			next_service = clock_ms() + 1000;
+		}
+		loop_tick(th);
+	}
+	pthread_mutex_unlock(&r->lock);
+	loop_tick(th);
+}
+
+void relay_idle(struct relay_thread *th, int64_t ms, void (*service)(void *),
+		void *state)
+{
+	uint64_t gen = relay_wake_generation(th->relay);
+	relay_idle_since(th, &gen, ms, service, state);
+}
+
+static int64_t next_backoff(int64_t backoff)
+{
+	return backoff * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : backoff * 2;
+}
+
+int relay_reconnect(struct relay_thread *th, struct store *s)
+{
+	int64_t backoff = RECONNECT_MIN_MS;
+	char err[512];
+	while (!relay_stopping(th->relay)) {
+		if (store_reconnect(s, err, sizeof(err)) == 0) {
+			metrics_add(MC_DB_RECONNECTS, 1);
+			log_info("reconnected to postgres");
+			return 0;
+		}
+		log_warn("postgres reconnect failed: %s", err);
+		relay_idle(th, backoff, NULL, NULL);
+		backoff = next_backoff(backoff);
+	}
+	return -1;
+}
+
+void relay_app_name(const struct relay *r, const char *who, char *out,
+		    size_t outlen)
+{
+	snprintf(out, outlen, "outbox-relay/%s/%s", r->host, who);
+}
+
+/* A missing table is not retried quietly: it is logged every time. */
+struct store *relay_open_store(struct relay_thread *th, const char *who)
+{
+	struct relay *r = th->relay;
+	const struct config *cfg = r->cfg;
+	char name[160], leased_by[160], err[1024];
+	relay_app_name(r, who, name, sizeof(name));
+	snprintf(leased_by, sizeof(leased_by), "%s/%d/%s", r->host, r->pid,
+		 who);
+	struct store_options o =
+	    store_options_from_config(cfg, name, leased_by);
+	int64_t backoff = RECONNECT_MIN_MS;
+	while (!relay_stopping(r)) {
+		struct store *s = NULL;
+		if (store_open(&s, &o, err, sizeof(err)) == 0)
+			return s;
+		log_error("%s", err);
+		relay_idle(th, backoff, NULL, NULL);
+		backoff = next_backoff(backoff);
+	}
+	return NULL;
+}

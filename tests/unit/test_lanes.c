@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The worker's lanes (src/loops/lanes.c, docs/design.md §7) with a fake
+ * backend: batches reach the publisher in ticket (lease) order whatever
+ * order the lanes arrive in, a lane passing its turn lets the next one go,
+ * a publisher gone unhealthy hands later lanes' rows back unwritten, the
+ * last lane out closes the publisher, a lane waiting for the publisher
+ * keeps ticking (its lease renewal), and the lease cadence holds a lane
+ * until the time the last turn set.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "loops/loops_int.h"
+
+/* ---- the fake backend ---- */
+
+#define MAX_CALLS 64
+
+/* What the fake backend saw; every field under fake.lock. */
+static struct {
+	pthread_mutex_t lock;
+	int64_t published[MAX_CALLS]; /* seq of each batch's first event */
+	int n_published;
+	int opens, closes;
+	int busy;	  /* publishes under way at once, now */
+	int max_busy;	  /* and at most */
+	int delay_ms;	  /* each publish takes this long */
+	int64_t fail_seq; /* the batch with this first seq fails */
+} fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int fake_open(const struct config *cfg, void **state, char *err,
+		     size_t errlen)
+{
+	(void)cfg;
+	(void)err;
+	(void)errlen;
+	pthread_mutex_lock(&fake.lock);
+	fake.opens++;
+	pthread_mutex_unlock(&fake.lock);
+	*state = &fake;
+	return 0;
+}
+
+static int fake_publish(void *state, const struct outbox_event *events,
+			size_t n, struct publish_ctx *ctx,
+			struct pub_result *results)
+{
+	(void)state;
+	(void)ctx;
+	pthread_mutex_lock(&fake.lock);
+	int delay = fake.delay_ms;
+	bool fail = events[0].seq == fake.fail_seq;
+	if (++fake.busy > fake.max_busy)
+		fake.max_busy = fake.busy;
+	if (fake.n_published < MAX_CALLS)
+		fake.published[fake.n_published++] = events[0].seq;
+	pthread_mutex_unlock(&fake.lock);
+	if (delay > 0)
+		clock_sleep_ms(delay);
+	for (size_t i = 0; i < n; i++)
+		results[i].outcome = fail ? PUB_TRANSPORT : PUB_ACKED;
+	pthread_mutex_lock(&fake.lock);
+	fake.busy--;
+	pthread_mutex_unlock(&fake.lock);
+	return fail ? -1 : 0;
+}
+
+static int fake_probe(void *state, char *err, size_t errlen)
+{
+	(void)state;
+	(void)err;
+	(void)errlen;
+	return 0;
+}
+
+static void fake_close(void *state)
+{
+	(void)state;
+	pthread_mutex_lock(&fake.lock);
+	fake.closes++;
+	pthread_mutex_unlock(&fake.lock);
+}
+
+static const char *fake_destination(const struct config *cfg)
+{
+	(void)cfg;
+	return "";
+}
+
+static const struct publisher_ops fake_ops = {
+    .name = "fake",
+    .default_destination = fake_destination,
+    .open = fake_open,
+    .publish = fake_publish,
+    .probe = fake_probe,
+    .close = fake_close,
+};
+
+/* ---- a relay with one worker of `lanes` lanes ---- */
+
+struct fixture {
+	struct config cfg;
+	struct relay *r;
+	struct lanes *lanes;
+	int per_worker;
+};
+
+static struct fixture *fixture_new(int per_worker)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	char err[256];
+	assert_non_null(f);
+	f->cfg.workers = 1;
+	f->cfg.worker_window = per_worker;
+	f->per_worker = per_worker;
+	pthread_mutex_lock(&fake.lock);
+	memset(fake.published, 0, sizeof(fake.published));
+	fake.n_published = fake.opens = fake.closes = 0;
+	fake.busy = fake.max_busy = fake.delay_ms = 0;
+	fake.fail_seq = -1;
+	pthread_mutex_unlock(&fake.lock);
+	assert_int_equal(
+	    relay_create(&f->r, &f->cfg, &fake_ops, err, sizeof(err)), 0);
+	f->lanes = lanes_create(f->r, 1, per_worker, err, sizeof(err));
+	assert_non_null(f->lanes);
+	int64_t next_probe;
+	assert_true(lanes_publisher_ready(f->lanes, &f->cfg, &next_probe));
+	return f;
+}
+
+static void fixture_free(struct fixture *f)
+{
+	for (int i = 0; i < f->per_worker; i++)
+		lanes_leave(f->lanes);
+	lanes_destroy(f->lanes, 1);
+	relay_destroy(f->r);
+	free(f);
+}
+
+/* Issues the next publish ticket, as a lane's lease turn does. */
+static uint64_t lease_turn(struct fixture *f)
+{
+	struct relay_thread th = {.relay = f->r};
+	assert_true(lanes_take_turn(f->lanes, &th));
+	return lanes_end_turn(f->lanes, TURN_LEASED, clock_ms(), 0);
+}
+
+/* ---- one lane as a thread ---- */
+
+struct lane {
+	struct fixture *f;
+	uint64_t ticket;
+	bool pass;	    /* give the turn up instead of publishing */
+	int start_after_ms; /* sleep before asking for the turn */
+	int rc;		    /* what lanes_publish() returned */
+	atomic_int ticks;   /* ctx->tick calls */
+	struct outbox_event event;
+	struct pub_result result;
+	pthread_t tid;
+};
+
+static bool lane_tick(struct publish_ctx *ctx)
+{
+	struct lane *l = ctx->opaque;
+	atomic_fetch_add(&l->ticks, 1);
+	return false;
+}
+
+static bool lane_may_send(struct publish_ctx *ctx, size_t i)
+{
+	(void)ctx;
+	(void)i;
+	return true;
+}
+
+static void *lane_main(void *arg)
+{
+	struct lane *l = arg;
+	if (l->start_after_ms > 0)
+		clock_sleep_ms(l->start_after_ms);
+	if (l->pass) {
+		lanes_pass(l->f->lanes, l->ticket);
+		return NULL;
+	}
+	struct publish_ctx ctx = {.deadline_ms = clock_ms() + 10000,
+				  .may_send = lane_may_send,
+				  .tick = lane_tick,
+				  .opaque = l};
+	/* The batch's first seq names its ticket in the fake's record. */
+	l->event.seq = (int64_t)l->ticket;
+	l->rc = lanes_publish(l->f->lanes, l->ticket, &l->event, 1, &ctx,
+			      &l->result);
+	return NULL;
+}
+
+static void lanes_run(struct lane *lanes, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(
+		    pthread_create(&lanes[i].tid, NULL, lane_main, &lanes[i]),
+		    0);
+	for (size_t i = 0; i < n; i++)
+		pthread_join(lanes[i].tid, NULL);
+}
+
+/* ---- the tests ---- */
+
+/* Lanes arriving in the reverse of their lease order publish in lease
+ * order, one at a time. */
+static void test_tickets_publish_in_lease_order(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(3);
+	struct lane l[3] = {0};
+	for (int i = 0; i < 3; i++) {
+		l[i].f = f;
+		l[i].ticket = lease_turn(f);
+		/* The newest batch asks first, the oldest last. */
+		l[i].start_after_ms = (2 - i) * 60;
+	}
+	assert_int_equal(l[0].ticket + 2, l[2].ticket);
+	lanes_run(l, 3);
+	pthread_mutex_lock(&fake.lock);
+	assert_int_equal(fake.n_published, 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(fake.published[i], (int64_t)l[i].ticket);
+	assert_int_equal(fake.max_busy, 1);
+	pthread_mutex_unlock(&fake.lock);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(l[i].rc, 0);
+		assert_int_equal(l[i].result.outcome, PUB_ACKED);
+	}
+	fixture_free(f);
+}
+
+/* A batch with nothing to publish passes its turn in order: the lane after
+ * it waits for it, then goes. */
+static void test_a_lane_passes_its_turn(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(3);
+	struct lane l[3] = {0};
+	for (int i = 0; i < 3; i++) {
+		l[i].f = f;
+		l[i].ticket = lease_turn(f);
+	}
+	/* Ticket 2 passes before ticket 1 published; ticket 3 asks first
+	 * and must wait for both. */
+	l[1].pass = true;
+	l[0].start_after_ms = 120;
+	l[1].start_after_ms = 40;
+	lanes_run(l, 3);
+	pthread_mutex_lock(&fake.lock);
+	assert_int_equal(fake.n_published, 2);
+	assert_int_equal(fake.published[0], (int64_t)l[0].ticket);
+	assert_int_equal(fake.published[1], (int64_t)l[2].ticket);
+	pthread_mutex_unlock(&fake.lock);
+	fixture_free(f);
+}
+
+/* A publish that leaves the publisher unhealthy hands the later lanes'
+ * rows back unwritten, and the worker no longer counts as ready. */
+static void test_unhealthy_publisher_releases_later_lanes(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(3);
+	assert_true(relay_publisher_ready(f->r));
+	struct lane l[3] = {0};
+	for (int i = 0; i < 3; i++) {
+		l[i].f = f;
+		l[i].ticket = lease_turn(f);
+	}
+	fake.fail_seq = (int64_t)l[0].ticket;
+	l[1].start_after_ms = 30;
+	l[2].start_after_ms = 60;
+	lanes_run(l, 3);
+	pthread_mutex_lock(&fake.lock);
+	assert_int_equal(fake.n_published, 1);
+	pthread_mutex_unlock(&fake.lock);
+	assert_int_equal(l[0].rc, -1);
+	for (int i = 1; i < 3; i++) {
+		assert_int_equal(l[i].rc, -1);
+		assert_int_equal(l[i].result.outcome, PUB_NOT_WRITTEN);
+		assert_non_null(strstr(l[i].result.reason, "unhealthy"));
+	}
+	assert_false(relay_publisher_ready(f->r));
+	fixture_free(f);
+}
+
+/* The publisher lives until the last lane leaves. */
+static void test_last_lane_closes_the_publisher(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(3);
+	assert_int_equal(fake.opens, 1);
+	lanes_leave(f->lanes);
+	lanes_leave(f->lanes);
+	assert_int_equal(fake.closes, 0);
+	lanes_leave(f->lanes);
+	assert_int_equal(fake.closes, 1);
+	assert_false(relay_publisher_ready(f->r));
+	lanes_destroy(f->lanes, 1);
+	relay_destroy(f->r);
+	free(f);
+	assert_int_equal(fake.closes, 1);
+}
+
+/* A lane waiting while another publishes keeps calling ctx->tick, which
+ * renews its lease, at least every WAIT_SLICE_MS (200 ms). */
+static void test_waiting_lane_keeps_ticking(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(2);
+	struct lane l[2] = {0};
+	for (int i = 0; i < 2; i++) {
+		l[i].f = f;
+		l[i].ticket = lease_turn(f);
+	}
+	fake.delay_ms = 900;
+	l[1].start_after_ms = 50;
+	lanes_run(l, 2);
+	/* About 850 ms of waiting: four slices; three leave room for a slow
+	 * machine. */
+	assert_true(atomic_load(&l[1].ticks) >= 3);
+	assert_int_equal(fake.published[1], (int64_t)l[1].ticket);
+	fixture_free(f);
+}
+
+/* A lease turn sets when the next may start: a lane asking earlier
+ * waits. */
+static void test_cadence_holds_the_next_lease(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(2);
+	struct relay_thread th = {.relay = f->r};
+	assert_true(lanes_take_turn(f->lanes, &th));
+	int64_t t0 = clock_ms();
+	assert_int_equal(lanes_end_turn(f->lanes, TURN_SKIPPED, t0 + 150, 0),
+			 0);
+	assert_true(lanes_take_turn(f->lanes, &th));
+	assert_true(clock_ms() - t0 >= 140);
+	/* A full batch lets the next lease start at once, with a ticket. */
+	uint64_t ticket = lanes_end_turn(f->lanes, TURN_LEASED, clock_ms(), 0);
+	assert_int_equal(ticket, 1);
+	assert_true(lanes_take_turn(f->lanes, &th));
+	lanes_end_turn(f->lanes, TURN_SKIPPED, clock_ms(), 0);
+	lanes_pass(f->lanes, ticket);
+	fixture_free(f);
+}
+
+int main(void)
+{
+	log_setup(LOG_ERROR, false);
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_tickets_publish_in_lease_order),
+	    cmocka_unit_test(test_a_lane_passes_its_turn),
+	    cmocka_unit_test(test_unhealthy_publisher_releases_later_lanes),
+	    cmocka_unit_test(test_last_lane_closes_the_publisher),
+	    cmocka_unit_test(test_waiting_lane_keeps_ticking),
+	    cmocka_unit_test(test_cadence_holds_the_next_lease),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
