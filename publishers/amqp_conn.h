@@ -69,7 +69,7 @@ enum slot_state { SLOT_UNSENT, SLOT_WRITTEN, SLOT_DONE };
 
 /* One event of a flight. */
 struct slot {
-	struct amqp_msg msg;
+	struct rmq_msg msg;
 	bool built;
 	enum slot_state state;
 	const char *id;	      /* message_id, for matching basic.return */
@@ -103,7 +103,7 @@ struct flight {
 	char lost_why[256];
 };
 
-struct amqp_state {
+struct rmq_state {
 	const struct config *cfg;
 	char *url; /* private copy: amqp_parse_url() points ci into it */
 	struct amqp_connection_info ci;
@@ -135,19 +135,19 @@ int rmq_heartbeat_s(const struct config *cfg);
 struct timeval rmq_tv_of(int64_t ms);
 int rmq_watchdog_start(struct watchdog *wd, char *err, size_t errlen);
 void rmq_watchdog_stop(struct watchdog *wd);
-void rmq_watchdog_arm(struct amqp_state *st, int64_t deadline);
-bool rmq_watchdog_disarm(struct amqp_state *st);
+void rmq_watchdog_arm(struct rmq_state *st, int64_t deadline);
+bool rmq_watchdog_disarm(struct rmq_state *st);
 void rmq_describe_status(int status, char *buf, size_t len);
-void rmq_conn_drop(struct amqp_state *st, const char *why);
-int rmq_channel_open(struct amqp_state *st, char *err, size_t errlen);
-void rmq_channel_abandon(struct amqp_state *st);
-int rmq_conn_open(struct amqp_state *st, char *err, size_t errlen);
-void rmq_conn_close(struct amqp_state *st);
+void rmq_conn_drop(struct rmq_state *st, const char *why);
+int rmq_channel_open(struct rmq_state *st, char *err, size_t errlen);
+void rmq_channel_abandon(struct rmq_state *st);
+int rmq_conn_open(struct rmq_state *st, char *err, size_t errlen);
+void rmq_conn_close(struct rmq_state *st);
 void rmq_settle(struct flight *fl, size_t i, enum pub_outcome outcome,
 		bool route_scoped, const char *reason);
 void rmq_settle_unsent(struct flight *fl, size_t i, const char *why);
-void rmq_cork(struct amqp_state *st, bool on);
-int rmq_pump_one(struct amqp_state *st, int64_t ms);
-void rmq_pump_ready(struct amqp_state *st);
+void rmq_cork(struct rmq_state *st, bool on);
+int rmq_pump_one(struct rmq_state *st, int64_t ms);
+void rmq_pump_ready(struct rmq_state *st);
 
 #endif
