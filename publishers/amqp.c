@@ -522,7 +522,7 @@ static int rmq_probe(void *state, char *err, size_t errlen)
 		    AMQP_BASIC_APP_ID_FLAG | AMQP_BASIC_TYPE_FLAG;
 	p->delivery_mode = 1;
 	p->expiration = amqp_cstring_bytes("0");
-	p->app_id = amqp_cstring_bytes(AMQP_MAP_APP_ID);
+	p->app_id = amqp_cstring_bytes(RMQ_MAP_APP_ID);
 	p->type = amqp_cstring_bytes(PROBE_ROUTING_KEY);
 
 	st->fl = &fl;

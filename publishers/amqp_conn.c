@@ -445,7 +445,7 @@ static int login(struct rmq_state *st, char *err, size_t errlen)
 	amqp_table_t client;
 	amqp_rpc_reply_t r;
 	char why[200];
-	bool external = rmq_settings_of(st->cfg)->sasl == AMQP_SASL_EXTERNAL;
+	bool external = rmq_settings_of(st->cfg)->sasl == RMQ_SASL_EXTERNAL;
 
 	/* librabbitmq merges these capabilities with its own; without
 	 * connection.blocked the broker never says it stopped reading. */

@@ -245,14 +245,14 @@ static void on_return(struct rmq_state *st, const amqp_frame_t *f)
 static bool refused(const struct rmq_refusal *ref, const struct slot *s)
 {
 	switch (ref->kind) {
-	case AMQP_REFUSAL_EXCHANGE:
+	case RMQ_REFUSAL_EXCHANGE:
 		return strcmp(s->exchange, ref->exchange) == 0;
-	case AMQP_REFUSAL_ROUTE:
+	case RMQ_REFUSAL_ROUTE:
 		return strcmp(s->exchange, ref->exchange) == 0 &&
 		       strcmp(s->routing_key, ref->routing_key) == 0;
-	case AMQP_REFUSAL_TOO_LARGE:
+	case RMQ_REFUSAL_TOO_LARGE:
 		return s->built && s->msg.body.len > ref->max_size;
-	case AMQP_REFUSAL_OTHER:
+	case RMQ_REFUSAL_OTHER:
 		break;
 	}
 	return false;
@@ -266,7 +266,7 @@ static void refusal_guess_exchange(const struct flight *fl, uint16_t code,
 	const char *only = NULL;
 	bool one = true;
 
-	if (ref->kind != AMQP_REFUSAL_OTHER ||
+	if (ref->kind != RMQ_REFUSAL_OTHER ||
 	    (code != AMQP_NOT_FOUND && code != AMQP_ACCESS_REFUSED))
 		return;
 	for (size_t i = 0; i < fl->n && one; i++) {
@@ -279,7 +279,7 @@ static void refusal_guess_exchange(const struct flight *fl, uint16_t code,
 		only = s->exchange;
 	}
 	if (one && only && strlen(only) < sizeof(ref->exchange)) {
-		ref->kind = AMQP_REFUSAL_EXCHANGE;
+		ref->kind = RMQ_REFUSAL_EXCHANGE;
 		snprintf(ref->exchange, sizeof(ref->exchange), "%s", only);
 	}
 }
@@ -291,7 +291,7 @@ static void refusal_settle(struct flight *fl, size_t i,
 	const struct slot *s = &fl->slots[i];
 	char reason[256];
 
-	if (ref->kind == AMQP_REFUSAL_TOO_LARGE) {
+	if (ref->kind == RMQ_REFUSAL_TOO_LARGE) {
 		rmq_set_reason(
 		    reason, sizeof(reason),
 		    "message too large: body of %zu bytes is over the "
@@ -302,7 +302,7 @@ static void refusal_settle(struct flight *fl, size_t i,
 		rmq_set_reason(reason, sizeof(reason),
 			       "broker refused the destination: %s", why);
 		rmq_settle(fl, i, PUB_DESTINATION,
-			   ref->kind == AMQP_REFUSAL_ROUTE, reason);
+			   ref->kind == RMQ_REFUSAL_ROUTE, reason);
 	}
 }
 

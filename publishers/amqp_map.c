@@ -150,7 +150,7 @@ static void msg_fixed_props(amqp_basic_properties_t *p,
 	p->delivery_mode = 2;
 	p->timestamp =
 	    ev->created_at_us > 0 ? (uint64_t)(ev->created_at_us / 1000000) : 0;
-	p->app_id = amqp_cstring_bytes(AMQP_MAP_APP_ID);
+	p->app_id = amqp_cstring_bytes(RMQ_MAP_APP_ID);
 	if (strlen(ev->id) <= SHORTSTR_MAX) {
 		p->_flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
 		p->message_id = amqp_cstring_bytes(ev->id);
@@ -336,7 +336,7 @@ static bool parse_u64(const char *s, size_t len, size_t *at, uint64_t *out)
 void rmq_refusal_parse(uint16_t code, const char *text, size_t len,
 		       struct rmq_refusal *out)
 {
-	*out = (struct rmq_refusal){.kind = AMQP_REFUSAL_OTHER};
+	*out = (struct rmq_refusal){.kind = RMQ_REFUSAL_OTHER};
 	if (!text)
 		return;
 	if (code == AMQP_NOT_FOUND || code == AMQP_ACCESS_REFUSED) {
@@ -358,16 +358,16 @@ void rmq_refusal_parse(uint16_t code, const char *text, size_t len,
 					out->exchange,
 					sizeof(out->exchange)) >= 0) {
 				default_exchange_name(out->exchange);
-				out->kind = AMQP_REFUSAL_ROUTE;
+				out->kind = RMQ_REFUSAL_ROUTE;
 				return;
 			}
-			*out = (struct rmq_refusal){.kind = AMQP_REFUSAL_OTHER};
+			*out = (struct rmq_refusal){.kind = RMQ_REFUSAL_OTHER};
 			return;
 		}
 		if (quoted_name(text, len, 0, "exchange '", "' in vhost '",
 				out->exchange, sizeof(out->exchange)) >= 0) {
 			default_exchange_name(out->exchange);
-			out->kind = AMQP_REFUSAL_EXCHANGE;
+			out->kind = RMQ_REFUSAL_EXCHANGE;
 		}
 		return;
 	}
@@ -390,7 +390,7 @@ void rmq_refusal_parse(uint16_t code, const char *text, size_t len,
 		i += sizeof(mid) - 1;
 		if (!parse_u64(text, len, &i, &max) || size <= max)
 			return;
-		out->kind = AMQP_REFUSAL_TOO_LARGE;
+		out->kind = RMQ_REFUSAL_TOO_LARGE;
 		out->max_size = max;
 	}
 }

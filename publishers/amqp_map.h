@@ -27,7 +27,7 @@ enum rmq_unroutable { UNROUTABLE_RETRY, UNROUTABLE_FAIL };
 
 /* How the relay logs in: PLAIN sends the URL's user and password,
  * EXTERNAL lets the broker take the name from the TLS client certificate. */
-enum rmq_sasl { AMQP_SASL_PLAIN, AMQP_SASL_EXTERNAL };
+enum rmq_sasl { RMQ_SASL_PLAIN, RMQ_SASL_EXTERNAL };
 
 /* The backend's settings (OUTBOX_AMQP_*, OUTBOX_UNROUTABLE), filled by
  * config_load() through rmq_settings_group and owned by struct config. */
@@ -67,7 +67,7 @@ int rmq_settings_check(const struct rmq_settings *as, char *err, size_t errlen);
 void rmq_settings_warn(const struct rmq_settings *as);
 
 /* basic.properties app-id of every message the relay publishes. */
-#define AMQP_MAP_APP_ID "outbox-relay"
+#define RMQ_MAP_APP_ID "outbox-relay"
 
 /*
  * One event as it goes on the wire.
@@ -100,7 +100,7 @@ struct rmq_msg {
  *    cloudevent_structured_content_type(); headers = the row headers only;
  *  - both: delivery_mode 2 (persistent), message_id = id, timestamp =
  *    created_at in seconds, type = CloudEvents type, app_id
- *    AMQP_MAP_APP_ID. message_id and type are left out when longer than
+ *    RMQ_MAP_APP_ID. message_id and type are left out when longer than
  *    the 255 bytes of an AMQP short string (the ce headers carry them).
  *
  * Returns 0 with m filled, or -1 with a reason fit for last_error and m
@@ -131,16 +131,16 @@ int rmq_msg_check_fit(const struct rmq_msg *m, size_t frame_max, char *reason,
 /* What a broker's channel.close says about the messages in flight. */
 enum rmq_refusal_kind {
 	/* Nothing we can pin on one destination or message. */
-	AMQP_REFUSAL_OTHER,
+	RMQ_REFUSAL_OTHER,
 	/* 404 no exchange, 403 access to exchange refused: every message
 	 * to `exchange` is refused. */
-	AMQP_REFUSAL_EXCHANGE,
+	RMQ_REFUSAL_EXCHANGE,
 	/* 403 topic authorisation: messages to `exchange` with
 	 * `routing_key` are refused. */
-	AMQP_REFUSAL_ROUTE,
+	RMQ_REFUSAL_ROUTE,
 	/* 406 a message body is over the broker's max_message_size
 	 * (`max_size`). */
-	AMQP_REFUSAL_TOO_LARGE,
+	RMQ_REFUSAL_TOO_LARGE,
 };
 
 struct rmq_refusal {
@@ -159,7 +159,7 @@ struct rmq_refusal {
  *   406 "PRECONDITION_FAILED - message size N is larger than configured
  *        max size M"
  * The default exchange is named "amq.default" in these texts and comes
- * back as "". Anything else is AMQP_REFUSAL_OTHER.
+ * back as "". Anything else is RMQ_REFUSAL_OTHER.
  */
 void rmq_refusal_parse(uint16_t code, const char *text, size_t len,
 		       struct rmq_refusal *out);

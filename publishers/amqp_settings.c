@@ -12,7 +12,7 @@
 
 /* SET_ENUM rows store the index of the choice: keep the orders equal. */
 _Static_assert(UNROUTABLE_RETRY == 0 && UNROUTABLE_FAIL == 1, "choices");
-_Static_assert(AMQP_SASL_PLAIN == 0 && AMQP_SASL_EXTERNAL == 1, "choices");
+_Static_assert(RMQ_SASL_PLAIN == 0 && RMQ_SASL_EXTERNAL == 1, "choices");
 
 static const char *const header_prefix_choices[] = {"ce-", "cloudEvents_",
 						    NULL};
@@ -174,7 +174,7 @@ int rmq_settings_check(const struct rmq_settings *as, char *err, size_t errlen)
 			 "seconds");
 		goto out;
 	}
-	if (as->sasl == AMQP_SASL_EXTERNAL && (!ci.ssl || !as->tls_cert_file)) {
+	if (as->sasl == RMQ_SASL_EXTERNAL && (!ci.ssl || !as->tls_cert_file)) {
 		snprintf(err, errlen,
 			 "OUTBOX_AMQP_SASL_MECHANISM=external logs in with the "
 			 "TLS client certificate: it needs an amqps:// URL and "

@@ -464,14 +464,14 @@ static void test_refusal_parse(void **unused)
 
 	(void)unused;
 	parse(404, "NOT_FOUND - no exchange 'nope' in vhost '/'", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_EXCHANGE);
+	assert_int_equal(r.kind, RMQ_REFUSAL_EXCHANGE);
 	assert_string_equal(r.exchange, "nope");
 
 	parse(403,
 	      "ACCESS_REFUSED - access to exchange 'amq.direct' in vhost '/' "
 	      "refused for user 'limited'",
 	      &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_EXCHANGE);
+	assert_int_equal(r.kind, RMQ_REFUSAL_EXCHANGE);
 	assert_string_equal(r.exchange, "amq.direct");
 
 	/* The default exchange is named amq.default in texts. */
@@ -479,48 +479,48 @@ static void test_refusal_parse(void **unused)
 	      "ACCESS_REFUSED - access to exchange 'amq.default' in vhost "
 	      "'/' refused for user 'limited'",
 	      &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_EXCHANGE);
+	assert_int_equal(r.kind, RMQ_REFUSAL_EXCHANGE);
 	assert_string_equal(r.exchange, "");
 
 	parse(403,
 	      "ACCESS_REFUSED - access to topic 'bad.key' in exchange "
 	      "'amq.topic' in vhost '/' refused for user 'limited'",
 	      &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_ROUTE);
+	assert_int_equal(r.kind, RMQ_REFUSAL_ROUTE);
 	assert_string_equal(r.exchange, "amq.topic");
 	assert_string_equal(r.routing_key, "bad.key");
 
 	/* A quote inside the name: the name ends at the last closer. */
 	parse(404, "NOT_FOUND - no exchange 'it's' in vhost 'v'", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_EXCHANGE);
+	assert_int_equal(r.kind, RMQ_REFUSAL_EXCHANGE);
 	assert_string_equal(r.exchange, "it's");
 
 	parse(406,
 	      "PRECONDITION_FAILED - message size 2000000 is larger than "
 	      "configured max size 1048576",
 	      &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_TOO_LARGE);
+	assert_int_equal(r.kind, RMQ_REFUSAL_TOO_LARGE);
 	assert_int_equal(r.max_size, 1048576);
 
 	/* Everything else names nothing. */
 	parse(406, "PRECONDITION_FAILED - unknown delivery tag 7", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	parse(406, "PRECONDITION_FAILED - message size 12 is larger than", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	parse(404, "NOT_FOUND - no queue 'q' in vhost '/'", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	parse(404, "NOT_FOUND - no exchange 'cut", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	parse(403, "ACCESS_REFUSED - access to topic 'k' in exch", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	parse(541, "INTERNAL_ERROR", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	rmq_refusal_parse(404, NULL, 0, &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	/* The text is not NUL-terminated: only len bytes count. */
 	rmq_refusal_parse(404, "NOT_FOUND - no exchange 'x' in vhost '/'", 20,
 			  &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 }
 
 static void test_quote(void **unused)

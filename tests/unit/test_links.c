@@ -251,23 +251,23 @@ struct tls_case {
 static void test_amqp_tls_checks(void **state)
 {
 	static const struct tls_case cases[] = {
-	    {"amqps://u:p@h", NULL, NULL, NULL, true, AMQP_SASL_PLAIN, NULL},
-	    {"amqps://u:p@h", "/ca", NULL, NULL, false, AMQP_SASL_PLAIN, NULL},
-	    {"amqps://h", "/ca", "/c", "/k", true, AMQP_SASL_EXTERNAL, NULL},
-	    {"amqp://u:p@h", NULL, NULL, NULL, true, AMQP_SASL_PLAIN, NULL},
-	    {"amqp://u:p@h", "/ca", NULL, NULL, true, AMQP_SASL_PLAIN,
+	    {"amqps://u:p@h", NULL, NULL, NULL, true, RMQ_SASL_PLAIN, NULL},
+	    {"amqps://u:p@h", "/ca", NULL, NULL, false, RMQ_SASL_PLAIN, NULL},
+	    {"amqps://h", "/ca", "/c", "/k", true, RMQ_SASL_EXTERNAL, NULL},
+	    {"amqp://u:p@h", NULL, NULL, NULL, true, RMQ_SASL_PLAIN, NULL},
+	    {"amqp://u:p@h", "/ca", NULL, NULL, true, RMQ_SASL_PLAIN,
 	     "apply to TLS only"},
-	    {"amqp://u:p@h", NULL, NULL, NULL, false, AMQP_SASL_PLAIN,
+	    {"amqp://u:p@h", NULL, NULL, NULL, false, RMQ_SASL_PLAIN,
 	     "apply to TLS only"},
-	    {"amqp://u:p@h", NULL, "/c", "/k", true, AMQP_SASL_PLAIN,
+	    {"amqp://u:p@h", NULL, "/c", "/k", true, RMQ_SASL_PLAIN,
 	     "apply to TLS only"},
-	    {"amqps://u:p@h", NULL, "/c", NULL, true, AMQP_SASL_PLAIN,
+	    {"amqps://u:p@h", NULL, "/c", NULL, true, RMQ_SASL_PLAIN,
 	     "set both or neither"},
-	    {"amqps://u:p@h", NULL, NULL, "/k", true, AMQP_SASL_PLAIN,
+	    {"amqps://u:p@h", NULL, NULL, "/k", true, RMQ_SASL_PLAIN,
 	     "set both or neither"},
-	    {"amqps://u:p@h", NULL, NULL, NULL, true, AMQP_SASL_EXTERNAL,
+	    {"amqps://u:p@h", NULL, NULL, NULL, true, RMQ_SASL_EXTERNAL,
 	     "OUTBOX_AMQP_SASL_MECHANISM=external"},
-	    {"amqp://u:p@h", NULL, NULL, NULL, true, AMQP_SASL_EXTERNAL,
+	    {"amqp://u:p@h", NULL, NULL, NULL, true, RMQ_SASL_EXTERNAL,
 	     "OUTBOX_AMQP_SASL_MECHANISM=external"},
 	};
 	char err[512];
@@ -317,7 +317,7 @@ static void test_amqp_tls_settings(void **state)
 	assert_null(rmq_settings_of(&cfg)->tls_cert_file);
 	assert_null(rmq_settings_of(&cfg)->tls_key_file);
 	assert_true(rmq_settings_of(&cfg)->tls_verify);
-	assert_int_equal(rmq_settings_of(&cfg)->sasl, AMQP_SASL_PLAIN);
+	assert_int_equal(rmq_settings_of(&cfg)->sasl, RMQ_SASL_PLAIN);
 	config_release(&cfg);
 
 	setenv("OUTBOX_AMQP_TLS_CA", "/nonexistent/ca.pem", 1);
