@@ -289,13 +289,13 @@ static int cluster_check(struct kafka_state *st, char *err, size_t errlen)
 
 		snprintf(what, sizeof(what),
 			 "Kafka brokers %s did not answer a metadata request",
-			 kafka_settings(st->cfg)->brokers);
+			 kafka_settings_of(st->cfg)->brokers);
 		kafka_reason(err, errlen, what, rerr);
 		goto out;
 	}
 	if (md->broker_cnt < 1) {
 		snprintf(err, errlen, "Kafka brokers %s list no brokers",
-			 kafka_settings(st->cfg)->brokers);
+			 kafka_settings_of(st->cfg)->brokers);
 		goto out;
 	}
 	ret = 0;
@@ -537,7 +537,7 @@ static int kafka_validate(const struct config *cfg, char *err, size_t errlen)
 	rd_kafka_conf_t *conf;
 	rd_kafka_t *rk;
 
-	if (!kafka_topic_valid(kafka_settings(cfg)->topic)) {
+	if (!kafka_topic_valid(kafka_settings_of(cfg)->topic)) {
 		snprintf(err, errlen,
 			 "OUTBOX_KAFKA_TOPIC: not a valid Kafka topic name");
 		return -1;

@@ -39,7 +39,7 @@ struct kafka_settings {
 extern const struct config_group kafka_settings_group;
 
 /* cfg's Kafka settings; all empty when cfg was loaded without them. */
-const struct kafka_settings *kafka_settings(const struct config *cfg);
+const struct kafka_settings *kafka_settings_of(const struct config *cfg);
 
 /* Logs a warning at startup when the brokers are reached in plaintext
  * while some are not loopback, or with TLS verification off. */

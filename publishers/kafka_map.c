@@ -175,14 +175,14 @@ oom:
 /* Rows with a NULL exchange go to OUTBOX_KAFKA_TOPIC. */
 const char *kafka_default_destination(const struct config *cfg)
 {
-	return kafka_settings(cfg)->topic;
+	return kafka_settings_of(cfg)->topic;
 }
 
 int kafka_msg_build(const struct config *cfg, const struct outbox_event *ev,
 		    struct kafka_msg *msg, enum pub_outcome *fail, char *reason,
 		    size_t reasonlen)
 {
-	const struct kafka_settings *ks = kafka_settings(cfg);
+	const struct kafka_settings *ks = kafka_settings_of(cfg);
 	struct ce_headers ce = {0};
 	const char *topic =
 	    ev->exchange ? ev->exchange : kafka_default_destination(cfg);

@@ -253,7 +253,7 @@ const struct config_group kafka_settings_group = {
 	"`enable.idempotence` must stay `true` and `acks` `all` |\n",
 };
 
-const struct kafka_settings *kafka_settings(const struct config *cfg)
+const struct kafka_settings *kafka_settings_of(const struct config *cfg)
 {
 	static const struct kafka_settings none;
 	const struct kafka_settings *s =
@@ -265,7 +265,7 @@ const struct kafka_settings *kafka_settings(const struct config *cfg)
 const struct kafka_prop *kafka_prop_find(const struct config *cfg,
 					 const char *name)
 {
-	const struct kafka_settings *ks = kafka_settings(cfg);
+	const struct kafka_settings *ks = kafka_settings_of(cfg);
 
 	for (size_t i = 0; i < ks->n_props; i++)
 		if (strcmp(ks->props[i].name, name) == 0)
@@ -324,7 +324,7 @@ static bool remote_brokers(const char *list, char *out, size_t len)
 
 void kafka_settings_warn(const struct config *cfg)
 {
-	const struct kafka_settings *ks = kafka_settings(cfg);
+	const struct kafka_settings *ks = kafka_settings_of(cfg);
 	const char *proto = prop_value(cfg, "security.protocol");
 	const char *verify =
 	    prop_value(cfg, "enable.ssl.certificate.verification");
