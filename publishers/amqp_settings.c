@@ -221,7 +221,7 @@ const struct config_group rmq_settings_group = {
 const struct rmq_settings *rmq_settings_of(const struct config *cfg)
 {
 	static const struct rmq_settings none;
-	const struct rmq_settings *s = config_part(cfg, &rmq_settings_group);
+	const struct rmq_settings *s = config_part_of(cfg, &rmq_settings_group);
 
 	return s ? s : &none;
 }

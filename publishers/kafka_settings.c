@@ -257,7 +257,7 @@ const struct kafka_settings *kafka_settings_of(const struct config *cfg)
 {
 	static const struct kafka_settings none;
 	const struct kafka_settings *s =
-	    config_part(cfg, &kafka_settings_group);
+	    config_part_of(cfg, &kafka_settings_group);
 
 	return s ? s : &none;
 }
