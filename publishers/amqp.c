@@ -7,7 +7,10 @@
  * the handling of what the broker sends back in amqp_frames.c; this file
  * writes batches, probes and holds the publisher_ops.
  *
- * One connection and one channel per worker state. Channel numbers move
+ * One connection and one channel per publisher state, that is per worker,
+ * used by one lane at a time under the lanes' publisher lock (publisher.h);
+ * librabbitmq keeps no threads, and the state's watchdog (amqp_conn.h)
+ * touches only its own fields and the armed socket. Channel numbers move
  * on at every reopen and frames for any other channel are dropped, so a
  * late confirm from a closed channel can never settle a later batch.
  */

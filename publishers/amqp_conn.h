@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Inside the AMQP backend: the per-worker state and the flight of one
+ * Inside the AMQP backend: the publisher state (one per worker, used by one
+ * lane at a time; publisher.h) and the flight of one
  * publish() shared by its three files: amqp_conn.c (connection, channel,
  * watchdog), amqp_frames.c (what the broker sends back: confirms,
  * returns, channel and connection closes, blocks) and amqp.c (writing a
@@ -47,8 +48,14 @@
 
 /* Breaks a socket call stuck past its deadline: librabbitmq 0.11 writes
  * with an infinite timeout, so a broker that stops reading (a resource
- * alarm, a black-holed peer) would hang the worker. Shutting the socket
- * down makes the stuck call fail. */
+ * alarm, a black-holed peer) would hang the lane holding the publisher,
+ * and the worker's other lanes waiting for it. Shutting the socket down
+ * makes the stuck call fail.
+ *
+ * Threading: one watchdog thread per state, started at open and joined at
+ * close. It reads and writes only the fields marked "under lock", and
+ * touches the armed socket only to shut it down; the lane making a call
+ * on the state arms it around each socket call and disarms it after. */
 struct watchdog {
 	pthread_t thread;
 	pthread_mutex_t lock;
