@@ -7,7 +7,10 @@
  * the handling of what the broker sends back in amqp_frames.c; this file
  * writes batches, probes and holds the publisher_ops.
  *
- * One connection and one channel per worker state. Channel numbers move
+ * One connection and one channel per publisher state, that is per worker,
+ * used by one lane at a time under the lanes' publisher lock (publisher.h);
+ * librabbitmq keeps no threads, and the state's watchdog (amqp_conn.h)
+ * touches only its own fields and the armed socket. Channel numbers move
  * on at every reopen and frames for any other channel are dropped, so a
  * late confirm from a closed channel can never settle a later batch.
  */
@@ -38,7 +41,7 @@
 
 /* Writes slot i on the current channel. 0, or -1 when the connection
  * broke (the slot is then in doubt). */
-static int write_slot(struct amqp_state *st, size_t i)
+static int write_slot(struct rmq_state *st, size_t i)
 {
 	struct flight *fl = st->fl;
 	struct slot *s = &fl->slots[i];
@@ -84,9 +87,9 @@ static int write_slot(struct amqp_state *st, size_t i)
 }
 
 /* Rows with a NULL exchange go to OUTBOX_AMQP_EXCHANGE. */
-static const char *amqp_default_destination(const struct config *cfg)
+static const char *rmq_default_destination(const struct config *cfg)
 {
-	const char *exchange = amqp_settings(cfg)->exchange;
+	const char *exchange = rmq_settings_of(cfg)->exchange;
 
 	return exchange ? exchange : "";
 }
@@ -94,12 +97,12 @@ static const char *amqp_default_destination(const struct config *cfg)
 static const char *slot_exchange(const struct config *cfg,
 				 const struct outbox_event *ev)
 {
-	return ev->exchange ? ev->exchange : amqp_default_destination(cfg);
+	return ev->exchange ? ev->exchange : rmq_default_destination(cfg);
 }
 
 /* Ends the flight: what is still open gets its final outcome. Returns
  * what publish() returns. */
-static int flight_finish(struct amqp_state *st, const char *unsent_why)
+static int flight_finish(struct rmq_state *st, const char *unsent_why)
 {
 	struct flight *fl = st->fl;
 	char why[256];
@@ -140,16 +143,16 @@ static int flight_finish(struct amqp_state *st, const char *unsent_why)
 
 /* ---- publisher_ops ---- */
 
-static int amqp_validate(const struct config *cfg, char *err, size_t errlen)
+static int rmq_validate(const struct config *cfg, char *err, size_t errlen)
 {
-	const struct amqp_settings *as = amqp_settings(cfg);
+	const struct rmq_settings *as = rmq_settings_of(cfg);
 	char why[200];
 
 	if (!as->url || !*as->url) {
 		rmq_set_reason(err, errlen, "OUTBOX_AMQP_URL is not set");
 		return -1;
 	}
-	if (amqp_url_check(as->url, why, sizeof(why)) != 0) {
+	if (rmq_url_check(as->url, why, sizeof(why)) != 0) {
 		rmq_set_reason(err, errlen, "OUTBOX_AMQP_URL: %s", why);
 		return -1;
 	}
@@ -161,15 +164,15 @@ static int amqp_validate(const struct config *cfg, char *err, size_t errlen)
 		    "be declared)");
 		return -1;
 	}
-	return amqp_settings_check(as, err, errlen);
+	return rmq_settings_check(as, err, errlen);
 }
 
-static void amqp_warn_links(const struct config *cfg)
+static void rmq_warn_links(const struct config *cfg)
 {
-	amqp_settings_warn(amqp_settings(cfg));
+	rmq_settings_warn(rmq_settings_of(cfg));
 }
 
-static void state_free(struct amqp_state *st)
+static void state_free(struct rmq_state *st)
 {
 	if (!st)
 		return;
@@ -182,10 +185,10 @@ static void state_free(struct amqp_state *st)
 	free(st);
 }
 
-static int amqp_open(const struct config *cfg, void **state, char *err,
-		     size_t errlen)
+static int rmq_open(const struct config *cfg, void **state, char *err,
+		    size_t errlen)
 {
-	struct amqp_state *st = calloc(1, sizeof(*st));
+	struct rmq_state *st = calloc(1, sizeof(*st));
 	char host[128], quoted_vhost[80];
 
 	if (!st) {
@@ -194,9 +197,9 @@ static int amqp_open(const struct config *cfg, void **state, char *err,
 	}
 	st->cfg = cfg;
 	st->channel_max = 1;
-	if (amqp_validate(cfg, err, errlen) != 0)
+	if (rmq_validate(cfg, err, errlen) != 0)
 		goto fail;
-	st->url = strdup(amqp_settings(cfg)->url);
+	st->url = strdup(rmq_settings_of(cfg)->url);
 	if (!st->url) {
 		rmq_set_reason(err, errlen, "amqp: out of memory");
 		goto fail;
@@ -224,7 +227,7 @@ fail:
 }
 
 /* The reason for every event of a batch the blocked broker cannot take. */
-static void blocked_reason(const struct amqp_state *st, char *buf, size_t len)
+static void blocked_reason(const struct rmq_state *st, char *buf, size_t len)
 {
 	rmq_set_reason(buf, len, "broker blocked the connection: %s",
 		       st->blocked_why);
@@ -232,7 +235,7 @@ static void blocked_reason(const struct amqp_state *st, char *buf, size_t len)
 
 /* One publish() call: the flight and where writing it has got to. */
 struct batch {
-	struct amqp_state *st;
+	struct rmq_state *st;
 	struct flight *fl;
 	struct publish_ctx *ctx;
 	const struct outbox_event *events;
@@ -278,7 +281,7 @@ static int flight_init(struct flight *fl, const struct config *cfg,
  * false with b->unsent_why set when nothing can be written. */
 static bool flight_ready(struct batch *b)
 {
-	struct amqp_state *st = b->st;
+	struct rmq_state *st = b->st;
 
 	rmq_pump_ready(st);
 	if (!st->conn) {
@@ -313,8 +316,8 @@ static bool slot_build(struct batch *b, size_t i)
 	struct pub_result *r = &fl->results[i];
 
 	if (!s->built) {
-		if (amqp_msg_build(b->st->cfg, &b->events[i], &s->msg,
-				   r->reason, sizeof(r->reason))) {
+		if (rmq_msg_build(b->st->cfg, &b->events[i], &s->msg, r->reason,
+				  sizeof(r->reason))) {
 			/* Only memory can fail a row the relay validated:
 			 * let it retry. */
 			rmq_settle(fl, i,
@@ -326,8 +329,8 @@ static bool slot_build(struct batch *b, size_t i)
 		}
 		s->built = true;
 	}
-	if (amqp_msg_check_fit(&s->msg, b->st->frame_max, b->why,
-			       sizeof(b->why)) != 0) {
+	if (rmq_msg_check_fit(&s->msg, b->st->frame_max, b->why,
+			      sizeof(b->why)) != 0) {
 		rmq_settle(fl, i, PUB_PERMANENT, false, b->why);
 		return false;
 	}
@@ -338,7 +341,7 @@ static bool slot_build(struct batch *b, size_t i)
  * when the flight must stop writing. */
 static bool slot_send(struct batch *b, size_t i)
 {
-	struct amqp_state *st = b->st;
+	struct rmq_state *st = b->st;
 	struct flight *fl = b->fl;
 
 	if (b->ctx && b->ctx->may_send && !b->ctx->may_send(b->ctx, i)) {
@@ -435,11 +438,10 @@ static void flight_run(struct batch *b)
 	}
 }
 
-static int amqp_publish(void *state, const struct outbox_event *events,
-			size_t n, struct publish_ctx *ctx,
-			struct pub_result *results)
+static int rmq_publish(void *state, const struct outbox_event *events, size_t n,
+		       struct publish_ctx *ctx, struct pub_result *results)
 {
-	struct amqp_state *st = state;
+	struct rmq_state *st = state;
 	struct flight fl = {
 	    .n = n,
 	    .results = results,
@@ -468,7 +470,7 @@ static int amqp_publish(void *state, const struct outbox_event *events,
 	rc = flight_finish(st, b.unsent_why);
 	st->fl = NULL;
 	for (size_t i = 0; i < n; i++)
-		amqp_msg_release(&fl.slots[i].msg);
+		rmq_msg_release(&fl.slots[i].msg);
 	if (st->conn && !amqp_frames_enqueued(st->conn))
 		amqp_maybe_release_buffers(st->conn);
 out:
@@ -481,9 +483,9 @@ out:
  * exchange under a reserved routing key, not mandatory (the broker
  * confirms an unroutable one at once) and expiring at once should a
  * queue of that name exist. */
-static int amqp_probe(void *state, char *err, size_t errlen)
+static int rmq_probe(void *state, char *err, size_t errlen)
 {
-	struct amqp_state *st = state;
+	struct rmq_state *st = state;
 	struct slot slot = {
 	    .id = "",
 	    .exchange = "",
@@ -523,7 +525,7 @@ static int amqp_probe(void *state, char *err, size_t errlen)
 		    AMQP_BASIC_APP_ID_FLAG | AMQP_BASIC_TYPE_FLAG;
 	p->delivery_mode = 1;
 	p->expiration = amqp_cstring_bytes("0");
-	p->app_id = amqp_cstring_bytes(AMQP_MAP_APP_ID);
+	p->app_id = amqp_cstring_bytes(RMQ_MAP_APP_ID);
 	p->type = amqp_cstring_bytes(PROBE_ROUTING_KEY);
 
 	st->fl = &fl;
@@ -559,9 +561,9 @@ static int amqp_probe(void *state, char *err, size_t errlen)
 	return -1;
 }
 
-static void amqp_service(void *state)
+static void rmq_service(void *state)
 {
-	struct amqp_state *st = state;
+	struct rmq_state *st = state;
 
 	if (!st || !st->conn)
 		return;
@@ -572,20 +574,20 @@ static void amqp_service(void *state)
 		amqp_maybe_release_buffers(st->conn);
 }
 
-static void amqp_close(void *state)
+static void rmq_close(void *state)
 {
 	state_free(state);
 }
 
 const struct publisher_ops publisher_amqp = {
     .name = "amqp",
-    .settings = &amqp_settings_group,
-    .default_destination = amqp_default_destination,
-    .validate = amqp_validate,
-    .warn_links = amqp_warn_links,
-    .open = amqp_open,
-    .publish = amqp_publish,
-    .probe = amqp_probe,
-    .service = amqp_service,
-    .close = amqp_close,
+    .settings = &rmq_settings_group,
+    .default_destination = rmq_default_destination,
+    .validate = rmq_validate,
+    .warn_links = rmq_warn_links,
+    .open = rmq_open,
+    .publish = rmq_publish,
+    .probe = rmq_probe,
+    .service = rmq_service,
+    .close = rmq_close,
 };

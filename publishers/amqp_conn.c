@@ -36,14 +36,14 @@ void rmq_set_reason(char *buf, size_t len, const char *fmt, ...)
 	n = vsnprintf(buf, len, fmt, ap);
 	va_end(ap);
 	if (n >= 0 && (size_t)n >= len)
-		amqp_map_utf8_cut(buf);
+		rmq_map_utf8_cut(buf);
 }
 
 /* Two missed heartbeats end a silent link: within half the lease timeout,
  * whatever OUTBOX_AMQP_HEARTBEAT says, and never under a second. */
 int rmq_heartbeat_s(const struct config *cfg)
 {
-	int64_t ms = amqp_settings(cfg)->heartbeat_ms;
+	int64_t ms = rmq_settings_of(cfg)->heartbeat_ms;
 	if (ms > cfg->lease_timeout_ms / 4)
 		ms = cfg->lease_timeout_ms / 4;
 	return ms >= 1000 ? (int)(ms / 1000) : 1;
@@ -149,7 +149,7 @@ void rmq_watchdog_stop(struct watchdog *wd)
 }
 
 /* Arms the watchdog on st's socket until deadline (clock_ms()). */
-void rmq_watchdog_arm(struct amqp_state *st, int64_t deadline)
+void rmq_watchdog_arm(struct rmq_state *st, int64_t deadline)
 {
 	int fd = st->conn ? amqp_get_sockfd(st->conn) : -1;
 
@@ -164,7 +164,7 @@ void rmq_watchdog_arm(struct amqp_state *st, int64_t deadline)
 
 /* Disarms; true when the watchdog shut the socket down meanwhile. Once
  * this returns, the watchdog no longer touches the descriptor. */
-bool rmq_watchdog_disarm(struct amqp_state *st)
+bool rmq_watchdog_disarm(struct rmq_state *st)
 {
 	bool fired;
 
@@ -229,7 +229,7 @@ static void connect_diagnose(const char *host, int port, int64_t ms, char *buf,
 
 /* Forgets the connection without a goodbye (it is broken or the broker
  * already closed it). Everything written and unconfirmed is in doubt. */
-void rmq_conn_drop(struct amqp_state *st, const char *why)
+void rmq_conn_drop(struct rmq_state *st, const char *why)
 {
 	struct flight *fl = st->fl;
 
@@ -250,12 +250,12 @@ void rmq_conn_drop(struct amqp_state *st, const char *why)
 
 /* Handles the reply of a failed RPC: answers a connection.close or a
  * channel.close and drops what they closed. */
-static void rpc_failed(struct amqp_state *st, amqp_rpc_reply_t r,
+static void rpc_failed(struct rmq_state *st, amqp_rpc_reply_t r,
 		       const char *what, char *err, size_t errlen)
 {
 	char why[200];
 
-	amqp_map_describe_reply(r, why, sizeof(why));
+	rmq_map_describe_reply(r, why, sizeof(why));
 	rmq_set_reason(err, errlen, "amqp broker %s: %s failed: %s", st->where,
 		       what, why);
 	if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
@@ -284,7 +284,7 @@ static void rpc_failed(struct amqp_state *st, amqp_rpc_reply_t r,
 }
 
 /* Opens a fresh channel in confirm mode. 0, or -1 with err set. */
-int rmq_channel_open(struct amqp_state *st, char *err, size_t errlen)
+int rmq_channel_open(struct rmq_state *st, char *err, size_t errlen)
 {
 	amqp_rpc_reply_t r;
 
@@ -308,7 +308,7 @@ int rmq_channel_open(struct amqp_state *st, char *err, size_t errlen)
 
 /* Closes the channel without waiting: its late frames are dropped since
  * the next channel has another number. */
-void rmq_channel_abandon(struct amqp_state *st)
+void rmq_channel_abandon(struct rmq_state *st)
 {
 	amqp_channel_close_t c = {
 	    .reply_code = AMQP_REPLY_SUCCESS,
@@ -350,10 +350,9 @@ static amqp_table_entry_t bool_entry(const char *key, bool value)
  * OUTBOX_AMQP_TLS_VERIFY=off), trusting OUTBOX_AMQP_TLS_CA or the
  * system's bundle and presenting the client certificate when one is set;
  * or a plain TCP one. */
-static amqp_socket_t *socket_new(struct amqp_state *st, char *err,
-				 size_t errlen)
+static amqp_socket_t *socket_new(struct rmq_state *st, char *err, size_t errlen)
 {
-	const struct amqp_settings *as = amqp_settings(st->cfg);
+	const struct rmq_settings *as = rmq_settings_of(st->cfg);
 	const char *ca = as->tls_ca_file ? as->tls_ca_file : CA_BUNDLE;
 	amqp_socket_t *sock;
 	int rc;
@@ -400,9 +399,9 @@ static amqp_socket_t *socket_new(struct amqp_state *st, char *err,
 
 /* What a failed TLS connect most likely means, for the operator: the
  * library says only that the handshake or a verification failed. */
-static const char *tls_hint(const struct amqp_state *st, int rc)
+static const char *tls_hint(const struct rmq_state *st, int rc)
 {
-	if (!st->ci.ssl || !amqp_settings(st->cfg)->tls_verify)
+	if (!st->ci.ssl || !rmq_settings_of(st->cfg)->tls_verify)
 		return "";
 	switch (rc) {
 	case AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED:
@@ -422,7 +421,7 @@ static const char *tls_hint(const struct amqp_state *st, int rc)
 	}
 }
 
-static int socket_connect(struct amqp_state *st, amqp_socket_t *sock,
+static int socket_connect(struct rmq_state *st, amqp_socket_t *sock,
 			  struct timeval *tv, char *err, size_t errlen)
 {
 	int rc = amqp_socket_open_noblock(sock, st->ci.host, st->ci.port, tv);
@@ -440,13 +439,13 @@ static int socket_connect(struct amqp_state *st, amqp_socket_t *sock,
 	return -1;
 }
 
-static int login(struct amqp_state *st, char *err, size_t errlen)
+static int login(struct rmq_state *st, char *err, size_t errlen)
 {
 	amqp_table_entry_t caps[2], props[4];
 	amqp_table_t client;
 	amqp_rpc_reply_t r;
 	char why[200];
-	bool external = amqp_settings(st->cfg)->sasl == AMQP_SASL_EXTERNAL;
+	bool external = rmq_settings_of(st->cfg)->sasl == RMQ_SASL_EXTERNAL;
 
 	/* librabbitmq merges these capabilities with its own; without
 	 * connection.blocked the broker never says it stopped reading. */
@@ -480,7 +479,7 @@ static int login(struct amqp_state *st, char *err, size_t errlen)
 	rmq_watchdog_disarm(st);
 	if (r.reply_type == AMQP_RESPONSE_NORMAL)
 		return 0;
-	amqp_map_describe_reply(r, why, sizeof(why));
+	rmq_map_describe_reply(r, why, sizeof(why));
 	if (external)
 		rmq_set_reason(err, errlen,
 			       "amqp broker %s: login with the client "
@@ -494,9 +493,9 @@ static int login(struct amqp_state *st, char *err, size_t errlen)
 }
 
 /* OUTBOX_AMQP_DECLARE_EXCHANGE: a durable topic exchange. */
-static int exchange_declare(struct amqp_state *st, char *err, size_t errlen)
+static int exchange_declare(struct rmq_state *st, char *err, size_t errlen)
 {
-	const char *exchange = amqp_settings(st->cfg)->exchange;
+	const char *exchange = rmq_settings_of(st->cfg)->exchange;
 	char what[320], quoted[80];
 	amqp_rpc_reply_t r;
 
@@ -517,7 +516,7 @@ static int exchange_declare(struct amqp_state *st, char *err, size_t errlen)
 
 /* Connects, logs in, opens the confirm channel and declares the exchange
  * when configured. 0, or -1 with err naming host and vhost. */
-int rmq_conn_open(struct amqp_state *st, char *err, size_t errlen)
+int rmq_conn_open(struct rmq_state *st, char *err, size_t errlen)
 {
 	struct timeval tv = rmq_tv_of(rmq_timeout_ms(st->cfg));
 	amqp_socket_t *sock;
@@ -542,7 +541,7 @@ int rmq_conn_open(struct amqp_state *st, char *err, size_t errlen)
 	st->channel_open = false;
 	if (rmq_channel_open(st, err, errlen) != 0)
 		goto fail;
-	if (amqp_settings(st->cfg)->declare_exchange &&
+	if (rmq_settings_of(st->cfg)->declare_exchange &&
 	    exchange_declare(st, err, errlen) != 0)
 		goto fail;
 	log_fields(LOG_INFO, "amqp connected", "broker", st->where, NULL);
@@ -557,7 +556,7 @@ fail:
 }
 
 /* Says goodbye politely (bounded), then frees the connection. */
-void rmq_conn_close(struct amqp_state *st)
+void rmq_conn_close(struct rmq_state *st)
 {
 	struct timeval tv = rmq_tv_of(CLOSE_TIMEOUT_MS);
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Inside the AMQP backend: the per-worker state and the flight of one
+ * Inside the AMQP backend: the publisher state (one per worker, used by one
+ * lane at a time; publisher.h) and the flight of one
  * publish() shared by its three files: amqp_conn.c (connection, channel,
  * watchdog), amqp_frames.c (what the broker sends back: confirms,
  * returns, channel and connection closes, blocks) and amqp.c (writing a
@@ -47,8 +48,14 @@
 
 /* Breaks a socket call stuck past its deadline: librabbitmq 0.11 writes
  * with an infinite timeout, so a broker that stops reading (a resource
- * alarm, a black-holed peer) would hang the worker. Shutting the socket
- * down makes the stuck call fail. */
+ * alarm, a black-holed peer) would hang the lane holding the publisher,
+ * and the worker's other lanes waiting for it. Shutting the socket down
+ * makes the stuck call fail.
+ *
+ * Threading: one watchdog thread per state, started at open and joined at
+ * close. It reads and writes only the fields marked "under lock", and
+ * touches the armed socket only to shut it down; the lane making a call
+ * on the state arms it around each socket call and disarms it after. */
 struct watchdog {
 	pthread_t thread;
 	pthread_mutex_t lock;
@@ -69,7 +76,7 @@ enum slot_state { SLOT_UNSENT, SLOT_WRITTEN, SLOT_DONE };
 
 /* One event of a flight. */
 struct slot {
-	struct amqp_msg msg;
+	struct rmq_msg msg;
 	bool built;
 	enum slot_state state;
 	const char *id;	      /* message_id, for matching basic.return */
@@ -103,7 +110,7 @@ struct flight {
 	char lost_why[256];
 };
 
-struct amqp_state {
+struct rmq_state {
 	const struct config *cfg;
 	char *url; /* private copy: amqp_parse_url() points ci into it */
 	struct amqp_connection_info ci;
@@ -135,19 +142,19 @@ int rmq_heartbeat_s(const struct config *cfg);
 struct timeval rmq_tv_of(int64_t ms);
 int rmq_watchdog_start(struct watchdog *wd, char *err, size_t errlen);
 void rmq_watchdog_stop(struct watchdog *wd);
-void rmq_watchdog_arm(struct amqp_state *st, int64_t deadline);
-bool rmq_watchdog_disarm(struct amqp_state *st);
+void rmq_watchdog_arm(struct rmq_state *st, int64_t deadline);
+bool rmq_watchdog_disarm(struct rmq_state *st);
 void rmq_describe_status(int status, char *buf, size_t len);
-void rmq_conn_drop(struct amqp_state *st, const char *why);
-int rmq_channel_open(struct amqp_state *st, char *err, size_t errlen);
-void rmq_channel_abandon(struct amqp_state *st);
-int rmq_conn_open(struct amqp_state *st, char *err, size_t errlen);
-void rmq_conn_close(struct amqp_state *st);
+void rmq_conn_drop(struct rmq_state *st, const char *why);
+int rmq_channel_open(struct rmq_state *st, char *err, size_t errlen);
+void rmq_channel_abandon(struct rmq_state *st);
+int rmq_conn_open(struct rmq_state *st, char *err, size_t errlen);
+void rmq_conn_close(struct rmq_state *st);
 void rmq_settle(struct flight *fl, size_t i, enum pub_outcome outcome,
 		bool route_scoped, const char *reason);
 void rmq_settle_unsent(struct flight *fl, size_t i, const char *why);
-void rmq_cork(struct amqp_state *st, bool on);
-int rmq_pump_one(struct amqp_state *st, int64_t ms);
-void rmq_pump_ready(struct amqp_state *st);
+void rmq_cork(struct rmq_state *st, bool on);
+int rmq_pump_one(struct rmq_state *st, int64_t ms);
+void rmq_pump_ready(struct rmq_state *st);
 
 #endif

@@ -56,7 +56,7 @@ void rmq_settle_unsent(struct flight *fl, size_t i, const char *why)
 		rmq_settle(fl, i, PUB_NOT_WRITTEN, false, why);
 }
 
-static void on_ack(struct amqp_state *st, struct flight *fl, size_t i)
+static void on_ack(struct rmq_state *st, struct flight *fl, size_t i)
 {
 	struct slot *s = &fl->slots[i];
 
@@ -64,13 +64,13 @@ static void on_ack(struct amqp_state *st, struct flight *fl, size_t i)
 		rmq_settle(fl, i, PUB_ACKED, false, "");
 		return;
 	}
-	if (amqp_settings(st->cfg)->unroutable == UNROUTABLE_FAIL)
+	if (rmq_settings_of(st->cfg)->unroutable == UNROUTABLE_FAIL)
 		rmq_settle(fl, i, PUB_PERMANENT, false, s->return_why);
 	else
 		rmq_settle(fl, i, PUB_DESTINATION, true, s->return_why);
 }
 
-static void on_confirm(struct amqp_state *st, uint64_t tag, bool multiple,
+static void on_confirm(struct rmq_state *st, uint64_t tag, bool multiple,
 		       bool nack)
 {
 	struct flight *fl = st->fl;
@@ -122,15 +122,15 @@ static void quote_exchange(char *dst, size_t dstlen, const char *exchange)
 	rmq_set_reason(dst, dstlen, "exchange '%s'", quoted);
 }
 
-static void on_channel_close(struct amqp_state *st, const amqp_frame_t *f);
-static void on_connection_close(struct amqp_state *st, const amqp_frame_t *f);
+static void on_channel_close(struct rmq_state *st, const amqp_frame_t *f);
+static void on_connection_close(struct rmq_state *st, const amqp_frame_t *f);
 
 /*
  * Reads the content of a returned message off the connection and copies
  * its message id into id ("" when it has none). Returns -1 when the
  * connection or channel went instead (already handled).
  */
-static int return_read(struct amqp_state *st, const amqp_frame_t *f, char *id,
+static int return_read(struct rmq_state *st, const amqp_frame_t *f, char *id,
 		       size_t idlen)
 {
 	amqp_message_t msg;
@@ -163,7 +163,7 @@ static int return_read(struct amqp_state *st, const amqp_frame_t *f, char *id,
 	if (r.reply_type != AMQP_RESPONSE_NORMAL) {
 		char why[160], lost[200];
 
-		amqp_map_describe_reply(r, why, sizeof(why));
+		rmq_map_describe_reply(r, why, sizeof(why));
 		rmq_set_reason(lost, sizeof(lost),
 			       "reading a returned message failed: %s", why);
 		rmq_conn_drop(st, lost);
@@ -207,7 +207,7 @@ static size_t return_match(const struct flight *fl, const char *id,
 
 /* basic.return: the message comes back before its ack. Its header and
  * body frames follow and must be read off the connection. */
-static void on_return(struct amqp_state *st, const amqp_frame_t *f)
+static void on_return(struct rmq_state *st, const amqp_frame_t *f)
 {
 	const amqp_basic_return_t *ret = f->payload.method.decoded;
 	struct flight *fl = st->fl;
@@ -221,8 +221,8 @@ static void on_return(struct amqp_state *st, const amqp_frame_t *f)
 		       (const char *)ret->exchange.bytes);
 	rmq_set_reason(rkey, sizeof(rkey), "%.*s", (int)ret->routing_key.len,
 		       (const char *)ret->routing_key.bytes);
-	amqp_map_describe_close(ret->reply_code, ret->reply_text, code,
-				sizeof(code));
+	rmq_map_describe_close(ret->reply_code, ret->reply_text, code,
+			       sizeof(code));
 	if (!fl)
 		return; /* its content frames are dropped as they come */
 	if (return_read(st, f, id, sizeof(id)) != 0)
@@ -242,17 +242,17 @@ static void on_return(struct amqp_state *st, const amqp_frame_t *f)
 
 /* Whether the refusal the broker closed the channel with applies to
  * slot s. */
-static bool refused(const struct amqp_refusal *ref, const struct slot *s)
+static bool refused(const struct rmq_refusal *ref, const struct slot *s)
 {
 	switch (ref->kind) {
-	case AMQP_REFUSAL_EXCHANGE:
+	case RMQ_REFUSAL_EXCHANGE:
 		return strcmp(s->exchange, ref->exchange) == 0;
-	case AMQP_REFUSAL_ROUTE:
+	case RMQ_REFUSAL_ROUTE:
 		return strcmp(s->exchange, ref->exchange) == 0 &&
 		       strcmp(s->routing_key, ref->routing_key) == 0;
-	case AMQP_REFUSAL_TOO_LARGE:
+	case RMQ_REFUSAL_TOO_LARGE:
 		return s->built && s->msg.body.len > ref->max_size;
-	case AMQP_REFUSAL_OTHER:
+	case RMQ_REFUSAL_OTHER:
 		break;
 	}
 	return false;
@@ -261,12 +261,12 @@ static bool refused(const struct amqp_refusal *ref, const struct slot *s)
 /* A refusal whose text we cannot read still names no exchange; if
  * everything open went to one exchange, it is that one. */
 static void refusal_guess_exchange(const struct flight *fl, uint16_t code,
-				   struct amqp_refusal *ref)
+				   struct rmq_refusal *ref)
 {
 	const char *only = NULL;
 	bool one = true;
 
-	if (ref->kind != AMQP_REFUSAL_OTHER ||
+	if (ref->kind != RMQ_REFUSAL_OTHER ||
 	    (code != AMQP_NOT_FOUND && code != AMQP_ACCESS_REFUSED))
 		return;
 	for (size_t i = 0; i < fl->n && one; i++) {
@@ -279,19 +279,19 @@ static void refusal_guess_exchange(const struct flight *fl, uint16_t code,
 		only = s->exchange;
 	}
 	if (one && only && strlen(only) < sizeof(ref->exchange)) {
-		ref->kind = AMQP_REFUSAL_EXCHANGE;
+		ref->kind = RMQ_REFUSAL_EXCHANGE;
 		snprintf(ref->exchange, sizeof(ref->exchange), "%s", only);
 	}
 }
 
 /* The outcome of slot i, which the refusal names. */
 static void refusal_settle(struct flight *fl, size_t i,
-			   const struct amqp_refusal *ref, const char *why)
+			   const struct rmq_refusal *ref, const char *why)
 {
 	const struct slot *s = &fl->slots[i];
 	char reason[256];
 
-	if (ref->kind == AMQP_REFUSAL_TOO_LARGE) {
+	if (ref->kind == RMQ_REFUSAL_TOO_LARGE) {
 		rmq_set_reason(
 		    reason, sizeof(reason),
 		    "message too large: body of %zu bytes is over the "
@@ -302,13 +302,13 @@ static void refusal_settle(struct flight *fl, size_t i,
 		rmq_set_reason(reason, sizeof(reason),
 			       "broker refused the destination: %s", why);
 		rmq_settle(fl, i, PUB_DESTINATION,
-			   ref->kind == AMQP_REFUSAL_ROUTE, reason);
+			   ref->kind == RMQ_REFUSAL_ROUTE, reason);
 	}
 }
 
 /* After a channel.close: refused slots settle, the other written ones go
  * back to be written again, in doubt when they preceded the failure. */
-static void refusal_apply(struct flight *fl, const struct amqp_refusal *ref,
+static void refusal_apply(struct flight *fl, const struct rmq_refusal *ref,
 			  const char *why)
 {
 	uint64_t first_fail = UINT64_MAX;
@@ -353,18 +353,18 @@ static void refusal_apply(struct flight *fl, const struct amqp_refusal *ref,
  * have been routed. Messages the refusal names get their outcome now;
  * the others go back to be written on a new channel.
  */
-static void on_channel_close(struct amqp_state *st, const amqp_frame_t *f)
+static void on_channel_close(struct rmq_state *st, const amqp_frame_t *f)
 {
 	const amqp_channel_close_t *c = f->payload.method.decoded;
 	uint16_t code = c->reply_code;
 	amqp_channel_close_ok_t ok = {0};
-	struct amqp_refusal ref;
+	struct rmq_refusal ref;
 	char why[200];
 	int rc;
 
-	amqp_map_describe_close(c->reply_code, c->reply_text, why, sizeof(why));
-	amqp_refusal_parse(c->reply_code, c->reply_text.bytes,
-			   c->reply_text.len, &ref);
+	rmq_map_describe_close(c->reply_code, c->reply_text, why, sizeof(why));
+	rmq_refusal_parse(c->reply_code, c->reply_text.bytes, c->reply_text.len,
+			  &ref);
 	st->channel_open = false;
 	log_fields(LOG_WARN, "amqp channel closed by the broker", "broker",
 		   st->where, "reason", why, NULL);
@@ -380,14 +380,14 @@ static void on_channel_close(struct amqp_state *st, const amqp_frame_t *f)
 	refusal_apply(st->fl, &ref, why);
 }
 
-static void on_connection_close(struct amqp_state *st, const amqp_frame_t *f)
+static void on_connection_close(struct rmq_state *st, const amqp_frame_t *f)
 {
 	const amqp_connection_close_t *c = f->payload.method.decoded;
 	amqp_connection_close_ok_t ok = {0};
 	char code[200], why[256];
 
-	amqp_map_describe_close(c->reply_code, c->reply_text, code,
-				sizeof(code));
+	rmq_map_describe_close(c->reply_code, c->reply_text, code,
+			       sizeof(code));
 	rmq_set_reason(why, sizeof(why),
 		       "the broker closed the connection (%s)", code);
 	rmq_watchdog_arm(st, clock_ms() + CLOSE_TIMEOUT_MS);
@@ -396,7 +396,7 @@ static void on_connection_close(struct amqp_state *st, const amqp_frame_t *f)
 	rmq_conn_drop(st, why);
 }
 
-static void on_blocked(struct amqp_state *st, const amqp_frame_t *f)
+static void on_blocked(struct rmq_state *st, const amqp_frame_t *f)
 {
 	const amqp_connection_blocked_t *b = f->payload.method.decoded;
 	char quoted[100];
@@ -411,7 +411,7 @@ static void on_blocked(struct amqp_state *st, const amqp_frame_t *f)
 		   "broker", st->where, "reason", quoted, NULL);
 }
 
-static void handle_frame(struct amqp_state *st, const amqp_frame_t *f)
+static void handle_frame(struct rmq_state *st, const amqp_frame_t *f)
 {
 	if (f->frame_type != AMQP_FRAME_METHOD)
 		return; /* content of a message returned on an old channel */
@@ -469,7 +469,7 @@ static void handle_frame(struct amqp_state *st, const amqp_frame_t *f)
  * between leave as a few full segments. Uncorking flushes, and happens
  * before anything waits for the broker or answers it. A failed setsockopt
  * only costs that coalescing, so it is not an error. */
-void rmq_cork(struct amqp_state *st, bool on)
+void rmq_cork(struct rmq_state *st, bool on)
 {
 	int v = on ? 1 : 0;
 
@@ -484,7 +484,7 @@ void rmq_cork(struct amqp_state *st, bool on)
 
 /* Waits up to ms for one frame and handles it. 1 handled, 0 nothing
  * came, -1 the connection is gone. */
-int rmq_pump_one(struct amqp_state *st, int64_t ms)
+int rmq_pump_one(struct rmq_state *st, int64_t ms)
 {
 	struct timeval tv = rmq_tv_of(ms);
 	amqp_frame_t f;
@@ -514,7 +514,7 @@ int rmq_pump_one(struct amqp_state *st, int64_t ms)
 }
 
 /* Handles every frame already in, without waiting. */
-void rmq_pump_ready(struct amqp_state *st)
+void rmq_pump_ready(struct rmq_state *st)
 {
 	while (rmq_pump_one(st, 0) > 0)
 		;

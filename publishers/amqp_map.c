@@ -29,10 +29,10 @@ static void set_reason(char *reason, size_t reasonlen, const char *fmt, ...)
 	n = vsnprintf(reason, reasonlen, fmt, ap);
 	va_end(ap);
 	if (n >= 0 && (size_t)n >= reasonlen)
-		amqp_map_utf8_cut(reason);
+		rmq_map_utf8_cut(reason);
 }
 
-void amqp_map_utf8_cut(char *s)
+void rmq_map_utf8_cut(char *s)
 {
 	size_t len = strlen(s), i = len;
 	unsigned char lead;
@@ -80,7 +80,7 @@ static bool has_prefix(const char *name, const char *prefix)
 }
 
 /* The header table: the ce headers (binary mode) and the row's own. */
-static int msg_headers(struct amqp_msg *m, bool structured, const char *prefix)
+static int msg_headers(struct rmq_msg *m, bool structured, const char *prefix)
 {
 	size_t n = 0;
 
@@ -110,7 +110,7 @@ static int msg_headers(struct amqp_msg *m, bool structured, const char *prefix)
 }
 
 /* Body and content type: the envelope, or the payload as it is. */
-static int msg_body(struct amqp_msg *m, const struct outbox_event *ev,
+static int msg_body(struct rmq_msg *m, const struct outbox_event *ev,
 		    bool structured, char *reason, size_t reasonlen)
 {
 	amqp_basic_properties_t *p = &m->props;
@@ -150,7 +150,7 @@ static void msg_fixed_props(amqp_basic_properties_t *p,
 	p->delivery_mode = 2;
 	p->timestamp =
 	    ev->created_at_us > 0 ? (uint64_t)(ev->created_at_us / 1000000) : 0;
-	p->app_id = amqp_cstring_bytes(AMQP_MAP_APP_ID);
+	p->app_id = amqp_cstring_bytes(RMQ_MAP_APP_ID);
 	if (strlen(ev->id) <= SHORTSTR_MAX) {
 		p->_flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
 		p->message_id = amqp_cstring_bytes(ev->id);
@@ -161,17 +161,17 @@ static void msg_fixed_props(amqp_basic_properties_t *p,
 	}
 }
 
-int amqp_msg_build(const struct config *cfg, const struct outbox_event *ev,
-		   struct amqp_msg *m, char *reason, size_t reasonlen)
+int rmq_msg_build(const struct config *cfg, const struct outbox_event *ev,
+		  struct rmq_msg *m, char *reason, size_t reasonlen)
 {
-	const struct amqp_settings *as = amqp_settings(cfg);
+	const struct rmq_settings *as = rmq_settings_of(cfg);
 	const char *prefix = as->header_prefix ? as->header_prefix : "ce-";
 	bool structured = cfg->ce_mode == CE_MODE_STRUCTURED;
 	const char *exchange =
 	    ev->exchange ? ev->exchange : (as->exchange ? as->exchange : "");
 	const char *routing_key = ev->routing_key ? ev->routing_key : "";
 
-	*m = (struct amqp_msg){0};
+	*m = (struct rmq_msg){0};
 	if (check_shortstr("exchange", exchange, reason, reasonlen) ||
 	    check_shortstr("routing key", routing_key, reason, reasonlen))
 		goto fail;
@@ -192,16 +192,16 @@ int amqp_msg_build(const struct config *cfg, const struct outbox_event *ev,
 	m->routing_key = bytes_of(routing_key);
 	return 0;
 fail:
-	amqp_msg_release(m);
+	rmq_msg_release(m);
 	return -1;
 }
 
-void amqp_msg_release(struct amqp_msg *m)
+void rmq_msg_release(struct rmq_msg *m)
 {
 	ce_headers_release(&m->ce);
 	free(m->entries);
 	free(m->structured);
-	*m = (struct amqp_msg){0};
+	*m = (struct rmq_msg){0};
 }
 
 /* Encoded size of a field table whose values are all long strings. */
@@ -218,7 +218,7 @@ static size_t table_size(const amqp_table_t *t)
 	return size;
 }
 
-size_t amqp_msg_header_frame_size(const struct amqp_msg *m)
+size_t rmq_msg_header_frame_size(const struct rmq_msg *m)
 {
 	const amqp_basic_properties_t *p = &m->props;
 	const struct {
@@ -254,10 +254,10 @@ size_t amqp_msg_header_frame_size(const struct amqp_msg *m)
 	return size;
 }
 
-int amqp_msg_check_fit(const struct amqp_msg *m, size_t frame_max, char *reason,
-		       size_t reasonlen)
+int rmq_msg_check_fit(const struct rmq_msg *m, size_t frame_max, char *reason,
+		      size_t reasonlen)
 {
-	size_t size = amqp_msg_header_frame_size(m);
+	size_t size = rmq_msg_header_frame_size(m);
 
 	if (frame_max == 0 || size <= frame_max)
 		return 0;
@@ -333,10 +333,10 @@ static bool parse_u64(const char *s, size_t len, size_t *at, uint64_t *out)
 	return true;
 }
 
-void amqp_refusal_parse(uint16_t code, const char *text, size_t len,
-			struct amqp_refusal *out)
+void rmq_refusal_parse(uint16_t code, const char *text, size_t len,
+		       struct rmq_refusal *out)
 {
-	*out = (struct amqp_refusal){.kind = AMQP_REFUSAL_OTHER};
+	*out = (struct rmq_refusal){.kind = RMQ_REFUSAL_OTHER};
 	if (!text)
 		return;
 	if (code == AMQP_NOT_FOUND || code == AMQP_ACCESS_REFUSED) {
@@ -358,17 +358,16 @@ void amqp_refusal_parse(uint16_t code, const char *text, size_t len,
 					out->exchange,
 					sizeof(out->exchange)) >= 0) {
 				default_exchange_name(out->exchange);
-				out->kind = AMQP_REFUSAL_ROUTE;
+				out->kind = RMQ_REFUSAL_ROUTE;
 				return;
 			}
-			*out =
-			    (struct amqp_refusal){.kind = AMQP_REFUSAL_OTHER};
+			*out = (struct rmq_refusal){.kind = RMQ_REFUSAL_OTHER};
 			return;
 		}
 		if (quoted_name(text, len, 0, "exchange '", "' in vhost '",
 				out->exchange, sizeof(out->exchange)) >= 0) {
 			default_exchange_name(out->exchange);
-			out->kind = AMQP_REFUSAL_EXCHANGE;
+			out->kind = RMQ_REFUSAL_EXCHANGE;
 		}
 		return;
 	}
@@ -391,13 +390,13 @@ void amqp_refusal_parse(uint16_t code, const char *text, size_t len,
 		i += sizeof(mid) - 1;
 		if (!parse_u64(text, len, &i, &max) || size <= max)
 			return;
-		out->kind = AMQP_REFUSAL_TOO_LARGE;
+		out->kind = RMQ_REFUSAL_TOO_LARGE;
 		out->max_size = max;
 	}
 }
 
-void amqp_map_describe_close(uint16_t code, amqp_bytes_t text, char *buf,
-			     size_t len)
+void rmq_map_describe_close(uint16_t code, amqp_bytes_t text, char *buf,
+			    size_t len)
 {
 	char quoted[168];
 
@@ -405,7 +404,7 @@ void amqp_map_describe_close(uint16_t code, amqp_bytes_t text, char *buf,
 	set_reason(buf, len, "%u %s", code, quoted);
 }
 
-void amqp_map_describe_reply(amqp_rpc_reply_t r, char *buf, size_t len)
+void rmq_map_describe_reply(amqp_rpc_reply_t r, char *buf, size_t len)
 {
 	switch (r.reply_type) {
 	case AMQP_RESPONSE_NORMAL:
@@ -426,13 +425,13 @@ void amqp_map_describe_reply(amqp_rpc_reply_t r, char *buf, size_t len)
 		if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
 			const amqp_connection_close_t *c = r.reply.decoded;
 
-			amqp_map_describe_close(c->reply_code, c->reply_text,
-						buf, len);
+			rmq_map_describe_close(c->reply_code, c->reply_text,
+					       buf, len);
 		} else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
 			const amqp_channel_close_t *c = r.reply.decoded;
 
-			amqp_map_describe_close(c->reply_code, c->reply_text,
-						buf, len);
+			rmq_map_describe_close(c->reply_code, c->reply_text,
+					       buf, len);
 		} else {
 			set_reason(buf, len, "unexpected reply %s",
 				   amqp_method_name(r.reply.id));

@@ -8,18 +8,18 @@
 #include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define S struct amqp_settings
+#define S struct rmq_settings
 
 /* SET_ENUM rows store the index of the choice: keep the orders equal. */
 _Static_assert(UNROUTABLE_RETRY == 0 && UNROUTABLE_FAIL == 1, "choices");
-_Static_assert(AMQP_SASL_PLAIN == 0 && AMQP_SASL_EXTERNAL == 1, "choices");
+_Static_assert(RMQ_SASL_PLAIN == 0 && RMQ_SASL_EXTERNAL == 1, "choices");
 
 static const char *const header_prefix_choices[] = {"ce-", "cloudEvents_",
 						    NULL};
 static const char *const unroutable_choices[] = {"retry", "fail", NULL};
 static const char *const sasl_choices[] = {"plain", "external", NULL};
 
-int amqp_url_check(const char *url, char *why, size_t whylen)
+int rmq_url_check(const char *url, char *why, size_t whylen)
 {
 	struct amqp_connection_info info;
 	char *copy = strdup(url);
@@ -80,9 +80,9 @@ static int check_pem_file(const char *v, char *why, size_t whylen)
 	return 0;
 }
 
-static const struct setting amqp_rows[] = {
+static const struct setting rmq_rows[] = {
     SETTING_STRING(S, "OUTBOX_AMQP_URL", url,
-		   "amqp://guest:guest@127.0.0.1:5672", amqp_url_check,
+		   "amqp://guest:guest@127.0.0.1:5672", rmq_url_check,
 		   SETTING_SECRET,
 		   "broker URL, amqp://user:password@host:port/vhost or "
 		   "amqps:// for TLS; no path means vhost /"),
@@ -144,8 +144,7 @@ static void url_free(char *copy)
 	}
 }
 
-int amqp_settings_check(const struct amqp_settings *as, char *err,
-			size_t errlen)
+int rmq_settings_check(const struct rmq_settings *as, char *err, size_t errlen)
 {
 	struct amqp_connection_info ci;
 	char *copy = NULL;
@@ -175,7 +174,7 @@ int amqp_settings_check(const struct amqp_settings *as, char *err,
 			 "seconds");
 		goto out;
 	}
-	if (as->sasl == AMQP_SASL_EXTERNAL && (!ci.ssl || !as->tls_cert_file)) {
+	if (as->sasl == RMQ_SASL_EXTERNAL && (!ci.ssl || !as->tls_cert_file)) {
 		snprintf(err, errlen,
 			 "OUTBOX_AMQP_SASL_MECHANISM=external logs in with the "
 			 "TLS client certificate: it needs an amqps:// URL and "
@@ -188,7 +187,7 @@ out:
 	return ret;
 }
 
-void amqp_settings_warn(const struct amqp_settings *as)
+void rmq_settings_warn(const struct rmq_settings *as)
 {
 	struct amqp_connection_info ci;
 	char *copy = NULL;
@@ -213,16 +212,16 @@ out:
 	url_free(copy);
 }
 
-const struct config_group amqp_settings_group = {
-    .rows = amqp_rows,
-    .n_rows = ARRAY_SIZE(amqp_rows),
-    .size = sizeof(struct amqp_settings),
+const struct config_group rmq_settings_group = {
+    .rows = rmq_rows,
+    .n_rows = ARRAY_SIZE(rmq_rows),
+    .size = sizeof(struct rmq_settings),
 };
 
-const struct amqp_settings *amqp_settings(const struct config *cfg)
+const struct rmq_settings *rmq_settings_of(const struct config *cfg)
 {
-	static const struct amqp_settings none;
-	const struct amqp_settings *s = config_part(cfg, &amqp_settings_group);
+	static const struct rmq_settings none;
+	const struct rmq_settings *s = config_part_of(cfg, &rmq_settings_group);
 
 	return s ? s : &none;
 }

@@ -6,9 +6,19 @@
  * transactional: the outbox row, not a Kafka transaction, is the unit of
  * retry.
  *
- * Threading: one state per worker thread; librdkafka serves delivery
- * reports and error_cb on that thread from rd_kafka_poll(). Only log_cb
- * runs on librdkafka's own threads, and it touches nothing but the logger.
+ * Threading: one state, so one producer, per worker, used by one lane at a
+ * time under the lanes' publisher lock (publisher.h). librdkafka's own
+ * threads talk to the brokers and queue each delivery report and client
+ * error; the callbacks for them (on_delivery, on_error) run only inside
+ * rd_kafka_poll() and rd_kafka_flush(), which this file calls only from
+ * the publisher_ops (open, publish, probe, service, close), so they run on
+ * the thread making that call: the lane that holds the lock, or at the
+ * end the thread that closes the publisher once every lane has ended.
+ * on_delivery hands a result over by writing
+ * it into the caller's results[] while publish() collects that batch
+ * (st->collecting, the record's generation and slot), and drops any other
+ * report. Only log_cb (on_log, on_validate_log) runs on librdkafka's own
+ * threads, and it touches nothing but the logger.
  */
 #include "kafka.h"
 
@@ -289,13 +299,13 @@ static int cluster_check(struct kafka_state *st, char *err, size_t errlen)
 
 		snprintf(what, sizeof(what),
 			 "Kafka brokers %s did not answer a metadata request",
-			 kafka_settings(st->cfg)->brokers);
+			 kafka_settings_of(st->cfg)->brokers);
 		kafka_reason(err, errlen, what, rerr);
 		goto out;
 	}
 	if (md->broker_cnt < 1) {
 		snprintf(err, errlen, "Kafka brokers %s list no brokers",
-			 kafka_settings(st->cfg)->brokers);
+			 kafka_settings_of(st->cfg)->brokers);
 		goto out;
 	}
 	ret = 0;
@@ -537,7 +547,7 @@ static int kafka_validate(const struct config *cfg, char *err, size_t errlen)
 	rd_kafka_conf_t *conf;
 	rd_kafka_t *rk;
 
-	if (!kafka_topic_valid(kafka_settings(cfg)->topic)) {
+	if (!kafka_topic_valid(kafka_settings_of(cfg)->topic)) {
 		snprintf(err, errlen,
 			 "OUTBOX_KAFKA_TOPIC: not a valid Kafka topic name");
 		return -1;

@@ -39,11 +39,15 @@ struct kafka_settings {
 extern const struct config_group kafka_settings_group;
 
 /* cfg's Kafka settings; all empty when cfg was loaded without them. */
-const struct kafka_settings *kafka_settings(const struct config *cfg);
+const struct kafka_settings *kafka_settings_of(const struct config *cfg);
 
 /* Logs a warning at startup when the brokers are reached in plaintext
  * while some are not loopback, or with TLS verification off. */
 void kafka_settings_warn(const struct config *cfg);
+
+/* True when name is a valid Kafka topic name (kafka_settings.c): 1 to 249 of
+ * [A-Za-z0-9._-], not "." or "..". */
+bool kafka_topic_valid(const char *name);
 
 /*
  * One row as a Kafka record.
@@ -93,10 +97,6 @@ const char *kafka_default_destination(const struct config *cfg);
 
 /* Frees what kafka_msg_build() stored; leaves msg zeroed. */
 void kafka_msg_release(struct kafka_msg *msg);
-
-/* True when name is a valid Kafka topic name: 1 to 249 of [A-Za-z0-9._-],
- * not "." or "..". */
-bool kafka_topic_valid(const char *name);
 
 /*
  * The outcome class of a delivery report (err != 0; 0 is PUB_ACKED):

@@ -143,8 +143,8 @@ rd_kafka_conf_t *kafka_conf_build(const struct config *cfg, bool brokers,
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	for (size_t i = 0; i < kafka_settings(cfg)->n_props; i++) {
-		const struct kafka_prop *p = &kafka_settings(cfg)->props[i];
+	for (size_t i = 0; i < kafka_settings_of(cfg)->n_props; i++) {
+		const struct kafka_prop *p = &kafka_settings_of(cfg)->props[i];
 
 		if (prop_refused(p, err, errlen) != 0 ||
 		    conf_put(conf, p->name, p->value, p->secret, err, errlen) !=
@@ -177,7 +177,7 @@ rd_kafka_conf_t *kafka_conf_build(const struct config *cfg, bool brokers,
 			 errlen))
 		goto fail;
 	if (brokers &&
-	    conf_put(conf, "bootstrap.servers", kafka_settings(cfg)->brokers,
+	    conf_put(conf, "bootstrap.servers", kafka_settings_of(cfg)->brokers,
 		     false, err, errlen))
 		goto fail;
 	return conf;

@@ -2,7 +2,9 @@
 /*
  * The Kafka form of an outbox event (CloudEvents Kafka binding) and the
  * outcome classes of librdkafka's error codes; pure functions, no
- * producer (see kafka.h).
+ * producer (see kafka.h). Sits above kafka_settings.c: it reads the
+ * settings and checks a row's topic with the settings' own topic rule,
+ * and nothing there calls back here.
  */
 #include "kafka.h"
 
@@ -27,18 +29,6 @@ void kafka_ascii_copy(char *out, size_t outlen, const char *in)
 		out[j++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
 	}
 	out[j] = '\0';
-}
-
-bool kafka_topic_valid(const char *name)
-{
-	size_t n = name ? strlen(name) : 0;
-
-	if (n == 0 || n > 249 || strcmp(name, ".") == 0 ||
-	    strcmp(name, "..") == 0)
-		return false;
-	return name[strspn(name, "abcdefghijklmnopqrstuvwxyz"
-				 "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-				 "0123456789._-")] == '\0';
 }
 
 void kafka_reason(char *buf, size_t buflen, const char *what,
@@ -175,14 +165,14 @@ oom:
 /* Rows with a NULL exchange go to OUTBOX_KAFKA_TOPIC. */
 const char *kafka_default_destination(const struct config *cfg)
 {
-	return kafka_settings(cfg)->topic;
+	return kafka_settings_of(cfg)->topic;
 }
 
 int kafka_msg_build(const struct config *cfg, const struct outbox_event *ev,
 		    struct kafka_msg *msg, enum pub_outcome *fail, char *reason,
 		    size_t reasonlen)
 {
-	const struct kafka_settings *ks = kafka_settings(cfg);
+	const struct kafka_settings *ks = kafka_settings_of(cfg);
 	struct ce_headers ce = {0};
 	const char *topic =
 	    ev->exchange ? ev->exchange : kafka_default_destination(cfg);

@@ -2,7 +2,9 @@
 /*
  * The Kafka backend's settings: OUTBOX_KAFKA_BROKERS, _TOPIC, _KEY_FROM
  * and every other OUTBOX_KAFKA_<PROPERTY> passed through to librdkafka,
- * refusing the properties that would void the relay's guarantees.
+ * refusing the properties that would void the relay's guarantees; and
+ * the topic name rule, which the mapping (kafka_map.c) uses too. Below
+ * the mapping: nothing here calls into it.
  */
 #include "kafka.h"
 
@@ -44,6 +46,21 @@ static int check_brokers(const char *v, char *why, size_t whylen)
 		return -1;
 	}
 	return 0;
+}
+
+/* The topic rule of OUTBOX_KAFKA_TOPIC, kept here for the mapping too
+ * (kafka_map.c checks each row's topic with it), so the settings need
+ * nothing from the files above them. */
+bool kafka_topic_valid(const char *name)
+{
+	size_t n = name ? strlen(name) : 0;
+
+	if (n == 0 || n > 249 || strcmp(name, ".") == 0 ||
+	    strcmp(name, "..") == 0)
+		return false;
+	return name[strspn(name, "abcdefghijklmnopqrstuvwxyz"
+				 "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				 "0123456789._-")] == '\0';
 }
 
 static int check_topic(const char *v, char *why, size_t whylen)
@@ -253,11 +270,11 @@ const struct config_group kafka_settings_group = {
 	"`enable.idempotence` must stay `true` and `acks` `all` |\n",
 };
 
-const struct kafka_settings *kafka_settings(const struct config *cfg)
+const struct kafka_settings *kafka_settings_of(const struct config *cfg)
 {
 	static const struct kafka_settings none;
 	const struct kafka_settings *s =
-	    config_part(cfg, &kafka_settings_group);
+	    config_part_of(cfg, &kafka_settings_group);
 
 	return s ? s : &none;
 }
@@ -265,7 +282,7 @@ const struct kafka_settings *kafka_settings(const struct config *cfg)
 const struct kafka_prop *kafka_prop_find(const struct config *cfg,
 					 const char *name)
 {
-	const struct kafka_settings *ks = kafka_settings(cfg);
+	const struct kafka_settings *ks = kafka_settings_of(cfg);
 
 	for (size_t i = 0; i < ks->n_props; i++)
 		if (strcmp(ks->props[i].name, name) == 0)
@@ -324,7 +341,7 @@ static bool remote_brokers(const char *list, char *out, size_t len)
 
 void kafka_settings_warn(const struct config *cfg)
 {
-	const struct kafka_settings *ks = kafka_settings(cfg);
+	const struct kafka_settings *ks = kafka_settings_of(cfg);
 	const char *proto = prop_value(cfg, "security.protocol");
 	const char *verify =
 	    prop_value(cfg, "enable.ssl.certificate.verification");

@@ -3,9 +3,17 @@
  * The publisher interface: one const struct publisher_ops per backend
  * (publishers/<name>.c), collected in publisher_registry[] (registry.c).
  *
- * Threading: a worker thread opens its own publisher state and is the only
- * thread that ever touches it; backends share nothing mutable between
- * states. publisher_ops themselves are immutable.
+ * Threading: the OUTBOX_WORKER_WINDOW lanes of one worker share one
+ * publisher (struct lanes, src/loops/lanes.c). A publisher state is opened
+ * by its worker and used by one lane at a time, under the lanes' publisher
+ * lock: successive calls on one state may come from different threads
+ * (whichever lane holds the lock), never two at once, so a backend keeps
+ * nothing in thread-local storage and needs no lock of its own around its
+ * state. The publish_ctx callbacks run on the thread that called
+ * publish(). Backends share nothing mutable between states (the stdout
+ * backend's FILE aside, which stdio locks per call). Threads of a
+ * backend's own (AMQP's watchdog) or of its library (librdkafka's) are
+ * described by that backend. publisher_ops themselves are immutable.
  *
  * Outcome classes follow docs/design.md §3. Every call of
  * publish() fills one pub_result per event; no event is reported
@@ -54,21 +62,24 @@ struct pub_result {
 };
 
 /*
- * What the relay lends a publish() call. Callbacks run on the calling
- * worker thread.
+ * What the relay lends a publish() call. The callbacks run on the thread
+ * that called publish() (the lane holding the publisher lock), only from
+ * inside that call.
  */
 struct publish_ctx {
 	/* Monotonic ms (clock_ms()): stop waiting for outcomes at this time
 	 * and report what is still open as PUB_TRANSPORT. */
 	int64_t deadline_ms;
 	/* Ask before handing event i to the broker; false means do not
-	 * (local lease deadline passed, lease renewal lost the row, or
-	 * shutdown), and the event is PUB_NOT_WRITTEN. */
+	 * (the batch's local lease deadline has passed, or shutdown has
+	 * begun), and the event is PUB_NOT_WRITTEN. A renewal never takes a
+	 * row from the batch: it only keeps the lease's transaction alive. */
 	bool (*may_send)(struct publish_ctx *ctx, size_t i);
 	/* Call at least every 200 ms while waiting for outcomes; it renews
-	 * the batch's lease when due. Returns true once shutdown has begun:
-	 * purge what is queued but unsent (PUB_NOT_WRITTEN) and keep
-	 * waiting for what was sent until deadline_ms. */
+	 * the batch's lease (keeps its transaction alive) when due. Returns
+	 * true once shutdown has begun: purge what is queued but unsent
+	 * (PUB_NOT_WRITTEN) and keep waiting for what was sent until
+	 * deadline_ms. */
 	bool (*tick)(struct publish_ctx *ctx);
 	void *opaque; /* the relay's */
 };
@@ -100,7 +111,8 @@ struct publisher_ops {
 	 * with err set. */
 	int (*probe)(void *state, char *err, size_t errlen);
 	/* Lets the backend service its connection (heartbeats, delivery
-	 * reports) while the worker waits on Postgres or sleeps. May be
+	 * reports) while the lanes wait on Postgres or sleep; called under
+	 * the publisher lock like every other call on the state. May be
 	 * NULL. */
 	void (*service)(void *state);
 	void (*close)(void *state);
@@ -128,10 +140,11 @@ void publisher_config_extensions(struct config_extensions *ext);
  * it opened. Callers reach the backend only through the wrappers below,
  * so the open flag always says whether state may be used.
  *
- * Ownership: the thread that initialised the handle is its only user (see
- * Threading above); the handle owns state between a successful
- * publisher_open() and publisher_close(). healthy is the owner's verdict:
- * the wrappers never change it.
+ * Ownership: the handle belongs to the lanes of one worker, which use it
+ * one at a time under their publisher lock (see Threading above); the
+ * handle owns state between a successful publisher_open() and
+ * publisher_close(). healthy is the lanes' verdict: the wrappers never
+ * change it.
  */
 struct publisher {
 	const struct publisher_ops *ops;

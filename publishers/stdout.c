@@ -4,6 +4,11 @@
  * development and demos. OUTBOX_CE_MODE does not apply; destinations
  * (exchange, routing key) are ignored. An event counts as acknowledged
  * once the line is flushed to the descriptor.
+ *
+ * Threading: as publisher.h says, one lane at a time per state; but every
+ * worker's state writes to the process's one stdout FILE, the only thing
+ * backends share between states. stdio locks it per call, so each line
+ * goes out in one fwrite() and is never interleaved with another's.
  */
 #include "backends.h"
 

@@ -467,7 +467,7 @@ void config_release(struct config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 }
 
-void *config_part(const struct config *cfg, const struct config_group *group)
+void *config_part_of(const struct config *cfg, const struct config_group *group)
 {
 	for (size_t i = 0; i < cfg->n_parts; i++)
 		if (cfg->parts[i].group == group)

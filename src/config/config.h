@@ -269,7 +269,8 @@ int config_worker_window(const struct config *cfg);
 void config_release(struct config *cfg);
 
 /* The struct group's rows filled, or NULL when group was not loaded. */
-void *config_part(const struct config *cfg, const struct config_group *group);
+void *config_part_of(const struct config *cfg,
+		     const struct config_group *group);
 
 /* Writes the settings reference (name, default, meaning) for --help. */
 void config_print_help(FILE *out, const struct config_extensions *ext);

@@ -160,7 +160,7 @@ static void check_reply(amqp_rpc_reply_t r, const char *what)
 
 	if (r.reply_type == AMQP_RESPONSE_NORMAL)
 		return;
-	amqp_map_describe_reply(r, why, sizeof(why));
+	rmq_map_describe_reply(r, why, sizeof(why));
 	snprintf(msg, sizeof(msg), "%s: %s", what, why);
 	die(msg);
 }

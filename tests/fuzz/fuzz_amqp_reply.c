@@ -39,16 +39,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	memcpy(text, data + 5, len);
 
-	struct amqp_refusal r;
-	amqp_refusal_parse(code, len ? text : NULL, len, &r);
+	struct rmq_refusal r;
+	rmq_refusal_parse(code, len ? text : NULL, len, &r);
 	if (!memchr(r.exchange, 0, sizeof(r.exchange)) ||
 	    !memchr(r.routing_key, 0, sizeof(r.routing_key)))
 		abort();
-	amqp_refusal_parse(code, text, len, &r);
+	rmq_refusal_parse(code, text, len, &r);
 
 	char buf[256];
 	amqp_bytes_t bytes = {.len = len, .bytes = text};
-	amqp_map_describe_close(code, bytes, buf, sizeof(buf));
+	rmq_map_describe_close(code, bytes, buf, sizeof(buf));
 	one_line(buf);
 
 	amqp_connection_close_t cc = {.reply_code = code, .reply_text = bytes};
@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	}
 	reply.library_error = (sel % 64) - 32;
-	amqp_map_describe_reply(reply, buf, sizeof(buf));
+	rmq_map_describe_reply(reply, buf, sizeof(buf));
 	one_line(buf);
 
 	/* A reason cut mid-character by snprintf. */
@@ -78,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	memcpy(cut, text, len);
 	cut[len] = '\0';
-	amqp_map_utf8_cut(cut);
+	rmq_map_utf8_cut(cut);
 	free(cut);
 	free(text);
 	return 0;

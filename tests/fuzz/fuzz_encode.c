@@ -103,16 +103,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	unsigned mode = (unsigned char)f.field[0][0] % 5;
 	if (mode < 3) {
-		struct amqp_msg m;
-		if (amqp_msg_build(&cfgs[mode], &ev, &m, reason2,
-				   sizeof(reason2)) == 0) {
+		struct rmq_msg m;
+		if (rmq_msg_build(&cfgs[mode], &ev, &m, reason2,
+				  sizeof(reason2)) == 0) {
 			if (!valid)
 				abort();
-			amqp_msg_header_frame_size(&m);
-			amqp_msg_check_fit(&m, 131072, reason2,
-					   sizeof(reason2));
+			rmq_msg_header_frame_size(&m);
+			rmq_msg_check_fit(&m, 131072, reason2, sizeof(reason2));
 		}
-		amqp_msg_release(&m);
+		rmq_msg_release(&m);
 	} else {
 		struct kafka_msg m;
 		enum pub_outcome fail;

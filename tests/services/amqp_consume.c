@@ -108,7 +108,7 @@ static void die_reply(amqp_rpc_reply_t r, const char *what)
 
 	if (r.reply_type == AMQP_RESPONSE_NORMAL)
 		return;
-	amqp_map_describe_reply(r, why, sizeof(why));
+	rmq_map_describe_reply(r, why, sizeof(why));
 	fprintf(stderr, "amqp_consume: %s: %s\n", what, why);
 	exit(1);
 }

@@ -52,18 +52,18 @@ static struct outbox_event event(void)
 }
 
 /* The backend's settings of the config below; reset by config(). */
-static struct amqp_settings settings;
+static struct rmq_settings settings;
 
 static struct config config(void)
 {
-	settings = (struct amqp_settings){
+	settings = (struct rmq_settings){
 	    .exchange = (char *)"events",
 	    .header_prefix = (char *)"ce-",
 	    .unroutable = UNROUTABLE_RETRY,
 	};
 	return (struct config){
 	    .ce_mode = CE_MODE_BINARY,
-	    .parts = {{&amqp_settings_group, &settings}},
+	    .parts = {{&rmq_settings_group, &settings}},
 	    .n_parts = 1,
 	};
 }
@@ -81,7 +81,7 @@ static void assert_bytes(amqp_bytes_t b, const char *s)
 }
 
 /* The value of header name, or NULL; fails unless it is a long string. */
-static const amqp_bytes_t *header(const struct amqp_msg *m, const char *name)
+static const amqp_bytes_t *header(const struct rmq_msg *m, const char *name)
 {
 	const amqp_table_t *t = &m->props.headers;
 
@@ -95,7 +95,7 @@ static const amqp_bytes_t *header(const struct amqp_msg *m, const char *name)
 	return NULL;
 }
 
-static void assert_header(const struct amqp_msg *m, const char *name,
+static void assert_header(const struct rmq_msg *m, const char *name,
 			  const char *value)
 {
 	const amqp_bytes_t *v = header(m, name);
@@ -109,7 +109,7 @@ static void test_binary_mapping(void **unused)
 {
 	struct config cfg = config();
 	struct outbox_event ev = event();
-	struct amqp_msg m;
+	struct rmq_msg m;
 	char reason[256] = "";
 	static const char *const order[] = {
 	    "ce-specversion", "ce-id",	    "ce-source",       "ce-type",
@@ -119,7 +119,7 @@ static void test_binary_mapping(void **unused)
 	const amqp_basic_properties_t *p = &m.props;
 
 	(void)unused;
-	assert_int_equal(amqp_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
+	assert_int_equal(rmq_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
 			 0);
 	/* NULL exchange: the configured default. */
 	assert_bytes(m.exchange, "events");
@@ -161,7 +161,7 @@ static void test_binary_mapping(void **unused)
 	/* datacontenttype travels as the basic property, not a header. */
 	assert_null(header(&m, "ce-datacontenttype"));
 	assert_null(header(&m, "content-type"));
-	amqp_msg_release(&m);
+	rmq_msg_release(&m);
 	assert_null(m.entries);
 	assert_int_equal(m.props.headers.num_entries, 0);
 }
@@ -170,26 +170,26 @@ static void test_prefix_cloudevents(void **unused)
 {
 	struct config cfg = config();
 	struct outbox_event ev = event();
-	struct amqp_msg m;
+	struct rmq_msg m;
 	char reason[256];
 
 	(void)unused;
 	settings.header_prefix = (char *)"cloudEvents_";
-	assert_int_equal(amqp_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
+	assert_int_equal(rmq_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
 			 0);
 	assert_header(&m, "cloudEvents_specversion", "1.0");
 	assert_header(&m, "cloudEvents_id", EV_ID);
 	assert_header(&m, "cloudEvents_type", "com.example.order.created.v1");
 	assert_null(header(&m, "ce-id"));
 	assert_header(&m, "traceparent", TRACEPARENT);
-	amqp_msg_release(&m);
+	rmq_msg_release(&m);
 }
 
 static void test_optional_attributes(void **unused)
 {
 	struct config cfg = config();
 	struct outbox_event ev = event();
-	struct amqp_msg m;
+	struct rmq_msg m;
 	char reason[256];
 
 	(void)unused;
@@ -200,7 +200,7 @@ static void test_optional_attributes(void **unused)
 	ev.content_type = NULL;
 	ev.headers_json = NULL;
 	ev.created_at_us = 1999999; /* 1.999999 s: seconds, truncated */
-	assert_int_equal(amqp_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
+	assert_int_equal(rmq_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
 			 0);
 	assert_bytes(m.exchange, "");
 	assert_bytes(m.routing_key, "");
@@ -209,28 +209,28 @@ static void test_optional_attributes(void **unused)
 	assert_null(header(&m, "ce-subject"));
 	assert_null(header(&m, "ce-partitionkey"));
 	assert_int_equal(m.props.headers.num_entries, 5);
-	amqp_msg_release(&m);
+	rmq_msg_release(&m);
 
 	/* No configured exchange: NULL goes to the default exchange. */
 	settings.exchange = NULL;
 	ev.exchange = NULL;
-	assert_int_equal(amqp_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
+	assert_int_equal(rmq_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
 			 0);
 	assert_bytes(m.exchange, "");
-	amqp_msg_release(&m);
+	rmq_msg_release(&m);
 }
 
 static void test_structured_mapping(void **unused)
 {
 	struct config cfg = config();
 	struct outbox_event ev = event();
-	struct amqp_msg m;
+	struct rmq_msg m;
 	char reason[256];
 	cJSON *doc;
 
 	(void)unused;
 	cfg.ce_mode = CE_MODE_STRUCTURED;
-	assert_int_equal(amqp_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
+	assert_int_equal(rmq_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
 			 0);
 	assert_bytes(m.props.content_type,
 		     "application/cloudevents+json; charset=UTF-8");
@@ -261,14 +261,14 @@ static void test_structured_mapping(void **unused)
 		->valueint,
 	    42);
 	cJSON_Delete(doc);
-	amqp_msg_release(&m);
+	rmq_msg_release(&m);
 
 	/* No row headers: no header table at all. */
 	ev.headers_json = "{}";
-	assert_int_equal(amqp_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
+	assert_int_equal(rmq_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
 			 0);
 	assert_false(m.props._flags & AMQP_BASIC_HEADERS_FLAG);
-	amqp_msg_release(&m);
+	rmq_msg_release(&m);
 }
 
 static char *repeat(char c, size_t n)
@@ -285,10 +285,10 @@ static void assert_build_fails(const struct config *cfg,
 			       const struct outbox_event *ev,
 			       const char *expect)
 {
-	struct amqp_msg m;
+	struct rmq_msg m;
 	char reason[256] = "";
 
-	assert_int_equal(amqp_msg_build(cfg, ev, &m, reason, sizeof(reason)),
+	assert_int_equal(rmq_msg_build(cfg, ev, &m, reason, sizeof(reason)),
 			 -1);
 	if (!strstr(reason, expect))
 		fail_msg("reason \"%s\" lacks \"%s\"", reason, expect);
@@ -296,7 +296,7 @@ static void assert_build_fails(const struct config *cfg,
 	assert_null(m.entries);
 	assert_null(m.ce.items);
 	assert_null(m.structured);
-	amqp_msg_release(&m);
+	rmq_msg_release(&m);
 }
 
 static void test_refused_rows(void **unused)
@@ -339,14 +339,14 @@ static void test_refused_rows(void **unused)
 	ev = event();
 	ev.type = longname;
 	{
-		struct amqp_msg m;
+		struct rmq_msg m;
 		char reason[256];
 
 		assert_int_equal(
-		    amqp_msg_build(&cfg, &ev, &m, reason, sizeof(reason)), 0);
+		    rmq_msg_build(&cfg, &ev, &m, reason, sizeof(reason)), 0);
 		assert_false(m.props._flags & AMQP_BASIC_TYPE_FLAG);
 		assert_header(&m, "ce-type", longname);
-		amqp_msg_release(&m);
+		rmq_msg_release(&m);
 	}
 	free(longname);
 }
@@ -355,7 +355,7 @@ static void test_refused_rows(void **unused)
  * The computed size of the content-header frame against what librabbitmq
  * really writes: publish to a loopback listener and measure the frame.
  */
-static size_t wire_header_frame_size(const struct amqp_msg *m)
+static size_t wire_header_frame_size(const struct rmq_msg *m)
 {
 	struct sockaddr_in addr = {.sin_family = AF_INET};
 	socklen_t alen = sizeof(addr);
@@ -418,60 +418,60 @@ static void test_header_frame_size(void **unused)
 {
 	struct config cfg = config();
 	struct outbox_event ev = event();
-	struct amqp_msg m;
+	struct rmq_msg m;
 	char reason[256];
 	size_t size;
 
 	(void)unused;
-	assert_int_equal(amqp_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
+	assert_int_equal(rmq_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
 			 0);
-	size = amqp_msg_header_frame_size(&m);
+	size = rmq_msg_header_frame_size(&m);
 	assert_int_equal(size, wire_header_frame_size(&m));
-	assert_int_equal(amqp_msg_check_fit(&m, size, reason, sizeof(reason)),
+	assert_int_equal(rmq_msg_check_fit(&m, size, reason, sizeof(reason)),
 			 0);
-	assert_int_equal(amqp_msg_check_fit(&m, 0, reason, sizeof(reason)), 0);
+	assert_int_equal(rmq_msg_check_fit(&m, 0, reason, sizeof(reason)), 0);
 	assert_int_equal(
-	    amqp_msg_check_fit(&m, size - 1, reason, sizeof(reason)), -1);
+	    rmq_msg_check_fit(&m, size - 1, reason, sizeof(reason)), -1);
 	assert_non_null(strstr(reason, "headers too large"));
 	assert_non_null(strstr(reason, "frame_max"));
-	amqp_msg_release(&m);
+	rmq_msg_release(&m);
 
 	/* Structured mode, no headers, no content type in binary mode. */
 	cfg.ce_mode = CE_MODE_STRUCTURED;
 	ev.headers_json = NULL;
-	assert_int_equal(amqp_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
+	assert_int_equal(rmq_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
 			 0);
-	assert_int_equal(amqp_msg_header_frame_size(&m),
+	assert_int_equal(rmq_msg_header_frame_size(&m),
 			 wire_header_frame_size(&m));
-	amqp_msg_release(&m);
+	rmq_msg_release(&m);
 	cfg.ce_mode = CE_MODE_BINARY;
 	ev.content_type = NULL;
-	assert_int_equal(amqp_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
+	assert_int_equal(rmq_msg_build(&cfg, &ev, &m, reason, sizeof(reason)),
 			 0);
-	assert_int_equal(amqp_msg_header_frame_size(&m),
+	assert_int_equal(rmq_msg_header_frame_size(&m),
 			 wire_header_frame_size(&m));
-	amqp_msg_release(&m);
+	rmq_msg_release(&m);
 }
 
-static void parse(uint16_t code, const char *text, struct amqp_refusal *r)
+static void parse(uint16_t code, const char *text, struct rmq_refusal *r)
 {
-	amqp_refusal_parse(code, text, strlen(text), r);
+	rmq_refusal_parse(code, text, strlen(text), r);
 }
 
 static void test_refusal_parse(void **unused)
 {
-	struct amqp_refusal r;
+	struct rmq_refusal r;
 
 	(void)unused;
 	parse(404, "NOT_FOUND - no exchange 'nope' in vhost '/'", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_EXCHANGE);
+	assert_int_equal(r.kind, RMQ_REFUSAL_EXCHANGE);
 	assert_string_equal(r.exchange, "nope");
 
 	parse(403,
 	      "ACCESS_REFUSED - access to exchange 'amq.direct' in vhost '/' "
 	      "refused for user 'limited'",
 	      &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_EXCHANGE);
+	assert_int_equal(r.kind, RMQ_REFUSAL_EXCHANGE);
 	assert_string_equal(r.exchange, "amq.direct");
 
 	/* The default exchange is named amq.default in texts. */
@@ -479,48 +479,48 @@ static void test_refusal_parse(void **unused)
 	      "ACCESS_REFUSED - access to exchange 'amq.default' in vhost "
 	      "'/' refused for user 'limited'",
 	      &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_EXCHANGE);
+	assert_int_equal(r.kind, RMQ_REFUSAL_EXCHANGE);
 	assert_string_equal(r.exchange, "");
 
 	parse(403,
 	      "ACCESS_REFUSED - access to topic 'bad.key' in exchange "
 	      "'amq.topic' in vhost '/' refused for user 'limited'",
 	      &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_ROUTE);
+	assert_int_equal(r.kind, RMQ_REFUSAL_ROUTE);
 	assert_string_equal(r.exchange, "amq.topic");
 	assert_string_equal(r.routing_key, "bad.key");
 
 	/* A quote inside the name: the name ends at the last closer. */
 	parse(404, "NOT_FOUND - no exchange 'it's' in vhost 'v'", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_EXCHANGE);
+	assert_int_equal(r.kind, RMQ_REFUSAL_EXCHANGE);
 	assert_string_equal(r.exchange, "it's");
 
 	parse(406,
 	      "PRECONDITION_FAILED - message size 2000000 is larger than "
 	      "configured max size 1048576",
 	      &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_TOO_LARGE);
+	assert_int_equal(r.kind, RMQ_REFUSAL_TOO_LARGE);
 	assert_int_equal(r.max_size, 1048576);
 
 	/* Everything else names nothing. */
 	parse(406, "PRECONDITION_FAILED - unknown delivery tag 7", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	parse(406, "PRECONDITION_FAILED - message size 12 is larger than", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	parse(404, "NOT_FOUND - no queue 'q' in vhost '/'", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	parse(404, "NOT_FOUND - no exchange 'cut", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	parse(403, "ACCESS_REFUSED - access to topic 'k' in exch", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	parse(541, "INTERNAL_ERROR", &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
-	amqp_refusal_parse(404, NULL, 0, &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
+	rmq_refusal_parse(404, NULL, 0, &r);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 	/* The text is not NUL-terminated: only len bytes count. */
-	amqp_refusal_parse(404, "NOT_FOUND - no exchange 'x' in vhost '/'", 20,
-			   &r);
-	assert_int_equal(r.kind, AMQP_REFUSAL_OTHER);
+	rmq_refusal_parse(404, "NOT_FOUND - no exchange 'x' in vhost '/'", 20,
+			  &r);
+	assert_int_equal(r.kind, RMQ_REFUSAL_OTHER);
 }
 
 static void test_quote(void **unused)
@@ -542,22 +542,22 @@ static void test_quote(void **unused)
 
 	/* Cuts that split a character drop it; whole ones stay. */
 	snprintf(out, sizeof(out), "%s", "ab\xc3");
-	amqp_map_utf8_cut(out);
+	rmq_map_utf8_cut(out);
 	assert_string_equal(out, "ab");
 	snprintf(out, sizeof(out), "%s", "ab\xe2\x82");
-	amqp_map_utf8_cut(out);
+	rmq_map_utf8_cut(out);
 	assert_string_equal(out, "ab");
 	snprintf(out, sizeof(out), "%s", "ab\xe2\x82\xac");
-	amqp_map_utf8_cut(out);
+	rmq_map_utf8_cut(out);
 	assert_string_equal(out, "ab\xe2\x82\xac");
 	snprintf(out, sizeof(out), "%s", "ab\xf0\x9f\x98");
-	amqp_map_utf8_cut(out);
+	rmq_map_utf8_cut(out);
 	assert_string_equal(out, "ab");
 	snprintf(out, sizeof(out), "%s", "abc");
-	amqp_map_utf8_cut(out);
+	rmq_map_utf8_cut(out);
 	assert_string_equal(out, "abc");
 	out[0] = '\0';
-	amqp_map_utf8_cut(out);
+	rmq_map_utf8_cut(out);
 	assert_string_equal(out, "");
 }
 
@@ -568,16 +568,16 @@ static void test_describe_reply(void **unused)
 	(void)unused;
 	char out[256];
 	amqp_rpc_reply_t r = {.reply_type = AMQP_RESPONSE_NORMAL};
-	amqp_map_describe_reply(r, out, sizeof(out));
+	rmq_map_describe_reply(r, out, sizeof(out));
 	assert_string_equal(out, "ok");
 
 	/* librabbitmq negates the status in some paths, not in others. */
 	r.reply_type = AMQP_RESPONSE_LIBRARY_EXCEPTION;
 	r.library_error = AMQP_STATUS_SOCKET_ERROR;
-	amqp_map_describe_reply(r, out, sizeof(out));
+	rmq_map_describe_reply(r, out, sizeof(out));
 	assert_string_equal(out, amqp_error_string2(AMQP_STATUS_SOCKET_ERROR));
 	r.library_error = -AMQP_STATUS_SOCKET_ERROR;
-	amqp_map_describe_reply(r, out, sizeof(out));
+	rmq_map_describe_reply(r, out, sizeof(out));
 	assert_string_equal(out, amqp_error_string2(AMQP_STATUS_SOCKET_ERROR));
 
 	/* The broker's text is quoted: a control character cannot reach a
@@ -588,7 +588,7 @@ static void test_describe_reply(void **unused)
 	r.reply_type = AMQP_RESPONSE_SERVER_EXCEPTION;
 	r.reply.id = AMQP_CHANNEL_CLOSE_METHOD;
 	r.reply.decoded = &close;
-	amqp_map_describe_reply(r, out, sizeof(out));
+	rmq_map_describe_reply(r, out, sizeof(out));
 	assert_string_equal(out, "404 NOT_FOUND - no?exchange");
 }
 

@@ -25,10 +25,10 @@
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define OFF(f) offsetof(struct config, f)
-#define AOFF(f) offsetof(struct amqp_settings, f)
+#define AOFF(f) offsetof(struct rmq_settings, f)
 #define KOFF(f) offsetof(struct kafka_settings, f)
-#define KS(r) kafka_settings(&(r).cfg)
-#define AS(r) amqp_settings(&(r).cfg)
+#define KS(r) kafka_settings_of(&(r).cfg)
+#define AS(r) rmq_settings_of(&(r).cfg)
 
 static struct config_extensions ext;
 
@@ -382,9 +382,9 @@ static const void *good_target(const struct good_case *c,
 {
 	if (strncmp(c->var, "OUTBOX_AMQP_", 12) == 0 ||
 	    strcmp(c->var, "OUTBOX_UNROUTABLE") == 0)
-		return amqp_settings(cfg);
+		return rmq_settings_of(cfg);
 	if (strncmp(c->var, "OUTBOX_KAFKA_", 13) == 0)
-		return kafka_settings(cfg);
+		return kafka_settings_of(cfg);
 	return cfg;
 }
 

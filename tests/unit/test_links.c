@@ -139,7 +139,7 @@ static char *stderr_of(void (*fn)(const void *), const void *arg)
 
 static void amqp_warn(const void *as)
 {
-	amqp_settings_warn(as);
+	rmq_settings_warn(as);
 }
 
 static size_t lines(const char *s)
@@ -151,14 +151,14 @@ static size_t lines(const char *s)
 	return n;
 }
 
-static struct amqp_settings amqp(const char *url)
+static struct rmq_settings amqp(const char *url)
 {
-	return (struct amqp_settings){.url = (char *)url, .tls_verify = true};
+	return (struct rmq_settings){.url = (char *)url, .tls_verify = true};
 }
 
 static void test_amqp_warnings(void **state)
 {
-	struct amqp_settings as;
+	struct rmq_settings as;
 	char *out;
 
 	(void)state;
@@ -244,30 +244,30 @@ struct tls_case {
 	const char *url;
 	const char *ca, *cert, *key;
 	bool verify;
-	enum amqp_sasl sasl;
+	enum rmq_sasl sasl;
 	const char *error; /* NULL: accepted */
 };
 
 static void test_amqp_tls_checks(void **state)
 {
 	static const struct tls_case cases[] = {
-	    {"amqps://u:p@h", NULL, NULL, NULL, true, AMQP_SASL_PLAIN, NULL},
-	    {"amqps://u:p@h", "/ca", NULL, NULL, false, AMQP_SASL_PLAIN, NULL},
-	    {"amqps://h", "/ca", "/c", "/k", true, AMQP_SASL_EXTERNAL, NULL},
-	    {"amqp://u:p@h", NULL, NULL, NULL, true, AMQP_SASL_PLAIN, NULL},
-	    {"amqp://u:p@h", "/ca", NULL, NULL, true, AMQP_SASL_PLAIN,
+	    {"amqps://u:p@h", NULL, NULL, NULL, true, RMQ_SASL_PLAIN, NULL},
+	    {"amqps://u:p@h", "/ca", NULL, NULL, false, RMQ_SASL_PLAIN, NULL},
+	    {"amqps://h", "/ca", "/c", "/k", true, RMQ_SASL_EXTERNAL, NULL},
+	    {"amqp://u:p@h", NULL, NULL, NULL, true, RMQ_SASL_PLAIN, NULL},
+	    {"amqp://u:p@h", "/ca", NULL, NULL, true, RMQ_SASL_PLAIN,
 	     "apply to TLS only"},
-	    {"amqp://u:p@h", NULL, NULL, NULL, false, AMQP_SASL_PLAIN,
+	    {"amqp://u:p@h", NULL, NULL, NULL, false, RMQ_SASL_PLAIN,
 	     "apply to TLS only"},
-	    {"amqp://u:p@h", NULL, "/c", "/k", true, AMQP_SASL_PLAIN,
+	    {"amqp://u:p@h", NULL, "/c", "/k", true, RMQ_SASL_PLAIN,
 	     "apply to TLS only"},
-	    {"amqps://u:p@h", NULL, "/c", NULL, true, AMQP_SASL_PLAIN,
+	    {"amqps://u:p@h", NULL, "/c", NULL, true, RMQ_SASL_PLAIN,
 	     "set both or neither"},
-	    {"amqps://u:p@h", NULL, NULL, "/k", true, AMQP_SASL_PLAIN,
+	    {"amqps://u:p@h", NULL, NULL, "/k", true, RMQ_SASL_PLAIN,
 	     "set both or neither"},
-	    {"amqps://u:p@h", NULL, NULL, NULL, true, AMQP_SASL_EXTERNAL,
+	    {"amqps://u:p@h", NULL, NULL, NULL, true, RMQ_SASL_EXTERNAL,
 	     "OUTBOX_AMQP_SASL_MECHANISM=external"},
-	    {"amqp://u:p@h", NULL, NULL, NULL, true, AMQP_SASL_EXTERNAL,
+	    {"amqp://u:p@h", NULL, NULL, NULL, true, RMQ_SASL_EXTERNAL,
 	     "OUTBOX_AMQP_SASL_MECHANISM=external"},
 	};
 	char err[512];
@@ -275,7 +275,7 @@ static void test_amqp_tls_checks(void **state)
 	(void)state;
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
 		const struct tls_case *c = &cases[i];
-		struct amqp_settings as = {
+		struct rmq_settings as = {
 		    .url = (char *)c->url,
 		    .tls_ca_file = (char *)c->ca,
 		    .tls_cert_file = (char *)c->cert,
@@ -283,7 +283,7 @@ static void test_amqp_tls_checks(void **state)
 		    .tls_verify = c->verify,
 		    .sasl = c->sasl,
 		};
-		int rc = amqp_settings_check(&as, err, sizeof(err));
+		int rc = rmq_settings_check(&as, err, sizeof(err));
 
 		if (c->error ? rc == 0 || !strstr(err, c->error) : rc != 0)
 			fail_msg("case %zu (%s): rc %d '%s', want %s", i,
@@ -291,14 +291,14 @@ static void test_amqp_tls_checks(void **state)
 				 c->error ? c->error : "accepted");
 	}
 	/* AMQP heartbeats are whole seconds. */
-	struct amqp_settings hb = {.url = (char *)"amqp://u:p@h",
-				   .tls_verify = true,
-				   .heartbeat_ms = 1500};
-	assert_int_equal(amqp_settings_check(&hb, err, sizeof(err)), -1);
+	struct rmq_settings hb = {.url = (char *)"amqp://u:p@h",
+				  .tls_verify = true,
+				  .heartbeat_ms = 1500};
+	assert_int_equal(rmq_settings_check(&hb, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "OUTBOX_AMQP_HEARTBEAT: AMQP heartbeats "
 				    "are whole seconds"));
 	hb.heartbeat_ms = 2000;
-	assert_int_equal(amqp_settings_check(&hb, err, sizeof(err)), 0);
+	assert_int_equal(rmq_settings_check(&hb, err, sizeof(err)), 0);
 }
 
 /* The settings rows: defaults, and files that must be readable. */
@@ -313,11 +313,11 @@ static void test_amqp_tls_settings(void **state)
 	(void)state;
 	publisher_config_extensions(&ext);
 	assert_int_equal(config_load(&cfg, &ext, NULL), 0);
-	assert_null(amqp_settings(&cfg)->tls_ca_file);
-	assert_null(amqp_settings(&cfg)->tls_cert_file);
-	assert_null(amqp_settings(&cfg)->tls_key_file);
-	assert_true(amqp_settings(&cfg)->tls_verify);
-	assert_int_equal(amqp_settings(&cfg)->sasl, AMQP_SASL_PLAIN);
+	assert_null(rmq_settings_of(&cfg)->tls_ca_file);
+	assert_null(rmq_settings_of(&cfg)->tls_cert_file);
+	assert_null(rmq_settings_of(&cfg)->tls_key_file);
+	assert_true(rmq_settings_of(&cfg)->tls_verify);
+	assert_int_equal(rmq_settings_of(&cfg)->sasl, RMQ_SASL_PLAIN);
 	config_release(&cfg);
 
 	setenv("OUTBOX_AMQP_TLS_CA", "/nonexistent/ca.pem", 1);
@@ -333,9 +333,9 @@ static void test_amqp_tls_settings(void **state)
 	assert_non_null(strstr(errs, "config: OUTBOX_AMQP_SASL_MECHANISM: "
 				     "unknown value; use one of: plain, "
 				     "external"));
-	assert_string_equal(amqp_settings(&cfg)->tls_cert_file,
+	assert_string_equal(rmq_settings_of(&cfg)->tls_cert_file,
 			    "/etc/hostname");
-	assert_false(amqp_settings(&cfg)->tls_verify);
+	assert_false(rmq_settings_of(&cfg)->tls_verify);
 	config_release(&cfg);
 	free(errs);
 	unsetenv("OUTBOX_AMQP_TLS_CA");

@@ -459,11 +459,10 @@ static void test_default_destination(void **state)
 {
 	char amqp[] = "amqp", kafka[] = "kafka", out[] = "stdout";
 	char exchange[] = "events", topic[] = "outbox";
-	struct amqp_settings as = {.exchange = exchange};
+	struct rmq_settings as = {.exchange = exchange};
 	struct kafka_settings ks = {.topic = topic};
 	struct config cfg = {
-	    .parts = {{&amqp_settings_group, &as},
-		      {&kafka_settings_group, &ks}},
+	    .parts = {{&rmq_settings_group, &as}, {&kafka_settings_group, &ks}},
 	    .n_parts = 2,
 	};
 
