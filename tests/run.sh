@@ -71,7 +71,7 @@ export RELAY_TEST_KAFKA_DIR="$work/kafka"
 # Suites that disturb a shared service (restarting Postgres, stopping the
 # broker), and the fuzzers (each takes a core for 30 s), run alone, after
 # the parallel ones.
-serial_suites=(pgrestart partition amqpfault kafkafault chaos bench fuzz)
+serial_suites=(pgrestart partition amqpfault kafkafault chaos bench fuzz tsan)
 # Named tests run as asked, serial suites included (one at a time then).
 exclude=()
 jobs=2
