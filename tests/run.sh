@@ -254,8 +254,11 @@ done <"$work/results"
 if [ "$failed" -ne 0 ]; then
 	reasons+=("$failed test(s) failed: ${failed_names[*]}")
 fi
-if [ $((passed + failed + skipped)) -eq 0 ]; then
+# A run of skips proves nothing either.
+if [ $((passed + failed)) -eq 0 ] && [ "$skipped" -eq 0 ]; then
 	reasons+=("no test ran")
+elif [ $((passed + failed)) -eq 0 ]; then
+	reasons+=("no test ran: all $skipped skipped")
 fi
 
 summary="$passed passed, $failed failed"

@@ -32,6 +32,7 @@ test('maybe_fail', sh, suite : 'two',
 stamp = custom_target('stamp', output : 'stamp', build_by_default : false,
   build_always_stale : true,
   command : [sh, '-c', 'test -z "$FIXTURE_UNBUILDABLE" && touch "$0"', '@OUTPUT@'])
+test('skip_e', sh, suite : 'three', args : ['-c', 'exit 77'])
 test('serial_d', sh, suite : 'chaos', depends : stamp,
   args : ['-c', 'echo "VERDICT serial_d: PASS"'])
 MESON
@@ -108,7 +109,7 @@ b=$work/build-src
 check "named tests that pass: green, their verdicts last but the summary" \
 	"$b" 0 "VERDICT pass_a: PASS n=1|2 passed, 0 failed" "" -- pass_a pass_b
 check "the whole run, serial suite apart: green, counted over invocations" \
-	"$b" 0 "VERDICT pass_a: PASS n=1|VERDICT maybe_fail: PASS|VERDICT serial_d: PASS|4 passed, 0 failed" "" --
+	"$b" 0 "VERDICT pass_a: PASS n=1|VERDICT maybe_fail: PASS|VERDICT serial_d: PASS|4 passed, 0 failed, 1 skipped" "" --
 [ -f "$b/meson-logs/testlog-chaos.json" ] || {
 	echo "FAIL: the serial suite chaos ran in no invocation of its own" >&2
 	fails=$((fails + 1))
@@ -122,6 +123,8 @@ check "a suite that matches nothing beside one that runs" "$b" red \
 	"1 passed, 0 failed" "suite 'typo' matches no test" -- --suite one --suite typo
 check "no test ran" "$work/build-empty" red "0 passed, 0 failed" \
 	"no test ran" --
+check "nothing but skips" "$b" red "0 passed, 0 failed, 1 skipped" \
+	"no test ran: all 1 skipped" -- skip_e
 FIXTURE_FAIL=1 check "a failing test" "$b" red "1 passed, 1 failed" \
 	"meson test (maybe_fail pass_a) exited 1|1 test(s) failed: maybe_fail (FAIL)" \
 	-- maybe_fail pass_a
@@ -129,7 +132,7 @@ FIXTURE_FAIL=1 check "a failing test" "$b" red "1 passed, 1 failed" \
 # not be counted for the invocation that could not rebuild.
 PATH="$work/bin:$PATH" check \
 	"meson test could not rebuild, after an invocation that ran tests" "$b" red \
-	"VERDICT pass_a: PASS n=1|VERDICT maybe_fail: PASS|3 passed, 0 failed" \
+	"VERDICT pass_a: PASS n=1|VERDICT maybe_fail: PASS|3 passed, 0 failed, 1 skipped" \
 	"meson test (suite chaos) exited 125: it could not rebuild $b" --
 
 if [ "$fails" -ne 0 ]; then
