@@ -77,6 +77,14 @@ def log(msg):
     print(PREFIX + ": " + msg, flush=True)
 
 
+def verdict_line(mode, word, seed, counts=""):
+    """The run in one line with a fixed prefix, "VERDICT chaos_amqp: PASS
+    seed=...", which tests/run.sh gathers from every harness; printed
+    once, whatever ended the run (ERROR: the harness gave no verdict)."""
+    return ("VERDICT %s_%s: %s seed=%d %s" % (PREFIX, mode, word, seed,
+                                               counts)).rstrip()
+
+
 class ChaosError(Exception):
     """The harness itself could not do its job (not a verdict)."""
 
@@ -371,6 +379,7 @@ class Harness:
         self.fault_log = []
         self.errors = []
         self.episodes = []  # SIGSTOP episodes
+        self.delivered = None  # (lost, duplicates), once counted
         self.lost_leases = 0.0  # summed over relays, scraped before exit
         self.lock = threading.Lock()
         self.relays = []
@@ -781,7 +790,8 @@ class Harness:
         if counts["sent"] != self.n:
             problems.append("%d rows sent, want %d" % (counts["sent"],
                                                        self.n))
-        return problems, lost, sum(n - 1 for n in got.values())
+        self.delivered = (lost, sum(n - 1 for n in got.values()))
+        return problems, lost, self.delivered[1]
 
     def verdict(self, counts, codes, consumed):
         problems, lost, dups = self.delivery(counts, consumed)
@@ -867,10 +877,17 @@ class Harness:
     def teardown(self):
         """What the run made beside the services, undone after them."""
 
+    def fault_counts(self):
+        """The faults, as the one-line verdict names them."""
+        return "kills=%d faults=%d" % (
+            self.faults["kill-9"], sum(v for k, v in self.faults.items()
+                                       if k != "sigstop-missed"))
+
     def main(self):
         log("seed=%d mode=%s events=%d (repeat with --seed %d)" % (
             self.seed, self.mode, self.n, self.seed))
         ok = False
+        word = "ERROR"
         try:
             self.setup()
             self.run_faults()
@@ -884,11 +901,17 @@ class Harness:
                 print("  problem: " + p)
             print(line, flush=True)
             ok = not problems
+            word = "PASS" if ok else "FAIL"
         except ChaosError as e:
             print("%s: error: %s (seed=%d)" % (PREFIX, e, self.seed),
                   flush=True)
         finally:
             self.stop_faults.set()
+            lost, dups = self.delivered or ("?", "?")
+            print(verdict_line(self.mode, word, self.seed,
+                               "lost=%s duplicates=%s %s" % (
+                                   lost, dups, self.fault_counts())),
+                  flush=True)
             if hasattr(self, "svc"):
                 self.cleanup_services()
                 if ok:
@@ -932,6 +955,7 @@ def start(harness_class, p, a):
         h = harness_class(a)
     except ChaosError as e:
         print("%s: error: %s" % (PREFIX, e), file=sys.stderr)
+        print(verdict_line(a.mode, "ERROR", a.seed), flush=True)
         return 2
     return h.main()
 

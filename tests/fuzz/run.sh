@@ -6,8 +6,9 @@
 # tests/fuzz/corpus/<target>/ (the corpus in the repository is never
 # written). A crash, leak, timeout or sanitizer report fails the run; the
 # input that caused it is kept under build-fuzz/crashes/. Prints per
-# target the executions, the coverage reached (libFuzzer's cov: and ft:)
-# and the corpus size.
+# target one line "VERDICT TARGET: PASS|FAIL ..." (gathered by
+# tests/run.sh): the executions, the coverage reached (libFuzzer's cov:
+# and ft:) and the corpus size.
 #
 #   tests/fuzz/run.sh [SECONDS] [TARGET...]  every target (or those named),
 #                                            SECONDS each (default 30)
@@ -87,8 +88,9 @@ for t in "${targets[@]}"; do
 		echo "FAIL: $t (exit $rc); inputs kept in $build/crashes/" >&2
 		grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$work/$t.log" | head -n 20 >&2 || true
 		tail -n 30 "$work/$t.log" >&2
+		echo "VERDICT $t: FAIL exit $rc, ${execs:-no} executions"
 		continue
 	fi
-	echo "$t: ${seconds}s, ${execs} executions (${rate}/s), cov ${cov} ft ${ft}, corpus ${seeds} seeds -> ${corp}"
+	echo "VERDICT $t: PASS ${seconds}s, ${execs} executions (${rate}/s), cov ${cov} ft ${ft}, corpus ${seeds} seeds -> ${corp}"
 done
 [ "$failed" -eq 0 ]

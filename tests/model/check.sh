@@ -4,7 +4,8 @@
 # docs/model.md). The model must pass in each of its configurations; each
 # mutant (the model with one guard removed, or the design as first
 # written) must be reported failing by spin, with a trail. One line per
-# run: name, verdict, states explored, seconds.
+# run: name, verdict, states explored, seconds; then one line for
+# tests/run.sh: "VERDICT model_check: PASS states NAME=N,... mutants_caught=K/M".
 #
 # Usage: check.sh [-v] [RUN...]   (default: every run; -v prints the
 #        trail of each failing mutant, as spin replays it)
@@ -62,12 +63,18 @@ for s in "${selected[@]}"; do
 done
 
 failures=0
+searched=() # NAME=states of each configuration that must pass
+caught=0
+mutants=0
 for spec in "${runs[@]}"; do
 	name=${spec%%:*}
 	rest=${spec#*:}
 	expect=${rest%%:*}
 	read -r -a defines <<<"${rest#*:}"
 	wanted "$name" || continue
+	if [ "$expect" = fail ]; then
+		mutants=$((mutants + 1))
+	fi
 	dir="$work/$name"
 	mkdir -p "$dir"
 	cp "$model" "$dir/"
@@ -103,6 +110,7 @@ for spec in "${runs[@]}"; do
 	case "$expect:$errors" in
 	pass:0)
 		echo "model $name: pass, $states states, ${secs}s"
+		searched+=("$name=$states")
 		;;
 	pass:*)
 		echo "model $name: FAIL: $found ($states states, ${secs}s)" >&2
@@ -122,6 +130,7 @@ for spec in "${runs[@]}"; do
 		fi
 		steps=$(cd "$dir" && spin -t "${defines[@]}" row_protocol.pml 2>&1 |
 			sed -n 's/^spin: trail ends after \([0-9]*\) steps.*/\1/p')
+		caught=$((caught + 1))
 		echo "model $name: caught, $states states, ${secs}s: ${found#pan:1: } (trail of ${steps:-?} steps)"
 		if [ "$verbose" -eq 1 ]; then
 			(cd "$dir" && spin -t -p "${defines[@]}" row_protocol.pml)
@@ -130,6 +139,13 @@ for spec in "${runs[@]}"; do
 	esac
 done
 
+word=PASS
+[ "$failures" -eq 0 ] || word=FAIL
+all_states=$(
+	IFS=,
+	echo "${searched[*]}"
+)
+echo "VERDICT model_check: $word states ${all_states:-none} mutants_caught=$caught/$mutants"
 if [ "$failures" -ne 0 ]; then
 	echo "model check: $failures run(s) failed" >&2
 	exit 1

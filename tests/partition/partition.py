@@ -532,6 +532,9 @@ class Harness(chaos.Harness):
                     time.monotonic() - self.t_start))
         return line, problems
 
+    def fault_counts(self):
+        return "cuts=%d" % sum(self.faults.values())
+
     def report(self):
         for f in self.fault_log:
             print("  fault " + f)
