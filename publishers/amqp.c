@@ -81,7 +81,7 @@ static int write_slot(struct rmq_state *st, size_t i)
 	/* Part of it may be on the wire: in doubt. */
 	s->state = SLOT_WRITTEN;
 	fl->unsettled++;
-	rmq_settle(fl, i, PUB_TRANSPORT, false, why);
+	rmq_settle(fl, i, PUB_TRANSPORT, RMQ_SCOPE_DESTINATION, why);
 	rmq_conn_drop(st, why);
 	return -1;
 }
@@ -111,8 +111,8 @@ static int flight_finish(struct rmq_state *st, const char *unsent_why)
 	if (fl->lost) {
 		for (size_t i = 0; i < fl->n; i++) {
 			if (fl->slots[i].state == SLOT_WRITTEN)
-				rmq_settle(fl, i, PUB_TRANSPORT, false,
-					   fl->lost_why);
+				rmq_settle(fl, i, PUB_TRANSPORT,
+					   RMQ_SCOPE_DESTINATION, fl->lost_why);
 		}
 		rmq_set_reason(why, sizeof(why), "not sent: %s", fl->lost_why);
 		unsent_why = why;
@@ -125,8 +125,8 @@ static int flight_finish(struct rmq_state *st, const char *unsent_why)
 			       "within the publish deadline");
 		for (size_t i = 0; i < fl->n; i++)
 			if (fl->slots[i].state == SLOT_WRITTEN)
-				rmq_settle(fl, i, PUB_TRANSPORT, false,
-					   timeout);
+				rmq_settle(fl, i, PUB_TRANSPORT,
+					   RMQ_SCOPE_DESTINATION, timeout);
 		/* Before any row is marked: a late ack on this channel
 		 * must not settle the next batch's tags. */
 		rmq_channel_abandon(st);
@@ -324,14 +324,14 @@ static bool slot_build(struct batch *b, size_t i)
 				   strcmp(r->reason, CLOUDEVENT_NO_MEMORY) == 0
 				       ? PUB_NOT_WRITTEN
 				       : PUB_PERMANENT,
-				   false, r->reason);
+				   RMQ_SCOPE_DESTINATION, r->reason);
 			return false;
 		}
 		s->built = true;
 	}
 	if (rmq_msg_check_fit(&s->msg, b->st->frame_max, b->why,
 			      sizeof(b->why)) != 0) {
-		rmq_settle(fl, i, PUB_PERMANENT, false, b->why);
+		rmq_settle(fl, i, PUB_PERMANENT, RMQ_SCOPE_DESTINATION, b->why);
 		return false;
 	}
 	return true;
@@ -543,7 +543,8 @@ static int rmq_probe(void *state, char *err, size_t errlen)
 	if (fl.unsettled > 0 && st->blocked && !fl.lost) {
 		/* Its confirm comes only after the block lifts; this channel
 		 * must not deliver it to a later batch. */
-		rmq_settle(&fl, 0, PUB_TRANSPORT, false, "blocked");
+		rmq_settle(&fl, 0, PUB_TRANSPORT, RMQ_SCOPE_DESTINATION,
+			   "blocked");
 		rmq_channel_abandon(st);
 		st->fl = NULL;
 		rmq_set_reason(err, errlen,

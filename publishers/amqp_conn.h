@@ -150,8 +150,13 @@ int rmq_channel_open(struct rmq_state *st, char *err, size_t errlen);
 void rmq_channel_abandon(struct rmq_state *st);
 int rmq_conn_open(struct rmq_state *st, char *err, size_t errlen);
 void rmq_conn_close(struct rmq_state *st);
+/* What a destination refusal covers (struct pub_result.route_scoped). */
+enum rmq_scope {
+	RMQ_SCOPE_DESTINATION, /* the exchange, or not a refusal at all */
+	RMQ_SCOPE_ROUTE,       /* only this routing key (unroutable) */
+};
 void rmq_settle(struct flight *fl, size_t i, enum pub_outcome outcome,
-		bool route_scoped, const char *reason);
+		enum rmq_scope scope, const char *reason);
 void rmq_settle_unsent(struct flight *fl, size_t i, const char *why);
 void rmq_cork(struct rmq_state *st, bool on);
 int rmq_pump_one(struct rmq_state *st, int64_t ms);

@@ -27,7 +27,7 @@
 /* ---- the flight: outcomes of what was written ---- */
 
 void rmq_settle(struct flight *fl, size_t i, enum pub_outcome outcome,
-		bool route_scoped, const char *reason)
+		enum rmq_scope scope, const char *reason)
 {
 	struct slot *s = &fl->slots[i];
 	struct pub_result *r = &fl->results[i];
@@ -38,7 +38,7 @@ void rmq_settle(struct flight *fl, size_t i, enum pub_outcome outcome,
 		fl->unsettled--;
 	s->state = SLOT_DONE;
 	r->outcome = outcome;
-	r->route_scoped = route_scoped;
+	r->route_scoped = scope == RMQ_SCOPE_ROUTE;
 	if (reason != r->reason)
 		rmq_set_reason(r->reason, sizeof(r->reason), "%s",
 			       outcome == PUB_ACKED ? "" : reason);
@@ -51,9 +51,10 @@ void rmq_settle_unsent(struct flight *fl, size_t i, const char *why)
 	struct slot *s = &fl->slots[i];
 
 	if (s->doubt)
-		rmq_settle(fl, i, PUB_TRANSPORT, false, fl->results[i].reason);
+		rmq_settle(fl, i, PUB_TRANSPORT, RMQ_SCOPE_DESTINATION,
+			   fl->results[i].reason);
 	else
-		rmq_settle(fl, i, PUB_NOT_WRITTEN, false, why);
+		rmq_settle(fl, i, PUB_NOT_WRITTEN, RMQ_SCOPE_DESTINATION, why);
 }
 
 static void on_ack(struct rmq_state *st, struct flight *fl, size_t i)
@@ -61,17 +62,22 @@ static void on_ack(struct rmq_state *st, struct flight *fl, size_t i)
 	struct slot *s = &fl->slots[i];
 
 	if (!s->returned) {
-		rmq_settle(fl, i, PUB_ACKED, false, "");
+		rmq_settle(fl, i, PUB_ACKED, RMQ_SCOPE_DESTINATION, "");
 		return;
 	}
 	if (rmq_settings_of(st->cfg)->unroutable == UNROUTABLE_FAIL)
-		rmq_settle(fl, i, PUB_PERMANENT, false, s->return_why);
+		rmq_settle(fl, i, PUB_PERMANENT, RMQ_SCOPE_DESTINATION,
+			   s->return_why);
 	else
-		rmq_settle(fl, i, PUB_DESTINATION, true, s->return_why);
+		rmq_settle(fl, i, PUB_DESTINATION, RMQ_SCOPE_ROUTE,
+			   s->return_why);
 }
 
+/* What the broker said of a delivery tag. */
+enum confirm { CONFIRM_ACK, CONFIRM_NACK };
+
 static void on_confirm(struct rmq_state *st, uint64_t tag, bool multiple,
-		       bool nack)
+		       enum confirm said)
 {
 	struct flight *fl = st->fl;
 	uint64_t lo, hi, end;
@@ -91,9 +97,9 @@ static void on_confirm(struct rmq_state *st, uint64_t tag, bool multiple,
 
 		if (s->state != SLOT_WRITTEN || s->tag != t)
 			continue;
-		if (nack)
+		if (said == CONFIRM_NACK)
 			rmq_settle(
-			    fl, i, PUB_EVENT, false,
+			    fl, i, PUB_EVENT, RMQ_SCOPE_DESTINATION,
 			    "the broker refused the message (basic.nack)");
 		else
 			on_ack(st, fl, i);
@@ -297,12 +303,15 @@ static void refusal_settle(struct flight *fl, size_t i,
 		    "message too large: body of %zu bytes is over the "
 		    "broker's max_message_size of %llu bytes",
 		    s->msg.body.len, (unsigned long long)ref->max_size);
-		rmq_settle(fl, i, PUB_PERMANENT, false, reason);
+		rmq_settle(fl, i, PUB_PERMANENT, RMQ_SCOPE_DESTINATION, reason);
 	} else {
 		rmq_set_reason(reason, sizeof(reason),
 			       "broker refused the destination: %s", why);
 		rmq_settle(fl, i, PUB_DESTINATION,
-			   ref->kind == RMQ_REFUSAL_ROUTE, reason);
+			   ref->kind == RMQ_REFUSAL_ROUTE
+			       ? RMQ_SCOPE_ROUTE
+			       : RMQ_SCOPE_DESTINATION,
+			   reason);
 	}
 }
 
@@ -442,13 +451,13 @@ static void handle_frame(struct rmq_state *st, const amqp_frame_t *f)
 	case AMQP_BASIC_ACK_METHOD: {
 		const amqp_basic_ack_t *a = f->payload.method.decoded;
 
-		on_confirm(st, a->delivery_tag, a->multiple, false);
+		on_confirm(st, a->delivery_tag, a->multiple, CONFIRM_ACK);
 		break;
 	}
 	case AMQP_BASIC_NACK_METHOD: {
 		const amqp_basic_nack_t *a = f->payload.method.decoded;
 
-		on_confirm(st, a->delivery_tag, a->multiple, true);
+		on_confirm(st, a->delivery_tag, a->multiple, CONFIRM_NACK);
 		break;
 	}
 	case AMQP_BASIC_RETURN_METHOD:

@@ -103,10 +103,11 @@ const struct setting config_core_rows[] = {
     SETTING_INT(C, "OUTBOX_WORKERS", workers, "1", 1, 64,
 		"relay worker threads per process"),
     SETTING_INT(C, "OUTBOX_WORKER_WINDOW", worker_window, "0", 0, 8,
-		"batches one worker keeps in flight: while one is with the "
-		"broker the next is leased and the last marked (each batch "
-		"its own Postgres session); 1 leases, publishes and marks in "
-		"turn; 0: 2 for a single worker, 1 with several"),
+		"lanes per worker, each with one batch in flight: while one "
+		"lane's batch is with the broker the next lane leases and "
+		"the last marks (each lane its own Postgres session); 1 "
+		"leases, publishes and marks in turn; 0: 2 lanes for a "
+		"single worker, 1 with several"),
     SETTING_DURATION(C, "OUTBOX_POLL_INTERVAL", poll_interval_ms, "2s", 10,
 		     HOUR, 0, "longest idle sleep between polls"),
     SETTING_DURATION(C, "OUTBOX_LEASE_INTERVAL", lease_interval_ms, "14ms", 1,

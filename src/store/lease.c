@@ -55,7 +55,7 @@ int store_lease_abort(struct store *s, struct lease_batch *b, char *err,
 {
 	if (!b->rows || b->rows->s != s || !lease_open(b->rows))
 		return 0;
-	return store_lease_end(s, false, err, errlen);
+	return store_lease_end(s, TX_ROLLBACK, err, errlen);
 }
 
 static const char *col(PGresult *res, int row, int c)
@@ -336,7 +336,7 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 	if (ids) {
 		for (size_t i = 0; i < b->n; i++)
 			ids[i] = b->events[i].id;
-		arr = store_pg_array(ids, b->n, false, 0);
+		arr = store_pg_array(ids, b->n, PG_ARRAY_PLAIN, 0);
 	}
 	free(ids);
 	if (!arr) {
@@ -397,9 +397,10 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		 * inside that transaction would keep its rows locked. */
 		log_error("a lease was left open without being concluded; "
 			  "rolling it back");
-		store_lease_end(s, false, why, sizeof(why));
+		store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
 	}
-	char *paused_arr = store_pg_array(paused, n_paused, true, 4096);
+	char *paused_arr =
+	    store_pg_array(paused, n_paused, PG_ARRAY_QUOTED, 4096);
 	if (!paused_arr) {
 		snprintf(err, errlen, "lease: out of memory");
 		return STORE_ERROR;
@@ -417,7 +418,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		/* A table made by hand: lease without claims. */
 		no_claims(s, err);
 		if (s->in_lease)
-			store_lease_end(s, false, why, sizeof(why));
+			store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
 		res = store_run_leasing(s, ST_LEASE_BARE, 3, values,
 					PGRES_TUPLES_OK, 1, &rc, err, errlen);
 	}
@@ -431,7 +432,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	if (rc != 0 || out->n == 0) {
 		/* Nothing was handed over: the rows go back as they were. */
 		if (s->in_lease)
-			store_lease_end(s, false, why, sizeof(why));
+			store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
 		lease_batch_release(out);
 	}
 	return store_public_rc(rc);

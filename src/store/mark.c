@@ -80,7 +80,8 @@ static char *tid_array(const struct store *s, const char *const *ids, size_t n,
 			goto out;
 		}
 	}
-	arr = store_pg_array(tids, n, true, sizeof(rows->text[0].tid));
+	arr =
+	    store_pg_array(tids, n, PG_ARRAY_QUOTED, sizeof(rows->text[0].tid));
 	if (!arr)
 		snprintf(err, errlen, "mark: out of memory");
 out:
@@ -117,7 +118,8 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 	if (!tid_arr)
 		goto out;
 	if (reasons)
-		reason_arr = store_pg_array(reasons, n, true, STORE_ERROR_MAX);
+		reason_arr = store_pg_array(reasons, n, PG_ARRAY_QUOTED,
+					    STORE_ERROR_MAX);
 	if (reasons && !reason_arr) {
 		snprintf(err, errlen, "mark: out of memory");
 		goto out;
@@ -194,7 +196,7 @@ int store_lease_commit(struct store *s, struct lease_batch *b, char *err,
 		snprintf(err, errlen, "the lease transaction has ended");
 		return STORE_RECONNECT;
 	}
-	int rc = store_lease_end(s, true, err, errlen);
+	int rc = store_lease_end(s, TX_COMMIT, err, errlen);
 	if (rc != STORE_RECONNECT)
 		return rc;
 	/* The reply was lost, maybe after the commit. */

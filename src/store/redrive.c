@@ -80,7 +80,7 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
 	char *ids = NULL;
 	*count = 0;
 	if (f->n_ids > 0) {
-		ids = store_pg_array(f->ids, f->n_ids, false, 0);
+		ids = store_pg_array(f->ids, f->n_ids, PG_ARRAY_PLAIN, 0);
 		if (!ids) {
 			snprintf(err, errlen, "redrive: out of memory");
 			return STORE_ERROR;
@@ -151,10 +151,10 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 	if (!res)
 		goto fail;
 	PQclear(res);
-	return store_finish_tx(s, true, err, errlen);
+	return store_finish_tx(s, TX_COMMIT, err, errlen);
 fail : {
 	char ignored[64];
-	store_finish_tx(s, false, ignored, sizeof(ignored));
+	store_finish_tx(s, TX_ROLLBACK, ignored, sizeof(ignored));
 	return store_public_rc(rc);
 }
 }

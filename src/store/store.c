@@ -489,15 +489,15 @@ static int buf_put_quoted(struct buf *b, const char *v, size_t max_item)
 	return rc;
 }
 
-char *store_pg_array(const char *const *items, size_t n, bool quoted,
-		     size_t max_item)
+char *store_pg_array(const char *const *items, size_t n,
+		     enum pg_array_form form, size_t max_item)
 {
 	struct buf b = {0};
 	int rc = buf_put(&b, "{", 1);
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (i > 0)
 			rc = buf_put(&b, ",", 1);
-		if (quoted)
+		if (form == PG_ARRAY_QUOTED)
 			rc |= buf_put_quoted(&b, items[i] ? items[i] : "",
 					     max_item);
 		else
@@ -512,7 +512,7 @@ char *store_pg_array(const char *const *items, size_t n, bool quoted,
 	return b.p;
 }
 
-int store_begin_locked(struct store *s, int ns, bool custom_plans, bool *got,
+int store_begin_locked(struct store *s, int ns, enum plan_mode plans, bool *got,
 		       char *err, size_t errlen)
 {
 	char sql[320];
@@ -523,14 +523,14 @@ int store_begin_locked(struct store *s, int ns, bool custom_plans, bool *got,
 	snprintf(sql, sizeof(sql),
 		 "SELECT pg_try_advisory_xact_lock(%d, hashtext(%s))%s", ns,
 		 s->table.literal,
-		 custom_plans ? ", set_config('plan_cache_mode', "
-				"'force_custom_plan', true)"
-			      : "");
+		 plans == PLANS_CUSTOM ? ", set_config('plan_cache_mode', "
+					 "'force_custom_plan', true)"
+				       : "");
 	PGresult *res = store_exec(s, NULL, sql, 0, NULL, PGRES_TUPLES_OK, &rc,
 				   err, errlen);
 	if (!res) {
 		char ignored[64];
-		store_finish_tx(s, false, ignored, sizeof(ignored));
+		store_finish_tx(s, TX_ROLLBACK, ignored, sizeof(ignored));
 		return store_public_rc(rc);
 	}
 	*got = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
@@ -554,10 +554,10 @@ static int exec_control(struct store *s, const char *sql, char *tag,
 	return 0;
 }
 
-int store_finish_tx(struct store *s, bool commit, char *err, size_t errlen)
+int store_finish_tx(struct store *s, enum tx_end end, char *err, size_t errlen)
 {
-	return exec_control(s, commit ? "COMMIT" : "ROLLBACK", NULL, 0, err,
-			    errlen);
+	return exec_control(s, end == TX_COMMIT ? "COMMIT" : "ROLLBACK", NULL,
+			    0, err, errlen);
 }
 
 /* The lease transaction's opening statements, in order. The lease must
@@ -675,13 +675,13 @@ PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 	return result_of(s, (int)st, NULL, res, want, rc, err, errlen);
 }
 
-int store_lease_end(struct store *s, bool commit, char *err, size_t errlen)
+int store_lease_end(struct store *s, enum tx_end end, char *err, size_t errlen)
 {
 	char tag[32] = "";
 	s->in_lease = false;
-	int rc = exec_control(s, commit ? "COMMIT" : "ROLLBACK", tag,
+	int rc = exec_control(s, end == TX_COMMIT ? "COMMIT" : "ROLLBACK", tag,
 			      sizeof(tag), err, errlen);
-	if (rc == 0 && commit && strcmp(tag, "COMMIT") != 0) {
+	if (rc == 0 && end == TX_COMMIT && strcmp(tag, "COMMIT") != 0) {
 		/* COMMIT of a transaction in which a statement failed rolls
 		 * it back, and says so only in the command tag. */
 		snprintf(err, errlen,

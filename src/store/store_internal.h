@@ -54,6 +54,9 @@ enum stmt {
 	ST_COUNT
 };
 
+/* How a transaction ends. */
+enum tx_end { TX_COMMIT, TX_ROLLBACK };
+
 /*
  * Internal only, never returned by a public function: a serialization
  * failure or deadlock, so the statement may run again.
@@ -151,20 +154,28 @@ static inline int store_public_rc(int rc)
 	return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
 }
 
-/*
- * A Postgres array literal: {a,b,c} for uuids; {"x","y"} with escapes for
- * text (quoted = true), each item cut to max_item bytes on a UTF-8
- * boundary. Malloc'd; NULL when out of memory.
- */
-char *store_pg_array(const char *const *items, size_t n, bool quoted,
-		     size_t max_item);
+/* How store_pg_array() writes its items. */
+enum pg_array_form {
+	PG_ARRAY_PLAIN,	 /* as they are: uuids, tids */
+	PG_ARRAY_QUOTED, /* quoted and escaped: any text */
+};
 
 /*
- * BEGIN; try the transaction-level advisory lock of ns for the table.
- * custom_plans plans the transaction's statements for their values,
- * whatever the role's or database's plan_cache_mode.
+ * A Postgres array literal: {a,b,c} (PG_ARRAY_PLAIN); {"x","y"} with
+ * escapes (PG_ARRAY_QUOTED), each item cut to max_item bytes on a UTF-8
+ * boundary. Malloc'd; NULL when out of memory.
  */
-int store_begin_locked(struct store *s, int ns, bool custom_plans, bool *got,
+char *store_pg_array(const char *const *items, size_t n,
+		     enum pg_array_form form, size_t max_item);
+
+/* How a transaction's statements are planned. */
+enum plan_mode {
+	PLANS_AS_SET, /* the role's or database's plan_cache_mode */
+	PLANS_CUSTOM, /* for their values, whatever that setting says */
+};
+
+/* BEGIN; try the transaction-level advisory lock of ns for the table. */
+int store_begin_locked(struct store *s, int ns, enum plan_mode plans, bool *got,
 		       char *err, size_t errlen);
 
 /*
@@ -174,14 +185,14 @@ int store_begin_locked(struct store *s, int ns, bool custom_plans, bool *got,
  * preparation when due, st. Returns as store_run() does for st's result,
  * or for the first statement that failed; s->in_lease is true once the
  * BEGIN succeeded, whatever came after it. store_lease_end() ends it,
- * COMMIT (commit) or ROLLBACK; of a COMMIT that Postgres turned into a
+ * COMMIT or ROLLBACK; of a COMMIT that Postgres turned into a
  * rollback (a statement of it had failed) it returns STORE_ERROR.
  */
 PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 			    const char *const *values, ExecStatusType want,
 			    int result_format, int *rc, char *err,
 			    size_t errlen);
-int store_lease_end(struct store *s, bool commit, char *err, size_t errlen);
+int store_lease_end(struct store *s, enum tx_end end, char *err, size_t errlen);
 
 /* Opens a store; session_sql (NULL: none) runs after the session
  * settings (store_test.h's store_open_traced). */
@@ -194,8 +205,8 @@ static inline bool store_err_undefined_table(const char *err)
 	return strncmp(err, "42P01", 5) == 0;
 }
 
-/* COMMIT (commit) or ROLLBACK the open transaction. */
-int store_finish_tx(struct store *s, bool commit, char *err, size_t errlen);
+/* COMMIT or ROLLBACK the open transaction. */
+int store_finish_tx(struct store *s, enum tx_end end, char *err, size_t errlen);
 
 /*
  * The NOTIFY channel of the table as an SQL text expression: the one

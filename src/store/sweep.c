@@ -17,7 +17,7 @@ static int abandon_batch(struct store *s, int rc)
 {
 	if (rc != STORE_RECONNECT) {
 		char ignored[64];
-		store_finish_tx(s, false, ignored, sizeof(ignored));
+		store_finish_tx(s, TX_ROLLBACK, ignored, sizeof(ignored));
 	}
 	return store_public_rc(rc);
 }
@@ -32,19 +32,20 @@ static int sweep_batch(struct store *s, enum stmt st, struct sweep_result *r,
 {
 	bool got;
 	*more = false;
-	int rc = store_begin_locked(s, LOCK_NS_SWEEP, false, &got, err, errlen);
+	int rc = store_begin_locked(s, LOCK_NS_SWEEP, PLANS_AS_SET, &got, err,
+				    errlen);
 	if (rc != 0)
 		return rc;
 	if (!got) {
 		r->skipped = true;
-		return store_finish_tx(s, false, err, errlen);
+		return store_finish_tx(s, TX_ROLLBACK, err, errlen);
 	}
 	PGresult *res =
 	    store_run(s, st, 0, NULL, PGRES_TUPLES_OK, 0, &rc, err, errlen);
 	if (!res && st != ST_SWEEP && store_err_undefined_table(err)) {
 		/* A table made by hand, without claims: nothing to sweep. */
 		s->claims_missing = true;
-		return store_finish_tx(s, false, err, errlen);
+		return store_finish_tx(s, TX_ROLLBACK, err, errlen);
 	}
 	if (!res)
 		return abandon_batch(s, rc);
@@ -64,7 +65,7 @@ static int sweep_batch(struct store *s, enum stmt st, struct sweep_result *r,
 		*more = n >= SWEEP_BATCH;
 	}
 	PQclear(res);
-	return store_finish_tx(s, true, err, errlen);
+	return store_finish_tx(s, TX_COMMIT, err, errlen);
 }
 
 /* The claims of aborted lease transactions (docs/design.md §4), then rows
@@ -114,7 +115,7 @@ static int clean_batch(struct store *s, enum stmt st, char *cursor,
 		snprintf(cursor, cursor_len, "%s",
 			 PQgetvalue(res, 0, *deleted > 0 ? 2 : 3));
 	PQclear(res);
-	return store_finish_tx(s, true, err, errlen);
+	return store_finish_tx(s, TX_COMMIT, err, errlen);
 }
 
 static int clean_status(struct store *s, enum stmt st, int64_t retention_ms,
@@ -128,13 +129,13 @@ static int clean_status(struct store *s, enum stmt st, int64_t retention_ms,
 	while (*deleted < max_rows) {
 		bool got;
 		size_t n = 0, scanned = 0;
-		int rc = store_begin_locked(s, LOCK_NS_CLEAN, true, &got, err,
-					    errlen);
+		int rc = store_begin_locked(s, LOCK_NS_CLEAN, PLANS_CUSTOM,
+					    &got, err, errlen);
 		if (rc != 0)
 			return rc;
 		if (!got) {
 			*skipped = true;
-			return store_finish_tx(s, false, err, errlen);
+			return store_finish_tx(s, TX_ROLLBACK, err, errlen);
 		}
 		rc = clean_batch(s, st, cursor, sizeof(cursor), retention, &n,
 				 &scanned, err, errlen);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The worker's window (docs/design.md §5): one worker with three lanes
+# The worker's window (docs/design.md §7): one worker with three lanes
 # against a test broker that acknowledges each batch in a random order and
 # nacks 10 % of events. Batches are seen in flight side by side; the relay
 # is killed -9 with two of them in flight, then stopped by SIGTERM with the
