@@ -170,5 +170,7 @@ it_psql "SELECT id FROM $OUTBOX_TABLE" | sort >"$it_dir/table.ids"
 diff -q "$it_dir/got.ids" "$it_dir/table.ids" >/dev/null ||
 	it_fail "amqp: the consumed ids differ from the table's"
 
-echo "tsan: $units unit and postgres tests, drains of $flaky_total (flaky) and" \
-	"$amqp_total (amqp) events with $workers workers x $lanes lanes, 0 reports"
+# One line for tests/run.sh's closing verdicts (a failure exits above,
+# through it_fail, and meson reports the test failed).
+echo "VERDICT tsan: PASS units=$units drained=$flaky_total+$amqp_total" \
+	"workers=$workers lanes=$lanes reports=0"

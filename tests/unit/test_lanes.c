@@ -215,6 +215,33 @@ static void lanes_run(struct lane *lanes, size_t n)
 		pthread_join(lanes[i].tid, NULL);
 }
 
+/* n lanes, each with the next publish ticket, in lease order. */
+static void lease_lanes(struct fixture *f, struct lane *l, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		l[i].f = f;
+		l[i].ticket = lease_turn(f);
+	}
+}
+
+/* What the fake saw, copied out of its lock: a failed assertion must not
+ * leave the lock held for the next test. */
+static struct fake_record {
+	int64_t published[MAX_CALLS];
+	int n_published, opens, closes, max_busy;
+} fake_seen(void)
+{
+	struct fake_record r;
+	pthread_mutex_lock(&fake.lock);
+	memcpy(r.published, fake.published, sizeof(r.published));
+	r.n_published = fake.n_published;
+	r.opens = fake.opens;
+	r.closes = fake.closes;
+	r.max_busy = fake.max_busy;
+	pthread_mutex_unlock(&fake.lock);
+	return r;
+}
+
 /* ---- the tests ---- */
 
 /* Lanes arriving in the reverse of their lease order publish in lease
@@ -224,20 +251,17 @@ static void test_tickets_publish_in_lease_order(void **state)
 	(void)state;
 	struct fixture *f = fixture_new(3);
 	struct lane l[3] = {0};
-	for (int i = 0; i < 3; i++) {
-		l[i].f = f;
-		l[i].ticket = lease_turn(f);
-		/* The newest batch asks first, the oldest last. */
+	lease_lanes(f, l, 3);
+	/* The newest batch asks first, the oldest last. */
+	for (int i = 0; i < 3; i++)
 		l[i].start_after_ms = (2 - i) * 60;
-	}
 	assert_int_equal(l[0].ticket + 2, l[2].ticket);
 	lanes_run(l, 3);
-	pthread_mutex_lock(&fake.lock);
-	assert_int_equal(fake.n_published, 3);
+	struct fake_record seen = fake_seen();
+	assert_int_equal(seen.n_published, 3);
 	for (int i = 0; i < 3; i++)
-		assert_int_equal(fake.published[i], (int64_t)l[i].ticket);
-	assert_int_equal(fake.max_busy, 1);
-	pthread_mutex_unlock(&fake.lock);
+		assert_int_equal(seen.published[i], (int64_t)l[i].ticket);
+	assert_int_equal(seen.max_busy, 1);
 	for (int i = 0; i < 3; i++) {
 		assert_int_equal(l[i].rc, 0);
 		assert_int_equal(l[i].result.outcome, PUB_ACKED);
@@ -252,21 +276,17 @@ static void test_a_lane_passes_its_turn(void **state)
 	(void)state;
 	struct fixture *f = fixture_new(3);
 	struct lane l[3] = {0};
-	for (int i = 0; i < 3; i++) {
-		l[i].f = f;
-		l[i].ticket = lease_turn(f);
-	}
+	lease_lanes(f, l, 3);
 	/* Ticket 2 passes before ticket 1 published; ticket 3 asks first
 	 * and must wait for both. */
 	l[1].pass = true;
 	l[0].start_after_ms = 120;
 	l[1].start_after_ms = 40;
 	lanes_run(l, 3);
-	pthread_mutex_lock(&fake.lock);
-	assert_int_equal(fake.n_published, 2);
-	assert_int_equal(fake.published[0], (int64_t)l[0].ticket);
-	assert_int_equal(fake.published[1], (int64_t)l[2].ticket);
-	pthread_mutex_unlock(&fake.lock);
+	struct fake_record seen = fake_seen();
+	assert_int_equal(seen.n_published, 2);
+	assert_int_equal(seen.published[0], (int64_t)l[0].ticket);
+	assert_int_equal(seen.published[1], (int64_t)l[2].ticket);
 	fixture_free(f);
 }
 
@@ -278,17 +298,12 @@ static void test_unhealthy_publisher_releases_later_lanes(void **state)
 	struct fixture *f = fixture_new(3);
 	assert_true(relay_publisher_ready(f->r));
 	struct lane l[3] = {0};
-	for (int i = 0; i < 3; i++) {
-		l[i].f = f;
-		l[i].ticket = lease_turn(f);
-	}
+	lease_lanes(f, l, 3);
 	fake.fail_seq = (int64_t)l[0].ticket;
 	l[1].start_after_ms = 30;
 	l[2].start_after_ms = 60;
 	lanes_run(l, 3);
-	pthread_mutex_lock(&fake.lock);
-	assert_int_equal(fake.n_published, 1);
-	pthread_mutex_unlock(&fake.lock);
+	assert_int_equal(fake_seen().n_published, 1);
 	assert_int_equal(l[0].rc, -1);
 	for (int i = 1; i < 3; i++) {
 		assert_int_equal(l[i].rc, -1);
@@ -304,17 +319,17 @@ static void test_last_lane_closes_the_publisher(void **state)
 {
 	(void)state;
 	struct fixture *f = fixture_new(3);
-	assert_int_equal(fake.opens, 1);
+	assert_int_equal(fake_seen().opens, 1);
 	lanes_leave(f->lanes);
 	lanes_leave(f->lanes);
-	assert_int_equal(fake.closes, 0);
+	assert_int_equal(fake_seen().closes, 0);
 	lanes_leave(f->lanes);
-	assert_int_equal(fake.closes, 1);
+	assert_int_equal(fake_seen().closes, 1);
 	assert_false(relay_publisher_ready(f->r));
 	lanes_destroy(f->lanes, 1);
 	relay_destroy(f->r);
 	free(f);
-	assert_int_equal(fake.closes, 1);
+	assert_int_equal(fake_seen().closes, 1);
 }
 
 /* A lane waiting while another publishes keeps calling ctx->tick, which
@@ -324,17 +339,14 @@ static void test_waiting_lane_keeps_ticking(void **state)
 	(void)state;
 	struct fixture *f = fixture_new(2);
 	struct lane l[2] = {0};
-	for (int i = 0; i < 2; i++) {
-		l[i].f = f;
-		l[i].ticket = lease_turn(f);
-	}
+	lease_lanes(f, l, 2);
 	fake.delay_ms = 900;
 	l[1].start_after_ms = 50;
 	lanes_run(l, 2);
 	/* About 850 ms of waiting: four slices; three leave room for a slow
 	 * machine. */
 	assert_true(atomic_load(&l[1].ticks) >= 3);
-	assert_int_equal(fake.published[1], (int64_t)l[1].ticket);
+	assert_int_equal(fake_seen().published[1], (int64_t)l[1].ticket);
 	fixture_free(f);
 }
 
