@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # The benchmark's short form for tests/run.sh (suite bench): small sizes,
 # one run each. Times are not asserted (the test build has sanitizers);
-# only that it completes and prints a well-formed table and JSON line with
-# every section's figures.
+# only that it completes and prints a well-formed table, the targets'
+# verdicts computed from its figures, and a JSON line with every section's
+# figures.
 set -euo pipefail
 here=$(dirname "${BASH_SOURCE[0]}")
 out=$(mktemp "${TMPDIR:-/tmp}/outbox-bench-quick.XXXXXX")
@@ -15,12 +16,47 @@ python3 - "$out" "$charts" <<'PY'
 import json, os, sys
 import xml.etree.ElementTree as ET
 lines = open(sys.argv[1]).read().splitlines()
-table = [l for l in lines if l.startswith("|")]
-assert table[:2] == ["| Measure | Median | Min–max | Compared with | Target |",
-                     "|---|---|---|---|---|"], "no table header"
-assert all(l.count("|") == 6 for l in table), "malformed table row"
+# Two tables, a blank line after each: the results, then the targets with
+# this run's verdicts.
+first = lines.index("| Measure | Median | Min–max | Compared with |")
+assert lines[first + 1] == "|---|---|---|---|", "no results table header"
+end = lines.index("", first)
+table = lines[first:end]
+assert all(l.count("|") == 5 for l in table), "malformed table row"
 doc = json.loads(lines[-1])
 r = doc["results"]
+# Every target of bench.py's table has a verdict row, computed from this
+# run's figure: the value shown is the JSON line's, and the verdict follows
+# from it and the threshold. The quick form runs every section, so only
+# the targets relative to a baseline build go unmeasured.
+head = "| Target | Figure read (JSON line, results.…) | This run | Threshold | Verdict |"
+assert head in lines, "no targets table"
+t0 = lines.index(head)
+assert lines[t0 + 1] == "|---|---|---|---|---|"
+vrows = lines[t0 + 2:lines.index("", t0)]
+targets, verdicts = doc["targets"], doc["verdicts"]
+assert len(targets) >= 20 and len(vrows) == len(targets) == len(verdicts), \
+    "%d targets, %d verdicts, %d rows" % (len(targets), len(verdicts), len(vrows))
+def lookup(path):
+    x = r
+    for k in path:
+        x = x[k]
+    return x["median"] if isinstance(x, dict) else x
+no_history = not r["dbcost"]["retention_zero"]["supported"]
+for t, v, line in zip(targets, verdicts, vrows):
+    assert v["name"] == t["name"]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert len(cells) == 5 and cells[0] == t["what"], "row %r" % line
+    if "baseline" in t["name"] or (no_history and "nohistory" in t["name"]):
+        assert v["verdict"] == "not measured in this run" and v["detail"], v
+        assert cells[4].startswith("not measured in this run ("), line
+        continue
+    value = lookup(t["reads"])
+    assert v["value"] == value, (t["name"], v["value"], value)
+    ok = value >= t["threshold"] if t["op"] == ">=" else value <= t["threshold"]
+    assert v["verdict"] == ("met" if ok else "missed"), (t["name"], v, value)
+    assert cells[4].split(" (")[0] == v["verdict"], line
+    assert cells[2] and float(cells[2]) > 0, line
 for key in ("limits", "throughput", "latency", "notify", "scale", "dbcost"):
     assert key in r, "no %s in the JSON line" % key
 for w in ("1", "2", "4"):
@@ -64,5 +100,8 @@ if "relay_nohistory" in want:
 else:
     assert any("not supported by this build" in l for l in table)
 assert len(table) >= 20, "table has only %d rows" % len(table)
+for key in ("history", "snapshot"):
+    s = r["scale"][key]
+    assert s["clean"]["lease_ms"]["median"] > 0 and s["lease_ratio"] > 0
 print("ok: %d table rows, JSON line with %s" % (len(table) - 2, ", ".join(sorted(r))))
 PY
