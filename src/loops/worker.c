@@ -514,9 +514,9 @@ static bool read_pauses(struct worker *w, struct pause_keys *pk)
 }
 
 /* Leases a batch into *lease; 0, or the store's error with err. */
-static int lease_rows(struct worker *w, const struct pause_keys *pk,
-		      int64_t started, struct lease_batch *lease, char *err,
-		      size_t errlen)
+static int lease_next_batch(struct worker *w, const struct pause_keys *pk,
+			    int64_t started, struct lease_batch *lease,
+			    char *err, size_t errlen)
 {
 	const struct config *cfg = w->cfg;
 	int rc = 0;
@@ -599,7 +599,7 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 	int64_t started = clock_ms();
 	struct lease_batch lease = {0};
 	char err[1024];
-	int rc = lease_rows(w, pk, started, &lease, err, sizeof(err));
+	int rc = lease_next_batch(w, pk, started, &lease, err, sizeof(err));
 	if (rc != 0) {
 		lanes_end_turn(w->lanes, TURN_SKIPPED, clock_ms(), 0);
 		rate_refund(r, cfg->batch_size);
