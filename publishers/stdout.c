@@ -7,8 +7,11 @@
  *
  * Threading: as publisher.h says, one lane at a time per state; but every
  * worker's state writes to the process's one stdout FILE, the only thing
- * backends share between states. stdio locks it per call, so each line
- * goes out in one fwrite() and is never interleaved with another's.
+ * backends share between states. A batch (and a probe) holds the FILE's
+ * lock from its first write to its flush: between a worker's fwrite() and
+ * its fflush(), another worker's failed write must not purge the first
+ * one's buffered lines (nor clear its error flag), or the first would
+ * report as flushed lines that never reached the descriptor.
  */
 #include "backends.h"
 
@@ -83,7 +86,9 @@ static int stdout_publish(void *state, const struct outbox_event *events,
 	struct stdout_state *st = state;
 	int write_errno = 0;
 	bool failed = false;
+	int rc = 0;
 
+	flockfile(st->out);
 	clearerr(st->out);
 	if (st->torn && fputc('\n', st->out) == EOF) {
 		write_errno = errno;
@@ -131,7 +136,7 @@ static int stdout_publish(void *state, const struct outbox_event *events,
 	}
 	if (!failed) {
 		st->torn = false;
-		return 0;
+		goto out;
 	}
 	/* Everything written since the last successful flush is in doubt:
 	 * some of it may have reached the descriptor. */
@@ -143,35 +148,42 @@ static int stdout_publish(void *state, const struct outbox_event *events,
 			       "writing to stdout failed", write_errno);
 	}
 	stdout_discard(st);
-	return -1;
+	rc = -1;
+out:
+	funlockfile(st->out);
+	return rc;
 }
 
 static int stdout_probe(void *state, char *err, size_t errlen)
 {
 	struct stdout_state *st = state;
-	int fd, flags;
+	int fd, flags, rc = -1;
 
+	flockfile(st->out);
 	clearerr(st->out);
 	fd = fileno(st->out);
 	if (fd < 0) {
 		snprintf(err, errlen, "stdout has no file descriptor");
-		return -1;
+		goto out;
 	}
 	flags = fcntl(fd, F_GETFL);
 	if (flags < 0) {
 		describe_errno(err, errlen, "stdout is not open", errno);
-		return -1;
+		goto out;
 	}
 	if ((flags & O_ACCMODE) == O_RDONLY) {
 		snprintf(err, errlen, "stdout is not open for writing");
-		return -1;
+		goto out;
 	}
 	if (fflush(st->out) != 0 || ferror(st->out)) {
 		describe_errno(err, errlen, "flushing stdout failed", errno);
 		stdout_discard(st);
-		return -1;
+		goto out;
 	}
-	return 0;
+	rc = 0;
+out:
+	funlockfile(st->out);
+	return rc;
 }
 
 static void stdout_close(void *state)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -281,6 +282,68 @@ static void test_publish_may_send_false(void **state)
 	publisher_stdout.close(r.state);
 }
 
+/* While a batch is being written, may another thread take stdout? Asked
+ * from the publisher's own may_send callback, between two lines. */
+struct lock_probe {
+	int free_mid_batch; /* ftrylockfile() from another thread succeeded */
+	size_t asked;
+};
+
+static void *try_stdout(void *arg)
+{
+	struct lock_probe *p = arg;
+	if (ftrylockfile(stdout) == 0) {
+		p->free_mid_batch++;
+		funlockfile(stdout);
+	}
+	return NULL;
+}
+
+static bool probe_may_send(struct publish_ctx *ctx, size_t i)
+{
+	struct lock_probe *p = ctx->opaque;
+	pthread_t t;
+	p->asked++;
+	if (i > 0 && pthread_create(&t, NULL, try_stdout, p) == 0)
+		pthread_join(t, NULL);
+	return true;
+}
+
+static bool probe_tick(struct publish_ctx *ctx)
+{
+	(void)ctx;
+	return false;
+}
+
+/* Every worker's state writes to the one stdout FILE: a batch holds its
+ * lock from its first line to its flush, so another worker's failed
+ * write cannot purge this batch's buffered lines between its fwrite()
+ * and its fflush() (which would then report them written). */
+static void test_publish_holds_stdout_for_the_batch(void **state)
+{
+	struct outbox_event ev[NEV];
+	struct pub_result results[NEV];
+	struct lock_probe probe = {0};
+	struct publish_ctx ctx = {.deadline_ms = INT64_MAX,
+				  .may_send = probe_may_send,
+				  .tick = probe_tick,
+				  .opaque = &probe};
+	struct capture cap;
+	void *st = NULL;
+	char err[128];
+
+	(void)state;
+	events_init(ev, NEV);
+	assert_int_equal(publisher_stdout.open(NULL, &st, err, sizeof(err)), 0);
+	capture_start(&cap);
+	int rc = publisher_stdout.publish(st, ev, NEV, &ctx, results);
+	free(capture_end(&cap));
+	publisher_stdout.close(st);
+	assert_int_equal(rc, 0);
+	assert_int_equal(probe.asked, NEV);
+	assert_int_equal(probe.free_mid_batch, 0);
+}
+
 static int open_dev_full(void)
 {
 	int fd = open("/dev/full", O_WRONLY);
@@ -486,6 +549,7 @@ int main(void)
 	    cmocka_unit_test(test_publish_one_line_per_event),
 	    cmocka_unit_test(test_publish_bad_event_permanent),
 	    cmocka_unit_test(test_publish_may_send_false),
+	    cmocka_unit_test(test_publish_holds_stdout_for_the_batch),
 	    cmocka_unit_test(test_publish_write_error_transport),
 	    cmocka_unit_test(test_publish_large_write_error),
 	    cmocka_unit_test(test_probe),
