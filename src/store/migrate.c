@@ -294,8 +294,8 @@ static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
 		 "SELECT format('%%I.%%I', n.nspname, c.relname) "
 		 "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
 		 "JOIN pg_namespace n ON n.oid = c.relnamespace "
-		 "WHERE NOT i.indisvalid AND i.indrelid = to_regclass(%s)",
-		 t->literal);
+		 "WHERE NOT i.indisvalid AND i.indrelid = '%s'::regclass",
+		 t->quoted);
 	PGresult *res = PQexec(conn, sql);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		pgconn_error(conn, res, err, errlen);

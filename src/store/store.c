@@ -76,10 +76,11 @@ static int check_table(struct store *s, char *err, size_t errlen)
 	const char *values[1];
 	char lit[160];
 	int rc;
-	/* to_regclass wants the name itself, not the quoted literal. */
 	snprintf(lit, sizeof(lit), "%s%s%s", s->table.schema,
 		 s->table.schema[0] ? "." : "", s->table.name);
-	values[0] = lit;
+	/* Quoted, as every statement names it: unquoted, to_regclass()
+	 * would fold a mixed-case name to lower case. */
+	values[0] = s->table.quoted;
 	PGresult *res =
 	    store_exec(s, NULL, "SELECT to_regclass($1) IS NOT NULL", 1, values,
 		       PGRES_TUPLES_OK, &rc, err, errlen);
