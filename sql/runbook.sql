@@ -98,7 +98,10 @@ FROM outbox_events_replicas ORDER BY last_seen_at DESC;
 WITH f AS (
   SELECT c.holder AS leased_by, c.leased_at, c.expires_at AS lease_expires_at
   FROM outbox_events_claims c, unnest(c.ids) AS u(id)
-  WHERE pg_xact_status(c.xid) = 'in progress'
+  -- (a claim copied from another cluster may hold an xid this one has not
+  -- reached, which pg_xact_status() refuses: docs/runbook.md, restores)
+  WHERE CASE WHEN c.xid < (SELECT pg_snapshot_xmax(pg_current_snapshot()))
+        THEN pg_xact_status(c.xid) END = 'in progress'
   UNION ALL
   SELECT leased_by, leased_at, lease_expires_at
   FROM outbox_events WHERE status = 'in_flight')
@@ -157,7 +160,9 @@ ORDER BY b.blocked_at;
 -- (leases whose transaction ended without committing, and rows of older
 -- relays whose lease expired)
 SELECT (SELECT coalesce(sum(cardinality(ids)), 0) FROM outbox_events_claims
-        WHERE cardinality(ids) > 0 AND pg_xact_status(xid) = 'aborted')
+        WHERE cardinality(ids) > 0 AND CASE WHEN xid <
+          (SELECT pg_snapshot_xmax(pg_current_snapshot()))
+          THEN pg_xact_status(xid) END = 'aborted')
        + count(*) AS expired_leases,
        min(lease_expires_at) AS oldest_expiry
 FROM outbox_events

@@ -116,6 +116,9 @@ enum metric_gauge {
 	MG_BLOCKED_KEYS,
 	MG_NOTIFY_QUEUE_PPM, /* pg_notification_queue_usage() * 1e6 */
 	MG_KAFKA_QUEUE_DEPTH,
+	/* Age of the oldest lease transaction open on this relay now, read
+	 * at the scrape from the lanes' slots below. */
+	MG_OLDEST_LEASE_MS,
 	MG_COUNT
 };
 
@@ -134,6 +137,15 @@ uint64_t metrics_get(enum metric_counter c);
 void metrics_set(enum metric_gauge g, int64_t v);
 void metrics_gauge_add(enum metric_gauge g, int64_t delta);
 int64_t metrics_gauge(enum metric_gauge g);
+/*
+ * The lease transactions open on this relay (MG_OLDEST_LEASE_MS): each
+ * lane takes a slot once and stores in it when its open lease began (a
+ * relaxed atomic store per batch, no SQL). metrics_lease_slot() returns
+ * -1 when every slot is taken; the other two ignore slot -1.
+ */
+int metrics_lease_slot(void);
+void metrics_lease_open(int slot, int64_t since_ms);
+void metrics_lease_closed(int slot);
 /* Seconds-valued histograms take microseconds; MH_BATCH_SIZE a count. */
 void metrics_observe(enum metric_histogram h, uint64_t value);
 

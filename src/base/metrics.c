@@ -32,6 +32,12 @@ struct histogram {
 
 static atomic_ullong counters[MC_COUNT];
 static atomic_llong gauges[MG_COUNT];
+
+/* More than any relay runs lanes (OUTBOX_WORKERS x OUTBOX_WINDOW). */
+#define LEASE_SLOTS 1024
+/* clock_ms() when the slot's open lease began; 0: none open. */
+static atomic_llong lease_since[LEASE_SLOTS];
+static atomic_int lease_slots_taken;
 static struct histogram histograms[MH_COUNT];
 
 void metrics_add(enum metric_counter c, uint64_t n)
@@ -54,8 +60,49 @@ void metrics_gauge_add(enum metric_gauge g, int64_t delta)
 	atomic_fetch_add_explicit(&gauges[g], delta, memory_order_relaxed);
 }
 
+int metrics_lease_slot(void)
+{
+	int slot = atomic_fetch_add_explicit(&lease_slots_taken, 1,
+					     memory_order_relaxed);
+	return slot < LEASE_SLOTS ? slot : -1;
+}
+
+void metrics_lease_open(int slot, int64_t since_ms)
+{
+	/* clock_ms() is never 0 past boot, but 0 means "none". */
+	if (slot >= 0)
+		atomic_store_explicit(&lease_since[slot],
+				      since_ms > 0 ? since_ms : 1,
+				      memory_order_relaxed);
+}
+
+void metrics_lease_closed(int slot)
+{
+	if (slot >= 0)
+		atomic_store_explicit(&lease_since[slot], 0,
+				      memory_order_relaxed);
+}
+
+static int64_t oldest_lease_ms(void)
+{
+	int n = atomic_load_explicit(&lease_slots_taken, memory_order_relaxed);
+	int64_t oldest = 0;
+	for (int i = 0; i < n && i < LEASE_SLOTS; i++) {
+		int64_t since =
+		    atomic_load_explicit(&lease_since[i], memory_order_relaxed);
+		if (since > 0 && (oldest == 0 || since < oldest))
+			oldest = since;
+	}
+	if (oldest == 0)
+		return 0;
+	int64_t age = clock_ms() - oldest;
+	return age > 0 ? age : 0;
+}
+
 int64_t metrics_gauge(enum metric_gauge g)
 {
+	if (g == MG_OLDEST_LEASE_MS)
+		return oldest_lease_ms();
 	return atomic_load_explicit(&gauges[g], memory_order_relaxed);
 }
 

@@ -47,7 +47,10 @@ struct batch {
 	size_t n_valid;
 	struct pub_result *results;	 /* per valid row */
 	struct mark_list marks[N_MARKS]; /* indexed by enum mark_kind */
-	int64_t local_deadline_ms;	 /* no row handed to the broker after */
+	/* Rows per publish outcome, counted once the marks committed: a
+	 * lease that does not commit concluded none of them. */
+	size_t outcomes[PUB_PERMANENT + 1];
+	int64_t local_deadline_ms; /* no row handed to the broker after */
 	int64_t last_renew_ms;
 	uint64_t ticket; /* its turn at the publisher (lanes.c) */
 };
@@ -67,6 +70,7 @@ struct worker {
 	size_t n_control;
 	bool control_global;
 	struct batch batch; /* the batch in progress */
+	int lease_slot;	    /* metrics_lease_slot() */
 };
 
 /* The keys the lease skips: operator pauses, then destination pauses.
@@ -249,7 +253,7 @@ static void validate_rows(struct batch *b, const struct config *cfg)
 		    event_too_large(e, cfg, b->invalid[i],
 				    sizeof(b->invalid[i]))) {
 			batch_add_mark(b, MARK_FAILED, e->id, b->invalid[i]);
-			metrics_add(MC_PERMANENT, 1);
+			b->outcomes[PUB_PERMANENT]++;
 			log_fields(LOG_WARN, "event cannot be encoded", "id",
 				   e->id, "reason", b->invalid[i], NULL);
 			continue;
@@ -312,7 +316,7 @@ static void route_outcomes(struct worker *w)
 			continue;
 		const struct outcome_rule *rule = &outcome_rules[res->outcome];
 		batch_add_mark(b, rule->mark, e->id, res->reason);
-		metrics_add(rule->counter, 1);
+		b->outcomes[res->outcome]++;
 		if (rule->in_doubt)
 			metrics_add(MC_IN_DOUBT, 1);
 		if (rule->observes_latency && now_us > e->created_at_us)
@@ -403,8 +407,13 @@ static void conclude(struct worker *w)
 	int64_t t0 = clock_ms();
 	int rc = store_lease_commit(w->store, &b->lease, err, sizeof(err));
 	metrics_observe(MH_MARK_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
-	if (rc == 0)
+	if (rc == 0) {
+		for (size_t k = 0; k < N_OUTCOMES; k++)
+			if (b->outcomes[k] > 0)
+				metrics_add(outcome_rules[k].counter,
+					    b->outcomes[k]);
 		return;
+	}
 	char count[32];
 	snprintf(count, sizeof(count), "%zu", b->lease.n);
 	/* A stale relay (its session ended past the lease) lands here: its
@@ -618,7 +627,10 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 	/* An empty lease holds nothing to release. */
 	if (n > 0) {
 		metrics_observe(MH_BATCH_SIZE, n);
+		/* From before BEGIN to the end of COMMIT or ROLLBACK. */
+		metrics_lease_open(w->lease_slot, started);
 		process_batch(w, &lease, started, ticket);
+		metrics_lease_closed(w->lease_slot);
 	}
 }
 
@@ -634,7 +646,8 @@ void *worker_main(void *arg)
 			   .default_destination =
 			       r->pub_ops->default_destination
 				   ? r->pub_ops->default_destination(r->cfg)
-				   : ""};
+				   : "",
+			   .lease_slot = metrics_lease_slot()};
 	struct pause_keys pk = {0};
 	log_set_thread(th->name);
 	if (pause_keys_init(&pk) != 0) {

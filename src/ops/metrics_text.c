@@ -87,6 +87,10 @@ static const struct gauge_def gauge_defs[MG_COUNT] = {
 			     "Fraction of the NOTIFY queue in use.", 1e6},
     [MG_KAFKA_QUEUE_DEPTH] = {"outbox_kafka_queue_depth",
 			      "Messages waiting in librdkafka queues.", 1},
+    [MG_OLDEST_LEASE_MS] = {"outbox_oldest_lease_transaction_seconds",
+			    "Age of the oldest lease transaction open on "
+			    "this relay (0: none).",
+			    1000},
 };
 
 struct histogram_def {

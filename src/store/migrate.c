@@ -14,8 +14,14 @@
 #include "store_internal.h"
 
 #define LOCK_WAIT_MS 60000
-#define DDL_LOCK_TIMEOUT "5s"
-#define DDL_ATTEMPTS 12
+/* A strong lock request queues every later request for the table behind
+ * it, the application's inserts and the relays' leases included, for as
+ * long as it waits: so it waits briefly, and is retried with a backoff
+ * (up to about a minute in all) that lets the queue drain between tries.
+ * A lease transaction normally ends within one publish. */
+#define DDL_LOCK_TIMEOUT "200ms"
+#define DDL_ATTEMPTS 30
+#define DDL_BACKOFF_MAX_MS 2000
 
 char *migrate_expand(const char *sql, const struct outbox_table *t)
 {
@@ -164,7 +170,7 @@ static int apply_in_transaction(PGconn *conn, const struct sql_migration *m,
 			return -1;
 		}
 		clock_sleep_ms(backoff);
-		if (backoff < 5000)
+		if (backoff < DDL_BACKOFF_MAX_MS)
 			backoff *= 2;
 	}
 }
@@ -275,7 +281,7 @@ static int exec_retrying(PGconn *conn, const char *sql, struct migrate_watch *w,
 		if (strncmp(err, "55P03", 5) != 0 || attempt >= DDL_ATTEMPTS)
 			return -1;
 		clock_sleep_ms(backoff);
-		if (backoff < 5000)
+		if (backoff < DDL_BACKOFF_MAX_MS)
 			backoff *= 2;
 	}
 }
@@ -288,8 +294,8 @@ static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
 		 "SELECT format('%%I.%%I', n.nspname, c.relname) "
 		 "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
 		 "JOIN pg_namespace n ON n.oid = c.relnamespace "
-		 "WHERE NOT i.indisvalid AND i.indrelid = to_regclass(%s)",
-		 t->literal);
+		 "WHERE NOT i.indisvalid AND i.indrelid = '%s'::regclass",
+		 t->quoted);
 	PGresult *res = PQexec(conn, sql);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		pgconn_error(conn, res, err, errlen);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "base/base.h"
 #include "config/config.h"
@@ -75,10 +76,11 @@ static int check_table(struct store *s, char *err, size_t errlen)
 	const char *values[1];
 	char lit[160];
 	int rc;
-	/* to_regclass wants the name itself, not the quoted literal. */
 	snprintf(lit, sizeof(lit), "%s%s%s", s->table.schema,
 		 s->table.schema[0] ? "." : "", s->table.name);
-	values[0] = lit;
+	/* Quoted, as every statement names it: unquoted, to_regclass()
+	 * would fold a mixed-case name to lower case. */
+	values[0] = s->table.quoted;
 	PGresult *res =
 	    store_exec(s, NULL, "SELECT to_regclass($1) IS NOT NULL", 1, values,
 		       PGRES_TUPLES_OK, &rc, err, errlen);
@@ -237,6 +239,34 @@ static char *dup_or_null(const char *v)
 	return v ? strdup(v) : NULL;
 }
 
+/*
+ * The holder of this store's claims: leased_by ("host/pid/worker") and a
+ * random instance. Two relays can share all three (two containers of one
+ * pod, each pid 1, one hostname): with one holder, each would take the
+ * other's claim for its own, and one could not lease while the other's
+ * lease was open. NULL leased_by: a session that leases nothing.
+ */
+static int holder_of(const char *leased_by, char **out, char *err,
+		     size_t errlen)
+{
+	uint32_t instance;
+	*out = NULL;
+	if (!leased_by)
+		return 0;
+	if (getrandom(&instance, sizeof(instance), 0) !=
+	    (ssize_t)sizeof(instance)) {
+		snprintf(err, errlen,
+			 "store: no random bytes for the claim holder");
+		return STORE_ERROR;
+	}
+	*out = store_asprintf("%s/%08x", leased_by, (unsigned)instance);
+	if (!*out) {
+		snprintf(err, errlen, "store: out of memory");
+		return STORE_ERROR;
+	}
+	return 0;
+}
+
 /* Validates opt into s and copies the strings s keeps. */
 static int take_options(struct store *s, const struct store_options *opt,
 			const char *session_sql, char *err, size_t errlen)
@@ -260,7 +290,10 @@ static int take_options(struct store *s, const struct store_options *opt,
 		s->opt.backoff_factor = 2.0;
 	s->conninfo = dup_or_null(opt->conninfo);
 	s->app_name = strdup(opt->app_name ? opt->app_name : "outbox-relay");
-	s->leased_by = strdup(opt->leased_by ? opt->leased_by : "?");
+	if (holder_of(opt->leased_by, &s->leased_by, err, errlen) != 0)
+		return STORE_ERROR;
+	if (!s->leased_by)
+		s->leased_by = strdup("?");
 	s->ce_source =
 	    strdup(opt->ce_source ? opt->ce_source : "/outbox-relay");
 	s->extra_sql = dup_or_null(session_sql);

@@ -46,7 +46,8 @@ struct store_options {
 	const char *conninfo;  /* NULL: libpq's PG* variables */
 	const char *table;     /* "name" or "schema.name" */
 	const char *app_name;  /* application_name of the session */
-	const char *leased_by; /* host/pod, pid, worker */
+	const char *leased_by; /* host/pod, pid, worker; the store adds a
+				  random instance (the claim's holder) */
 	const char *ce_source; /* pinned into rows whose source is NULL */
 	int batch_size;	       /* 1..10000, a literal in the lease text */
 	int64_t batch_bytes;   /* payload bytes a lease stops adding rows
@@ -119,6 +120,9 @@ struct sweep_result {
 	size_t to_pending; /* returned as crash suspects */
 	size_t to_failed;  /* attempts spent */
 	bool skipped;	   /* another replica held the sweep lock */
+	/* Claims from another cluster or from before a restore, dropped
+	 * (docs/design.md §4). */
+	size_t foreign_claims;
 };
 
 struct clean_result {

@@ -133,7 +133,7 @@ static char *claimed_count_sql(const struct names *n)
 {
 	return sum_if_present_sql(
 	    n->claims, "SELECT coalesce(sum(cardinality(ids)), 0) AS n",
-	    "pg_xact_status(xid) = ''in progress''");
+	    CLAIM_XACT_STATUS("xid") " = ''in progress''");
 }
 
 int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
@@ -324,9 +324,9 @@ char *admin_flight_sql(const char *T, const char *claims, bool has_claims)
 	    "c.lease_id, c.leased_at, c.expires_at AS lease_expires_at, "
 	    "t.attempts + 1 AS attempts, t.max_attempts, t.seq FROM %s c "
 	    "CROSS JOIN LATERAL unnest(c.ids) AS u(id) JOIN %s t ON t.id = "
-	    "u.id WHERE cardinality(c.ids) > 0 AND pg_xact_status(c.xid) = "
+	    "u.id WHERE cardinality(c.ids) > 0 AND %s = "
 	    "'in progress' AND t.status = 'pending' UNION ALL %s",
-	    claims, T, legacy);
+	    claims, T, CLAIM_XACT_STATUS("c.xid"), legacy);
 	free(legacy);
 	return both;
 }

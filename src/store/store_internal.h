@@ -64,6 +64,25 @@ enum tx_end { TX_COMMIT, TX_ROLLBACK };
 #define STORE_RETRY_STATEMENT (-100)
 
 #define SWEEP_BATCH 500
+
+/*
+ * The status of a claim's lease transaction (x: its xid8 column) as SQL,
+ * NULL for a claim from another cluster or from before a restore
+ * (docs/design.md §4, "Claims from elsewhere"). pg_xact_status() raises
+ * 22023 for an xid this cluster has not reached yet, and a claim carried
+ * in by pg_dump, logical replication or a blue-green upgrade may hold one.
+ * A claim written here is visible only once the transaction that wrote it
+ * committed, and that transaction began after its lease transaction had
+ * its xid: so every claim of this cluster a snapshot sees has an xid below
+ * the snapshot's xmax, and one at or past it cannot be running here. CASE,
+ * so pg_xact_status() never sees such an xid; the scalar subquery is
+ * computed once per statement. NULL reads as pg_xact_status() reads an xid
+ * too old to know: never in progress, never aborted.
+ */
+#define CLAIM_XACT_HORIZON "(SELECT pg_snapshot_xmax(pg_current_snapshot()))"
+#define CLAIM_XACT_STATUS(x)                                                   \
+	"(CASE WHEN " x " < " CLAIM_XACT_HORIZON " THEN pg_xact_status(" x     \
+	") END)"
 #define REDRIVE_BATCH 1000
 
 struct store {

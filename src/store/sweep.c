@@ -88,10 +88,19 @@ int store_sweep(struct store *s, size_t max_rows, struct sweep_result *r,
 	int rc;
 	if (s->claims_missing)
 		return 0;
-	PGresult *res = store_run(s, ST_PRUNE_CLAIMS, 0, NULL, PGRES_COMMAND_OK,
+	PGresult *res = store_run(s, ST_PRUNE_CLAIMS, 0, NULL, PGRES_TUPLES_OK,
 				  0, &rc, err, errlen);
 	if (!res)
 		return store_public_rc(rc);
+	/* Worth a line: it happens after a restore or an upgrade into
+	 * another cluster (docs/runbook.md), and says the copy worked. */
+	if (strcmp(PQgetvalue(res, 0, 0), "0") != 0)
+		log_fields(LOG_WARN,
+			   "dropped claims from another cluster or from "
+			   "before a restore; their pending rows are leased "
+			   "again, no attempt charged",
+			   "claims", PQgetvalue(res, 0, 0), NULL);
+	r->foreign_claims = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
 	PQclear(res);
 	return 0;
 }

@@ -245,7 +245,7 @@ static void test_lock_lease_fencing(void **state)
 	    10);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT cardinality(ids) FROM %s_claims "
-				     "WHERE holder = 'test/1/w0' AND "
+				     "WHERE holder LIKE 'test/1/w0/%%' AND "
 				     "lease_id = '%s' AND pg_xact_status(xid) "
 				     "= 'in progress'",
 				     table, b.lease_id),
@@ -305,7 +305,7 @@ static void test_lock_lease_fencing(void **state)
 	assert_int_equal(
 	    pgtest_long(c,
 			"SELECT count(*) FROM %s WHERE status = 'sent' AND "
-			"attempts = 2 AND leased_by = 'test/2/w0'",
+			"attempts = 2 AND leased_by LIKE 'test/2/w0/%%'",
 			table),
 	    10);
 
@@ -380,8 +380,8 @@ static void test_renew_sweep_suspect(void **state)
 	assert_int_equal(
 	    pgtest_long(c,
 			"SELECT count(*) FROM %s WHERE status = 'pending' "
-			"AND suspect AND attempts = 1 AND last_error = "
-			"'lease lost (leased_by test/1/w0)'",
+			"AND suspect AND attempts = 1 AND last_error LIKE "
+			"'lease lost (leased_by test/1/w0/%%)'",
 			table),
 	    5);
 	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
@@ -505,7 +505,7 @@ static void test_own_dead_claim_settled(void **state)
 	    pgtest_long(c,
 			"SELECT count(*) FROM %s WHERE status = 'pending' AND "
 			"suspect AND attempts = 1 AND lease_id = '%s' AND "
-			"last_error = 'lease lost (leased_by test/1/w0)'",
+			"last_error LIKE 'lease lost (leased_by test/1/w0/%%)'",
 			table, first),
 	    3);
 	assert_int_equal(pgtest_long(c,
@@ -522,6 +522,136 @@ static void test_own_dead_claim_settled(void **state)
 	mark(s, MARK_SENT, &b, NULL);
 	commit(s, &b);
 	store_close(s);
+	PQfinish(c);
+}
+
+/* A claims table carried into another cluster (pg_dump and restore, a
+ * logical or blue-green upgrade) holds xids this cluster has not reached:
+ * pg_xact_status() raises 22023 on them. The lease, the claim upsert, the
+ * sweep, the prune and status must go on, and such a claim is dropped
+ * without charging its rows (docs/design.md §4). */
+static void test_foreign_claims(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_foreign_claims", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 3);
+	/* Four billion xids ahead: another epoch, far past this cluster. */
+	const char *future =
+	    "(pg_snapshot_xmax(pg_current_snapshot())::text::numeric + "
+	    "4000000000)::text::xid8";
+	pgtest_exec(
+	    c,
+	    "INSERT INTO %s_claims (holder, lease_id, xid, ids, source, "
+	    "leased_at, expires_at) SELECT 'elsewhere/1/w0/0', "
+	    "gen_random_uuid(), %s, array_agg(id), '/old', now(), "
+	    "now() + interval '1 hour' FROM %s",
+	    table, future, table);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct store_gauges g;
+	if (store_admin_gauges(s, &g, err, sizeof(err)) != 0)
+		fail_msg("gauges: %s", err);
+	assert_int_equal(g.in_flight, 0);
+
+	/* Its rows are not held back: its transaction is none of ours. */
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 3);
+	struct mark_result r;
+	if (store_mark(s, MARK_SENT, &b.events[0].id, NULL, 1, &r, err,
+		       sizeof(err)) != 0)
+		fail_msg("mark: %s", err);
+	char lease_id[37];
+	memcpy(lease_id, b.lease_id, sizeof(lease_id));
+	commit(s, &b);
+
+	/* This worker's own claim, as if it too came from elsewhere: the
+	 * next claim overwrites it. */
+	pgtest_exec(c, "UPDATE %s_claims SET xid = %s WHERE lease_id = '%s'",
+		    table, future, lease_id);
+	lease(s, &b);
+	assert_int_equal(b.n, 2);
+	mark(s, MARK_SENT, &b, NULL);
+	commit(s, &b);
+
+	/* The sweep charges nothing and drops the foreign claim. */
+	struct sweep_result sw;
+	pgtest_insert(c, table, 1);
+	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending + sw.to_failed, 0);
+	assert_int_equal(sw.foreign_claims, 1);
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s_claims", table), 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'sent' AND attempts = 1 AND NOT suspect",
+				     table),
+			 3);
+	/* The claim of this cluster stays, and is never taken for one from
+	 * elsewhere. */
+	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.foreign_claims, 0);
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.foreign_claims, 0);
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s_claims", table), 1);
+	mark(s, MARK_SENT, &b, NULL);
+	commit(s, &b);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* Two relays with one hostname, one pid and one worker name (two
+ * containers of a pod, each pid 1) hold claims of their own: each leases
+ * while the other's lease is open, and neither settles the other's. */
+static void test_holders_unique(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_holders", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 4);
+	struct store_options o = pgtest_store_options(table);
+	o.batch_size = 2;
+	struct store *a = pgtest_store(&o), *b = pgtest_store(&o);
+	struct lease_batch la, lb;
+	lease(a, &la);
+	assert_int_equal(la.n, 2);
+	lease(b, &lb);
+	assert_int_equal(lb.n, 2);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(DISTINCT holder) FROM %s_claims WHERE "
+			"holder LIKE 'test/1/w0/%%' AND cardinality(ids) = 2",
+			table),
+	    2);
+	/* a's lease aborts: b's next claim leaves a's dead claim alone, and
+	 * its rows wait for the sweeper. */
+	abandon(a, &la);
+	mark(b, MARK_SENT, &lb, NULL);
+	commit(b, &lb);
+	pgtest_insert(c, table, 1);
+	lease(b, &lb);
+	assert_int_equal(lb.n, 1);
+	mark(b, MARK_SENT, &lb, NULL);
+	commit(b, &lb);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE attempts "
+				     "= 0 AND status = 'pending' AND NOT "
+				     "suspect",
+				     table),
+			 2);
+	/* a's claim is still there for the sweeper: its rows owe the
+	 * attempt. */
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(a, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 2);
+	store_close(a);
+	store_close(b);
 	PQfinish(c);
 }
 
@@ -1525,6 +1655,8 @@ int main(void)
 	    cmocka_unit_test(test_renew_sweep_suspect),
 	    cmocka_unit_test(test_sweep_row_leases),
 	    cmocka_unit_test(test_own_dead_claim_settled),
+	    cmocka_unit_test(test_foreign_claims),
+	    cmocka_unit_test(test_holders_unique),
 	    cmocka_unit_test(test_batch_byte_budget),
 	    cmocka_unit_test(test_lease_columns),
 	    cmocka_unit_test(test_dead_peer_window),
