@@ -12,16 +12,17 @@
 #include "store_internal.h"
 
 const char *const store_stmt_names[ST_COUNT] = {
-    "outbox_lease",	   "outbox_lease_bare",	     "outbox_claim",
-    "outbox_claim_renew",  "outbox_keepalive",	     "outbox_sent",
-    "outbox_sent_delete",  "outbox_retry",	     "outbox_transport",
-    "outbox_failed",	   "outbox_xact_status",     "outbox_sweep_claims",
-    "outbox_settle_own",   "outbox_sweep",	     "outbox_prune_claims",
-    "outbox_clean_sent",   "outbox_clean_failed",    "outbox_next_due",
-    "outbox_redrive_f",	   "outbox_redrive_s",	     "outbox_count_f",
-    "outbox_count_s",	   "outbox_control",	     "outbox_classify",
-    "outbox_repair",	   "outbox_redrive_check",   "outbox_unblock",
-    "outbox_unblock_skip", "outbox_unblock_redrive", "outbox_version",
+    "outbox_lease",	      "outbox_lease_bare",	"outbox_claim",
+    "outbox_claim_renew",     "outbox_keepalive",	"outbox_sent",
+    "outbox_sent_delete",     "outbox_retry",		"outbox_transport",
+    "outbox_failed",	      "outbox_xact_status",	"outbox_sweep_claims",
+    "outbox_settle_own",      "outbox_sweep",		"outbox_prune_claims",
+    "outbox_clean_sent",      "outbox_clean_failed",	"outbox_next_due",
+    "outbox_redrive_f",	      "outbox_redrive_s",	"outbox_count_f",
+    "outbox_count_s",	      "outbox_control",		"outbox_classify",
+    "outbox_repair",	      "outbox_redrive_check",	"outbox_unblock",
+    "outbox_unblock_skip",    "outbox_unblock_redrive", "outbox_version",
+    "outbox_redrive_recheck",
 };
 
 /* What a mark returns for the ordered mode's tail. */
@@ -515,10 +516,53 @@ static char *redrive_where(const char *status)
 	    status);
 }
 
+/*
+ * Ordered mode ($5: --force): the redriven rows take their place in their
+ * key's seq order again. The key's later rows that could be head (head
+ * true, or not classified yet) are locked NOWAIT and the head among them
+ * demoted, so the redriven row, classified next, is the key's only head
+ * and goes first. A later row held by a lease (being published now)
+ * fails the lock with 55P03 and the batch changes nothing: redriving
+ * behind it would deliver it first, and demoting it is not possible
+ * while it is held. Without $5, rows whose key has a later row sent or in
+ * flight are left as they are (the caller checked before, and checks the
+ * returned ids again inside the batch's transaction).
+ */
+static char *sql_redrive_ordered(const struct store *s, const char *status,
+				 const char *where)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "WITH r AS MATERIALIZED (SELECT id, partition_key, seq FROM %s "
+	    "WHERE %s ORDER BY finished_at LIMIT %d FOR NO KEY UPDATE SKIP "
+	    "LOCKED), "
+	    "go AS MATERIALIZED (SELECT id, partition_key, seq FROM r WHERE "
+	    "$5::boolean OR r.partition_key IS NULL OR NOT EXISTS (SELECT 1 "
+	    "FROM %s x WHERE x.partition_key = r.partition_key AND x.seq > "
+	    "r.seq AND x.status IN ('sent', 'in_flight'))), "
+	    "later AS MATERIALIZED (SELECT x.id FROM %s x JOIN (SELECT "
+	    "partition_key, min(seq) AS seq FROM go WHERE partition_key IS "
+	    "NOT NULL GROUP BY partition_key) k ON x.partition_key = "
+	    "k.partition_key AND x.seq > k.seq WHERE x.status = 'pending' "
+	    "AND x.head IS NOT false FOR NO KEY UPDATE OF x NOWAIT), "
+	    "demoted AS (UPDATE %s AS d SET head = false WHERE d.id = "
+	    "ANY(ARRAY(SELECT id FROM later)) AND d.head RETURNING 1) "
+	    "UPDATE %s AS t SET status = 'pending', attempts = 0, "
+	    "next_attempt_at = now(), finished_at = NULL, suspect = false, "
+	    "head = NULL WHERE t.id = ANY(ARRAY(SELECT id FROM go)) AND "
+	    "t.status = '%s' RETURNING t.id::text",
+	    T, where, REDRIVE_BATCH, T, T, T, T, status);
+}
+
 static char *sql_redrive(const struct store *s, const char *status)
 {
 	const char *T = s->table.quoted;
 	char *where = redrive_where(status);
+	if (where && s->opt.ordered) {
+		char *sql = sql_redrive_ordered(s, status, where);
+		free(where);
+		return sql;
+	}
 	char *sql =
 	    where ? store_asprintf("WITH r AS MATERIALIZED (SELECT id FROM %s "
 				   "WHERE %s ORDER BY finished_at LIMIT %d FOR "
@@ -624,6 +668,19 @@ static char *sql_redrive_check(const struct store *s)
 	    T, T);
 }
 
+/* The same inside a redrive batch's transaction, for the rows it just
+ * redrove ($1): a later row sent since the check above. */
+static char *sql_redrive_recheck(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "SELECT count(*)::text FROM %s r WHERE r.id = ANY($1::uuid[]) "
+	    "AND r.partition_key IS NOT NULL AND EXISTS (SELECT 1 FROM %s x "
+	    "WHERE x.partition_key = r.partition_key AND x.seq > r.seq AND "
+	    "x.status IN ('sent', 'in_flight'))",
+	    T, T);
+}
+
 static char *sql_unblock(const struct store *s)
 {
 	return store_asprintf("DELETE FROM %s WHERE partition_key = $1 "
@@ -685,6 +742,7 @@ static char *(*const builders[ST_COUNT])(const struct store *s) = {
     [ST_CLASSIFY] = sql_classify,
     [ST_REPAIR] = sql_repair,
     [ST_REDRIVE_CHECK] = sql_redrive_check,
+    [ST_REDRIVE_RECHECK] = sql_redrive_recheck,
     [ST_UNBLOCK] = sql_unblock,
     [ST_UNBLOCK_SKIP] = sql_unblock_skip,
     [ST_UNBLOCK_REDRIVE] = sql_unblock_redrive,
