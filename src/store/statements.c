@@ -22,7 +22,7 @@ const char *const store_stmt_names[ST_COUNT] = {
     "outbox_count_s",	      "outbox_control",		"outbox_classify",
     "outbox_repair",	      "outbox_redrive_check",	"outbox_unblock",
     "outbox_unblock_skip",    "outbox_unblock_redrive", "outbox_version",
-    "outbox_redrive_recheck",
+    "outbox_redrive_recheck", "outbox_fail_refused",
 };
 
 /* What a mark returns for the ordered mode's tail. */
@@ -78,17 +78,31 @@ static char *order_tail(const struct store *s, bool may_fail)
 	if (!s->opt.ordered)
 		return strdup("");
 	const char *T = s->table.quoted;
+	/* Under block a key blocked while its head was out (a row the
+	 * destination CHECK refuses, failed further down the key by
+	 * sql_fail_refused) stops at that head: the marker is not handed
+	 * past the failed row. */
 	const char *promote_when = !may_fail ? "d.status = 'sent'"
 				   : s->opt.block_on_failure
 				       ? "d.status = 'sent'"
 				       : "d.status IN ('sent', 'failed')";
-	char *promote = store_asprintf(
-	    ", promoted AS (UPDATE %s AS p SET head = true WHERE p.id = "
-	    "ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE o.partition_key "
-	    "= d.partition_key AND o.seq > d.seq AND o.status = 'pending' "
-	    "ORDER BY o.seq LIMIT 1) FROM done d WHERE d.partition_key IS "
-	    "NOT NULL AND %s)) RETURNING 1) ",
-	    T, T, promote_when);
+	char *guard =
+	    s->opt.block_on_failure
+		? store_asprintf(" AND NOT EXISTS (SELECT 1 FROM %s b WHERE "
+				 "b.partition_key = d.partition_key)",
+				 s->blocked)
+		: strdup("");
+	char *promote =
+	    guard ? store_asprintf(
+			", promoted AS (UPDATE %s AS p SET head = true WHERE "
+			"p.id = ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE "
+			"o.partition_key = d.partition_key AND o.seq > d.seq "
+			"AND o.status = 'pending' ORDER BY o.seq LIMIT 1) "
+			"FROM done d WHERE d.partition_key IS NOT NULL AND "
+			"%s%s)) RETURNING 1) ",
+			T, T, promote_when, guard)
+		  : NULL;
+	free(guard);
 	if (!promote || !may_fail || !s->opt.block_on_failure)
 		return promote;
 	char *both = store_asprintf(
@@ -617,6 +631,86 @@ static char *sql_control(const struct store *s)
 			      control);
 }
 
+/* Rows the destination CHECK of migration 004 refuses: pending ones (and
+ * rows of the row lease a sweep would return to pending) whose exchange or
+ * routing key holds a control character. Only old rows can: the CHECK
+ * refuses every new one. */
+#define REFUSED_ROW                                                            \
+	"(coalesce(%s.exchange, '') ~ '[\\x01-\\x1f\\x7f]' OR "                \
+	"%s.routing_key ~ '[\\x01-\\x1f\\x7f]')"
+
+/*
+ * Fails, with the reason, up to 1000 rows the table's destination CHECK
+ * would refuse, while that CHECK is NOT VALID (migration 004 leaves it so
+ * when old pending rows break it; Postgres then still checks it on every
+ * update that leaves a row pending, and one such row would fail each
+ * classification, settle and sweep that touched it, with every other row
+ * of the statement). The one-time filter on pg_constraint skips the scan
+ * once the CHECK is valid: no pending row can break it then. Ordered
+ * mode: a failed head hands its key's marker on past such rows (skip) or
+ * blocks its key (block); a failed row that was not head blocks its key
+ * under block (the head out now is delivered, the marker stops there, see
+ * order_tail), and under skip changes nothing for its key. Also says
+ * whether the CHECK exists (once it does, no new row can break it). Run
+ * once per session and on the error path (store_fail_refused).
+ */
+static char *sql_fail_refused(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	char *bad = store_asprintf(REFUSED_ROW, "t", "t");
+	char *ok_next = store_asprintf("NOT " REFUSED_ROW, "o", "o");
+	char *tail = NULL;
+	if (!s->opt.ordered)
+		tail = strdup("");
+	else if (s->opt.block_on_failure)
+		tail = store_asprintf(
+		    ", blocked AS (INSERT INTO %s (partition_key, "
+		    "blocking_id, reason) SELECT d.partition_key, d.id, "
+		    "d.last_error FROM done d WHERE d.partition_key IS NOT "
+		    "NULL ORDER BY d.seq ON CONFLICT (partition_key) DO "
+		    "NOTHING RETURNING 1) ",
+		    s->blocked);
+	else if (ok_next)
+		tail = store_asprintf(
+		    ", promoted AS (UPDATE %s AS p SET head = true WHERE p.id "
+		    "= ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE "
+		    "o.partition_key = d.partition_key AND o.seq > d.seq AND "
+		    "o.status = 'pending' AND %s ORDER BY o.seq LIMIT 1) FROM "
+		    "done d WHERE d.partition_key IS NOT NULL AND d.head)) "
+		    "RETURNING 1) ",
+		    T, T, ok_next);
+	char *sql =
+	    bad && tail
+		? store_asprintf(
+		      "WITH bad AS MATERIALIZED (SELECT t.id FROM %s t WHERE "
+		      "(t.status = 'pending' OR (t.status = 'in_flight' AND "
+		      "t.lease_expires_at < now())) AND %s AND EXISTS (SELECT "
+		      "1 FROM pg_constraint WHERE conrelid = '%s'::regclass "
+		      "AND conname = '%s_destination_text' AND NOT "
+		      "convalidated) ORDER BY t.seq LIMIT 1000 FOR NO KEY "
+		      "UPDATE SKIP LOCKED), "
+		      "done AS (UPDATE %s AS t SET status = 'failed', "
+		      "finished_at = statement_timestamp(), suspect = false, "
+		      "last_error = 'refused by the table''s CHECK "
+		      "%s_destination_text: ' || CASE WHEN "
+		      "coalesce(t.exchange, '') ~ '[\\x01-\\x1f\\x7f]' THEN "
+		      "'exchange' ELSE 'routing_key' END || ' contains a "
+		      "control character (a row written before migration "
+		      "004)' WHERE t.id = ANY(ARRAY(SELECT id FROM bad)) AND "
+		      "t.status IN ('pending', 'in_flight') RETURNING t.id, "
+		      "t.partition_key, t.seq, t.last_error, t.head) "
+		      "%sSELECT count(*)::text, (SELECT EXISTS (SELECT 1 "
+		      "FROM pg_constraint WHERE conrelid = '%s'::regclass AND "
+		      "conname = '%s_destination_text'))::text FROM done",
+		      T, bad, T, s->table.name, T, s->table.name, tail, T,
+		      s->table.name)
+		: NULL;
+	free(bad);
+	free(ok_next);
+	free(tail);
+	return sql;
+}
+
 /* Ordered mode: fresh keyed rows become head when no older row of their
  * key is unfinished and the key is not blocked. */
 static char *sql_classify(const struct store *s)
@@ -743,6 +837,7 @@ static char *(*const builders[ST_COUNT])(const struct store *s) = {
     [ST_REPAIR] = sql_repair,
     [ST_REDRIVE_CHECK] = sql_redrive_check,
     [ST_REDRIVE_RECHECK] = sql_redrive_recheck,
+    [ST_FAIL_REFUSED] = sql_fail_refused,
     [ST_UNBLOCK] = sql_unblock,
     [ST_UNBLOCK_SKIP] = sql_unblock_skip,
     [ST_UNBLOCK_REDRIVE] = sql_unblock_redrive,

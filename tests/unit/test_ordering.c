@@ -440,6 +440,89 @@ static void test_replay_goes_before_later_rows(void **state)
 	PQfinish(c);
 }
 
+/* Rows failed for breaking the destination CHECK, naming the column. */
+static long refused(PGconn *c, const char *table, const char *column)
+{
+	return pgtest_long(c,
+			   "SELECT count(*) FROM %s WHERE status = 'failed' "
+			   "AND last_error LIKE '%%destination_text: %s "
+			   "contains a control character%%'",
+			   table, column);
+}
+
+/* Rows written before migration 004, some with control characters in
+ * routing_key or exchange, classified by a relay of that time (a1 and b1
+ * head), and d1 written after it and not classified yet: the first
+ * classification of a session fails those rows alone, with the reason,
+ * before any head moves. Other rows flow in key order: A goes on past
+ * a2 (skip), B's head b1 is failed with nothing after it, u2 unkeyed. */
+static void test_refused_rows_fail_alone(void **state)
+{
+	(void)state;
+	char table[128], sql[1024];
+	pgtest_fresh_table("ord_refused", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s (type, subject, partition_key, exchange, "
+		 "routing_key, payload) VALUES ('t', 'a1', 'A', NULL, 'k', "
+		 "'x'), ('t', 'a2', 'A', NULL, 'k' || chr(10), 'x'), ('t', "
+		 "'a3', 'A', NULL, 'k', 'x'), ('t', 'b1', 'B', NULL, chr(27) "
+		 "|| 'k', 'x'), ('t', 'u1', NULL, NULL, 'k', 'x'), ('t', "
+		 "'u2', NULL, NULL, 'k' || chr(127), 'x'); UPDATE %s SET head "
+		 "= subject IN ('a1', 'b1') WHERE partition_key IS NOT NULL; "
+		 "INSERT INTO %s (type, subject, partition_key, exchange, "
+		 "payload) VALUES ('t', 'd1', 'D', 'ex' || chr(9), 'x')",
+		 table, table, table);
+	pgtest_before_004(c, table, sql);
+	insert(c, table, "a4", "A");
+	struct store *s = ordered_store(table, false);
+	expect_batch(s, "a1,u1");
+	assert_int_equal(refused(c, table, "routing_key"), 3);
+	assert_int_equal(refused(c, table, "exchange"), 1);
+	expect_batch(s, "a3");
+	expect_batch(s, "a4");
+	expect_batch(s, "");
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'pending'",
+			table),
+	    0);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* The same under block: a2, not head yet, is failed and blocks A; a1,
+ * A's head, is delivered and A stops there until unblock. */
+static void test_refused_row_blocks_its_key(void **state)
+{
+	(void)state;
+	char table[128], sql[1024];
+	pgtest_fresh_table("ord_refused_block", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s (type, subject, partition_key, routing_key, "
+		 "payload) VALUES ('t', 'a1', 'A', 'k', 'x'), ('t', 'a2', "
+		 "'A', 'k' || chr(10), 'x'), ('t', 'a3', 'A', 'k', 'x'); "
+		 "UPDATE %s SET head = subject = 'a1'",
+		 table, table);
+	pgtest_before_004(c, table, sql);
+	insert(c, table, "u1", NULL);
+	struct store *s = ordered_store(table, true);
+	expect_batch(s, "a1,u1");
+	assert_int_equal(refused(c, table, "routing_key"), 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s_blocked_keys b "
+				     "JOIN %s t ON t.id = b.blocking_id WHERE "
+				     "b.partition_key = 'A' AND t.subject = "
+				     "'a2'",
+				     table, table),
+			 1);
+	expect_batch(s, "");
+	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)), 0);
+	expect_batch(s, "a3");
+	store_close(s);
+	PQfinish(c);
+}
+
 /* A hot key's blocked rows are not in the ordered lease's path: with
  * 20k rows behind one head, other keys' heads are leased beside it and
  * the key's rows follow one per lease. (Its cost is the benchmark's.) */
@@ -487,6 +570,8 @@ int main(void)
 	    cmocka_unit_test(test_redrive_sees_later_row_held),
 	    cmocka_unit_test(test_redrive_goes_before_later_pending),
 	    cmocka_unit_test(test_replay_goes_before_later_rows),
+	    cmocka_unit_test(test_refused_rows_fail_alone),
+	    cmocka_unit_test(test_refused_row_blocks_its_key),
 	    cmocka_unit_test(test_hot_key_does_not_starve_others),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
