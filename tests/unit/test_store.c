@@ -410,6 +410,40 @@ static void test_refused_row_in_dead_claim(void **state)
 	PQfinish(c);
 }
 
+/* The same for rows a relay of the row lease (before migration 003) left
+ * in_flight: the sweep that returns them fails the refused one alone. */
+static void test_refused_row_left_in_flight(void **state)
+{
+	(void)state;
+	char table[128], sql[512];
+	pgtest_fresh_table("refused_in_flight", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s (type, subject, exchange, payload, status, "
+		 "lease_id, leased_at, lease_expires_at) SELECT 't', s, e, "
+		 "'x', 'in_flight', gen_random_uuid(), now(), now() - "
+		 "interval '1 minute' FROM (VALUES ('bad', 'ex' || chr(10)), "
+		 "('good', 'ex')) v(s, e)",
+		 table);
+	pgtest_before_004(c, table, sql);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct sweep_result sw;
+	if (store_sweep(s, 10000, &sw, err, sizeof(err)) != 0)
+		fail_msg("sweep: %s", err);
+	assert_int_equal(sw.to_pending, 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE subject = "
+				     "'bad' AND status = 'failed' AND "
+				     "last_error LIKE '%%destination_text: "
+				     "exchange contains a control "
+				     "character%%'",
+				     table),
+			 1);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* 3. Renewal, the sweeper charging crashed leases, suspects one per
  * batch, attempts spent. */
 static void test_renew_sweep_suspect(void **state)
@@ -1594,6 +1628,7 @@ int main(void)
 	    cmocka_unit_test(test_concurrent_lease_each_row_once),
 	    cmocka_unit_test(test_lock_lease_fencing),
 	    cmocka_unit_test(test_refused_row_in_dead_claim),
+	    cmocka_unit_test(test_refused_row_left_in_flight),
 	    cmocka_unit_test(test_renew_sweep_suspect),
 	    cmocka_unit_test(test_sweep_row_leases),
 	    cmocka_unit_test(test_own_dead_claim_settled),
