@@ -103,11 +103,9 @@ static int redrive_ordered_batch(struct store *s,
 	    store_exec_cmd(s, "redrive", "BEGIN", 0, NULL, NULL, err, errlen);
 	if (rc != 0)
 		return rc;
-	const char *params[5] = {values[0], values[1], values[2], values[3],
-				 f->force ? "true" : "false"};
 	PGresult *res =
-	    store_run(s, f->sent ? ST_REDRIVE_SENT : ST_REDRIVE_FAILED, 5,
-		      params, PGRES_TUPLES_OK, 0, &rc, err, errlen);
+	    store_run(s, f->sent ? ST_REDRIVE_SENT : ST_REDRIVE_FAILED, 4,
+		      values, PGRES_TUPLES_OK, 0, &rc, err, errlen);
 	if (!res && lock_not_available(err)) {
 		snprintf(err, errlen,
 			 "a later row of a matching row's partition key is "

@@ -531,16 +531,17 @@ static char *redrive_where(const char *status)
 }
 
 /*
- * Ordered mode ($5: --force): the redriven rows take their place in their
+ * Ordered mode: the redriven rows take their place in their
  * key's seq order again. The key's later rows that could be head (head
  * true, or not classified yet) are locked NOWAIT and the head among them
  * demoted, so the redriven row, classified next, is the key's only head
  * and goes first. A later row held by a lease (being published now)
  * fails the lock with 55P03 and the batch changes nothing: redriving
  * behind it would deliver it first, and demoting it is not possible
- * while it is held. Without $5, rows whose key has a later row sent or in
- * flight are left as they are (the caller checked before, and checks the
- * returned ids again inside the batch's transaction).
+ * while it is held. Rows whose key has a later row sent or in flight are
+ * the caller's to refuse: it checks before the first batch, and again
+ * for the returned ids inside each batch's transaction (the statement
+ * itself would scan every sent row of the table for that).
  */
 static char *sql_redrive_ordered(const struct store *s, const char *status,
 				 const char *where)
@@ -550,12 +551,8 @@ static char *sql_redrive_ordered(const struct store *s, const char *status,
 	    "WITH r AS MATERIALIZED (SELECT id, partition_key, seq FROM %s "
 	    "WHERE %s ORDER BY finished_at LIMIT %d FOR NO KEY UPDATE SKIP "
 	    "LOCKED), "
-	    "go AS MATERIALIZED (SELECT id, partition_key, seq FROM r WHERE "
-	    "$5::boolean OR r.partition_key IS NULL OR NOT EXISTS (SELECT 1 "
-	    "FROM %s x WHERE x.partition_key = r.partition_key AND x.seq > "
-	    "r.seq AND x.status IN ('sent', 'in_flight'))), "
 	    "later AS MATERIALIZED (SELECT x.id FROM %s x JOIN (SELECT "
-	    "partition_key, min(seq) AS seq FROM go WHERE partition_key IS "
+	    "partition_key, min(seq) AS seq FROM r WHERE partition_key IS "
 	    "NOT NULL GROUP BY partition_key) k ON x.partition_key = "
 	    "k.partition_key AND x.seq > k.seq WHERE x.status = 'pending' "
 	    "AND x.head IS NOT false FOR NO KEY UPDATE OF x NOWAIT), "
@@ -563,9 +560,9 @@ static char *sql_redrive_ordered(const struct store *s, const char *status,
 	    "ANY(ARRAY(SELECT id FROM later)) AND d.head RETURNING 1) "
 	    "UPDATE %s AS t SET status = 'pending', attempts = 0, "
 	    "next_attempt_at = now(), finished_at = NULL, suspect = false, "
-	    "head = NULL WHERE t.id = ANY(ARRAY(SELECT id FROM go)) AND "
+	    "head = NULL WHERE t.id = ANY(ARRAY(SELECT id FROM r)) AND "
 	    "t.status = '%s' RETURNING t.id::text",
-	    T, where, REDRIVE_BATCH, T, T, T, T, status);
+	    T, where, REDRIVE_BATCH, T, T, T, status);
 }
 
 static char *sql_redrive(const struct store *s, const char *status)

@@ -440,6 +440,69 @@ static void test_replay_goes_before_later_rows(void **state)
 	PQfinish(c);
 }
 
+/* The progress watcher of the next test: between the first and the
+ * second batch, a relay delivers k2 (its lease commits). */
+struct send_between {
+	PGconn *c;
+	const char *table;
+	int calls;
+};
+
+static bool send_k2(void *ctx, const struct store_progress_info *p)
+{
+	struct send_between *sb = ctx;
+	(void)p;
+	if (sb->calls++ == 0)
+		pgtest_exec(sb->c,
+			    "UPDATE %s SET status = 'sent', finished_at = "
+			    "now(), head = false WHERE subject = 'k2'",
+			    sb->table);
+	return true;
+}
+
+/* A later row sent after the check that precedes the first batch (a
+ * lease that committed while redrive ran) is seen by the batch that
+ * would redrive its key's earlier row: that batch is refused and changes
+ * nothing; the batches before it stay done. */
+static void test_redrive_rechecks_each_batch(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_redrive_recheck", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, subject, payload, status, "
+		    "finished_at) SELECT 't', 'u' || g, 'x', 'failed', now() - "
+		    "interval '1 hour' FROM generate_series(1, 1000) g",
+		    table);
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, subject, partition_key, payload, "
+		    "status, finished_at) VALUES ('t', 'k1', 'K', 'x', "
+		    "'failed', now())",
+		    table);
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, subject, partition_key, payload, "
+		    "head) VALUES ('t', 'k2', 'K', 'x', true)",
+		    table);
+	struct store *s = ordered_store(table, false);
+	struct send_between sb = {.c = c, .table = table};
+	struct store_progress watch = {.fn = send_k2, .ctx = &sb};
+	size_t count;
+	struct redrive_filter f = {.type = "t", .progress = &watch};
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_non_null(strstr(err, "sent while redrive ran"));
+	assert_int_equal(count, 1000);
+	assert_int_equal(sb.calls, 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE subject = "
+				     "'k1' AND status = 'failed'",
+				     table),
+			 1);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* Rows failed for breaking the destination CHECK, naming the column. */
 static long refused(PGconn *c, const char *table, const char *column)
 {
@@ -570,6 +633,7 @@ int main(void)
 	    cmocka_unit_test(test_redrive_sees_later_row_held),
 	    cmocka_unit_test(test_redrive_goes_before_later_pending),
 	    cmocka_unit_test(test_replay_goes_before_later_rows),
+	    cmocka_unit_test(test_redrive_rechecks_each_batch),
 	    cmocka_unit_test(test_refused_rows_fail_alone),
 	    cmocka_unit_test(test_refused_row_blocks_its_key),
 	    cmocka_unit_test(test_hot_key_does_not_starve_others),
