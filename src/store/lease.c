@@ -528,18 +528,16 @@ int store_classify(struct store *s, size_t *n, char *err, size_t errlen)
 	/* Once per session, before any head moves: old rows the destination
 	 * CHECK refuses are failed first. Such a row not yet head would
 	 * otherwise be found by the mark that hands it the marker, and that
-	 * mark, the whole batch with it, would fail. Once the CHECK is in
-	 * place no new row can break it, so once is enough; until then (a
-	 * table at schema 003) it costs a catalog lookup per lease, and
-	 * scans nothing once the CHECK is valid. */
+	 * mark, the whole batch with it, would fail. The relay refuses a
+	 * table older than schema 004 (store.c), so the CHECK is in place,
+	 * and no new row can break it: once is enough. It scans nothing
+	 * once the CHECK is valid. */
 	if (s->refused_gen != s->conn_gen) {
 		size_t failed;
-		bool checked;
-		int rc = store_fail_refused(s, &failed, &checked, err, errlen);
+		int rc = store_fail_refused(s, &failed, err, errlen);
 		if (rc != 0)
 			return rc;
-		if (checked)
-			s->refused_gen = s->conn_gen;
+		s->refused_gen = s->conn_gen;
 	}
 	return run_counting(s, ST_CLASSIFY, n, err, errlen);
 }

@@ -16,11 +16,9 @@
 /* The statement's LIMIT. */
 #define REFUSED_BATCH 1000
 
-int store_fail_refused(struct store *s, size_t *n, bool *checked, char *err,
-		       size_t errlen)
+int store_fail_refused(struct store *s, size_t *n, char *err, size_t errlen)
 {
 	*n = 0;
-	*checked = false;
 	for (;;) {
 		int rc;
 		PGresult *res = store_run(s, ST_FAIL_REFUSED, 0, NULL,
@@ -28,7 +26,6 @@ int store_fail_refused(struct store *s, size_t *n, bool *checked, char *err,
 		if (!res)
 			return store_public_rc(rc);
 		size_t got = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-		*checked = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
 		PQclear(res);
 		*n += got;
 		if (got < REFUSED_BATCH)
@@ -52,8 +49,7 @@ bool store_fail_refused_after(struct store *s, const char *err)
 		return false;
 	char why[512];
 	size_t n;
-	bool checked;
-	if (store_fail_refused(s, &n, &checked, why, sizeof(why)) != 0) {
+	if (store_fail_refused(s, &n, why, sizeof(why)) != 0) {
 		log_fields(LOG_WARN, "could not fail the rows a CHECK refuses",
 			   "error", why, NULL);
 		return false;

@@ -647,9 +647,8 @@ static char *sql_control(const struct store *s)
  * mode: a failed head hands its key's marker on past such rows (skip) or
  * blocks its key (block); a failed row that was not head blocks its key
  * under block (the head out now is delivered, the marker stops there, see
- * order_tail), and under skip changes nothing for its key. Also says
- * whether the CHECK exists (once it does, no new row can break it). Run
- * once per session and on the error path (store_fail_refused).
+ * order_tail), and under skip changes nothing for its key. Run once per
+ * session and on the error path (store_fail_refused).
  */
 static char *sql_fail_refused(const struct store *s)
 {
@@ -696,11 +695,8 @@ static char *sql_fail_refused(const struct store *s)
 		      "004)' WHERE t.id = ANY(ARRAY(SELECT id FROM bad)) AND "
 		      "t.status IN ('pending', 'in_flight') RETURNING t.id, "
 		      "t.partition_key, t.seq, t.last_error, t.head) "
-		      "%sSELECT count(*)::text, (SELECT EXISTS (SELECT 1 "
-		      "FROM pg_constraint WHERE conrelid = '%s'::regclass AND "
-		      "conname = '%s_destination_text'))::text FROM done",
-		      T, bad, T, s->table.name, T, s->table.name, tail, T,
-		      s->table.name)
+		      "%sSELECT count(*)::text FROM done",
+		      T, bad, T, s->table.name, T, s->table.name, tail)
 		: NULL;
 	free(bad);
 	free(ok_next);

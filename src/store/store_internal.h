@@ -95,8 +95,7 @@ struct store {
 	char *sql[ST_COUNT];
 	bool prepared[ST_COUNT];
 	/* conn_gen of the session that failed the rows the destination
-	 * CHECK refuses, with the CHECK in place, before its first
-	 * classification (lease.c). */
+	 * CHECK refuses before its first classification (lease.c). */
 	uint64_t refused_gen;
 };
 
@@ -214,13 +213,11 @@ static inline bool store_err_undefined_table(const char *err)
 /*
  * refused.c: fails, with the reason, the rows the table's destination
  * CHECK refuses while it is NOT VALID (old rows, migration 004); *n counts
- * them, *checked says the CHECK exists (no new row can break it).
- * store_fail_refused_after(): after a statement failed with err, true
- * when a CHECK refused it (23514) and failing such rows changed
+ * them. store_fail_refused_after(): after a statement failed with err,
+ * true when a CHECK refused it (23514) and failing such rows changed
  * something, so the statement may run once more.
  */
-int store_fail_refused(struct store *s, size_t *n, bool *checked, char *err,
-		       size_t errlen);
+int store_fail_refused(struct store *s, size_t *n, char *err, size_t errlen);
 bool store_fail_refused_after(struct store *s, const char *err);
 
 /* COMMIT or ROLLBACK the open transaction. */
