@@ -45,9 +45,94 @@ static int count_matching(struct store *s, bool sent, const char *const *values,
 	return 0;
 }
 
+/* True when err (from store_run) says a NOWAIT lock found its row held. */
+static bool lock_not_available(const char *err)
+{
+	return strncmp(err, "55P03", 5) == 0;
+}
+
+/* Ordered mode, inside the batch's transaction: has a later row of the
+ * key of a row the batch just redrove (res's ids) been sent since the
+ * check before the first batch? STORE_REFUSED then. */
+static int recheck_order(struct store *s, PGresult *res, char *err,
+			 size_t errlen)
+{
+	int rc = 0, n = PQntuples(res);
+	if (n == 0)
+		return 0;
+	const char **ids = malloc((size_t)n * sizeof(*ids));
+	char *arr = NULL;
+	if (ids) {
+		for (int i = 0; i < n; i++)
+			ids[i] = PQgetvalue(res, i, 0);
+		arr = store_pg_array(ids, (size_t)n, PG_ARRAY_PLAIN, 0);
+	}
+	free(ids);
+	if (!arr) {
+		snprintf(err, errlen, "redrive: out of memory");
+		return STORE_ERROR;
+	}
+	const char *values[1] = {arr};
+	PGresult *chk = store_run(s, ST_REDRIVE_RECHECK, 1, values,
+				  PGRES_TUPLES_OK, 0, &rc, err, errlen);
+	free(arr);
+	if (!chk)
+		return store_public_rc(rc);
+	long later = strtol(PQgetvalue(chk, 0, 0), NULL, 10);
+	PQclear(chk);
+	if (later == 0)
+		return 0;
+	snprintf(err, errlen,
+		 "%ld matching row%s of a partition key whose later row was "
+		 "sent while redrive ran: redriving would break its order "
+		 "(--force to redrive anyway)",
+		 later, later == 1 ? " is" : "s are");
+	return STORE_REFUSED;
+}
+
+/* One batch of the ordered redrive, in its own transaction: the batch
+ * statement demotes the keys' later heads (sql_redrive_ordered), the
+ * recheck sees rows sent since the first check, and any refusal rolls
+ * the whole batch back. *n counts the rows it moved. */
+static int redrive_ordered_batch(struct store *s,
+				 const struct redrive_filter *f,
+				 const char *const *values, size_t *n,
+				 char *err, size_t errlen)
+{
+	int rc =
+	    store_exec_cmd(s, "redrive", "BEGIN", 0, NULL, NULL, err, errlen);
+	if (rc != 0)
+		return rc;
+	PGresult *res =
+	    store_run(s, f->sent ? ST_REDRIVE_SENT : ST_REDRIVE_FAILED, 4,
+		      values, PGRES_TUPLES_OK, 0, &rc, err, errlen);
+	if (!res && lock_not_available(err)) {
+		snprintf(err, errlen,
+			 "a later row of a matching row's partition key is "
+			 "held by a lease (being published now): redriving "
+			 "now would deliver the earlier row after it; "
+			 "nothing of this batch changed, run it again");
+		rc = STORE_REFUSED;
+	}
+	if (!res)
+		goto fail;
+	*n = (size_t)PQntuples(res);
+	rc = f->force ? 0 : recheck_order(s, res, err, errlen);
+	PQclear(res);
+	if (rc != 0)
+		goto fail;
+	return store_finish_tx(s, TX_COMMIT, err, errlen);
+fail : {
+	char ignored[64];
+	store_finish_tx(s, TX_ROLLBACK, ignored, sizeof(ignored));
+	return store_public_rc(rc);
+}
+}
+
 /* Redrives batch after batch until one comes back short, or the watcher
- * asks to stop: each batch is its own autocommit statement, so what is
- * done stays done. total (0: unknown) is for the watcher. */
+ * asks to stop: each batch is its own autocommit statement (ordered
+ * mode: its own transaction), so what is done stays done. total (0:
+ * unknown) is for the watcher. */
 static int redrive_batches(struct store *s, const struct redrive_filter *f,
 			   const char *const *values, size_t total,
 			   size_t *count, char *err, size_t errlen)
@@ -55,13 +140,21 @@ static int redrive_batches(struct store *s, const struct redrive_filter *f,
 	bool sent = f->sent;
 	for (;;) {
 		int rc;
-		PGresult *res =
-		    store_run(s, sent ? ST_REDRIVE_SENT : ST_REDRIVE_FAILED, 4,
-			      values, PGRES_COMMAND_OK, 0, &rc, err, errlen);
-		if (!res)
-			return store_public_rc(rc);
-		size_t n = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
-		PQclear(res);
+		size_t n = 0;
+		if (s->opt.ordered) {
+			rc = redrive_ordered_batch(s, f, values, &n, err,
+						   errlen);
+			if (rc != 0)
+				return rc;
+		} else {
+			PGresult *res = store_run(
+			    s, sent ? ST_REDRIVE_SENT : ST_REDRIVE_FAILED, 4,
+			    values, PGRES_COMMAND_OK, 0, &rc, err, errlen);
+			if (!res)
+				return store_public_rc(rc);
+			n = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
+			PQclear(res);
+		}
 		*count += n;
 		if (n < REDRIVE_BATCH)
 			return 0;

@@ -12,16 +12,17 @@
 #include "store_internal.h"
 
 const char *const store_stmt_names[ST_COUNT] = {
-    "outbox_lease",	   "outbox_lease_bare",	     "outbox_claim",
-    "outbox_claim_renew",  "outbox_keepalive",	     "outbox_sent",
-    "outbox_sent_delete",  "outbox_retry",	     "outbox_transport",
-    "outbox_failed",	   "outbox_xact_status",     "outbox_sweep_claims",
-    "outbox_settle_own",   "outbox_sweep",	     "outbox_prune_claims",
-    "outbox_clean_sent",   "outbox_clean_failed",    "outbox_next_due",
-    "outbox_redrive_f",	   "outbox_redrive_s",	     "outbox_count_f",
-    "outbox_count_s",	   "outbox_control",	     "outbox_classify",
-    "outbox_repair",	   "outbox_redrive_check",   "outbox_unblock",
-    "outbox_unblock_skip", "outbox_unblock_redrive", "outbox_version",
+    "outbox_lease",	      "outbox_lease_bare",	"outbox_claim",
+    "outbox_claim_renew",     "outbox_keepalive",	"outbox_sent",
+    "outbox_sent_delete",     "outbox_retry",		"outbox_transport",
+    "outbox_failed",	      "outbox_xact_status",	"outbox_sweep_claims",
+    "outbox_settle_own",      "outbox_sweep",		"outbox_prune_claims",
+    "outbox_clean_sent",      "outbox_clean_failed",	"outbox_next_due",
+    "outbox_redrive_f",	      "outbox_redrive_s",	"outbox_count_f",
+    "outbox_count_s",	      "outbox_control",		"outbox_classify",
+    "outbox_repair",	      "outbox_redrive_check",	"outbox_unblock",
+    "outbox_unblock_skip",    "outbox_unblock_redrive", "outbox_version",
+    "outbox_redrive_recheck", "outbox_fail_refused",
 };
 
 /* What a mark returns for the ordered mode's tail. */
@@ -77,17 +78,31 @@ static char *order_tail(const struct store *s, bool may_fail)
 	if (!s->opt.ordered)
 		return strdup("");
 	const char *T = s->table.quoted;
+	/* Under block a key blocked while its head was out (a row the
+	 * destination CHECK refuses, failed further down the key by
+	 * sql_fail_refused) stops at that head: the marker is not handed
+	 * past the failed row. */
 	const char *promote_when = !may_fail ? "d.status = 'sent'"
 				   : s->opt.block_on_failure
 				       ? "d.status = 'sent'"
 				       : "d.status IN ('sent', 'failed')";
-	char *promote = store_asprintf(
-	    ", promoted AS (UPDATE %s AS p SET head = true WHERE p.id = "
-	    "ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE o.partition_key "
-	    "= d.partition_key AND o.seq > d.seq AND o.status = 'pending' "
-	    "ORDER BY o.seq LIMIT 1) FROM done d WHERE d.partition_key IS "
-	    "NOT NULL AND %s)) RETURNING 1) ",
-	    T, T, promote_when);
+	char *guard =
+	    s->opt.block_on_failure
+		? store_asprintf(" AND NOT EXISTS (SELECT 1 FROM %s b WHERE "
+				 "b.partition_key = d.partition_key)",
+				 s->blocked)
+		: strdup("");
+	char *promote =
+	    guard ? store_asprintf(
+			", promoted AS (UPDATE %s AS p SET head = true WHERE "
+			"p.id = ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE "
+			"o.partition_key = d.partition_key AND o.seq > d.seq "
+			"AND o.status = 'pending' ORDER BY o.seq LIMIT 1) "
+			"FROM done d WHERE d.partition_key IS NOT NULL AND "
+			"%s%s)) RETURNING 1) ",
+			T, T, promote_when, guard)
+		  : NULL;
+	free(guard);
 	if (!promote || !may_fail || !s->opt.block_on_failure)
 		return promote;
 	char *both = store_asprintf(
@@ -530,10 +545,50 @@ static char *redrive_where(const char *status)
 	    status);
 }
 
+/*
+ * Ordered mode: the redriven rows take their place in their
+ * key's seq order again. The key's later rows that could be head (head
+ * true, or not classified yet) are locked NOWAIT and the head among them
+ * demoted, so the redriven row, classified next, is the key's only head
+ * and goes first. A later row held by a lease (being published now)
+ * fails the lock with 55P03 and the batch changes nothing: redriving
+ * behind it would deliver it first, and demoting it is not possible
+ * while it is held. Rows whose key has a later row sent or in flight are
+ * the caller's to refuse: it checks before the first batch, and again
+ * for the returned ids inside each batch's transaction (the statement
+ * itself would scan every sent row of the table for that).
+ */
+static char *sql_redrive_ordered(const struct store *s, const char *status,
+				 const char *where)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "WITH r AS MATERIALIZED (SELECT id, partition_key, seq FROM %s "
+	    "WHERE %s ORDER BY finished_at LIMIT %d FOR NO KEY UPDATE SKIP "
+	    "LOCKED), "
+	    "later AS MATERIALIZED (SELECT x.id FROM %s x JOIN (SELECT "
+	    "partition_key, min(seq) AS seq FROM r WHERE partition_key IS "
+	    "NOT NULL GROUP BY partition_key) k ON x.partition_key = "
+	    "k.partition_key AND x.seq > k.seq WHERE x.status = 'pending' "
+	    "AND x.head IS NOT false FOR NO KEY UPDATE OF x NOWAIT), "
+	    "demoted AS (UPDATE %s AS d SET head = false WHERE d.id = "
+	    "ANY(ARRAY(SELECT id FROM later)) AND d.head RETURNING 1) "
+	    "UPDATE %s AS t SET status = 'pending', attempts = 0, "
+	    "next_attempt_at = now(), finished_at = NULL, suspect = false, "
+	    "head = NULL WHERE t.id = ANY(ARRAY(SELECT id FROM r)) AND "
+	    "t.status = '%s' RETURNING t.id::text",
+	    T, where, REDRIVE_BATCH, T, T, T, status);
+}
+
 static char *sql_redrive(const struct store *s, const char *status)
 {
 	const char *T = s->table.quoted;
 	char *where = redrive_where(status);
+	if (where && s->opt.ordered) {
+		char *sql = sql_redrive_ordered(s, status, where);
+		free(where);
+		return sql;
+	}
 	char *sql =
 	    where ? store_asprintf("WITH r AS MATERIALIZED (SELECT id FROM %s "
 				   "WHERE %s ORDER BY finished_at LIMIT %d FOR "
@@ -588,6 +643,82 @@ static char *sql_control(const struct store *s)
 			      control);
 }
 
+/* Rows the destination CHECK of migration 004 refuses: pending ones (and
+ * rows of the row lease a sweep would return to pending) whose exchange or
+ * routing key holds a control character. Only old rows can: the CHECK
+ * refuses every new one. */
+#define REFUSED_ROW                                                            \
+	"(coalesce(%s.exchange, '') ~ '[\\x01-\\x1f\\x7f]' OR "                \
+	"%s.routing_key ~ '[\\x01-\\x1f\\x7f]')"
+
+/*
+ * Fails, with the reason, up to 1000 rows the table's destination CHECK
+ * would refuse, while that CHECK is NOT VALID (migration 004 leaves it so
+ * when old pending rows break it; Postgres then still checks it on every
+ * update that leaves a row pending, and one such row would fail each
+ * classification, settle and sweep that touched it, with every other row
+ * of the statement). The one-time filter on pg_constraint skips the scan
+ * once the CHECK is valid: no pending row can break it then. Ordered
+ * mode: a failed head hands its key's marker on past such rows (skip) or
+ * blocks its key (block); a failed row that was not head blocks its key
+ * under block (the head out now is delivered, the marker stops there, see
+ * order_tail), and under skip changes nothing for its key. Run once per
+ * session and on the error path (store_fail_refused).
+ */
+static char *sql_fail_refused(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	char *bad = store_asprintf(REFUSED_ROW, "t", "t");
+	char *ok_next = store_asprintf("NOT " REFUSED_ROW, "o", "o");
+	char *tail = NULL;
+	if (!s->opt.ordered)
+		tail = strdup("");
+	else if (s->opt.block_on_failure)
+		tail = store_asprintf(
+		    ", blocked AS (INSERT INTO %s (partition_key, "
+		    "blocking_id, reason) SELECT d.partition_key, d.id, "
+		    "d.last_error FROM done d WHERE d.partition_key IS NOT "
+		    "NULL ORDER BY d.seq ON CONFLICT (partition_key) DO "
+		    "NOTHING RETURNING 1) ",
+		    s->blocked);
+	else if (ok_next)
+		tail = store_asprintf(
+		    ", promoted AS (UPDATE %s AS p SET head = true WHERE p.id "
+		    "= ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE "
+		    "o.partition_key = d.partition_key AND o.seq > d.seq AND "
+		    "o.status = 'pending' AND %s ORDER BY o.seq LIMIT 1) FROM "
+		    "done d WHERE d.partition_key IS NOT NULL AND d.head)) "
+		    "RETURNING 1) ",
+		    T, T, ok_next);
+	char *sql =
+	    bad && tail
+		? store_asprintf(
+		      "WITH bad AS MATERIALIZED (SELECT t.id FROM %s t WHERE "
+		      "(t.status = 'pending' OR (t.status = 'in_flight' AND "
+		      "t.lease_expires_at < now())) AND %s AND EXISTS (SELECT "
+		      "1 FROM pg_constraint WHERE conrelid = '%s'::regclass "
+		      "AND conname = '%s_destination_text' AND NOT "
+		      "convalidated) ORDER BY t.seq LIMIT 1000 FOR NO KEY "
+		      "UPDATE SKIP LOCKED), "
+		      "done AS (UPDATE %s AS t SET status = 'failed', "
+		      "finished_at = statement_timestamp(), suspect = false, "
+		      "last_error = 'refused by the table''s CHECK "
+		      "%s_destination_text: ' || CASE WHEN "
+		      "coalesce(t.exchange, '') ~ '[\\x01-\\x1f\\x7f]' THEN "
+		      "'exchange' ELSE 'routing_key' END || ' contains a "
+		      "control character (a row written before migration "
+		      "004)' WHERE t.id = ANY(ARRAY(SELECT id FROM bad)) AND "
+		      "t.status IN ('pending', 'in_flight') RETURNING t.id, "
+		      "t.partition_key, t.seq, t.last_error, t.head) "
+		      "%sSELECT count(*)::text FROM done",
+		      T, bad, T, s->table.name, T, s->table.name, tail)
+		: NULL;
+	free(bad);
+	free(ok_next);
+	free(tail);
+	return sql;
+}
+
 /* Ordered mode: fresh keyed rows become head when no older row of their
  * key is unfinished and the key is not blocked. */
 static char *sql_classify(const struct store *s)
@@ -636,6 +767,19 @@ static char *sql_redrive_check(const struct store *s)
 	    "NOT NULL AND EXISTS (SELECT 1 FROM %s x WHERE x.partition_key "
 	    "= r.partition_key AND x.seq > r.seq AND x.status IN ('sent', "
 	    "'in_flight'))",
+	    T, T);
+}
+
+/* The same inside a redrive batch's transaction, for the rows it just
+ * redrove ($1): a later row sent since the check above. */
+static char *sql_redrive_recheck(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "SELECT count(*)::text FROM %s r WHERE r.id = ANY($1::uuid[]) "
+	    "AND r.partition_key IS NOT NULL AND EXISTS (SELECT 1 FROM %s x "
+	    "WHERE x.partition_key = r.partition_key AND x.seq > r.seq AND "
+	    "x.status IN ('sent', 'in_flight'))",
 	    T, T);
 }
 
@@ -700,6 +844,8 @@ static char *(*const builders[ST_COUNT])(const struct store *s) = {
     [ST_CLASSIFY] = sql_classify,
     [ST_REPAIR] = sql_repair,
     [ST_REDRIVE_CHECK] = sql_redrive_check,
+    [ST_REDRIVE_RECHECK] = sql_redrive_recheck,
+    [ST_FAIL_REFUSED] = sql_fail_refused,
     [ST_UNBLOCK] = sql_unblock,
     [ST_UNBLOCK_SKIP] = sql_unblock_skip,
     [ST_UNBLOCK_REDRIVE] = sql_unblock_redrive,

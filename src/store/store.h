@@ -245,7 +245,8 @@ struct redrive_filter {
 	bool sent;	   /* replay sent rows instead of failed ones */
 	bool dry_run;	   /* count only */
 	bool force;	   /* ordered mode: redrive even rows whose key
-			      already has a later row sent (STORE_REFUSED
+			      already has a later row sent (a later row held
+			      by a lease is refused even so; STORE_REFUSED
 			      otherwise) */
 	const struct store_progress *progress; /* NULL: none; else the
 						  matching rows are counted
@@ -255,7 +256,11 @@ struct redrive_filter {
 /*
  * Returns matching failed (or, with sent, already-sent) rows to pending
  * with attempts reset, in batches of 1000 rows. *count is how many rows
- * moved (or would move, with dry_run).
+ * moved (or would move, with dry_run). Ordered mode: each batch is its
+ * own transaction and puts its rows in front of their keys' rows still
+ * pending (the key's head is demoted); STORE_REFUSED, with that batch
+ * unchanged, when a later row of a key is held by a lease, or (without
+ * force) already sent.
  */
 int store_redrive(struct store *s, const struct redrive_filter *f,
 		  size_t *count, char *err, size_t errlen);
@@ -272,7 +277,10 @@ int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
  * Ordered mode. store_classify() decides, for up to 1000 fresh keyed rows,
  * which are their key's head (run before each lease); store_repair_heads()
  * gives a head to keys a mark racing an insert left without one (the
- * sweeper runs it). *n counts the rows changed.
+ * sweeper runs it). *n counts the rows changed. Old rows the table's
+ * destination CHECK refuses (docs/design.md §10) are failed first, once
+ * per session, and whenever such a row makes either refused; so are they
+ * by store_sweep() and a lease settling its worker's dead claim.
  */
 int store_classify(struct store *s, size_t *n, char *err, size_t errlen);
 int store_repair_heads(struct store *s, size_t *n, char *err, size_t errlen);

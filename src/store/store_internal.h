@@ -51,6 +51,8 @@ enum stmt {
 	ST_UNBLOCK_SKIP,
 	ST_UNBLOCK_REDRIVE,
 	ST_VERSION,
+	ST_REDRIVE_RECHECK,
+	ST_FAIL_REFUSED,
 	ST_COUNT
 };
 
@@ -111,6 +113,9 @@ struct store {
 	bool claims_missing;
 	char *sql[ST_COUNT];
 	bool prepared[ST_COUNT];
+	/* conn_gen of the session that failed the rows the destination
+	 * CHECK refuses before its first classification (lease.c). */
+	uint64_t refused_gen;
 };
 
 /* A leased batch's rows: the result they point into, the events, and
@@ -223,6 +228,16 @@ static inline bool store_err_undefined_table(const char *err)
 {
 	return strncmp(err, "42P01", 5) == 0;
 }
+
+/*
+ * refused.c: fails, with the reason, the rows the table's destination
+ * CHECK refuses while it is NOT VALID (old rows, migration 004); *n counts
+ * them. store_fail_refused_after(): after a statement failed with err,
+ * true when a CHECK refused it (23514) and failing such rows changed
+ * something, so the statement may run once more.
+ */
+int store_fail_refused(struct store *s, size_t *n, char *err, size_t errlen);
+bool store_fail_refused_after(struct store *s, const char *err);
 
 /* COMMIT or ROLLBACK the open transaction. */
 int store_finish_tx(struct store *s, enum tx_end end, char *err, size_t errlen);

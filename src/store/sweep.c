@@ -27,8 +27,9 @@ static int abandon_batch(struct store *s, int rc)
 
 /* One sweep batch in its own locked transaction: *more says whether a
  * full batch suggests another. */
-static int sweep_batch(struct store *s, enum stmt st, struct sweep_result *r,
-		       bool *more, char *err, size_t errlen)
+static int sweep_batch_once(struct store *s, enum stmt st,
+			    struct sweep_result *r, bool *more, char *err,
+			    size_t errlen)
 {
 	bool got;
 	*more = false;
@@ -66,6 +67,18 @@ static int sweep_batch(struct store *s, enum stmt st, struct sweep_result *r,
 	}
 	PQclear(res);
 	return store_finish_tx(s, TX_COMMIT, err, errlen);
+}
+
+/* A batch that an old row the current schema refuses made fail runs
+ * again once that row is failed (refused.c): otherwise it would fail each
+ * tick, and the rows of every claim in it would stay out of the leases. */
+static int sweep_batch(struct store *s, enum stmt st, struct sweep_result *r,
+		       bool *more, char *err, size_t errlen)
+{
+	int rc = sweep_batch_once(s, st, r, more, err, errlen);
+	if (rc == STORE_ERROR && store_fail_refused_after(s, err))
+		rc = sweep_batch_once(s, st, r, more, err, errlen);
+	return rc;
 }
 
 /* The claims of aborted lease transactions (docs/design.md §4), then rows

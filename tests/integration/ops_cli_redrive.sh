@@ -83,6 +83,39 @@ ops_cli redrive --help
 [ "$ops_rc" = 0 ] && grep -q '^usage: outbox-relay redrive' "$it_dir/cli.out" ||
 	it_fail "redrive --help: $ops_rc $(cat "$it_dir/cli.out")"
 
+# Ordered mode: k1 failed, k2 its key's head, k3 behind it. While k2 is
+# held (a session holding its row lock, as a lease transaction does) the
+# redrive is refused, also with --force, and changes nothing; once k2 is
+# free the redrive demotes it, so k1 goes first again.
+it_psql "INSERT INTO $OUTBOX_TABLE (type, subject, partition_key, payload, status, attempts, last_error, finished_at)
+  VALUES ('key.failed', 'k1', 'K', '{}', 'failed', 10, 'nacked', now())"
+it_psql "INSERT INTO $OUTBOX_TABLE (type, subject, partition_key, payload, head)
+  VALUES ('key.later', 'k2', 'K', '{}', true), ('key.later', 'k3', 'K', '{}', false)"
+PGAPPNAME=redrive-holder psql "$RELAY_TEST_DATABASE_URL" -X -q -c "BEGIN;
+  SELECT 1 FROM $OUTBOX_TABLE WHERE subject = 'k2' FOR UPDATE; SELECT pg_sleep(30)" >/dev/null 2>&1 &
+holder=$!
+for _ in $(seq 100); do
+	[ "$(it_psql "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'redrive-holder' AND wait_event = 'PgSleep'")" = 1 ] && break
+	sleep 0.1
+done
+before=$(snapshot)
+export OUTBOX_ORDERING=partition
+for force in "" --force; do
+	ops_cli redrive --type key.failed $force
+	[ "$ops_rc" = 1 ] || it_fail "redrive $force with a later row held exited $ops_rc: $(cat "$it_dir/cli.out")"
+	grep -q 'held by a lease' "$it_dir/cli.err" || it_fail "redrive $force said: $(cat "$it_dir/cli.err")"
+done
+[ "$(snapshot)" = "$before" ] || it_fail "a refused redrive changed rows"
+it_psql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'redrive-holder'" >/dev/null
+wait "$holder" || true
+ops_cli redrive --type key.failed
+[ "$ops_rc" = 0 ] || it_fail "redrive with the later row free exited $ops_rc: $(cat "$it_dir/cli.err")"
+grep -q '^redrove 1 failed row' "$it_dir/cli.out" || it_fail "redrive said: $(cat "$it_dir/cli.out")"
+unset OUTBOX_ORDERING
+[ "$(it_psql "SELECT string_agg(subject || '=' || status || '/' || coalesce(head::text, 'null'), ',' ORDER BY seq)
+  FROM $OUTBOX_TABLE WHERE partition_key = 'K'")" = "k1=pending/null,k2=pending/false,k3=pending/false" ] ||
+	it_fail "key K after the redrive: $(it_psql "SELECT string_agg(subject || '=' || status || '/' || coalesce(head::text, 'null'), ',' ORDER BY seq) FROM $OUTBOX_TABLE WHERE partition_key = 'K'")"
+
 # check: a wrong password is a failed Postgres connection, exit 1, and
 # the password is printed nowhere.
 bad_url=$(printf '%s' "$RELAY_TEST_DATABASE_URL" | sed 's#://\([^:]*\):[^@]*@#://\1:wrong-Secret-42@#')

@@ -119,3 +119,20 @@ void pgtest_insert(PGconn *conn, const char *table, int n)
 		    "FROM generate_series(1, %d) g",
 		    table, n);
 }
+
+void pgtest_before_004(PGconn *conn, const char *table, const char *sql)
+{
+	pgtest_exec(conn,
+		    "ALTER TABLE %s DROP CONSTRAINT "
+		    "outbox_events_destination_text",
+		    table);
+	pgtest_exec(conn, "%s", sql);
+	/* The expression of sql/004_destination_text.sql. */
+	pgtest_exec(conn,
+		    "ALTER TABLE %s ADD CONSTRAINT "
+		    "outbox_events_destination_text CHECK (status <> "
+		    "'pending' OR (coalesce(exchange, '') !~ "
+		    "'[\\x01-\\x1f\\x7f]' AND routing_key !~ "
+		    "'[\\x01-\\x1f\\x7f]')) NOT VALID",
+		    table);
+}

@@ -39,4 +39,11 @@ struct store *pgtest_store(const struct store_options *opt);
 /* Inserts n events of type "test.event" with small JSON payloads. */
 void pgtest_insert(PGconn *conn, const char *table, int n);
 
+/*
+ * Runs sql (rows written before migration 004) with table's destination
+ * CHECK dropped, then adds it back NOT VALID, as 004 leaves it over old
+ * pending rows that break it. The table is named outbox_events.
+ */
+void pgtest_before_004(PGconn *conn, const char *table, const char *sql);
+
 #endif

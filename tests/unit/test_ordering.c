@@ -307,6 +307,285 @@ static void test_redrive_refuses_to_reorder(void **state)
 	PQfinish(c);
 }
 
+/* How many pending rows of key are head now. */
+static long heads(PGconn *c, const char *table, const char *key)
+{
+	return pgtest_long(c,
+			   "SELECT count(*) FROM %s WHERE partition_key = '%s' "
+			   "AND status = 'pending' AND head",
+			   table, key);
+}
+
+/* a1 failed under skip, so a2 became A's head, and a2 is held by a lease
+ * of another session: redriving a1 now would let a2 out first, or (once
+ * that lease ends) make a1 a second head of A. Refused, with and without
+ * --force, and nothing changes; once the lease ends with a2 released, the
+ * redrive puts a1 back in front. */
+static void test_redrive_sees_later_row_held(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_redrive_held", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	insert(c, table, "a3", "A");
+	struct store *s = ordered_store(table, false);
+	struct store *op = ordered_store(table, false);
+	struct lease_batch b;
+	lease(s, &b);
+	mark_all(s, MARK_FAILED, &b, "bad");
+	lease(s, &b); /* a2, held while it is published */
+	assert_int_equal(b.n, 1);
+	assert_string_equal(b.events[0].subject, "a2");
+	size_t count;
+	struct redrive_filter f = {.type = "t"};
+	assert_int_equal(store_redrive(op, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_non_null(strstr(err, "held by a lease"));
+	f.force = true;
+	assert_int_equal(store_redrive(op, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE subject = "
+				     "'a1' AND status = 'failed'",
+				     table),
+			 1);
+	/* The lease ends without a mark: a2 is pending and A's head again,
+	 * and a1 goes back in front of it. */
+	assert_int_equal(store_lease_abort(s, &b, err, sizeof(err)), 0);
+	lease_batch_release(&b);
+	f.force = false;
+	assert_int_equal(store_redrive(op, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	size_t n;
+	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(heads(c, table, "A"), 1);
+	expect_batch(s, "a1");
+	/* The aborted lease charged a2 (settled with the next claim): a
+	 * crash suspect, due after a jitter. */
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	expect_batch(s, "a2");
+	expect_batch(s, "a3");
+	store_close(op);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* a1 failed under skip and a2 is A's head, only pending: the redrive
+ * demotes a2, so A is delivered in seq order again, one head at a time. */
+static void test_redrive_goes_before_later_pending(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_redrive_pending", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	insert(c, table, "a3", "A");
+	insert(c, table, "b1", "B");
+	struct store *s = ordered_store(table, false);
+	struct lease_batch b;
+	if (store_classify(s, &(size_t){0}, err, sizeof(err)) != 0)
+		fail_msg("classify: %s", err);
+	/* Only A's head is leased: B's waits for the next pass. */
+	pgtest_exec(c, "UPDATE %s SET head = false WHERE subject = 'b1'",
+		    table);
+	lease(s, &b);
+	mark_all(s, MARK_FAILED, &b, "bad");
+	pgtest_exec(c, "UPDATE %s SET head = true WHERE subject = 'b1'", table);
+	assert_int_equal(heads(c, table, "A"), 1); /* a2 */
+	size_t count;
+	struct redrive_filter f = {.type = "t"};
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	expect_batch(s, "a1,b1");
+	expect_batch(s, "a2");
+	expect_batch(s, "a3");
+	expect_batch(s, "");
+	store_close(s);
+	PQfinish(c);
+}
+
+/* Replay of a sent row whose key has later rows still to go: it goes
+ * before them, and a later row held by a lease refuses the replay. */
+static void test_replay_goes_before_later_rows(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_replay", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	insert(c, table, "a3", "A");
+	struct store *s = ordered_store(table, false);
+	struct store *op = ordered_store(table, false);
+	expect_batch(s, "a1");
+	size_t count;
+	struct redrive_filter f = {.type = "t", .sent = true};
+	struct lease_batch b;
+	lease(s, &b); /* a2, held */
+	assert_int_equal(store_redrive(op, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_int_equal(store_lease_abort(s, &b, err, sizeof(err)), 0);
+	lease_batch_release(&b);
+	assert_int_equal(store_redrive(op, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	expect_batch(s, "a1");
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	expect_batch(s, "a2");
+	expect_batch(s, "a3");
+	store_close(op);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* The progress watcher of the next test: between the first and the
+ * second batch, a relay delivers k2 (its lease commits). */
+struct send_between {
+	PGconn *c;
+	const char *table;
+	int calls;
+};
+
+static bool send_k2(void *ctx, const struct store_progress_info *p)
+{
+	struct send_between *sb = ctx;
+	(void)p;
+	if (sb->calls++ == 0)
+		pgtest_exec(sb->c,
+			    "UPDATE %s SET status = 'sent', finished_at = "
+			    "now(), head = false WHERE subject = 'k2'",
+			    sb->table);
+	return true;
+}
+
+/* A later row sent after the check that precedes the first batch (a
+ * lease that committed while redrive ran) is seen by the batch that
+ * would redrive its key's earlier row: that batch is refused and changes
+ * nothing; the batches before it stay done. */
+static void test_redrive_rechecks_each_batch(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_redrive_recheck", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, subject, payload, status, "
+		    "finished_at) SELECT 't', 'u' || g, 'x', 'failed', now() - "
+		    "interval '1 hour' FROM generate_series(1, 1000) g",
+		    table);
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, subject, partition_key, payload, "
+		    "status, finished_at) VALUES ('t', 'k1', 'K', 'x', "
+		    "'failed', now())",
+		    table);
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, subject, partition_key, payload, "
+		    "head) VALUES ('t', 'k2', 'K', 'x', true)",
+		    table);
+	struct store *s = ordered_store(table, false);
+	struct send_between sb = {.c = c, .table = table};
+	struct store_progress watch = {.fn = send_k2, .ctx = &sb};
+	size_t count;
+	struct redrive_filter f = {.type = "t", .progress = &watch};
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_non_null(strstr(err, "sent while redrive ran"));
+	assert_int_equal(count, 1000);
+	assert_int_equal(sb.calls, 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE subject = "
+				     "'k1' AND status = 'failed'",
+				     table),
+			 1);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* Rows failed for breaking the destination CHECK, naming the column. */
+static long refused(PGconn *c, const char *table, const char *column)
+{
+	return pgtest_long(c,
+			   "SELECT count(*) FROM %s WHERE status = 'failed' "
+			   "AND last_error LIKE '%%destination_text: %s "
+			   "contains a control character%%'",
+			   table, column);
+}
+
+/* Rows written before migration 004, some with control characters in
+ * routing_key or exchange, classified by a relay of that time (a1 and b1
+ * head), and d1 written after it and not classified yet: the first
+ * classification of a session fails those rows alone, with the reason,
+ * before any head moves. Other rows flow in key order: A goes on past
+ * a2 (skip), B's head b1 is failed with nothing after it, u2 unkeyed. */
+static void test_refused_rows_fail_alone(void **state)
+{
+	(void)state;
+	char table[128], sql[1024];
+	pgtest_fresh_table("ord_refused", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s (type, subject, partition_key, exchange, "
+		 "routing_key, payload) VALUES ('t', 'a1', 'A', NULL, 'k', "
+		 "'x'), ('t', 'a2', 'A', NULL, 'k' || chr(10), 'x'), ('t', "
+		 "'a3', 'A', NULL, 'k', 'x'), ('t', 'b1', 'B', NULL, chr(27) "
+		 "|| 'k', 'x'), ('t', 'u1', NULL, NULL, 'k', 'x'), ('t', "
+		 "'u2', NULL, NULL, 'k' || chr(127), 'x'); UPDATE %s SET head "
+		 "= subject IN ('a1', 'b1') WHERE partition_key IS NOT NULL; "
+		 "INSERT INTO %s (type, subject, partition_key, exchange, "
+		 "payload) VALUES ('t', 'd1', 'D', 'ex' || chr(9), 'x')",
+		 table, table, table);
+	pgtest_before_004(c, table, sql);
+	insert(c, table, "a4", "A");
+	struct store *s = ordered_store(table, false);
+	expect_batch(s, "a1,u1");
+	assert_int_equal(refused(c, table, "routing_key"), 3);
+	assert_int_equal(refused(c, table, "exchange"), 1);
+	expect_batch(s, "a3");
+	expect_batch(s, "a4");
+	expect_batch(s, "");
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'pending'",
+			table),
+	    0);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* The same under block: a2, not head yet, is failed and blocks A; a1,
+ * A's head, is delivered and A stops there until unblock. */
+static void test_refused_row_blocks_its_key(void **state)
+{
+	(void)state;
+	char table[128], sql[1024];
+	pgtest_fresh_table("ord_refused_block", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s (type, subject, partition_key, routing_key, "
+		 "payload) VALUES ('t', 'a1', 'A', 'k', 'x'), ('t', 'a2', "
+		 "'A', 'k' || chr(10), 'x'), ('t', 'a3', 'A', 'k', 'x'); "
+		 "UPDATE %s SET head = subject = 'a1'",
+		 table, table);
+	pgtest_before_004(c, table, sql);
+	insert(c, table, "u1", NULL);
+	struct store *s = ordered_store(table, true);
+	expect_batch(s, "a1,u1");
+	assert_int_equal(refused(c, table, "routing_key"), 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s_blocked_keys b "
+				     "JOIN %s t ON t.id = b.blocking_id WHERE "
+				     "b.partition_key = 'A' AND t.subject = "
+				     "'a2'",
+				     table, table),
+			 1);
+	expect_batch(s, "");
+	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)), 0);
+	expect_batch(s, "a3");
+	store_close(s);
+	PQfinish(c);
+}
+
 /* A hot key's blocked rows are not in the ordered lease's path: with
  * 20k rows behind one head, other keys' heads are leased beside it and
  * the key's rows follow one per lease. (Its cost is the benchmark's.) */
@@ -351,6 +630,12 @@ int main(void)
 	    cmocka_unit_test(test_unblock_redrive),
 	    cmocka_unit_test(test_sweeper_repairs_lost_heads),
 	    cmocka_unit_test(test_redrive_refuses_to_reorder),
+	    cmocka_unit_test(test_redrive_sees_later_row_held),
+	    cmocka_unit_test(test_redrive_goes_before_later_pending),
+	    cmocka_unit_test(test_replay_goes_before_later_rows),
+	    cmocka_unit_test(test_redrive_rechecks_each_batch),
+	    cmocka_unit_test(test_refused_rows_fail_alone),
+	    cmocka_unit_test(test_refused_row_blocks_its_key),
 	    cmocka_unit_test(test_hot_key_does_not_starve_others),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -339,6 +339,111 @@ static void test_lock_lease_fencing(void **state)
 	PQfinish(c);
 }
 
+/* A row written before migration 004 with a control character in its
+ * routing key, in the claim of a lease that aborted (the relay died
+ * before its encoder failed the row): the settle, the sweeper's and the
+ * worker's own, fails that row alone with the reason; the claim's other
+ * rows come back as crash suspects and are delivered. */
+static void test_refused_row_in_dead_claim(void **state)
+{
+	(void)state;
+	char table[128], sql[512];
+	pgtest_fresh_table("refused_settle", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s (type, subject, routing_key, payload) VALUES "
+		 "('t', 'bad1', 'k' || chr(10), 'x'), ('t', 'g1', 'k', 'x'), "
+		 "('t', 'g2', 'k', 'x')",
+		 table);
+	pgtest_before_004(c, table, sql);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct store *s2 = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 3);
+	abandon(s, &b);
+	struct sweep_result sw;
+	if (store_sweep(s2, 10000, &sw, err, sizeof(err)) != 0)
+		fail_msg("sweep: %s", err);
+	assert_int_equal(sw.to_pending, 2);
+	const char *reason =
+	    "SELECT count(*) FROM %s WHERE subject = '%s' AND status = "
+	    "'failed' AND last_error LIKE '%%destination_text: routing_key "
+	    "contains a control character%%'";
+	assert_int_equal(pgtest_long(c, reason, table, "bad1"), 1);
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	for (int i = 0; i < 2; i++) {
+		lease(s2, &b);
+		assert_int_equal(b.n, 1);
+		mark(s2, MARK_SENT, &b, NULL);
+		commit(s2, &b);
+	}
+
+	/* The worker settles its own dead claim before its next one. */
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s (type, subject, routing_key, payload) VALUES "
+		 "('t', 'bad2', chr(31), 'x'), ('t', 'g3', 'k', 'x')",
+		 table);
+	pgtest_before_004(c, table, sql);
+	lease(s, &b);
+	assert_int_equal(b.n, 2);
+	abandon(s, &b);
+	/* A row its dead claim does not name: the lease takes it, and
+	 * settles that claim before writing its own. */
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, subject, payload) VALUES ('t', "
+		    "'g4', 'x')",
+		    table);
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	mark(s, MARK_SENT, &b, NULL);
+	commit(s, &b);
+	assert_int_equal(pgtest_long(c, reason, table, "bad2"), 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE subject = "
+				     "'g3' AND status = 'pending' AND suspect",
+				     table),
+			 1);
+	store_close(s);
+	store_close(s2);
+	PQfinish(c);
+}
+
+/* The same for rows a relay of the row lease (before migration 003) left
+ * in_flight: the sweep that returns them fails the refused one alone. */
+static void test_refused_row_left_in_flight(void **state)
+{
+	(void)state;
+	char table[128], sql[512];
+	pgtest_fresh_table("refused_in_flight", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s (type, subject, exchange, payload, status, "
+		 "lease_id, leased_at, lease_expires_at) SELECT 't', s, e, "
+		 "'x', 'in_flight', gen_random_uuid(), now(), now() - "
+		 "interval '1 minute' FROM (VALUES ('bad', 'ex' || chr(10)), "
+		 "('good', 'ex')) v(s, e)",
+		 table);
+	pgtest_before_004(c, table, sql);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct sweep_result sw;
+	if (store_sweep(s, 10000, &sw, err, sizeof(err)) != 0)
+		fail_msg("sweep: %s", err);
+	assert_int_equal(sw.to_pending, 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE subject = "
+				     "'bad' AND status = 'failed' AND "
+				     "last_error LIKE '%%destination_text: "
+				     "exchange contains a control "
+				     "character%%'",
+				     table),
+			 1);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* 3. Renewal, the sweeper charging crashed leases, suspects one per
  * batch, attempts spent. */
 static void test_renew_sweep_suspect(void **state)
@@ -1652,6 +1757,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_concurrent_lease_each_row_once),
 	    cmocka_unit_test(test_lock_lease_fencing),
+	    cmocka_unit_test(test_refused_row_in_dead_claim),
+	    cmocka_unit_test(test_refused_row_left_in_flight),
 	    cmocka_unit_test(test_renew_sweep_suspect),
 	    cmocka_unit_test(test_sweep_row_leases),
 	    cmocka_unit_test(test_own_dead_claim_settled),
