@@ -250,6 +250,7 @@ static int connect_session(struct store *s, char *err, size_t errlen)
 {
 	struct pgconn_options po = session_options(s);
 	memset(s->prepared, 0, sizeof(s->prepared));
+	memset(s->tx_prepared, 0, sizeof(s->tx_prepared));
 	s->in_lease = false;
 	s->conn_gen++;
 	s->conn = pgconn_connect(&po, err, errlen);
@@ -384,11 +385,11 @@ static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 			      NULL, NULL, result_format);
 }
 
-/* The runner's verdict on res, the result of statement st (-1: a
- * statement of no enum stmt): res when it has the wanted status, else NULL
- * with *rc and err ("what: SQLSTATE: message", what NULL: no prefix) set,
- * and res freed. */
-static PGresult *result_of(struct store *s, int st, const char *what,
+/* The runner's verdict on res, the result of a statement whose prepared
+ * flag is *prepared (NULL: run unnamed): res when it has the wanted
+ * status, else NULL with *rc and err ("what: SQLSTATE: message", what
+ * NULL: no prefix) set, and res freed. */
+static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 			   PGresult *res, ExecStatusType want, int *rc,
 			   char *err, size_t errlen)
 {
@@ -409,8 +410,8 @@ static PGresult *result_of(struct store *s, int st, const char *what,
 		 * that vanished is prepared again next time. */
 		const char *state =
 		    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-		if (st >= 0 && state && strcmp(state, "26000") == 0)
-			s->prepared[st] = false;
+		if (prepared && state && strcmp(state, "26000") == 0)
+			*prepared = false;
 		if (pgconn_is_retryable(res))
 			*rc = STORE_RETRY_STATEMENT;
 	}
@@ -418,15 +419,41 @@ static PGresult *result_of(struct store *s, int st, const char *what,
 	return NULL;
 }
 
-/* One statement of a pipeline: st >= 0 is statement st of s->sql
- * (prepared when the options say so), -1 the ad hoc sql. */
+/* One statement of a pipeline: prepared as name when the options say so
+ * (*prepared: it is, on this session), or unnamed (name NULL). */
 struct step {
-	int st;
+	const char *name;
+	bool *prepared;
 	const char *sql;
 	int nparams;
 	const char *const *values;
 	int result_format;
 };
+
+/* Statement st of s->sql (st >= 0) or the ad hoc sql (st -1). */
+static struct step step_of(struct store *s, int st, const char *sql,
+			   int nparams, const char *const *values,
+			   int result_format)
+{
+	struct step p = {NULL, NULL, sql, nparams, values, result_format};
+	if (st >= 0) {
+		p.name = store_stmt_names[st];
+		p.prepared = &s->prepared[st];
+	}
+	return p;
+}
+
+/* The settings of a transaction of kind tx, prepared like the statements
+ * (a parse and plan per transaction would cost the server more than the
+ * settings themselves). */
+static struct step settings_step(struct store *s, enum pgconn_tx tx)
+{
+	static const char *const names[] = {
+	    "outbox_tx_statement", "outbox_tx_explicit", "outbox_tx_lease"};
+	struct step p = {
+	    names[tx], &s->tx_prepared[tx], s->tx_settings[tx], 0, NULL, 0};
+	return p;
+}
 
 #define PIPELINE_MAX 3
 
@@ -449,21 +476,20 @@ static bool queue_steps(struct store *s, const struct step *steps, size_t n,
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		const struct step *p = &steps[i];
-		bool named = p->st >= 0 && s->opt.prepare;
+		bool named = p->name && s->opt.prepare;
 		int queued;
-		if (named && !s->prepared[p->st]) {
-			if (PQsendPrepare(c, store_stmt_names[p->st], p->sql,
-					  p->nparams, NULL) != 1)
+		if (named && !*p->prepared) {
+			if (PQsendPrepare(c, p->name, p->sql, p->nparams,
+					  NULL) != 1)
 				return false;
 			exp[(*sent)++] = (struct expect){i, true};
 		}
-		queued = named
-			     ? PQsendQueryPrepared(c, store_stmt_names[p->st],
-						   p->nparams, p->values, NULL,
-						   NULL, p->result_format)
-			     : PQsendQueryParams(c, p->sql, p->nparams, NULL,
-						 p->values, NULL, NULL,
-						 p->result_format);
+		queued = named ? PQsendQueryPrepared(c, p->name, p->nparams,
+						     p->values, NULL, NULL,
+						     p->result_format)
+			       : PQsendQueryParams(c, p->sql, p->nparams, NULL,
+						   p->values, NULL, NULL,
+						   p->result_format);
 		if (queued != 1)
 			return false;
 		exp[(*sent)++] = (struct expect){i, false};
@@ -485,7 +511,7 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 {
 	PGconn *c = s->conn;
 	PGresult *res = NULL, *failed = NULL;
-	int failed_st = -1;
+	bool *failed_prepared = NULL;
 	struct expect exp[2 * PIPELINE_MAX];
 	size_t sent, k = 0;
 
@@ -517,8 +543,7 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 		bool fine =
 		    status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
 		if (e->prepare)
-			s->prepared[steps[e->step].st] =
-			    status == PGRES_COMMAND_OK;
+			*steps[e->step].prepared = status == PGRES_COMMAND_OK;
 		else if (lease && e->step == 0 && status == PGRES_COMMAND_OK)
 			s->in_lease = true;
 		if (!e->prepare && e->step == wanted && fine && !res) {
@@ -526,7 +551,7 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 		} else if (!failed && !fine &&
 			   status != PGRES_PIPELINE_ABORTED) {
 			failed = r;
-			failed_st = steps[e->step].st;
+			failed_prepared = steps[e->step].prepared;
 		} else {
 			PQclear(r);
 		}
@@ -540,10 +565,11 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 	}
 	if (failed) {
 		PQclear(res);
-		return result_of(s, failed_st, what, failed, want, rc, err,
-				 errlen);
+		return result_of(s, failed_prepared, what, failed, want, rc,
+				 err, errlen);
 	}
-	return result_of(s, steps[wanted].st, what, res, want, rc, err, errlen);
+	return result_of(s, steps[wanted].prepared, what, res, want, rc, err,
+			 errlen);
 }
 
 /* Whether sql (one of the store's own statements) starts or ends an
@@ -571,16 +597,14 @@ static PGresult *run_outside_tx(struct store *s, int st, const char *what,
 				int result_format, int *rc, char *err,
 				size_t errlen)
 {
-	struct step stmt = {st, sql, nparams, values, result_format};
+	struct step stmt = step_of(s, st, sql, nparams, values, result_format);
 	if (!opens_tx(sql)) {
-		struct step steps[2] = {
-		    {-1, s->tx_settings[PGCONN_TX_STATEMENT], 0, NULL, 0},
-		    stmt};
+		struct step steps[2] = {settings_step(s, PGCONN_TX_STATEMENT),
+					stmt};
 		return run_pipeline(s, what, steps, 2, 1, false, want, rc, err,
 				    errlen);
 	}
-	struct step steps[2] = {
-	    stmt, {-1, s->tx_settings[PGCONN_TX_EXPLICIT], 0, NULL, 0}};
+	struct step steps[2] = {stmt, settings_step(s, PGCONN_TX_EXPLICIT)};
 	PGresult *res =
 	    run_pipeline(s, what, steps, 2, 0, false, want, rc, err, errlen);
 	if (!res && *rc != STORE_RECONNECT &&
@@ -622,7 +646,8 @@ static PGresult *run_sql(struct store *s, int st, const char *what,
 					    result_format)
 			    : PQexecParams(s->conn, sql, nparams, NULL, values,
 					   NULL, NULL, result_format);
-	return result_of(s, st, what, res, want, rc, err, errlen);
+	return result_of(s, st >= 0 ? &s->prepared[st] : NULL, what, res, want,
+			 rc, err, errlen);
 }
 
 PGresult *store_run(struct store *s, enum stmt st, int nparams,
@@ -782,9 +807,9 @@ PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 	/* One round trip instead of one per statement: a lease's latency
 	 * is mostly waiting for the server. */
 	const struct step steps[3] = {
-	    {-1, "BEGIN", 0, NULL, 0},
-	    {-1, s->tx_settings[PGCONN_TX_LEASE], 0, NULL, 0},
-	    {(int)st, s->sql[st], nparams, values, result_format},
+	    step_of(s, -1, "BEGIN", 0, NULL, 0),
+	    settings_step(s, PGCONN_TX_LEASE),
+	    step_of(s, (int)st, s->sql[st], nparams, values, result_format),
 	};
 	return run_pipeline(s, NULL, steps, 3, 2, true, want, rc, err, errlen);
 }

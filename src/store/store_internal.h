@@ -97,6 +97,7 @@ struct store {
 	 * a transaction-mode pooler each transaction has what it needs and
 	 * leaves nothing behind. */
 	char *tx_settings[3];
+	bool tx_prepared[3];
 };
 
 /* A leased batch's rows: the result they point into, the events, and
