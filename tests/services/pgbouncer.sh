@@ -14,7 +14,9 @@
 # the server login is role `outbox` of tests/services/postgres.sh.
 # Read at start: PGBOUNCER_POOL_SIZE (default_pool_size, default 3) and
 # PGBOUNCER_RESET_ALWAYS (1: server_reset_query_always, DISCARD ALL after
-# every transaction; default 0, the pool's default).
+# every transaction; default 0, the pool's default) and
+# PGBOUNCER_EXTRA_ADDR (an address to listen on besides 127.0.0.1, on the
+# same port: the host end of a test's network link).
 set -euo pipefail
 
 # shellcheck disable=SC2034 # read by lib.sh
@@ -64,7 +66,7 @@ cmd_start() {
 outbox = host=${PGHOST:-127.0.0.1} port=$PGPORT dbname=outbox user=outbox password=$pg_password
 
 [pgbouncer]
-listen_addr = 127.0.0.1
+listen_addr = 127.0.0.1${PGBOUNCER_EXTRA_ADDR:+,$PGBOUNCER_EXTRA_ADDR}
 listen_port = $port
 unix_socket_dir =
 auth_type = any
