@@ -78,8 +78,8 @@ const struct setting config_core_rows[] = {
 	"how soon a Postgres peer that stopped answering (a cut link, a "
 	"half-open connection) is given up, on both ends: the relay's TCP "
 	"keepalives, tcp_user_timeout and connect timeout, and the "
-	"server's keepalives for the relay's sessions; at most half the "
-	"lease timeout is used"),
+	"server's keepalives for the relay's lease transactions; at most "
+	"half the lease timeout is used"),
 
     /* Publisher */
     SETTING_STRING(C, "OUTBOX_PUBLISHER", publisher, "stdout", NULL, 0,

@@ -60,13 +60,6 @@ static int exec_setup(PGconn *conn, const char *sql, const char *what,
 	return rc;
 }
 
-/*
- * Settings go in SET statements, not startup options, so the relay also
- * works through poolers that refuse startup parameters. The lock timeout
- * is shorter than the statement timeout so a blocked statement reports
- * the lock (unless the caller asks for its own, shorter one), and an idle
- * transaction of ours cannot pin vacuum's horizon for long.
- */
 /* The dead-peer window split into TCP keepalive settings, the same on the
  * relay's end and the server's: the first probe after half the window of
  * silence, then three probes a sixth of it apart. tcp_user_timeout gives up
@@ -90,8 +83,17 @@ static struct keepalive keepalive_of(int64_t dead_peer_ms)
 	return k;
 }
 
-static int apply_settings(PGconn *conn, const struct pgconn_options *opt,
-			  const char *where, char *err, size_t errlen)
+/*
+ * The lock timeout is shorter than the statement timeout so a blocked
+ * statement reports the lock (unless the caller asks for its own, shorter
+ * one), and an idle transaction of ours cannot pin vacuum's horizon for
+ * long.
+ */
+struct timeouts {
+	long long statement_ms, lock_ms, idle_ms;
+};
+
+static struct timeouts timeouts_of(const struct pgconn_options *opt)
 {
 	int64_t st = opt->statement_timeout_ms;
 	int64_t lock = opt->lock_timeout_ms > 0 ? opt->lock_timeout_ms
@@ -101,6 +103,63 @@ static int apply_settings(PGconn *conn, const struct pgconn_options *opt,
 			   ? opt->idle_in_transaction_ms
 		       : st > 0 ? (st * 3 > 10000 ? st * 3 : 10000)
 				: 60000;
+	struct timeouts t = {(long long)st, (long long)(lock > 0 ? lock : 1),
+			     (long long)idle};
+	return t;
+}
+
+char *pgconn_tx_settings(const struct pgconn_options *opt, enum pgconn_tx tx)
+{
+	struct timeouts t = timeouts_of(opt);
+	struct keepalive k = keepalive_of(opt->dead_peer_ms);
+	char idle[96] = "", lease[320] = "", sql[640];
+
+	if (tx != PGCONN_TX_STATEMENT)
+		snprintf(idle, sizeof(idle),
+			 ", set_config('idle_in_transaction_session_timeout', "
+			 "'%lld', true)",
+			 t.idle_ms);
+	/* The server's end of the dead-peer window, for as long as the lease
+	 * holds rows: a relay cut off mid-lease loses its locks within the
+	 * window rather than after the kernel's two hours of keepalive
+	 * silence. Only here: a session's other transactions hold nothing
+	 * across round trips, and behind a pooler these land on the pooler's
+	 * own server socket, which must get its values back (they do, with
+	 * the transaction). The lease walks the pending index in its order:
+	 * an index scan marks the entries of rows earlier leases took (dead
+	 * once those commit) as dead as it passes them, so the next lease
+	 * skips them; a bitmap scan marks nothing, and Postgres picks one
+	 * whenever its statistics say few rows are pending (a queue table's
+	 * normal state): then every lease re-reads every row leased since
+	 * the last vacuum (docs/design.md §4). */
+	if (tx == PGCONN_TX_LEASE)
+		snprintf(lease, sizeof(lease),
+			 ", set_config('enable_bitmapscan', 'off', true), "
+			 "set_config('tcp_keepalives_idle', '%d', true), "
+			 "set_config('tcp_keepalives_interval', '%d', true), "
+			 "set_config('tcp_keepalives_count', '%d', true), "
+			 "set_config('tcp_user_timeout', '%lld', true)",
+			 k.idle_s, k.interval_s, k.count,
+			 (long long)k.user_timeout_ms);
+	snprintf(sql, sizeof(sql),
+		 "SELECT set_config('statement_timeout', '%lld', true), "
+		 "set_config('lock_timeout', '%lld', true), "
+		 "set_config('jit', 'off', true)%s%s",
+		 t.statement_ms, t.lock_ms, idle, lease);
+	return strdup(sql);
+}
+
+/*
+ * Settings go in SET statements, not startup options, so the relay also
+ * works through poolers that refuse startup parameters. A session of its
+ * own (the listener's, migrate's: both need a direct connection) takes
+ * them once; the store's sessions take them per transaction instead
+ * (pgconn_tx_settings()).
+ */
+static int apply_settings(PGconn *conn, const struct pgconn_options *opt,
+			  const char *where, char *err, size_t errlen)
+{
+	struct timeouts t = timeouts_of(opt);
 	/* The server's end of the same dead-peer window: without it a relay
 	 * cut off mid-transaction keeps its session, locks and open
 	 * transaction on the server for the kernel's two hours of keepalive
@@ -108,18 +167,20 @@ static int apply_settings(PGconn *conn, const struct pgconn_options *opt,
 	 * a Unix socket.) */
 	struct keepalive k = keepalive_of(opt->dead_peer_ms);
 	char sql[640];
-	snprintf(sql, sizeof(sql),
-		 "SET statement_timeout = %lld; SET lock_timeout = %lld; "
-		 "SET idle_in_transaction_session_timeout = %lld; "
-		 "SET tcp_keepalives_idle = %d; "
-		 "SET tcp_keepalives_interval = %d; "
-		 "SET tcp_keepalives_count = %d; SET tcp_user_timeout = %lld; "
-		 "SET jit = off",
-		 (long long)st, (long long)(lock > 0 ? lock : 1),
-		 (long long)idle, k.idle_s, k.interval_s, k.count,
-		 (long long)k.user_timeout_ms);
-	if (exec_setup(conn, sql, "session settings", where, err, errlen) != 0)
-		return -1;
+	if (opt->scope == PGCONN_SESSION) {
+		snprintf(sql, sizeof(sql),
+			 "SET statement_timeout = %lld; SET lock_timeout = "
+			 "%lld; SET idle_in_transaction_session_timeout = "
+			 "%lld; SET tcp_keepalives_idle = %d; "
+			 "SET tcp_keepalives_interval = %d; "
+			 "SET tcp_keepalives_count = %d; SET tcp_user_timeout "
+			 "= %lld; SET jit = off",
+			 t.statement_ms, t.lock_ms, t.idle_ms, k.idle_s,
+			 k.interval_s, k.count, (long long)k.user_timeout_ms);
+		if (exec_setup(conn, sql, "session settings", where, err,
+			       errlen) != 0)
+			return -1;
+	}
 	if (opt->extra_sql && exec_setup(conn, opt->extra_sql, "session setup",
 					 where, err, errlen) != 0)
 		return -1;

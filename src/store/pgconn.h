@@ -2,7 +2,7 @@
 /*
  * Postgres sessions as the relay opens them: keepalives and
  * tcp_user_timeout so a black-holed server is noticed in seconds, and the
- * session settings of docs/design.md §7 on every connection.
+ * settings of docs/design.md §7, on the session or in each transaction.
  * Also: which errors mean "reconnect" rather than "this statement failed".
  */
 #ifndef OUTBOX_PGCONN_H
@@ -25,12 +25,40 @@ struct pgconn_options {
 	 * tcp_user_timeout of libpq and of the server); 0: 15 s. */
 	int64_t dead_peer_ms;
 	const char *extra_sql; /* tests' diagnostics; may be NULL */
+	/* Where the settings above hold: PGCONN_SESSION sets them once on
+	 * the session; PGCONN_TRANSACTION sets none there, and the caller
+	 * puts pgconn_tx_settings() into each transaction it runs. */
+	enum pgconn_scope { PGCONN_SESSION, PGCONN_TRANSACTION } scope;
+};
+
+/* Which transaction pgconn_tx_settings() is for. */
+enum pgconn_tx {
+	/* One statement in its implicit transaction: the statement and
+	 * lock timeouts, jit. */
+	PGCONN_TX_STATEMENT,
+	/* An explicit transaction: also idle_in_transaction_session_timeout
+	 * (idle_in_transaction_ms). */
+	PGCONN_TX_EXPLICIT,
+	/* The lease transaction (docs/design.md §4): also the server's end
+	 * of the dead-peer window, and no bitmap scans. */
+	PGCONN_TX_LEASE,
 };
 
 /*
- * Connects and applies the session settings. Returns the connection, or
- * NULL with err naming the server (host, port, database, user) and the
- * reason, never a password.
+ * The settings of opt for a transaction of kind tx, as one SELECT that
+ * sets them for that transaction alone (set_config(..., true)): sent as
+ * the transaction's first statement (after its BEGIN), in the same round
+ * trip, they hold for it whatever sits between the relay and Postgres
+ * (a transaction-mode pooler hands each transaction a server connection
+ * of its own choosing) and end with it, so none outlives it on a server
+ * connection that other clients share. Malloc'd; NULL when out of memory.
+ */
+char *pgconn_tx_settings(const struct pgconn_options *opt, enum pgconn_tx tx);
+
+/*
+ * Connects and, for PGCONN_SESSION, applies the session settings. Returns the
+ * connection, or NULL with err naming the server (host, port, database, user)
+ * and the reason, never a password.
  */
 PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 		       size_t errlen);

@@ -212,7 +212,9 @@ static int adapt_to_side_tables(struct store *s, char *err, size_t errlen)
 	return 0;
 }
 
-static int connect_session(struct store *s, char *err, size_t errlen)
+/* How the store's sessions connect: the settings of pgconn_options go
+ * into each transaction (s->tx_settings), never on the session. */
+static struct pgconn_options session_options(const struct store *s)
 {
 	struct pgconn_options po = {
 	    .conninfo = s->conninfo,
@@ -220,11 +222,37 @@ static int connect_session(struct store *s, char *err, size_t errlen)
 	    .statement_timeout_ms = s->opt.statement_timeout_ms,
 	    .lock_timeout_ms = s->opt.lock_timeout_ms,
 	    .dead_peer_ms = s->opt.dead_peer_ms,
-	    .idle_in_transaction_ms =
-		s->opt.leased_by ? s->opt.lease_timeout_ms : 0,
 	    .extra_sql = s->extra_sql,
+	    .scope = PGCONN_TRANSACTION,
 	};
+	return po;
+}
+
+/* The settings of each kind of transaction; -1 when out of memory. The
+ * lease transaction's idle-in-transaction timeout is the lease timeout:
+ * it ends a stalled lease (docs/design.md §4). */
+static int build_tx_settings(struct store *s)
+{
+	struct pgconn_options po = session_options(s);
+	s->tx_settings[PGCONN_TX_STATEMENT] =
+	    pgconn_tx_settings(&po, PGCONN_TX_STATEMENT);
+	s->tx_settings[PGCONN_TX_EXPLICIT] =
+	    pgconn_tx_settings(&po, PGCONN_TX_EXPLICIT);
+	po.idle_in_transaction_ms = s->opt.lease_timeout_ms;
+	s->tx_settings[PGCONN_TX_LEASE] =
+	    pgconn_tx_settings(&po, PGCONN_TX_LEASE);
+	for (size_t i = 0; i < sizeof(s->tx_settings) / sizeof(*s->tx_settings);
+	     i++)
+		if (!s->tx_settings[i])
+			return -1;
+	return 0;
+}
+
+static int connect_session(struct store *s, char *err, size_t errlen)
+{
+	struct pgconn_options po = session_options(s);
 	memset(s->prepared, 0, sizeof(s->prepared));
+	memset(s->tx_prepared, 0, sizeof(s->tx_prepared));
 	s->in_lease = false;
 	s->conn_gen++;
 	s->conn = pgconn_connect(&po, err, errlen);
@@ -299,7 +327,7 @@ static int take_options(struct store *s, const struct store_options *opt,
 	s->extra_sql = dup_or_null(session_sql);
 	if ((opt->conninfo && !s->conninfo) || !s->app_name || !s->leased_by ||
 	    !s->ce_source || (session_sql && !s->extra_sql) ||
-	    store_build_statements(s) != 0) {
+	    store_build_statements(s) != 0 || build_tx_settings(s) != 0) {
 		snprintf(err, errlen, "store: out of memory");
 		return STORE_ERROR;
 	}
@@ -348,6 +376,9 @@ void store_close(struct store *s)
 	free(s->leased_by);
 	free(s->ce_source);
 	free(s->extra_sql);
+	for (size_t i = 0; i < sizeof(s->tx_settings) / sizeof(*s->tx_settings);
+	     i++)
+		free(s->tx_settings[i]);
 	free(s);
 }
 
@@ -387,11 +418,11 @@ static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 			      NULL, NULL, result_format);
 }
 
-/* The runner's verdict on res, the result of statement st (-1: a
- * statement of no enum stmt): res when it has the wanted status, else NULL
- * with *rc and err ("what: SQLSTATE: message", what NULL: no prefix) set,
- * and res freed. */
-static PGresult *result_of(struct store *s, int st, const char *what,
+/* The runner's verdict on res, the result of a statement whose prepared
+ * flag is *prepared (NULL: run unnamed): res when it has the wanted
+ * status, else NULL with *rc and err ("what: SQLSTATE: message", what
+ * NULL: no prefix) set, and res freed. */
+static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 			   PGresult *res, ExecStatusType want, int *rc,
 			   char *err, size_t errlen)
 {
@@ -412,13 +443,211 @@ static PGresult *result_of(struct store *s, int st, const char *what,
 		 * that vanished is prepared again next time. */
 		const char *state =
 		    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-		if (st >= 0 && state && strcmp(state, "26000") == 0)
-			s->prepared[st] = false;
+		if (prepared && state && strcmp(state, "26000") == 0)
+			*prepared = false;
 		if (pgconn_is_retryable(res))
 			*rc = STORE_RETRY_STATEMENT;
 	}
 	PQclear(res);
 	return NULL;
+}
+
+/* One statement of a pipeline: prepared as name when the options say so
+ * (*prepared: it is, on this session), or unnamed (name NULL). */
+struct step {
+	const char *name;
+	bool *prepared;
+	const char *sql;
+	int nparams;
+	const char *const *values;
+	int result_format;
+};
+
+/* Statement st of s->sql (st >= 0) or the ad hoc sql (st -1). */
+static struct step step_of(struct store *s, int st, const char *sql,
+			   int nparams, const char *const *values,
+			   int result_format)
+{
+	struct step p = {NULL, NULL, sql, nparams, values, result_format};
+	if (st >= 0) {
+		p.name = store_stmt_names[st];
+		p.prepared = &s->prepared[st];
+	}
+	return p;
+}
+
+/* The settings of a transaction of kind tx, prepared like the statements
+ * (a parse and plan per transaction would cost the server more than the
+ * settings themselves). */
+static struct step settings_step(struct store *s, enum pgconn_tx tx)
+{
+	static const char *const names[] = {
+	    "outbox_tx_statement", "outbox_tx_explicit", "outbox_tx_lease"};
+	struct step p = {
+	    names[tx], &s->tx_prepared[tx], s->tx_settings[tx], 0, NULL, 0};
+	return p;
+}
+
+#define PIPELINE_MAX 3
+
+/* What the k-th result of a pipeline answers: step's statement, or its
+ * preparation. */
+struct expect {
+	size_t step;
+	bool prepare;
+};
+
+/* Queues steps, each preparation that is due just before its statement,
+ * then the sync; what each result will answer goes to exp, their number
+ * to *sent. False when libpq refused to queue. */
+static bool queue_steps(struct store *s, const struct step *steps, size_t n,
+			struct expect *exp, size_t *sent)
+{
+	PGconn *c = s->conn;
+	*sent = 0;
+	if (PQenterPipelineMode(c) != 1)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		const struct step *p = &steps[i];
+		bool named = p->name && s->opt.prepare;
+		int queued;
+		if (named && !*p->prepared) {
+			if (PQsendPrepare(c, p->name, p->sql, p->nparams,
+					  NULL) != 1)
+				return false;
+			exp[(*sent)++] = (struct expect){i, true};
+		}
+		queued = named ? PQsendQueryPrepared(c, p->name, p->nparams,
+						     p->values, NULL, NULL,
+						     p->result_format)
+			       : PQsendQueryParams(c, p->sql, p->nparams, NULL,
+						   p->values, NULL, NULL,
+						   p->result_format);
+		if (queued != 1)
+			return false;
+		exp[(*sent)++] = (struct expect){i, false};
+	}
+	return PQpipelineSync(c) == 1;
+}
+
+/*
+ * Runs steps in one round trip (libpq's pipeline mode) and returns as
+ * run_sql() does for the result of step `wanted`, or for the first step
+ * that failed. Without an explicit BEGIN among them the steps share one
+ * implicit transaction, which ends at the sync. lease: step 0 is the
+ * lease transaction's BEGIN (s->in_lease once it succeeded).
+ */
+static PGresult *run_pipeline(struct store *s, const char *what,
+			      const struct step *steps, size_t n, size_t wanted,
+			      bool lease, ExecStatusType want, int *rc,
+			      char *err, size_t errlen)
+{
+	PGconn *c = s->conn;
+	PGresult *res = NULL, *failed = NULL;
+	bool *failed_prepared = NULL;
+	struct expect exp[2 * PIPELINE_MAX];
+	size_t sent, k = 0;
+
+	*rc = 0;
+	if (n > PIPELINE_MAX || !queue_steps(s, steps, n, exp, &sent)) {
+		pgconn_error(c, NULL, err, errlen);
+		*rc = STORE_RECONNECT; /* the pipeline's state is unknown */
+		return NULL;
+	}
+	/* Result k, then NULL, for each; then the sync. Once a statement
+	 * failed, the rest come back PGRES_PIPELINE_ABORTED. */
+	for (;;) {
+		PGresult *r = PQgetResult(c);
+		if (!r) {
+			if (PQstatus(c) == CONNECTION_BAD || ++k > sent)
+				break;
+			continue;
+		}
+		ExecStatusType status = PQresultStatus(r);
+		if (status == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			break;
+		}
+		if (k >= sent) {
+			PQclear(r);
+			continue;
+		}
+		const struct expect *e = &exp[k];
+		bool fine =
+		    status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+		if (e->prepare)
+			*steps[e->step].prepared = status == PGRES_COMMAND_OK;
+		else if (lease && e->step == 0 && status == PGRES_COMMAND_OK)
+			s->in_lease = true;
+		if (!e->prepare && e->step == wanted && fine && !res) {
+			res = r;
+		} else if (!failed && !fine &&
+			   status != PGRES_PIPELINE_ABORTED) {
+			failed = r;
+			failed_prepared = steps[e->step].prepared;
+		} else {
+			PQclear(r);
+		}
+	}
+	if (PQstatus(c) == CONNECTION_BAD || PQexitPipelineMode(c) != 1) {
+		pgconn_error(c, failed, err, errlen);
+		PQclear(failed);
+		PQclear(res);
+		*rc = STORE_RECONNECT;
+		return NULL;
+	}
+	if (failed) {
+		PQclear(res);
+		return result_of(s, failed_prepared, what, failed, want, rc,
+				 err, errlen);
+	}
+	return result_of(s, steps[wanted].prepared, what, res, want, rc, err,
+			 errlen);
+}
+
+/* Whether sql (one of the store's own statements) starts or ends an
+ * explicit transaction. */
+static bool opens_tx(const char *sql)
+{
+	return strncmp(sql, "BEGIN", 5) == 0;
+}
+
+static bool ends_tx(const char *sql)
+{
+	return strcmp(sql, "COMMIT") == 0 || strcmp(sql, "ROLLBACK") == 0;
+}
+
+/*
+ * A statement outside any transaction of ours takes the settings its
+ * transaction needs in the same round trip (pgconn_tx_settings()): a BEGIN
+ * is followed by those of an explicit transaction, any other statement is
+ * preceded by those of a single statement, in its implicit transaction.
+ * Inside a transaction the settings it opened with hold.
+ */
+static PGresult *run_outside_tx(struct store *s, int st, const char *what,
+				const char *sql, int nparams,
+				const char *const *values, ExecStatusType want,
+				int result_format, int *rc, char *err,
+				size_t errlen)
+{
+	struct step stmt = step_of(s, st, sql, nparams, values, result_format);
+	if (!opens_tx(sql)) {
+		struct step steps[2] = {settings_step(s, PGCONN_TX_STATEMENT),
+					stmt};
+		return run_pipeline(s, what, steps, 2, 1, false, want, rc, err,
+				    errlen);
+	}
+	struct step steps[2] = {stmt, settings_step(s, PGCONN_TX_EXPLICIT)};
+	PGresult *res =
+	    run_pipeline(s, what, steps, 2, 0, false, want, rc, err, errlen);
+	if (!res && *rc != STORE_RECONNECT &&
+	    PQtransactionStatus(s->conn) != PQTRANS_IDLE) {
+		/* The BEGIN went through and its settings did not: the
+		 * caller holds no transaction, so none is left open. */
+		PGresult *r = PQexec(s->conn, "ROLLBACK");
+		PQclear(r);
+	}
+	return res;
 }
 
 /* Every statement of the store runs here, but the lease transaction's
@@ -442,12 +671,16 @@ static PGresult *run_sql(struct store *s, int st, const char *what,
 		*rc = STORE_RECONNECT;
 		return NULL;
 	}
+	if (PQtransactionStatus(s->conn) == PQTRANS_IDLE && !ends_tx(sql))
+		return run_outside_tx(s, st, what, sql, nparams, values, want,
+				      result_format, rc, err, errlen);
 	PGresult *res = st >= 0 && s->opt.prepare
 			    ? exec_prepared(s, (enum stmt)st, nparams, values,
 					    result_format)
 			    : PQexecParams(s->conn, sql, nparams, NULL, values,
 					   NULL, NULL, result_format);
-	return result_of(s, st, what, res, want, rc, err, errlen);
+	return result_of(s, st >= 0 ? &s->prepared[st] : NULL, what, res, want,
+			 rc, err, errlen);
 }
 
 PGresult *store_run(struct store *s, enum stmt st, int nparams,
@@ -593,119 +826,25 @@ int store_finish_tx(struct store *s, enum tx_end end, char *err, size_t errlen)
 			    0, err, errlen);
 }
 
-/* The lease transaction's opening statements, in order. The lease must
- * walk the pending index in its order: an index scan marks the entries of
- * rows earlier leases took (dead once those commit) as dead as it passes
- * them, so the next lease skips them. A bitmap scan marks nothing, and
- * Postgres picks one whenever its statistics say few rows are pending (a
- * queue table's normal state): then every lease re-reads every row leased
- * since the last vacuum (docs/design.md §4). */
-static const char *const lease_opening[] = {
-    "BEGIN",
-    "SET LOCAL enable_bitmapscan = off",
-};
-
-/* Queues the lease transaction's opening, the preparation of st when it
- * is due and st itself, then the sync. The number of statements queued
- * goes to *sent; false when libpq refused to queue. */
-static bool queue_leasing(struct store *s, enum stmt st, bool prepare,
-			  int nparams, const char *const *values,
-			  int result_format, size_t *sent)
-{
-	PGconn *c = s->conn;
-	size_t n_open = sizeof(lease_opening) / sizeof(lease_opening[0]);
-
-	*sent = 0;
-	if (PQenterPipelineMode(c) != 1)
-		return false;
-	for (size_t i = 0; i < n_open; i++, (*sent)++)
-		if (PQsendQueryParams(c, lease_opening[i], 0, NULL, NULL, NULL,
-				      NULL, 0) != 1)
-			return false;
-	if (prepare) {
-		if (PQsendPrepare(c, store_stmt_names[st], s->sql[st], nparams,
-				  NULL) != 1)
-			return false;
-		(*sent)++;
-	}
-	int queued =
-	    s->opt.prepare
-		? PQsendQueryPrepared(c, store_stmt_names[st], nparams, values,
-				      NULL, NULL, result_format)
-		: PQsendQueryParams(c, s->sql[st], nparams, NULL, values, NULL,
-				    NULL, result_format);
-	if (queued != 1)
-		return false;
-	(*sent)++;
-	return PQpipelineSync(c) == 1;
-}
-
 PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 			    const char *const *values, ExecStatusType want,
 			    int result_format, int *rc, char *err,
 			    size_t errlen)
 {
-	PGconn *c = s->conn;
-	PGresult *res = NULL, *failed = NULL;
-	bool prepare = s->opt.prepare && !s->prepared[st];
-	size_t sent, k = 0;
-
 	*rc = 0;
-	if (!c) {
+	if (!s->conn) {
 		snprintf(err, errlen, "not connected to postgres");
 		*rc = STORE_RECONNECT;
 		return NULL;
 	}
 	/* One round trip instead of one per statement: a lease's latency
 	 * is mostly waiting for the server. */
-	if (!queue_leasing(s, st, prepare, nparams, values, result_format,
-			   &sent)) {
-		pgconn_error(c, NULL, err, errlen);
-		*rc = STORE_RECONNECT; /* the pipeline's state is unknown */
-		return NULL;
-	}
-	/* Statement k's result, then NULL, for each; then the sync. Once a
-	 * statement failed, the rest come back PGRES_PIPELINE_ABORTED. */
-	for (;;) {
-		PGresult *r = PQgetResult(c);
-		if (!r) {
-			if (PQstatus(c) == CONNECTION_BAD || ++k > sent)
-				break;
-			continue;
-		}
-		ExecStatusType status = PQresultStatus(r);
-		if (status == PGRES_PIPELINE_SYNC) {
-			PQclear(r);
-			break;
-		}
-		bool fine =
-		    status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
-		if (k == 0 && status == PGRES_COMMAND_OK)
-			s->in_lease = true;
-		if (prepare && k == sent - 2)
-			s->prepared[st] = status == PGRES_COMMAND_OK;
-		if (k == sent - 1 && fine && !res) {
-			res = r;
-		} else if (!failed && !fine &&
-			   status != PGRES_PIPELINE_ABORTED) {
-			failed = r;
-		} else {
-			PQclear(r);
-		}
-	}
-	if (PQstatus(c) == CONNECTION_BAD || PQexitPipelineMode(c) != 1) {
-		pgconn_error(c, failed, err, errlen);
-		PQclear(failed);
-		PQclear(res);
-		*rc = STORE_RECONNECT;
-		return NULL;
-	}
-	if (failed) {
-		PQclear(res);
-		return result_of(s, (int)st, NULL, failed, want, rc, err,
-				 errlen);
-	}
-	return result_of(s, (int)st, NULL, res, want, rc, err, errlen);
+	const struct step steps[3] = {
+	    step_of(s, -1, "BEGIN", 0, NULL, 0),
+	    settings_step(s, PGCONN_TX_LEASE),
+	    step_of(s, (int)st, s->sql[st], nparams, values, result_format),
+	};
+	return run_pipeline(s, NULL, steps, 3, 2, true, want, rc, err, errlen);
 }
 
 int store_lease_end(struct store *s, enum tx_end end, char *err, size_t errlen)

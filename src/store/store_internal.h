@@ -116,6 +116,12 @@ struct store {
 	/* conn_gen of the session that failed the rows the destination
 	 * CHECK refuses before its first classification (lease.c). */
 	uint64_t refused_gen;
+	/* The settings each kind of transaction opens with, by enum
+	 * pgconn_tx (pgconn.h): the session itself carries none, so behind
+	 * a transaction-mode pooler each transaction has what it needs and
+	 * leaves nothing behind. */
+	char *tx_settings[3];
+	bool tx_prepared[3];
 };
 
 /* A leased batch's rows: the result they point into, the events, and
@@ -205,10 +211,10 @@ int store_begin_locked(struct store *s, int ns, enum plan_mode plans, bool *got,
 /*
  * The lease transaction of s's session (docs/design.md §4).
  * store_run_leasing() opens it and runs statement st in it, in one round
- * trip (libpq's pipeline mode): BEGIN, the transaction's settings, st's
- * preparation when due, st. Returns as store_run() does for st's result,
- * or for the first statement that failed; s->in_lease is true once the
- * BEGIN succeeded, whatever came after it. store_lease_end() ends it,
+ * trip (libpq's pipeline mode): BEGIN, the transaction's settings
+ * (PGCONN_TX_LEASE), st's preparation when due, st. Returns as store_run() does
+ * for st's result, or for the first statement that failed; s->in_lease is true
+ * once the BEGIN succeeded, whatever came after it. store_lease_end() ends it,
  * COMMIT or ROLLBACK; of a COMMIT that Postgres turned into a
  * rollback (a statement of it had failed) it returns STORE_ERROR.
  */

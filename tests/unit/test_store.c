@@ -912,14 +912,17 @@ static void show(PGconn *conn, const char *name, char *out, size_t outlen)
 	PQclear(res);
 }
 
-/* OUTBOX_PG_DEAD_PEER_TIMEOUT reaches both ends of every session: libpq's
- * keepalives and tcp_user_timeout, and the server's own for the session,
- * so a relay cut off mid-transaction loses its locks within the window. */
+/* OUTBOX_PG_DEAD_PEER_TIMEOUT reaches both ends: libpq's keepalives and
+ * tcp_user_timeout on every session, and the server's own for as long as
+ * a lease transaction holds rows, so a relay cut off mid-lease loses its
+ * locks within the window. */
 static void test_dead_peer_window(void **state)
 {
 	(void)state;
-	char table[128], v[64];
+	char table[128], v[64], idle[64];
 	pgtest_fresh_table("store_peer", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 1);
 	struct store_options o = pgtest_store_options(table);
 	o.dead_peer_ms = 12000;
 	struct store *s = pgtest_store(&o);
@@ -935,6 +938,13 @@ static void test_dead_peer_window(void **state)
 	/* A connection attempt into a cut link gives up within it too. */
 	assert_string_equal(
 	    conninfo_value(conn, "connect_timeout", v, sizeof(v)), "12");
+	/* The server's values are the lease transaction's, not the
+	 * session's: behind a pooler the session is a shared connection. */
+	show(conn, "tcp_keepalives_idle", idle, sizeof(idle));
+	assert_string_not_equal(idle, "6");
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
 	show(conn, "tcp_keepalives_idle", v, sizeof(v));
 	assert_string_equal(v, "6");
 	show(conn, "tcp_keepalives_interval", v, sizeof(v));
@@ -943,7 +953,74 @@ static void test_dead_peer_window(void **state)
 	assert_string_equal(v, "3");
 	show(conn, "tcp_user_timeout", v, sizeof(v));
 	assert_string_equal(v, "12000");
+	commit(s, &b);
+	show(conn, "tcp_keepalives_idle", v, sizeof(v));
+	assert_string_equal(v, idle);
 	store_close(s);
+	PQfinish(c);
+}
+
+/* The settings the protocol relies on hold in each transaction that needs
+ * them and end with it: the session carries none (behind a transaction
+ * pooler it is a server connection other clients share). */
+static void test_settings_per_transaction(void **state)
+{
+	(void)state;
+	char table[128], v[64];
+	pgtest_fresh_table("store_txset", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 1);
+	struct store_options o = pgtest_store_options(table);
+	o.statement_timeout_ms = 4000;
+	o.lease_timeout_ms = 30000;
+	struct store *s = pgtest_store(&o);
+	PGconn *conn = store_conn(s);
+	int64_t due;
+	/* An autocommit statement of the store ran, and left nothing. */
+	assert_int_equal(store_next_due_ms(s, &due, err, sizeof(err)), 0);
+	static const char *const names[] = {
+	    "statement_timeout", "lock_timeout",
+	    "idle_in_transaction_session_timeout", "jit", "enable_bitmapscan"};
+	static const char *const in_lease[] = {"4s", "2s", "30s", "off", "off"};
+	char outside[5][64];
+	for (size_t i = 0; i < 5; i++) {
+		char sql[128];
+		snprintf(sql, sizeof(sql),
+			 "SELECT source FROM pg_settings WHERE name = '%s'",
+			 names[i]);
+		show(conn, names[i], outside[i], sizeof(outside[i]));
+		PGresult *r = PQexec(conn, sql);
+		assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+		assert_string_not_equal(PQgetvalue(r, 0, 0), "session");
+		PQclear(r);
+	}
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	for (size_t i = 0; i < 5; i++) {
+		show(conn, names[i], v, sizeof(v));
+		assert_string_equal(v, in_lease[i]);
+	}
+	commit(s, &b);
+	for (size_t i = 0; i < 5; i++) {
+		show(conn, names[i], v, sizeof(v));
+		assert_string_equal(v, outside[i]);
+	}
+	/* An autocommit statement runs under the lock timeout (half the
+	 * statement timeout) though the session has none: behind a table
+	 * lock it fails in about 2 s instead of waiting. */
+	pgtest_exec(c, "BEGIN; LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", table);
+	int64_t t0 = clock_ms();
+	assert_int_not_equal(store_next_due_ms(s, &due, err, sizeof(err)), 0);
+	int64_t waited = clock_ms() - t0;
+	assert_true(strncmp(err, "55P03", 5) == 0);
+	assert_true(waited >= 1500 && waited < 3900);
+	pgtest_exec(c, "ROLLBACK");
+	/* So does an explicit transaction's statement (the sweeper's). */
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(s, 100, &sw, err, sizeof(err)), 0);
+	store_close(s);
+	PQfinish(c);
 }
 
 /* Rows left in_flight by a relay of the row lease (a rolling upgrade)
@@ -1767,6 +1844,7 @@ int main(void)
 	    cmocka_unit_test(test_batch_byte_budget),
 	    cmocka_unit_test(test_lease_columns),
 	    cmocka_unit_test(test_dead_peer_window),
+	    cmocka_unit_test(test_settings_per_transaction),
 	    cmocka_unit_test(test_retry_backoff_permanent),
 	    cmocka_unit_test(test_release),
 	    cmocka_unit_test(test_cleaner),

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The relay behind PgBouncer in transaction mode (OUTBOX_PG_PREPARE=off),
+# once with the pool's defaults and once with server_reset_query_always
+# (DISCARD ALL after every transaction), a small pool shared with plain
+# clients:
+#  - delivery: two workers deliver a few thousand events, none lost;
+#  - the fence: a relay stopped (SIGSTOP) with rows leased loses them
+#    within the lease timeout, and a second relay delivers them;
+#  - hygiene: plain clients of the same pool, while relays run, see the
+#    server's settings, never one the relay set (docs/design.md §4).
+. "$(dirname "$0")/lib.sh"
+: "${RELAY_TEST_FLAKY_BIN:?run through meson test}"
+: "${RELAY_TEST_SOURCE_ROOT:?run through meson test}"
+: "${PGPORT:?run through tests/run.sh}"
+bouncer_sh="$RELAY_TEST_SOURCE_ROOT/tests/services/pgbouncer.sh"
+
+bouncers=()
+stop_bouncers() {
+	local d
+	for d in "${bouncers[@]}"; do
+		bash "$bouncer_sh" stop "$d" >/dev/null 2>&1 || true
+	done
+}
+trap 'stop_bouncers; it_cleanup' EXIT
+# pgbouncer runs as the service account, in directories under this one.
+chmod 755 "$it_dir"
+
+readonly events=2500 lease_timeout_s=3
+# What a plain client sees of the settings the relay makes in its
+# transactions.
+readonly settings_sql="SELECT concat_ws(' ', current_setting('statement_timeout'),
+	current_setting('lock_timeout'),
+	current_setting('idle_in_transaction_session_timeout'),
+	current_setting('jit'), current_setting('enable_bitmapscan'),
+	current_setting('tcp_keepalives_idle'),
+	current_setting('tcp_user_timeout'))"
+
+# clients URL BASELINE N: N plain clients of the pool, one transaction
+# each; prints how many saw settings other than BASELINE.
+clients() {
+	local url="$1" baseline="$2" n="$3" i seen leaked=0
+	for i in $(seq 1 "$n"); do
+		seen=$(psql "$url" -X -A -t -q -c "$settings_sql" 2>&1) || seen="error: $seen"
+		if [ "$seen" != "$baseline" ]; then
+			leaked=$((leaked + 1))
+			echo "client $i saw: $seen" >>"$it_dir/leaks.txt"
+		fi
+	done
+	echo "$leaked"
+}
+
+# round RESET: one pgbouncer (server_reset_query_always = RESET) and the
+# three checks through it.
+round() {
+	local reset="$1" dir url baseline leaked total=0 n=0 relay slow fast held
+	local t0 released=0 deadline
+	dir="$it_dir/pgbouncer-$reset"
+	mkdir -p "$dir"
+	bouncers+=("$dir")
+	PGBOUNCER_POOL_SIZE=3 PGBOUNCER_RESET_ALWAYS="$reset" \
+		bash "$bouncer_sh" start "$dir" >"$it_dir/bouncer-$reset.log" 2>&1 ||
+		it_fail "pgbouncer did not start: $(cat "$it_dir/bouncer-$reset.log")"
+	url=$(sed -n 's/^PGBOUNCER_URL=//p' "$dir/env")
+	baseline=$(psql "$url" -X -A -t -q -c "$settings_sql")
+	[ "$baseline" = "$(it_psql "$settings_sql")" ] ||
+		it_fail "the pool's baseline ($baseline) is not the server's"
+
+	it_table "pgb${reset}"
+	it_psql "INSERT INTO $OUTBOX_TABLE (type, payload)
+	         SELECT 'pool.test', convert_to(json_build_object('n', g)::text, 'UTF8')
+	         FROM generate_series(1, $events) g"
+	# Delivery, with plain clients of the pool asking all the while.
+	env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_HTTP_ADDR= \
+		OUTBOX_PG_PREPARE=off OUTBOX_WORKERS=2 OUTBOX_BATCH_SIZE=50 \
+		OUTBOX_POLL_INTERVAL=100ms OUTBOX_LEASE_TIMEOUT=${lease_timeout_s}s \
+		OUTBOX_PUBLISH_TIMEOUT=500ms OUTBOX_STATEMENT_TIMEOUT=1s \
+		OUTBOX_SWEEP_INTERVAL=500ms \
+		"$RELAY_TEST_BIN" run >"$it_dir/deliver-$reset.out" 2>"$it_dir/deliver-$reset.log" &
+	relay=$!
+	it_pids+=("$relay")
+	deadline=$((SECONDS + 120))
+	while [ "$(it_count "status = 'sent'")" -lt "$events" ] || [ "$n" -lt 30 ]; do
+		[ "$SECONDS" -lt "$deadline" ] ||
+			it_fail "reset=$reset: $(it_count "status = 'sent'") of $events sent after 120s"
+		kill -0 "$relay" 2>/dev/null || it_fail "reset=$reset: the delivering relay exited"
+		leaked=$(clients "$url" "$baseline" 5)
+		total=$((total + leaked))
+		n=$((n + 5))
+	done
+	[ "$total" = 0 ] ||
+		it_fail "reset=$reset: $total of $n plain clients of the pool saw the relay's settings (baseline '$baseline'): $(head -3 "$it_dir/leaks.txt")"
+	it_stop "$relay"
+	[ "$it_rc" = 0 ] || it_fail "reset=$reset: the delivering relay exited $it_rc"
+	jq -r '.id' "$it_dir/deliver-$reset.out" | sort -u >"$it_dir/printed.ids"
+	it_psql "SELECT id FROM $OUTBOX_TABLE ORDER BY 1" | sort >"$it_dir/table.ids"
+	[ "$(comm -13 "$it_dir/printed.ids" "$it_dir/table.ids" | wc -l)" = 0 ] ||
+		it_fail "reset=$reset: events never printed: $(comm -13 "$it_dir/printed.ids" "$it_dir/table.ids" | head -3)"
+	echo "reset=$reset: $events events delivered by 2 workers, $n plain clients saw only the server's settings"
+
+	# The fence: a relay stopped with rows leased.
+	it_psql "INSERT INTO $OUTBOX_TABLE (type, payload)
+	         SELECT 'pool.fence', convert_to(json_build_object('n', g)::text, 'UTF8')
+	         FROM generate_series(1, 30) g"
+	local log="$it_dir/fence-$reset.jsonl"
+	flaky() {
+		local name="$1"
+		shift
+		env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_HTTP_ADDR= \
+			OUTBOX_PG_PREPARE=off OUTBOX_PUBLISHER=flaky RELAY_TEST_FLAKY_FILE="$log" \
+			OUTBOX_BATCH_SIZE=5 OUTBOX_LEASE_TIMEOUT=${lease_timeout_s}s \
+			OUTBOX_PUBLISH_TIMEOUT=500ms OUTBOX_STATEMENT_TIMEOUT=1s \
+			OUTBOX_SWEEP_INTERVAL=300ms OUTBOX_POLL_INTERVAL=100ms \
+			"$@" "$RELAY_TEST_FLAKY_BIN" run >/dev/null 2>"$it_dir/$name-$reset.log" &
+		it_last_pid=$!
+		it_pids+=("$it_last_pid")
+	}
+	flaky slow RELAY_TEST_FLAKY_DELAY_MS=400
+	slow=$it_last_pid
+	local slow_held="id IN (SELECT unnest(ids) FROM ${OUTBOX_TABLE}_claims WHERE
+		holder LIKE '%/$slow/%' AND pg_xact_status(xid) = 'in progress')"
+	# Stopped while it holds rows (a lease may end between the look and
+	# the stop: then it runs on and is stopped again).
+	local tries=0
+	while :; do
+		it_wait_count 30 "$slow_held" -ge 1
+		kill -STOP "$slow"
+		t0=$(date +%s%N)
+		held=$(it_psql "SELECT id FROM $OUTBOX_TABLE WHERE $slow_held")
+		[ -z "$held" ] || break
+		tries=$((tries + 1))
+		[ "$tries" -lt 5 ] || it_fail "reset=$reset: the slow relay held nothing when stopped"
+		kill -CONT "$slow"
+	done
+	# The server ends the stopped relay's lease transaction at the lease
+	# timeout, whatever the pool did to its server connection.
+	# The lease timeout, and a few seconds for a loaded machine: the
+	# session settings of older relays let go after 10 s or never.
+	deadline=$((SECONDS + lease_timeout_s + 4))
+	while [ "$(it_count "$slow_held")" -gt 0 ]; do
+		[ "$SECONDS" -lt "$deadline" ] ||
+			it_fail "reset=$reset: a relay stopped with a lease open still held its rows $((lease_timeout_s + 4))s later (lease timeout ${lease_timeout_s}s)"
+		sleep 0.2
+	done
+	released=$((($(date +%s%N) - t0) / 1000000))
+	leaked=$(clients "$url" "$baseline" 10)
+	[ "$leaked" = 0 ] || it_fail "reset=$reset: $leaked of 10 plain clients saw the relay's settings during the fence: $(tail -3 "$it_dir/leaks.txt")"
+	flaky fast
+	fast=$it_last_pid
+	it_wait_count 60 "type = 'pool.fence' AND status = 'sent'" -eq 30
+	kill -CONT "$slow"
+	it_stop "$slow"
+	it_stop "$fast"
+	for id in $held; do
+		grep '"id":"'"$id"'"' "$log" | grep -q '"pid":'"$fast" ||
+			it_fail "reset=$reset: row $id the stopped relay held was not delivered by the second relay"
+	done
+	echo "reset=$reset: a relay stopped with $(echo "$held" | wc -w) rows leased lost them after ${released} ms (lease timeout ${lease_timeout_s}s); the second relay delivered them"
+	bash "$bouncer_sh" stop "$dir"
+}
+
+round 0
+round 1
+echo "ok: delivery, the fence and hygiene hold behind pgbouncer in transaction mode, with and without server_reset_query_always"
