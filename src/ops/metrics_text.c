@@ -55,8 +55,9 @@ static const struct counter_def counter_defs[MC_COUNT] = {
 
 struct gauge_def {
 	const char *name;
-	const char *help;
-	double scale; /* rendered value = raw / scale */
+	const char *help; /* NULL: shares the previous row's header */
+	double scale;	  /* rendered value = raw / scale */
+	const char *labels;
 };
 
 static const struct gauge_def gauge_defs[MG_COUNT] = {
@@ -87,6 +88,30 @@ static const struct gauge_def gauge_defs[MG_COUNT] = {
 			     "Fraction of the NOTIFY queue in use.", 1e6},
     [MG_KAFKA_QUEUE_DEPTH] = {"outbox_kafka_queue_depth",
 			      "Messages waiting in librdkafka queues.", 1},
+    [MG_XMIN_HORIZON_AGE_MS] = {"outbox_xmin_horizon_age_seconds",
+				"How long the holder of the database's "
+				"xmin horizon has held it (its transaction's "
+				"age; 0 for a replication slot or when "
+				"unknown).",
+				1000},
+    [MG_XMIN_HORIZON_XMIN_AGE] = {"outbox_xmin_horizon_age_transactions",
+				  "age(xmin) of the database's xmin "
+				  "horizon, in transactions.",
+				  1},
+    [MG_XMIN_AGE_SESSIONS] = {"outbox_xmin_age_transactions",
+			      "Oldest age(xmin) in transactions of each "
+			      "kind of holder (0: none).",
+			      1, "{holder=\"session\"}"},
+    [MG_XMIN_AGE_SLOTS] = {"outbox_xmin_age_transactions", NULL, 1,
+			   "{holder=\"replication_slot\"}"},
+    [MG_XMIN_AGE_PREPARED] = {"outbox_xmin_age_transactions", NULL, 1,
+			      "{holder=\"prepared_transaction\"}"},
+    [MG_LEASE_DEAD_ENTRIES_MILLI] = {"outbox_lease_dead_index_entries_per_"
+				     "scan",
+				     "Pending-index entries each scan passed "
+				     "without finding a visible row, over the "
+				     "last gauge interval.",
+				     1000},
 };
 
 struct histogram_def {
@@ -131,14 +156,64 @@ static void render_gauges(FILE *out)
 {
 	for (int i = 0; i < MG_COUNT; i++) {
 		const struct gauge_def *d = &gauge_defs[i];
-		fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n", d->name,
-			d->help, d->name);
+		const char *labels = d->labels ? d->labels : "";
+		if (d->help)
+			fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n", d->name,
+				d->help, d->name);
 		int64_t raw = metrics_gauge(i);
 		if (d->scale == 1)
-			fprintf(out, "%s %lld\n", d->name, (long long)raw);
+			fprintf(out, "%s%s %lld\n", d->name, labels,
+				(long long)raw);
 		else
-			fprintf(out, "%s %.6f\n", d->name,
+			fprintf(out, "%s%s %.6f\n", d->name, labels,
 				(double)raw / d->scale);
+	}
+}
+
+/* A label value as the text format wants it: backslash, double quote and
+ * newline escaped. */
+static void put_label_value(FILE *out, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			fprintf(out, "\\%c", *v);
+		else if (*v == '\n')
+			fputs("\\n", out);
+		else
+			fputc(*v, out);
+	}
+}
+
+struct info_def {
+	const char *name;
+	const char *help;
+	const char *labels[METRICS_INFO_LABELS];
+};
+
+static const struct info_def info_defs[MI_COUNT] = {
+    [MI_XMIN_HORIZON_HOLDER] = {"outbox_xmin_horizon_holder_info",
+				"Who holds the database's xmin horizon: kind "
+				"session, replication_slot, "
+				"prepared_transaction or none; name its "
+				"application_name, slot name or gid; pid a "
+				"session's.",
+				{"kind", "name", "pid"}},
+};
+
+static void render_infos(FILE *out)
+{
+	for (int i = 0; i < MI_COUNT; i++) {
+		const struct info_def *d = &info_defs[i];
+		char values[METRICS_INFO_LABELS][METRICS_INFO_VALUE_MAX];
+		metrics_info(i, values);
+		fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n%s{", d->name,
+			d->help, d->name, d->name);
+		for (int l = 0; l < METRICS_INFO_LABELS; l++) {
+			fprintf(out, "%s%s=\"", l ? "," : "", d->labels[l]);
+			put_label_value(out, values[l]);
+			fputc('"', out);
+		}
+		fputs("} 1\n", out);
 	}
 }
 
@@ -164,6 +239,7 @@ void metrics_text_render(FILE *out)
 {
 	render_counters(out);
 	render_gauges(out);
+	render_infos(out);
 	for (int i = 0; i < MH_COUNT; i++) {
 		struct metrics_histogram h;
 		metrics_histogram_read(i, &h);
@@ -175,4 +251,16 @@ int64_t metrics_gauge_pause_ms(int64_t base_ms, int64_t took_ms)
 {
 	int64_t paced = took_ms > 0 ? took_ms * GAUGE_COST_FACTOR : 0;
 	return paced > base_ms ? paced : base_ms;
+}
+
+int64_t metrics_dead_entries_per_scan_milli(const int64_t before[3],
+					    const int64_t after[3])
+{
+	int64_t scans = after[0] - before[0], read = after[1] - before[1],
+		fetched = after[2] - before[2];
+	if (scans < 0 || read < 0 || fetched < 0)
+		return -1;
+	if (scans == 0 || read <= fetched)
+		return 0;
+	return (read - fetched) * 1000 / scans;
 }

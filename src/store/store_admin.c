@@ -136,6 +136,71 @@ static char *claimed_count_sql(const struct names *n)
 	    "pg_xact_status(xid) = ''in progress''");
 }
 
+/* The xmin horizon and what it costs the lease, from the catalogs every
+ * role may read. Another role's session shows its pid, application_name
+ * and xmin to anyone, its xact_start only to pg_read_all_stats: without
+ * that grant its age in seconds is unknown (NULL, reported as 0). A
+ * logical slot's catalog_xmin holds back only the catalogs, so slots are
+ * ranked by xmin alone. This session's own snapshot is left out. */
+static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
+			  size_t errlen)
+{
+	int rc;
+	char idx[160];
+	table_derived(&s->table, "_pending_idx", idx, sizeof(idx));
+	char *sql = store_asprintf(
+	    "WITH h AS (SELECT 'session' AS kind, a.pid, a.application_name "
+	    "AS name, greatest(age(a.backend_xmin), age(a.backend_xid)) AS "
+	    "xmin_age, extract(epoch FROM now() - a.xact_start) AS age_s "
+	    "FROM pg_stat_activity a WHERE (a.backend_xmin IS NOT NULL OR "
+	    "a.backend_xid IS NOT NULL) AND a.pid <> pg_backend_pid() "
+	    "UNION ALL SELECT 'replication_slot', NULL, slot_name::text, "
+	    "age(xmin), NULL FROM pg_replication_slots WHERE xmin IS NOT NULL "
+	    "UNION ALL SELECT 'prepared_transaction', NULL, gid, "
+	    "age(transaction), extract(epoch FROM now() - prepared) FROM "
+	    "pg_prepared_xacts), "
+	    "top AS (SELECT * FROM h ORDER BY xmin_age DESC, age_s DESC NULLS "
+	    "LAST LIMIT 1) "
+	    "SELECT top.kind, coalesce(top.pid, 0), left(top.name, 64), "
+	    "coalesce(top.xmin_age, 0), greatest(0, coalesce((top.age_s * "
+	    "1000)::bigint, 0)), "
+	    "coalesce((SELECT max(xmin_age) FROM h WHERE kind = 'session'), "
+	    "0), coalesce((SELECT max(xmin_age) FROM h WHERE kind = "
+	    "'replication_slot'), 0), coalesce((SELECT max(xmin_age) FROM h "
+	    "WHERE kind = 'prepared_transaction'), 0), "
+	    "coalesce(i.idx_scan, 0), coalesce(i.idx_tup_read, 0), "
+	    "coalesce(i.idx_tup_fetch, 0) "
+	    "FROM (SELECT 1) one LEFT JOIN top ON true LEFT JOIN "
+	    "pg_stat_user_indexes i ON i.indexrelid = to_regclass('%s')",
+	    idx);
+	PGresult *res = store_exec(s, "horizon query", sql, 0, NULL,
+				   PGRES_TUPLES_OK, &rc, err, errlen);
+	free(sql);
+	if (!res)
+		return store_public_rc(rc);
+	struct store_horizon *h = &g->horizon;
+	snprintf(h->kind, sizeof(h->kind), "%s", PQgetvalue(res, 0, 0));
+	snprintf(h->name, sizeof(h->name), "%s", PQgetvalue(res, 0, 2));
+	int64_t *fields[] = {&h->pid,
+			     NULL,
+			     &h->xmin_age,
+			     &h->age_ms,
+			     &g->xmin_age_sessions,
+			     &g->xmin_age_slots,
+			     &g->xmin_age_prepared,
+			     &g->pending_idx_scans,
+			     &g->pending_idx_read,
+			     &g->pending_idx_fetched};
+	for (int i = 0; i < (int)(sizeof(fields) / sizeof(fields[0])); i++)
+		if (fields[i])
+			*fields[i] =
+			    PQgetisnull(res, 0, i + 1)
+				? 0
+				: strtoll(PQgetvalue(res, 0, i + 1), NULL, 10);
+	PQclear(res);
+	return 0;
+}
+
 int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 		       size_t errlen)
 {
@@ -190,7 +255,7 @@ int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 				 ? 0
 				 : strtoll(PQgetvalue(res, 0, i), NULL, 10);
 	PQclear(res);
-	return 0;
+	return horizon_gauges(s, g, err, errlen);
 }
 
 /* ---- pauses ---- */

@@ -16,6 +16,7 @@
 
 #include "ops/metrics_text.h"
 #include "ops/status_text.h"
+#include "base/base.h"
 
 /* Everything wrong at once. */
 static const char troubled[] =
@@ -66,7 +67,10 @@ static const char troubled[] =
     "  \"xact_age_seconds\": 7300, \"query\": \"SELECT *\\n FROM orders\"},"
     "  {\"kind\": \"replication slot\", \"pid\": null, \"name\": \"old_cdc\","
     "   \"state\": \"inactive\", \"xmin_age\": 5000, \"xact_age_seconds\": "
-    "null}]"
+    "null},"
+    "  {\"kind\": \"replication slot\", \"pid\": null, \"name\": \"cdc\","
+    "   \"state\": \"active\", \"xmin_age\": null, \"catalog_xmin_age\": "
+    "70, \"xact_age_seconds\": null}]"
     "}";
 
 /* Nothing wrong. */
@@ -199,6 +203,8 @@ static void test_troubled(void **state)
 		       "transaction open 2h01m, xmin age 99000");
 	has_line(text, "      query: SELECT *  FROM orders");
 	has_line(text, "  replication slot old_cdc (inactive), xmin age 5000");
+	has_line(text, "  replication slot cdc (active), xmin age 0, catalog "
+		       "xmin age 70 (catalogs only)");
 	free(text);
 	cJSON_Delete(st);
 }
@@ -275,6 +281,60 @@ static void test_gauge_pacing(void **state)
 			 1500 * GAUGE_COST_FACTOR);
 }
 
+/* What a lease steps over: entries returned without a visible row, per
+ * scan of the pending index, between two readings of its counters. */
+static void test_dead_entries_per_scan(void **state)
+{
+	(void)state;
+	const int64_t t0[3] = {100, 5000, 4000};
+	/* 10 scans read 2,000 entries and fetched 500 live rows. */
+	assert_int_equal(metrics_dead_entries_per_scan_milli(
+			     t0, (const int64_t[3]){110, 7000, 4500}),
+			 150000);
+	/* Every entry had a live row: nothing stepped over. */
+	assert_int_equal(metrics_dead_entries_per_scan_milli(
+			     t0, (const int64_t[3]){103, 5010, 4010}),
+			 0);
+	/* No scan ran. */
+	assert_int_equal(metrics_dead_entries_per_scan_milli(
+			     t0, (const int64_t[3]){100, 5000, 4000}),
+			 0);
+	/* A statistics reset: the interval tells nothing. */
+	assert_int_equal(metrics_dead_entries_per_scan_milli(
+			     t0, (const int64_t[3]){2, 9, 9}),
+			 -1);
+}
+
+/* The holder of the xmin horizon is one series whose labels are the
+ * text the database gave, escaped for the exposition format. */
+static void test_horizon_holder_info(void **state)
+{
+	(void)state;
+	metrics_set(MG_XMIN_HORIZON_AGE_MS, 125500);
+	metrics_set(MG_XMIN_AGE_SLOTS, 42);
+	metrics_set(MG_LEASE_DEAD_ENTRIES_MILLI, 2500);
+	metrics_set_info(
+	    MI_XMIN_HORIZON_HOLDER,
+	    (const char *const[]){"session", "pg_dump \"nightly\"\n", "4242"});
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+	assert_non_null(out);
+	metrics_text_render(out);
+	fclose(out);
+	has_line(text, "outbox_xmin_horizon_holder_info{kind=\"session\","
+		       "name=\"pg_dump \\\"nightly\\\"\\n\",pid=\"4242\"} 1");
+	has_line(text, "outbox_xmin_horizon_age_seconds 125.500000");
+	has_line(text, "outbox_xmin_age_transactions{holder=\"replication_"
+		       "slot\"} 42");
+	has_line(text, "outbox_lease_dead_index_entries_per_scan 2.500000");
+	/* One header for the three kinds. */
+	assert_null(
+	    strstr(strstr(text, "# TYPE outbox_xmin_age_transactions") + 1,
+		   "# TYPE outbox_xmin_age_transactions"));
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -282,6 +342,8 @@ int main(void)
 	    cmocka_unit_test(test_healthy),
 	    cmocka_unit_test(test_long_text),
 	    cmocka_unit_test(test_gauge_pacing),
+	    cmocka_unit_test(test_dead_entries_per_scan),
+	    cmocka_unit_test(test_horizon_holder_info),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
