@@ -53,12 +53,16 @@ FROM pg_stat_user_tables
 WHERE relid = 'outbox_events'::regclass;
 
 -- The oldest snapshots in the cluster. Vacuum cannot remove any row that
--- died after the oldest of these began, in any table of any database.
+-- died after the oldest of these began, in any table of any database. A
+-- session that has written holds the horizon by its transaction id even
+-- between statements, with no snapshot.
 SELECT 'session' AS kind, pid::text AS who, application_name, usename, state,
-       age(backend_xmin) AS xmin_age, now() - xact_start AS xact_age,
+       greatest(age(backend_xmin), age(backend_xid)) AS xmin_age,
+       now() - xact_start AS xact_age,
        now() - state_change AS in_state_for, left(query, 200) AS query
 FROM pg_stat_activity
-WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+WHERE (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+  AND pid <> pg_backend_pid()
 UNION ALL
 SELECT 'replication slot', slot_name, slot_type, NULL,
        CASE WHEN active THEN 'active' ELSE 'INACTIVE' END,
