@@ -86,6 +86,7 @@ static int teardown(void **state)
 	PQclear(r);
 	pgtest_exec(f->conn, "SET lock_timeout = '10s'");
 	pgtest_exec(f->conn, "DROP SCHEMA \"%s\" CASCADE", f->t.schema);
+	pgtest_exec(f->conn, "DROP ROLE IF EXISTS hz_role_%s", f->t.schema);
 	PQfinish(f->conn);
 	free(f);
 	return 0;
@@ -99,12 +100,17 @@ static void heartbeat(struct fixture *f, const char *id, bool draining,
 		fail_msg("heartbeat: %s", err);
 }
 
-static struct store_gauges gauges(struct fixture *f)
+static struct store_gauges gauges_of(struct store *s)
 {
 	struct store_gauges g;
-	if (store_admin_gauges(f->s, &g, err, sizeof(err)) != 0)
+	if (store_admin_gauges(s, &g, err, sizeof(err)) != 0)
 		fail_msg("gauges: %s", err);
 	return g;
+}
+
+static struct store_gauges gauges(struct fixture *f)
+{
+	return gauges_of(f->s);
 }
 
 static cJSON *status(struct fixture *f)
@@ -555,21 +561,27 @@ static void test_time_arguments(void **state)
 /* Gauges, read until the horizon's holder is the one named (kind and
  * name): other test programs share the server, and a session of theirs
  * may hold an older snapshot for a moment. */
-static struct store_gauges horizon_held_by(struct fixture *f, const char *kind,
+static struct store_gauges horizon_seen_by(struct store *s, const char *kind,
 					   const char *name)
 {
-	struct store_gauges g = gauges(f);
+	struct store_gauges g = gauges_of(s);
 	for (int i = 0; i < 100; i++) {
 		if (strcmp(g.horizon.kind, kind) == 0 &&
 		    strcmp(g.horizon.name, name) == 0)
 			return g;
 		usleep(100000);
-		g = gauges(f);
+		g = gauges_of(s);
 	}
 	fail_msg("the horizon is held by %s '%s' (pid %lld), not %s '%s'",
 		 g.horizon.kind, g.horizon.name, (long long)g.horizon.pid, kind,
 		 name);
 	return g;
+}
+
+static struct store_gauges horizon_held_by(struct fixture *f, const char *kind,
+					   const char *name)
+{
+	return horizon_seen_by(f->s, kind, name);
 }
 
 /* Consumes n transaction ids, so the horizon's holder grows older. */
@@ -788,6 +800,47 @@ static void test_horizon_slot(void **state)
 	assert_true(strcmp(gauges(f).horizon.name, slot) != 0);
 }
 
+/* A relay role without pg_read_all_stats still sees another role's
+ * session hold the horizon (pid, application_name, xmin), not how long:
+ * its age reads 0 until the grant (docs/deployment.md). */
+static void test_horizon_without_stats_grant(void **state)
+{
+	struct fixture *f = *state;
+	char role[96], app[96], conninfo[512];
+	snprintf(role, sizeof(role), "hz_role_%s", f->t.schema);
+	snprintf(app, sizeof(app), "hz-other-%s", f->t.schema);
+	pgtest_exec(f->conn, "CREATE ROLE %s LOGIN PASSWORD 'hz-secret'", role);
+	pgtest_exec(f->conn, "GRANT USAGE ON SCHEMA \"%s\" TO %s", f->t.schema,
+		    role);
+	pgtest_exec(f->conn,
+		    "GRANT SELECT ON ALL TABLES IN SCHEMA \"%s\" TO %s",
+		    f->t.schema, role);
+	snprintf(conninfo, sizeof(conninfo),
+		 "host=%s port=%s dbname=%s user=%s password=hz-secret",
+		 PQhost(f->conn), PQport(f->conn), PQdb(f->conn), role);
+	struct store_options o = pgtest_store_options(f->table);
+	o.prepare = false;
+	o.conninfo = conninfo;
+	struct store *relay = pgtest_store(&o);
+
+	PGconn *holder = f->holder = pgtest_connect();
+	pgtest_exec(holder, "SET application_name = '%s'", app);
+	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	pgtest_exec(holder, "SELECT 1");
+	burn_xids(f, 3);
+	usleep(1100000);
+	struct store_gauges g = horizon_seen_by(relay, "session", app);
+	assert_int_equal(g.horizon.pid, PQbackendPID(holder));
+	assert_true(g.horizon.xmin_age >= 3);
+	assert_int_equal(g.horizon.age_ms, 0);
+
+	pgtest_exec(f->conn, "GRANT pg_read_all_stats TO %s", role);
+	g = horizon_seen_by(relay, "session", app);
+	assert_true(g.horizon.age_ms >= 1100);
+	store_close(relay);
+	pgtest_exec(holder, "ROLLBACK");
+}
+
 static void test_lost_session(void **state)
 {
 	struct fixture *f = *state;
@@ -819,6 +872,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_horizon_xid_and_prepared,
 					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_horizon_slot, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_horizon_without_stats_grant,
+					    setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
