@@ -2,6 +2,8 @@
 /* The metrics base keeps, named and rendered for Prometheus (/metrics). */
 #include "metrics_text.h"
 
+#include <string.h>
+
 #include "base/base.h"
 
 struct counter_def {
@@ -191,13 +193,14 @@ struct info_def {
 };
 
 static const struct info_def info_defs[MI_COUNT] = {
-    [MI_XMIN_HORIZON_HOLDER] = {"outbox_xmin_horizon_holder_info",
-				"Who holds the database's xmin horizon: kind "
-				"session, replication_slot, "
-				"prepared_transaction or none; name its "
-				"application_name, slot name or gid; pid a "
-				"session's.",
-				{"kind", "name", "pid"}},
+    [MI_XMIN_HORIZON_HOLDER] =
+	{"outbox_xmin_horizon_holder_info",
+	 "Who holds the database's xmin horizon: kind "
+	 "session, replication_slot, "
+	 "prepared_transaction or none; name its "
+	 "application_name, slot name or gid; pid a "
+	 "session's (both empty for a session holding it under 10 s).",
+	 {"kind", "name", "pid"}},
 };
 
 static void render_infos(FILE *out)
@@ -263,4 +266,17 @@ int64_t metrics_dead_entries_per_scan_milli(const int64_t before[3],
 	if (scans == 0 || read <= fetched)
 		return 0;
 	return (read - fetched) * 1000 / scans;
+}
+
+void metrics_publish_horizon_holder(const char *kind, const char *name,
+				    int64_t pid, int64_t age_ms)
+{
+	bool brief = strcmp(kind, "session") == 0 && age_ms > 0 &&
+		     age_ms < HORIZON_NAMED_AFTER_MS;
+	char pid_text[24] = "";
+	if (pid > 0 && !brief)
+		snprintf(pid_text, sizeof(pid_text), "%lld", (long long)pid);
+	const char *values[METRICS_INFO_LABELS] = {kind[0] ? kind : "none",
+						   brief ? "" : name, pid_text};
+	metrics_set_info(MI_XMIN_HORIZON_HOLDER, values);
 }

@@ -210,12 +210,7 @@ static void publish_gauges(const struct store_gauges *g)
 	metrics_set(MG_XMIN_AGE_SESSIONS, g->xmin_age_sessions);
 	metrics_set(MG_XMIN_AGE_SLOTS, g->xmin_age_slots);
 	metrics_set(MG_XMIN_AGE_PREPARED, g->xmin_age_prepared);
-	char pid[24] = "";
-	if (h->pid > 0)
-		snprintf(pid, sizeof(pid), "%lld", (long long)h->pid);
-	const char *holder[METRICS_INFO_LABELS] = {
-	    h->kind[0] ? h->kind : "none", h->name, pid};
-	metrics_set_info(MI_XMIN_HORIZON_HOLDER, holder);
+	metrics_publish_horizon_holder(h->kind, h->name, h->pid, h->age_ms);
 }
 
 /* Sleeps until the monotonic time until_ms, stop, or draining. */

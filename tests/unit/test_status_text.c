@@ -313,9 +313,8 @@ static void test_horizon_holder_info(void **state)
 	metrics_set(MG_XMIN_HORIZON_AGE_MS, 125500);
 	metrics_set(MG_XMIN_AGE_SLOTS, 42);
 	metrics_set(MG_LEASE_DEAD_ENTRIES_MILLI, 2500);
-	metrics_set_info(
-	    MI_XMIN_HORIZON_HOLDER,
-	    (const char *const[]){"session", "pg_dump \"nightly\"\n", "4242"});
+	metrics_publish_horizon_holder("session", "pg_dump \"nightly\"\n", 4242,
+				       125500);
 	char *text = NULL;
 	size_t len = 0;
 	FILE *out = open_memstream(&text, &len);
@@ -333,6 +332,40 @@ static void test_horizon_holder_info(void **state)
 	    strstr(strstr(text, "# TYPE outbox_xmin_age_transactions") + 1,
 		   "# TYPE outbox_xmin_age_transactions"));
 	free(text);
+
+	/* A short holder (the relay's own lease, say) is shown by kind
+	 * alone; a session of unknown age, a slot, a prepared transaction
+	 * by name; nothing at all as none. */
+	const struct {
+		const char *kind, *name;
+		int64_t pid, age_ms;
+		const char *line;
+	} cases[] = {
+	    {"session", "outbox-relay", 77, HORIZON_NAMED_AFTER_MS - 1,
+	     "{kind=\"session\",name=\"\",pid=\"\"} 1"},
+	    {"session", "outbox-relay", 77, HORIZON_NAMED_AFTER_MS,
+	     "{kind=\"session\",name=\"outbox-relay\",pid=\"77\"} 1"},
+	    {"session", "report", 78, 0,
+	     "{kind=\"session\",name=\"report\",pid=\"78\"} 1"},
+	    {"replication_slot", "standby_1", 0, 0,
+	     "{kind=\"replication_slot\",name=\"standby_1\",pid=\"\"} 1"},
+	    {"prepared_transaction", "tx-9", 0, 5,
+	     "{kind=\"prepared_transaction\",name=\"tx-9\",pid=\"\"} 1"},
+	    {"", "", 0, 0, "{kind=\"none\",name=\"\",pid=\"\"} 1"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		metrics_publish_horizon_holder(cases[i].kind, cases[i].name,
+					       cases[i].pid, cases[i].age_ms);
+		out = open_memstream(&text, &len);
+		assert_non_null(out);
+		metrics_text_render(out);
+		fclose(out);
+		char want[200];
+		snprintf(want, sizeof(want),
+			 "outbox_xmin_horizon_holder_info%s", cases[i].line);
+		has_line(text, want);
+		free(text);
+	}
 }
 
 int main(void)
