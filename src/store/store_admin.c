@@ -136,6 +136,23 @@ static char *claimed_count_sql(const struct names *n)
 	    "pg_xact_status(xid) = ''in progress''");
 }
 
+/* Copies src into dst, cut at a character boundary when too long: the
+ * name becomes a Prometheus label, which must be valid UTF-8 (a prepared
+ * transaction's gid may be any text). */
+static void copy_utf8(char *dst, size_t size, const char *src)
+{
+	size_t n = strlen(src);
+	if (n >= size) {
+		n = size - 1;
+		/* Back to the lead byte of the character cut, then before
+		 * it. */
+		while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
+			n--;
+	}
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
 /* The xmin horizon and what it costs the lease, from the catalogs every
  * role may read. Another role's session shows its pid, application_name
  * and xmin to anyone, its xact_start only to pg_read_all_stats: without
@@ -161,7 +178,7 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 	    "pg_prepared_xacts), "
 	    "top AS (SELECT * FROM h ORDER BY xmin_age DESC, age_s DESC NULLS "
 	    "LAST LIMIT 1) "
-	    "SELECT top.kind, coalesce(top.pid, 0), left(top.name, 64), "
+	    "SELECT top.kind, coalesce(top.pid, 0), top.name, "
 	    "coalesce(top.xmin_age, 0), greatest(0, coalesce((top.age_s * "
 	    "1000)::bigint, 0)), "
 	    "coalesce((SELECT max(xmin_age) FROM h WHERE kind = 'session'), "
@@ -180,7 +197,7 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 		return store_public_rc(rc);
 	struct store_horizon *h = &g->horizon;
 	snprintf(h->kind, sizeof(h->kind), "%s", PQgetvalue(res, 0, 0));
-	snprintf(h->name, sizeof(h->name), "%s", PQgetvalue(res, 0, 2));
+	copy_utf8(h->name, sizeof(h->name), PQgetvalue(res, 0, 2));
 	int64_t *fields[] = {&h->pid,
 			     NULL,
 			     &h->xmin_age,

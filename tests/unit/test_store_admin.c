@@ -76,7 +76,8 @@ static int teardown(void **state)
 	PGresult *r = PQexecParams(
 	    f->conn,
 	    "SELECT 'ROLLBACK PREPARED ' || quote_literal(gid) FROM "
-	    "pg_prepared_xacts WHERE gid = 'hz-prepared-' || $1 UNION ALL "
+	    "pg_prepared_xacts WHERE gid LIKE 'hz-prepared-' || $1 || '%' "
+	    "UNION ALL "
 	    "SELECT format('SELECT pg_drop_replication_slot(%L)', slot_name) "
 	    "FROM pg_replication_slots WHERE slot_name = 'hz_' || $1",
 	    1, NULL, (const char *const[]){f->t.schema}, NULL, NULL, 0);
@@ -702,15 +703,28 @@ static void test_horizon_session(void **state)
 static void test_horizon_xid_and_prepared(void **state)
 {
 	struct fixture *f = *state;
-	char app[96], gid[96];
+	struct store_gauges g;
+	char app[96], gid[200], cut[200];
 	snprintf(app, sizeof(app), "hz-writer-%s", f->t.schema);
-	snprintf(gid, sizeof(gid), "hz-prepared-%s", f->t.schema);
+	/* A gid of two-byte characters, longer than the gauge keeps, whose
+	 * last byte kept would fall inside a character: it is cut before
+	 * that character. */
+	const int keep = (int)sizeof(g.horizon.name) - 1;
+	int n = snprintf(gid, sizeof(gid), "hz-prepared-%s-", f->t.schema);
+	if ((keep - n) % 2 == 0)
+		n += snprintf(gid + n, sizeof(gid) - (size_t)n, "x");
+	int whole = (keep - n) / 2;
+	for (int i = 0; i < 40; i++) {
+		if (i == whole)
+			memcpy(cut, gid, strlen(gid) + 1);
+		strcat(gid, "\xc3\xa9");
+	}
 	PGconn *writer = f->holder = pgtest_connect();
 	pgtest_exec(writer, "SET application_name = '%s'", app);
 	pgtest_exec(writer, "BEGIN");
 	pgtest_exec(writer, "SELECT txid_current()");
 	burn_xids(f, 3);
-	struct store_gauges g = horizon_held_by(f, "session", app);
+	g = horizon_held_by(f, "session", app);
 	assert_int_equal(g.horizon.pid, PQbackendPID(writer));
 	assert_true(g.horizon.xmin_age >= 3);
 	cJSON *st;
@@ -723,7 +737,7 @@ static void test_horizon_xid_and_prepared(void **state)
 	pgtest_exec(writer, "SELECT txid_current()");
 	pgtest_exec(writer, "PREPARE TRANSACTION '%s'", gid);
 	burn_xids(f, 3);
-	g = horizon_held_by(f, "prepared_transaction", gid);
+	g = horizon_held_by(f, "prepared_transaction", cut);
 	assert_int_equal(g.horizon.pid, 0);
 	assert_true(g.horizon.xmin_age >= 3);
 	assert_true(g.xmin_age_prepared >= g.horizon.xmin_age);
@@ -732,7 +746,7 @@ static void test_horizon_xid_and_prepared(void **state)
 	assert_true(num(h, "xmin_age") >= 3);
 	cJSON_Delete(st);
 	pgtest_exec(f->conn, "ROLLBACK PREPARED '%s'", gid);
-	assert_true(strcmp(gauges(f).horizon.name, gid) != 0);
+	assert_true(strcmp(gauges(f).horizon.name, cut) != 0);
 }
 
 static void put_be(unsigned char *p, uint64_t v, int bytes)
