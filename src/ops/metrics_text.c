@@ -257,12 +257,20 @@ int64_t metrics_gauge_pause_ms(int64_t base_ms, int64_t took_ms)
 }
 
 int64_t metrics_dead_entries_per_scan_milli(const int64_t before[3],
-					    const int64_t after[3])
+					    const int64_t after[3],
+					    const int64_t own[3])
 {
 	int64_t scans = after[0] - before[0], read = after[1] - before[1],
 		fetched = after[2] - before[2];
 	if (scans < 0 || read < 0 || fetched < 0)
 		return -1;
+	/* Own counts that have not reached the cumulative ones yet (a
+	 * flush comes at most once a second) are not subtracted. */
+	if (scans >= own[0] && read >= own[1] && fetched >= own[2]) {
+		scans -= own[0];
+		read -= own[1];
+		fetched -= own[2];
+	}
 	if (scans == 0 || read <= fetched)
 		return 0;
 	return (read - fetched) * 1000 / scans;

@@ -245,8 +245,9 @@ struct ops_session {
 	bool side_checked; /* the side tables were looked at (and told) */
 	bool registry;	   /* the replica registry table exists */
 	int64_t next_beat, next_gauges, next_connect;
-	/* The pending index's counters at the last gauge refresh. */
-	int64_t idx_before[3];
+	/* The pending index's counters at the last gauge refresh, and what
+	 * the gauge statements themselves added to them then. */
+	int64_t idx_before[3], idx_own[3];
 	bool idx_known;
 	char err[1024];
 };
@@ -351,11 +352,14 @@ static void refresh_gauges(struct ops_session *o)
 				  g.pending_idx_fetched};
 		int64_t per_scan = o->idx_known
 				       ? metrics_dead_entries_per_scan_milli(
-					     o->idx_before, idx)
+					     o->idx_before, idx, o->idx_own)
 				       : -1;
 		if (per_scan >= 0)
 			metrics_set(MG_LEASE_DEAD_ENTRIES_MILLI, per_scan);
 		memcpy(o->idx_before, idx, sizeof(idx));
+		o->idx_own[0] = g.own_idx_scans;
+		o->idx_own[1] = g.own_idx_read;
+		o->idx_own[2] = g.own_idx_fetched;
 		o->idx_known = true;
 		if (o->gauges_failing)
 			log_info("gauge query ok again");

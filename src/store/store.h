@@ -337,7 +337,7 @@ int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 int store_admin_forget(struct store *s, const char *id, char *err,
 		       size_t errlen);
 
-/* The SQL-backed gauges, from one statement. */
+/* The SQL-backed gauges, from two statements in one transaction. */
 struct store_gauges {
 	int64_t backlog;	   /* pending rows */
 	int64_t oldest_pending_ms; /* now() - min(created_at) of pending; 0 */
@@ -367,6 +367,11 @@ struct store_gauges {
 	 * scans, entries returned, live rows fetched (docs/operations.md,
 	 * outbox_lease_dead_index_entries_per_scan). */
 	int64_t pending_idx_scans, pending_idx_read, pending_idx_fetched;
+	/* The same counters for this call's own statements alone (the
+	 * backlog count may read the pending index): the session reports
+	 * them to the cumulative ones after it, so the caller subtracts them
+	 * from the next interval. */
+	int64_t own_idx_scans, own_idx_read, own_idx_fetched;
 };
 
 int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,

@@ -186,7 +186,10 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 	    "'replication_slot'), 0), coalesce((SELECT max(xmin_age) FROM h "
 	    "WHERE kind = 'prepared_transaction'), 0), "
 	    "coalesce(i.idx_scan, 0), coalesce(i.idx_tup_read, 0), "
-	    "coalesce(i.idx_tup_fetch, 0) "
+	    "coalesce(i.idx_tup_fetch, 0), "
+	    "coalesce(pg_stat_get_xact_numscans(i.indexrelid), 0), "
+	    "coalesce(pg_stat_get_xact_tuples_returned(i.indexrelid), 0), "
+	    "coalesce(pg_stat_get_xact_tuples_fetched(i.indexrelid), 0) "
 	    "FROM (SELECT 1) one LEFT JOIN top ON true LEFT JOIN "
 	    "pg_stat_user_indexes i ON i.indexrelid = to_regclass('%s')",
 	    idx);
@@ -207,7 +210,10 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 			     &g->xmin_age_prepared,
 			     &g->pending_idx_scans,
 			     &g->pending_idx_read,
-			     &g->pending_idx_fetched};
+			     &g->pending_idx_fetched,
+			     &g->own_idx_scans,
+			     &g->own_idx_read,
+			     &g->own_idx_fetched};
 	for (int i = 0; i < (int)(sizeof(fields) / sizeof(fields[0])); i++)
 		if (fields[i])
 			*fields[i] =
@@ -218,13 +224,12 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 	return 0;
 }
 
-int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
-		       size_t errlen)
+static int count_gauges(struct store *s, struct store_gauges *g, char *err,
+			size_t errlen)
 {
 	struct names n;
 	int rc;
 	const char *T = s->table.quoted;
-	memset(g, 0, sizeof(*g));
 	admin_names_of(&s->table, &n);
 	char *blocked = admin_blocked_count_sql(&n);
 	char live_where[96];
@@ -272,7 +277,33 @@ int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 				 ? 0
 				 : strtoll(PQgetvalue(res, 0, i), NULL, 10);
 	PQclear(res);
-	return horizon_gauges(s, g, err, errlen);
+	return 0;
+}
+
+/* The counts and the horizon in one transaction, so the horizon query can
+ * read what the counts cost the pending index (this transaction's own
+ * statistics) and the lease's share be told apart from the gauges'. */
+int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
+		       size_t errlen)
+{
+	memset(g, 0, sizeof(*g));
+	int rc = store_exec_cmd(s, "gauge query", "BEGIN", 0, NULL, NULL, err,
+				errlen);
+	if (rc != 0)
+		return rc;
+	rc = count_gauges(s, g, err, errlen);
+	if (rc == 0)
+		rc = horizon_gauges(s, g, err, errlen);
+	if (rc == STORE_RECONNECT)
+		return rc;
+	if (rc != 0) {
+		char ignored[256];
+		store_exec_cmd(s, "gauge query", "ROLLBACK", 0, NULL, NULL,
+			       ignored, sizeof(ignored));
+		return rc;
+	}
+	return store_exec_cmd(s, "gauge query", "COMMIT", 0, NULL, NULL, err,
+			      errlen);
 }
 
 /* ---- pauses ---- */

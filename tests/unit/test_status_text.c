@@ -286,23 +286,36 @@ static void test_gauge_pacing(void **state)
 static void test_dead_entries_per_scan(void **state)
 {
 	(void)state;
-	const int64_t t0[3] = {100, 5000, 4000};
+	const int64_t t0[3] = {100, 5000, 4000}, none[3] = {0, 0, 0};
 	/* 10 scans read 2,000 entries and fetched 500 live rows. */
 	assert_int_equal(metrics_dead_entries_per_scan_milli(
-			     t0, (const int64_t[3]){110, 7000, 4500}),
+			     t0, (const int64_t[3]){110, 7000, 4500}, none),
 			 150000);
 	/* Every entry had a live row: nothing stepped over. */
 	assert_int_equal(metrics_dead_entries_per_scan_milli(
-			     t0, (const int64_t[3]){103, 5010, 4010}),
+			     t0, (const int64_t[3]){103, 5010, 4010}, none),
 			 0);
 	/* No scan ran. */
 	assert_int_equal(metrics_dead_entries_per_scan_milli(
-			     t0, (const int64_t[3]){100, 5000, 4000}),
+			     t0, (const int64_t[3]){100, 5000, 4000}, none),
 			 0);
 	/* A statistics reset: the interval tells nothing. */
 	assert_int_equal(metrics_dead_entries_per_scan_milli(
-			     t0, (const int64_t[3]){2, 9, 9}),
+			     t0, (const int64_t[3]){2, 9, 9}, none),
 			 -1);
+	/* The gauges' own backlog count, a bitmap scan that returned 600
+	 * entries and fetched none, is not the lease's: 10 lease scans
+	 * passed 100 dead entries. */
+	assert_int_equal(metrics_dead_entries_per_scan_milli(
+			     t0, (const int64_t[3]){111, 6100, 4400},
+			     (const int64_t[3]){1, 600, 0}),
+			 10000);
+	/* Own counts not yet flushed into the cumulative ones (the deltas
+	 * are smaller than them) are not subtracted. */
+	assert_int_equal(metrics_dead_entries_per_scan_milli(
+			     t0, (const int64_t[3]){110, 5100, 4000},
+			     (const int64_t[3]){1, 600, 0}),
+			 10000);
 }
 
 /* The holder of the xmin horizon is one series whose labels are the
