@@ -154,11 +154,11 @@ static void copy_utf8(char *dst, size_t size, const char *src)
 }
 
 /* The xmin horizon and what it costs the lease, from the catalogs every
- * role may read. Another role's session shows its pid, application_name
- * and xmin to anyone, its xact_start only to pg_read_all_stats: without
- * that grant its age in seconds is unknown (NULL, reported as 0). A
- * logical slot's catalog_xmin holds back only the catalogs, so slots are
- * ranked by xmin alone. This session's own snapshot is left out. */
+ * role may read (ADMIN_SESSION_HOLDS says which sessions count). Another
+ * role's session shows its pid, application_name and xmin to anyone, its
+ * xact_start only to pg_read_all_stats: without that grant its age in
+ * seconds is unknown (NULL, reported as 0). A logical slot's catalog_xmin
+ * holds back only the catalogs, so slots are ranked by xmin alone. */
 static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 			  size_t errlen)
 {
@@ -167,10 +167,8 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 	table_derived(&s->table, "_pending_idx", idx, sizeof(idx));
 	char *sql = store_asprintf(
 	    "WITH h AS (SELECT 'session' AS kind, a.pid, a.application_name "
-	    "AS name, greatest(age(a.backend_xmin), age(a.backend_xid)) AS "
-	    "xmin_age, extract(epoch FROM now() - a.xact_start) AS age_s "
-	    "FROM pg_stat_activity a WHERE (a.backend_xmin IS NOT NULL OR "
-	    "a.backend_xid IS NOT NULL) AND a.pid <> pg_backend_pid() "
+	    "AS name, %s AS xmin_age, extract(epoch FROM now() - "
+	    "a.xact_start) AS age_s FROM pg_stat_activity a WHERE %s "
 	    "UNION ALL SELECT 'replication_slot', NULL, slot_name::text, "
 	    "age(xmin), NULL FROM pg_replication_slots WHERE xmin IS NOT NULL "
 	    "UNION ALL SELECT 'prepared_transaction', NULL, gid, "
@@ -192,7 +190,7 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 	    "coalesce(pg_stat_get_xact_tuples_fetched(i.indexrelid), 0) "
 	    "FROM (SELECT 1) one LEFT JOIN top ON true LEFT JOIN "
 	    "pg_stat_user_indexes i ON i.indexrelid = to_regclass('%s')",
-	    idx);
+	    ADMIN_SESSION_XMIN_AGE, ADMIN_SESSION_HOLDS, idx);
 	PGresult *res = store_exec(s, "horizon query", sql, 0, NULL,
 				   PGRES_TUPLES_OK, &rc, err, errlen);
 	free(sql);

@@ -88,6 +88,8 @@ static int teardown(void **state)
 	pgtest_exec(f->conn, "SET lock_timeout = '10s'");
 	pgtest_exec(f->conn, "DROP SCHEMA \"%s\" CASCADE", f->t.schema);
 	pgtest_exec(f->conn, "DROP ROLE IF EXISTS hz_role_%s", f->t.schema);
+	pgtest_exec(f->conn, "DROP DATABASE IF EXISTS hz_db_%s WITH (FORCE)",
+		    f->t.schema);
 	PQfinish(f->conn);
 	free(f);
 	return 0;
@@ -824,6 +826,66 @@ static void test_horizon_slot(void **state)
 	assert_true(strcmp(gauges(f).horizon.name, slot) != 0);
 }
 
+/* A session of this database on another one, as application app. */
+static PGconn *connect_to(struct fixture *f, const char *db, const char *app)
+{
+	char conninfo[512];
+	snprintf(conninfo, sizeof(conninfo),
+		 "host=%s port=%s dbname=%s user=%s password=%s "
+		 "application_name=%s",
+		 PQhost(f->conn), PQport(f->conn), db, PQuser(f->conn),
+		 PQpass(f->conn), app);
+	PGconn *c = PQconnectdb(conninfo);
+	if (PQstatus(c) != CONNECTION_OK)
+		fail_msg("connect to %s: %s", db, PQerrorMessage(c));
+	return c;
+}
+
+/* Another database's sessions: a snapshot there holds nothing back here
+ * (vacuum ignores it), a transaction id does (every snapshot here counts
+ * it as running). */
+static void test_horizon_other_database(void **state)
+{
+	struct fixture *f = *state;
+	char db[96], reader_app[96], writer_app[96];
+	snprintf(db, sizeof(db), "hz_db_%s", f->t.schema);
+	snprintf(reader_app, sizeof(reader_app), "hz-elsewhere-reader-%s",
+		 f->t.schema);
+	snprintf(writer_app, sizeof(writer_app), "hz-elsewhere-writer-%s",
+		 f->t.schema);
+	pgtest_exec(f->conn, "CREATE DATABASE %s", db);
+	PGconn *reader = f->holder = connect_to(f, db, reader_app);
+	pgtest_exec(reader, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	pgtest_exec(reader, "SELECT 1");
+	burn_xids(f, 3);
+	for (int i = 0; i < 10; i++) {
+		assert_string_not_equal(gauges(f).horizon.name, reader_app);
+		usleep(100000);
+	}
+	cJSON *st = status(f);
+	const cJSON *h;
+	cJSON_ArrayForEach(h, get(st, "oldest_xmin_holders"))
+	{
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(h, "name");
+		assert_false(cJSON_IsString(v) &&
+			     strcmp(v->valuestring, reader_app) == 0);
+	}
+	cJSON_Delete(st);
+	pgtest_exec(reader, "ROLLBACK");
+
+	pgtest_exec(reader, "SET application_name = '%s'", writer_app);
+	pgtest_exec(reader, "BEGIN");
+	pgtest_exec(reader, "SELECT txid_current()");
+	burn_xids(f, 3);
+	struct store_gauges g = horizon_held_by(f, "session", writer_app);
+	assert_int_equal(g.horizon.pid, PQbackendPID(reader));
+	assert_true(g.horizon.xmin_age >= 3);
+	h = status_holder(f, &st, "name", writer_app);
+	assert_true(num(h, "xmin_age") >= 3);
+	cJSON_Delete(st);
+	pgtest_exec(reader, "ROLLBACK");
+}
+
 /* A relay role without pg_read_all_stats still sees another role's
  * session hold the horizon (pid, application_name, xmin), not how long:
  * its age reads 0 until the grant (docs/deployment.md). */
@@ -898,6 +960,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_horizon_slot, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_horizon_without_stats_grant,
 					    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_horizon_other_database, setup,
+					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
