@@ -32,3 +32,9 @@ WHERE n.nspname = :'schema' AND c.relkind = 'r'
 \gexec
 SELECT format('GRANT SELECT ON %I.%I TO %I', :'schema', :'table' || '_schema_version', :'relay_role')
 \gexec
+
+-- Not granted here, since only a superuser (or a role holding it with
+-- ADMIN OPTION) may: pg_read_all_stats lets the relay see how long another
+-- role's session has held the xmin horizon (outbox_xmin_horizon_age_seconds
+-- and its alert; without it that age reads 0). As a superuser:
+--   GRANT pg_read_all_stats TO outbox_relay;

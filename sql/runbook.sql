@@ -52,13 +52,23 @@ SELECT relname, n_live_tup, n_dead_tup, last_vacuum, last_autovacuum,
 FROM pg_stat_user_tables
 WHERE relid = 'outbox_events'::regclass;
 
--- The oldest snapshots in the cluster. Vacuum cannot remove any row that
--- died after the oldest of these began, in any table of any database.
+-- The oldest snapshots holding back this database. Vacuum cannot remove
+-- any row of its tables that died after the oldest of these began. A
+-- session that has written holds the horizon by its transaction id even
+-- between statements, with no snapshot, and does so from any database
+-- (every snapshot here counts its transaction as running); a snapshot of
+-- another database's session holds back nothing here. Replication slots,
+-- walsenders (no database) and prepared transactions count everywhere.
 SELECT 'session' AS kind, pid::text AS who, application_name, usename, state,
-       age(backend_xmin) AS xmin_age, now() - xact_start AS xact_age,
+       CASE WHEN datname = current_database() OR datid IS NULL
+            THEN greatest(age(backend_xmin), age(backend_xid))
+            ELSE age(backend_xid) END AS xmin_age,
+       now() - xact_start AS xact_age,
        now() - state_change AS in_state_for, left(query, 200) AS query
 FROM pg_stat_activity
-WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+WHERE pid <> pg_backend_pid()
+  AND (backend_xid IS NOT NULL OR (backend_xmin IS NOT NULL
+       AND (datname = current_database() OR datid IS NULL)))
 UNION ALL
 SELECT 'replication slot', slot_name, slot_type, NULL,
        CASE WHEN active THEN 'active' ELSE 'INACTIVE' END,

@@ -76,7 +76,8 @@ void clock_sleep_ms(int64_t ms);
  *
  * Sharing: every field is a C11 atomic updated with relaxed ordering by
  * whichever thread observes the event; nothing else about them is shared.
- * A scrape may see counters mid-batch, which Prometheus tolerates.
+ * A scrape may see counters mid-batch, which Prometheus tolerates. The one
+ * exception is the text of info metrics (below), copied under a lock.
  */
 
 enum metric_counter {
@@ -119,8 +120,27 @@ enum metric_gauge {
 	/* Age of the oldest lease transaction open on this relay now, read
 	 * at the scrape from the lanes' slots below. */
 	MG_OLDEST_LEASE_MS,
+	MG_XMIN_HORIZON_AGE_MS,	  /* seconds-age of the horizon's holder */
+	MG_XMIN_HORIZON_XMIN_AGE, /* its age(xmin), in transactions */
+	MG_XMIN_AGE_SESSIONS,	  /* oldest age(xmin) of each kind */
+	MG_XMIN_AGE_SLOTS,
+	MG_XMIN_AGE_PREPARED,
+	MG_LEASE_DEAD_ENTRIES_MILLI, /* pending-index entries passed per scan,
+					x 1000 */
 	MG_COUNT
 };
+
+/*
+ * Series whose labels are text (an info metric, value 1): its label values
+ * are set as a whole under a lock, since text does not fit an atomic.
+ * Values longer than METRICS_INFO_VALUE_MAX - 1 bytes are cut.
+ */
+enum metric_info {
+	MI_XMIN_HORIZON_HOLDER, /* kind, name, pid */
+	MI_COUNT
+};
+#define METRICS_INFO_LABELS 3
+#define METRICS_INFO_VALUE_MAX 72
 
 enum metric_histogram {
 	MH_BATCH_SIZE,
@@ -146,6 +166,10 @@ int64_t metrics_gauge(enum metric_gauge g);
 int metrics_lease_slot(void);
 void metrics_lease_open(int slot, int64_t since_ms);
 void metrics_lease_closed(int slot);
+void metrics_set_info(enum metric_info i,
+		      const char *const values[METRICS_INFO_LABELS]);
+void metrics_info(enum metric_info i,
+		  char values[METRICS_INFO_LABELS][METRICS_INFO_VALUE_MAX]);
 /* Seconds-valued histograms take microseconds; MH_BATCH_SIZE a count. */
 void metrics_observe(enum metric_histogram h, uint64_t value);
 

@@ -2,7 +2,10 @@
 /* Atomic counters, gauges and histograms (ops renders them). */
 #include "base.h"
 
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
 
 static const double latency_bounds[] = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
@@ -39,6 +42,8 @@ static atomic_llong gauges[MG_COUNT];
 static atomic_llong lease_since[LEASE_SLOTS];
 static atomic_int lease_slots_taken;
 static struct histogram histograms[MH_COUNT];
+static pthread_mutex_t info_lock = PTHREAD_MUTEX_INITIALIZER;
+static char infos[MI_COUNT][METRICS_INFO_LABELS][METRICS_INFO_VALUE_MAX];
 
 void metrics_add(enum metric_counter c, uint64_t n)
 {
@@ -104,6 +109,24 @@ int64_t metrics_gauge(enum metric_gauge g)
 	if (g == MG_OLDEST_LEASE_MS)
 		return oldest_lease_ms();
 	return atomic_load_explicit(&gauges[g], memory_order_relaxed);
+}
+
+void metrics_set_info(enum metric_info i,
+		      const char *const values[METRICS_INFO_LABELS])
+{
+	pthread_mutex_lock(&info_lock);
+	for (int l = 0; l < METRICS_INFO_LABELS; l++)
+		snprintf(infos[i][l], sizeof(infos[i][l]), "%s",
+			 values[l] ? values[l] : "");
+	pthread_mutex_unlock(&info_lock);
+}
+
+void metrics_info(enum metric_info i,
+		  char values[METRICS_INFO_LABELS][METRICS_INFO_VALUE_MAX])
+{
+	pthread_mutex_lock(&info_lock);
+	memcpy(values, infos[i], sizeof(infos[i]));
+	pthread_mutex_unlock(&info_lock);
 }
 
 void metrics_observe(enum metric_histogram h, uint64_t value)

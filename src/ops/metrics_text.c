@@ -2,6 +2,8 @@
 /* The metrics base keeps, named and rendered for Prometheus (/metrics). */
 #include "metrics_text.h"
 
+#include <string.h>
+
 #include "base/base.h"
 
 struct counter_def {
@@ -55,8 +57,9 @@ static const struct counter_def counter_defs[MC_COUNT] = {
 
 struct gauge_def {
 	const char *name;
-	const char *help;
-	double scale; /* rendered value = raw / scale */
+	const char *help; /* NULL: shares the previous row's header */
+	double scale;	  /* rendered value = raw / scale */
+	const char *labels;
 };
 
 static const struct gauge_def gauge_defs[MG_COUNT] = {
@@ -91,6 +94,30 @@ static const struct gauge_def gauge_defs[MG_COUNT] = {
 			    "Age of the oldest lease transaction open on "
 			    "this relay (0: none).",
 			    1000},
+    [MG_XMIN_HORIZON_AGE_MS] = {"outbox_xmin_horizon_age_seconds",
+				"How long the holder of the database's "
+				"xmin horizon has held it (its transaction's "
+				"age; 0 for a replication slot or when "
+				"unknown).",
+				1000},
+    [MG_XMIN_HORIZON_XMIN_AGE] = {"outbox_xmin_horizon_age_transactions",
+				  "age(xmin) of the database's xmin "
+				  "horizon, in transactions.",
+				  1},
+    [MG_XMIN_AGE_SESSIONS] = {"outbox_xmin_age_transactions",
+			      "Oldest age(xmin) in transactions of each "
+			      "kind of holder (0: none).",
+			      1, "{holder=\"session\"}"},
+    [MG_XMIN_AGE_SLOTS] = {"outbox_xmin_age_transactions", NULL, 1,
+			   "{holder=\"replication_slot\"}"},
+    [MG_XMIN_AGE_PREPARED] = {"outbox_xmin_age_transactions", NULL, 1,
+			      "{holder=\"prepared_transaction\"}"},
+    [MG_LEASE_DEAD_ENTRIES_MILLI] = {"outbox_lease_dead_index_entries_per_"
+				     "scan",
+				     "Pending-index entries each scan passed "
+				     "without finding a visible row, over the "
+				     "last gauge interval.",
+				     1000},
 };
 
 struct histogram_def {
@@ -135,14 +162,65 @@ static void render_gauges(FILE *out)
 {
 	for (int i = 0; i < MG_COUNT; i++) {
 		const struct gauge_def *d = &gauge_defs[i];
-		fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n", d->name,
-			d->help, d->name);
+		const char *labels = d->labels ? d->labels : "";
+		if (d->help)
+			fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n", d->name,
+				d->help, d->name);
 		int64_t raw = metrics_gauge(i);
 		if (d->scale == 1)
-			fprintf(out, "%s %lld\n", d->name, (long long)raw);
+			fprintf(out, "%s%s %lld\n", d->name, labels,
+				(long long)raw);
 		else
-			fprintf(out, "%s %.6f\n", d->name,
+			fprintf(out, "%s%s %.6f\n", d->name, labels,
 				(double)raw / d->scale);
+	}
+}
+
+/* A label value as the text format wants it: backslash, double quote and
+ * newline escaped. */
+static void put_label_value(FILE *out, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			fprintf(out, "\\%c", *v);
+		else if (*v == '\n')
+			fputs("\\n", out);
+		else
+			fputc(*v, out);
+	}
+}
+
+struct info_def {
+	const char *name;
+	const char *help;
+	const char *labels[METRICS_INFO_LABELS];
+};
+
+static const struct info_def info_defs[MI_COUNT] = {
+    [MI_XMIN_HORIZON_HOLDER] =
+	{"outbox_xmin_horizon_holder_info",
+	 "Who holds the database's xmin horizon: kind "
+	 "session, replication_slot, "
+	 "prepared_transaction or none; name its "
+	 "application_name, slot name or gid; pid a "
+	 "session's (both empty for a session holding it under 10 s).",
+	 {"kind", "name", "pid"}},
+};
+
+static void render_infos(FILE *out)
+{
+	for (int i = 0; i < MI_COUNT; i++) {
+		const struct info_def *d = &info_defs[i];
+		char values[METRICS_INFO_LABELS][METRICS_INFO_VALUE_MAX];
+		metrics_info(i, values);
+		fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n%s{", d->name,
+			d->help, d->name, d->name);
+		for (int l = 0; l < METRICS_INFO_LABELS; l++) {
+			fprintf(out, "%s%s=\"", l ? "," : "", d->labels[l]);
+			put_label_value(out, values[l]);
+			fputc('"', out);
+		}
+		fputs("} 1\n", out);
 	}
 }
 
@@ -168,6 +246,7 @@ void metrics_text_render(FILE *out)
 {
 	render_counters(out);
 	render_gauges(out);
+	render_infos(out);
 	for (int i = 0; i < MH_COUNT; i++) {
 		struct metrics_histogram h;
 		metrics_histogram_read(i, &h);
@@ -179,4 +258,37 @@ int64_t metrics_gauge_pause_ms(int64_t base_ms, int64_t took_ms)
 {
 	int64_t paced = took_ms > 0 ? took_ms * GAUGE_COST_FACTOR : 0;
 	return paced > base_ms ? paced : base_ms;
+}
+
+int64_t metrics_dead_entries_per_scan_milli(const int64_t before[3],
+					    const int64_t after[3],
+					    const int64_t own[3])
+{
+	int64_t scans = after[0] - before[0], read = after[1] - before[1],
+		fetched = after[2] - before[2];
+	if (scans < 0 || read < 0 || fetched < 0)
+		return -1;
+	/* Own counts that have not reached the cumulative ones yet (a
+	 * flush comes at most once a second) are not subtracted. */
+	if (scans >= own[0] && read >= own[1] && fetched >= own[2]) {
+		scans -= own[0];
+		read -= own[1];
+		fetched -= own[2];
+	}
+	if (scans == 0 || read <= fetched)
+		return 0;
+	return (read - fetched) * 1000 / scans;
+}
+
+void metrics_publish_horizon_holder(const char *kind, const char *name,
+				    int64_t pid, int64_t age_ms)
+{
+	bool brief = strcmp(kind, "session") == 0 && age_ms > 0 &&
+		     age_ms < HORIZON_NAMED_AFTER_MS;
+	char pid_text[24] = "";
+	if (pid > 0 && !brief)
+		snprintf(pid_text, sizeof(pid_text), "%lld", (long long)pid);
+	const char *values[METRICS_INFO_LABELS] = {kind[0] ? kind : "none",
+						   brief ? "" : name, pid_text};
+	metrics_set_info(MI_XMIN_HORIZON_HOLDER, values);
 }

@@ -17,4 +17,32 @@ void metrics_text_render(FILE *out);
 #define GAUGE_COST_FACTOR 100
 int64_t metrics_gauge_pause_ms(int64_t base_ms, int64_t took_ms);
 
+/*
+ * How much a scan of the pending index steps over, from two readings of
+ * its pg_stat_user_indexes counters {idx_scan, idx_tup_read,
+ * idx_tup_fetch}, less own (the same counters of the gauge statements
+ * read at before, which reach the cumulative ones in between): entries
+ * returned minus live rows fetched, per scan, times 1000. An entry
+ * returned without a visible row behind it is one a lease passed: a row
+ * finished since the oldest snapshot, whose entry vacuum may not remove
+ * yet. 0 when no scan ran; -1 when the counters went back (statistics
+ * reset): the interval tells nothing.
+ */
+int64_t metrics_dead_entries_per_scan_milli(const int64_t before[3],
+					    const int64_t after[3],
+					    const int64_t own[3]);
+
+/*
+ * Publishes the holder of the xmin horizon as outbox_xmin_horizon_holder_info
+ * (kind "" becomes "none"). A session that has held it less than
+ * HORIZON_NAMED_AFTER_MS is shown by kind alone, name and pid empty: the
+ * holder changes with every short transaction (the relay's own leases
+ * among them), and a series per pid would pile up in Prometheus. A
+ * session whose age is unknown (age_ms 0: no pg_read_all_stats), a slot
+ * and a prepared transaction are always named.
+ */
+#define HORIZON_NAMED_AFTER_MS 10000
+void metrics_publish_horizon_holder(const char *kind, const char *name,
+				    int64_t pid, int64_t age_ms);
+
 #endif

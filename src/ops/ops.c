@@ -204,6 +204,13 @@ static void publish_gauges(const struct store_gauges *g)
 	metrics_set(MG_LIVE_REPLICAS, g->live_replicas);
 	metrics_set(MG_BLOCKED_KEYS, g->blocked_keys);
 	metrics_set(MG_NOTIFY_QUEUE_PPM, g->notify_queue_ppm);
+	const struct store_horizon *h = &g->horizon;
+	metrics_set(MG_XMIN_HORIZON_AGE_MS, h->age_ms);
+	metrics_set(MG_XMIN_HORIZON_XMIN_AGE, h->xmin_age);
+	metrics_set(MG_XMIN_AGE_SESSIONS, g->xmin_age_sessions);
+	metrics_set(MG_XMIN_AGE_SLOTS, g->xmin_age_slots);
+	metrics_set(MG_XMIN_AGE_PREPARED, g->xmin_age_prepared);
+	metrics_publish_horizon_holder(h->kind, h->name, h->pid, h->age_ms);
 }
 
 /* Sleeps until the monotonic time until_ms, stop, or draining. */
@@ -238,6 +245,10 @@ struct ops_session {
 	bool side_checked; /* the side tables were looked at (and told) */
 	bool registry;	   /* the replica registry table exists */
 	int64_t next_beat, next_gauges, next_connect;
+	/* The pending index's counters at the last gauge refresh, and what
+	 * the gauge statements themselves added to them then. */
+	int64_t idx_before[3], idx_own[3];
+	bool idx_known;
 	char err[1024];
 };
 
@@ -337,6 +348,19 @@ static void refresh_gauges(struct ops_session *o)
 		if (!o->registry)
 			g.live_replicas = 1;
 		publish_gauges(&g);
+		int64_t idx[3] = {g.pending_idx_scans, g.pending_idx_read,
+				  g.pending_idx_fetched};
+		int64_t per_scan = o->idx_known
+				       ? metrics_dead_entries_per_scan_milli(
+					     o->idx_before, idx, o->idx_own)
+				       : -1;
+		if (per_scan >= 0)
+			metrics_set(MG_LEASE_DEAD_ENTRIES_MILLI, per_scan);
+		memcpy(o->idx_before, idx, sizeof(idx));
+		o->idx_own[0] = g.own_idx_scans;
+		o->idx_own[1] = g.own_idx_read;
+		o->idx_own[2] = g.own_idx_fetched;
+		o->idx_known = true;
 		if (o->gauges_failing)
 			log_info("gauge query ok again");
 		o->gauges_failing = false;

@@ -441,6 +441,15 @@ static void print_horizon(const cJSON *st, FILE *out)
 			fprintf(out, "      query: %s\n",
 				one_line(jstr(r, "query", ""), query,
 					 sizeof(query), 150));
+		} else if (!isnan(jnum(r, "catalog_xmin_age"))) {
+			/* A logical slot: its catalog_xmin holds back only
+			 * the catalogs, not the outbox. */
+			fprintf(out,
+				"  %s %s (%s), xmin age %lld, catalog xmin "
+				"age %lld (catalogs only)\n",
+				kind, jstr(r, "name", "?"),
+				jstr(r, "state", "?"), jint(r, "xmin_age"),
+				jint(r, "catalog_xmin_age"));
 		} else {
 			fprintf(out, "  %s %s (%s), xmin age %lld\n", kind,
 				jstr(r, "name", "?"), jstr(r, "state", "?"),

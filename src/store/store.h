@@ -349,7 +349,7 @@ int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 int store_admin_forget(struct store *s, const char *id, char *err,
 		       size_t errlen);
 
-/* The SQL-backed gauges, from one statement. */
+/* The SQL-backed gauges, from two statements in one transaction. */
 struct store_gauges {
 	int64_t backlog;	   /* pending rows */
 	int64_t oldest_pending_ms; /* now() - min(created_at) of pending; 0 */
@@ -359,6 +359,31 @@ struct store_gauges {
 	int64_t live_replicas;	  /* heartbeat within the dead threshold */
 	int64_t blocked_keys;	  /* 0 without a blocked-keys table */
 	int64_t notify_queue_ppm; /* pg_notification_queue_usage() * 1e6 */
+	/* The xmin horizon: of everything that keeps vacuum from removing
+	 * dead rows (other sessions' snapshots and transaction ids,
+	 * replication slots' xmin, prepared transactions), the one with the
+	 * oldest xmin. kind is "" when nothing but this session holds it. */
+	struct store_horizon {
+		char kind[24];	  /* session, replication_slot, ... */
+		char name[72];	  /* application_name, slot name or gid */
+		int64_t pid;	  /* 0 unless a session */
+		int64_t xmin_age; /* age(xmin) in transactions */
+		/* now() - xact_start of a session (NULL without
+		 * pg_read_all_stats on another role's session), - prepared of
+		 * a prepared transaction; 0 for a slot or when unknown. */
+		int64_t age_ms;
+	} horizon;
+	/* age(xmin) of the oldest of each kind, 0 when none. */
+	int64_t xmin_age_sessions, xmin_age_slots, xmin_age_prepared;
+	/* The pending index's cumulative pg_stat_user_indexes counters:
+	 * scans, entries returned, live rows fetched (docs/operations.md,
+	 * outbox_lease_dead_index_entries_per_scan). */
+	int64_t pending_idx_scans, pending_idx_read, pending_idx_fetched;
+	/* The same counters for this call's own statements alone (the
+	 * backlog count may read the pending index): the session reports
+	 * them to the cumulative ones after it, so the caller subtracts them
+	 * from the next interval. */
+	int64_t own_idx_scans, own_idx_read, own_idx_fetched;
 };
 
 int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,

@@ -136,13 +136,98 @@ static char *claimed_count_sql(const struct names *n)
 	    CLAIM_XACT_STATUS("xid") " = ''in progress''");
 }
 
-int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
-		       size_t errlen)
+/* Copies src into dst, cut at a character boundary when too long: the
+ * name becomes a Prometheus label, which must be valid UTF-8 (a prepared
+ * transaction's gid may be any text). */
+static void copy_utf8(char *dst, size_t size, const char *src)
+{
+	size_t n = strlen(src);
+	if (n >= size) {
+		n = size - 1;
+		/* Back to the lead byte of the character cut, then before
+		 * it. */
+		while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
+			n--;
+	}
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+/* The xmin horizon and what it costs the lease, from the catalogs every
+ * role may read (ADMIN_SESSION_HOLDS says which sessions count). Another
+ * role's session shows its pid, application_name and xmin to anyone, its
+ * xact_start only to pg_read_all_stats: without that grant its age in
+ * seconds is unknown (NULL, reported as 0). A logical slot's catalog_xmin
+ * holds back only the catalogs, so slots are ranked by xmin alone. */
+static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
+			  size_t errlen)
+{
+	int rc;
+	char idx[160];
+	table_derived(&s->table, "_pending_idx", idx, sizeof(idx));
+	char *sql = store_asprintf(
+	    "WITH h AS (SELECT 'session' AS kind, a.pid, a.application_name "
+	    "AS name, %s AS xmin_age, extract(epoch FROM now() - "
+	    "a.xact_start) AS age_s FROM pg_stat_activity a WHERE %s "
+	    "UNION ALL SELECT 'replication_slot', NULL, slot_name::text, "
+	    "age(xmin), NULL FROM pg_replication_slots WHERE xmin IS NOT NULL "
+	    "UNION ALL SELECT 'prepared_transaction', NULL, gid, "
+	    "age(transaction), extract(epoch FROM now() - prepared) FROM "
+	    "pg_prepared_xacts), "
+	    "top AS (SELECT * FROM h ORDER BY xmin_age DESC, age_s DESC NULLS "
+	    "LAST LIMIT 1) "
+	    "SELECT top.kind, coalesce(top.pid, 0), top.name, "
+	    "coalesce(top.xmin_age, 0), greatest(0, coalesce((top.age_s * "
+	    "1000)::bigint, 0)), "
+	    "coalesce((SELECT max(xmin_age) FROM h WHERE kind = 'session'), "
+	    "0), coalesce((SELECT max(xmin_age) FROM h WHERE kind = "
+	    "'replication_slot'), 0), coalesce((SELECT max(xmin_age) FROM h "
+	    "WHERE kind = 'prepared_transaction'), 0), "
+	    "coalesce(i.idx_scan, 0), coalesce(i.idx_tup_read, 0), "
+	    "coalesce(i.idx_tup_fetch, 0), "
+	    "coalesce(pg_stat_get_xact_numscans(i.indexrelid), 0), "
+	    "coalesce(pg_stat_get_xact_tuples_returned(i.indexrelid), 0), "
+	    "coalesce(pg_stat_get_xact_tuples_fetched(i.indexrelid), 0) "
+	    "FROM (SELECT 1) one LEFT JOIN top ON true LEFT JOIN "
+	    "pg_stat_user_indexes i ON i.indexrelid = to_regclass('%s')",
+	    ADMIN_SESSION_XMIN_AGE, ADMIN_SESSION_HOLDS, idx);
+	PGresult *res = store_exec(s, "horizon query", sql, 0, NULL,
+				   PGRES_TUPLES_OK, &rc, err, errlen);
+	free(sql);
+	if (!res)
+		return store_public_rc(rc);
+	struct store_horizon *h = &g->horizon;
+	snprintf(h->kind, sizeof(h->kind), "%s", PQgetvalue(res, 0, 0));
+	copy_utf8(h->name, sizeof(h->name), PQgetvalue(res, 0, 2));
+	int64_t *fields[] = {&h->pid,
+			     NULL,
+			     &h->xmin_age,
+			     &h->age_ms,
+			     &g->xmin_age_sessions,
+			     &g->xmin_age_slots,
+			     &g->xmin_age_prepared,
+			     &g->pending_idx_scans,
+			     &g->pending_idx_read,
+			     &g->pending_idx_fetched,
+			     &g->own_idx_scans,
+			     &g->own_idx_read,
+			     &g->own_idx_fetched};
+	for (int i = 0; i < (int)(sizeof(fields) / sizeof(fields[0])); i++)
+		if (fields[i])
+			*fields[i] =
+			    PQgetisnull(res, 0, i + 1)
+				? 0
+				: strtoll(PQgetvalue(res, 0, i + 1), NULL, 10);
+	PQclear(res);
+	return 0;
+}
+
+static int count_gauges(struct store *s, struct store_gauges *g, char *err,
+			size_t errlen)
 {
 	struct names n;
 	int rc;
 	const char *T = s->table.quoted;
-	memset(g, 0, sizeof(*g));
 	admin_names_of(&s->table, &n);
 	char *blocked = admin_blocked_count_sql(&n);
 	char live_where[96];
@@ -191,6 +276,32 @@ int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 				 : strtoll(PQgetvalue(res, 0, i), NULL, 10);
 	PQclear(res);
 	return 0;
+}
+
+/* The counts and the horizon in one transaction, so the horizon query can
+ * read what the counts cost the pending index (this transaction's own
+ * statistics) and the lease's share be told apart from the gauges'. */
+int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
+		       size_t errlen)
+{
+	memset(g, 0, sizeof(*g));
+	int rc = store_exec_cmd(s, "gauge query", "BEGIN", 0, NULL, NULL, err,
+				errlen);
+	if (rc != 0)
+		return rc;
+	rc = count_gauges(s, g, err, errlen);
+	if (rc == 0)
+		rc = horizon_gauges(s, g, err, errlen);
+	if (rc == STORE_RECONNECT)
+		return rc;
+	if (rc != 0) {
+		char ignored[256];
+		store_exec_cmd(s, "gauge query", "ROLLBACK", 0, NULL, NULL,
+			       ignored, sizeof(ignored));
+		return rc;
+	}
+	return store_exec_cmd(s, "gauge query", "COMMIT", 0, NULL, NULL, err,
+			      errlen);
 }
 
 /* ---- pauses ---- */

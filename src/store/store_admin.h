@@ -49,6 +49,25 @@ void admin_names_of(const struct outbox_table *t, struct names *n);
 	"split_part(leased_by, '/', 2) ELSE leased_by END"
 
 /*
+ * Which sessions of pg_stat_activity a hold back this database's xmin
+ * horizon, and by how many transactions. Vacuum here ignores the
+ * snapshots of other databases' sessions (a pg_dump of another database
+ * holds nothing back here), but not their transaction ids: every snapshot
+ * taken here counts those as running, so a writer anywhere holds back
+ * through them. A walsender (no database) fed a standby's xmin holds back
+ * every database. This session is left out.
+ */
+#define ADMIN_SESSION_LOCAL                                                    \
+	"(a.datname = current_database() OR a.datid IS NULL)"
+#define ADMIN_SESSION_HOLDS                                                    \
+	"a.pid <> pg_backend_pid() AND (a.backend_xid IS NOT NULL OR "         \
+	"(a.backend_xmin IS NOT NULL AND " ADMIN_SESSION_LOCAL "))"
+#define ADMIN_SESSION_XMIN_AGE                                                 \
+	"CASE WHEN " ADMIN_SESSION_LOCAL                                       \
+	" THEN greatest(age(a.backend_xmin), "                                 \
+	"age(a.backend_xid)) ELSE age(a.backend_xid) END"
+
+/*
  * The rows in flight as one relation (docs/design.md §4): those of live
  * lock leases (the rows themselves still say pending; attempts counts the
  * one under way) and those left in_flight by relays of the row lease.

@@ -88,7 +88,10 @@ text = "\n".join(exprs)
 for want in ["outbox_backlog_events", "outbox_oldest_pending_age_seconds",
              "outbox_events_total", "outbox_publish_duration_seconds_bucket",
              "outbox_lease_duration_seconds_bucket", "outbox_lost_leases_total",
-             "outbox_destinations_paused", "outbox_blocked_keys"]:
+             "outbox_destinations_paused", "outbox_blocked_keys",
+             "outbox_xmin_horizon_age_seconds", "outbox_xmin_horizon_holder_info",
+             "outbox_xmin_age_transactions", "outbox_table_dead_tuples",
+             "outbox_lease_dead_index_entries_per_scan"]:
     need(want in text, f"no panel shows {want}")
 need("by (outcome, class)" in text, "events are not split by outcome and class")
 need("$instance" in text and "by (instance)" in text, "nothing per replica")
@@ -109,6 +112,20 @@ for m in $(grep -oh 'outbox_[a-z_]*' "$rules" "$rules_test" | sort -u) \
 	grep -q "^$m[ {]" "$it_dir/metrics.txt" ||
 		it_fail "$m is used by the rules or the dashboard, but /metrics does not export it"
 done
+# A session holding a snapshot is named on /metrics as the holder of the
+# xmin horizon once it has held it 10 s (the gauges refresh every 5 s;
+# the hold is kept short, since it delays other tests' CREATE INDEX
+# CONCURRENTLY).
+ops_session_open "runbook-horizon-$$"
+ops_session_send "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;"
+holder_named() {
+	curl -s -m 5 "http://127.0.0.1:$ops_port/metrics" >"$it_dir/metrics-horizon.txt"
+	grep -q "^outbox_xmin_horizon_holder_info{kind=\"session\",name=\"runbook-horizon-$$\",pid=\"[0-9]*\"} 1\$" \
+		"$it_dir/metrics-horizon.txt" &&
+		awk '$1 == "outbox_xmin_horizon_age_seconds" { exit !($2 >= 10) }' "$it_dir/metrics-horizon.txt"
+}
+it_wait 40 "/metrics naming the snapshot's holder, held 10 s or more" holder_named
+ops_session_send "ROLLBACK;"
 # Every runbook link points at a heading of docs/runbook.md.
 for link in $(grep -o 'runbook.md#[a-z-]*' "$rules" | sort -u); do
 	anchor=${link#runbook.md#}

@@ -98,6 +98,7 @@ cmd_start() {
 # password so tests of authentication failures are real.
 local all all trust
 host all all 127.0.0.1/32 scram-sha-256
+host replication all 127.0.0.1/32 scram-sha-256
 EOF
 	cat >>"$pg_data/postgresql.conf" <<EOF
 
@@ -113,6 +114,9 @@ full_page_writes = off
 password_encryption = scram-sha-256
 log_line_prefix = '%m [%p] %q%u@%d '
 log_connections = off
+# Prepared transactions hold the xmin horizon back: the horizon gauges'
+# tests make one (the default, 0, forbids them).
+max_prepared_transactions = 10
 EOF
 	chown "$(stat -c %u:%g "$pg_data")" "$pg_data/pg_hba.conf" "$pg_data/postgresql.conf"
 

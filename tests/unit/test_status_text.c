@@ -16,6 +16,7 @@
 
 #include "ops/metrics_text.h"
 #include "ops/status_text.h"
+#include "base/base.h"
 
 /* Everything wrong at once. */
 static const char troubled[] =
@@ -66,7 +67,10 @@ static const char troubled[] =
     "  \"xact_age_seconds\": 7300, \"query\": \"SELECT *\\n FROM orders\"},"
     "  {\"kind\": \"replication slot\", \"pid\": null, \"name\": \"old_cdc\","
     "   \"state\": \"inactive\", \"xmin_age\": 5000, \"xact_age_seconds\": "
-    "null}]"
+    "null},"
+    "  {\"kind\": \"replication slot\", \"pid\": null, \"name\": \"cdc\","
+    "   \"state\": \"active\", \"xmin_age\": null, \"catalog_xmin_age\": "
+    "70, \"xact_age_seconds\": null}]"
     "}";
 
 /* Nothing wrong. */
@@ -199,6 +203,8 @@ static void test_troubled(void **state)
 		       "transaction open 2h01m, xmin age 99000");
 	has_line(text, "      query: SELECT *  FROM orders");
 	has_line(text, "  replication slot old_cdc (inactive), xmin age 5000");
+	has_line(text, "  replication slot cdc (active), xmin age 0, catalog "
+		       "xmin age 70 (catalogs only)");
 	free(text);
 	cJSON_Delete(st);
 }
@@ -275,6 +281,106 @@ static void test_gauge_pacing(void **state)
 			 1500 * GAUGE_COST_FACTOR);
 }
 
+/* What a lease steps over: entries returned without a visible row, per
+ * scan of the pending index, between two readings of its counters. */
+static void test_dead_entries_per_scan(void **state)
+{
+	(void)state;
+	const int64_t t0[3] = {100, 5000, 4000}, none[3] = {0, 0, 0};
+	/* 10 scans read 2,000 entries and fetched 500 live rows. */
+	assert_int_equal(metrics_dead_entries_per_scan_milli(
+			     t0, (const int64_t[3]){110, 7000, 4500}, none),
+			 150000);
+	/* Every entry had a live row: nothing stepped over. */
+	assert_int_equal(metrics_dead_entries_per_scan_milli(
+			     t0, (const int64_t[3]){103, 5010, 4010}, none),
+			 0);
+	/* No scan ran. */
+	assert_int_equal(metrics_dead_entries_per_scan_milli(
+			     t0, (const int64_t[3]){100, 5000, 4000}, none),
+			 0);
+	/* A statistics reset: the interval tells nothing. */
+	assert_int_equal(metrics_dead_entries_per_scan_milli(
+			     t0, (const int64_t[3]){2, 9, 9}, none),
+			 -1);
+	/* The gauges' own backlog count, a bitmap scan that returned 600
+	 * entries and fetched none, is not the lease's: 10 lease scans
+	 * passed 100 dead entries. */
+	assert_int_equal(metrics_dead_entries_per_scan_milli(
+			     t0, (const int64_t[3]){111, 6100, 4400},
+			     (const int64_t[3]){1, 600, 0}),
+			 10000);
+	/* Own counts not yet flushed into the cumulative ones (the deltas
+	 * are smaller than them) are not subtracted. */
+	assert_int_equal(metrics_dead_entries_per_scan_milli(
+			     t0, (const int64_t[3]){110, 5100, 4000},
+			     (const int64_t[3]){1, 600, 0}),
+			 10000);
+}
+
+/* The holder of the xmin horizon is one series whose labels are the
+ * text the database gave, escaped for the exposition format. */
+static void test_horizon_holder_info(void **state)
+{
+	(void)state;
+	metrics_set(MG_XMIN_HORIZON_AGE_MS, 125500);
+	metrics_set(MG_XMIN_AGE_SLOTS, 42);
+	metrics_set(MG_LEASE_DEAD_ENTRIES_MILLI, 2500);
+	metrics_publish_horizon_holder("session", "pg_dump \"nightly\"\n", 4242,
+				       125500);
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+	assert_non_null(out);
+	metrics_text_render(out);
+	fclose(out);
+	has_line(text, "outbox_xmin_horizon_holder_info{kind=\"session\","
+		       "name=\"pg_dump \\\"nightly\\\"\\n\",pid=\"4242\"} 1");
+	has_line(text, "outbox_xmin_horizon_age_seconds 125.500000");
+	has_line(text, "outbox_xmin_age_transactions{holder=\"replication_"
+		       "slot\"} 42");
+	has_line(text, "outbox_lease_dead_index_entries_per_scan 2.500000");
+	/* One header for the three kinds. */
+	assert_null(
+	    strstr(strstr(text, "# TYPE outbox_xmin_age_transactions") + 1,
+		   "# TYPE outbox_xmin_age_transactions"));
+	free(text);
+
+	/* A short holder (the relay's own lease, say) is shown by kind
+	 * alone; a session of unknown age, a slot, a prepared transaction
+	 * by name; nothing at all as none. */
+	const struct {
+		const char *kind, *name;
+		int64_t pid, age_ms;
+		const char *line;
+	} cases[] = {
+	    {"session", "outbox-relay", 77, HORIZON_NAMED_AFTER_MS - 1,
+	     "{kind=\"session\",name=\"\",pid=\"\"} 1"},
+	    {"session", "outbox-relay", 77, HORIZON_NAMED_AFTER_MS,
+	     "{kind=\"session\",name=\"outbox-relay\",pid=\"77\"} 1"},
+	    {"session", "report", 78, 0,
+	     "{kind=\"session\",name=\"report\",pid=\"78\"} 1"},
+	    {"replication_slot", "standby_1", 0, 0,
+	     "{kind=\"replication_slot\",name=\"standby_1\",pid=\"\"} 1"},
+	    {"prepared_transaction", "tx-9", 0, 5,
+	     "{kind=\"prepared_transaction\",name=\"tx-9\",pid=\"\"} 1"},
+	    {"", "", 0, 0, "{kind=\"none\",name=\"\",pid=\"\"} 1"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		metrics_publish_horizon_holder(cases[i].kind, cases[i].name,
+					       cases[i].pid, cases[i].age_ms);
+		out = open_memstream(&text, &len);
+		assert_non_null(out);
+		metrics_text_render(out);
+		fclose(out);
+		char want[200];
+		snprintf(want, sizeof(want),
+			 "outbox_xmin_horizon_holder_info%s", cases[i].line);
+		has_line(text, want);
+		free(text);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -282,6 +388,8 @@ int main(void)
 	    cmocka_unit_test(test_healthy),
 	    cmocka_unit_test(test_long_text),
 	    cmocka_unit_test(test_gauge_pacing),
+	    cmocka_unit_test(test_dead_entries_per_scan),
+	    cmocka_unit_test(test_horizon_holder_info),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

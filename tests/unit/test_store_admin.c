@@ -20,6 +20,7 @@
 #include "store/store.h"
 #include "store/store_test.h"
 #include "base/base.h"
+#include "ops/metrics_text.h"
 
 static char err[1024];
 
@@ -27,6 +28,8 @@ struct fixture {
 	char table[128];
 	struct outbox_table t;
 	PGconn *conn;	 /* the test's own session */
+	PGconn *rep;	 /* a replication session, or NULL */
+	PGconn *holder;	 /* a session holding the horizon, or NULL */
 	struct store *s; /* the store under test */
 };
 
@@ -55,8 +58,38 @@ static int teardown(void **state)
 	struct fixture *f = *state;
 	/* A test that failed midway must not hang here on a lock. */
 	store_close(f->s);
+	/* A horizon test that failed midway leaves no holder behind for the
+	 * tests after it: its slot is let go, then dropped. */
+	if (f->holder)
+		PQfinish(f->holder);
+	if (f->rep) {
+		PQfinish(f->rep);
+		for (int i = 0; i < 100 && pgtest_long(f->conn,
+						       "SELECT count(*) FROM "
+						       "pg_replication_slots "
+						       "WHERE slot_name = "
+						       "'hz_%s' AND active",
+						       f->t.schema) > 0;
+		     i++)
+			usleep(100000);
+	}
+	PGresult *r = PQexecParams(
+	    f->conn,
+	    "SELECT 'ROLLBACK PREPARED ' || quote_literal(gid) FROM "
+	    "pg_prepared_xacts WHERE gid LIKE 'hz-prepared-' || $1 || '%' "
+	    "UNION ALL "
+	    "SELECT format('SELECT pg_drop_replication_slot(%L)', slot_name) "
+	    "FROM pg_replication_slots WHERE slot_name = 'hz_' || $1",
+	    1, NULL, (const char *const[]){f->t.schema}, NULL, NULL, 0);
+	for (int i = 0;
+	     PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++)
+		PQclear(PQexec(f->conn, PQgetvalue(r, i, 0)));
+	PQclear(r);
 	pgtest_exec(f->conn, "SET lock_timeout = '10s'");
 	pgtest_exec(f->conn, "DROP SCHEMA \"%s\" CASCADE", f->t.schema);
+	pgtest_exec(f->conn, "DROP ROLE IF EXISTS hz_role_%s", f->t.schema);
+	pgtest_exec(f->conn, "DROP DATABASE IF EXISTS hz_db_%s WITH (FORCE)",
+		    f->t.schema);
 	PQfinish(f->conn);
 	free(f);
 	return 0;
@@ -70,12 +103,17 @@ static void heartbeat(struct fixture *f, const char *id, bool draining,
 		fail_msg("heartbeat: %s", err);
 }
 
-static struct store_gauges gauges(struct fixture *f)
+static struct store_gauges gauges_of(struct store *s)
 {
 	struct store_gauges g;
-	if (store_admin_gauges(f->s, &g, err, sizeof(err)) != 0)
+	if (store_admin_gauges(s, &g, err, sizeof(err)) != 0)
 		fail_msg("gauges: %s", err);
 	return g;
+}
+
+static struct store_gauges gauges(struct fixture *f)
+{
+	return gauges_of(f->s);
 }
 
 static cJSON *status(struct fixture *f)
@@ -521,6 +559,374 @@ static void test_time_arguments(void **state)
 	}
 }
 
+/* ---- the xmin horizon ---- */
+
+/* Gauges, read until the horizon's holder is the one named (kind and
+ * name): other test programs share the server, and a session of theirs
+ * may hold an older snapshot for a moment. */
+static struct store_gauges horizon_seen_by(struct store *s, const char *kind,
+					   const char *name)
+{
+	struct store_gauges g = gauges_of(s);
+	for (int i = 0; i < 100; i++) {
+		if (strcmp(g.horizon.kind, kind) == 0 &&
+		    strcmp(g.horizon.name, name) == 0)
+			return g;
+		usleep(100000);
+		g = gauges_of(s);
+	}
+	fail_msg("the horizon is held by %s '%s' (pid %lld), not %s '%s'",
+		 g.horizon.kind, g.horizon.name, (long long)g.horizon.pid, kind,
+		 name);
+	return g;
+}
+
+static struct store_gauges horizon_held_by(struct fixture *f, const char *kind,
+					   const char *name)
+{
+	return horizon_seen_by(f->s, kind, name);
+}
+
+/* Consumes n transaction ids, so the horizon's holder grows older. */
+static void burn_xids(struct fixture *f, int n)
+{
+	for (int i = 0; i < n; i++)
+		pgtest_exec(f->conn, "SELECT txid_current()");
+}
+
+/* The holders status lists, the element whose key is value. */
+static const cJSON *status_holder(struct fixture *f, cJSON **st,
+				  const char *key, const char *value)
+{
+	*st = status(f);
+	return find(get(*st, "oldest_xmin_holders"), key, value);
+}
+
+/* The pending index's counters as the gauges read them, after the
+ * statistics of f->conn are flushed. */
+static void index_counters(struct fixture *f, int64_t out[3],
+			   const int64_t after[3])
+{
+	pgtest_exec(f->conn, "SELECT pg_stat_force_next_flush()");
+	for (int i = 0; i < 100; i++) {
+		struct store_gauges g = gauges(f);
+		out[0] = g.pending_idx_scans;
+		out[1] = g.pending_idx_read;
+		out[2] = g.pending_idx_fetched;
+		if (!after || out[0] > after[0])
+			return;
+		usleep(100000);
+	}
+	fail_msg("the pending index's scan count did not move");
+}
+
+/* One scan of the pending index the way the lease walks it. */
+static void lease_scan(struct fixture *f)
+{
+	pgtest_exec(f->conn, "SET enable_seqscan = off");
+	pgtest_exec(f->conn, "SET enable_bitmapscan = off");
+	pgtest_exec(f->conn,
+		    "SELECT count(*) FROM (SELECT id FROM %s WHERE status = "
+		    "'pending' AND next_attempt_at <= now() ORDER BY "
+		    "next_attempt_at, seq LIMIT 10 FOR UPDATE SKIP LOCKED) s",
+		    f->table);
+	pgtest_exec(f->conn, "RESET enable_seqscan");
+	pgtest_exec(f->conn, "RESET enable_bitmapscan");
+}
+
+/* A session holding a repeatable-read snapshot holds the horizon: the
+ * gauges and status name it (kind, application_name, pid) with an age
+ * that grows; every lease steps over the entries of rows finished since,
+ * until it lets go. */
+static void test_horizon_session(void **state)
+{
+	struct fixture *f = *state;
+	char app[96];
+	snprintf(app, sizeof(app), "hz-report-%s", f->t.schema);
+	PGconn *holder = f->holder = pgtest_connect();
+	pgtest_exec(holder, "SET application_name = '%s'", app);
+	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	pgtest_exec(holder, "SELECT 1");
+	burn_xids(f, 3);
+
+	struct store_gauges g = horizon_held_by(f, "session", app);
+	assert_int_equal(g.horizon.pid, PQbackendPID(holder));
+	assert_true(g.horizon.xmin_age >= 3);
+	assert_true(g.xmin_age_sessions >= g.horizon.xmin_age);
+	usleep(1500000);
+	struct store_gauges later = horizon_held_by(f, "session", app);
+	assert_true(later.horizon.age_ms >= 1500);
+	assert_true(later.horizon.age_ms >= g.horizon.age_ms + 1000);
+
+	cJSON *st;
+	const cJSON *h = status_holder(f, &st, "name", app);
+	assert_string_equal(str(h, "kind"), "session");
+	assert_int_equal((int)num(h, "pid"), PQbackendPID(holder));
+	assert_true(num(h, "xmin_age") >= 3);
+	assert_true(num(h, "xact_age_seconds") >= 1.5);
+	cJSON_Delete(st);
+
+	/* 200 rows leased and finished behind the snapshot: their entries
+	 * stay in the pending index, and a scan returns each of them
+	 * without a visible row behind it. */
+	pgtest_insert(f->conn, f->table, 200);
+	pgtest_exec(f->conn,
+		    "UPDATE %s SET status = 'sent', finished_at = now()",
+		    f->table);
+	pgtest_insert(f->conn, f->table, 5);
+	/* The gauges' own backlog count through the pending index is told
+	 * apart: it is not a lease's. */
+	pgtest_exec(store_conn(f->s), "SET enable_seqscan = off");
+	struct store_gauges own = gauges(f);
+	assert_true(own.own_idx_scans >= 1);
+	assert_true(own.own_idx_read >= 205);
+	pgtest_exec(store_conn(f->s), "RESET enable_seqscan");
+	const int64_t none[3] = {0, 0, 0};
+	int64_t before[3], after[3];
+	index_counters(f, before, NULL);
+	lease_scan(f);
+	index_counters(f, after, before);
+	assert_true((after[1] - after[2]) - (before[1] - before[2]) >= 200);
+	int64_t per_scan =
+	    metrics_dead_entries_per_scan_milli(before, after, none);
+	assert_true(per_scan >= 200 * 1000 / (after[0] - before[0]) - 1000);
+	assert_true(per_scan >= 50000);
+
+	/* Let go: vacuum removes the entries, the next scan passes none
+	 * and the horizon is someone else's. */
+	pgtest_exec(holder, "ROLLBACK");
+	pgtest_exec(f->conn, "VACUUM %s", f->table);
+	/* The store's own statistics of the held period reach the server
+	 * at most a second later: let them land before counting. */
+	usleep(1100000);
+	gauges(f);
+	index_counters(f, before, NULL);
+	lease_scan(f);
+	index_counters(f, after, before);
+	assert_true(metrics_dead_entries_per_scan_milli(before, after, none) <
+		    20000);
+	assert_true(strcmp(gauges(f).horizon.name, app) != 0);
+}
+
+/* A session in a read-committed transaction that has written holds the
+ * horizon by its transaction id alone, with no snapshot between its
+ * statements; a prepared transaction holds it until it is committed or
+ * rolled back, with no session at all. */
+static void test_horizon_xid_and_prepared(void **state)
+{
+	struct fixture *f = *state;
+	struct store_gauges g;
+	char app[96], gid[200], cut[200];
+	snprintf(app, sizeof(app), "hz-writer-%s", f->t.schema);
+	/* A gid of two-byte characters, longer than the gauge keeps, whose
+	 * last byte kept would fall inside a character: it is cut before
+	 * that character. */
+	const int keep = (int)sizeof(g.horizon.name) - 1;
+	int n = snprintf(gid, sizeof(gid), "hz-prepared-%s-", f->t.schema);
+	if ((keep - n) % 2 == 0)
+		n += snprintf(gid + n, sizeof(gid) - (size_t)n, "x");
+	int whole = (keep - n) / 2;
+	for (int i = 0; i < 40; i++) {
+		if (i == whole)
+			memcpy(cut, gid, strlen(gid) + 1);
+		strcat(gid, "\xc3\xa9");
+	}
+	PGconn *writer = f->holder = pgtest_connect();
+	pgtest_exec(writer, "SET application_name = '%s'", app);
+	pgtest_exec(writer, "BEGIN");
+	pgtest_exec(writer, "SELECT txid_current()");
+	burn_xids(f, 3);
+	g = horizon_held_by(f, "session", app);
+	assert_int_equal(g.horizon.pid, PQbackendPID(writer));
+	assert_true(g.horizon.xmin_age >= 3);
+	cJSON *st;
+	const cJSON *h = status_holder(f, &st, "name", app);
+	assert_true(num(h, "xmin_age") >= 3);
+	cJSON_Delete(st);
+	pgtest_exec(writer, "COMMIT");
+
+	pgtest_exec(writer, "BEGIN");
+	pgtest_exec(writer, "SELECT txid_current()");
+	pgtest_exec(writer, "PREPARE TRANSACTION '%s'", gid);
+	burn_xids(f, 3);
+	g = horizon_held_by(f, "prepared_transaction", cut);
+	assert_int_equal(g.horizon.pid, 0);
+	assert_true(g.horizon.xmin_age >= 3);
+	assert_true(g.xmin_age_prepared >= g.horizon.xmin_age);
+	h = status_holder(f, &st, "name", gid);
+	assert_string_equal(str(h, "kind"), "prepared transaction");
+	assert_true(num(h, "xmin_age") >= 3);
+	cJSON_Delete(st);
+	pgtest_exec(f->conn, "ROLLBACK PREPARED '%s'", gid);
+	assert_true(strcmp(gauges(f).horizon.name, cut) != 0);
+}
+
+static void put_be(unsigned char *p, uint64_t v, int bytes)
+{
+	for (int i = bytes - 1; i >= 0; i--, v >>= 8)
+		p[i] = (unsigned char)(v & 0xff);
+}
+
+/* A physical replication slot holds the horizon with the xmin its
+ * standby reports (hot_standby_feedback): a replication connection sends
+ * the feedback message a standby would. */
+static void test_horizon_slot(void **state)
+{
+	struct fixture *f = *state;
+	char slot[96];
+	snprintf(slot, sizeof(slot), "hz_%s", f->t.schema);
+	pgtest_exec(f->conn,
+		    "SELECT pg_create_physical_replication_slot('%s', true)",
+		    slot);
+	long long xid = pgtest_long(f->conn, "SELECT txid_current()");
+	PGresult *r = PQexec(f->conn, "SELECT pg_current_wal_flush_lsn()");
+	assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+	char start[128];
+	snprintf(start, sizeof(start), "START_REPLICATION SLOT %s PHYSICAL %s",
+		 slot, PQgetvalue(r, 0, 0));
+	PQclear(r);
+
+	const char *keys[] = {"dbname", "replication", NULL};
+	const char *values[] = {pgtest_url(), "true", NULL};
+	PGconn *rep = f->rep = PQconnectdbParams(keys, values, 1);
+	if (PQstatus(rep) != CONNECTION_OK)
+		fail_msg("replication connection: %s", PQerrorMessage(rep));
+	r = PQexec(rep, start);
+	if (PQresultStatus(r) != PGRES_COPY_BOTH)
+		fail_msg("%s: %s", start, PQerrorMessage(rep));
+	PQclear(r);
+	/* 'h': send time, xmin, its epoch, catalog xmin, its epoch. */
+	unsigned char msg[25] = {'h'};
+	put_be(msg + 9, (uint64_t)xid & 0xffffffffu, 4);
+	put_be(msg + 13, (uint64_t)xid >> 32, 4);
+	assert_int_equal(PQputCopyData(rep, (const char *)msg, sizeof(msg)), 1);
+	assert_int_equal(PQflush(rep), 0);
+	burn_xids(f, 3);
+
+	struct store_gauges g = horizon_held_by(f, "replication_slot", slot);
+	assert_int_equal(g.horizon.pid, 0);
+	assert_true(g.horizon.xmin_age >= 4);
+	assert_int_equal(g.horizon.age_ms, 0);
+	assert_true(g.xmin_age_slots >= g.horizon.xmin_age);
+	cJSON *st;
+	const cJSON *h = status_holder(f, &st, "name", slot);
+	assert_string_equal(str(h, "kind"), "replication slot");
+	assert_true(num(h, "xmin_age") >= 4);
+	cJSON_Delete(st);
+	PQfinish(rep);
+	f->rep = NULL;
+	for (int i = 0; i < 100 && pgtest_long(f->conn,
+					       "SELECT count(*) FROM "
+					       "pg_replication_slots WHERE "
+					       "slot_name = '%s' AND active",
+					       slot) > 0;
+	     i++)
+		usleep(100000);
+	pgtest_exec(f->conn, "SELECT pg_drop_replication_slot('%s')", slot);
+	assert_true(strcmp(gauges(f).horizon.name, slot) != 0);
+}
+
+/* A session of this database on another one, as application app. */
+static PGconn *connect_to(struct fixture *f, const char *db, const char *app)
+{
+	char conninfo[512];
+	snprintf(conninfo, sizeof(conninfo),
+		 "host=%s port=%s dbname=%s user=%s password=%s "
+		 "application_name=%s",
+		 PQhost(f->conn), PQport(f->conn), db, PQuser(f->conn),
+		 PQpass(f->conn), app);
+	PGconn *c = PQconnectdb(conninfo);
+	if (PQstatus(c) != CONNECTION_OK)
+		fail_msg("connect to %s: %s", db, PQerrorMessage(c));
+	return c;
+}
+
+/* Another database's sessions: a snapshot there holds nothing back here
+ * (vacuum ignores it), a transaction id does (every snapshot here counts
+ * it as running). */
+static void test_horizon_other_database(void **state)
+{
+	struct fixture *f = *state;
+	char db[96], reader_app[96], writer_app[96];
+	snprintf(db, sizeof(db), "hz_db_%s", f->t.schema);
+	snprintf(reader_app, sizeof(reader_app), "hz-elsewhere-reader-%s",
+		 f->t.schema);
+	snprintf(writer_app, sizeof(writer_app), "hz-elsewhere-writer-%s",
+		 f->t.schema);
+	pgtest_exec(f->conn, "CREATE DATABASE %s", db);
+	PGconn *reader = f->holder = connect_to(f, db, reader_app);
+	pgtest_exec(reader, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	pgtest_exec(reader, "SELECT 1");
+	burn_xids(f, 3);
+	for (int i = 0; i < 10; i++) {
+		assert_string_not_equal(gauges(f).horizon.name, reader_app);
+		usleep(100000);
+	}
+	cJSON *st = status(f);
+	const cJSON *h;
+	cJSON_ArrayForEach(h, get(st, "oldest_xmin_holders"))
+	{
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(h, "name");
+		assert_false(cJSON_IsString(v) &&
+			     strcmp(v->valuestring, reader_app) == 0);
+	}
+	cJSON_Delete(st);
+	pgtest_exec(reader, "ROLLBACK");
+
+	pgtest_exec(reader, "SET application_name = '%s'", writer_app);
+	pgtest_exec(reader, "BEGIN");
+	pgtest_exec(reader, "SELECT txid_current()");
+	burn_xids(f, 3);
+	struct store_gauges g = horizon_held_by(f, "session", writer_app);
+	assert_int_equal(g.horizon.pid, PQbackendPID(reader));
+	assert_true(g.horizon.xmin_age >= 3);
+	h = status_holder(f, &st, "name", writer_app);
+	assert_true(num(h, "xmin_age") >= 3);
+	cJSON_Delete(st);
+	pgtest_exec(reader, "ROLLBACK");
+}
+
+/* A relay role without pg_read_all_stats still sees another role's
+ * session hold the horizon (pid, application_name, xmin), not how long:
+ * its age reads 0 until the grant (docs/deployment.md). */
+static void test_horizon_without_stats_grant(void **state)
+{
+	struct fixture *f = *state;
+	char role[96], app[96], conninfo[512];
+	snprintf(role, sizeof(role), "hz_role_%s", f->t.schema);
+	snprintf(app, sizeof(app), "hz-other-%s", f->t.schema);
+	pgtest_exec(f->conn, "CREATE ROLE %s LOGIN PASSWORD 'hz-secret'", role);
+	pgtest_exec(f->conn, "GRANT USAGE ON SCHEMA \"%s\" TO %s", f->t.schema,
+		    role);
+	pgtest_exec(f->conn,
+		    "GRANT SELECT ON ALL TABLES IN SCHEMA \"%s\" TO %s",
+		    f->t.schema, role);
+	snprintf(conninfo, sizeof(conninfo),
+		 "host=%s port=%s dbname=%s user=%s password=hz-secret",
+		 PQhost(f->conn), PQport(f->conn), PQdb(f->conn), role);
+	struct store_options o = pgtest_store_options(f->table);
+	o.prepare = false;
+	o.conninfo = conninfo;
+	struct store *relay = pgtest_store(&o);
+
+	PGconn *holder = f->holder = pgtest_connect();
+	pgtest_exec(holder, "SET application_name = '%s'", app);
+	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	pgtest_exec(holder, "SELECT 1");
+	burn_xids(f, 3);
+	usleep(1100000);
+	struct store_gauges g = horizon_seen_by(relay, "session", app);
+	assert_int_equal(g.horizon.pid, PQbackendPID(holder));
+	assert_true(g.horizon.xmin_age >= 3);
+	assert_int_equal(g.horizon.age_ms, 0);
+
+	pgtest_exec(f->conn, "GRANT pg_read_all_stats TO %s", role);
+	g = horizon_seen_by(relay, "session", app);
+	assert_true(g.horizon.age_ms >= 1100);
+	store_close(relay);
+	pgtest_exec(holder, "ROLLBACK");
+}
+
 static void test_lost_session(void **state)
 {
 	struct fixture *f = *state;
@@ -547,6 +953,15 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_time_arguments, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_lost_session, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_horizon_session, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_horizon_xid_and_prepared,
+					    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_horizon_slot, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_horizon_without_stats_grant,
+					    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_horizon_other_database, setup,
+					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
