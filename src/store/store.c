@@ -537,6 +537,17 @@ static bool queue_steps(struct store *s, const struct step *steps, size_t n,
  * implicit transaction, which ends at the sync. lease: step 0 is the
  * lease transaction's BEGIN (s->in_lease once it succeeded).
  */
+/* Why a pipeline's connection was lost, as result_of() words errors:
+ * "what: SQLSTATE: message" (what NULL: no prefix). */
+static void pipeline_lost(PGconn *c, const PGresult *failed, const char *what,
+			  char *err, size_t errlen)
+{
+	char why[768];
+	pgconn_error(c, failed, why, sizeof(why));
+	snprintf(err, errlen, "%s%s%s", what ? what : "", what ? ": " : "",
+		 why);
+}
+
 static PGresult *run_pipeline(struct store *s, const char *what,
 			      const struct step *steps, size_t n, size_t wanted,
 			      bool lease, ExecStatusType want, int *rc,
@@ -550,7 +561,7 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 
 	*rc = 0;
 	if (n > PIPELINE_MAX || !queue_steps(s, steps, n, exp, &sent)) {
-		pgconn_error(c, NULL, err, errlen);
+		pipeline_lost(c, NULL, what, err, errlen);
 		*rc = STORE_RECONNECT; /* the pipeline's state is unknown */
 		return NULL;
 	}
@@ -590,7 +601,7 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 		}
 	}
 	if (PQstatus(c) == CONNECTION_BAD || PQexitPipelineMode(c) != 1) {
-		pgconn_error(c, failed, err, errlen);
+		pipeline_lost(c, failed, what, err, errlen);
 		PQclear(failed);
 		PQclear(res);
 		*rc = STORE_RECONNECT;
