@@ -11,6 +11,7 @@
 
 #include "store_internal.h"
 
+/* clang-format off */
 const char *const store_stmt_names[ST_COUNT] = {
     "outbox_lease",	   "outbox_lease_bare",	     "outbox_claim",
     "outbox_claim_renew",  "outbox_keepalive",	     "outbox_sent",
@@ -22,7 +23,9 @@ const char *const store_stmt_names[ST_COUNT] = {
     "outbox_count_s",	   "outbox_control",	     "outbox_classify",
     "outbox_repair",	   "outbox_redrive_check",   "outbox_unblock",
     "outbox_unblock_skip", "outbox_unblock_redrive", "outbox_version",
+    "outbox_claim_release",
 };
+/* clang-format on */
 
 /* What a mark returns for the ordered mode's tail. */
 #define MARK_COLUMNS "t.id, t.partition_key, t.seq, t.status, t.last_error"
@@ -227,6 +230,21 @@ static char *sql_claim_renew(const struct store *s)
 	    s->claims, (long long)s->opt.lease_timeout_ms);
 }
 
+/* On the claim session, autocommit: rows of the open lease that were never
+ * handed to the broker leave its claim ($3; NULL: all of them) before the
+ * lease ends, so no crash and no sweep charges them an attempt (a release
+ * gives the attempt back, §3). Fenced by the lease id: a claim already
+ * overwritten or settled is left alone. */
+static char *sql_claim_release(const struct store *s)
+{
+	return store_asprintf(
+	    "UPDATE %s SET ids = CASE WHEN $3::uuid[] IS NULL THEN "
+	    "'{}'::uuid[] ELSE ARRAY(SELECT x FROM unnest(ids) AS x WHERE NOT "
+	    "x = ANY($3::uuid[])) END WHERE holder = $1 AND lease_id = "
+	    "$2::uuid AND cardinality(ids) > 0",
+	    s->claims);
+}
+
 /* Inside the lease transaction: restarts the server's idle-in-transaction
  * clock, which is the lease's timeout. */
 static char *sql_keepalive(const struct store *s)
@@ -346,7 +364,10 @@ static char *sql_xact_status(const struct store *s)
  * charges those once they are free (or drops them, finished). Emptying
  * the claim of those too would let two relays take turns crashing on a
  * poison row without its attempts ever being charged (found by the
- * protocol's model, docs/model.md). Fenced by the lease id. */
+ * protocol's model, docs/model.md). Fenced by the lease id. A row named by
+ * several dead claims (leases that died holding it one after the other)
+ * is charged once per claim: each crash costs it an attempt, whether one
+ * statement settles them or several; the newest claim names it. */
 static char *settle_claims_sql(const struct store *s, bool own)
 {
 	const char *T = s->table.quoted;
@@ -355,26 +376,32 @@ static char *settle_claims_sql(const struct store *s, bool own)
 	    tail
 		? store_asprintf(
 		      "WITH dead AS MATERIALIZED (SELECT holder, lease_id, "
-		      "ids, source FROM %s WHERE cardinality(ids) > 0 AND "
+		      "ids, source, leased_at FROM %s WHERE cardinality(ids) > "
+		      "0 AND "
 		      "pg_xact_status(xid) = 'aborted'%s ORDER BY leased_at "
 		      "LIMIT 100 FOR UPDATE SKIP LOCKED), "
 		      "victims AS MATERIALIZED (SELECT t.id FROM %s t WHERE "
 		      "t.id = ANY(ARRAY(SELECT unnest(ids) FROM dead)) AND "
 		      "t.status = 'pending' FOR NO KEY UPDATE SKIP LOCKED), "
 		      "done AS (UPDATE %s AS t SET "
-		      "attempts = t.attempts + 1, "
-		      "status = CASE WHEN t.attempts + 1 >= t.max_attempts "
+		      "attempts = t.attempts + v.n, "
+		      "status = CASE WHEN t.attempts + v.n >= t.max_attempts "
 		      "THEN 'failed' ELSE 'pending' END, "
-		      "finished_at = CASE WHEN t.attempts + 1 >= "
+		      "finished_at = CASE WHEN t.attempts + v.n >= "
 		      "t.max_attempts THEN now() END, suspect = t.attempts "
-		      "+ 1 < t.max_attempts, "
+		      "+ v.n < t.max_attempts, "
 		      "next_attempt_at = now() + random() * %lld * "
 		      "interval '1 millisecond', "
 		      "last_error = left('lease lost (leased_by ' || "
 		      "v.holder || ')', %d), source = coalesce(t.source, "
 		      "v.source), lease_id = v.lease_id, leased_by = "
-		      "v.holder FROM (SELECT holder, lease_id, source, "
-		      "unnest(ids) AS id FROM dead) v WHERE t.id = "
+		      "v.holder FROM (SELECT u.id, count(*)::int AS n, "
+		      "(array_agg(u.holder ORDER BY u.leased_at DESC))[1] AS "
+		      "holder, (array_agg(u.lease_id ORDER BY u.leased_at "
+		      "DESC))[1] AS lease_id, (array_agg(u.source ORDER BY "
+		      "u.leased_at DESC))[1] AS source FROM (SELECT holder, "
+		      "lease_id, source, leased_at, unnest(ids) AS id FROM "
+		      "dead) u GROUP BY u.id) v WHERE t.id = "
 		      "ANY(ARRAY(SELECT id FROM victims)) AND t.id = v.id%s%s, "
 		      "emptied AS (UPDATE %s AS c SET ids = ARRAY(SELECT x "
 		      "FROM unnest(c.ids) AS x WHERE NOT x = ANY(ARRAY("
@@ -689,6 +716,7 @@ static char *(*const builders[ST_COUNT])(const struct store *s) = {
     [ST_UNBLOCK_SKIP] = sql_unblock_skip,
     [ST_UNBLOCK_REDRIVE] = sql_unblock_redrive,
     [ST_VERSION] = sql_version,
+    [ST_CLAIM_RELEASE] = sql_claim_release,
 };
 
 int store_build_statements(struct store *s)

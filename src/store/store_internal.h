@@ -51,6 +51,7 @@ enum stmt {
 	ST_UNBLOCK_SKIP,
 	ST_UNBLOCK_REDRIVE,
 	ST_VERSION,
+	ST_CLAIM_RELEASE, /* on the claim session */
 	ST_COUNT
 };
 
@@ -113,6 +114,12 @@ struct lease_rows {
 	char lease_id[37]; /* recorded on the rows its marks charge */
 	struct outbox_event events[];
 };
+
+/* lease.c: takes ids[] (NULL: all) out of the claim of lease lease_id, on
+ * the claim session, committed. */
+int store_claim_release(struct store *s, const char *lease_id,
+			const char *const *ids, size_t n, char *err,
+			size_t errlen);
 
 /* statements.c: fills s->sql[]; -1 when out of memory. */
 int store_build_statements(struct store *s);
