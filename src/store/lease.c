@@ -39,6 +39,17 @@ static bool lease_open(const struct lease_rows *rows)
 	return rows->s->in_lease && rows->s->conn_gen == rows->conn_gen;
 }
 
+bool store_lease_held(struct store *s, const struct lease_batch *b)
+{
+	if (!b->rows || b->rows->s != s || !lease_open(b->rows))
+		return false;
+	/* A session the server ended (killed, past the lease timeout) has
+	 * said so with an error and closed its socket: reading what arrived
+	 * tells, without a round trip (libpq's socket never blocks). */
+	return PQconsumeInput(s->conn) == 1 &&
+	       PQstatus(s->conn) == CONNECTION_OK;
+}
+
 void lease_batch_release(struct lease_batch *b)
 {
 	if (b->rows) {

@@ -179,6 +179,16 @@ int store_lease_abort(struct store *s, struct lease_batch *b, char *err,
 		      size_t errlen);
 
 /*
+ * Whether the lease of b is still open on s as far as s can tell without a
+ * round trip: false once it ended, its session was reconnected, or the
+ * server ended the session (killed, past the lease timeout: it says so
+ * before closing the socket). A transaction lost without a word (a
+ * network cut) shows only when a statement in it fails, such as
+ * store_renew()'s. The caller hands no further row over once it is false.
+ */
+bool store_lease_held(struct store *s, const struct lease_batch *b);
+
+/*
  * Keeps the lease transaction open on s alive: one statement in it, so
  * the session does not sit idle in transaction past the lease timeout
  * (which would end it and release the rows). The rows cannot be lost
