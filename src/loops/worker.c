@@ -163,17 +163,20 @@ static const struct outcome_rule outcome_rules[] = {
 #define N_OUTCOMES (sizeof(outcome_rules) / sizeof(outcome_rules[0]))
 _Static_assert(N_OUTCOMES == PUB_PERMANENT + 1, "one rule per publish outcome");
 
-/* The order the marks run in. Release is last: at shutdown the publisher
- * is closed before it (see run_marks). Sent and release carry no reason:
- * neither records an error on the row. */
+/* The order the marks run in. Release is first: the rows never handed
+ * over leave the claim while the lease still holds them, so a mark that
+ * fails later (and with it the lease) does not get them charged by a sweep
+ * (docs/design.md §4). At shutdown the publisher is closed before it (see
+ * run_marks), and so before the COMMIT that lets those rows go. Sent and
+ * release carry no reason: neither records an error on the row. */
 static const struct {
 	enum mark_kind mark;
 	const char *name;
 	bool with_reasons;
 } mark_order[] = {
-    {MARK_SENT, "sent", false},		 {MARK_RETRY, "retry", true},
-    {MARK_TRANSPORT, "transport", true}, {MARK_FAILED, "failed", true},
-    {MARK_RELEASE, "release", false},
+    {MARK_RELEASE, "release", false}, {MARK_SENT, "sent", false},
+    {MARK_RETRY, "retry", true},      {MARK_TRANSPORT, "transport", true},
+    {MARK_FAILED, "failed", true},
 };
 
 _Static_assert(sizeof(mark_order) / sizeof(mark_order[0]) == N_MARKS,
@@ -415,26 +418,11 @@ static bool run_mark(struct worker *w, int order)
 	return true;
 }
 
-/* After a failed mark: the rows never handed over still leave the claim,
- * so the sweeper, which settles the lost lease, does not charge them
- * (docs/design.md §4). The store reports the lease as ended; nothing more
- * to say. */
-static void release_after_failure(struct worker *w)
-{
-	const struct mark_list *l = &w->batch.marks[MARK_RELEASE];
-	char err[512];
-	struct mark_result mr;
-	if (l->n > 0)
-		(void)store_mark(w->store, MARK_RELEASE, l->ids, NULL, l->n,
-				 &mr, err, sizeof(err));
-}
-
 static void run_marks(struct worker *w)
 {
-	bool failed = false;
 	for (int k = 0; k < N_MARKS; k++) {
-		bool release = mark_order[k].mark == MARK_RELEASE;
-		if (release && relay_stopping(w->r)) {
+		if (mark_order[k].mark == MARK_RELEASE &&
+		    relay_stopping(w->r)) {
 			/* docs/design.md §7: never-sent rows are released only
 			 * once the broker client is closed, so nothing still
 			 * queued in it can go out after another replica
@@ -443,10 +431,8 @@ static void run_marks(struct worker *w)
 		}
 		/* A failed mark ended the transaction: the rest cannot
 		 * run, and conclude() says what became of the batch. */
-		if (failed && release)
-			release_after_failure(w);
-		else if (!failed)
-			failed = !run_mark(w, k);
+		if (!run_mark(w, k))
+			return;
 	}
 }
 
