@@ -10,7 +10,6 @@
 #include <time.h>
 
 #include "store_internal.h"
-#include "store_test.h"
 
 /* Columns of the lease's RETURNING list, in order. */
 enum lease_col {

@@ -115,6 +115,12 @@ struct lease_rows {
 	struct outbox_event events[];
 };
 
+/* lease.c, for the store's tests (store_test.h, which the relay does not
+ * include): ends the lease keeping its claim, as a lease lost after the
+ * hand-over. */
+int store_lease_rollback_charged(struct store *s, struct lease_batch *b,
+				 char *err, size_t errlen);
+
 /* lease.c: takes ids[] (NULL: all) out of the claim of lease lease_id, on
  * the claim session, committed. */
 int store_claim_release(struct store *s, const char *lease_id,
