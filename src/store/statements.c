@@ -120,8 +120,10 @@ static char *order_tail(const struct store *s, bool may_fail)
  * the two had its rows unlocked and its claim dead, and without the second
  * read they would be leased at once, as no suspects, in a full batch
  * (issue 25; the model's early_exclusion mutant, docs/model.md). The
- * second read is an InitPlan of the read back's filter, run on its first
- * row, after the TID scan evaluated the picked rows, which locked them all.
+ * second read is an InitPlan of the read back's filter: Postgres runs an
+ * InitPlan when its value is first needed, here on the first row the TID
+ * scan returns, after that scan evaluated its TID list, the picked rows,
+ * which locked them all. No store test forces the race (the model does).
  * Rows it leaves out stay locked by this transaction until it ends, like
  * rows past the byte budget. The
  * batch size is a literal so a generic plan never estimates the LIMIT as 10 %
