@@ -190,16 +190,21 @@ static void lock_publisher(struct lanes *l, struct publish_ctx *ctx)
 }
 
 /* With pub_lock held: waits until ticket is served, calling ctx->tick (if
- * ctx) every few hundred milliseconds meanwhile. */
+ * ctx) at least every few hundred milliseconds meanwhile, whether the wait
+ * timed out or another lane's turn woke it (the tick renews the lease only
+ * when due), and without pub_lock: a renewal is a round trip to the
+ * database that the other lanes need not wait for. */
 static void await_ticket(struct lanes *l, uint64_t ticket,
 			 struct publish_ctx *ctx)
 {
 	while (l->serving != ticket) {
 		struct timespec at = clock_monotonic_after(WAIT_SLICE_MS);
-		if (pthread_cond_timedwait(&l->publish_turn, &l->pub_lock,
-					   &at) == ETIMEDOUT &&
-		    ctx)
+		pthread_cond_timedwait(&l->publish_turn, &l->pub_lock, &at);
+		if (ctx && l->serving != ticket) {
+			pthread_mutex_unlock(&l->pub_lock);
 			ctx->tick(ctx);
+			pthread_mutex_lock(&l->pub_lock);
+		}
 	}
 }
 
@@ -210,10 +215,13 @@ static void next_ticket(struct lanes *l)
 	pthread_cond_broadcast(&l->publish_turn);
 }
 
-void lanes_pass(struct lanes *l, uint64_t ticket)
+void lanes_pass(struct lanes *l, uint64_t ticket, struct publish_ctx *ctx)
 {
-	pthread_mutex_lock(&l->pub_lock);
-	await_ticket(l, ticket, NULL);
+	if (ctx)
+		lock_publisher(l, ctx);
+	else
+		pthread_mutex_lock(&l->pub_lock);
+	await_ticket(l, ticket, ctx);
 	next_ticket(l);
 	pthread_mutex_unlock(&l->pub_lock);
 }

@@ -170,8 +170,10 @@ int lanes_publish(struct lanes *l, uint64_t ticket,
 		  const struct outbox_event *events, size_t n,
 		  struct publish_ctx *ctx, struct pub_result *results);
 /* Gives up ticket's turn, in its order, for a batch with nothing to
- * publish. Every ticket goes through lanes_publish() or this, once. */
-void lanes_pass(struct lanes *l, uint64_t ticket);
+ * publish, calling ctx->tick (unless ctx is NULL) while it waits, as
+ * lanes_publish() does. Every ticket goes through lanes_publish() or this,
+ * once. */
+void lanes_pass(struct lanes *l, uint64_t ticket, struct publish_ctx *ctx);
 /* docs/design.md §7: closes the publisher before a lane releases never-sent
  * rows at shutdown. */
 void lanes_close_before_release(struct lanes *l);

@@ -45,14 +45,16 @@ struct batch {
 	struct outbox_event *valid;  /* the rows handed to the publisher */
 	size_t *valid_row; /* valid[j] is lease.events[valid_row[j]] */
 	size_t n_valid;
-	struct pub_result *results;	 /* per valid row */
+	struct pub_result *results; /* per valid row */
+	bool *asked; /* per valid row: may_send said yes (handed over) */
 	struct mark_list marks[N_MARKS]; /* indexed by enum mark_kind */
 	/* Rows per publish outcome, counted once the marks committed: a
 	 * lease that does not commit concluded none of them. */
 	size_t outcomes[PUB_PERMANENT + 1];
 	int64_t local_deadline_ms; /* no row handed to the broker after */
-	int64_t last_renew_ms;
-	uint64_t ticket; /* its turn at the publisher (lanes.c) */
+	int64_t last_renew_ms;	   /* the last renewal tried, done or not */
+	bool lease_lost;	   /* a renewal failed: no more hand-over */
+	uint64_t ticket;	   /* its turn at the publisher (lanes.c) */
 };
 
 /* One lane thread's state; only that thread touches it. */
@@ -89,6 +91,7 @@ static void batch_release(struct batch *b)
 	free(b->valid);
 	free(b->valid_row);
 	free(b->results);
+	free(b->asked);
 	for (int k = 0; k < N_MARKS; k++) {
 		free(b->marks[k].ids);
 		free(b->marks[k].reasons);
@@ -109,7 +112,9 @@ static int batch_init(struct batch *b, struct lease_batch *lease, char *err,
 	b->valid = calloc(n, sizeof(*b->valid));
 	b->valid_row = calloc(n, sizeof(*b->valid_row));
 	b->results = calloc(n, sizeof(*b->results));
-	bool ok = b->invalid && b->valid && b->valid_row && b->results;
+	b->asked = calloc(n, sizeof(*b->asked));
+	bool ok =
+	    b->invalid && b->valid && b->valid_row && b->results && b->asked;
 	for (int k = 0; k < N_MARKS; k++) {
 		b->marks[k].ids = calloc(n, sizeof(*b->marks[k].ids));
 		b->marks[k].reasons = calloc(n, sizeof(*b->marks[k].reasons));
@@ -162,17 +167,20 @@ static const struct outcome_rule outcome_rules[] = {
 #define N_OUTCOMES (sizeof(outcome_rules) / sizeof(outcome_rules[0]))
 _Static_assert(N_OUTCOMES == PUB_PERMANENT + 1, "one rule per publish outcome");
 
-/* The order the marks run in. Release is last: at shutdown the publisher
- * is closed before it (see run_marks). Sent and release carry no reason:
- * neither records an error on the row. */
+/* The order the marks run in. Release is first: the rows never handed
+ * over leave the claim while the lease still holds them, so a mark that
+ * fails later (and with it the lease) does not get them charged by a sweep
+ * (docs/design.md §4). At shutdown the publisher is closed before it (see
+ * run_marks), and so before the COMMIT that lets those rows go. Sent and
+ * release carry no reason: neither records an error on the row. */
 static const struct {
 	enum mark_kind mark;
 	const char *name;
 	bool with_reasons;
 } mark_order[] = {
-    {MARK_SENT, "sent", false},		 {MARK_RETRY, "retry", true},
-    {MARK_TRANSPORT, "transport", true}, {MARK_FAILED, "failed", true},
-    {MARK_RELEASE, "release", false},
+    {MARK_RELEASE, "release", false}, {MARK_SENT, "sent", false},
+    {MARK_RETRY, "retry", true},      {MARK_TRANSPORT, "transport", true},
+    {MARK_FAILED, "failed", true},
 };
 
 _Static_assert(sizeof(mark_order) / sizeof(mark_order[0]) == N_MARKS,
@@ -180,40 +188,74 @@ _Static_assert(sizeof(mark_order) / sizeof(mark_order[0]) == N_MARKS,
 
 /* ---- while publishing: lease renewal and the publisher's callbacks ---- */
 
+/* The lease transaction is gone while the batch is with the broker: no
+ * further row may be handed over, since nothing holds them any more. The
+ * rows not handed over leave the claim at once, before a sweep settles it
+ * and charges them (docs/design.md §4); the marks will fail, and the
+ * sweeper charges the rows that did go out. */
+static void stop_handing_over(struct worker *w, const char *why)
+{
+	struct batch *b = &w->batch;
+	b->lease_lost = true;
+	log_fields(LOG_WARN,
+		   "lease lost while publishing; no more rows of the batch "
+		   "are handed over",
+		   "lease_id", b->lease.lease_id, "error", why, NULL);
+	const char **ids = calloc(b->n_valid ? b->n_valid : 1, sizeof(*ids));
+	size_t n = 0;
+	for (size_t j = 0; ids && j < b->n_valid; j++)
+		if (!b->asked[j])
+			ids[n++] = b->valid[j].id;
+	char err[512];
+	struct mark_result mr;
+	if (n > 0)
+		(void)store_mark(w->store, MARK_RELEASE, ids, NULL, n, &mr, err,
+				 sizeof(err));
+	free(ids);
+}
+
 /* Keeps the lease transaction from the idle-in-transaction timeout while
- * the batch is with the broker. Every row stays held while it lives. */
+ * the batch waits for its turn or is with the broker. Every row stays held
+ * while it lives. A renewal that fails means the transaction is gone (any
+ * error in it ends it): no further row of the batch may be handed over,
+ * since nothing holds them any more, and nothing is tried again. */
 static void renew(struct worker *w)
 {
 	struct batch *b = &w->batch;
 	char err[512];
 	int64_t before = clock_ms();
 	int rc = store_renew(w->store, err, sizeof(err));
+	b->last_renew_ms = before;
 	if (rc == 0) {
 		metrics_add(MC_RENEWALS, 1);
 		/* The deadline moves only as far as the database moved the
 		 * lease, measured from before the statement. */
 		b->local_deadline_ms = before + w->cfg->lease_timeout_ms -
 				       w->cfg->statement_timeout_ms;
-		b->last_renew_ms = before;
-	} else {
-		log_warn("lease renewal failed: %s", err);
-		if (rc == STORE_RECONNECT)
-			store_reconnect(w->store, err, sizeof(err));
+		return;
 	}
+	stop_handing_over(w, err);
 }
 
 static bool ctx_may_send(struct publish_ctx *ctx, size_t j)
 {
 	struct worker *w = ctx->opaque;
-	(void)j;
-	return !relay_stopping(w->r) && clock_ms() < w->batch.local_deadline_ms;
+	struct batch *b = &w->batch;
+	if (!b->lease_lost && !store_lease_held(w->store, &b->lease))
+		stop_handing_over(w, "the lease transaction's session ended");
+	bool yes = !relay_stopping(w->r) && !b->lease_lost &&
+		   clock_ms() < b->local_deadline_ms;
+	if (yes && j < b->n_valid)
+		b->asked[j] = true;
+	return yes;
 }
 
 static bool ctx_tick(struct publish_ctx *ctx)
 {
 	struct worker *w = ctx->opaque;
 	loop_tick(w->th);
-	if (clock_ms() - w->batch.last_renew_ms >= w->cfg->lease_timeout_ms / 3)
+	if (!w->batch.lease_lost &&
+	    clock_ms() - w->batch.last_renew_ms >= w->cfg->lease_timeout_ms / 3)
 		renew(w);
 	return relay_stopping(w->r);
 }
@@ -266,10 +308,6 @@ static void validate_rows(struct batch *b, const struct config *cfg)
 static void publish_valid_rows(struct worker *w)
 {
 	struct batch *b = &w->batch;
-	if (b->n_valid == 0) {
-		lanes_pass(w->lanes, b->ticket);
-		return;
-	}
 	int64_t publish_deadline = clock_ms() + w->cfg->publish_timeout_ms;
 	struct publish_ctx ctx = {
 	    .deadline_ms = publish_deadline < b->local_deadline_ms
@@ -279,6 +317,11 @@ static void publish_valid_rows(struct worker *w)
 	    .tick = ctx_tick,
 	    .opaque = w,
 	};
+	if (b->n_valid == 0) {
+		/* Waiting for its turn, the lease is renewed all the same. */
+		lanes_pass(w->lanes, b->ticket, &ctx);
+		return;
+	}
 	/* A result the backend leaves unfilled must not read as PUB_ACKED
 	 * (0): no row is marked sent without the broker's word. */
 	for (size_t j = 0; j < b->n_valid; j++)
@@ -438,12 +481,13 @@ static void process_batch(struct worker *w, struct lease_batch *lease,
 	struct batch *b = &w->batch;
 	char err[128];
 	if (batch_init(b, lease, err, sizeof(err)) != 0) {
-		/* Nothing was handed over: roll the lease back. */
+		/* Nothing was handed over: roll the lease back, its rows
+		 * uncharged, then let the next lane have its turn. */
 		log_error("%s", err);
-		lanes_pass(w->lanes, ticket);
 		if (store_lease_abort(w->store, &b->lease, err, sizeof(err)) ==
 		    STORE_RECONNECT)
 			relay_reconnect(w->th, w->store);
+		lanes_pass(w->lanes, ticket, NULL);
 		goto out;
 	}
 	b->ticket = ticket;

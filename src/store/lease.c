@@ -38,6 +38,17 @@ static bool lease_open(const struct lease_rows *rows)
 	return rows->s->in_lease && rows->s->conn_gen == rows->conn_gen;
 }
 
+bool store_lease_held(struct store *s, const struct lease_batch *b)
+{
+	if (!b->rows || b->rows->s != s || !lease_open(b->rows))
+		return false;
+	/* A session the server ended (killed, past the lease timeout) has
+	 * said so with an error and closed its socket: reading what arrived
+	 * tells, without a round trip (libpq's socket never blocks). */
+	return PQconsumeInput(s->conn) == 1 &&
+	       PQstatus(s->conn) == CONNECTION_OK;
+}
+
 void lease_batch_release(struct lease_batch *b)
 {
 	if (b->rows) {
@@ -50,8 +61,75 @@ void lease_batch_release(struct lease_batch *b)
 	memset(b, 0, sizeof(*b));
 }
 
+/*
+ * Takes ids[] (all of the lease's rows when ids is NULL) out of the claim of
+ * lease lease_id, committed on the claim session: rows never handed to the
+ * broker owe no attempt, whatever becomes of the lease afterwards
+ * (docs/design.md §4). Run while the lease transaction still holds them,
+ * so they come back uncharged; a failure leaves them in the claim, and a
+ * lease that then aborts has them charged, as before.
+ */
+int store_claim_release(struct store *s, const char *lease_id,
+			const char *const *ids, size_t n, char *err,
+			size_t errlen)
+{
+	if (s->claims_missing || !s->claim)
+		return 0;
+	char *arr = NULL;
+	if (ids) {
+		arr = store_pg_array(ids, n, PG_ARRAY_PLAIN, 0);
+		if (!arr) {
+			snprintf(err, errlen, "claim release: out of memory");
+			return STORE_ERROR;
+		}
+	}
+	int rc;
+	const char *values[3] = {s->leased_by, lease_id, arr};
+	PGresult *res = store_run(s->claim, ST_CLAIM_RELEASE, 3, values,
+				  PGRES_COMMAND_OK, 0, &rc, err, errlen);
+	free(arr);
+	if (res) {
+		PQclear(res);
+		return 0;
+	}
+	if (rc == STORE_RECONNECT) {
+		char why[256];
+		store_reconnect(s->claim, why, sizeof(why));
+	}
+	return store_public_rc(rc);
+}
+
+/* Ends the open lease with ROLLBACK after its claim gave up every row:
+ * nothing of it was handed over. */
+static void end_unhanded(struct store *s, const char *lease_id)
+{
+	char why[256];
+	if (lease_id[0] &&
+	    store_claim_release(s, lease_id, NULL, 0, why, sizeof(why)) != 0)
+		log_warn("a lease ended before its rows were handed over, but "
+			 "its claim could not give them up (the sweeper "
+			 "charges them an attempt): %s",
+			 why);
+	if (s->in_lease)
+		store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
+}
+
 int store_lease_abort(struct store *s, struct lease_batch *b, char *err,
 		      size_t errlen)
+{
+	if (!b->rows || b->rows->s != s || !lease_open(b->rows))
+		return 0;
+	char why[256];
+	if (store_claim_release(s, b->lease_id, NULL, 0, why, sizeof(why)) != 0)
+		log_warn("the lease was ended before its rows were handed "
+			 "over, but its claim could not give them up (the "
+			 "sweeper charges them an attempt): %s",
+			 why);
+	return store_lease_end(s, TX_ROLLBACK, err, errlen);
+}
+
+int store_lease_rollback_charged(struct store *s, struct lease_batch *b,
+				 char *err, size_t errlen)
 {
 	if (!b->rows || b->rows->s != s || !lease_open(b->rows))
 		return 0;
@@ -430,11 +508,19 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		rc = take_rows(s, res, out, err, errlen);
 	else
 		PQclear(res);
-	if (rc == 0 && out->n > 0)
+	bool claimed = false;
+	if (rc == 0 && out->n > 0) {
 		rc = write_claim(s, out, err, errlen);
+		claimed = true;
+	}
 	if (rc != 0 || out->n == 0) {
-		/* Nothing was handed over: the rows go back as they were. */
-		if (s->in_lease)
+		/* Nothing was handed over: the rows go back as they were. A
+		 * claim whose reply was lost may have committed all the
+		 * same; it gives them up first, or a sweep would charge
+		 * them. */
+		if (claimed)
+			end_unhanded(s, out->lease_id);
+		else if (s->in_lease)
 			store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
 		lease_batch_release(out);
 	}

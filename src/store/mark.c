@@ -18,8 +18,9 @@
 #define COMMIT_STATUS_TRIES 20
 #define COMMIT_STATUS_PAUSE_MS 250
 
-/* The statement of a mark; -1 for the release, which writes nothing: the
- * row's lock goes with the transaction and no attempt is charged. */
+/* The statement of a mark; -1 for the release, which writes no row: the
+ * row's lock goes with the transaction and no attempt is charged (its id
+ * leaves the claim instead). */
 static int mark_stmt(const struct store *s, enum mark_kind kind)
 {
 	switch (kind) {
@@ -105,11 +106,22 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 	memset(r, 0, sizeof(*r));
 	if (n == 0)
 		return 0;
+	int st = mark_stmt(s, kind);
+	if (st < 0 && s->open_lease) {
+		/* Rows never handed over leave the claim, even of a lease
+		 * that already ended: they owe no attempt (§4). A claim that
+		 * keeps them costs only that attempt, should the lease
+		 * abort. */
+		char why[256];
+		if (store_claim_release(s, s->open_lease->lease_id, ids, n, why,
+					sizeof(why)) != 0)
+			log_warn("released rows stay in the lease's claim: %s",
+				 why);
+	}
 	if (!s->in_lease || !s->open_lease) {
 		snprintf(err, errlen, "mark: the lease transaction has ended");
 		return STORE_RECONNECT;
 	}
-	int st = mark_stmt(s, kind);
 	if (st < 0) {
 		r->marked = n;
 		return 0;

@@ -11,6 +11,7 @@
 
 #include "store_internal.h"
 
+/* clang-format off */
 const char *const store_stmt_names[ST_COUNT] = {
     "outbox_lease",	      "outbox_lease_bare",	"outbox_claim",
     "outbox_claim_renew",     "outbox_keepalive",	"outbox_sent",
@@ -23,7 +24,9 @@ const char *const store_stmt_names[ST_COUNT] = {
     "outbox_repair",	      "outbox_redrive_check",	"outbox_unblock",
     "outbox_unblock_skip",    "outbox_unblock_redrive", "outbox_version",
     "outbox_redrive_recheck", "outbox_fail_refused",
+    "outbox_claim_release",
 };
+/* clang-format on */
 
 /* What a mark returns for the ordered mode's tail. */
 #define MARK_COLUMNS "t.id, t.partition_key, t.seq, t.status, t.last_error"
@@ -126,6 +129,18 @@ static char *order_tail(const struct store *s, bool may_fail)
  * crashed its relay would take a full batch of neighbours down with it on the
  * next one. (Postgres records an abort before it lets go of the row locks, so
  * such a row is never seen unlocked with its claim still in progress.) The
+ * dead claims are read twice: once as the statement starts, to skip their
+ * rows in the locking scans, and once more (late) after every row is
+ * locked, when the rows are read back by ctid: a lease that died between
+ * the two had its rows unlocked and its claim dead, and without the second
+ * read they would be leased at once, as no suspects, in a full batch
+ * (issue 25; the model's early_exclusion mutant, docs/model.md). The
+ * second read is an InitPlan of the read back's filter: Postgres runs an
+ * InitPlan when its value is first needed, here on the first row the TID
+ * scan returns, after that scan evaluated its TID list, the picked rows,
+ * which locked them all. No store test forces the race (the model does).
+ * Rows it leaves out stay locked by this transaction until it ends, like
+ * rows past the byte budget. The
  * batch size is a literal so a generic plan never estimates the LIMIT as 10 %
  * of the table; the lease id is made once in its own CTE; a crash suspect is
  * leased at most one per batch, ahead of the due rows (UNION ALL keeps its
@@ -155,8 +170,20 @@ static char *lease_sql(const struct store *s, bool claims)
 		   : strdup("");
 	const char *skip_crashed =
 	    claims ? "AND NOT id = ANY(ARRAY(SELECT x FROM crashed)) " : "";
-	if (!crashed)
+	char *late =
+	    claims
+		? store_asprintf("late AS MATERIALIZED (SELECT unnest(ids) AS "
+				 "x FROM %s WHERE cardinality(ids) > 0 AND "
+				 "%s = 'aborted'), ",
+				 s->claims, CLAIM_XACT_STATUS("xid"))
+		: strdup("");
+	const char *skip_late =
+	    claims ? " AND NOT t.id = ANY(ARRAY(SELECT x FROM late))" : "";
+	if (!crashed || !late) {
+		free(crashed);
+		free(late);
 		return NULL;
+	}
 	/* Rows bound for a paused destination (or destination + routing
 	 * key) are not leased; $1 is the paused list, $2 the default.
 	 * Ordered mode leases unkeyed rows and key heads only: the partial
@@ -173,7 +200,7 @@ static char *lease_sql(const struct store *s, bool claims)
 		  "ANY($1::text[]))";
 	char *sql = store_asprintf(
 	    "WITH lease AS MATERIALIZED (SELECT gen_random_uuid() AS "
-	    "lease_id), %s"
+	    "lease_id), %s%s"
 	    "suspect AS MATERIALIZED (SELECT ctid AS tid, "
 	    "octet_length(payload) AS bytes FROM %s "
 	    "WHERE status = 'pending' AND suspect AND next_attempt_at <= "
@@ -195,10 +222,11 @@ static char *lease_sql(const struct store *s, bool claims)
 	    "t.payload, t.headers::text, t.created_at, t.attempts + 1, "
 	    "t.max_attempts, (SELECT lease_id FROM lease), "
 	    "pg_current_xact_id_if_assigned(), t.ctid "
-	    "FROM %s t WHERE t.ctid = ANY(ARRAY(SELECT tid FROM picked))",
-	    crashed, T, not_paused, skip_crashed, T, not_paused, skip_crashed,
-	    n, (long long)s->opt.batch_bytes, n, T);
+	    "FROM %s t WHERE t.ctid = ANY(ARRAY(SELECT tid FROM picked))%s",
+	    crashed, late, T, not_paused, skip_crashed, T, not_paused,
+	    skip_crashed, n, (long long)s->opt.batch_bytes, n, T, skip_late);
 	free(crashed);
+	free(late);
 	return sql;
 }
 
@@ -241,6 +269,21 @@ static char *sql_claim_renew(const struct store *s)
 	    "UPDATE %s SET expires_at = now() + %lld * interval "
 	    "'1 millisecond' WHERE holder = $1 AND lease_id = $2::uuid",
 	    s->claims, (long long)s->opt.lease_timeout_ms);
+}
+
+/* On the claim session, autocommit: rows of the open lease that were never
+ * handed to the broker leave its claim ($3; NULL: all of them) before the
+ * lease ends, so no crash and no sweep charges them an attempt (a release
+ * gives the attempt back, §3). Fenced by the lease id: a claim already
+ * overwritten or settled is left alone. */
+static char *sql_claim_release(const struct store *s)
+{
+	return store_asprintf(
+	    "UPDATE %s SET ids = CASE WHEN $3::uuid[] IS NULL THEN "
+	    "'{}'::uuid[] ELSE ARRAY(SELECT x FROM unnest(ids) AS x WHERE NOT "
+	    "x = ANY($3::uuid[])) END WHERE holder = $1 AND lease_id = "
+	    "$2::uuid AND cardinality(ids) > 0",
+	    s->claims);
 }
 
 /* Inside the lease transaction: restarts the server's idle-in-transaction
@@ -362,7 +405,10 @@ static char *sql_xact_status(const struct store *s)
  * charges those once they are free (or drops them, finished). Emptying
  * the claim of those too would let two relays take turns crashing on a
  * poison row without its attempts ever being charged (found by the
- * protocol's model, docs/model.md). Fenced by the lease id. */
+ * protocol's model, docs/model.md). Fenced by the lease id. A row named by
+ * several dead claims (leases that died holding it one after the other)
+ * is charged once per claim: each crash costs it an attempt, whether one
+ * statement settles them or several; the newest claim names it. */
 static char *settle_claims_sql(const struct store *s, bool own)
 {
 	const char *T = s->table.quoted;
@@ -371,26 +417,31 @@ static char *settle_claims_sql(const struct store *s, bool own)
 	    tail
 		? store_asprintf(
 		      "WITH dead AS MATERIALIZED (SELECT holder, lease_id, "
-		      "ids, source FROM %s WHERE cardinality(ids) > 0 AND "
-		      "%s = 'aborted'%s ORDER BY leased_at "
+		      "ids, source, leased_at FROM %s WHERE cardinality(ids) > "
+		      "0 AND %s = 'aborted'%s ORDER BY leased_at "
 		      "LIMIT 100 FOR UPDATE SKIP LOCKED), "
 		      "victims AS MATERIALIZED (SELECT t.id FROM %s t WHERE "
 		      "t.id = ANY(ARRAY(SELECT unnest(ids) FROM dead)) AND "
 		      "t.status = 'pending' FOR NO KEY UPDATE SKIP LOCKED), "
 		      "done AS (UPDATE %s AS t SET "
-		      "attempts = t.attempts + 1, "
-		      "status = CASE WHEN t.attempts + 1 >= t.max_attempts "
+		      "attempts = t.attempts + v.n, "
+		      "status = CASE WHEN t.attempts + v.n >= t.max_attempts "
 		      "THEN 'failed' ELSE 'pending' END, "
-		      "finished_at = CASE WHEN t.attempts + 1 >= "
+		      "finished_at = CASE WHEN t.attempts + v.n >= "
 		      "t.max_attempts THEN now() END, suspect = t.attempts "
-		      "+ 1 < t.max_attempts, "
+		      "+ v.n < t.max_attempts, "
 		      "next_attempt_at = now() + random() * %lld * "
 		      "interval '1 millisecond', "
 		      "last_error = left('lease lost (leased_by ' || "
 		      "v.holder || ')', %d), source = coalesce(t.source, "
 		      "v.source), lease_id = v.lease_id, leased_by = "
-		      "v.holder FROM (SELECT holder, lease_id, source, "
-		      "unnest(ids) AS id FROM dead) v WHERE t.id = "
+		      "v.holder FROM (SELECT u.id, count(*)::int AS n, "
+		      "(array_agg(u.holder ORDER BY u.leased_at DESC))[1] AS "
+		      "holder, (array_agg(u.lease_id ORDER BY u.leased_at "
+		      "DESC))[1] AS lease_id, (array_agg(u.source ORDER BY "
+		      "u.leased_at DESC))[1] AS source FROM (SELECT holder, "
+		      "lease_id, source, leased_at, unnest(ids) AS id FROM "
+		      "dead) u GROUP BY u.id) v WHERE t.id = "
 		      "ANY(ARRAY(SELECT id FROM victims)) AND t.id = v.id%s%s, "
 		      "emptied AS (UPDATE %s AS c SET ids = ARRAY(SELECT x "
 		      "FROM unnest(c.ids) AS x WHERE NOT x = ANY(ARRAY("
@@ -850,6 +901,7 @@ static char *(*const builders[ST_COUNT])(const struct store *s) = {
     [ST_UNBLOCK_SKIP] = sql_unblock_skip,
     [ST_UNBLOCK_REDRIVE] = sql_unblock_redrive,
     [ST_VERSION] = sql_version,
+    [ST_CLAIM_RELEASE] = sql_claim_release,
 };
 
 int store_build_statements(struct store *s)

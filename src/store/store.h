@@ -171,14 +171,26 @@ int store_lease_commit(struct store *s, struct lease_batch *b, char *err,
 		       size_t errlen);
 
 /*
- * Ends the lease of b, open on s, without any of its marks: ROLLBACK.
- * Every row is pending again as it was before the lease; the claim stays
- * committed, so the sweeper charges the rows' attempt (docs/design.md
- * §4). 0 when the transaction is no longer open (also when it already
- * ended with its session).
+ * Ends the lease of b, open on s, before any of its rows was handed to the
+ * broker: its claim gives up every row (committed, on the claim session),
+ * then ROLLBACK. Every row is pending again as it was before the lease,
+ * uncharged (docs/design.md §4); should the claim's update fail, the claim
+ * keeps the rows and the sweeper charges their attempt. 0 when the
+ * transaction is no longer open (also when it already ended with its
+ * session).
  */
 int store_lease_abort(struct store *s, struct lease_batch *b, char *err,
 		      size_t errlen);
+
+/*
+ * Whether the lease of b is still open on s as far as s can tell without a
+ * round trip: false once it ended, its session was reconnected, or the
+ * server ended the session (killed, past the lease timeout: it says so
+ * before closing the socket). A transaction lost without a word (a
+ * network cut) shows only when a statement in it fails, such as
+ * store_renew()'s. The caller hands no further row over once it is false.
+ */
+bool store_lease_held(struct store *s, const struct lease_batch *b);
 
 /*
  * Keeps the lease transaction open on s alive: one statement in it, so
@@ -194,8 +206,11 @@ int store_renew(struct store *s, char *err, size_t errlen);
  * Applies mark kind to ids[] of the lease open on s, inside its
  * transaction: nothing takes effect before store_lease_commit().
  * reasons[] (NULL for MARK_SENT and MARK_RELEASE) become last_error, cut
- * to STORE_ERROR_MAX. MARK_RELEASE writes nothing (the row's lock goes
- * with the transaction, and no attempt is charged). A failed mark ends
+ * to STORE_ERROR_MAX. MARK_RELEASE writes no row (the row's lock goes
+ * with the transaction, and no attempt is charged): its ids leave the
+ * lease's claim, committed, so a lease that aborts later does not have
+ * them charged either (also when the lease already ended, which it still
+ * reports as STORE_RECONNECT). A failed mark ends
  * the transaction (Postgres aborts it), and with it the whole batch.
  */
 int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,

@@ -53,6 +53,7 @@ enum stmt {
 	ST_VERSION,
 	ST_REDRIVE_RECHECK,
 	ST_FAIL_REFUSED,
+	ST_CLAIM_RELEASE, /* on the claim session */
 	ST_COUNT
 };
 
@@ -143,6 +144,18 @@ struct lease_rows {
 	char lease_id[37]; /* recorded on the rows its marks charge */
 	struct outbox_event events[];
 };
+
+/* lease.c, for the store's tests (store_test.h, which the relay does not
+ * include): ends the lease keeping its claim, as a lease lost after the
+ * hand-over. */
+int store_lease_rollback_charged(struct store *s, struct lease_batch *b,
+				 char *err, size_t errlen);
+
+/* lease.c: takes ids[] (NULL: all) out of the claim of lease lease_id, on
+ * the claim session, committed. */
+int store_claim_release(struct store *s, const char *lease_id,
+			const char *const *ids, size_t n, char *err,
+			size_t errlen);
 
 /* statements.c: fills s->sql[]; -1 when out of memory. */
 int store_build_statements(struct store *s);

@@ -19,4 +19,11 @@ PGconn *store_conn(struct store *s);
 int store_open_traced(struct store **out, const struct store_options *opt,
 		      const char *session_sql, char *err, size_t errlen);
 
+/* Rolls the lease of b back leaving its claim as it is, as a lease lost
+ * after the hand-over ends (a failed mark, a COMMIT refused): the sweeper
+ * charges the claim's rows. store_lease_abort() is for a lease ended before
+ * the hand-over, and gives the attempt back. */
+int store_lease_rollback_charged(struct store *s, struct lease_batch *b,
+				 char *err, size_t errlen);
+
 #endif

@@ -38,7 +38,10 @@ runs=(
 	"no_g5:fail:-DFAULTS=1 -DNO_G5"
 	"no_fence:fail:-DFAULTS=1 -DNO_FENCE"
 	"as_written_upsert:fail:-DFAULTS=1 -DAS_WRITTEN_UPSERT"
-	"as_written_sweep:fail:-DFAULTS=1 -DPOISON -DAS_WRITTEN_SWEEP"
+	"as_written_sweep:fail:-DFAULTS=1 -DPOISON -DAS_WRITTEN_SWEEP -DEARLY_ONLY -DNO_P6"
+	"early_exclusion:fail:-DFAULTS=1 -DEARLY_ONLY"
+	"c_settle:fail:-DFAULTS=1 -DPOISON -DEARLY_ONLY -DOLD_SETTLE -DNO_P6"
+	"no_release:fail:-DFAULTS=1 -DNO_RELEASE"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-model.XXXXXX")

@@ -11,7 +11,11 @@
  *          relay that hands it to the broker.
  * Time is abstracted away: every pending row is due. What a database
  * statement or transaction does is one indivisible step (d_step); the
- * relays, the sweeper and the cleaner interleave between such steps.
+ * relays, the sweeper and the cleaner interleave between such steps. The
+ * lease is two: its statement reads the dead claims' rows when it starts,
+ * and locks rows later. A relay's marks are invisible to everyone until
+ * its COMMIT, so they are applied at the COMMIT step; a mark that fails
+ * is a step of its own that aborts the transaction, the relay living on.
  *
  * Properties, all assertions (the checker process runs once nothing
  * else can move; spin's invalid-end-state check backs it up):
@@ -22,9 +26,13 @@
  *       transaction: a relay whose transaction died marks nothing;
  *   P4  row 1 is handed to the broker only after row 0 is sent, deleted
  *       or failed;
- *   P5  the sweeper never charges more crashes than happened to a row;
- *       a crash record is never overwritten before the sweeper settled
- *       it; the poison row crashes at most MAXA + NSLOT live relays.
+ *   P5  the sweeper never charges more crashes than happened to a row,
+ *       and never a row that a relay gave back without handing it over
+ *       (a lease it ended itself, a released row); a crash record is never
+ *       overwritten before the sweeper settled it; the poison row crashes
+ *       at most MAXA + NSLOT live relays;
+ *   P6  a row named by a dead claim the sweeper has not settled is not
+ *       leased (it comes back only through the settle, as a suspect).
  *
  * Guards: a mutant is this model built with one switch (check.sh):
  *   NO_G1     the claim is written after publishing, not before
@@ -35,6 +43,16 @@
  *   NO_G5     the head marker moves when the broker acks row 0, before
  *             the transaction that marks it commits
  *   NO_FENCE  a stale relay's marks are applied (on a new session)
+ * The C before issue 25 (docs/model.md):
+ *   EARLY_ONLY  the lease's dead-claims exclusion is read once, when its
+ *               statement starts, and rows are locked later; not again
+ *               after the locks (the C now checks again once it holds them)
+ *   OLD_SETTLE  a settle of several dead claims charges a row named by
+ *               more than one of them once (the C now charges per claim)
+ *   NO_RELEASE  a lease the relay ends itself after its claim committed
+ *               (the claim's reply lost), and rows it did not hand over,
+ *               stay in the claim (the C now takes them out first)
+ *   NO_P6       P6 is not checked (to see what EARLY_ONLY leads to)
  * The design as first written, which the model refines (docs/model.md):
  *   AS_WRITTEN_UPSERT  the claim upsert overwrites a dead, unsettled claim
  *                      of the same holder (refined, F1: it waits)
@@ -117,6 +135,11 @@ byte owed[NROW];
 #define LPMASK (LP(0) | (LP(1) << 1) | (LP(2) << 2))
 /* a dead claim with ids: the sweeper has not settled it yet */
 #define UNSETTLED(s) (cst[s] == C_DEAD && cids[s] != 0)
+/* row i is named by such a claim */
+#define INDEAD(i)                                                          \
+	((UNSETTLED(0) && ISSET(cids[0], i)) ||                            \
+	 (UNSETTLED(1) && ISSET(cids[1], i)))
+#define DEADMASK (INDEAD(0) | (INDEAD(1) << 1) | (INDEAD(2) << 2))
 
 /* What the lease may return: any non-empty set of due, unlocked rows
  * (ordered: unkeyed rows and key heads) with at most one suspect. */
@@ -138,30 +161,32 @@ byte owed[NROW];
 	:: else -> skip                                                    \
 	fi
 
-/* The sweeper's charge of a crashed batch's row: attempts + 1, suspect,
- * failed when the attempts are spent. Never more charges than crashes. */
+/* The settle's charge of row i for k dead claims naming it: attempts
+ * + k, suspect, failed when the attempts are spent. Never more charges
+ * than crashes. */
 #define CHARGE(i)                                                          \
 	assert(PENDING(i));                                                \
 	if                                                                 \
-	:: credit[i] < CREDIT_MAX -> assert(credit[i] > 0); credit[i]--     \
+	:: credit[i] < CREDIT_MAX ->                                       \
+		assert(credit[i] >= k); credit[i] = credit[i] - k          \
 	:: else -> skip                                                    \
 	fi;                                                                \
 	if                                                                 \
-	:: owed[i] > 0 -> owed[i]--                                        \
-	:: else -> skip                                                    \
+	:: owed[i] >= k -> owed[i] = owed[i] - k                           \
+	:: else -> owed[i] = 0                                             \
 	fi;                                                                \
-	att[i]++;                                                          \
+	att[i] = att[i] + k;                                               \
 	sus[i] = 1;                                                        \
 	if                                                                 \
 	:: att[i] >= MAXA -> FINISH(i, FAIL)                               \
 	:: else -> skip                                                    \
 	fi
 
-/* Each pending row of a claimed batch whose transaction died may be
- * charged once. */
+/* Each pending row that the claim of a transaction that died names
+ * may be charged once: the rows it held, less those it gave back. */
 #define CREDIT1(i)                                                         \
 	if                                                                 \
-	:: ISSET(batch, i) && PENDING(i) && credit[i] < CREDIT_MAX ->      \
+	:: ISSET(cids[slot], i) && PENDING(i) && credit[i] < CREDIT_MAX -> \
 		credit[i]++                                                \
 	:: else -> skip                                                    \
 	fi
@@ -189,6 +214,21 @@ byte owed[NROW];
 		OWE1(0); OWE1(1); OWE1(2);                                 \
 		if                                                         \
 		:: claimed -> cst[slot] = C_DEAD; CREDIT_BATCH             \
+		:: else -> skip                                            \
+		fi;                                                        \
+		alive = 0                                                  \
+	:: else -> skip                                                    \
+	fi
+
+/* The relay ends its transaction itself before handing anything over
+ * (store_lease_abort, a claim whose reply was lost): nothing to charge,
+ * so no credit. */
+#define ABORT_QUIET                                                        \
+	if                                                                 \
+	:: alive ->                                                        \
+		UNLOCK_ALL;                                                \
+		if                                                         \
+		:: claimed -> cst[slot] = C_DEAD                           \
 		:: else -> skip                                            \
 		fi;                                                        \
 		alive = 0                                                  \
@@ -231,20 +271,31 @@ byte owed[NROW];
 	fi
 
 /* K's autocommit upsert of the claim row (G1: before any handover). If
- * it fails, M rolls back and nothing is published. A stale relay's K
+ * it fails, M rolls back and nothing is published; if it committed but
+ * its reply was lost, the relay takes every row out of the claim again,
+ * then rolls M back (NO_RELEASE: only rolls back). A stale relay's K
  * still works: it writes a claim whose xid is already aborted. */
+#define CLAIM_UPSERT                                                       \
+	assert(!(cst[slot] == C_DEAD && (cids[slot] & PMASK) != 0));       \
+	cids[slot] = batch;                                                \
+	claimed = 1;                                                       \
+	if                                                                 \
+	:: alive -> cst[slot] = C_LIVE                                     \
+	:: else -> cst[slot] = C_DEAD; CREDIT_BATCH                        \
+	fi
+#ifdef NO_RELEASE
+#define RELEASE_ALL skip
+#else
+#define RELEASE_ALL d_step { cids[slot] = 0 }
+#endif
 #define WRITE_CLAIM                                                        \
 	if                                                                 \
-	:: alive -> d_step { ABORT_TXN }; goto idle /* K failed */         \
-	:: d_step {                                                        \
-		assert(!(cst[slot] == C_DEAD && (cids[slot] & PMASK) != 0)); \
-		cids[slot] = batch;                                        \
-		claimed = 1;                                               \
-		if                                                         \
-		:: alive -> cst[slot] = C_LIVE                             \
-		:: else -> cst[slot] = C_DEAD; CREDIT_BATCH                \
-		fi                                                         \
-	   }                                                               \
+	:: alive -> d_step { ABORT_QUIET }; goto idle /* K failed */       \
+	:: d_step { alive && faults > 0 -> faults--; CLAIM_UPSERT };       \
+		RELEASE_ALL; /* committed, its reply lost */               \
+		d_step { ABORT_QUIET };                                    \
+		goto idle                                                  \
+	:: d_step { CLAIM_UPSERT }                                         \
 	fi
 
 /* 1. M: BEGIN; SELECT due rows FOR UPDATE SKIP LOCKED LIMIT n. Nothing
@@ -260,10 +311,26 @@ byte owed[NROW];
 	fi
 #define LOCK_BATCH LOCK1(0); LOCK1(1); LOCK1(2)
 #endif
+/* The rows of dead claims are left out twice: as the statement read
+ * them when it started (excl), and as they are once the rows are locked
+ * (a lease that died in between has its rows unlocked and its claim
+ * dead). EARLY_ONLY: the first only. */
+#ifdef EARLY_ONLY
+#define LATE_OK(m) 1
+#else
+#define LATE_OK(m) ((m & DEADMASK) == 0)
+#endif
+#ifdef NO_P6
+#define P6(m) skip
+#else
+#define P6(m) assert((m & DEADMASK) == 0)
+#endif
 #define LEASE(m)                                                           \
 	d_step {                                                           \
 		(!UNSETTLED(slot) || (UPSERT_OVERWRITES && !fresh)) &&     \
-		    VALID(m) ->                                            \
+		    VALID(m) && (m & excl) == 0 && LATE_OK(m) ->           \
+		P6(m);                                                     \
+		excl = 0;                                                  \
 		batch = m;                                                 \
 		LOCK_BATCH;                                                \
 		alive = 1;                                                 \
@@ -347,6 +414,18 @@ byte owed[NROW];
 	:: else -> skip                                                    \
 	fi
 
+/* Before its marks the relay takes the rows it did not hand over out of
+ * its claim (the release); NO_RELEASE: they stay. */
+#ifdef NO_RELEASE
+#define RELEASE_UNHANDED skip
+#else
+#define RELEASE_UNHANDED                                                   \
+	if                                                                 \
+	:: claimed -> cids[slot] = cids[slot] & (handed | ~batch)         \
+	:: else -> skip                                                    \
+	fi
+#endif
+
 /* 5. COMMIT. The claim row is not touched: its xid is now committed,
  * which marks the claim done (so, in the model, nothing is left in it
  * to read, but for the G3 mutant). A stale relay's session is gone: its
@@ -357,11 +436,67 @@ byte owed[NROW];
 #define CLAIM_DONE cst[slot] = C_NONE; cids[slot] = 0
 #endif
 
+/* A settle (the sweeper's statement: every dead claim at once; a relay's
+ * own: dm is its claim alone) charges each id still pending and not
+ * locked once per dead claim naming it (OLD_SETTLE: once); a locked one
+ * stays for the next sweep (F2); one no longer pending is dropped. An
+ * emptied claim is done. dm: the claims it settles. */
+#ifdef NO_G3
+#define SWEEPABLE(s) (cids[s] != 0)
+#else
+#define SWEEPABLE(s) UNSETTLED(s)
+#endif
+#ifdef AS_WRITTEN_SWEEP
+#define WORK(s) SWEEPABLE(s)
+#define KEEP_LOCKED(i) DROP(0, i); DROP(1, i)
+#else
+#define WORK(s) (SWEEPABLE(s) && (cids[s] & ~LPMASK) != 0)
+#define KEEP_LOCKED(i) skip
+#endif
+#ifdef OLD_SETTLE
+#define ONCE if :: k > 1 -> k = 1 :: else -> skip fi
+#else
+#define ONCE skip
+#endif
+#define INCL(s, i) (ISSET(dm, s) && ISSET(cids[s], i))
+#define DROP(s, i)                                                         \
+	if                                                                 \
+	:: ISSET(dm, s) -> cids[s] = cids[s] & ~(1 << i)                   \
+	:: else -> skip                                                    \
+	fi
+#define SETTLE_ROW(i)                                                      \
+	k = INCL(0, i) + INCL(1, i);                                       \
+	if                                                                 \
+	:: k > 0 && PENDING(i) && UNLOCKED(i) ->                           \
+		ONCE;                                                      \
+		CHARGE(i);                                                 \
+		DROP(0, i);                                                \
+		DROP(1, i)                                                 \
+	:: k > 0 && PENDING(i) && !UNLOCKED(i) -> KEEP_LOCKED(i)           \
+	:: k > 0 && !PENDING(i) -> DROP(0, i); DROP(1, i)                  \
+	:: else -> skip                                                    \
+	fi
+#define DONE_IF_EMPTY(s)                                                   \
+	if                                                                 \
+	:: ISSET(dm, s) && cids[s] == 0 -> cst[s] = C_NONE                 \
+	:: else -> skip                                                    \
+	fi
+#define SETTLE_BODY                                                        \
+	SETTLE_ROW(0);                                                     \
+	SETTLE_ROW(1);                                                     \
+	SETTLE_ROW(2);                                                     \
+	DONE_IF_EMPTY(0);                                                  \
+	DONE_IF_EMPTY(1);                                                  \
+	k = 0;                                                             \
+	dm = 0
+
 proctype relay(byte r)
 {
 	byte me = r + 1;
 	byte slot = r;
 	byte batch, handed;
+	byte excl; /* rows of dead claims as the lease statement began */
+	byte k, dm; /* settling its own claim */
 	bit alive, claimed, fresh;
 	bit ack; /* NO_G5 only: row 0 acked before its commit */
 
@@ -369,6 +504,20 @@ idle:
 	atomic { batch = 0; handed = 0; ack = 0; claimed = 0 };
 	if
 	:: ALLDONE -> goto finished
+	/* Its last lease died and the session lived on (or came back): the
+	 * relay settles that claim itself, as the sweeper would. */
+	:: d_step {
+		UNSETTLED(slot) && !(UPSERT_OVERWRITES && !fresh) &&
+		    WORK(slot) ->
+		dm = 1 << slot;
+		SETTLE_BODY
+	   };
+		goto idle
+	/* The lease statement begins: the dead claims' rows as it sees them
+	 * (excl). */
+	:: d_step { excl = DEADMASK }
+	fi;
+	if
 	:: LEASE(1)
 	:: LEASE(2)
 	:: LEASE(3)
@@ -376,6 +525,9 @@ idle:
 	:: LEASE(5)
 	:: LEASE(6)
 	:: LEASE(7)
+	/* what it left out has been settled since: a new statement */
+	:: d_step { (excl & ~DEADMASK) != 0 -> excl = 0 }; goto idle
+	:: ALLDONE -> goto finished
 	fi;
 #ifndef NO_G1
 	/* 2. The claim, committed before any handover (G1). */
@@ -390,8 +542,17 @@ idle:
 	MAYBE_FAULT;
 #endif
 commit:
+	skip;
+	d_step { RELEASE_UNHANDED };
 	if
 	:: alive || FENCE_OFF ->
+		if
+		/* A mark fails: the transaction aborts and the relay lives
+		 * on (its claim is dead; it settles it before its next). */
+		:: d_step { alive && faults > 0 -> faults--; ABORT_TXN };
+			goto idle
+		:: skip
+		fi;
 		atomic {
 			MARK(0);
 			MARK(1);
@@ -425,50 +586,16 @@ finished:
 	skip
 }
 
-/* The sweeper settles one dead claim per step: an id still pending and
- * not locked is charged; a locked one stays for the next sweep (F2); one
- * no longer pending is dropped. An emptied claim is done. */
-#ifdef NO_G3
-#define SWEEPABLE(s) (cids[s] != 0)
-#else
-#define SWEEPABLE(s) UNSETTLED(s)
-#endif
-#ifdef AS_WRITTEN_SWEEP
-#define WORK(s) SWEEPABLE(s)
-#define KEEP_LOCKED(s, i) cids[s] = cids[s] & ~(1 << i)
-#else
-#define WORK(s) (SWEEPABLE(s) && (cids[s] & ~LPMASK) != 0)
-#define KEEP_LOCKED(s, i) skip
-#endif
-#define SETTLE1(s, i)                                                      \
-	if                                                                 \
-	:: ISSET(cids[s], i) && PENDING(i) && UNLOCKED(i) ->               \
-		CHARGE(i);                                                 \
-		cids[s] = cids[s] & ~(1 << i)                              \
-	:: ISSET(cids[s], i) && PENDING(i) && !UNLOCKED(i) ->              \
-		KEEP_LOCKED(s, i)                                          \
-	:: ISSET(cids[s], i) && !PENDING(i) ->                             \
-		cids[s] = cids[s] & ~(1 << i)                              \
-	:: else -> skip                                                    \
-	fi
-#define SETTLE(s)                                                          \
-	d_step {                                                           \
-		WORK(s) ->                                                 \
-		SETTLE1(s, 0);                                             \
-		SETTLE1(s, 1);                                             \
-		SETTLE1(s, 2);                                             \
-		if                                                         \
-		:: cids[s] == 0 -> cst[s] = C_NONE                         \
-		:: else -> skip                                            \
-		fi                                                         \
-	}
-
 proctype sweeper()
 {
+	byte k, dm;
 end_sweep:
 	do
-	:: SETTLE(0)
-	:: SETTLE(1)
+	:: d_step {
+		WORK(0) || WORK(1) ->
+		dm = SWEEPABLE(0) | (SWEEPABLE(1) << 1);
+		SETTLE_BODY
+	   }
 	od
 }
 

@@ -5,8 +5,8 @@
  * order the lanes arrive in, a lane passing its turn lets the next one go,
  * a publisher gone unhealthy hands later lanes' rows back unwritten, the
  * last lane out closes the publisher, a lane waiting for the publisher
- * keeps ticking (its lease renewal), and the lease cadence holds a lane
- * until the time the last turn set.
+ * or passing its turn keeps ticking (its lease renewal), and the lease cadence
+ * holds a lane until the time the last turn set.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -163,6 +163,7 @@ struct lane {
 	struct fixture *f;
 	uint64_t ticket;
 	bool pass;	    /* give the turn up instead of publishing */
+	bool pass_ticking;  /* and tick meanwhile, as a worker does */
 	int start_after_ms; /* sleep before asking for the turn */
 	int rc;		    /* what lanes_publish() returned */
 	atomic_int ticks;   /* ctx->tick calls */
@@ -190,14 +191,15 @@ static void *lane_main(void *arg)
 	struct lane *l = arg;
 	if (l->start_after_ms > 0)
 		clock_sleep_ms(l->start_after_ms);
-	if (l->pass) {
-		lanes_pass(l->f->lanes, l->ticket);
-		return NULL;
-	}
 	struct publish_ctx ctx = {.deadline_ms = clock_ms() + 10000,
 				  .may_send = lane_may_send,
 				  .tick = lane_tick,
 				  .opaque = l};
+	if (l->pass) {
+		lanes_pass(l->f->lanes, l->ticket,
+			   l->pass_ticking ? &ctx : NULL);
+		return NULL;
+	}
 	/* The batch's first seq names its ticket in the fake's record. */
 	l->event.seq = (int64_t)l->ticket;
 	l->rc = lanes_publish(l->f->lanes, l->ticket, &l->event, 1, &ctx,
@@ -350,6 +352,32 @@ static void test_waiting_lane_keeps_ticking(void **state)
 	fixture_free(f);
 }
 
+/* A lane with nothing to publish (every row of its batch failed
+ * validation) still holds its lease while it waits for its turn to pass:
+ * it keeps ticking, so its lease is renewed, and the lanes after it go
+ * once it passed. */
+static void test_passing_lane_keeps_ticking(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(3);
+	struct lane l[3] = {0};
+	for (int i = 0; i < 3; i++) {
+		l[i].f = f;
+		l[i].ticket = lease_turn(f);
+	}
+	fake.delay_ms = 900;
+	l[1].pass = l[1].pass_ticking = true;
+	l[1].start_after_ms = 50;
+	l[2].start_after_ms = 100;
+	lanes_run(l, 3);
+	assert_true(atomic_load(&l[1].ticks) >= 3);
+	pthread_mutex_lock(&fake.lock);
+	assert_int_equal(fake.n_published, 2);
+	assert_int_equal(fake.published[1], (int64_t)l[2].ticket);
+	pthread_mutex_unlock(&fake.lock);
+	fixture_free(f);
+}
+
 /* A lease turn sets when the next may start: a lane asking earlier
  * waits. */
 static void test_cadence_holds_the_next_lease(void **state)
@@ -368,7 +396,7 @@ static void test_cadence_holds_the_next_lease(void **state)
 	assert_int_equal(ticket, 1);
 	assert_true(lanes_take_turn(f->lanes, &th));
 	lanes_end_turn(f->lanes, TURN_SKIPPED, clock_ms(), 0);
-	lanes_pass(f->lanes, ticket);
+	lanes_pass(f->lanes, ticket, NULL);
 	fixture_free(f);
 }
 
@@ -381,6 +409,7 @@ int main(void)
 	    cmocka_unit_test(test_unhealthy_publisher_releases_later_lanes),
 	    cmocka_unit_test(test_last_lane_closes_the_publisher),
 	    cmocka_unit_test(test_waiting_lane_keeps_ticking),
+	    cmocka_unit_test(test_passing_lane_keeps_ticking),
 	    cmocka_unit_test(test_cadence_holds_the_next_lease),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -40,11 +40,13 @@ static void commit(struct store *s, struct lease_batch *b)
 	lease_batch_release(b);
 }
 
-/* Ends the lease without its marks (if it is still open) and frees it. */
+/* Ends the lease without its marks (if it is still open) and frees it, as
+ * a lease lost after its rows were handed over: its claim stays, and the
+ * sweeper charges its rows. */
 static void abandon(struct store *s, struct lease_batch *b)
 {
 	char why[256];
-	store_lease_abort(s, b, why, sizeof(why));
+	store_lease_rollback_charged(s, b, why, sizeof(why));
 	lease_batch_release(b);
 }
 
@@ -757,6 +759,153 @@ static void test_holders_unique(void **state)
 	assert_int_equal(sw.to_pending, 2);
 	store_close(a);
 	store_close(b);
+	PQfinish(c);
+}
+
+/* A claim of an aborted lease: what the sweeper settles. The
+ * transaction id is that of a transaction rolled back on c. */
+static void insert_dead_claim(PGconn *c, const char *table, const char *holder,
+			      const char *ids)
+{
+	pgtest_exec(c, "BEGIN");
+	long xid = pgtest_long(c, "SELECT pg_current_xact_id()::text::bigint");
+	pgtest_exec(c, "ROLLBACK");
+	pgtest_exec(c,
+		    "INSERT INTO %s_claims (holder, lease_id, xid, ids, "
+		    "source, leased_at, expires_at) VALUES ('%s', "
+		    "gen_random_uuid(), '%ld', '%s', 'test', now(), now())",
+		    table, holder, xid, ids);
+}
+
+/* Each crash charges each row it held once: a row named by two dead
+ * claims (two leases that died holding it, one after the other, before
+ * a sweep) owes two attempts, also when one sweep settles both. */
+static void test_dead_claims_charge_each_crash(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_two_crashes", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 1);
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, max_attempts) VALUES "
+		    "('t', 'x', 2)",
+		    table);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct store_options o2 = pgtest_store_options(table);
+	o2.leased_by = "test/2/w0";
+	struct store *s2 = pgtest_store(&o2);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 2);
+	char ids[200];
+	snprintf(ids, sizeof(ids), "{%s,%s}", b.events[0].id, b.events[1].id);
+	abandon(s, &b);				       /* the first crash */
+	insert_dead_claim(c, table, "test/3/w0", ids); /* the second */
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 1);
+	assert_int_equal(sw.to_failed, 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'pending' AND suspect AND attempts = 2",
+				     table),
+			 1);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE status = "
+			"'failed' AND attempts = 2 AND NOT suspect",
+			table),
+	    1);
+	assert_int_equal(
+	    pgtest_long(
+		c, "SELECT coalesce(sum(cardinality(ids)), 0) FROM %s_claims",
+		table),
+	    0);
+	store_close(s);
+	store_close(s2);
+	PQfinish(c);
+}
+
+/* Rows never handed to the broker owe no attempt: a lease the relay ends
+ * itself before the hand-over gives its rows back uncharged, even with
+ * one attempt allowed, and released rows leave the claim, so a lease lost
+ * after the hand-over charges only the rows it handed over. */
+static void test_unhanded_rows_uncharged(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_unhanded", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, max_attempts) VALUES "
+		    "('t', 'x', 1)",
+		    table);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct store_options o2 = pgtest_store_options(table);
+	o2.leased_by = "test/2/w0";
+	struct store *s2 = pgtest_store(&o2);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	assert_int_equal(store_lease_abort(s, &b, err, sizeof(err)), 0);
+	lease_batch_release(&b);
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending + sw.to_failed, 0);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'pending' AND attempts = 0 AND NOT "
+				     "suspect",
+				     table),
+			 1);
+	/* Leasable again at once, by anyone. */
+	lease(s2, &b);
+	assert_int_equal(b.n, 1);
+	assert_int_equal(b.events[0].attempts, 1);
+
+	/* Released, then the lease lost: the released row is not charged,
+	 * the one handed over is. */
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, max_attempts) VALUES "
+		    "('t', 'y', 1)",
+		    table);
+	abandon(s2, &b);
+	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_failed, 1); /* the lease just abandoned */
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'pending', attempts = 0, "
+		    "finished_at = NULL, suspect = false, next_attempt_at = "
+		    "now()",
+		    table);
+	lease(s, &b);
+	assert_int_equal(b.n, 2);
+	const char *released = b.events[0].id;
+	char kept[37];
+	snprintf(kept, sizeof(kept), "%s", b.events[1].id);
+	struct mark_result r;
+	assert_int_equal(store_mark(s, MARK_RELEASE, &released, NULL, 1, &r,
+				    err, sizeof(err)),
+			 0);
+	abandon(s, &b);
+	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 0);
+	assert_int_equal(sw.to_failed, 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'failed' AND id = '%s'",
+				     table, kept),
+			 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'pending' AND attempts = 0 AND NOT "
+				     "suspect",
+				     table),
+			 1);
+	store_close(s);
+	store_close(s2);
 	PQfinish(c);
 }
 
@@ -1841,6 +1990,8 @@ int main(void)
 	    cmocka_unit_test(test_own_dead_claim_settled),
 	    cmocka_unit_test(test_foreign_claims),
 	    cmocka_unit_test(test_holders_unique),
+	    cmocka_unit_test(test_dead_claims_charge_each_crash),
+	    cmocka_unit_test(test_unhanded_rows_uncharged),
 	    cmocka_unit_test(test_batch_byte_budget),
 	    cmocka_unit_test(test_lease_columns),
 	    cmocka_unit_test(test_dead_peer_window),
