@@ -64,46 +64,52 @@ struct gauge_def {
 
 static const struct gauge_def gauge_defs[MG_COUNT] = {
     [MG_PUBLISHERS_UNHEALTHY] = {"outbox_publishers_unhealthy",
-				 "Workers whose publisher is unhealthy.", 1},
+				 "Workers whose publisher is unhealthy.", 1,
+				 NULL},
     [MG_DESTINATIONS_PAUSED] = {"outbox_destinations_paused",
 				"Destinations paused after refusing "
 				"events.",
-				1},
+				1, NULL},
     [MG_PAUSED_GLOBALLY] = {"outbox_paused",
-			    "1 while an operator pause stops all leasing.", 1},
+			    "1 while an operator pause stops all leasing.", 1,
+			    NULL},
     [MG_LAST_SWEEP_MS] = {"outbox_last_sweep_timestamp_seconds",
-			  "Unix time of the last successful sweep.", 1000},
+			  "Unix time of the last successful sweep.", 1000,
+			  NULL},
     [MG_LAST_CLEAN_MS] = {"outbox_last_clean_timestamp_seconds",
-			  "Unix time of the last successful clean.", 1000},
-    [MG_BACKLOG] = {"outbox_backlog_events", "Pending rows.", 1},
+			  "Unix time of the last successful clean.", 1000,
+			  NULL},
+    [MG_BACKLOG] = {"outbox_backlog_events", "Pending rows.", 1, NULL},
     [MG_OLDEST_PENDING_MS] = {"outbox_oldest_pending_age_seconds",
-			      "Age of the oldest pending row.", 1000},
-    [MG_IN_FLIGHT] = {"outbox_in_flight_events", "Leased rows.", 1},
-    [MG_FAILED_ROWS] = {"outbox_failed_events", "Rows in failed state.", 1},
+			      "Age of the oldest pending row.", 1000, NULL},
+    [MG_IN_FLIGHT] = {"outbox_in_flight_events", "Leased rows.", 1, NULL},
+    [MG_FAILED_ROWS] = {"outbox_failed_events", "Rows in failed state.", 1,
+			NULL},
     [MG_DEAD_TUPLES] = {"outbox_table_dead_tuples",
-			"Dead tuples in the outbox table.", 1},
+			"Dead tuples in the outbox table.", 1, NULL},
     [MG_LIVE_REPLICAS] = {"outbox_live_replicas",
-			  "Replicas seen in the registry recently.", 1},
+			  "Replicas seen in the registry recently.", 1, NULL},
     [MG_BLOCKED_KEYS] = {"outbox_blocked_keys",
-			 "Partition keys blocked by a failed row.", 1},
+			 "Partition keys blocked by a failed row.", 1, NULL},
     [MG_NOTIFY_QUEUE_PPM] = {"outbox_notify_queue_usage_ratio",
-			     "Fraction of the NOTIFY queue in use.", 1e6},
+			     "Fraction of the NOTIFY queue in use.", 1e6, NULL},
     [MG_KAFKA_QUEUE_DEPTH] = {"outbox_kafka_queue_depth",
-			      "Messages waiting in librdkafka queues.", 1},
+			      "Messages waiting in librdkafka queues.", 1,
+			      NULL},
     [MG_OLDEST_LEASE_MS] = {"outbox_oldest_lease_transaction_seconds",
 			    "Age of the oldest lease transaction open on "
 			    "this relay (0: none).",
-			    1000},
+			    1000, NULL},
     [MG_XMIN_HORIZON_AGE_MS] = {"outbox_xmin_horizon_age_seconds",
 				"How long the holder of the database's "
 				"xmin horizon has held it (its transaction's "
 				"age; 0 for a replication slot or when "
 				"unknown).",
-				1000},
+				1000, NULL},
     [MG_XMIN_HORIZON_XMIN_AGE] = {"outbox_xmin_horizon_age_transactions",
 				  "age(xmin) of the database's xmin "
 				  "horizon, in transactions.",
-				  1},
+				  1, NULL},
     [MG_XMIN_AGE_SESSIONS] = {"outbox_xmin_age_transactions",
 			      "Oldest age(xmin) in transactions of each "
 			      "kind of holder (0: none).",
@@ -117,7 +123,7 @@ static const struct gauge_def gauge_defs[MG_COUNT] = {
 				     "Pending-index entries each scan passed "
 				     "without finding a visible row, over the "
 				     "last gauge interval.",
-				     1000},
+				     1000, NULL},
 };
 
 struct histogram_def {

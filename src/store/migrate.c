@@ -267,15 +267,31 @@ static bool exec_watched(PGconn *conn, const char *sql, struct migrate_watch *w,
 	return ok;
 }
 
-/* Outside a transaction: one statement under the DDL lock timeout,
- * retried while it could not get its lock. */
-static int exec_retrying(PGconn *conn, const char *sql, struct migrate_watch *w,
-			 char *err, size_t errlen)
+/* How long a step outside a transaction may wait for its locks. */
+enum ddl_wait {
+	/* A lock that blocks the application's writes (a trigger on the
+	 * table): DDL_LOCK_TIMEOUT, retried, so the inserts queued behind
+	 * it wait that long at most. */
+	DDL_WAIT_SHORT,
+	/* SHARE UPDATE EXCLUSIVE (CREATE INDEX CONCURRENTLY, VALIDATE
+	 * CONSTRAINT), which no write waits for: as long as it takes. Such a
+	 * step also waits for every older snapshot, and cut short by a lock
+	 * timeout a concurrent build leaves an invalid index that IF NOT
+	 * EXISTS would then take for built. */
+	DDL_WAIT_UNBOUNDED,
+};
+
+/* Outside a transaction: one statement, retried while it could not get
+ * its lock within the wait. */
+static int exec_retrying(PGconn *conn, const char *sql, enum ddl_wait wait,
+			 struct migrate_watch *w, char *err, size_t errlen)
 {
 	int64_t backoff = 200;
+	const char *set = wait == DDL_WAIT_SHORT
+			      ? "SET lock_timeout = '" DDL_LOCK_TIMEOUT "'"
+			      : "SET lock_timeout = 0";
 	for (int attempt = 1;; attempt++) {
-		if (exec_ok(conn, "SET lock_timeout = '" DDL_LOCK_TIMEOUT "'",
-			    err, errlen) &&
+		if (exec_ok(conn, set, err, errlen) &&
 		    exec_watched(conn, sql, w, err, errlen))
 			return 0;
 		if (strncmp(err, "55P03", 5) != 0 || attempt >= DDL_ATTEMPTS)
@@ -337,7 +353,8 @@ static int apply_without_transaction(PGconn *conn, const struct outbox_table *t,
 		if (next)
 			*next = '\0';
 		if (strspn(stmt, " \t\r\n") != strlen(stmt) &&
-		    exec_retrying(conn, stmt, w, why, sizeof(why)) != 0) {
+		    exec_retrying(conn, stmt, DDL_WAIT_UNBOUNDED, w, why,
+				  sizeof(why)) != 0) {
 			snprintf(err, errlen, "migration %s failed: %s",
 				 m->name, why);
 			return -1;
@@ -474,7 +491,8 @@ static int validate_left_constraints(PGconn *conn, const struct outbox_table *t,
 		snprintf(sql, sizeof(sql),
 			 "ALTER TABLE %s VALIDATE CONSTRAINT \"%s\"", t->quoted,
 			 name);
-		if (exec_retrying(conn, sql, NULL, why, sizeof(why)) == 0) {
+		if (exec_retrying(conn, sql, DDL_WAIT_UNBOUNDED, NULL, why,
+				  sizeof(why)) == 0) {
 			if (out)
 				fprintf(out, "constraint %s: validated\n",
 					name);
@@ -538,7 +556,8 @@ int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t, bool on,
 		snprintf(sql, sizeof(sql),
 			 "DROP TRIGGER IF EXISTS \"%s_notify\" ON %s", t->name,
 			 t->quoted);
-	if (exec_retrying(conn, sql, NULL, why, sizeof(why)) != 0) {
+	if (exec_retrying(conn, sql, DDL_WAIT_SHORT, NULL, why, sizeof(why)) !=
+	    0) {
 		snprintf(err, errlen, "%s the NOTIFY trigger on %s: %s",
 			 on ? "creating" : "dropping", t->literal, why);
 		return -1;

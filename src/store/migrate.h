@@ -3,8 +3,10 @@
  * Schema migrations: the plain SQL files of sql/, embedded at build time,
  * applied in order and recorded in a schema-version table, under an
  * advisory lock so concurrent `migrate` runs (say, two pods starting) both
- * succeed, with a short lock_timeout and retries so DDL never queues in
- * front of the application's inserts.
+ * succeed. A step whose lock blocks the application's writes runs with a
+ * short lock_timeout and retries, so it never queues in front of their
+ * inserts; concurrent index builds and VALIDATE CONSTRAINT, which block no
+ * write, wait as long as they must (design.md §2).
  *
  * A file whose first line is "-- outbox:no-transaction" runs statement by
  * statement outside a transaction (CREATE INDEX CONCURRENTLY); its

@@ -87,6 +87,10 @@ grep -qE 'migrate: index outbox_events_key_idx: waiting for [a-z ]+(, [0-9]+ of 
 grep -qE 'migrate: index outbox_events_key_idx: built, [0-9]+s' "$it_dir/migrate.tty" ||
 	it_fail "no line for the finished build: $(tail -c 800 "$it_dir/migrate.tty")"
 grep -qF '002_ordering.sql: applied' "$it_dir/migrate.tty" || it_fail "migrate's own report is gone"
+# The build waited for the snapshot instead of giving up on a lock
+# timeout, which leaves an invalid index behind IF NOT EXISTS.
+[ "$(it_psql "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'outbox_events_key_idx' AND c.relnamespace = '$schema'::regnamespace")" = t ] ||
+	it_fail "migrate left outbox_events_key_idx invalid"
 
 # migrate --quiet on a terminal: the same build, no progress.
 undo_002
