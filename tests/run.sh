@@ -96,7 +96,7 @@ fi
 # Suites that disturb a shared service (restarting Postgres, stopping the
 # broker), and the fuzzers (each takes a core for 30 s), run alone, after
 # the parallel ones.
-serial_suites=(pgrestart partition amqpfault kafkafault chaos bench fuzz tsan)
+serial_suites=(pgrestart partition amqpfault kafkafault chaos bench fuzz tsan guards)
 # Named tests run as asked, serial suites included (one at a time then).
 exclude=()
 jobs=2

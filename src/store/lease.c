@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "guards.h"
 #include "store_internal.h"
 
 /* Columns of the lease's RETURNING list, in order. */
@@ -509,7 +510,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	else
 		PQclear(res);
 	bool claimed = false;
-	if (rc == 0 && out->n > 0) {
+	if (rc == 0 && out->n > 0 && GUARD_CLAIM_BEFORE_HANDOVER) {
 		rc = write_claim(s, out, err, errlen);
 		claimed = true;
 	}

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "guards.h"
 #include "store_internal.h"
 
 /* How long a lost COMMIT reply may leave the server still finishing the
@@ -144,6 +145,13 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 	PGresult *res = store_run(s, (enum stmt)st, nparams, values,
 				  in_row ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
 				  0, &rc, err, errlen);
+	if (!res && rc == STORE_RECONNECT && !GUARD_MARK_FENCED &&
+	    store_reconnect(s, err, errlen) == 0)
+		/* Without the fence: the row lease's retry of a lost mark on
+		 * a new session, outside any lease (guards.h). */
+		res = store_run(s, (enum stmt)st, nparams, values,
+				in_row ? PGRES_TUPLES_OK : PGRES_COMMAND_OK, 0,
+				&rc, err, errlen);
 	if (!res) {
 		ret = store_public_rc(rc);
 		goto out;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "config/config.h"
+#include "guards.h"
 
 void pgconn_describe(PGconn *conn, char *out, size_t outlen)
 {
@@ -114,7 +115,8 @@ char *pgconn_tx_settings(const struct pgconn_options *opt, enum pgconn_tx tx)
 	struct keepalive k = keepalive_of(opt->dead_peer_ms);
 	char idle[96] = "", lease[320] = "", sql[640];
 
-	if (tx != PGCONN_TX_STATEMENT)
+	if (tx != PGCONN_TX_STATEMENT &&
+	    (tx != PGCONN_TX_LEASE || GUARD_LEASE_IDLE_TIMEOUT))
 		snprintf(idle, sizeof(idle),
 			 ", set_config('idle_in_transaction_session_timeout', "
 			 "'%lld', true)",

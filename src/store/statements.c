@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "guards.h"
 #include "store_internal.h"
 
 /* clang-format off */
@@ -205,14 +206,12 @@ static char *lease_sql(const struct store *s, bool claims)
 	    "octet_length(payload) AS bytes FROM %s "
 	    "WHERE status = 'pending' AND suspect AND next_attempt_at <= "
 	    "now() AND %s %s"
-	    "ORDER BY next_attempt_at, seq LIMIT 1 "
-	    "FOR UPDATE SKIP LOCKED), "
+	    "ORDER BY next_attempt_at, seq LIMIT 1 " GUARD_LEASE_LOCK "), "
 	    "due AS MATERIALIZED (SELECT ctid AS tid, octet_length(payload) "
 	    "AS bytes FROM %s "
 	    "WHERE status = 'pending' AND NOT suspect AND next_attempt_at "
 	    "<= now() AND %s %s"
-	    "ORDER BY next_attempt_at, seq LIMIT %d "
-	    "FOR UPDATE SKIP LOCKED), "
+	    "ORDER BY next_attempt_at, seq LIMIT %d " GUARD_LEASE_LOCK "), "
 	    "picked AS (SELECT tid FROM (SELECT tid, sum(bytes) OVER (ROWS "
 	    "UNBOUNDED PRECEDING) - bytes AS before FROM (SELECT tid, bytes "
 	    "FROM suspect UNION ALL SELECT tid, bytes FROM due) u) q "
@@ -257,8 +256,7 @@ static char *sql_claim(const struct store *s)
 	    "'1 millisecond') ON CONFLICT (holder) DO UPDATE SET lease_id = "
 	    "excluded.lease_id, xid = excluded.xid, ids = excluded.ids, "
 	    "source = excluded.source, leased_at = excluded.leased_at, "
-	    "expires_at = excluded.expires_at WHERE c.ids = '{}' OR "
-	    "coalesce(%s, 'committed') = 'committed'",
+	    "expires_at = excluded.expires_at" GUARD_CLAIM_NO_OVERWRITE,
 	    s->claims, (long long)s->opt.lease_timeout_ms,
 	    CLAIM_XACT_STATUS("c.xid"));
 }
@@ -418,7 +416,7 @@ static char *settle_claims_sql(const struct store *s, bool own)
 		? store_asprintf(
 		      "WITH dead AS MATERIALIZED (SELECT holder, lease_id, "
 		      "ids, source, leased_at FROM %s WHERE cardinality(ids) > "
-		      "0 AND %s = 'aborted'%s ORDER BY leased_at "
+		      "0 AND (%s = 'aborted' OR NOT %s)%s ORDER BY leased_at "
 		      "LIMIT 100 FOR UPDATE SKIP LOCKED), "
 		      "victims AS MATERIALIZED (SELECT t.id FROM %s t WHERE "
 		      "t.id = ANY(ARRAY(SELECT unnest(ids) FROM dead)) AND "
@@ -455,6 +453,7 @@ static char *settle_claims_sql(const struct store *s, bool own)
 		      "count(*) FILTER (WHERE status <> 'failed')::text "
 		      "FROM done",
 		      s->claims, CLAIM_XACT_STATUS("xid"),
+		      GUARD_SETTLE_ABORTED_ONLY ? "true" : "false",
 		      own ? " AND holder = $1" : "", T, T,
 		      (long long)s->opt.backoff_base_ms, STORE_ERROR_MAX,
 		      MARK_RETURNING, tail, s->claims, T)

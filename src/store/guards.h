@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The guards of the lock lease (docs/design.md §4, "The guards, proven in
+ * the C"), each removable at compile time with -DOUTBOX_WITHOUT_<NAME>.
+ * Only tests/guards/run.sh defines one: it builds the store's tests with
+ * one guard removed at a time and requires the test named for it to fail,
+ * as tests/model proves the same of the Promela model. A real build
+ * defines none, and each macro below then is the guard itself.
+ * Private to src/store/.
+ */
+#ifndef OUTBOX_GUARDS_H
+#define OUTBOX_GUARDS_H
+
+/* G2: a leased row is locked by the lease transaction, and other leases
+ * skip it. */
+#ifdef OUTBOX_WITHOUT_G2
+#define GUARD_LEASE_LOCK ""
+#else
+#define GUARD_LEASE_LOCK "FOR UPDATE SKIP LOCKED"
+#endif
+
+/* G1: the claim is committed before any row is handed over. */
+#ifdef OUTBOX_WITHOUT_G1
+#define GUARD_CLAIM_BEFORE_HANDOVER 0
+#else
+#define GUARD_CLAIM_BEFORE_HANDOVER 1
+#endif
+
+/* G3: the sweeper charges only the claims whose transaction aborted. */
+#ifdef OUTBOX_WITHOUT_G3
+#define GUARD_SETTLE_ABORTED_ONLY 0
+#else
+#define GUARD_SETTLE_ABORTED_ONLY 1
+#endif
+
+/* G4: a lease transaction ends when it sits idle past the lease timeout
+ * (idle_in_transaction_session_timeout, set by the transaction). */
+#ifdef OUTBOX_WITHOUT_G4
+#define GUARD_LEASE_IDLE_TIMEOUT 0
+#else
+#define GUARD_LEASE_IDLE_TIMEOUT 1
+#endif
+
+/* F1: a worker's claim never overwrites its previous one while that one
+ * is unsettled. */
+#ifdef OUTBOX_WITHOUT_F1
+/* The status is still read (the format's argument), and ignored. */
+#define GUARD_CLAIM_NO_OVERWRITE " WHERE %s IS NULL OR true"
+#else
+#define GUARD_CLAIM_NO_OVERWRITE                                               \
+	" WHERE c.ids = '{}' OR coalesce(%s, 'committed') = 'committed'"
+#endif
+
+/* The fence: a mark runs only inside the lease transaction that holds
+ * its rows; one whose transaction ended is refused, never retried on a
+ * new session. */
+#ifdef OUTBOX_WITHOUT_FENCE
+#define GUARD_MARK_FENCED 0
+#else
+#define GUARD_MARK_FENCED 1
+#endif
+
+#endif

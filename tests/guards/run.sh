@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The guards of the lock lease, proven in the C (docs/design.md §4, "The
+# guards, proven in the C"): for each guard of src/store/guards.h, builds
+# the store's tests in build-guards/ of the source tree (GUARDS_BUILD to
+# change it) with that guard removed (-DOUTBOX_WITHOUT_<NAME>) and requires
+# the store test named for it to fail. First, the same tests must pass with
+# every guard in place, so a failure below is the guard's, not the
+# machine's. tests/model does the same for the Promela model.
+#
+# Needs the Postgres of tests/run.sh (RELAY_TEST_DATABASE_URL and the rest
+# of tests/lib/pgtest.c's variables). Prints one line per guard and a
+# closing "VERDICT guards: ..." line; exits non-zero when a guard's test
+# still passes without it, or the build fails.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${GUARDS_BUILD:-$root/build-guards}
+
+# guard : the store tests (tests/unit/test_store.c) that must fail
+# without it, comma-separated
+guards=(
+	"G1:test_renew_sweep_suspect"
+	"G2:test_concurrent_lease_each_row_once"
+	"G3:test_retry_backoff_permanent"
+	"G4:test_lock_lease_fencing,test_settings_per_transaction"
+	"F1:test_own_dead_claim_settled"
+	"FENCE:test_lock_lease_fencing"
+)
+
+# build [DEFINE]: the store's tests, with DEFINE (or nothing) as c_args.
+build_with() {
+	local args=${1:+-D$1}
+	if [ ! -f "$build/build.ninja" ]; then
+		# Unoptimized and without sanitizers: each guard is a rebuild
+		# of the core library, and only the tests' verdicts matter.
+		meson setup "$build" "$root" --buildtype=debug \
+			-Db_sanitize=none -Dwerror=true -Dc_args="$args" >/dev/null
+	else
+		meson configure "$build" -Dc_args="$args" >/dev/null
+	fi
+	ninja -C "$build" tests/test_store >/dev/null
+}
+
+# run_test NAME: 0 when the store test NAME passed.
+run_test() {
+	RELAY_TEST_FILTER="$1" "$build/tests/test_store" >"$build/guard-test.log" 2>&1
+}
+
+all_tests=$(printf '%s\n' "${guards[@]}" | cut -d: -f2 | tr , '\n' | sort -u)
+
+build_with ""
+for t in $all_tests; do
+	if ! run_test "$t"; then
+		cat "$build/guard-test.log" >&2
+		echo "guards: $t fails with every guard in place" >&2
+		exit 1
+	fi
+done
+
+caught=0 missed=()
+for g in "${guards[@]}"; do
+	name=${g%%:*}
+	tests=${g#*:}
+	build_with "OUTBOX_WITHOUT_$name"
+	failed=()
+	for t in ${tests//,/ }; do
+		run_test "$t" || failed+=("$t")
+	done
+	expected=$(tr ',' '\n' <<<"$tests" | wc -l)
+	if [ ${#failed[@]} -eq "$expected" ]; then
+		caught=$((caught + 1))
+		echo "guard $name removed: caught by ${failed[*]}"
+	else
+		missed+=("$name")
+		echo "guard $name removed: NOT caught (passed: $tests, failed: ${failed[*]:-none})" >&2
+	fi
+done
+# Leave the tree built as the source says.
+build_with ""
+
+word=PASS
+[ ${#missed[@]} -eq 0 ] || word=FAIL
+if [ ${#missed[@]} -eq 0 ]; then
+	echo "VERDICT guards: $word caught=$caught/${#guards[@]}"
+else
+	echo "VERDICT guards: $word caught=$caught/${#guards[@]} missed=${missed[*]}"
+fi
+[ "$word" = PASS ]
