@@ -157,6 +157,25 @@ int store_claim_release(struct store *s, const char *lease_id,
 			const char *const *ids, size_t n, char *err,
 			size_t errlen);
 
+/* statements_ops.c: the texts of the operator commands' statements
+ * (redrive, unblock, pauses, the schema version) and of ordered mode's
+ * head keeping, for store_build_statements(). Each returns a malloc'd
+ * text, NULL when out of memory. */
+char *sql_redrive_failed(const struct store *s);
+char *sql_redrive_sent(const struct store *s);
+char *sql_count_failed(const struct store *s);
+char *sql_count_sent(const struct store *s);
+char *sql_control(const struct store *s);
+char *sql_classify(const struct store *s);
+char *sql_repair(const struct store *s);
+char *sql_redrive_check(const struct store *s);
+char *sql_redrive_recheck(const struct store *s);
+char *sql_fail_refused(const struct store *s);
+char *sql_unblock(const struct store *s);
+char *sql_unblock_skip(const struct store *s);
+char *sql_unblock_redrive(const struct store *s);
+char *sql_version(const struct store *s);
+
 /* statements.c: fills s->sql[]; -1 when out of memory. */
 int store_build_statements(struct store *s);
 extern const char *const store_stmt_names[ST_COUNT];

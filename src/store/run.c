@@ -1,0 +1,489 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Running statements: the one runner every statement of the store goes
+ * through (store_run() for the prepared ones, store_exec() for the rest),
+ * each with its transaction's settings in the same round trip (libpq's
+ * pipeline mode; the session carries none, docs/design.md §4), the lease
+ * transaction's pipelined opening, transaction control, and Postgres
+ * array literals.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "pgconn.h"
+#include "store_internal.h"
+
+/* Runs st as a named prepared statement, preparing it on first use. */
+static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
+			       const char *const *values, int result_format)
+{
+	if (!s->prepared[st]) {
+		PGresult *res = PQprepare(s->conn, store_stmt_names[st],
+					  s->sql[st], nparams, NULL);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			return res;
+		PQclear(res);
+		s->prepared[st] = true;
+	}
+	return PQexecPrepared(s->conn, store_stmt_names[st], nparams, values,
+			      NULL, NULL, result_format);
+}
+
+/* The runner's verdict on res, the result of a statement whose prepared
+ * flag is *prepared (NULL: run unnamed): res when it has the wanted
+ * status, else NULL with *rc and err ("what: SQLSTATE: message", what
+ * NULL: no prefix) set, and res freed. */
+static PGresult *result_of(struct store *s, bool *prepared, const char *what,
+			   PGresult *res, ExecStatusType want, int *rc,
+			   char *err, size_t errlen)
+{
+	*rc = 0;
+	if (PQresultStatus(res) == want)
+		return res;
+	char why[768];
+	pgconn_error(s->conn, res, why, sizeof(why));
+	if (what)
+		snprintf(err, errlen, "%s: %s", what, why);
+	else
+		snprintf(err, errlen, "%s", why);
+	if (pgconn_needs_reconnect(s->conn, res)) {
+		*rc = STORE_RECONNECT;
+	} else {
+		*rc = STORE_ERROR;
+		/* The transaction-mode pooler case: a prepared statement
+		 * that vanished is prepared again next time. */
+		const char *state =
+		    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+		if (prepared && state && strcmp(state, "26000") == 0)
+			*prepared = false;
+		if (pgconn_is_retryable(res))
+			*rc = STORE_RETRY_STATEMENT;
+	}
+	PQclear(res);
+	return NULL;
+}
+
+/* One statement of a pipeline: prepared as name when the options say so
+ * (*prepared: it is, on this session), or unnamed (name NULL). */
+struct step {
+	const char *name;
+	bool *prepared;
+	const char *sql;
+	int nparams;
+	const char *const *values;
+	int result_format;
+};
+
+/* Statement st of s->sql (st >= 0) or the ad hoc sql (st -1). */
+static struct step step_of(struct store *s, int st, const char *sql,
+			   int nparams, const char *const *values,
+			   int result_format)
+{
+	struct step p = {NULL, NULL, sql, nparams, values, result_format};
+	if (st >= 0) {
+		p.name = store_stmt_names[st];
+		p.prepared = &s->prepared[st];
+	}
+	return p;
+}
+
+/* The settings of a transaction of kind tx, prepared like the statements
+ * (a parse and plan per transaction would cost the server more than the
+ * settings themselves). */
+static struct step settings_step(struct store *s, enum pgconn_tx tx)
+{
+	static const char *const names[] = {
+	    "outbox_tx_statement", "outbox_tx_explicit", "outbox_tx_lease"};
+	struct step p = {
+	    names[tx], &s->tx_prepared[tx], s->tx_settings[tx], 0, NULL, 0};
+	return p;
+}
+
+#define PIPELINE_MAX 3
+
+/* What the k-th result of a pipeline answers: step's statement, or its
+ * preparation. */
+struct expect {
+	size_t step;
+	bool prepare;
+};
+
+/* Queues steps, each preparation that is due just before its statement,
+ * then the sync; what each result will answer goes to exp, their number
+ * to *sent. False when libpq refused to queue. */
+static bool queue_steps(struct store *s, const struct step *steps, size_t n,
+			struct expect *exp, size_t *sent)
+{
+	PGconn *c = s->conn;
+	*sent = 0;
+	if (PQenterPipelineMode(c) != 1)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		const struct step *p = &steps[i];
+		bool named = p->name && s->opt.prepare;
+		int queued;
+		if (named && !*p->prepared) {
+			if (PQsendPrepare(c, p->name, p->sql, p->nparams,
+					  NULL) != 1)
+				return false;
+			exp[(*sent)++] = (struct expect){i, true};
+		}
+		queued = named ? PQsendQueryPrepared(c, p->name, p->nparams,
+						     p->values, NULL, NULL,
+						     p->result_format)
+			       : PQsendQueryParams(c, p->sql, p->nparams, NULL,
+						   p->values, NULL, NULL,
+						   p->result_format);
+		if (queued != 1)
+			return false;
+		exp[(*sent)++] = (struct expect){i, false};
+	}
+	return PQpipelineSync(c) == 1;
+}
+
+/*
+ * Runs steps in one round trip (libpq's pipeline mode) and returns as
+ * run_sql() does for the result of step `wanted`, or for the first step
+ * that failed. Without an explicit BEGIN among them the steps share one
+ * implicit transaction, which ends at the sync. lease: step 0 is the
+ * lease transaction's BEGIN (s->in_lease once it succeeded).
+ */
+/* Why a pipeline's connection was lost, as result_of() words errors:
+ * "what: SQLSTATE: message" (what NULL: no prefix). */
+static void pipeline_lost(PGconn *c, const PGresult *failed, const char *what,
+			  char *err, size_t errlen)
+{
+	char why[768];
+	pgconn_error(c, failed, why, sizeof(why));
+	snprintf(err, errlen, "%s%s%s", what ? what : "", what ? ": " : "",
+		 why);
+}
+
+static PGresult *run_pipeline(struct store *s, const char *what,
+			      const struct step *steps, size_t n, size_t wanted,
+			      bool lease, ExecStatusType want, int *rc,
+			      char *err, size_t errlen)
+{
+	PGconn *c = s->conn;
+	PGresult *res = NULL, *failed = NULL;
+	bool *failed_prepared = NULL;
+	struct expect exp[2 * PIPELINE_MAX];
+	size_t sent, k = 0;
+
+	*rc = 0;
+	if (n > PIPELINE_MAX || !queue_steps(s, steps, n, exp, &sent)) {
+		pipeline_lost(c, NULL, what, err, errlen);
+		*rc = STORE_RECONNECT; /* the pipeline's state is unknown */
+		return NULL;
+	}
+	/* Result k, then NULL, for each; then the sync. Once a statement
+	 * failed, the rest come back PGRES_PIPELINE_ABORTED. */
+	for (;;) {
+		PGresult *r = PQgetResult(c);
+		if (!r) {
+			if (PQstatus(c) == CONNECTION_BAD || ++k > sent)
+				break;
+			continue;
+		}
+		ExecStatusType status = PQresultStatus(r);
+		if (status == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			break;
+		}
+		if (k >= sent) {
+			PQclear(r);
+			continue;
+		}
+		const struct expect *e = &exp[k];
+		bool fine =
+		    status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+		if (e->prepare)
+			*steps[e->step].prepared = status == PGRES_COMMAND_OK;
+		else if (lease && e->step == 0 && status == PGRES_COMMAND_OK)
+			s->in_lease = true;
+		if (!e->prepare && e->step == wanted && fine && !res) {
+			res = r;
+		} else if (!failed && !fine &&
+			   status != PGRES_PIPELINE_ABORTED) {
+			failed = r;
+			failed_prepared = steps[e->step].prepared;
+		} else {
+			PQclear(r);
+		}
+	}
+	if (PQstatus(c) == CONNECTION_BAD || PQexitPipelineMode(c) != 1) {
+		pipeline_lost(c, failed, what, err, errlen);
+		PQclear(failed);
+		PQclear(res);
+		*rc = STORE_RECONNECT;
+		return NULL;
+	}
+	if (failed) {
+		PQclear(res);
+		return result_of(s, failed_prepared, what, failed, want, rc,
+				 err, errlen);
+	}
+	return result_of(s, steps[wanted].prepared, what, res, want, rc, err,
+			 errlen);
+}
+
+/* Whether sql (one of the store's own statements) starts or ends an
+ * explicit transaction. */
+static bool opens_tx(const char *sql)
+{
+	return strncmp(sql, "BEGIN", 5) == 0;
+}
+
+static bool ends_tx(const char *sql)
+{
+	return strcmp(sql, "COMMIT") == 0 || strcmp(sql, "ROLLBACK") == 0;
+}
+
+/*
+ * A statement outside any transaction of ours takes the settings its
+ * transaction needs in the same round trip (pgconn_tx_settings()): a BEGIN
+ * is followed by those of an explicit transaction, any other statement is
+ * preceded by those of a single statement, in its implicit transaction.
+ * Inside a transaction the settings it opened with hold.
+ */
+static PGresult *run_outside_tx(struct store *s, int st, const char *what,
+				const char *sql, int nparams,
+				const char *const *values, ExecStatusType want,
+				int result_format, int *rc, char *err,
+				size_t errlen)
+{
+	struct step stmt = step_of(s, st, sql, nparams, values, result_format);
+	if (!opens_tx(sql)) {
+		struct step steps[2] = {settings_step(s, PGCONN_TX_STATEMENT),
+					stmt};
+		return run_pipeline(s, what, steps, 2, 1, false, want, rc, err,
+				    errlen);
+	}
+	struct step steps[2] = {stmt, settings_step(s, PGCONN_TX_EXPLICIT)};
+	PGresult *res =
+	    run_pipeline(s, what, steps, 2, 0, false, want, rc, err, errlen);
+	if (!res && *rc != STORE_RECONNECT &&
+	    PQtransactionStatus(s->conn) != PQTRANS_IDLE) {
+		/* The BEGIN went through and its settings did not: the
+		 * caller holds no transaction, so none is left open. */
+		PGresult *r = PQexec(s->conn, "ROLLBACK");
+		PQclear(r);
+	}
+	return res;
+}
+
+/* Every statement of the store runs here, but the lease transaction's
+ * pipelined opening (store_run_leasing). st >= 0: statement st of s->sql,
+ * prepared when the options say so; -1: sql, unprepared. */
+static PGresult *run_sql(struct store *s, int st, const char *what,
+			 const char *sql, int nparams,
+			 const char *const *values, ExecStatusType want,
+			 int result_format, int *rc, char *err, size_t errlen)
+{
+	*rc = 0;
+	if (!sql) {
+		snprintf(err, errlen, "%s: out of memory",
+			 what ? what : "statement");
+		*rc = STORE_ERROR;
+		return NULL;
+	}
+	if (!s->conn) {
+		snprintf(err, errlen, "%s%snot connected to postgres",
+			 what ? what : "", what ? ": " : "");
+		*rc = STORE_RECONNECT;
+		return NULL;
+	}
+	if (PQtransactionStatus(s->conn) == PQTRANS_IDLE && !ends_tx(sql))
+		return run_outside_tx(s, st, what, sql, nparams, values, want,
+				      result_format, rc, err, errlen);
+	PGresult *res = st >= 0 && s->opt.prepare
+			    ? exec_prepared(s, (enum stmt)st, nparams, values,
+					    result_format)
+			    : PQexecParams(s->conn, sql, nparams, NULL, values,
+					   NULL, NULL, result_format);
+	return result_of(s, st >= 0 ? &s->prepared[st] : NULL, what, res, want,
+			 rc, err, errlen);
+}
+
+PGresult *store_run(struct store *s, enum stmt st, int nparams,
+		    const char *const *values, ExecStatusType want,
+		    int result_format, int *rc, char *err, size_t errlen)
+{
+	return run_sql(s, (int)st, NULL, s->sql[st], nparams, values, want,
+		       result_format, rc, err, errlen);
+}
+
+PGresult *store_exec(struct store *s, const char *what, const char *sql,
+		     int nparams, const char *const *values,
+		     ExecStatusType want, int *rc, char *err, size_t errlen)
+{
+	return run_sql(s, -1, what, sql, nparams, values, want, 0, rc, err,
+		       errlen);
+}
+
+int store_exec_cmd(struct store *s, const char *what, const char *sql,
+		   int nparams, const char *const *values, size_t *rows,
+		   char *err, size_t errlen)
+{
+	int rc;
+	PGresult *res = store_exec(s, what, sql, nparams, values,
+				   PGRES_COMMAND_OK, &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	if (rows)
+		*rows = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
+	PQclear(res);
+	return 0;
+}
+
+/* Appends to a growable buffer; returns -1 when out of memory. */
+struct buf {
+	char *p;
+	size_t len, cap;
+};
+
+static int buf_put(struct buf *b, const char *s, size_t n)
+{
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = (b->len + n + 1) * 2;
+		char *p = realloc(b->p, cap);
+		if (!p)
+			return -1;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+	return 0;
+}
+
+/* "v" with " and \ escaped, cut to max_item bytes on a UTF-8 boundary. */
+static int buf_put_quoted(struct buf *b, const char *v, size_t max_item)
+{
+	size_t len = strlen(v);
+	if (len > max_item) {
+		len = max_item;
+		while (len > 0 && ((unsigned char)v[len] & 0xC0) == 0x80)
+			len--;
+	}
+	int rc = buf_put(b, "\"", 1);
+	for (size_t j = 0; j < len && rc == 0; j++) {
+		if (v[j] == '"' || v[j] == '\\')
+			rc |= buf_put(b, "\\", 1);
+		rc |= buf_put(b, v + j, 1);
+	}
+	rc |= buf_put(b, "\"", 1);
+	return rc;
+}
+
+char *store_pg_array(const char *const *items, size_t n,
+		     enum pg_array_form form, size_t max_item)
+{
+	struct buf b = {0};
+	int rc = buf_put(&b, "{", 1);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (i > 0)
+			rc = buf_put(&b, ",", 1);
+		if (form == PG_ARRAY_QUOTED)
+			rc |= buf_put_quoted(&b, items[i] ? items[i] : "",
+					     max_item);
+		else
+			rc |= buf_put(&b, items[i], strlen(items[i]));
+	}
+	if (rc == 0)
+		rc = buf_put(&b, "}", 1);
+	if (rc != 0) {
+		free(b.p);
+		return NULL;
+	}
+	return b.p;
+}
+
+int store_begin_locked(struct store *s, int ns, enum plan_mode plans, bool *got,
+		       char *err, size_t errlen)
+{
+	char sql[320];
+	*got = false;
+	int rc = store_exec_cmd(s, NULL, "BEGIN", 0, NULL, NULL, err, errlen);
+	if (rc != 0)
+		return rc;
+	snprintf(sql, sizeof(sql),
+		 "SELECT pg_try_advisory_xact_lock(%d, hashtext(%s))%s", ns,
+		 s->table.literal,
+		 plans == PLANS_CUSTOM ? ", set_config('plan_cache_mode', "
+					 "'force_custom_plan', true)"
+				       : "");
+	PGresult *res = store_exec(s, NULL, sql, 0, NULL, PGRES_TUPLES_OK, &rc,
+				   err, errlen);
+	if (!res) {
+		char ignored[64];
+		store_finish_tx(s, TX_ROLLBACK, ignored, sizeof(ignored));
+		return store_public_rc(rc);
+	}
+	*got = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+	return 0;
+}
+
+/* Runs a transaction-control statement; its command tag goes to tag
+ * (NULL: not wanted). 0, or STORE_RECONNECT / STORE_ERROR with err. */
+static int exec_control(struct store *s, const char *sql, char *tag,
+			size_t taglen, char *err, size_t errlen)
+{
+	int rc;
+	PGresult *res = store_exec(s, NULL, sql, 0, NULL, PGRES_COMMAND_OK, &rc,
+				   err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	if (tag)
+		snprintf(tag, taglen, "%s", PQcmdStatus(res));
+	PQclear(res);
+	return 0;
+}
+
+int store_finish_tx(struct store *s, enum tx_end end, char *err, size_t errlen)
+{
+	return exec_control(s, end == TX_COMMIT ? "COMMIT" : "ROLLBACK", NULL,
+			    0, err, errlen);
+}
+
+PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
+			    const char *const *values, ExecStatusType want,
+			    int result_format, int *rc, char *err,
+			    size_t errlen)
+{
+	*rc = 0;
+	if (!s->conn) {
+		snprintf(err, errlen, "not connected to postgres");
+		*rc = STORE_RECONNECT;
+		return NULL;
+	}
+	/* One round trip instead of one per statement: a lease's latency
+	 * is mostly waiting for the server. */
+	const struct step steps[3] = {
+	    step_of(s, -1, "BEGIN", 0, NULL, 0),
+	    settings_step(s, PGCONN_TX_LEASE),
+	    step_of(s, (int)st, s->sql[st], nparams, values, result_format),
+	};
+	return run_pipeline(s, NULL, steps, 3, 2, true, want, rc, err, errlen);
+}
+
+int store_lease_end(struct store *s, enum tx_end end, char *err, size_t errlen)
+{
+	char tag[32] = "";
+	s->in_lease = false;
+	int rc = exec_control(s, end == TX_COMMIT ? "COMMIT" : "ROLLBACK", tag,
+			      sizeof(tag), err, errlen);
+	if (rc == 0 && end == TX_COMMIT && strcmp(tag, "COMMIT") != 0) {
+		/* COMMIT of a transaction in which a statement failed rolls
+		 * it back, and says so only in the command tag. */
+		snprintf(err, errlen,
+			 "the lease transaction had failed and was rolled "
+			 "back");
+		rc = STORE_ERROR;
+	}
+	return rc;
+}

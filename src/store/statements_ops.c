@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The statements of the operator commands (redrive and replay, unblock,
+ * the pauses the workers read, the schema version) and of ordered mode's
+ * head keeping (classification, repair, failing the rows the destination
+ * CHECK refuses), one builder each; statements.c collects them with the
+ * statements of the lease, its marks and the sweeper. The shapes are
+ * those of docs/design.md §6 and §10, each for a measured reason given
+ * there: read it before changing one.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_internal.h"
+
+/* Redrive and replay: by ids, type and a finished_at range. */
+static char *redrive_where(const char *status)
+{
+	return store_asprintf(
+	    "status = '%s' AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[])) "
+	    "AND ($2::text IS NULL OR type = $2) AND finished_at >= "
+	    "coalesce($3::timestamptz, '-infinity') AND finished_at < "
+	    "coalesce($4::timestamptz, 'infinity')",
+	    status);
+}
+
+/*
+ * Ordered mode: the redriven rows take their place in their
+ * key's seq order again. The key's later rows that could be head (head
+ * true, or not classified yet) are locked NOWAIT and the head among them
+ * demoted, so the redriven row, classified next, is the key's only head
+ * and goes first. A later row held by a lease (being published now)
+ * fails the lock with 55P03 and the batch changes nothing: redriving
+ * behind it would deliver it first, and demoting it is not possible
+ * while it is held. Rows whose key has a later row sent or in flight are
+ * the caller's to refuse: it checks before the first batch, and again
+ * for the returned ids inside each batch's transaction (the statement
+ * itself would scan every sent row of the table for that).
+ */
+static char *sql_redrive_ordered(const struct store *s, const char *status,
+				 const char *where)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "WITH r AS MATERIALIZED (SELECT id, partition_key, seq FROM %s "
+	    "WHERE %s ORDER BY finished_at LIMIT %d FOR NO KEY UPDATE SKIP "
+	    "LOCKED), "
+	    "later AS MATERIALIZED (SELECT x.id FROM %s x JOIN (SELECT "
+	    "partition_key, min(seq) AS seq FROM r WHERE partition_key IS "
+	    "NOT NULL GROUP BY partition_key) k ON x.partition_key = "
+	    "k.partition_key AND x.seq > k.seq WHERE x.status = 'pending' "
+	    "AND x.head IS NOT false FOR NO KEY UPDATE OF x NOWAIT), "
+	    "demoted AS (UPDATE %s AS d SET head = false WHERE d.id = "
+	    "ANY(ARRAY(SELECT id FROM later)) AND d.head RETURNING 1) "
+	    "UPDATE %s AS t SET status = 'pending', attempts = 0, "
+	    "next_attempt_at = now(), finished_at = NULL, suspect = false, "
+	    "head = NULL WHERE t.id = ANY(ARRAY(SELECT id FROM r)) AND "
+	    "t.status = '%s' RETURNING t.id::text",
+	    T, where, REDRIVE_BATCH, T, T, T, status);
+}
+
+static char *sql_redrive(const struct store *s, const char *status)
+{
+	const char *T = s->table.quoted;
+	char *where = redrive_where(status);
+	if (where && s->opt.ordered) {
+		char *sql = sql_redrive_ordered(s, status, where);
+		free(where);
+		return sql;
+	}
+	char *sql =
+	    where ? store_asprintf("WITH r AS MATERIALIZED (SELECT id FROM %s "
+				   "WHERE %s ORDER BY finished_at LIMIT %d FOR "
+				   "NO KEY UPDATE SKIP LOCKED) UPDATE %s AS t "
+				   "SET status = 'pending', attempts = 0, "
+				   "next_attempt_at = now(), finished_at = "
+				   "NULL, suspect = false, head = NULL WHERE "
+				   "t.id = ANY(ARRAY(SELECT id FROM r)) AND "
+				   "t.status = '%s'",
+				   T, where, REDRIVE_BATCH, T, status)
+		  : NULL;
+	free(where);
+	return sql;
+}
+
+char *sql_redrive_failed(const struct store *s)
+{
+	return sql_redrive(s, "failed");
+}
+
+char *sql_redrive_sent(const struct store *s)
+{
+	return sql_redrive(s, "sent");
+}
+
+static char *sql_count(const struct store *s, const char *status)
+{
+	char *where = redrive_where(status);
+	char *sql = where ? store_asprintf("SELECT count(*)::text FROM %s "
+					   "WHERE %s",
+					   s->table.quoted, where)
+			  : NULL;
+	free(where);
+	return sql;
+}
+
+char *sql_count_failed(const struct store *s)
+{
+	return sql_count(s, "failed");
+}
+
+char *sql_count_sent(const struct store *s)
+{
+	return sql_count(s, "sent");
+}
+
+char *sql_control(const struct store *s)
+{
+	char control[160];
+	table_derived(&s->table, "_control", control, sizeof(control));
+	return store_asprintf("SELECT destination FROM %s ORDER BY destination",
+			      control);
+}
+
+/* Rows the destination CHECK of migration 004 refuses: pending ones (and
+ * rows of the row lease a sweep would return to pending) whose exchange or
+ * routing key holds a control character. Only old rows can: the CHECK
+ * refuses every new one. */
+#define REFUSED_ROW                                                            \
+	"(coalesce(%s.exchange, '') ~ '[\\x01-\\x1f\\x7f]' OR "                \
+	"%s.routing_key ~ '[\\x01-\\x1f\\x7f]')"
+
+/*
+ * Fails, with the reason, up to 1000 rows the table's destination CHECK
+ * would refuse, while that CHECK is NOT VALID (migration 004 leaves it so
+ * when old pending rows break it; Postgres then still checks it on every
+ * update that leaves a row pending, and one such row would fail each
+ * classification, settle and sweep that touched it, with every other row
+ * of the statement). The one-time filter on pg_constraint skips the scan
+ * once the CHECK is valid: no pending row can break it then. Ordered
+ * mode: a failed head hands its key's marker on past such rows (skip) or
+ * blocks its key (block); a failed row that was not head blocks its key
+ * under block (the head out now is delivered, the marker stops there, see
+ * order_tail), and under skip changes nothing for its key. Run once per
+ * session and on the error path (store_fail_refused).
+ */
+char *sql_fail_refused(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	char *bad = store_asprintf(REFUSED_ROW, "t", "t");
+	char *ok_next = store_asprintf("NOT " REFUSED_ROW, "o", "o");
+	char *tail = NULL;
+	if (!s->opt.ordered)
+		tail = strdup("");
+	else if (s->opt.block_on_failure)
+		tail = store_asprintf(
+		    ", blocked AS (INSERT INTO %s (partition_key, "
+		    "blocking_id, reason) SELECT d.partition_key, d.id, "
+		    "d.last_error FROM done d WHERE d.partition_key IS NOT "
+		    "NULL ORDER BY d.seq ON CONFLICT (partition_key) DO "
+		    "NOTHING RETURNING 1) ",
+		    s->blocked);
+	else if (ok_next)
+		tail = store_asprintf(
+		    ", promoted AS (UPDATE %s AS p SET head = true WHERE p.id "
+		    "= ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE "
+		    "o.partition_key = d.partition_key AND o.seq > d.seq AND "
+		    "o.status = 'pending' AND %s ORDER BY o.seq LIMIT 1) FROM "
+		    "done d WHERE d.partition_key IS NOT NULL AND d.head)) "
+		    "RETURNING 1) ",
+		    T, T, ok_next);
+	char *sql =
+	    bad && tail
+		? store_asprintf(
+		      "WITH bad AS MATERIALIZED (SELECT t.id FROM %s t WHERE "
+		      "(t.status = 'pending' OR (t.status = 'in_flight' AND "
+		      "t.lease_expires_at < now())) AND %s AND EXISTS (SELECT "
+		      "1 FROM pg_constraint WHERE conrelid = '%s'::regclass "
+		      "AND conname = '%s_destination_text' AND NOT "
+		      "convalidated) ORDER BY t.seq LIMIT 1000 FOR NO KEY "
+		      "UPDATE SKIP LOCKED), "
+		      "done AS (UPDATE %s AS t SET status = 'failed', "
+		      "finished_at = statement_timestamp(), suspect = false, "
+		      "last_error = 'refused by the table''s CHECK "
+		      "%s_destination_text: ' || CASE WHEN "
+		      "coalesce(t.exchange, '') ~ '[\\x01-\\x1f\\x7f]' THEN "
+		      "'exchange' ELSE 'routing_key' END || ' contains a "
+		      "control character (a row written before migration "
+		      "004)' WHERE t.id = ANY(ARRAY(SELECT id FROM bad)) AND "
+		      "t.status IN ('pending', 'in_flight') RETURNING t.id, "
+		      "t.partition_key, t.seq, t.last_error, t.head) "
+		      "%sSELECT count(*)::text FROM done",
+		      T, bad, T, s->table.name, T, s->table.name, tail)
+		: NULL;
+	free(bad);
+	free(ok_next);
+	free(tail);
+	return sql;
+}
+
+/* Ordered mode: fresh keyed rows become head when no older row of their
+ * key is unfinished and the key is not blocked. */
+char *sql_classify(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "WITH fresh AS MATERIALIZED (SELECT id FROM %s WHERE status = "
+	    "'pending' AND head IS NULL AND partition_key IS NOT NULL ORDER "
+	    "BY seq LIMIT 1000 FOR NO KEY UPDATE SKIP LOCKED) "
+	    "UPDATE %s AS t SET head = NOT EXISTS (SELECT 1 FROM %s o WHERE "
+	    "o.partition_key = t.partition_key AND o.seq < t.seq AND "
+	    "o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
+	    "FROM %s b WHERE b.partition_key = t.partition_key) WHERE t.id "
+	    "= ANY(ARRAY(SELECT id FROM fresh)) AND t.status = 'pending'",
+	    T, T, T, s->blocked);
+}
+
+/* The sweeper's repair: a mark that raced an insert can leave a key whose
+ * oldest live row is not head. */
+char *sql_repair(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "WITH stuck AS MATERIALIZED (SELECT DISTINCT ON (partition_key) "
+	    "id FROM %s t WHERE status = 'pending' AND head = false AND "
+	    "partition_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s o "
+	    "WHERE o.partition_key = t.partition_key AND o.seq < t.seq AND "
+	    "o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
+	    "FROM %s b WHERE b.partition_key = t.partition_key) ORDER BY "
+	    "partition_key, seq LIMIT 1000) "
+	    "UPDATE %s AS t SET head = true WHERE t.id = ANY(ARRAY(SELECT "
+	    "id FROM stuck)) AND t.status = 'pending'",
+	    T, T, s->blocked, T);
+}
+
+/* Redrive in ordered mode: rows whose key already went further. */
+char *sql_redrive_check(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "SELECT count(*)::text FROM %s r WHERE r.status = ANY($5::text[]) "
+	    "AND ($1::uuid[] IS NULL OR r.id = ANY($1::uuid[])) AND ($2::text "
+	    "IS NULL OR r.type = $2) AND r.finished_at >= "
+	    "coalesce($3::timestamptz, '-infinity') AND r.finished_at < "
+	    "coalesce($4::timestamptz, 'infinity') AND r.partition_key IS "
+	    "NOT NULL AND EXISTS (SELECT 1 FROM %s x WHERE x.partition_key "
+	    "= r.partition_key AND x.seq > r.seq AND x.status IN ('sent', "
+	    "'in_flight'))",
+	    T, T);
+}
+
+/* The same inside a redrive batch's transaction, for the rows it just
+ * redrove ($1): a later row sent since the check above. */
+char *sql_redrive_recheck(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "SELECT count(*)::text FROM %s r WHERE r.id = ANY($1::uuid[]) "
+	    "AND r.partition_key IS NOT NULL AND EXISTS (SELECT 1 FROM %s x "
+	    "WHERE x.partition_key = r.partition_key AND x.seq > r.seq AND "
+	    "x.status IN ('sent', 'in_flight'))",
+	    T, T);
+}
+
+char *sql_unblock(const struct store *s)
+{
+	return store_asprintf("DELETE FROM %s WHERE partition_key = $1 "
+			      "RETURNING blocking_id::text",
+			      s->blocked);
+}
+
+char *sql_unblock_skip(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "UPDATE %s AS t SET head = true WHERE t.id = (SELECT o.id FROM "
+	    "%s o WHERE o.partition_key = $1 AND o.status = 'pending' ORDER "
+	    "BY o.seq LIMIT 1)",
+	    T, T);
+}
+
+char *sql_unblock_redrive(const struct store *s)
+{
+	return store_asprintf(
+	    "UPDATE %s SET status = 'pending', attempts = 0, "
+	    "next_attempt_at = now(), finished_at = NULL, suspect = false, "
+	    "head = true WHERE id = $1::uuid AND status = 'failed'",
+	    s->table.quoted);
+}
+
+char *sql_version(const struct store *s)
+{
+	char version[160];
+	table_derived(&s->table, "_schema_version", version, sizeof(version));
+	return store_asprintf("SELECT coalesce(max(version), 0)::text FROM %s",
+			      version);
+}
