@@ -12,18 +12,30 @@
 
 /* Ordered mode: redriving a row whose key already went further would
  * deliver it after its successors. STORE_REFUSED then. */
-static int check_order(struct store *s, const char *const *values, char *err,
+/* Runs st, a count of matching rows whose key has a later row that rules
+ * the redrive out, into *later. */
+static int count_later(struct store *s, enum stmt st, int nparams,
+		       const char *const *values, long *later, char *err,
 		       size_t errlen)
 {
 	int rc;
-	PGresult *res = store_run(s, ST_REDRIVE_CHECK, 5, values,
-				  PGRES_TUPLES_OK, 0, &rc, err, errlen);
+	PGresult *res = store_run(s, st, nparams, values, PGRES_TUPLES_OK, 0,
+				  &rc, err, errlen);
 	if (!res)
 		return store_public_rc(rc);
-	long later = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+	*later = strtol(PQgetvalue(res, 0, 0), NULL, 10);
 	PQclear(res);
-	if (later == 0)
-		return 0;
+	return 0;
+}
+
+static int check_order(struct store *s, const char *const *values, char *err,
+		       size_t errlen)
+{
+	long later;
+	int rc =
+	    count_later(s, ST_REDRIVE_CHECK, 5, values, &later, err, errlen);
+	if (rc != 0 || later == 0)
+		return rc;
 	snprintf(err, errlen,
 		 "%ld matching row%s of a partition key that already has a "
 		 "later row sent or in flight: redriving would break its "
@@ -73,15 +85,11 @@ static int recheck_order(struct store *s, PGresult *res, char *err,
 		return STORE_ERROR;
 	}
 	const char *values[1] = {arr};
-	PGresult *chk = store_run(s, ST_REDRIVE_RECHECK, 1, values,
-				  PGRES_TUPLES_OK, 0, &rc, err, errlen);
+	long later;
+	rc = count_later(s, ST_REDRIVE_RECHECK, 1, values, &later, err, errlen);
 	free(arr);
-	if (!chk)
-		return store_public_rc(rc);
-	long later = strtol(PQgetvalue(chk, 0, 0), NULL, 10);
-	PQclear(chk);
-	if (later == 0)
-		return 0;
+	if (rc != 0 || later == 0)
+		return rc;
 	snprintf(err, errlen,
 		 "%ld matching row%s of a partition key whose later row was "
 		 "sent while redrive ran: redriving would break its order "
