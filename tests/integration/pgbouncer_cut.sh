@@ -11,29 +11,22 @@
 # Needs root (ip netns), like the partition harness.
 . "$(dirname "$0")/lib.sh"
 : "${RELAY_TEST_FLAKY_BIN:?run through meson test}"
-: "${RELAY_TEST_SOURCE_ROOT:?run through meson test}"
-: "${PGPORT:?run through tests/run.sh}"
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null 2>&1; then
 	echo "skipped: needs root and ip (iproute2) for a network namespace"
 	exit 77
 fi
-bouncer_sh="$RELAY_TEST_SOURCE_ROOT/tests/services/pgbouncer.sh"
+. "$(dirname "$0")/pgbouncer_lib.sh"
 
 # The relay's namespace and its link: host end .1, relay's end .2.
 ns="orpgb$$"
 host_if="opb$$"
 net="10.233.$(($$ % 250 + 1))"
-bouncers=()
 teardown() {
-	local d
-	for d in "${bouncers[@]}"; do
-		bash "$bouncer_sh" stop "$d" >/dev/null 2>&1 || true
-	done
+	bouncer_stop_all
 	ip netns del "$ns" 2>/dev/null || true
 	ip link del "$host_if" 2>/dev/null || true
 }
 trap 'teardown; it_cleanup' EXIT
-chmod 755 "$it_dir"
 ip netns add "$ns"
 ip -n "$ns" link set lo up
 ip link add "$host_if" type veth peer name "${host_if}n"
@@ -56,15 +49,10 @@ published_more() {
 }
 
 round() {
-	local reset="$1" dir url cut_url log t0 released held slow fast tries=0
-	dir="$it_dir/pgbouncer-$reset"
-	mkdir -p "$dir"
-	bouncers+=("$dir")
-	PGBOUNCER_POOL_SIZE=3 PGBOUNCER_RESET_ALWAYS="$reset" PGBOUNCER_EXTRA_ADDR="$net.1" \
-		bash "$bouncer_sh" start "$dir" >"$it_dir/bouncer-$reset.log" 2>&1 ||
-		it_fail "pgbouncer did not start: $(cat "$it_dir/bouncer-$reset.log")"
-	url=$(sed -n 's/^PGBOUNCER_URL=//p' "$dir/env")
-	cut_url="postgresql://outbox@$net.1:$(sed -n 's/^PGBOUNCER_PORT=//p' "$dir/env")/outbox"
+	local reset="$1" url cut_url log t0 released held slow fast tries=0
+	bouncer_start "$reset" PGBOUNCER_EXTRA_ADDR="$net.1"
+	url=$bouncer_url
+	cut_url="postgresql://outbox@$net.1:$bouncer_port/outbox"
 
 	it_table "pgbcut${reset}"
 	it_psql "INSERT INTO $OUTBOX_TABLE (type, payload)
@@ -130,7 +118,7 @@ round() {
 	it_wait_count 60 "status = 'sent'" -eq 40
 	it_stop "$slow"
 	echo "reset=$reset: a relay cut off from the pool with $(echo "$held" | wc -w) rows leased lost them after ${released} ms (lease timeout ${lease_timeout_s}s); another relay delivered them and the cut relay published again after the link returned"
-	bash "$bouncer_sh" stop "$dir"
+	bouncer_stop
 }
 
 round 0

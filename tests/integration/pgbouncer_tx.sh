@@ -11,20 +11,8 @@
 #    server's settings, never one the relay set (docs/design.md §4).
 . "$(dirname "$0")/lib.sh"
 : "${RELAY_TEST_FLAKY_BIN:?run through meson test}"
-: "${RELAY_TEST_SOURCE_ROOT:?run through meson test}"
-: "${PGPORT:?run through tests/run.sh}"
-bouncer_sh="$RELAY_TEST_SOURCE_ROOT/tests/services/pgbouncer.sh"
-
-bouncers=()
-stop_bouncers() {
-	local d
-	for d in "${bouncers[@]}"; do
-		bash "$bouncer_sh" stop "$d" >/dev/null 2>&1 || true
-	done
-}
-trap 'stop_bouncers; it_cleanup' EXIT
-# pgbouncer runs as the service account, in directories under this one.
-chmod 755 "$it_dir"
+. "$(dirname "$0")/pgbouncer_lib.sh"
+trap 'bouncer_stop_all; it_cleanup' EXIT
 
 readonly events=2500 lease_timeout_s=3
 # What a plain client sees of the settings the relay makes in its
@@ -53,15 +41,10 @@ clients() {
 # round RESET: one pgbouncer (server_reset_query_always = RESET) and the
 # three checks through it.
 round() {
-	local reset="$1" dir url baseline leaked total=0 n=0 relay slow fast held
+	local reset="$1" url baseline leaked total=0 n=0 relay slow fast held
 	local t0 released=0 deadline
-	dir="$it_dir/pgbouncer-$reset"
-	mkdir -p "$dir"
-	bouncers+=("$dir")
-	PGBOUNCER_POOL_SIZE=3 PGBOUNCER_RESET_ALWAYS="$reset" \
-		bash "$bouncer_sh" start "$dir" >"$it_dir/bouncer-$reset.log" 2>&1 ||
-		it_fail "pgbouncer did not start: $(cat "$it_dir/bouncer-$reset.log")"
-	url=$(sed -n 's/^PGBOUNCER_URL=//p' "$dir/env")
+	bouncer_start "$reset"
+	url=$bouncer_url
 	baseline=$(psql "$url" -X -A -t -q -c "$settings_sql")
 	[ "$baseline" = "$(it_psql "$settings_sql")" ] ||
 		it_fail "the pool's baseline ($baseline) is not the server's"
@@ -156,7 +139,7 @@ round() {
 			it_fail "reset=$reset: row $id the stopped relay held was not delivered by the second relay"
 	done
 	echo "reset=$reset: a relay stopped with $(echo "$held" | wc -w) rows leased lost them after ${released} ms (lease timeout ${lease_timeout_s}s); the second relay delivered them"
-	bash "$bouncer_sh" stop "$dir"
+	bouncer_stop
 }
 
 round 0
