@@ -31,7 +31,7 @@ static int count_later(struct store *s, enum stmt st, int nparams,
 static int check_order(struct store *s, const char *const *values, char *err,
 		       size_t errlen)
 {
-	long later;
+	long later = 0;
 	int rc =
 	    count_later(s, ST_REDRIVE_CHECK, 5, values, &later, err, errlen);
 	if (rc != 0 || later == 0)
@@ -85,7 +85,7 @@ static int recheck_order(struct store *s, PGresult *res, char *err,
 		return STORE_ERROR;
 	}
 	const char *values[1] = {arr};
-	long later;
+	long later = 0;
 	rc = count_later(s, ST_REDRIVE_RECHECK, 1, values, &later, err, errlen);
 	free(arr);
 	if (rc != 0 || later == 0)
