@@ -216,6 +216,7 @@ struct config {
 	int64_t poll_interval_ms;
 	int64_t lease_interval_ms; /* after a partial batch, lease start to
 				      the next lease's start */
+	int64_t lease_rescan_ms;   /* 0: every lease scans from the start */
 	int64_t publish_timeout_ms;
 	int64_t lease_timeout_ms;
 	int64_t sweep_interval_ms;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/base.h"
 #include "guards.h"
 #include "store_internal.h"
 
@@ -31,6 +32,7 @@ enum lease_col {
 	LC_LEASE_ID,
 	LC_XID,
 	LC_TID,
+	LC_NEXT_ATTEMPT_AT,
 };
 
 /* True while rows' lease transaction is open on its session. */
@@ -340,8 +342,14 @@ static int take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	bool ok = col_be(res, 0, LC_XID, 8, &xid) &&
 		  col_uuid(res, 0, LC_LEASE_ID, lease_id);
 	struct time_cache tc = {.valid = false};
-	for (int i = 0; ok && i < n; i++)
-		ok = event_of(res, i, &tc, &text[i], &out->events[i]);
+	int64_t oldest = INT64_MAX;
+	for (int i = 0; ok && i < n; i++) {
+		uint64_t due;
+		ok = event_of(res, i, &tc, &text[i], &out->events[i]) &&
+		     col_be(res, i, LC_NEXT_ATTEMPT_AT, 8, &due);
+		if (ok && (int64_t)due < oldest)
+			oldest = (int64_t)due;
+	}
 	if (!ok) {
 		snprintf(err, errlen,
 			 "lease: a column came back in an unexpected form (is "
@@ -353,6 +361,8 @@ static int take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	memcpy(rows->lease_id, out->lease_id, sizeof(rows->lease_id));
 	qsort(out->events, out->n, sizeof(out->events[0]), by_seq);
 	s->open_lease = rows;
+	s->floor_us = oldest;
+	s->floor_set = true;
 	return 0;
 }
 
@@ -464,6 +474,50 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 	return 0;
 }
 
+/* Microseconds since 2000-01-01 as a timestamptz literal; false when
+ * the year cannot be written (an infinite or absurd next_attempt_at). */
+static bool floor_text(int64_t pg_us, char out[40])
+{
+	struct time_cache tc = {.valid = false};
+	format_time(pg_us + PG_EPOCH_US, &tc, out);
+	return out[0] != '\0';
+}
+
+/*
+ * Where this lease's due scan starts (docs/design.md §4, "A held
+ * snapshot"): at the oldest next_attempt_at of this session's previous
+ * batch, or from the start of the index ("-infinity") when a rescan is
+ * due. Below the floor are only rows this session has no reason to look
+ * for at once: every row of its previous batch that went back to pending
+ * (released, or retried with a later next_attempt_at) is at or above it.
+ * What may lie below (a row committed late by a transaction that began
+ * long ago, a row another relay let go, one an operator redrove with an
+ * old next_attempt_at) waits for the next rescan: every
+ * OUTBOX_LEASE_RESCAN_INTERVAL, or 20 times the last rescan's duration
+ * when that is longer (so a rescan stepping over a held snapshot's dead
+ * entries costs at most about 5 % of a worker's time), and at once when
+ * the paused destinations change (their rows were left out, at any age).
+ * Ordered mode always rescans: a key's next row becomes its head with the
+ * next_attempt_at it was written with.
+ */
+static bool lease_rescans(struct store *s, const char *paused_arr,
+			  int64_t now_ms, char floor[40])
+{
+	bool paused_changed =
+	    !s->rescan_paused || strcmp(s->rescan_paused, paused_arr) != 0;
+	if (paused_changed) {
+		free(s->rescan_paused);
+		s->rescan_paused = strdup(paused_arr);
+	}
+	if (paused_changed || !s->floor_set || s->opt.ordered ||
+	    s->opt.lease_rescan_ms == 0 || now_ms >= s->rescan_at_ms ||
+	    !floor_text(s->floor_us, floor)) {
+		snprintf(floor, 40, "-infinity");
+		return true;
+	}
+	return false;
+}
+
 /* BEGIN, the lease statement, and for a non-empty lease its claim. An
  * empty lease ends its transaction at once; a lease whose claim cannot be
  * written is rolled back (nothing was handed over). */
@@ -487,13 +541,16 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		snprintf(err, errlen, "lease: out of memory");
 		return STORE_ERROR;
 	}
-	const char *values[3] = {paused_arr,
+	char floor[40];
+	int64_t started_ms = clock_ms();
+	bool rescan = lease_rescans(s, paused_arr, started_ms, floor);
+	const char *values[4] = {paused_arr,
 				 default_destination ? default_destination : "",
-				 s->ce_source};
+				 s->ce_source, floor};
 	/* Binary results: text columns arrive as they are and the payload
 	 * needs no unescaping. */
 	enum stmt st = s->claims_missing ? ST_LEASE_BARE : ST_LEASE;
-	PGresult *res = store_run_leasing(s, st, 3, values, PGRES_TUPLES_OK, 1,
+	PGresult *res = store_run_leasing(s, st, 4, values, PGRES_TUPLES_OK, 1,
 					  &rc, err, errlen);
 	if (!res && rc != STORE_RECONNECT && st == ST_LEASE &&
 	    store_err_undefined_table(err)) {
@@ -501,10 +558,17 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		no_claims(s, err);
 		if (s->in_lease)
 			store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
-		res = store_run_leasing(s, ST_LEASE_BARE, 3, values,
+		res = store_run_leasing(s, ST_LEASE_BARE, 4, values,
 					PGRES_TUPLES_OK, 1, &rc, err, errlen);
 	}
 	free(paused_arr);
+	if (rescan && res) {
+		int64_t took = clock_ms() - started_ms;
+		s->rescan_at_ms =
+		    clock_ms() + (20 * took > s->opt.lease_rescan_ms
+				      ? 20 * took
+				      : s->opt.lease_rescan_ms);
+	}
 	if (res && PQntuples(res) > 0)
 		rc = take_rows(s, res, out, err, errlen);
 	else
@@ -560,7 +624,12 @@ int store_renew(struct store *s, char *err, size_t errlen)
 int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen)
 {
 	int rc;
-	PGresult *res = store_run(s, ST_NEXT_DUE, 0, NULL, PGRES_TUPLES_OK, 0,
+	char floor[40];
+	if (!s->floor_set || s->opt.ordered || s->opt.lease_rescan_ms == 0 ||
+	    !floor_text(s->floor_us, floor))
+		snprintf(floor, sizeof(floor), "-infinity");
+	const char *values[1] = {floor};
+	PGresult *res = store_run(s, ST_NEXT_DUE, 1, values, PGRES_TUPLES_OK, 0,
 				  &rc, err, errlen);
 	if (!res)
 		return store_public_rc(rc);

@@ -148,6 +148,13 @@ static char *order_tail(const struct store *s, bool may_fail)
  * branches' order, and so does the window over it). CTEs are read lazily, so
  * the due CTE locks only what fits.
  *
+ * $4, the scan floor (docs/design.md §4, "A held snapshot"): the due scan
+ * starts at the oldest next_attempt_at of the worker's previous batch, not
+ * at the start of the index, because under an old snapshot the entries of
+ * every row finished since it was taken can be neither removed nor marked
+ * dead, and a scan from the start steps over all of them. '-infinity' scans
+ * from the start; lease.c says when.
+ *
  * What it costs Postgres is measured per batch (docs/design.md §4, "the
  * statements' own cost"): the locking scans carry only each row's ctid and
  * size, so the byte-budget window copies no payload; the picked rows are read
@@ -210,7 +217,7 @@ static char *lease_sql(const struct store *s, bool claims)
 	    "due AS MATERIALIZED (SELECT ctid AS tid, octet_length(payload) "
 	    "AS bytes FROM %s "
 	    "WHERE status = 'pending' AND NOT suspect AND next_attempt_at "
-	    "<= now() AND %s %s"
+	    "<= now() AND next_attempt_at >= $4::timestamptz AND %s %s"
 	    "ORDER BY next_attempt_at, seq LIMIT %d " GUARD_LEASE_LOCK "), "
 	    "picked AS (SELECT tid FROM (SELECT tid, sum(bytes) OVER (ROWS "
 	    "UNBOUNDED PRECEDING) - bytes AS before FROM (SELECT tid, bytes "
@@ -220,7 +227,7 @@ static char *lease_sql(const struct store *s, bool claims)
 	    "t.content_type, t.exchange, t.routing_key, t.partition_key, "
 	    "t.payload, t.headers::text, t.created_at, t.attempts + 1, "
 	    "t.max_attempts, (SELECT lease_id FROM lease), "
-	    "pg_current_xact_id_if_assigned(), t.ctid "
+	    "pg_current_xact_id_if_assigned(), t.ctid, t.next_attempt_at "
 	    "FROM %s t WHERE t.ctid = ANY(ARRAY(SELECT tid FROM picked))%s",
 	    crashed, late, T, not_paused, skip_crashed, T, not_paused,
 	    skip_crashed, n, (long long)s->opt.batch_bytes, n, T, skip_late);
@@ -300,7 +307,13 @@ static char *sql_keepalive(const struct store *s)
  * no index descent; the count of rows moved is the command's own. In
  * ordered mode the same statement moves the key's head marker (or blocks
  * the key), from the rows the mark returns; without a tail the mark
- * returns nothing.
+ * returns nothing. They test no status: a row this transaction holds is
+ * pending (it was leased so, and only its holder can change it), and one
+ * it already concluded has a new ctid (a later statement does not see the
+ * old version). A status test let the planner prefer the pending index,
+ * filtered by ctid, to the ctids themselves: under a held snapshot that
+ * index is mostly dead entries, and a mark of 50 rows cost 78,000 buffer
+ * reads (docs/design.md §4, "A held snapshot").
  */
 static char *mark_sql(char *core, const char *returning, char *tail)
 {
@@ -321,7 +334,7 @@ static char *sql_sent(const struct store *s)
 	return mark_sql(
 	    store_asprintf("UPDATE %s AS t SET status = 'sent', finished_at = "
 			   "statement_timestamp(), %s WHERE t.ctid = "
-			   "ANY($1::tid[]) AND t.status = 'pending'",
+			   "ANY($1::tid[])",
 			   s->table.quoted, MARK_CHARGE),
 	    MARK_COLUMNS, order_tail(s, false));
 }
@@ -330,19 +343,18 @@ static char *sql_sent(const struct store *s)
  * one write the floor of a table queue needs. */
 static char *sql_sent_delete(const struct store *s)
 {
-	return mark_sql(
-	    store_asprintf("DELETE FROM %s AS t WHERE t.ctid = "
-			   "ANY($1::tid[]) AND t.status = 'pending'",
-			   s->table.quoted),
-	    "t.id, t.partition_key, t.seq, 'sent'::text AS status, "
-	    "t.last_error",
-	    order_tail(s, false));
+	return mark_sql(store_asprintf("DELETE FROM %s AS t WHERE t.ctid = "
+				       "ANY($1::tid[])",
+				       s->table.quoted),
+			"t.id, t.partition_key, t.seq, 'sent'::text AS status, "
+			"t.last_error",
+			order_tail(s, false));
 }
 
 /* A mark that records a reason per row: $5, in the order of $1. */
 #define MARK_REASONS                                                           \
 	"FROM unnest($1::tid[], $5::text[]) AS u(tid, reason) WHERE t.ctid "   \
-	"= ANY($1::tid[]) AND t.ctid = u.tid AND t.status = 'pending'"
+	"= ANY($1::tid[]) AND t.ctid = u.tid"
 
 /* Event class: failed once the attempts are spent. */
 static char *sql_retry(const struct store *s)
@@ -573,13 +585,15 @@ static char *sql_clean_failed(const struct store *s)
 	return sql_clean(s, "failed");
 }
 
+/* $1: the scan floor, as the lease's $4. */
 static char *sql_next_due(const struct store *s)
 {
 	return store_asprintf(
 	    "SELECT CASE WHEN min(next_attempt_at) IS NULL THEN -1 ELSE "
 	    "greatest(0, ceil(extract(epoch FROM (min(next_attempt_at) - "
 	    "now())) * 1000))::bigint END::text "
-	    "FROM %s WHERE status = 'pending'%s",
+	    "FROM %s WHERE status = 'pending' AND next_attempt_at >= "
+	    "$1::timestamptz%s",
 	    s->table.quoted,
 	    s->opt.ordered ? " AND (partition_key IS NULL OR head)" : "");
 }

@@ -32,6 +32,7 @@ struct store_options store_options_from_config(const struct config *cfg,
 	    .batch_bytes = cfg->batch_bytes,
 	    .clean_batch_size = cfg->clean_batch_size,
 	    .lease_timeout_ms = cfg->lease_timeout_ms,
+	    .lease_rescan_ms = cfg->lease_rescan_ms,
 	    .statement_timeout_ms = cfg->statement_timeout_ms,
 	    /* A cut relay's session must end well before its lease. */
 	    .dead_peer_ms = cfg->pg_dead_peer_ms < cfg->lease_timeout_ms / 2
@@ -376,6 +377,7 @@ void store_close(struct store *s)
 	free(s->leased_by);
 	free(s->ce_source);
 	free(s->extra_sql);
+	free(s->rescan_paused);
 	for (size_t i = 0; i < sizeof(s->tx_settings) / sizeof(*s->tx_settings);
 	     i++)
 		free(s->tx_settings[i]);

@@ -55,7 +55,9 @@ struct store_options {
 	int clean_batch_size;  /* rows per cleaner transaction */
 	int64_t lease_timeout_ms;
 	int64_t statement_timeout_ms;
-	int64_t dead_peer_ms; /* OUTBOX_PG_DEAD_PEER_TIMEOUT; 0: 15 s */
+	int64_t lease_rescan_ms; /* OUTBOX_LEASE_RESCAN_INTERVAL; 0: every
+				    lease scans from the start */
+	int64_t dead_peer_ms;	 /* OUTBOX_PG_DEAD_PEER_TIMEOUT; 0: 15 s */
 	int64_t backoff_base_ms;
 	int64_t backoff_max_ms;
 	double backoff_factor;

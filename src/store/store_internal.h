@@ -123,6 +123,15 @@ struct store {
 	 * leaves nothing behind. */
 	char *tx_settings[3];
 	bool tx_prepared[3];
+	/* The lease's scan floor (lease.c): where this session's next due
+	 * scan starts, the oldest next_attempt_at of its previous batch (in
+	 * microseconds since 2000, Postgres' epoch), unless floor_set is
+	 * false or a rescan is due (clock_ms() past rescan_at_ms, or the
+	 * paused list changed from rescan_paused). */
+	bool floor_set;
+	int64_t floor_us;
+	int64_t rescan_at_ms;
+	char *rescan_paused;
 };
 
 /* A leased batch's rows: the result they point into, the events, and
