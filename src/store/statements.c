@@ -130,13 +130,16 @@ static char *order_tail(const struct store *s, bool may_fail)
  * crashed its relay would take a full batch of neighbours down with it on the
  * next one. (Postgres records an abort before it lets go of the row locks, so
  * such a row is never seen unlocked with its claim still in progress.) The
- * dead claims are read twice: once as the statement starts, to skip their
- * rows in the locking scans, and once more (late) after every row is
- * locked, when the rows are read back by ctid: a lease that died between
- * the two had its rows unlocked and its claim dead, and without the second
- * read they would be leased at once, as no suspects, in a full batch
- * (issue 25; the model's early_exclusion mutant, docs/model.md). The
- * second read is an InitPlan of the read back's filter: Postgres runs an
+ * claims are read once, as the statement starts: the dead claims' rows are
+ * skipped in the locking scans, and the claims still running then are asked
+ * again (late) after every row is locked, when the rows are read back by
+ * ctid: a lease that died between the two had its rows unlocked and its
+ * claim dead, and without the second look they would be leased at once, as
+ * no suspects, in a full batch. (A claim that committed cannot die later,
+ * and one written after the statement began is not visible to it either
+ * way, so the running ones are all the late look needs; issue 25, the
+ * model's early_exclusion mutant, docs/model.md.) The
+ * late look is an InitPlan of the read back's filter: Postgres runs an
  * InitPlan when its value is first needed, here on the first row the TID
  * scan returns, after that scan evaluated its TID list, the picked rows,
  * which locked them all. No store test forces the race (the model does).
@@ -169,22 +172,27 @@ static char *lease_sql(const struct store *s, bool claims)
 {
 	const char *T = s->table.quoted;
 	int n = s->opt.batch_size;
+	/* One read of the claims table per lease: under a held snapshot
+	 * it keeps a version of every claim written since, and a read
+	 * visits them all. The claims whose transaction is still running
+	 * are kept with their ids, and only they are asked again late. */
 	char *crashed =
-	    claims ? store_asprintf("crashed AS MATERIALIZED (SELECT "
-				    "unnest(ids) AS x FROM %s WHERE "
-				    "cardinality(ids) > 0 AND "
-				    "%s = 'aborted'), ",
-				    s->claims, CLAIM_XACT_STATUS("xid"))
+	    claims ? store_asprintf(
+			 "open_claims AS MATERIALIZED (SELECT xid, ids, st "
+			 "FROM (SELECT xid, ids, %s AS st FROM %s WHERE "
+			 "cardinality(ids) > 0) c WHERE st IN ('aborted', "
+			 "'in progress')), crashed AS MATERIALIZED (SELECT "
+			 "unnest(ids) AS x FROM open_claims WHERE st = "
+			 "'aborted'), ",
+			 CLAIM_XACT_STATUS("xid"), s->claims)
 		   : strdup("");
 	const char *skip_crashed =
 	    claims ? "AND NOT id = ANY(ARRAY(SELECT x FROM crashed)) " : "";
 	char *late =
-	    claims
-		? store_asprintf("late AS MATERIALIZED (SELECT unnest(ids) AS "
-				 "x FROM %s WHERE cardinality(ids) > 0 AND "
-				 "%s = 'aborted'), ",
-				 s->claims, CLAIM_XACT_STATUS("xid"))
-		: strdup("");
+	    claims ? strdup("late AS MATERIALIZED (SELECT unnest(ids) AS x "
+			    "FROM open_claims WHERE st = 'aborted' OR "
+			    "pg_xact_status(xid) = 'aborted'), ")
+		   : strdup("");
 	const char *skip_late =
 	    claims ? " AND NOT t.id = ANY(ARRAY(SELECT x FROM late))" : "";
 	if (!crashed || !late) {
