@@ -413,6 +413,63 @@ def horizon_line(r, key, f):
     return ", ".join(f % median_of(r[w][key]) for w in HORIZON)
 
 
+class HorizonWindow:
+    """What the relay did in a window of the horizon section, from now to
+    end(): the Postgres CPU of its own sessions (as pg_stat_activity names
+    them) per event it counted sent on /metrics; the backlog (rows pending
+    or in flight, in seconds of input) and dead tuples at the end; beside
+    them the whole cluster's CPU per event (producers and autovacuum
+    included) and the relay's own."""
+
+    def __init__(self, bench, relay, t):
+        self.bench, self.relay, self.t = bench, relay, t
+        self.ins = self.stats()[0]
+        self.sent = self.sent_count()
+        self.relay_cpu = relay.cpu_s()
+        self.cluster = dbcost.pg_cpu_s(bench)
+        self.cpu = self.sessions()
+        self.t0 = time.monotonic()
+
+    def sessions(self):
+        return {int(pid): proc_cpu_s(int(pid)) for pid in self.bench.sql(
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE "
+            "'outbox-relay/%' AND datname = current_database()").split()}
+
+    def stats(self):
+        ins, dead = self.bench.sql(
+            "SELECT n_tup_ins, n_dead_tup FROM pg_stat_user_tables WHERE "
+            "relid = '%s'::regclass" % self.t).split("|")
+        return int(ins), int(dead)
+
+    def sent_count(self):
+        v = dbcost.metric(self.relay, dbcost.SENT_METRIC)
+        if v is None:
+            raise BenchError("the relay's /metrics did not answer (log %s)"
+                             % self.relay.log_path)
+        return v
+
+    def end(self):
+        after = self.sessions()
+        secs = time.monotonic() - self.t0
+        cluster = dbcost.pg_cpu_s(self.bench) - self.cluster
+        relay_cpu = self.relay.cpu_s() - self.relay_cpu
+        n = self.sent_count() - self.sent
+        # Sessions that began in the window count from zero.
+        cpu = sum(c - self.cpu.get(pid, 0.0) for pid, c in after.items())
+        pending = int(self.bench.sql(
+            "SELECT count(*) FROM %s WHERE status IN ('pending', "
+            "'in_flight')" % self.t))
+        ins, dead = self.stats()
+        rate = self.bench.p["horizon_rate"]
+        return {"seconds": secs, "events": n, "events_per_s": n / secs,
+                "produced_per_s": (ins - self.ins) / secs,
+                "pg_us_per_event": 1e6 * cpu / max(n, 1),
+                "cluster_us_per_event": 1e6 * cluster / max(n, 1),
+                "relay_us_per_event": 1e6 * relay_cpu / max(n, 1),
+                "pending": pending, "backlog_s": pending / rate,
+                "dead_tup": dead}
+
+
 class Services:
     def __init__(self, work, need_kafka, build_dir):
         self.own = []
@@ -1366,6 +1423,8 @@ class Bench:
         return out
 
     def horizon_cell(self, label, relay_bin, env, mode):
+        """One relay binary and history mode on a fresh table: the three
+        windows and the ratios of the later two to the one before."""
         p = self.p
         rate, warm = p["horizon_rate"], p["horizon_warmup_s"]
         win, hold = p["horizon_window_s"], p["horizon_hold_s"]
@@ -1407,7 +1466,7 @@ class Bench:
                     time.sleep(min(1.0, max(0.0, until - time.monotonic())))
 
             pause(time.monotonic() + warm)
-            w = self.horizon_window(relay, t)
+            w = HorizonWindow(self, relay, t)
             pause(time.monotonic() + win)
             res["before"] = w.end()
             holder = self.hold_snapshot(t)
@@ -1415,13 +1474,13 @@ class Bench:
             say("horizon %s, %s: snapshot held for %d s" % (label, mode,
                                                              hold))
             pause(held + hold - win)
-            w = self.horizon_window(relay, t)
+            w = HorizonWindow(self, relay, t)
             pause(held + hold)
             res["late"] = w.end()
             self.release_snapshot(holder)
             holder = None
             pause(time.monotonic() + after)
-            w = self.horizon_window(relay, t)
+            w = HorizonWindow(self, relay, t)
             pause(time.monotonic() + win)
             res["after"] = w.end()
         finally:
@@ -1434,76 +1493,14 @@ class Bench:
         if rc != 0:
             raise BenchError("relay exit code %s (log %s)" % (
                 rc, relay.log_path))
+        # With history kept the full form leaves 2M rows: not kept for
+        # the next cell.
+        self.sql("SET client_min_messages = warning; DROP SCHEMA %s "
+                 "CASCADE" % t.split(".")[0])
         for k in ("late", "after"):
             res[k + "_over_before"] = ratio(res[k]["pg_us_per_event"],
                                             res["before"]["pg_us_per_event"])
         return res
-
-    def horizon_window(self, relay, t):
-        """What the relay did in a window of the horizon section, from
-        start (now) to end(): the Postgres CPU of its own sessions (as
-        pg_stat_activity names them) per event it counted sent on
-        /metrics; the backlog (rows pending or in flight, in seconds of
-        input) and dead tuples at the end; beside them the whole cluster's
-        CPU per event (producers and autovacuum included) and the relay's
-        own."""
-        bench = self
-        rate = self.p["horizon_rate"]
-
-        def sessions():
-            out = {}
-            for line in bench.sql(
-                    "SELECT pid FROM pg_stat_activity WHERE application_name"
-                    " LIKE 'outbox-relay/%' AND datname = current_database()"
-            ).split():
-                out[int(line)] = proc_cpu_s(int(line))
-            return out
-
-        def stats():
-            ins, dead = bench.sql(
-                "SELECT n_tup_ins, n_dead_tup FROM pg_stat_user_tables "
-                "WHERE relid = '%s'::regclass" % t).split("|")
-            return int(ins), int(dead)
-
-        def sent():
-            v = dbcost.metric(relay, dbcost.SENT_METRIC)
-            if v is None:
-                raise BenchError("the relay's /metrics did not answer (log "
-                                 "%s)" % relay.log_path)
-            return v
-
-        class Window:
-            def __init__(self):
-                self.ins = stats()[0]
-                self.sent = sent()
-                self.relay_cpu = relay.cpu_s()
-                self.cluster = dbcost.pg_cpu_s(bench)
-                self.cpu = sessions()
-                self.t0 = time.monotonic()
-
-            def end(self):
-                after = sessions()
-                secs = time.monotonic() - self.t0
-                cluster = dbcost.pg_cpu_s(bench) - self.cluster
-                relay_cpu = relay.cpu_s() - self.relay_cpu
-                n = sent() - self.sent
-                # Sessions that began in the window count from zero.
-                cpu = sum(c - self.cpu.get(pid, 0.0)
-                          for pid, c in after.items())
-                pending = int(bench.sql(
-                    "SELECT count(*) FROM %s WHERE status IN ('pending', "
-                    "'in_flight')" % t))
-                ins, dead = stats()
-                return {"seconds": secs, "events": n,
-                        "events_per_s": n / secs,
-                        "produced_per_s": (ins - self.ins) / secs,
-                        "pg_us_per_event": 1e6 * cpu / max(n, 1),
-                        "cluster_us_per_event": 1e6 * cluster / max(n, 1),
-                        "relay_us_per_event": 1e6 * relay_cpu / max(n, 1),
-                        "pending": pending, "backlog_s": pending / rate,
-                        "dead_tup": dead}
-
-        return Window()
 
     def hold_snapshot(self, t):
         """A session holding a REPEATABLE READ snapshot (it has read the
