@@ -24,6 +24,11 @@ ratio of figures measured by this same invocation on this same machine:
  6. Database cost (section dbcost, tests/bench/dbcost.py): Postgres CPU
     and WAL per event of the relay's drain next to the floor statements of
     a table queue, run by pgbench on the same table.
+ 7. Horizon (section horizon, only when --sections names it): producers
+    at 1000 events/s while a REPEATABLE READ snapshot is held for 30
+    minutes; the Postgres CPU of the relay's sessions per event, backlog
+    and dead tuples before, late in the hold and after the release, with
+    history and without, for this build and the --baseline-bin one.
 
 The targets (TARGETS, the one table of them) get a verdict each from the
 run's own results, printed as a second table and in the JSON line; they are
@@ -63,6 +68,8 @@ FULL = {
     "latency_warmup_s": 4, "filler": 5000000, "scale_pending": 100000,
     "hold_s": 60, "hold_rate": 20, "backlog": 1000000, "purge": 2000000,
     "notify_s": 10,
+    "horizon_rate": 1000, "horizon_payload": 512, "horizon_warmup_s": 30,
+    "horizon_window_s": 60, "horizon_hold_s": 1800, "horizon_after_s": 60,
 }
 QUICK = {
     "runs": 1, "events": 5000, "workers": [1, 2, 4], "db_clients": 4,
@@ -71,10 +78,16 @@ QUICK = {
     "latency_warmup_s": 4, "filler": 50000, "scale_pending": 10000,
     "hold_s": 5, "hold_rate": 20, "backlog": 20000, "purge": 20000,
     "notify_s": 3,
+    "horizon_rate": 1000, "horizon_payload": 512, "horizon_warmup_s": 10,
+    "horizon_window_s": 20, "horizon_hold_s": 120, "horizon_after_s": 30,
 }
 SECTIONS = ["limits", "throughput", "latency", "notify", "history",
             "snapshot", "backlog", "purge", "dbcost"]
 SCALE = ["history", "snapshot", "backlog", "purge"]
+HORIZON = ["before", "late", "after"]  # the horizon section's windows
+# Sections run only when --sections names them (too long for the default
+# list, which the test suite's quick form runs).
+ON_REQUEST = ["horizon"]
 
 # The targets: the only place a threshold is written. Each row: name,
 # what it measures, the figure it reads (a path into the results; derive()
@@ -153,6 +166,27 @@ TARGETS = [
      "with its deletes", ("dbcost", "ratios",
                           "relay_life+deletes/floor_d+deletes."
                           "cpu_us_per_event"), "<=", 1.3),
+    ("horizon_history_late", "Held snapshot, history kept: Postgres CPU "
+     "of the relay's sessions per event late in the hold × before it",
+     ("horizon", "relay", "history", "late_over_before"), "<=", 1.3),
+    ("horizon_history_after", "Held snapshot, history kept: Postgres CPU "
+     "of the relay's sessions per event after the release × before the "
+     "hold", ("horizon", "relay", "history", "after_over_before"), "<=",
+     1.1),
+    ("horizon_history_backlog", "Held snapshot, history kept: backlog "
+     "late in the hold, seconds of input",
+     ("horizon", "relay", "history", "late", "backlog_s"), "<=", 1.0),
+    ("horizon_nohistory_late", "Held snapshot, no history "
+     "(OUTBOX_RETENTION=0): Postgres CPU of the relay's sessions per event "
+     "late in the hold × before it",
+     ("horizon", "relay", "nohistory", "late_over_before"), "<=", 1.3),
+    ("horizon_nohistory_after", "Held snapshot, no history "
+     "(OUTBOX_RETENTION=0): Postgres CPU of the relay's sessions per event "
+     "after the release × before the hold",
+     ("horizon", "relay", "nohistory", "after_over_before"), "<=", 1.1),
+    ("horizon_nohistory_backlog", "Held snapshot, no history "
+     "(OUTBOX_RETENTION=0): backlog late in the hold, seconds of input",
+     ("horizon", "relay", "nohistory", "late", "backlog_s"), "<=", 1.0),
 ]
 # What a target's figure needs beyond its section: with it missing, the
 # verdict says why.
@@ -319,7 +353,8 @@ def why_not(r, path, sections, baseline):
     if path[0].startswith("throughput") and path[1] not in r.get(
             "throughput", {}):
         return "no %s broker in this run" % path[1]
-    if path[0] == "dbcost" and "nohistory" in path[-1]:
+    if path[0] in ("dbcost", "horizon") and any("nohistory" in k
+                                                for k in path):
         return "OUTBOX_RETENTION=0 not supported by this build"
     if path[0].startswith("throughput"):
         return "worker count not in this run's --workers"
@@ -371,6 +406,68 @@ def verdict_table(vs):
             ("%s (%s)" % (v["verdict"], v["detail"])) if v["detail"]
             else v["verdict"]))
     return "\n".join(rows)
+
+
+def horizon_line(r, key, f):
+    """One figure of the horizon section's three windows, for progress."""
+    return ", ".join(f % median_of(r[w][key]) for w in HORIZON)
+
+
+class HorizonWindow:
+    """What the relay did in a window of the horizon section, from now to
+    end(): the Postgres CPU of its own sessions (as pg_stat_activity names
+    them) per event it counted sent on /metrics; the backlog (rows pending
+    or in flight, in seconds of input) and dead tuples at the end; beside
+    them the whole cluster's CPU per event (producers and autovacuum
+    included) and the relay's own."""
+
+    def __init__(self, bench, relay, t):
+        self.bench, self.relay, self.t = bench, relay, t
+        self.ins = self.stats()[0]
+        self.sent = self.sent_count()
+        self.relay_cpu = relay.cpu_s()
+        self.cluster = dbcost.pg_cpu_s(bench)
+        self.cpu = self.sessions()
+        self.t0 = time.monotonic()
+
+    def sessions(self):
+        return {int(pid): proc_cpu_s(int(pid)) for pid in self.bench.sql(
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE "
+            "'outbox-relay/%' AND datname = current_database()").split()}
+
+    def stats(self):
+        ins, dead = self.bench.sql(
+            "SELECT n_tup_ins, n_dead_tup FROM pg_stat_user_tables WHERE "
+            "relid = '%s'::regclass" % self.t).split("|")
+        return int(ins), int(dead)
+
+    def sent_count(self):
+        v = dbcost.metric(self.relay, dbcost.SENT_METRIC)
+        if v is None:
+            raise BenchError("the relay's /metrics did not answer (log %s)"
+                             % self.relay.log_path)
+        return v
+
+    def end(self):
+        after = self.sessions()
+        secs = time.monotonic() - self.t0
+        cluster = dbcost.pg_cpu_s(self.bench) - self.cluster
+        relay_cpu = self.relay.cpu_s() - self.relay_cpu
+        n = self.sent_count() - self.sent
+        # Sessions that began in the window count from zero.
+        cpu = sum(c - self.cpu.get(pid, 0.0) for pid, c in after.items())
+        pending = int(self.bench.sql(
+            "SELECT count(*) FROM %s WHERE status IN ('pending', "
+            "'in_flight')" % self.t))
+        ins, dead = self.stats()
+        rate = self.bench.p["horizon_rate"]
+        return {"seconds": secs, "events": n, "events_per_s": n / secs,
+                "produced_per_s": (ins - self.ins) / secs,
+                "pg_us_per_event": 1e6 * cpu / max(n, 1),
+                "cluster_us_per_event": 1e6 * cluster / max(n, 1),
+                "relay_us_per_event": 1e6 * relay_cpu / max(n, 1),
+                "pending": pending, "backlog_s": pending / rate,
+                "dead_tup": dead}
 
 
 class Services:
@@ -566,6 +663,8 @@ class Bench:
             self.p["workers"] = args.workers
         if args.events:
             self.p["events"] = args.events
+        if args.horizon_hold:
+            self.p["horizon_hold_s"] = args.horizon_hold
         self.sections = args.sections
         self.relay_bin = args.relay_bin
         self.build = os.path.dirname(self.relay_bin)
@@ -607,14 +706,15 @@ class Bench:
                     "-v", "ON_ERROR_STOP=1", "-c", text],
                    timeout=timeout).strip()
 
-    def table(self, name, listen=False):
+    def table(self, name, listen=False, relay_bin=None):
         """A fresh, migrated outbox table SCHEMA.outbox_events (with the
-        NOTIFY trigger if listen)."""
+        NOTIFY trigger if listen), migrated by relay_bin (default the relay
+        under test)."""
         schema = "%s_%s" % (self.tag, name)
         self.sql("SET client_min_messages = warning; DROP SCHEMA IF EXISTS "
                  "%s CASCADE" % schema)
         t = schema + ".outbox_events"
-        run([self.relay_bin, "migrate"], env=dict(
+        run([relay_bin or self.relay_bin, "migrate"], env=dict(
             os.environ, OUTBOX_DATABASE_URL=self.svc.db_url,
             OUTBOX_TABLE=t, OUTBOX_LISTEN="on" if listen else "off"))
         return t
@@ -1265,6 +1365,188 @@ class Bench:
                 "wal_mb": spread([r["wal_mb"] for r in runs]),
                 "rows": n, "clean_batch_size": 10000}
 
+    # ---- 7. horizon: a snapshot held under a steady load ----
+
+    def horizon(self):
+        """Producers at a fixed rate for the whole of each cell; a
+        REPEATABLE READ snapshot held for horizon_hold_s; the Postgres CPU
+        of the relay's sessions per event, the backlog and the table's dead
+        tuples in a window before the hold, in the hold's last window and
+        in one after the release. Cells: the relay under test and the
+        baseline (--baseline-bin, --baseline-env), each with history kept
+        and without (OUTBOX_RETENTION=0, when the binary offers 0); one
+        run unless --runs says otherwise, the binaries alternating."""
+        dbcost.bind(sys.modules[__name__])
+        bins = [("relay", self.relay_bin, {})]
+        if self.args.baseline_bin or self.baseline_env:
+            bins.append(("baseline", self.args.baseline_bin or
+                         self.relay_bin, self.baseline_env))
+        modes = {}
+        for label, relay_bin, _ in bins:
+            zero, rng = dbcost.retention_zero(relay_bin)
+            modes[label] = ["history"] + (["nohistory"] if zero else [])
+            if not zero:
+                self.notes.append("horizon: the %s takes OUTBOX_RETENTION "
+                                  "%s, not 0: no cell without history" % (
+                                      label, rng))
+        runs = {label: {m: [] for m in modes[label]} for label, _, _ in bins}
+        for i in range(self.args.runs or 1):
+            for label, relay_bin, env in (bins if i % 2 == 0 else
+                                          bins[::-1]):
+                for mode in modes[label]:
+                    extra = dict(env)
+                    if mode == "nohistory":
+                        extra["OUTBOX_RETENTION"] = "0"
+                    r = self.horizon_cell(label, relay_bin, extra, mode)
+                    runs[label][mode].append(r)
+                    say("horizon %s, %s, run %d (before, late, after): "
+                        "Postgres CPU us/event %s (late %.2f x, after %.2f "
+                        "x); events/s %s; backlog s %s; dead tuples %s" % (
+                            label, mode, i + 1, horizon_line(
+                                r, "pg_us_per_event", "%.1f"),
+                            r["late_over_before"], r["after_over_before"],
+                            horizon_line(r, "events_per_s", "%.0f"),
+                            horizon_line(r, "backlog_s", "%.2f"),
+                            horizon_line(r, "dead_tup", "%d")))
+        out = {k: self.p["horizon_" + k] for k in (
+            "rate", "payload", "warmup_s", "window_s", "hold_s", "after_s")}
+        out["workers"] = 2
+        out["publisher"] = "stdout"
+        for label in runs:
+            out[label] = {}
+            for mode, rs in runs[label].items():
+                cell = {w: {k: spread([r[w][k] for r in rs])
+                            for k in rs[0][w]} for w in HORIZON}
+                for k in ("late_over_before", "after_over_before"):
+                    cell[k] = spread([r[k] for r in rs])
+                out[label][mode] = cell
+        return out
+
+    def horizon_cell(self, label, relay_bin, env, mode):
+        """One relay binary and history mode on a fresh table: the three
+        windows and the ratios of the later two to the one before."""
+        p = self.p
+        rate, warm = p["horizon_rate"], p["horizon_warmup_s"]
+        win, hold = p["horizon_window_s"], p["horizon_hold_s"]
+        after = p["horizon_after_s"]
+        t = self.table("horizon_%s_%s" % (label, mode), relay_bin=relay_bin)
+        self.sql("TRUNCATE %s" % t)
+        self.sql("VACUUM ANALYZE %s" % t)
+        script = os.path.join(self.work, "horizon-insert.sql")
+        with open(script, "w") as f:
+            f.write("INSERT INTO %s (type, routing_key, payload) VALUES "
+                    "('bench.event', 'bench', decode(repeat(md5(random()"
+                    "::text), %d), 'hex'));\n" % (
+                        t, p["horizon_payload"] // 16))
+        name = "horizon-%s-%s" % (label, mode)
+        relay = Relay(self, t, "stdout", 2, env, log_name=name,
+                      relay_bin=relay_bin)
+        producers = holder = None
+        res = {}
+        try:
+            # The producers run for the whole cell; they are stopped at
+            # its end.
+            with open(os.path.join(self.work, name + "-pgbench.log"),
+                      "a") as err:
+                producers = subprocess.Popen(
+                    [self.svc.pgbench, "-n", "-M", "prepared", "-c", "2",
+                     "-j", "1", "-R", str(rate), "-T",
+                     str(warm + 3 * win + hold + after + 300), "-f", script,
+                     self.svc.db_url], stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=err)
+
+            def pause(until):
+                while time.monotonic() < until:
+                    if not relay.alive():
+                        raise BenchError("relay exited (log %s)" %
+                                         relay.log_path)
+                    if producers.poll() is not None:
+                        raise BenchError("the producers (pgbench) exited "
+                                         "early")
+                    time.sleep(min(1.0, max(0.0, until - time.monotonic())))
+
+            pause(time.monotonic() + warm)
+            w = HorizonWindow(self, relay, t)
+            pause(time.monotonic() + win)
+            res["before"] = w.end()
+            holder = self.hold_snapshot(t)
+            held = time.monotonic()
+            say("horizon %s, %s: snapshot held for %d s" % (label, mode,
+                                                             hold))
+            pause(held + hold - win)
+            w = HorizonWindow(self, relay, t)
+            pause(held + hold)
+            res["late"] = w.end()
+            self.release_snapshot(holder)
+            holder = None
+            pause(time.monotonic() + after)
+            w = HorizonWindow(self, relay, t)
+            pause(time.monotonic() + win)
+            res["after"] = w.end()
+        finally:
+            if holder:
+                self.release_snapshot(holder)
+            if producers and producers.poll() is None:
+                producers.terminate()
+                producers.wait(30)
+            rc = relay.stop()
+        if rc != 0:
+            raise BenchError("relay exit code %s (log %s)" % (
+                rc, relay.log_path))
+        # With history kept the full form leaves 2M rows: not kept for
+        # the next cell.
+        self.sql("SET client_min_messages = warning; DROP SCHEMA %s "
+                 "CASCADE" % t.split(".")[0])
+        for k in ("late", "after"):
+            res[k + "_over_before"] = ratio(res[k]["pg_us_per_event"],
+                                            res["before"]["pg_us_per_event"])
+        return res
+
+    def hold_snapshot(self, t):
+        """A session holding a REPEATABLE READ snapshot (it has read the
+        outbox table) until release_snapshot(); returns once its
+        backend_xmin is set."""
+        app = self.tag + "_holder"
+        holder = subprocess.Popen(
+            ["psql", self.svc.db_url, "-X", "-q", "-c",
+             "BEGIN ISOLATION LEVEL REPEATABLE READ", "-c",
+             "SELECT count(*) FROM %s" % t, "-c",
+             "SELECT pg_sleep(%d)" % (self.p["horizon_hold_s"] + 3600),
+             "-c", "COMMIT"], env=dict(os.environ, PGAPPNAME=app),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while self.sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE "
+                "application_name = '%s' AND backend_xmin IS NOT NULL AND "
+                "state = 'active' AND query LIKE 'SELECT pg_sleep%%'"
+                % app) == "0":
+            if time.monotonic() > deadline or holder.poll() is not None:
+                holder.kill()
+                holder.wait()
+                raise BenchError("the snapshot holder did not start")
+            time.sleep(0.1)
+        return holder, app
+
+    def release_snapshot(self, holder):
+        """Ends the holder's session (killing psql alone would leave its
+        backend asleep, snapshot held) and waits until it is gone."""
+        proc, app = holder
+        where = "application_name = '%s'" % app
+        self.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                 "WHERE " + where)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        deadline = time.monotonic() + 30
+        while self.sql("SELECT count(*) FROM pg_stat_activity WHERE " +
+                       where) != "0":
+            if time.monotonic() > deadline:
+                raise BenchError("the snapshot holder's session did not end")
+            time.sleep(0.1)
+
     # ---- report ----
 
     def report(self):
@@ -1449,7 +1731,54 @@ class Bench:
                 "|---|---|---|---|"]
         notes = ["", "Notes: " + "; ".join(self.notes) + "."] \
             if self.notes else []
-        return "\n".join(head + rows + notes)
+        out = head + rows + notes if rows else notes[1:]
+        if "horizon" in r:
+            out += ([""] if out else []) + self.horizon_table(r["horizon"])
+        return "\n".join(out)
+
+    @staticmethod
+    def horizon_table(h):
+        """The horizon section's own table: per relay, history mode and
+        window, the figures and the ratio to the window before the hold."""
+        def cell(s, f):
+            if s["min"] == s["max"]:
+                return f % s["median"]
+            return (f + " (" + f + "–" + f + ")") % (s["median"], s["min"],
+                                                     s["max"])
+
+        out = ["Horizon: producers at %d events/s (%d-byte payloads) for the "
+               "whole cell; the relay with %d workers, publisher %s; a "
+               "REPEATABLE READ snapshot held %d s; %d s windows: before "
+               "(after a %d s warm-up), late (the hold's last %d s), after "
+               "(from %d s after the release)." % (
+                   h["rate"], h["payload"], h["workers"], h["publisher"],
+                   h["hold_s"], h["window_s"], h["warmup_s"], h["window_s"],
+                   h["after_s"]),
+               "",
+               "| Relay | History | Window | Postgres CPU of the relay's "
+               "sessions, µs/event | × before | Events/s relayed | Backlog, "
+               "s of input | Dead tuples | Whole cluster's CPU, µs/event |",
+               "|---|---|---|---|---|---|---|---|---|"]
+        for label in ("relay", "baseline"):
+            for mode in ("history", "nohistory"):
+                c = h.get(label, {}).get(mode)
+                if not c:
+                    continue
+                for w in HORIZON:
+                    d = c[w]
+                    out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s "
+                               "|" % (
+                                   "under test" if label == "relay" else
+                                   "baseline", "kept" if mode == "history"
+                                   else "none (OUTBOX_RETENTION=0)", w,
+                                   cell(d["pg_us_per_event"], "%.1f"),
+                                   cell(c[w + "_over_before"], "%.2f")
+                                   if w != "before" else "",
+                                   cell(d["events_per_s"], "%.0f"),
+                                   cell(d["backlog_s"], "%.2f"),
+                                   cell(d["dead_tup"], "%.0f"),
+                                   cell(d["cluster_us_per_event"], "%.1f")))
+        return out
 
     def lease_cost_rows(self, lat, name, row):
         """What the relay cost Postgres while the latency was measured."""
@@ -1578,6 +1907,8 @@ class Bench:
             if "dbcost" in self.sections:
                 self.results["dbcost"] = dbcost.measure(
                     self, sys.modules[__name__])
+            if "horizon" in self.sections:
+                self.results["horizon"] = self.horizon()
             derive(self.results, self.p["workers"])
             table = self.report()
             vs = verdicts(self.results, self.sections,
@@ -1635,16 +1966,22 @@ def main():
     p.add_argument("--quick", action="store_true",
                    help="small sizes and one run each (a smoke test)")
     p.add_argument("--runs", type=int, default=0,
-                   help="runs per figure (default 3, --quick 1)")
+                   help="runs per figure (default 3, --quick 1; the "
+                   "horizon section 1)")
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help="comma-separated subset of " + ",".join(SECTIONS) +
-                   " (scale = history,snapshot,backlog,purge)")
+                   " (scale = history,snapshot,backlog,purge; default: "
+                   "all of them), or sections run only when named: " +
+                   ",".join(ON_REQUEST))
     p.add_argument("--workers", default=None, metavar="LIST",
                    help="the throughput section's worker counts, "
                    "comma-separated (default 1,2,4)")
     p.add_argument("--events", type=int, default=0,
                    help="events per throughput drain (default 100000, "
                    "--quick 5000)")
+    p.add_argument("--horizon-hold", type=int, default=0, metavar="S",
+                   help="the horizon section's snapshot hold, seconds "
+                   "(default 1800, --quick 120)")
     p.add_argument("--no-kafka", action="store_true",
                    help="leave out the Kafka figures")
     p.add_argument("--keep", action="store_true",
@@ -1672,7 +2009,8 @@ def main():
     a.sections = [s for s in a.sections.split(",") if s]
     if "scale" in a.sections:
         a.sections += SCALE
-    bad = [s for s in a.sections if s not in SECTIONS + ["scale"]]
+    bad = [s for s in a.sections
+           if s not in SECTIONS + ON_REQUEST + ["scale"]]
     if bad:
         p.error("unknown section(s): " + ", ".join(bad))
     for kv in a.relay_env + a.baseline_env:
@@ -1688,6 +2026,11 @@ def main():
             p.error("--workers takes worker counts of 1..64")
     if a.events and (a.events < 100 or a.events > 10000000):
         p.error("--events must be 100..10000000")
+    window = (QUICK if a.quick else FULL)["horizon_window_s"]
+    if a.horizon_hold and (a.horizon_hold < window or
+                           a.horizon_hold > 86400):
+        p.error("--horizon-hold must be %d..86400 seconds (at least the "
+                "window)" % window)
     if a.runs < 0 or a.runs > 20:
         p.error("--runs must be 1..20")
     if not a.relay_bin:
