@@ -813,7 +813,10 @@ class Bench:
         # be empty, and the planner sees the values either way.
         def bind(text, values):
             return re.sub(r"\$(\d+)\b", lambda m: values[m.group(1)], text)
-        lease = bind(lease, {"1": "'{}'", "2": "''", "3": "'/bench'"})
+        # $4, the scan floor: '-infinity' is the lease as it rescans,
+        # from the start of the pending index (docs/design.md §4).
+        lease = bind(lease, {"1": "'{}'", "2": "''", "3": "'/bench'",
+                             "4": "'-infinity'"})
         claim = bind(claim, {"1": "'pgbench/' || :client_id", "2": ":lease",
                              "3": "pg_current_xact_id()", "4": ":ids",
                              "5": "'/bench'"})
