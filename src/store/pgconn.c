@@ -113,7 +113,7 @@ char *pgconn_tx_settings(const struct pgconn_options *opt, enum pgconn_tx tx)
 {
 	struct timeouts t = timeouts_of(opt);
 	struct keepalive k = keepalive_of(opt->dead_peer_ms);
-	char idle[96] = "", lease[320] = "", sql[640];
+	char idle[96] = "", lease[400] = "", sql[720];
 
 	if (tx != PGCONN_TX_STATEMENT &&
 	    (tx != PGCONN_TX_LEASE || GUARD_LEASE_IDLE_TIMEOUT))
@@ -133,10 +133,18 @@ char *pgconn_tx_settings(const struct pgconn_options *opt, enum pgconn_tx tx)
 	 * skips them; a bitmap scan marks nothing, and Postgres picks one
 	 * whenever its statistics say few rows are pending (a queue table's
 	 * normal state): then every lease re-reads every row leased since
-	 * the last vacuum (docs/design.md §4). */
+	 * the last vacuum (docs/design.md §4). The marks name their rows by
+	 * ctid, and on a table Postgres thinks small it reads the whole
+	 * table instead of fetching them: a plan made so stays cached for
+	 * the prepared statement while the table grows (measured: 374 us of
+	 * Postgres CPU per event against 60 with history kept). No
+	 * statement of a lease transaction needs a sequential scan of the
+	 * outbox table; the claims table, with no index to use, still gets
+	 * one. */
 	if (tx == PGCONN_TX_LEASE)
 		snprintf(lease, sizeof(lease),
 			 ", set_config('enable_bitmapscan', 'off', true), "
+			 "set_config('enable_seqscan', 'off', true), "
 			 "set_config('tcp_keepalives_idle', '%d', true), "
 			 "set_config('tcp_keepalives_interval', '%d', true), "
 			 "set_config('tcp_keepalives_count', '%d', true), "
