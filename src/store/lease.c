@@ -491,8 +491,9 @@ static bool floor_text(int64_t pg_us, char out[40])
  * for at once: every row of its previous batch that went back to pending
  * (released, or retried with a later next_attempt_at) is at or above it.
  * What may lie below (a row committed late by a transaction that began
- * long ago, a row another relay let go, one an operator redrove with an
- * old next_attempt_at) waits for the next rescan: every
+ * long ago, a row another relay let go, one an operator redrove, whose
+ * next_attempt_at is when the redrive began) waits for the next rescan:
+ * every
  * OUTBOX_LEASE_RESCAN_INTERVAL, or 20 times the last rescan's duration
  * when that is longer (so a rescan stepping over a held snapshot's dead
  * entries costs at most about 5 % of a worker's time), and at once when

@@ -320,8 +320,8 @@ static char *sql_keepalive(const struct store *s)
  * it already concluded has a new ctid (a later statement does not see the
  * old version). A status test let the planner prefer the pending index,
  * filtered by ctid, to the ctids themselves: under a held snapshot that
- * index is mostly dead entries, and a mark of 50 rows cost 78,000 buffer
- * reads (docs/design.md §4, "A held snapshot").
+ * index is mostly dead entries, and 2 minutes into one a mark cost some
+ * 80,000 buffer reads (docs/design.md §4, "A held snapshot").
  */
 static char *mark_sql(char *core, const char *returning, char *tail)
 {
