@@ -501,6 +501,17 @@ static bool floor_text(int64_t pg_us, char out[40])
  * Ordered mode always rescans: a key's next row becomes its head with the
  * next_attempt_at it was written with.
  */
+/* The session's floor as the statements' parameter: '-infinity' when it
+ * has none or keeps none (ordered mode, OUTBOX_LEASE_RESCAN_INTERVAL=0). */
+static bool floor_of(const struct store *s, char floor[40])
+{
+	if (s->floor_set && !s->opt.ordered && s->opt.lease_rescan_ms > 0 &&
+	    floor_text(s->floor_us, floor))
+		return true;
+	snprintf(floor, 40, "-infinity");
+	return false;
+}
+
 static bool lease_rescans(struct store *s, const char *paused_arr,
 			  int64_t now_ms, char floor[40])
 {
@@ -510,9 +521,8 @@ static bool lease_rescans(struct store *s, const char *paused_arr,
 		free(s->rescan_paused);
 		s->rescan_paused = strdup(paused_arr);
 	}
-	if (paused_changed || !s->floor_set || s->opt.ordered ||
-	    s->opt.lease_rescan_ms == 0 || now_ms >= s->rescan_at_ms ||
-	    !floor_text(s->floor_us, floor)) {
+	if (!floor_of(s, floor) || paused_changed ||
+	    now_ms >= s->rescan_at_ms) {
 		snprintf(floor, 40, "-infinity");
 		return true;
 	}
@@ -564,11 +574,10 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	}
 	free(paused_arr);
 	if (rescan && res) {
-		int64_t took = clock_ms() - started_ms;
-		s->rescan_at_ms =
-		    clock_ms() + (20 * took > s->opt.lease_rescan_ms
-				      ? 20 * took
-				      : s->opt.lease_rescan_ms);
+		int64_t ended_ms = clock_ms(), took = ended_ms - started_ms;
+		s->rescan_at_ms = ended_ms + (20 * took > s->opt.lease_rescan_ms
+						  ? 20 * took
+						  : s->opt.lease_rescan_ms);
 	}
 	if (res && PQntuples(res) > 0)
 		rc = take_rows(s, res, out, err, errlen);
@@ -626,9 +635,7 @@ int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen)
 {
 	int rc;
 	char floor[40];
-	if (!s->floor_set || s->opt.ordered || s->opt.lease_rescan_ms == 0 ||
-	    !floor_text(s->floor_us, floor))
-		snprintf(floor, sizeof(floor), "-infinity");
+	floor_of(s, floor);
 	const char *values[1] = {floor};
 	PGresult *res = store_run(s, ST_NEXT_DUE, 1, values, PGRES_TUPLES_OK, 0,
 				  &rc, err, errlen);
