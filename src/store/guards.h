@@ -41,14 +41,14 @@
 #define GUARD_LEASE_IDLE_TIMEOUT 1
 #endif
 
-/* F1: a worker's claim never overwrites its previous one while that one
- * is unsettled. */
+/* F1: a worker's claim never replaces its previous one while that one
+ * is unsettled (the previous claim is deleted only once settled). */
 #ifdef OUTBOX_WITHOUT_F1
 /* The status is still read (the format's argument), and ignored. */
-#define GUARD_CLAIM_NO_OVERWRITE " WHERE %s IS NULL OR true"
+#define GUARD_CLAIM_NO_OVERWRITE "(%s IS NULL OR true)"
 #else
 #define GUARD_CLAIM_NO_OVERWRITE                                               \
-	" WHERE c.ids = '{}' OR coalesce(%s, 'committed') = 'committed'"
+	"(ids = '{}' OR coalesce(%s, 'committed') = 'committed')"
 #endif
 
 /* The fence: a mark runs only inside the lease transaction that holds

@@ -33,6 +33,7 @@ enum lease_col {
 	LC_XID,
 	LC_TID,
 	LC_NEXT_ATTEMPT_AT,
+	LC_CLAIMS_FLOOR,
 };
 
 /* True while rows' lease transaction is open on its session. */
@@ -76,7 +77,7 @@ int store_claim_release(struct store *s, const char *lease_id,
 			const char *const *ids, size_t n, char *err,
 			size_t errlen)
 {
-	if (s->claims_missing || !s->claim)
+	if (s->claims_missing || !s->claim || !s->claim_key)
 		return 0;
 	char *arr = NULL;
 	if (ids) {
@@ -87,7 +88,7 @@ int store_claim_release(struct store *s, const char *lease_id,
 		}
 	}
 	int rc;
-	const char *values[3] = {s->leased_by, lease_id, arr};
+	const char *values[3] = {s->claim_key, lease_id, arr};
 	PGresult *res = store_run(s->claim, ST_CLAIM_RELEASE, 3, values,
 				  PGRES_COMMAND_OK, 0, &rc, err, errlen);
 	free(arr);
@@ -363,6 +364,11 @@ static int take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	s->open_lease = rows;
 	s->floor_us = oldest;
 	s->floor_set = true;
+	uint64_t claims_floor;
+	if (col_be(res, 0, LC_CLAIMS_FLOOR, 8, &claims_floor)) {
+		s->claims_floor = claims_floor;
+		s->claims_gen = s->conn_gen;
+	}
 	return 0;
 }
 
@@ -393,10 +399,11 @@ static void no_claims(struct store *s, const char *err)
 /* Settles this worker's claim of a lease that aborted (a failed mark, a
  * rolled-back batch, a lost session), as the sweeper would: its rows owe
  * the attempt and come back as crash suspects. */
-static int settle_own_claim(struct store *s, char *err, size_t errlen)
+static int settle_own_claim(struct store *s, const char *key, char *err,
+			    size_t errlen)
 {
 	int rc;
-	const char *values[1] = {s->leased_by};
+	const char *values[1] = {key};
 	PGresult *res = store_run(s->claim, ST_SETTLE_OWN, 1, values,
 				  PGRES_TUPLES_OK, 0, &rc, err, errlen);
 	if (!res && store_fail_refused_after(s->claim, err))
@@ -414,7 +421,9 @@ static int settle_own_claim(struct store *s, char *err, size_t errlen)
 }
 
 /* Records, committed, which rows the open lease holds: the sweeper charges
- * their attempt if the transaction aborts (docs/design.md §4). */
+ * their attempt if the transaction aborts (docs/design.md §4). The claim
+ * is named holder#xid, the lease transaction's id: known before the reply,
+ * so a claim whose reply was lost is still the one a release gives up. */
 static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 		       size_t errlen)
 {
@@ -425,29 +434,39 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 		return rc;
 	const char **ids = malloc(b->n * sizeof(*ids));
 	char *arr = NULL;
+	char *key = store_asprintf("%s#%s", s->leased_by, b->rows->xid);
 	if (ids) {
 		for (size_t i = 0; i < b->n; i++)
 			ids[i] = b->events[i].id;
 		arr = store_pg_array(ids, b->n, PG_ARRAY_PLAIN, 0);
 	}
 	free(ids);
-	if (!arr) {
+	if (!arr || !key) {
+		free(arr);
+		free(key);
 		snprintf(err, errlen, "claim: out of memory");
 		return STORE_ERROR;
 	}
-	const char *values[5] = {s->leased_by, b->lease_id, b->rows->xid, arr,
-				 s->ce_source};
-	PGresult *res = store_run(s->claim, ST_CLAIM, 5, values,
-				  PGRES_COMMAND_OK, 0, &rc, err, errlen);
-	if (res && strcmp(PQcmdTuples(res), "0") == 0) {
+	char *prev = s->claim_key;
+	const char *values[6] = {key, b->lease_id,  b->rows->xid,
+				 arr, s->ce_source, prev};
+	PGresult *res = store_run(s->claim, ST_CLAIM, 6, values,
+				  PGRES_TUPLES_OK, 0, &rc, err, errlen);
+	/* Written, or perhaps written (an error may hide a commit): the
+	 * claim's key is kept only then. */
+	bool written = true;
+	if (res && PQntuples(res) == 0) {
 		/* The previous claim is unsettled: settle it, then again. */
 		PQclear(res);
 		res = NULL;
-		rc = settle_own_claim(s, err, errlen);
-		if (rc == 0)
-			res = store_run(s->claim, ST_CLAIM, 5, values,
-					PGRES_COMMAND_OK, 0, &rc, err, errlen);
-		if (res && strcmp(PQcmdTuples(res), "0") == 0) {
+		written = false;
+		rc = settle_own_claim(s, prev, err, errlen);
+		if (rc == 0) {
+			res = store_run(s->claim, ST_CLAIM, 6, values,
+					PGRES_TUPLES_OK, 0, &rc, err, errlen);
+			written = !res || PQntuples(res) > 0;
+		}
+		if (res && PQntuples(res) == 0) {
 			PQclear(res);
 			res = NULL;
 			snprintf(
@@ -459,6 +478,14 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 		}
 	}
 	free(arr);
+	if (written) {
+		/* From now on the claim releases and renewals move, and the
+		 * one the next claim replaces. */
+		s->claim_key = key;
+		free(prev);
+	} else {
+		free(key);
+	}
 	if (!res && store_err_undefined_table(err)) {
 		no_claims(s, err);
 		return 0;
@@ -529,6 +556,35 @@ static bool lease_rescans(struct store *s, const char *paused_arr,
 	return false;
 }
 
+/*
+ * The claim floor as the lease's $5 (docs/design.md §4, "A held snapshot"):
+ * the transaction id the session's last lease returned, below which every
+ * claim is settled, so the claims read starts there. '0' reads every claim:
+ * at a session's first lease, after a reconnect, always with
+ * OUTBOX_LEASE_RESCAN_INTERVAL=0, and otherwise once per that interval (or
+ * 20 times the last full read's duration), so a floor that outlived what it
+ * was computed from (a database restored under a relay that reached it
+ * through a pooler, which kept its session) cannot hide a claim for longer.
+ */
+static bool claims_floor_of(const struct store *s, int64_t now_ms, char out[24])
+{
+	bool full = s->claims_floor == 0 || s->claims_gen != s->conn_gen ||
+		    s->opt.lease_rescan_ms == 0 ||
+		    now_ms >= s->claims_rescan_at_ms;
+	snprintf(out, 24, "%llu",
+		 full ? 0ULL : (unsigned long long)s->claims_floor);
+	return full;
+}
+
+/* When the next rescan is due after one that took took_ms. */
+static int64_t rescan_due(const struct store *s, int64_t ended_ms,
+			  int64_t took_ms)
+{
+	return ended_ms + (20 * took_ms > s->opt.lease_rescan_ms
+			       ? 20 * took_ms
+			       : s->opt.lease_rescan_ms);
+}
+
 /* BEGIN, the lease statement, and for a non-empty lease its claim. An
  * empty lease ends its transaction at once; a lease whose claim cannot be
  * written is rolled back (nothing was handed over). */
@@ -552,16 +608,17 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		snprintf(err, errlen, "lease: out of memory");
 		return STORE_ERROR;
 	}
-	char floor[40];
+	char floor[40], claims_floor[24];
 	int64_t started_ms = clock_ms();
 	bool rescan = lease_rescans(s, paused_arr, started_ms, floor);
-	const char *values[4] = {paused_arr,
+	bool claims_full = claims_floor_of(s, started_ms, claims_floor);
+	const char *values[5] = {paused_arr,
 				 default_destination ? default_destination : "",
-				 s->ce_source, floor};
+				 s->ce_source, floor, claims_floor};
 	/* Binary results: text columns arrive as they are and the payload
 	 * needs no unescaping. */
 	enum stmt st = s->claims_missing ? ST_LEASE_BARE : ST_LEASE;
-	PGresult *res = store_run_leasing(s, st, 4, values, PGRES_TUPLES_OK, 1,
+	PGresult *res = store_run_leasing(s, st, 5, values, PGRES_TUPLES_OK, 1,
 					  &rc, err, errlen);
 	if (!res && rc != STORE_RECONNECT && st == ST_LEASE &&
 	    store_err_undefined_table(err)) {
@@ -569,15 +626,16 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		no_claims(s, err);
 		if (s->in_lease)
 			store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
-		res = store_run_leasing(s, ST_LEASE_BARE, 4, values,
+		res = store_run_leasing(s, ST_LEASE_BARE, 5, values,
 					PGRES_TUPLES_OK, 1, &rc, err, errlen);
 	}
 	free(paused_arr);
-	if (rescan && res) {
+	if (res && (rescan || claims_full)) {
 		int64_t ended_ms = clock_ms(), took = ended_ms - started_ms;
-		s->rescan_at_ms = ended_ms + (20 * took > s->opt.lease_rescan_ms
-						  ? 20 * took
-						  : s->opt.lease_rescan_ms);
+		if (rescan)
+			s->rescan_at_ms = rescan_due(s, ended_ms, took);
+		if (claims_full)
+			s->claims_rescan_at_ms = rescan_due(s, ended_ms, took);
 	}
 	if (res && PQntuples(res) > 0)
 		rc = take_rows(s, res, out, err, errlen);
@@ -617,16 +675,17 @@ int store_renew(struct store *s, char *err, size_t errlen)
 	if (!res)
 		return store_public_rc(rc);
 	PQclear(res);
-	const char *values[2] = {s->leased_by, s->open_lease->lease_id};
+	const char *values[2] = {s->claim_key, s->open_lease->lease_id};
 	char why[256];
 	/* The claim's expiry is for people reading status: a failure to move
 	 * it costs nothing the lease needs. */
-	res = s->claim ? store_run(s->claim, ST_CLAIM_RENEW, 2, values,
-				   PGRES_COMMAND_OK, 0, &rc, why, sizeof(why))
-		       : NULL;
+	res = s->claim && s->claim_key
+		  ? store_run(s->claim, ST_CLAIM_RENEW, 2, values,
+			      PGRES_COMMAND_OK, 0, &rc, why, sizeof(why))
+		  : NULL;
 	if (res)
 		PQclear(res);
-	else if (s->claim)
+	else if (s->claim && s->claim_key)
 		log_warn("claim renewal: %s", why);
 	return 0;
 }

@@ -158,6 +158,20 @@ static char *order_tail(const struct store *s, bool may_fail)
  * dead, and a scan from the start steps over all of them. '-infinity' scans
  * from the start; lease.c says when.
  *
+ * $5, the claim floor (the same section): a transaction id below which
+ * every claim is settled, so the claims read starts there, on the index
+ * of migration 006, instead of visiting every claim version a held
+ * snapshot keeps. The statement returns the next one with each row: the
+ * lower of the oldest writer of a claim still open (running, or aborted
+ * and not swept: it stays in reach until it settles) and the snapshot's
+ * xmin (every transaction below it had ended when the statement began,
+ * so a claim this snapshot does not see has a writer at or above it).
+ * A floor past the cluster's next transaction id (a database restored
+ * under a running relay) reads every claim. Claims of relays of version
+ * 005 have no writer and are always read, by a second index scan: lease
+ * transactions plan without bitmap scans, and an OR of the two would
+ * read the whole table.
+ *
  * What it costs Postgres is measured per batch (docs/design.md §4, "the
  * statements' own cost"): the locking scans carry only each row's ctid and
  * size, so the byte-budget window copies no payload; the picked rows are read
@@ -178,13 +192,16 @@ static char *lease_sql(const struct store *s, bool claims)
 	 * are kept with their ids, and only they are asked again late. */
 	char *crashed =
 	    claims ? store_asprintf(
-			 "open_claims AS MATERIALIZED (SELECT xid, ids, st "
-			 "FROM (SELECT xid, ids, %s AS st FROM %s WHERE "
-			 "cardinality(ids) > 0) c WHERE st IN ('aborted', "
-			 "'in progress')), crashed AS MATERIALIZED (SELECT "
-			 "unnest(ids) AS x FROM open_claims WHERE st = "
+			 "open_claims AS MATERIALIZED (SELECT written_by, xid, "
+			 "ids, st FROM (SELECT written_by, xid, ids, %s AS st "
+			 "FROM (SELECT written_by, xid, ids FROM %s WHERE "
+			 "written_by >= " CLAIMS_FLOOR " UNION ALL SELECT "
+			 "written_by, xid, ids FROM %s WHERE written_by IS "
+			 "NULL) a WHERE cardinality(ids) > 0) c WHERE st IN "
+			 "('aborted', 'in progress')), crashed AS MATERIALIZED "
+			 "(SELECT unnest(ids) AS x FROM open_claims WHERE st = "
 			 "'aborted'), ",
-			 CLAIM_XACT_STATUS("xid"), s->claims)
+			 CLAIM_XACT_STATUS("xid"), s->claims, s->claims)
 		   : strdup("");
 	const char *skip_crashed =
 	    claims ? "AND NOT id = ANY(ARRAY(SELECT x FROM crashed)) " : "";
@@ -235,10 +252,16 @@ static char *lease_sql(const struct store *s, bool claims)
 	    "t.content_type, t.exchange, t.routing_key, t.partition_key, "
 	    "t.payload, t.headers::text, t.created_at, t.attempts + 1, "
 	    "t.max_attempts, (SELECT lease_id FROM lease), "
-	    "pg_current_xact_id_if_assigned(), t.ctid, t.next_attempt_at "
-	    "FROM %s t WHERE t.ctid = ANY(ARRAY(SELECT tid FROM picked))%s",
+	    "pg_current_xact_id_if_assigned(), t.ctid, t.next_attempt_at, "
+	    "%s FROM %s t WHERE t.ctid = ANY(ARRAY(SELECT tid FROM "
+	    "picked))%s",
 	    crashed, late, T, not_paused, skip_crashed, T, not_paused,
-	    skip_crashed, n, (long long)s->opt.batch_bytes, n, T, skip_late);
+	    skip_crashed, n, (long long)s->opt.batch_bytes, n,
+	    claims ? "(SELECT least(min(written_by), "
+		     "pg_snapshot_xmin(pg_current_snapshot())) FROM "
+		     "open_claims)"
+		   : "$5::xid8",
+	    T, skip_late);
 	free(crashed);
 	free(late);
 	return sql;
@@ -255,25 +278,35 @@ static char *sql_lease_bare(const struct store *s)
 	return lease_sql(s, false);
 }
 
-/* On the claim session, autocommit: committed before any row of the
- * batch is handed to the broker. It overwrites the worker's previous
- * claim only once that one is settled: emptied by the sweeper, or its
- * transaction committed. A claim of a lease that aborted and was not swept
- * yet, or of a transaction still running (a session lost half-open), is
- * left alone: overwriting it would lose the attempt it owes and let its
- * rows out before the sweeper made them suspects. */
+/* On the claim session, autocommit ($6: this worker's previous claim, NULL
+ * for its first), committed before any row of the batch is handed to the
+ * broker. Each claim is a new row ($1: holder#xid, the lease transaction's
+ * id, so the relay knows its name whatever becomes of the reply), and the
+ * previous one is deleted in the same statement, but only once settled
+ * (F1): emptied by the sweeper, or its transaction committed. A claim of a
+ * lease that aborted and was not swept yet, or of a transaction still running
+ * (a session lost half-open), makes the statement write nothing: deleting it
+ * would lose the attempt it owes and let its rows out before the sweeper
+ * made them suspects (lease.c settles it, then writes again). A new row
+ * per claim, instead of one row per holder rewritten, is what lets a lease
+ * read only the claims written since its claim floor (migration 006,
+ * docs/design.md §4). */
 static char *sql_claim(const struct store *s)
 {
 	return store_asprintf(
-	    "INSERT INTO %s AS c (holder, lease_id, xid, ids, source, "
-	    "leased_at, expires_at) VALUES ($1, $2::uuid, $3::xid8, "
-	    "$4::uuid[], $5, now(), now() + %lld * interval "
-	    "'1 millisecond') ON CONFLICT (holder) DO UPDATE SET lease_id = "
-	    "excluded.lease_id, xid = excluded.xid, ids = excluded.ids, "
-	    "source = excluded.source, leased_at = excluded.leased_at, "
-	    "expires_at = excluded.expires_at" GUARD_CLAIM_NO_OVERWRITE,
-	    s->claims, (long long)s->opt.lease_timeout_ms,
-	    CLAIM_XACT_STATUS("c.xid"));
+	    "WITH prev AS MATERIALIZED (SELECT " GUARD_CLAIM_NO_OVERWRITE
+	    " AS settled FROM %s WHERE holder = $6), "
+	    "ok AS MATERIALIZED (SELECT coalesce(bool_and(settled), true) AS "
+	    "ok FROM prev), "
+	    "gone AS (DELETE FROM %s WHERE holder = $6 AND (SELECT ok FROM "
+	    "ok) RETURNING 1) "
+	    "INSERT INTO %s (holder, written_by, lease_id, xid, ids, source, "
+	    "leased_at, expires_at) SELECT $1, pg_current_xact_id(), "
+	    "$2::uuid, $3::xid8, $4::uuid[], $5, now(), "
+	    "now() + %lld * interval '1 millisecond' WHERE (SELECT ok FROM ok) "
+	    "AND (SELECT count(*) FROM gone) >= 0 RETURNING holder",
+	    CLAIM_XACT_STATUS("xid"), s->claims, s->claims, s->claims,
+	    (long long)s->opt.lease_timeout_ms);
 }
 
 static char *sql_claim_renew(const struct store *s)
@@ -426,7 +459,8 @@ static char *sql_xact_status(const struct store *s)
  * protocol's model, docs/model.md). Fenced by the lease id. A row named by
  * several dead claims (leases that died holding it one after the other)
  * is charged once per claim: each crash costs it an attempt, whether one
- * statement settles them or several; the newest claim names it. */
+ * statement settles them or several; the newest claim names it, as the
+ * worker's leased_by (its holder without the #xid of migration 006). */
 static char *settle_claims_sql(const struct store *s, bool own)
 {
 	const char *T = s->table.quoted;
@@ -454,8 +488,9 @@ static char *settle_claims_sql(const struct store *s, bool own)
 		      "v.holder || ')', %d), source = coalesce(t.source, "
 		      "v.source), lease_id = v.lease_id, leased_by = "
 		      "v.holder FROM (SELECT u.id, count(*)::int AS n, "
-		      "(array_agg(u.holder ORDER BY u.leased_at DESC))[1] AS "
-		      "holder, (array_agg(u.lease_id ORDER BY u.leased_at "
+		      "(array_agg(regexp_replace(u.holder, '#[0-9]+$', '') "
+		      "ORDER BY u.leased_at DESC))[1] AS holder, "
+		      "(array_agg(u.lease_id ORDER BY u.leased_at "
 		      "DESC))[1] AS lease_id, (array_agg(u.source ORDER BY "
 		      "u.leased_at DESC))[1] AS source FROM (SELECT holder, "
 		      "lease_id, source, leased_at, unnest(ids) AS id FROM "

@@ -86,6 +86,11 @@ enum tx_end { TX_COMMIT, TX_ROLLBACK };
 #define CLAIM_XACT_STATUS(x)                                                   \
 	"(CASE WHEN " x " < " CLAIM_XACT_HORIZON " THEN pg_xact_status(" x     \
 	") END)"
+/* The lease's claim floor, $5 (statements.c): past the cluster's next
+ * transaction id it cannot be this cluster's, and every claim is read. */
+#define CLAIMS_FLOOR                                                           \
+	"(CASE WHEN $5::xid8 <= pg_snapshot_xmax(pg_current_snapshot()) THEN " \
+	"$5::xid8 ELSE '0'::xid8 END)"
 #define REDRIVE_BATCH 1000
 
 struct store {
@@ -132,6 +137,17 @@ struct store {
 	int64_t floor_us;
 	int64_t rescan_at_ms;
 	char *rescan_paused;
+	/* The claim floor (lease.c): a transaction id below which every
+	 * claim is settled, returned by this session's last lease; 0 reads
+	 * every claim, as at the first lease, after a reconnect (claims_gen
+	 * differs from conn_gen) and once claims_rescan_at_ms passes. */
+	uint64_t claims_floor;
+	uint64_t claims_gen;
+	int64_t claims_rescan_at_ms;
+	/* This worker's latest claim, holder#xid (NULL before its first):
+	 * the one its renewals and releases move and its next claim
+	 * replaces. */
+	char *claim_key;
 };
 
 /* A leased batch's rows: the result they point into, the events, and

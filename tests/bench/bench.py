@@ -815,11 +815,19 @@ class Bench:
             return re.sub(r"\$(\d+)\b", lambda m: values[m.group(1)], text)
         # $4, the scan floor: '-infinity' is the lease as it rescans,
         # from the start of the pending index (docs/design.md §4).
+        # $5, the claim floor: '0' reads every claim, as a session's
+        # first lease does (the cycle cannot carry a floor across
+        # transactions the way a relay's session does).
         lease = bind(lease, {"1": "'{}'", "2": "''", "3": "'/bench'",
-                             "4": "'-infinity'"})
-        claim = bind(claim, {"1": "'pgbench/' || :client_id", "2": ":lease",
-                             "3": "pg_current_xact_id()", "4": ":ids",
-                             "5": "'/bench'"})
+                             "4": "'-infinity'", "5": "'0'"})
+        # The claim is a new row named holder#xid, replacing the client's
+        # previous one ($6, which the claim's RETURNING sets through \gset;
+        # pgbench() starts every client with holder=none).
+        claim = bind(claim, {"1": "'pgbench/' || :client_id || '#' || "
+                                  "pg_current_xact_id()",
+                             "2": ":lease", "3": "pg_current_xact_id()",
+                             "4": ":ids", "5": "'/bench'",
+                             "6": ":holder"})
         sent = bind(sent, {"1": ":tids", "2": ":lease", "3": "'/bench'",
                            "4": "'pgbench/0/w'"})
         # The claim names rows by id, the mark by ctid (docs/design.md §4).
@@ -833,7 +841,7 @@ class Bench:
                     "outbox-relay ran, captured from the server log.\n")
             f.write("BEGIN;\n")
             f.write(wrapped + " \\gset\n")
-            f.write(claim + ";\n")
+            f.write(claim + " \\gset\n")
             f.write(sent + ";\n")
             f.write("COMMIT;\n")
         return path
@@ -841,7 +849,8 @@ class Bench:
     def pgbench(self, script, clients, extra, timeout=3600):
         """Runs pgbench; returns tps and per-statement latencies (ms)."""
         cmd = [self.svc.pgbench, "-n", "-M", "prepared", "-r",
-               "-c", str(clients), "-j", str(min(clients, 2)), "-f", script]
+               "-c", str(clients), "-j", str(min(clients, 2)),
+               "-D", "holder=none", "-f", script]
         out = run(cmd + extra + [self.svc.db_url], timeout=timeout)
         tps = re.search(r"tps = ([0-9.]+) \(without initial connection",
                         out)

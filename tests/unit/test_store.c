@@ -1970,6 +1970,172 @@ static void test_lease_floor_own_rows(void **state)
 	PQfinish(c);
 }
 
+/* The batch's ids, comma-separated, into out. */
+static void ids_of(const struct lease_batch *b, char *out, size_t len)
+{
+	out[0] = '\0';
+	for (size_t i = 0; i < b->n; i++)
+		snprintf(out + strlen(out), len - strlen(out), "%s%s",
+			 i ? "," : "", b->events[i].id);
+}
+
+/* 8c. The claim floor (docs/design.md §4, "A held snapshot"): a session
+ * reads only the claims written at or after the floor its last lease
+ * returned, and still never leases a dead claim's rows: one that died
+ * before the floor was set (it stays in reach until swept), one written
+ * after it (a peer that crashed since), and one of a relay of version
+ * 005 (no writer recorded). A floor of the snapshot's xmin alone leases
+ * the first's rows; leaving out the scan of claims without a writer
+ * leases the last's. */
+static void test_claims_floor_dead_claims(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_claims_floor", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	/* One statement: every row has the same next_attempt_at, so the
+	 * scan floor hides none of them. */
+	pgtest_insert(c, table, 200);
+	struct store_options o = pgtest_store_options(table);
+	o.lease_rescan_ms = 3600 * 1000; /* no full read after the first */
+	o.batch_size = 10;
+	struct store *s = pgtest_store(&o);
+	struct store_options ob = o, oc = o;
+	ob.leased_by = "test/2/w0";
+	oc.leased_by = "test/3/w0";
+	struct store *sb = pgtest_store(&ob), *sc = pgtest_store(&oc);
+	struct lease_batch dead, b;
+	char c_ids[400], b_ids[400], legacy[100], claim[110];
+	lease(sc, &dead);
+	assert_int_equal(dead.n, 10);
+	ids_of(&dead, c_ids, sizeof(c_ids));
+	abandon(sc, &dead); /* died before the session's floor */
+	lease(s, &b);	    /* the first lease reads every claim */
+	assert_int_equal(b.n, 10);
+	assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 10);
+	commit(s, &b);
+	lease(sb, &dead);
+	assert_int_equal(dead.n, 10);
+	ids_of(&dead, b_ids, sizeof(b_ids));
+	abandon(sb, &dead); /* died after it */
+	/* Two rows named by a dead claim of a relay of version 005: taken
+	 * by a lease that gave them back uncharged, then claimed by hand. */
+	struct store_options od = o;
+	od.leased_by = "test/4/w0";
+	od.batch_size = 2;
+	struct store *sd = pgtest_store(&od);
+	lease(sd, &dead);
+	assert_int_equal(dead.n, 2);
+	ids_of(&dead, legacy, sizeof(legacy));
+	assert_int_equal(store_lease_abort(sd, &dead, err, sizeof(err)), 0);
+	lease_batch_release(&dead);
+	snprintf(claim, sizeof(claim), "{%s}", legacy);
+	insert_dead_claim(c, table, "test/9/w0", claim);
+	size_t leased = 0;
+	for (int i = 0; i < 40; i++) {
+		lease(s, &b);
+		if (b.n == 0) {
+			commit(s, &b);
+			break;
+		}
+		for (size_t k = 0; k < b.n; k++)
+			if (strstr(c_ids, b.events[k].id) ||
+			    strstr(b_ids, b.events[k].id) ||
+			    strstr(legacy, b.events[k].id))
+				fail_msg("leased %s, a row of a dead claim "
+					 "the floor left out",
+					 b.events[k].id);
+		leased += b.n;
+		assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, b.n);
+		commit(s, &b);
+	}
+	assert_int_equal(leased, 200 - 10 - 10 - 10 - 2);
+	/* Swept, they come back as suspects, each charged its attempt. */
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 22);
+	store_close(s);
+	store_close(sb);
+	store_close(sc);
+	store_close(sd);
+	PQfinish(c);
+}
+
+/* The buffers the first scan of the claims index in the last lease plan
+ * in plans read (auto_explain with analyze and buffers). */
+static long claims_scan_buffers(const char *plans)
+{
+	const char *lease_at = NULL;
+	for (const char *p = plans;
+	     p && (p = strstr(p, "Query Text: WITH lease")); p++)
+		lease_at = p;
+	assert_non_null(lease_at);
+	const char *at = strstr(lease_at, "_claims_written_idx on");
+	assert_non_null(at);
+	const char *hit = strstr(at, "Buffers: shared hit=");
+	assert_non_null(hit);
+	return strtol(hit + strlen("Buffers: shared hit="), NULL, 10);
+}
+
+/* 8c'. Under a held snapshot every claim written since stays, deleted or
+ * not: with the claim floor a lease reads the claims index from the
+ * floor on, a few entries; reading every claim (a rescan), it steps over
+ * all of them. Counted in buffers, not timed. */
+static void test_claims_floor_under_held_snapshot(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_claims_held", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	PGconn *holder = pgtest_connect();
+	pgtest_insert(c, table, 5000);
+	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	assert_int_equal(pgtest_long(holder, "SELECT count(*) FROM %s", table),
+			 5000);
+	const char *trace =
+	    "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+	    "SET auto_explain.log_analyze = on; "
+	    "SET auto_explain.log_buffers = on; "
+	    "SET auto_explain.log_level = notice; "
+	    "SET client_min_messages = notice";
+	long buffers[2];
+	for (int floor_on = 1; floor_on >= 0; floor_on--) {
+		struct store_options o = pgtest_store_options(table);
+		o.lease_rescan_ms = floor_on ? 3600 * 1000 : 0;
+		o.batch_size = 10;
+		struct store *s = traced_store(&o, trace);
+		char *plans = NULL;
+		PQsetNoticeReceiver(store_conn(s), collect_notice, &plans);
+		for (int i = 0; i < 200; i++) {
+			struct lease_batch b;
+			lease(s, &b);
+			assert_int_equal(b.n, 10);
+			assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked,
+					 10);
+			commit(s, &b);
+			free(plans);
+			plans = NULL;
+		}
+		struct lease_batch b;
+		lease(s, &b);
+		commit(s, &b);
+		buffers[floor_on] = claims_scan_buffers(plans);
+		fprintf(stderr, "claims scan: %ld buffers (floor %s)\n",
+			buffers[floor_on], floor_on ? "on" : "off");
+		free(plans);
+		store_close(s);
+	}
+	/* 200 (then 400) claims deleted under the snapshot, each with its
+	 * index entry. */
+	if (buffers[1] * 5 > buffers[0])
+		fail_msg("claims index scan read %ld buffers with the claim "
+			 "floor, %ld without",
+			 buffers[1], buffers[0]);
+	pgtest_exec(holder, "ROLLBACK");
+	PQfinish(holder);
+	PQfinish(c);
+}
+
 /* 8c. The lease's statements go in one pipeline; when the lease
  * statement itself fails there (its claims table dropped under a prepared
  * statement), the transaction its BEGIN opened is rolled back, the
@@ -2235,6 +2401,8 @@ int main(void)
 	    cmocka_unit_test(test_lease_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_below),
 	    cmocka_unit_test(test_lease_floor_own_rows),
+	    cmocka_unit_test(test_claims_floor_dead_claims),
+	    cmocka_unit_test(test_claims_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_pipeline_failure),
 	    cmocka_unit_test(test_checks_and_migrations),
 	    cmocka_unit_test(test_listener),
