@@ -104,9 +104,10 @@ FROM outbox_events_replicas ORDER BY last_seen_at DESC;
 -- In-flight rows by holder (leased_by up to its second '/' is the
 -- registry id). A lease is a row lock held by the worker's open
 -- transaction, recorded in outbox_events_claims (the rows still say
--- pending); rows a relay of an older version leased say in_flight.
+-- pending; a claim's holder is leased_by, then '#' and the lease
+-- transaction's id); rows a relay of an older version leased say in_flight.
 WITH f AS (
-  SELECT c.holder AS leased_by, c.leased_at, c.expires_at AS lease_expires_at
+  SELECT regexp_replace(c.holder, '#[0-9]+$', '') AS leased_by, c.leased_at, c.expires_at AS lease_expires_at
   FROM outbox_events_claims c, unnest(c.ids) AS u(id)
   -- (a claim copied from another cluster may hold an xid this one has not
   -- reached, which pg_xact_status() refuses: docs/runbook.md, restores)

@@ -431,7 +431,8 @@ char *admin_flight_sql(const char *T, const char *claims, bool has_claims)
 	if (!has_claims || !legacy)
 		return legacy;
 	char *both = store_asprintf(
-	    "SELECT t.id, t.type, t.exchange, c.holder AS leased_by, "
+	    "SELECT t.id, t.type, t.exchange, regexp_replace(c.holder, "
+	    "'#[0-9]+$', '') AS leased_by, "
 	    "c.lease_id, c.leased_at, c.expires_at AS lease_expires_at, "
 	    "t.attempts + 1 AS attempts, t.max_attempts, t.seq FROM %s c "
 	    "CROSS JOIN LATERAL unnest(c.ids) AS u(id) JOIN %s t ON t.id = "

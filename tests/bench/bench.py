@@ -166,6 +166,34 @@ TARGETS = [
      "with its deletes", ("dbcost", "ratios",
                           "relay_life+deletes/floor_d+deletes."
                           "cpu_us_per_event"), "<=", 1.3),
+    ("dbcost_history_life_wal", "DB cost of history: a row's whole life "
+     "with history (drain and cleaner) × the relay without history, WAL "
+     "bytes per event", ("dbcost", "ratios",
+                         "relay_life+deletes/relay_nohistory."
+                         "wal_bytes_per_event"), "<=", 1.3),
+    ("dbcost_history_life_cpu", "DB cost of history: a row's whole life "
+     "with history (drain and cleaner) × the relay without history, "
+     "Postgres CPU per event", ("dbcost", "ratios",
+                                "relay_life+deletes/relay_nohistory."
+                                "cpu_us_per_event"), "<=", 1.3),
+    ("dbcost_ordered_history_wal", "DB cost of order, history kept: "
+     "ordered (1,000 keys) × unordered, WAL bytes per event",
+     ("dbcost", "ratios", "relay_ordered/relay_history.wal_bytes_per_event"),
+     "<=", 2.0),
+    ("dbcost_ordered_history_cpu", "DB cost of order, history kept: "
+     "ordered (1,000 keys) × unordered, Postgres CPU per event",
+     ("dbcost", "ratios", "relay_ordered/relay_history.cpu_us_per_event"),
+     "<=", 2.0),
+    ("dbcost_ordered_nohistory_wal", "DB cost of order, no history: "
+     "ordered (1,000 keys) × unordered, WAL bytes per event",
+     ("dbcost", "ratios",
+      "relay_ordered_nohistory/relay_nohistory.wal_bytes_per_event"),
+     "<=", 2.0),
+    ("dbcost_ordered_nohistory_cpu", "DB cost of order, no history: "
+     "ordered (1,000 keys) × unordered, Postgres CPU per event",
+     ("dbcost", "ratios",
+      "relay_ordered_nohistory/relay_nohistory.cpu_us_per_event"),
+     "<=", 2.0),
     ("horizon_history_late", "Held snapshot, history kept: Postgres CPU "
      "of the relay's sessions per event late in the hold × before it",
      ("horizon", "relay", "history", "late_over_before"), "<=", 1.3),

@@ -110,6 +110,10 @@ VARIANTS = {
     "relay_history": ("relay", "relay, history kept", {}, False),
     "relay_ordered": ("relay", "relay, ordered (%d keys), history kept"
                       % KEYS, {"OUTBOX_ORDERING": "partition"}, False),
+    "relay_ordered_nohistory": ("relay", "relay, ordered (%d keys), without "
+                                "history (OUTBOX_RETENTION=0)" % KEYS,
+                                {"OUTBOX_ORDERING": "partition",
+                                 "OUTBOX_RETENTION": "0"}, False),
     "relay_life": ("relay", "relay, history kept, OUTBOX_RETENTION=%s, "
                    "OUTBOX_CLEAN_INTERVAL=1s" % RETENTION,
                    {"OUTBOX_RETENTION": RETENTION,
@@ -303,7 +307,7 @@ class DbCost:
     def relay(self, name, env, delete):
         b = self.b
         n = self.n
-        t = self.fresh_table(name == "relay_ordered")
+        t = self.fresh_table(name.startswith("relay_ordered"))
         extra = dict(env, OUTBOX_BATCH_SIZE=str(BATCH))
         w = Window(b)
         relay = Relay(b, t, "stdout", CLIENTS, extra,
@@ -355,7 +359,7 @@ class DbCost:
     def measure(self):
         b = self.b
         ok, rng = retention_zero(b.relay_bin)
-        names = [v for v in VARIANTS if ok or v != "relay_nohistory"]
+        names = [v for v in VARIANTS if ok or "nohistory" not in v]
         runs = {v: [] for v in names}
         self.full_page_writes("on")
         try:
@@ -409,6 +413,13 @@ COMPARISONS = [
     ("relay_nohistory", "floor_c"),
     ("relay_life+deletes", "floor_d+deletes"),
     ("relay_history", "floor_d"),
+    # What history costs the relay: a row's whole life kept and cleaned,
+    # against the relay that deletes it at once.
+    ("relay_life+deletes", "relay_nohistory"),
+    # What order costs: ordered against unordered, each way of keeping
+    # history (the drain's figures, the cleaner's deletes aside).
+    ("relay_ordered", "relay_history"),
+    ("relay_ordered_nohistory", "relay_nohistory"),
 ]
 MEASURES = [("rows_per_s", "rows/s", 0),
             ("wal_bytes_per_event", "WAL bytes per event", 0),
@@ -464,12 +475,13 @@ def report_rows(res, row, rows):
 
 
 def compared(rat, key, w):
+    out = []
     for relay, floor in COMPARISONS:
         s = rat.get("%s/%s.%s" % (relay, floor, w))
         if relay == key and s:
-            return "%.2f × %s (per run %.2f–%.2f)" % (
-                s["median"], floor, s["min"], s["max"])
-    return ""
+            out.append("%.2f × %s (per run %.2f–%.2f)" % (
+                s["median"], floor, s["min"], s["max"]))
+    return "; ".join(out)
 
 
 # bench.py's helpers, bound when it imports this module (it is run as a

@@ -89,7 +89,7 @@ db = r["dbcost"]
 want = {"floor_c", "floor_d", "floor_a", "relay_history", "relay_ordered",
         "relay_life"}
 if db["retention_zero"]["supported"]:
-    want.add("relay_nohistory")
+    want |= {"relay_nohistory", "relay_ordered_nohistory"}
 assert set(db["variants"]) == want, \
     "dbcost variants: %s" % sorted(db["variants"])
 for name, v in db["variants"].items():
@@ -101,8 +101,13 @@ for name in ("floor_d", "floor_a", "relay_life"):
         assert v["with_deletes_" + k]["median"] > v[k]["median"], \
             "dbcost %s: the deletes cost nothing in %s" % (name, k)
 assert "relay_life+deletes/floor_d+deletes.cpu_us_per_event" in db["ratios"]
+# What history and order cost, each against the relay without them.
+assert "relay_ordered/relay_history.cpu_us_per_event" in db["ratios"]
 if "relay_nohistory" in want:
     assert "relay_nohistory/floor_c.wal_bytes_per_event" in db["ratios"]
+    for k in ("relay_life+deletes/relay_nohistory.cpu_us_per_event",
+              "relay_ordered_nohistory/relay_nohistory.wal_bytes_per_event"):
+        assert k in db["ratios"], "no dbcost ratio %s" % k
 else:
     assert any("not supported by this build" in l for l in table)
 assert len(table) >= 20, "table has only %d rows" % len(table)

@@ -1979,6 +1979,31 @@ static void ids_of(const struct lease_batch *b, char *out, size_t len)
 			 i ? "," : "", b->events[i].id);
 }
 
+/* Leases, marks sent and commits batches until none is left or limit
+ * rows were leased; fails on any row whose id is in avoid (ids of dead
+ * claims, comma-separated). Returns the rows leased. */
+static size_t drain_avoiding(struct store *s, const char *avoid, size_t limit)
+{
+	size_t leased = 0;
+	while (leased < limit) {
+		struct lease_batch b;
+		lease(s, &b);
+		if (b.n == 0) {
+			commit(s, &b);
+			break;
+		}
+		for (size_t k = 0; k < b.n; k++)
+			if (strstr(avoid, b.events[k].id))
+				fail_msg("leased %s, a row of a dead claim "
+					 "the floor left out",
+					 b.events[k].id);
+		leased += b.n;
+		assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, b.n);
+		commit(s, &b);
+	}
+	return leased;
+}
+
 /* 8c. The claim floor (docs/design.md §4, "A held snapshot"): a session
  * reads only the claims written at or after the floor its last lease
  * returned, and still never leases a dead claim's rows: one that died
@@ -2031,24 +2056,9 @@ static void test_claims_floor_dead_claims(void **state)
 	lease_batch_release(&dead);
 	snprintf(claim, sizeof(claim), "{%s}", legacy);
 	insert_dead_claim(c, table, "test/9/w0", claim);
-	size_t leased = 0;
-	for (int i = 0; i < 40; i++) {
-		lease(s, &b);
-		if (b.n == 0) {
-			commit(s, &b);
-			break;
-		}
-		for (size_t k = 0; k < b.n; k++)
-			if (strstr(c_ids, b.events[k].id) ||
-			    strstr(b_ids, b.events[k].id) ||
-			    strstr(legacy, b.events[k].id))
-				fail_msg("leased %s, a row of a dead claim "
-					 "the floor left out",
-					 b.events[k].id);
-		leased += b.n;
-		assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, b.n);
-		commit(s, &b);
-	}
+	char avoid[1000];
+	snprintf(avoid, sizeof(avoid), "%s,%s,%s", c_ids, b_ids, legacy);
+	size_t leased = drain_avoiding(s, avoid, 1000);
 	assert_int_equal(leased, 200 - 10 - 10 - 10 - 2);
 	/* Swept, they come back as suspects, each charged its attempt. */
 	struct sweep_result sw;
@@ -2193,6 +2203,150 @@ static void *migrator_main(void *arg)
 	m->rc = migrate_run(conn, &m->t, NULL, m->error, sizeof(m->error));
 	PQfinish(conn);
 	return NULL;
+}
+
+/* A relay of version 005 claiming, as its claim statement did: one row
+ * per holder, rewritten, and no writer recorded. */
+static void claim_as_005(PGconn *c, const char *table, const char *holder,
+			 const char *xid, const char *ids)
+{
+	pgtest_exec(
+	    c,
+	    "INSERT INTO %s_claims AS c (holder, lease_id, xid, ids, "
+	    "source, leased_at, expires_at) VALUES ('%s', "
+	    "gen_random_uuid(), '%s', '%s', 'test', now(), now() + "
+	    "interval '30 seconds') ON CONFLICT (holder) DO UPDATE SET "
+	    "lease_id = excluded.lease_id, xid = excluded.xid, ids = "
+	    "excluded.ids, leased_at = excluded.leased_at, expires_at = "
+	    "excluded.expires_at WHERE c.ids = '{}' OR "
+	    "coalesce(pg_xact_status(c.xid), 'committed') = 'committed'",
+	    table, holder, xid, ids);
+}
+
+/* A lease of a relay of version 005 on conn, left open: n rows locked,
+ * their ids into ids ("{a,b}") and the transaction's id into xid. */
+static void lease_as_005(PGconn *conn, const char *table, int n, char *ids,
+			 size_t ids_len, char *xid, size_t xid_len)
+{
+	pgtest_exec(conn, "BEGIN");
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "SELECT '{' || string_agg(id::text, ',') || '}', "
+		 "pg_current_xact_id()::text FROM (SELECT id FROM %s WHERE "
+		 "status = 'pending' ORDER BY next_attempt_at, seq LIMIT %d "
+		 "FOR UPDATE SKIP LOCKED) r",
+		 table, n);
+	PGresult *res = PQexec(conn, sql);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		fail_msg("lease as 005: %s", PQerrorMessage(conn));
+	snprintf(ids, ids_len, "%s", PQgetvalue(res, 0, 0));
+	snprintf(xid, xid_len, "%s", PQgetvalue(res, 0, 1));
+	PQclear(res);
+}
+
+/* 8d. Migration 006 on a live table, beside relays of version 005 (a
+ * rolling upgrade: migrate first, then the relays one by one). Their
+ * claims in every state (running through the migration, dead, settled,
+ * emptied) stay what they were: the dead one's rows are held back from a
+ * relay of this version until the sweeper charges them, and a relay of
+ * 005 keeps claiming (its upsert by holder still has its key) and sees
+ * the claims of this version's relays in the shape it reads. */
+static void test_claims_migration_006_live(void **state)
+{
+	(void)state;
+	char table[128], schema[64];
+	pgtest_fresh_table("store_mig006", table, sizeof(table));
+	snprintf(schema, sizeof(schema), "%.*s",
+		 (int)(strchr(table, '.') - table), table);
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 40);
+	/* The table as version 005 left it. */
+	pgtest_exec(c, "ALTER TABLE %s_claims DROP COLUMN written_by", table);
+	pgtest_exec(c,
+		    "DELETE FROM %s.outbox_events_schema_version WHERE "
+		    "version = 6",
+		    schema);
+	PGconn *running = pgtest_connect(), *dead = pgtest_connect(),
+	       *settled = pgtest_connect();
+	char ids[4][400], xid[4][32];
+	lease_as_005(settled, table, 5, ids[0], sizeof(ids[0]), xid[0],
+		     sizeof(xid[0]));
+	claim_as_005(c, table, "old/1/w0", xid[0], ids[0]);
+	pgtest_exec(settled,
+		    "UPDATE %s SET status = 'sent', attempts = 1, "
+		    "finished_at = now() "
+		    "WHERE id = ANY('%s'::uuid[])",
+		    table, ids[0]);
+	pgtest_exec(settled, "COMMIT");
+	lease_as_005(dead, table, 5, ids[1], sizeof(ids[1]), xid[1],
+		     sizeof(xid[1]));
+	claim_as_005(c, table, "old/2/w0", xid[1], ids[1]);
+	lease_as_005(running, table, 5, ids[2], sizeof(ids[2]), xid[2],
+		     sizeof(xid[2]));
+	claim_as_005(c, table, "old/4/w0", xid[2], ids[2]);
+	pgtest_exec(dead, "ROLLBACK");			  /* it crashed */
+	claim_as_005(c, table, "old/3/w0", xid[1], "{}"); /* emptied */
+
+	/* 006 applies while the lease of version 005 runs on. */
+	struct migrator m = {.rc = -1};
+	assert_int_equal(table_parse(table, &m.t, err, sizeof(err)), 0);
+	pthread_t th;
+	pthread_create(&th, NULL, migrator_main, &m);
+	usleep(300 * 1000);
+	pgtest_exec(running,
+		    "UPDATE %s SET status = 'sent', attempts = 1, "
+		    "finished_at = now() "
+		    "WHERE id = ANY('%s'::uuid[])",
+		    table, ids[2]);
+	pgtest_exec(running, "COMMIT");
+	pthread_join(th, NULL);
+	if (m.rc != 0)
+		fail_msg("migrate on a live table: %s", m.error);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM pg_index WHERE indisvalid AND "
+			"indexrelid = '%s.outbox_events_claims_written_idx'"
+			"::regclass",
+			schema),
+	    1);
+
+	/* A relay of this version: never the dead claim's rows. */
+	struct store_options o = pgtest_store_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	o.batch_size = 5;
+	struct store *s = pgtest_store(&o);
+	assert_int_equal(drain_avoiding(s, ids[1], 15), 15);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 5);
+	ids_of(&b, ids[3], sizeof(ids[3]));
+	assert_null(strstr(ids[1], b.events[0].id));
+	abandon(s, &b); /* this version's relay crashes */
+	/* The relay of 005 goes on claiming by holder, and reads this
+	 * version's dead claim as it reads its own. */
+	claim_as_005(c, table, "old/4/w0", xid[2], "{}");
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s_claims, unnest(ids) u WHERE "
+			"pg_xact_status(xid) = 'aborted' AND u::text = ANY("
+			"string_to_array('%s', ','))",
+			table, ids[3]),
+	    5);
+	/* The sweeper of this version charges both dead claims. */
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 10);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE suspect AND attempts = "
+			"1 AND status = 'pending'",
+			table),
+	    10);
+	store_close(s);
+	PQfinish(running);
+	PQfinish(dead);
+	PQfinish(settled);
+	PQfinish(c);
 }
 
 static void expect_refused(PGconn *c, const char *table, const char *values)
@@ -2403,6 +2557,7 @@ int main(void)
 	    cmocka_unit_test(test_lease_floor_own_rows),
 	    cmocka_unit_test(test_claims_floor_dead_claims),
 	    cmocka_unit_test(test_claims_floor_under_held_snapshot),
+	    cmocka_unit_test(test_claims_migration_006_live),
 	    cmocka_unit_test(test_lease_pipeline_failure),
 	    cmocka_unit_test(test_checks_and_migrations),
 	    cmocka_unit_test(test_listener),
