@@ -520,11 +520,11 @@ static bool floor_text(int64_t pg_us, char out[40])
  * What may lie below (a row committed late by a transaction that began
  * long ago, a row another relay let go, one an operator redrove, whose
  * next_attempt_at is when the redrive began) waits for the next rescan:
- * every
- * OUTBOX_LEASE_RESCAN_INTERVAL, or 20 times the last rescan's duration
- * when that is longer (so a rescan stepping over a held snapshot's dead
- * entries costs at most about 5 % of a worker's time), and at once when
- * the paused destinations change (their rows were left out, at any age).
+ * every OUTBOX_LEASE_RESCAN_INTERVAL, or RESCAN_COST_FACTOR times the last
+ * rescan's duration when that is longer (so a rescan stepping over a held
+ * snapshot's dead entries costs at most about 1 % of a worker's time, as
+ * the ops thread's gauges do of a core), and at once when the paused
+ * destinations change (their rows were left out, at any age).
  * Ordered mode always rescans: a key's next row becomes its head with the
  * next_attempt_at it was written with.
  */
@@ -562,9 +562,10 @@ static bool lease_rescans(struct store *s, const char *paused_arr,
  * claim is settled, so the claims read starts there. '0' reads every claim:
  * at a session's first lease, after a reconnect, always with
  * OUTBOX_LEASE_RESCAN_INTERVAL=0, and otherwise once per that interval (or
- * 20 times the last full read's duration), so a floor that outlived what it
- * was computed from (a database restored under a relay that reached it
- * through a pooler, which kept its session) cannot hide a claim for longer.
+ * RESCAN_COST_FACTOR times the last full read's duration), so a floor that
+ * outlived what it was computed from (a database restored under a relay
+ * that reached it through a pooler, which kept its session) cannot hide a
+ * claim for longer.
  */
 static bool claims_floor_of(const struct store *s, int64_t now_ms, char out[24])
 {
@@ -576,12 +577,20 @@ static bool claims_floor_of(const struct store *s, int64_t now_ms, char out[24])
 	return full;
 }
 
+/* A rescan's cost grows with a held snapshot (every dead entry since it
+ * was taken): spaced to this many times its duration, it takes at most
+ * about 1 % of a worker's time. 20 (5 %) left it the largest part of a
+ * 10-minute hold's cost (docs/benchmark.md, "A held snapshot"); the price
+ * is that a row below the floor waits longer during such a hold. */
+#define RESCAN_COST_FACTOR 100
+
 /* When the next rescan is due after one that took took_ms. */
 static int64_t rescan_due(const struct store *s, int64_t ended_ms,
 			  int64_t took_ms)
 {
-	return ended_ms + (20 * took_ms > s->opt.lease_rescan_ms
-			       ? 20 * took_ms
+	int64_t paced = RESCAN_COST_FACTOR * took_ms;
+	return ended_ms + (paced > s->opt.lease_rescan_ms
+			       ? paced
 			       : s->opt.lease_rescan_ms);
 }
 
