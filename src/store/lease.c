@@ -383,6 +383,13 @@ static int claim_session(struct store *s, char *err, size_t errlen)
 	struct store_options o = s->opt;
 	o.app_name = app;
 	o.leased_by = NULL;
+	/* Each of its statements has one right plan, through the claims
+	 * table's unique holder index, whatever its values.
+	 * Under a held snapshot the claims table's statistics move with
+	 * every analyze and Postgres kept choosing a custom plan, planning
+	 * the claim anew on every call: 105 of its 169 ms per 20 s
+	 * (docs/benchmark.md, "A held snapshot"). */
+	o.generic_plans = true;
 	int rc = store_open_traced(&s->claim, &o, s->extra_sql, err, errlen);
 	return rc == 0 ? 0 : store_public_rc(rc);
 }

@@ -113,7 +113,7 @@ char *pgconn_tx_settings(const struct pgconn_options *opt, enum pgconn_tx tx)
 {
 	struct timeouts t = timeouts_of(opt);
 	struct keepalive k = keepalive_of(opt->dead_peer_ms);
-	char idle[96] = "", lease[400] = "", sql[720];
+	char idle[96] = "", lease[400] = "", sql[800];
 
 	if (tx != PGCONN_TX_STATEMENT &&
 	    (tx != PGCONN_TX_LEASE || GUARD_LEASE_IDLE_TIMEOUT))
@@ -154,8 +154,11 @@ char *pgconn_tx_settings(const struct pgconn_options *opt, enum pgconn_tx tx)
 	snprintf(sql, sizeof(sql),
 		 "SELECT set_config('statement_timeout', '%lld', true), "
 		 "set_config('lock_timeout', '%lld', true), "
-		 "set_config('jit', 'off', true)%s%s",
-		 t.statement_ms, t.lock_ms, idle, lease);
+		 "set_config('jit', 'off', true)%s%s%s",
+		 t.statement_ms, t.lock_ms, idle, lease,
+		 opt->generic_plans ? ", set_config('plan_cache_mode', "
+				      "'force_generic_plan', true)"
+				    : "");
 	return strdup(sql);
 }
 
@@ -184,9 +187,12 @@ static int apply_settings(PGconn *conn, const struct pgconn_options *opt,
 			 "%lld; SET tcp_keepalives_idle = %d; "
 			 "SET tcp_keepalives_interval = %d; "
 			 "SET tcp_keepalives_count = %d; SET tcp_user_timeout "
-			 "= %lld; SET jit = off",
+			 "= %lld; SET jit = off%s",
 			 t.statement_ms, t.lock_ms, t.idle_ms, k.idle_s,
-			 k.interval_s, k.count, (long long)k.user_timeout_ms);
+			 k.interval_s, k.count, (long long)k.user_timeout_ms,
+			 opt->generic_plans
+			     ? "; SET plan_cache_mode = force_generic_plan"
+			     : "");
 		if (exec_setup(conn, sql, "session settings", where, err,
 			       errlen) != 0)
 			return -1;

@@ -25,6 +25,10 @@ struct pgconn_options {
 	 * tcp_user_timeout of libpq and of the server); 0: 15 s. */
 	int64_t dead_peer_ms;
 	const char *extra_sql; /* tests' diagnostics; may be NULL */
+	/* Every statement runs its prepared statement's generic plan
+	 * (plan_cache_mode force_generic_plan): for a session whose
+	 * statements have one right plan whatever their values. */
+	bool generic_plans;
 	/* Where the settings above hold: PGCONN_SESSION sets them once on
 	 * the session; PGCONN_TRANSACTION sets none there, and the caller
 	 * puts pgconn_tx_settings() into each transaction it runs. */

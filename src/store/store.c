@@ -224,6 +224,7 @@ static struct pgconn_options session_options(const struct store *s)
 	    .lock_timeout_ms = s->opt.lock_timeout_ms,
 	    .dead_peer_ms = s->opt.dead_peer_ms,
 	    .extra_sql = s->extra_sql,
+	    .generic_plans = s->opt.generic_plans,
 	    .scope = PGCONN_TRANSACTION,
 	};
 	return po;
@@ -403,6 +404,11 @@ int store_reconnect(struct store *s, char *err, size_t errlen)
 PGconn *store_conn(struct store *s)
 {
 	return s->conn;
+}
+
+PGconn *store_claim_conn(struct store *s)
+{
+	return s->claim ? s->claim->conn : NULL;
 }
 
 void store_channel_sql(const struct outbox_table *t, char *out, size_t outlen)

@@ -66,6 +66,8 @@ struct store_options {
 	bool block_on_failure;	 /* OUTBOX_ORDERING_ON_FAILURE=block */
 	int64_t lock_timeout_ms; /* 0: half the statement timeout */
 	bool delete_sent;	 /* OUTBOX_RETENTION=0: no history */
+	bool generic_plans;	 /* every statement its generic plan (the
+				    claim session's, lease.c) */
 };
 
 struct store;

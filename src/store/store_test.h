@@ -15,6 +15,9 @@
 /* The session of s; owned by the store, replaced by a reconnect. */
 PGconn *store_conn(struct store *s);
 
+/* The claim session of s, open once s leased a batch (NULL before). */
+PGconn *store_claim_conn(struct store *s);
+
 /* store_open() that also runs session_sql after the session settings. */
 int store_open_traced(struct store **out, const struct store_options *opt,
 		      const char *session_sql, char *err, size_t errlen);

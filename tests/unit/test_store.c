@@ -2146,6 +2146,51 @@ static void test_claims_floor_under_held_snapshot(void **state)
 	PQfinish(c);
 }
 
+/* 8c''. The claim session runs the claim's generic plan from its first
+ * call: Postgres would otherwise plan it anew each time it judged a
+ * custom plan cheaper (always for the first five calls, and on every call
+ * under a held snapshot, docs/benchmark.md). auto_explain prints a generic
+ * plan with the statement's parameters, a custom one with their values. */
+static void test_claim_generic_plan(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_claim_plan", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 30);
+	struct store_options o = pgtest_store_options(table);
+	o.batch_size = 5;
+	struct store *s = traced_store(
+	    &o, "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+		"SET auto_explain.log_level = notice; "
+		"SET client_min_messages = notice");
+	char *plans = NULL, *lease_plans = NULL;
+	PQsetNoticeReceiver(store_conn(s), collect_notice, &lease_plans);
+	for (int i = 0; i < 3; i++) {
+		struct lease_batch b;
+		lease(s, &b);
+		assert_int_equal(b.n, 5);
+		assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 5);
+		commit(s, &b);
+		/* The claim session opened with the first claim; the two
+		 * claims after it replace a previous one (holder = $6). */
+		if (i == 0) {
+			assert_non_null(store_claim_conn(s));
+			PQsetNoticeReceiver(store_claim_conn(s), collect_notice,
+					    &plans);
+		}
+	}
+	assert_non_null(plans);
+	assert_int_equal(count_of(plans, "Query Text: WITH prev"), 2);
+	if (count_of(plans, "(holder = $6)") < 2 ||
+	    strstr(plans, "(holder = '"))
+		fail_msg("the claim ran a custom plan: %.2000s", plans);
+	free(plans);
+	free(lease_plans);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* 8c. The lease's statements go in one pipeline; when the lease
  * statement itself fails there (its claims table dropped under a prepared
  * statement), the transaction its BEGIN opened is rolled back, the
@@ -2557,6 +2602,7 @@ int main(void)
 	    cmocka_unit_test(test_lease_floor_own_rows),
 	    cmocka_unit_test(test_claims_floor_dead_claims),
 	    cmocka_unit_test(test_claims_floor_under_held_snapshot),
+	    cmocka_unit_test(test_claim_generic_plan),
 	    cmocka_unit_test(test_claims_migration_006_live),
 	    cmocka_unit_test(test_lease_pipeline_failure),
 	    cmocka_unit_test(test_checks_and_migrations),
