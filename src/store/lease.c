@@ -383,13 +383,6 @@ static int claim_session(struct store *s, char *err, size_t errlen)
 	struct store_options o = s->opt;
 	o.app_name = app;
 	o.leased_by = NULL;
-	/* Each of its statements has one right plan, through the claims
-	 * table's unique holder index, whatever its values.
-	 * Under a held snapshot the claims table's statistics move with
-	 * every analyze and Postgres kept choosing a custom plan, planning
-	 * the claim anew on every call: 105 of its 169 ms per 20 s
-	 * (docs/benchmark.md, "A held snapshot"). */
-	o.generic_plans = true;
 	int rc = store_open_traced(&s->claim, &o, s->extra_sql, err, errlen);
 	return rc == 0 ? 0 : store_public_rc(rc);
 }
@@ -535,7 +528,7 @@ static bool floor_text(int64_t pg_us, char out[40])
  * Ordered mode always rescans: a key's next row becomes its head with the
  * next_attempt_at it was written with.
  */
-/* The session's floor as the statements' parameter: '-infinity' when it
+/* The session's floor as the lease's $4: '-infinity' when it
  * has none or keeps none (ordered mode, OUTBOX_LEASE_RESCAN_INTERVAL=0). */
 static bool floor_of(const struct store *s, char floor[40])
 {
@@ -709,10 +702,7 @@ int store_renew(struct store *s, char *err, size_t errlen)
 int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen)
 {
 	int rc;
-	char floor[40];
-	floor_of(s, floor);
-	const char *values[1] = {floor};
-	PGresult *res = store_run(s, ST_NEXT_DUE, 1, values, PGRES_TUPLES_OK, 0,
+	PGresult *res = store_run(s, ST_NEXT_DUE, 0, NULL, PGRES_TUPLES_OK, 0,
 				  &rc, err, errlen);
 	if (!res)
 		return store_public_rc(rc);

@@ -113,10 +113,10 @@ char *pgconn_tx_settings(const struct pgconn_options *opt, enum pgconn_tx tx)
 {
 	struct timeouts t = timeouts_of(opt);
 	struct keepalive k = keepalive_of(opt->dead_peer_ms);
-	char idle[96] = "", lease[400] = "", sql[800];
+	char idle[96] = "", lease[400] = "", sql[880];
 
-	if (tx != PGCONN_TX_STATEMENT &&
-	    (tx != PGCONN_TX_LEASE || GUARD_LEASE_IDLE_TIMEOUT))
+	if (tx == PGCONN_TX_EXPLICIT ||
+	    (tx == PGCONN_TX_LEASE && GUARD_LEASE_IDLE_TIMEOUT))
 		snprintf(idle, sizeof(idle),
 			 ", set_config('idle_in_transaction_session_timeout', "
 			 "'%lld', true)",
@@ -140,25 +140,31 @@ char *pgconn_tx_settings(const struct pgconn_options *opt, enum pgconn_tx tx)
 	 * Postgres CPU per event against 60 with history kept). No
 	 * statement of a lease transaction needs a sequential scan, of the
 	 * outbox table or of the claims table (read through its written_by
-	 * index since migration 006). */
+	 * index since migration 006). Each has one right plan whatever its
+	 * values, and Postgres, left to choose, planned some anew on every
+	 * call, at a cost that grew with a held snapshot (planning was 906
+	 * of the lease's 1843 ms per 20 s late in a 2-minute hold, 105 of
+	 * the claim's 169 in another run; docs/benchmark.md, "A held
+	 * snapshot"), so they run their generic plan. */
+	const char *indexed =
+	    ", set_config('enable_bitmapscan', 'off', true), "
+	    "set_config('enable_seqscan', 'off', true), "
+	    "set_config('plan_cache_mode', 'force_generic_plan', true)";
 	if (tx == PGCONN_TX_LEASE)
 		snprintf(lease, sizeof(lease),
-			 ", set_config('enable_bitmapscan', 'off', true), "
-			 "set_config('enable_seqscan', 'off', true), "
-			 "set_config('tcp_keepalives_idle', '%d', true), "
+			 "%s, set_config('tcp_keepalives_idle', '%d', true), "
 			 "set_config('tcp_keepalives_interval', '%d', true), "
 			 "set_config('tcp_keepalives_count', '%d', true), "
 			 "set_config('tcp_user_timeout', '%lld', true)",
-			 k.idle_s, k.interval_s, k.count,
+			 indexed, k.idle_s, k.interval_s, k.count,
 			 (long long)k.user_timeout_ms);
+	else if (tx == PGCONN_TX_INDEXED)
+		snprintf(lease, sizeof(lease), "%s", indexed);
 	snprintf(sql, sizeof(sql),
 		 "SELECT set_config('statement_timeout', '%lld', true), "
 		 "set_config('lock_timeout', '%lld', true), "
-		 "set_config('jit', 'off', true)%s%s%s",
-		 t.statement_ms, t.lock_ms, idle, lease,
-		 opt->generic_plans ? ", set_config('plan_cache_mode', "
-				      "'force_generic_plan', true)"
-				    : "");
+		 "set_config('jit', 'off', true)%s%s",
+		 t.statement_ms, t.lock_ms, idle, lease);
 	return strdup(sql);
 }
 
@@ -187,12 +193,9 @@ static int apply_settings(PGconn *conn, const struct pgconn_options *opt,
 			 "%lld; SET tcp_keepalives_idle = %d; "
 			 "SET tcp_keepalives_interval = %d; "
 			 "SET tcp_keepalives_count = %d; SET tcp_user_timeout "
-			 "= %lld; SET jit = off%s",
+			 "= %lld; SET jit = off",
 			 t.statement_ms, t.lock_ms, t.idle_ms, k.idle_s,
-			 k.interval_s, k.count, (long long)k.user_timeout_ms,
-			 opt->generic_plans
-			     ? "; SET plan_cache_mode = force_generic_plan"
-			     : "");
+			 k.interval_s, k.count, (long long)k.user_timeout_ms);
 		if (exec_setup(conn, sql, "session settings", where, err,
 			       errlen) != 0)
 			return -1;

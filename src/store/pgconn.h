@@ -25,10 +25,6 @@ struct pgconn_options {
 	 * tcp_user_timeout of libpq and of the server); 0: 15 s. */
 	int64_t dead_peer_ms;
 	const char *extra_sql; /* tests' diagnostics; may be NULL */
-	/* Every statement runs its prepared statement's generic plan
-	 * (plan_cache_mode force_generic_plan): for a session whose
-	 * statements have one right plan whatever their values. */
-	bool generic_plans;
 	/* Where the settings above hold: PGCONN_SESSION sets them once on
 	 * the session; PGCONN_TRANSACTION sets none there, and the caller
 	 * puts pgconn_tx_settings() into each transaction it runs. */
@@ -44,8 +40,12 @@ enum pgconn_tx {
 	 * (idle_in_transaction_ms). */
 	PGCONN_TX_EXPLICIT,
 	/* The lease transaction (docs/design.md §4): also the server's end
-	 * of the dead-peer window, and no bitmap scans. */
+	 * of the dead-peer window, and the planning of PGCONN_TX_INDEXED. */
 	PGCONN_TX_LEASE,
+	/* One statement that reads by index (the claim session's):
+	 * PGCONN_TX_STATEMENT's settings, no bitmap or sequential scans, and
+	 * the prepared statement's generic plan. */
+	PGCONN_TX_INDEXED,
 };
 
 /*

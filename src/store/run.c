@@ -95,7 +95,8 @@ static struct step step_of(struct store *s, int st, const char *sql,
 static struct step settings_step(struct store *s, enum pgconn_tx tx)
 {
 	static const char *const names[] = {
-	    "outbox_tx_statement", "outbox_tx_explicit", "outbox_tx_lease"};
+	    "outbox_tx_statement", "outbox_tx_explicit", "outbox_tx_lease",
+	    "outbox_tx_indexed"};
 	struct step p = {
 	    names[tx], &s->tx_prepared[tx], s->tx_settings[tx], 0, NULL, 0};
 	return p;
@@ -245,7 +246,9 @@ static bool ends_tx(const char *sql)
  * A statement outside any transaction of ours takes the settings its
  * transaction needs in the same round trip (pgconn_tx_settings()): a BEGIN
  * is followed by those of an explicit transaction, any other statement is
- * preceded by those of a single statement, in its implicit transaction.
+ * preceded by those of a single statement (one that reads by index,
+ * store_stmt_indexed, by those of PGCONN_TX_INDEXED), in its implicit
+ * transaction.
  * Inside a transaction the settings it opened with hold.
  */
 static PGresult *run_outside_tx(struct store *s, int st, const char *what,
@@ -256,8 +259,10 @@ static PGresult *run_outside_tx(struct store *s, int st, const char *what,
 {
 	struct step stmt = step_of(s, st, sql, nparams, values, result_format);
 	if (!opens_tx(sql)) {
-		struct step steps[2] = {settings_step(s, PGCONN_TX_STATEMENT),
-					stmt};
+		enum pgconn_tx tx = st >= 0 && store_stmt_indexed[st]
+					? PGCONN_TX_INDEXED
+					: PGCONN_TX_STATEMENT;
+		struct step steps[2] = {settings_step(s, tx), stmt};
 		return run_pipeline(s, what, steps, 2, 1, false, want, rc, err,
 				    errlen);
 	}

@@ -224,7 +224,6 @@ static struct pgconn_options session_options(const struct store *s)
 	    .lock_timeout_ms = s->opt.lock_timeout_ms,
 	    .dead_peer_ms = s->opt.dead_peer_ms,
 	    .extra_sql = s->extra_sql,
-	    .generic_plans = s->opt.generic_plans,
 	    .scope = PGCONN_TRANSACTION,
 	};
 	return po;
@@ -240,6 +239,8 @@ static int build_tx_settings(struct store *s)
 	    pgconn_tx_settings(&po, PGCONN_TX_STATEMENT);
 	s->tx_settings[PGCONN_TX_EXPLICIT] =
 	    pgconn_tx_settings(&po, PGCONN_TX_EXPLICIT);
+	s->tx_settings[PGCONN_TX_INDEXED] =
+	    pgconn_tx_settings(&po, PGCONN_TX_INDEXED);
 	po.idle_in_transaction_ms = s->opt.lease_timeout_ms;
 	s->tx_settings[PGCONN_TX_LEASE] =
 	    pgconn_tx_settings(&po, PGCONN_TX_LEASE);

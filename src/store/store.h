@@ -66,8 +66,6 @@ struct store_options {
 	bool block_on_failure;	 /* OUTBOX_ORDERING_ON_FAILURE=block */
 	int64_t lock_timeout_ms; /* 0: half the statement timeout */
 	bool delete_sent;	 /* OUTBOX_RETENTION=0: no history */
-	bool generic_plans;	 /* every statement its generic plan (the
-				    claim session's, lease.c) */
 };
 
 struct store;
@@ -314,8 +312,9 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 		  size_t errlen);
 
 /*
- * Milliseconds until the earliest pending row is due (0 when one is due
- * now), or -1 when nothing is pending.
+ * Milliseconds until the earliest pending row not yet due is due (at
+ * least 1), or -1 when no pending row waits for a later time: rows due
+ * already are the lease's business, not a reason to wake sooner.
  */
 int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen);
 

@@ -126,8 +126,8 @@ struct store {
 	 * pgconn_tx (pgconn.h): the session itself carries none, so behind
 	 * a transaction-mode pooler each transaction has what it needs and
 	 * leaves nothing behind. */
-	char *tx_settings[3];
-	bool tx_prepared[3];
+	char *tx_settings[4];
+	bool tx_prepared[4];
 	/* The lease's scan floor (lease.c): where this session's next due
 	 * scan starts, the oldest next_attempt_at of its previous batch (in
 	 * microseconds since 2000, Postgres' epoch), unless floor_set is
@@ -204,6 +204,10 @@ char *sql_version(const struct store *s);
 /* statements.c: fills s->sql[]; -1 when out of memory. */
 int store_build_statements(struct store *s);
 extern const char *const store_stmt_names[ST_COUNT];
+/* True for the statements that run as PGCONN_TX_INDEXED outside a lease
+ * transaction: reads of the queue, or of the claims table by holder,
+ * that have one right plan through an index whatever their values. */
+extern const bool store_stmt_indexed[ST_COUNT];
 
 /* vasprintf that returns NULL when out of memory. */
 char *store_asprintf(const char *fmt, ...)
