@@ -117,6 +117,7 @@ struct store *relay_open_store(struct relay_thread *th, const char *who)
 		 who);
 	struct store_options o =
 	    store_options_from_config(cfg, name, leased_by);
+	o.rescan_pace = &r->rescan_pace;
 	int64_t backoff = RECONNECT_MIN_MS;
 	while (!relay_stopping(r)) {
 		struct store *s = NULL;

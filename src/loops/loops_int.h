@@ -75,6 +75,8 @@ struct relay {
 	atomic_int stopping;	  /* 1 once shutdown began */
 	atomic_int marks_failed;  /* 1 if a mark could not be written */
 	atomic_int workers_ready; /* workers with a healthy publisher */
+	/* The workers' stores rescan in turn (store.h); moved by them. */
+	struct store_rescan_pace rescan_pace;
 
 	/* lock guards every field from wake_gen to rate_next_ms; wake is
 	 * signalled under it by relay_wake(). */

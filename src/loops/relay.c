@@ -36,6 +36,7 @@ int relay_create(struct relay **out, const struct config *cfg,
 	}
 	r->cfg = cfg;
 	r->pub_ops = pub_ops;
+	atomic_init(&r->rescan_pace.due_ms, 0);
 	r->pid = (int)getpid();
 	if (gethostname(r->host, sizeof(r->host)) != 0)
 		snprintf(r->host, sizeof(r->host), "unknown");

@@ -520,11 +520,11 @@ static bool floor_text(int64_t pg_us, char out[40])
  * What may lie below (a row committed late by a transaction that began
  * long ago, a row another relay let go, one an operator redrove, whose
  * next_attempt_at is when the redrive began) waits for the next rescan:
- * every OUTBOX_LEASE_RESCAN_INTERVAL, or RESCAN_COST_FACTOR times the last
- * rescan's duration when that is longer (so a rescan stepping over a held
- * snapshot's dead entries costs at most about 1 % of a worker's time, as
- * the ops thread's gauges do of a core), and at once when the paused
- * destinations change (their rows were left out, at any age).
+ * one per OUTBOX_LEASE_RESCAN_INTERVAL for the process (rescan_scheduled()),
+ * or RESCAN_COST_FACTOR times the last rescan's duration when that is longer
+ * (so a rescan stepping over a held snapshot's dead entries costs at most about
+ * 1 % of a worker's time, as the ops thread's gauges do of a core), and at once
+ * when the paused destinations change (their rows were left out, at any age).
  * Ordered mode always rescans: a key's next row becomes its head with the
  * next_attempt_at it was written with.
  */
@@ -539,6 +539,22 @@ static bool floor_of(const struct store *s, char floor[40])
 	return false;
 }
 
+/* Whether the schedule makes this lease a rescan. A shared schedule is
+ * taken by the first store past its due time, which moves it one
+ * interval on at once, so no other store of the process rescans while
+ * this one does; the rescan's end sets it again (rescan_done()). */
+static bool rescan_scheduled(const struct store *s, int64_t now_ms)
+{
+	struct store_rescan_pace *pace = s->opt.rescan_pace;
+	if (!pace)
+		return now_ms >= s->rescan_at_ms;
+	long long due = atomic_load(&pace->due_ms);
+	return now_ms >= due &&
+	       atomic_compare_exchange_strong(
+		   &pace->due_ms, &due,
+		   (long long)(now_ms + s->opt.lease_rescan_ms));
+}
+
 static bool lease_rescans(struct store *s, const char *paused_arr,
 			  int64_t now_ms, char floor[40])
 {
@@ -549,7 +565,7 @@ static bool lease_rescans(struct store *s, const char *paused_arr,
 		s->rescan_paused = strdup(paused_arr);
 	}
 	if (!floor_of(s, floor) || paused_changed ||
-	    now_ms >= s->rescan_at_ms) {
+	    rescan_scheduled(s, now_ms)) {
 		snprintf(floor, 40, "-infinity");
 		return true;
 	}
@@ -592,6 +608,17 @@ static int64_t rescan_due(const struct store *s, int64_t ended_ms,
 	return ended_ms + (paced > s->opt.lease_rescan_ms
 			       ? paced
 			       : s->opt.lease_rescan_ms);
+}
+
+/* A rescan ended: the schedule, this store's or the shared one, moves
+ * past it, whichever reason made it one. */
+static void rescan_done(struct store *s, int64_t ended_ms, int64_t took_ms)
+{
+	int64_t due = rescan_due(s, ended_ms, took_ms);
+	if (s->opt.rescan_pace)
+		atomic_store(&s->opt.rescan_pace->due_ms, (long long)due);
+	else
+		s->rescan_at_ms = due;
 }
 
 /* BEGIN, the lease statement, and for a non-empty lease its claim. An
@@ -642,7 +669,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	if (res && (rescan || claims_full)) {
 		int64_t ended_ms = clock_ms(), took = ended_ms - started_ms;
 		if (rescan)
-			s->rescan_at_ms = rescan_due(s, ended_ms, took);
+			rescan_done(s, ended_ms, took);
 		if (claims_full)
 			s->claims_rescan_at_ms = rescan_due(s, ended_ms, took);
 	}

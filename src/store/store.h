@@ -4,7 +4,8 @@
  * and its side tables lives in src/store/ and nowhere else
  * (docs/design.md §3, §4, §7). This header is all other parts see of it.
  *
- * One struct store owns one Postgres session and is used by one thread.
+ * One struct store owns one Postgres session and is used by one thread
+ * (the rescan schedule it may share with other stores excepted, below).
  * Statements are autocommit, except: a lease, which opens a transaction
  * that holds its rows locked while they are published, takes their marks
  * and ends with store_lease_commit() or store_lease_abort() (the lock
@@ -24,6 +25,7 @@
 #define OUTBOX_STORE_H
 
 #include <cjson/cJSON.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -41,6 +43,20 @@ enum store_rc {
 
 /* Longest last_error kept, in bytes (the column allows a little more). */
 #define STORE_ERROR_MAX 1024
+
+/*
+ * The rescan schedule (docs/design.md §4, "A held snapshot") the leasing
+ * stores of one process share: one rescan per OUTBOX_LEASE_RESCAN_INTERVAL
+ * (or per RESCAN_COST_FACTOR times a rescan's duration, lease.c) for the
+ * process, by whichever store leases first once it is due, instead of one
+ * per store. A rescan reads the whole pending index, so one covers every
+ * store's floor. Owned by whoever opens the stores, zeroed before the
+ * first, and outlives them; the stores read and move it with atomics from
+ * their own threads.
+ */
+struct store_rescan_pace {
+	atomic_llong due_ms; /* clock_ms() from which the next one is due */
+};
 
 struct store_options {
 	const char *conninfo;  /* NULL: libpq's PG* variables */
@@ -66,6 +82,9 @@ struct store_options {
 	bool block_on_failure;	 /* OUTBOX_ORDERING_ON_FAILURE=block */
 	int64_t lock_timeout_ms; /* 0: half the statement timeout */
 	bool delete_sent;	 /* OUTBOX_RETENTION=0: no history */
+	/* Shared with the process's other stores; NULL: this store keeps
+	 * a schedule of its own. */
+	struct store_rescan_pace *rescan_pace;
 };
 
 struct store;

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -1924,6 +1925,69 @@ static void test_lease_floor_rows_below(void **state)
 	PQfinish(c);
 }
 
+/* Leases one batch, checks it holds n rows, each of type want, and marks
+ * them sent. */
+static void lease_types(struct store *s, size_t n, const char *want)
+{
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, n);
+	for (size_t k = 0; k < b.n; k++)
+		assert_string_equal(b.events[k].type, want);
+	if (b.n > 0)
+		assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, b.n);
+	commit(s, &b);
+}
+
+/* 8b-iv. The stores of one process share their rescan schedule: once a
+ * rescan is due, the first store to lease makes it, and the others do not
+ * rescan until the next is due (one rescan per interval for the process,
+ * whatever its workers and lanes). What lies below the floors is leased
+ * all the same, by whichever store rescans. */
+static void test_lease_rescans_shared(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_rescan_pace", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	struct store_rescan_pace pace;
+	atomic_init(&pace.due_ms, 0);
+	struct store_options o = pgtest_store_options(table);
+	o.lease_rescan_ms = 1000;
+	o.rescan_pace = &pace;
+	o.batch_size = 1;
+	struct store *a = pgtest_store(&o);
+	o.batch_size = 10;
+	struct store *b = pgtest_store(&o);
+	/* Each store's first lease sets its floor. */
+	pgtest_insert(c, table, 11);
+	lease_types(a, 1, "test.event");
+	lease_types(b, 10, "test.event");
+	/* Two rows below both floors, as late commits leave them. */
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, next_attempt_at) VALUES "
+		    "('below.event', '\\x01', now() - interval '2 hours'), "
+		    "('below.event', '\\x02', now() - interval '1 hour')",
+		    table);
+	pgtest_insert(c, table, 5);
+	lease_types(b, 5, "test.event"); /* not due: no rescan yet */
+	usleep(1100 * 1000);
+	/* a rescans (a batch of one: the older row below); b's lease right
+	 * after is no rescan, so the other row below waits for the next. */
+	lease_types(a, 1, "below.event");
+	pgtest_insert(c, table, 3);
+	lease_types(b, 3, "test.event");
+	usleep(1100 * 1000);
+	lease_types(b, 1, "below.event");
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'pending'",
+			table),
+	    0);
+	store_close(a);
+	store_close(b);
+	PQfinish(c);
+}
+
 /* 8b''. Rows a session retried or released come back to it, when due,
  * without a rescan: they are at or above its floor (a retry's
  * next_attempt_at is later, a release keeps it). */
@@ -2614,6 +2678,7 @@ int main(void)
 	    cmocka_unit_test(test_lease_walks_the_index),
 	    cmocka_unit_test(test_lease_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_below),
+	    cmocka_unit_test(test_lease_rescans_shared),
 	    cmocka_unit_test(test_lease_floor_own_rows),
 	    cmocka_unit_test(test_claims_floor_dead_claims),
 	    cmocka_unit_test(test_claims_floor_under_held_snapshot),
