@@ -520,11 +520,12 @@ static bool floor_text(int64_t pg_us, char out[40])
  * What may lie below (a row committed late by a transaction that began
  * long ago, a row another relay let go, one an operator redrove, whose
  * next_attempt_at is when the redrive began) waits for the next rescan:
- * one per OUTBOX_LEASE_RESCAN_INTERVAL for the process (rescan_scheduled()),
- * or RESCAN_COST_FACTOR times the last rescan's duration when that is longer
- * (so a rescan stepping over a held snapshot's dead entries costs at most about
- * 1 % of a worker's time, as the ops thread's gauges do of a core), and at once
- * when the paused destinations change (their rows were left out, at any age).
+ * one per OUTBOX_LEASE_RESCAN_INTERVAL for the process
+ * (rescan_scheduled()), or RESCAN_COST_FACTOR times the last rescan's
+ * duration when that is longer (so a rescan stepping over a held
+ * snapshot's dead entries costs at most about 1 % of a session's time,
+ * as the ops thread's gauges do of a core), and at once when the paused
+ * destinations change (their rows were left out, at any age).
  * Ordered mode always rescans: a key's next row becomes its head with the
  * next_attempt_at it was written with.
  */
