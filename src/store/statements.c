@@ -637,7 +637,7 @@ static char *sql_clean_failed(const struct store *s)
  * back: a paused destination, a row another replica holds) and must not
  * shorten an idle worker's sleep. The scan starts at now(), past every
  * entry of a row leased when it was due, which a held snapshot keeps:
- * read from the lease's floor it still read 44,000 to 88,000 buffers a
+ * read from the lease's floor it still read 73,000 to 88,000 buffers a
  * call late in a 2-minute hold (docs/benchmark.md, "A held snapshot"). */
 static char *sql_next_due(const struct store *s)
 {
