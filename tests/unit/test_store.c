@@ -1781,16 +1781,25 @@ static long pending_scan_buffers(const char *plans)
 	return strtol(hit + strlen("Buffers: shared hit="), NULL, 10);
 }
 
+/* Leases one batch, checks it holds n rows, each of type want, and marks
+ * them sent. */
+static void lease_types(struct store *s, size_t n, const char *want)
+{
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, n);
+	for (size_t k = 0; k < b.n; k++)
+		assert_string_equal(b.events[k].type, want);
+	if (b.n > 0)
+		assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, b.n);
+	commit(s, &b);
+}
+
 /* Leases and marks sent n batches, each of a full 100 rows. */
 static void drain_batches(struct store *s, int n)
 {
-	for (int i = 0; i < n; i++) {
-		struct lease_batch b;
-		lease(s, &b);
-		assert_int_equal(b.n, 100);
-		assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 100);
-		commit(s, &b);
-	}
+	for (int i = 0; i < n; i++)
+		lease_types(s, 100, "test.event");
 }
 
 /* 8b. Under a snapshot held by another session (a pg_dump, a report), the
@@ -1923,20 +1932,6 @@ static void test_lease_floor_rows_below(void **state)
 	store_close(s);
 	PQfinish(producer);
 	PQfinish(c);
-}
-
-/* Leases one batch, checks it holds n rows, each of type want, and marks
- * them sent. */
-static void lease_types(struct store *s, size_t n, const char *want)
-{
-	struct lease_batch b;
-	lease(s, &b);
-	assert_int_equal(b.n, n);
-	for (size_t k = 0; k < b.n; k++)
-		assert_string_equal(b.events[k].type, want);
-	if (b.n > 0)
-		assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, b.n);
-	commit(s, &b);
 }
 
 /* 8b-iv. The stores of one process share their rescan schedule: once a
