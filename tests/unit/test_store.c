@@ -1934,6 +1934,28 @@ static void test_lease_floor_rows_below(void **state)
 	PQfinish(c);
 }
 
+/* Leases s every 100 ms until a batch of one row of type want comes
+ * (within 20 s: a rescan is due once the interval and 100 times the last
+ * one's duration passed, longer under sanitizers), and marks it sent. */
+static void lease_until(struct store *s, const char *want)
+{
+	for (int i = 0; i < 200; i++) {
+		struct lease_batch b;
+		lease(s, &b);
+		if (b.n > 0) {
+			assert_int_equal(b.n, 1);
+			assert_string_equal(b.events[0].type, want);
+			assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked,
+					 1);
+			commit(s, &b);
+			return;
+		}
+		commit(s, &b);
+		usleep(100 * 1000);
+	}
+	fail_msg("no rescan leased the %s row within 20 s", want);
+}
+
 /* 8b-iv. The stores of one process share their rescan schedule: once a
  * rescan is due, the first store to lease makes it, and the others do not
  * rescan until the next is due (one rescan per interval for the process,
@@ -1966,14 +1988,13 @@ static void test_lease_rescans_shared(void **state)
 		    table);
 	pgtest_insert(c, table, 5);
 	lease_types(b, 5, "test.event"); /* not due: no rescan yet */
-	usleep(1100 * 1000);
-	/* a rescans (a batch of one: the older row below); b's lease right
-	 * after is no rescan, so the other row below waits for the next. */
-	lease_types(a, 1, "below.event");
+	/* a rescans once one is due (a batch of one: the older row below);
+	 * b's lease right after is no rescan, so the other row below waits
+	 * for the next, which b makes. */
+	lease_until(a, "below.event");
 	pgtest_insert(c, table, 3);
 	lease_types(b, 3, "test.event");
-	usleep(1100 * 1000);
-	lease_types(b, 1, "below.event");
+	lease_until(b, "below.event");
 	assert_int_equal(
 	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'pending'",
 			table),
