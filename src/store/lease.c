@@ -13,29 +13,6 @@
 #include "guards.h"
 #include "store_internal.h"
 
-/* Columns of the lease's RETURNING list, in order. */
-enum lease_col {
-	LC_ID,
-	LC_SEQ,
-	LC_TYPE,
-	LC_SOURCE,
-	LC_SUBJECT,
-	LC_CONTENT_TYPE,
-	LC_EXCHANGE,
-	LC_ROUTING_KEY,
-	LC_PARTITION_KEY,
-	LC_PAYLOAD,
-	LC_HEADERS,
-	LC_CREATED_AT,
-	LC_ATTEMPTS,
-	LC_MAX_ATTEMPTS,
-	LC_LEASE_ID,
-	LC_XID,
-	LC_TID,
-	LC_NEXT_ATTEMPT_AT,
-	LC_CLAIMS_FLOOR,
-};
-
 /* True while rows' lease transaction is open on its session. */
 static bool lease_open(const struct lease_rows *rows)
 {
@@ -138,238 +115,6 @@ int store_lease_rollback_charged(struct store *s, struct lease_batch *b,
 	if (!b->rows || b->rows->s != s || !lease_open(b->rows))
 		return 0;
 	return store_lease_end(s, TX_ROLLBACK, err, errlen);
-}
-
-static const char *col(PGresult *res, int row, int c)
-{
-	return PQgetisnull(res, row, c) ? NULL : PQgetvalue(res, row, c);
-}
-
-/* The lease's columns arrive in binary (docs/design.md §4): integers in
- * network byte order, uuid as 16 bytes, timestamptz as microseconds since
- * 2000-01-01. A value of the wrong width means the table is not the one the
- * statement was written for, and the batch is refused. */
-static bool col_be(PGresult *res, int row, int c, int width, uint64_t *out)
-{
-	if (PQgetisnull(res, row, c) || PQgetlength(res, row, c) != width)
-		return false;
-	const unsigned char *p = (const unsigned char *)PQgetvalue(res, row, c);
-	uint64_t v = 0;
-	for (int i = 0; i < width; i++)
-		v = v << 8 | p[i];
-	*out = v;
-	return true;
-}
-
-static bool col_uuid(PGresult *res, int row, int c, char out[37])
-{
-	if (PQgetisnull(res, row, c) || PQgetlength(res, row, c) != 16)
-		return false;
-	static const char hex[] = "0123456789abcdef";
-	const unsigned char *p = (const unsigned char *)PQgetvalue(res, row, c);
-	char *o = out;
-	for (int i = 0; i < 16; i++) {
-		if (i == 4 || i == 6 || i == 8 || i == 10)
-			*o++ = '-';
-		*o++ = hex[p[i] >> 4];
-		*o++ = hex[p[i] & 15];
-	}
-	*o = '\0';
-	return true;
-}
-
-/* Microseconds from the Unix epoch to Postgres's, 2000-01-01. */
-#define PG_EPOCH_US INT64_C(946684800000000)
-
-/* Writes v as exactly width decimal digits (v < 10^width). */
-static char *put_digits(char *p, unsigned v, int width)
-{
-	for (int i = width - 1; i >= 0; i--) {
-		p[i] = (char)('0' + v % 10);
-		v /= 10;
-	}
-	return p + width;
-}
-
-/* The seconds part of a time, kept across the rows of one lease: rows
- * leased together were mostly made within the same second. */
-struct time_cache {
-	int64_t secs;
-	bool valid;
-	char head[19]; /* "YYYY-MM-DDTHH:MM:SS", not terminated */
-};
-
-/* created_at as RFC 3339 UTC with microseconds, the CloudEvents time
- * (run per leased row, so without snprintf). */
-static void format_time(int64_t unix_us, struct time_cache *tc, char out[40])
-{
-	int64_t secs = unix_us / 1000000, us = unix_us % 1000000;
-	if (us < 0) {
-		us += 1000000;
-		secs -= 1;
-	}
-	if (!tc->valid || tc->secs != secs) {
-		time_t t = (time_t)secs;
-		struct tm tm;
-		/* Years outside 0..9999 cannot be written as RFC 3339. */
-		if (!gmtime_r(&t, &tm) || tm.tm_year < -1900 ||
-		    tm.tm_year > 9999 - 1900) {
-			tc->valid = false;
-			out[0] = '\0';
-			return;
-		}
-		char *p =
-		    put_digits(tc->head, (unsigned)(tm.tm_year + 1900), 4);
-		*p++ = '-';
-		p = put_digits(p, (unsigned)tm.tm_mon + 1, 2);
-		*p++ = '-';
-		p = put_digits(p, (unsigned)tm.tm_mday, 2);
-		*p++ = 'T';
-		p = put_digits(p, (unsigned)tm.tm_hour, 2);
-		*p++ = ':';
-		p = put_digits(p, (unsigned)tm.tm_min, 2);
-		*p++ = ':';
-		put_digits(p, (unsigned)tm.tm_sec, 2);
-		tc->secs = secs;
-		tc->valid = true;
-	}
-	memcpy(out, tc->head, sizeof(tc->head));
-	char *p = out + sizeof(tc->head);
-	*p++ = '.';
-	p = put_digits(p, (unsigned)us, 6);
-	*p++ = 'Z';
-	*p = '\0';
-}
-
-/* "(block,offset)" of a ctid, without snprintf. */
-static void format_tid(uint64_t tid, char out[24])
-{
-	char digits[10];
-	unsigned parts[2] = {(unsigned)(tid >> 16), (unsigned)(tid & 0xffff)};
-	char *p = out;
-	*p++ = '(';
-	for (int k = 0; k < 2; k++) {
-		int n = 0;
-		unsigned v = parts[k];
-		do {
-			digits[n++] = (char)('0' + v % 10);
-			v /= 10;
-		} while (v);
-		while (n > 0)
-			*p++ = digits[--n];
-		*p++ = k == 0 ? ',' : ')';
-	}
-	*p = '\0';
-}
-
-/* Row i of a lease result as an event pointing into res and text. */
-static bool event_of(PGresult *res, int i, struct time_cache *tc,
-		     struct lease_text *text, struct outbox_event *e)
-{
-	uint64_t seq, created, attempts, max_attempts, tid;
-	if (!col_uuid(res, i, LC_ID, text->id) ||
-	    !col_be(res, i, LC_TID, 6, &tid) ||
-	    !col_be(res, i, LC_SEQ, 8, &seq) ||
-	    !col_be(res, i, LC_CREATED_AT, 8, &created) ||
-	    !col_be(res, i, LC_ATTEMPTS, 4, &attempts) ||
-	    !col_be(res, i, LC_MAX_ATTEMPTS, 4, &max_attempts))
-		return false;
-	/* tid's binary form: block number (4 bytes), then offset (2). */
-	format_tid(tid, text->tid);
-	e->id = text->id;
-	e->seq = (int64_t)seq;
-	e->type = col(res, i, LC_TYPE);
-	e->source = col(res, i, LC_SOURCE);
-	e->subject = col(res, i, LC_SUBJECT);
-	e->content_type = col(res, i, LC_CONTENT_TYPE);
-	e->exchange = col(res, i, LC_EXCHANGE);
-	e->routing_key = col(res, i, LC_ROUTING_KEY);
-	e->partition_key = col(res, i, LC_PARTITION_KEY);
-	e->payload = (const unsigned char *)PQgetvalue(res, i, LC_PAYLOAD);
-	e->payload_len = (size_t)PQgetlength(res, i, LC_PAYLOAD);
-	e->headers_json = col(res, i, LC_HEADERS);
-	e->created_at_us = (int64_t)created + PG_EPOCH_US;
-	format_time(e->created_at_us, tc, text->time);
-	e->time = text->time;
-	e->attempts = (int)(int32_t)(uint32_t)attempts;
-	e->max_attempts = (int)(int32_t)(uint32_t)max_attempts;
-	/* A table created without our CHECKs may hold NULLs where the relay
-	 * expects text; the encoder fails those rows. */
-	if (!e->type)
-		e->type = "";
-	if (!e->content_type)
-		e->content_type = "application/octet-stream";
-	if (!e->routing_key)
-		e->routing_key = "";
-	if (!e->headers_json)
-		e->headers_json = "null";
-	if (!e->source)
-		e->source = "";
-	return true;
-}
-
-/* Insertion order: the rows come back in the order of their place in the
- * table (read by ctid), and a batch goes out in the order it was made. */
-static int by_seq(const void *a, const void *b)
-{
-	const struct outbox_event *x = a, *y = b;
-	return (x->seq > y->seq) - (x->seq < y->seq);
-}
-
-/* Takes the lease's rows out of res into out. */
-static int take_rows(struct store *s, PGresult *res, struct lease_batch *out,
-		     char *err, size_t errlen)
-{
-	int n = PQntuples(res);
-	struct lease_rows *rows =
-	    calloc(1, sizeof(*rows) + (size_t)n * sizeof(rows->events[0]));
-	struct lease_text *text = calloc((size_t)n, sizeof(*text));
-	uint64_t xid;
-	if (!rows || !text) {
-		free(rows);
-		free(text);
-		snprintf(err, errlen, "lease: out of memory for %d rows", n);
-		return STORE_ERROR;
-	}
-	rows->res = res;
-	rows->text = text;
-	rows->n = (size_t)n;
-	rows->s = s;
-	rows->conn_gen = s->conn_gen;
-	out->rows = rows;
-	out->events = rows->events;
-	out->n = (size_t)n;
-	char lease_id[37];
-	bool ok = col_be(res, 0, LC_XID, 8, &xid) &&
-		  col_uuid(res, 0, LC_LEASE_ID, lease_id);
-	struct time_cache tc = {.valid = false};
-	int64_t oldest = INT64_MAX;
-	for (int i = 0; ok && i < n; i++) {
-		uint64_t due;
-		ok = event_of(res, i, &tc, &text[i], &out->events[i]) &&
-		     col_be(res, i, LC_NEXT_ATTEMPT_AT, 8, &due);
-		if (ok && (int64_t)due < oldest)
-			oldest = (int64_t)due;
-	}
-	if (!ok) {
-		snprintf(err, errlen,
-			 "lease: a column came back in an unexpected form (is "
-			 "the table the one `outbox-relay migrate` made?)");
-		return STORE_ERROR;
-	}
-	snprintf(rows->xid, sizeof(rows->xid), "%llu", (unsigned long long)xid);
-	snprintf(out->lease_id, sizeof(out->lease_id), "%s", lease_id);
-	memcpy(rows->lease_id, out->lease_id, sizeof(rows->lease_id));
-	qsort(out->events, out->n, sizeof(out->events[0]), by_seq);
-	s->open_lease = rows;
-	s->floor_us = oldest;
-	s->floor_set = true;
-	uint64_t claims_floor;
-	if (col_be(res, 0, LC_CLAIMS_FLOOR, 8, &claims_floor)) {
-		s->claims_floor = claims_floor;
-		s->claims_gen = s->conn_gen;
-	}
-	return 0;
 }
 
 /* Opens the claim session on first use: its own connection, so a claim
@@ -501,15 +246,6 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 	return 0;
 }
 
-/* Microseconds since 2000-01-01 as a timestamptz literal; false when
- * the year cannot be written (an infinite or absurd next_attempt_at). */
-static bool floor_text(int64_t pg_us, char out[40])
-{
-	struct time_cache tc = {.valid = false};
-	format_time(pg_us + PG_EPOCH_US, &tc, out);
-	return out[0] != '\0';
-}
-
 /*
  * Where this lease's due scan starts (docs/design.md §4, "A held
  * snapshot"): at the oldest next_attempt_at of this session's previous
@@ -534,7 +270,7 @@ static bool floor_text(int64_t pg_us, char out[40])
 static bool floor_of(const struct store *s, char floor[40])
 {
 	if (s->floor_set && !s->opt.ordered && s->opt.lease_rescan_ms > 0 &&
-	    floor_text(s->floor_us, floor))
+	    store_floor_text(s->floor_us, floor))
 		return true;
 	snprintf(floor, 40, "-infinity");
 	return false;
@@ -675,7 +411,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 			s->claims_rescan_at_ms = rescan_due(s, ended_ms, took);
 	}
 	if (res && PQntuples(res) > 0)
-		rc = take_rows(s, res, out, err, errlen);
+		rc = store_take_rows(s, res, out, err, errlen);
 	else
 		PQclear(res);
 	bool claimed = false;

@@ -201,6 +201,15 @@ char *sql_unblock_skip(const struct store *s);
 char *sql_unblock_redrive(const struct store *s);
 char *sql_version(const struct store *s);
 
+/* lease_rows.c: takes the lease statement's rows out of res into out (out
+ * owns res from then on) and sets the session's scan and claim floors
+ * from them; 0, or STORE_ERROR with err. */
+int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
+		    char *err, size_t errlen);
+/* A scan floor (microseconds since 2000-01-01) as a timestamptz literal;
+ * false when the year cannot be written (an infinite next_attempt_at). */
+bool store_floor_text(int64_t pg_us, char out[40]);
+
 /* statements.c: fills s->sql[]; -1 when out of memory. */
 int store_build_statements(struct store *s);
 extern const char *const store_stmt_names[ST_COUNT];
