@@ -16,7 +16,8 @@
 /* True while rows' lease transaction is open on its session. */
 static bool lease_open(const struct lease_rows *rows)
 {
-	return rows->s->in_lease && rows->s->conn_gen == rows->conn_gen;
+	return (rows->s->ses->leasing == rows->s) &&
+	       rows->s->ses->conn_gen == rows->conn_gen;
 }
 
 bool store_lease_held(struct store *s, const struct lease_batch *b)
@@ -26,8 +27,8 @@ bool store_lease_held(struct store *s, const struct lease_batch *b)
 	/* A session the server ended (killed, past the lease timeout) has
 	 * said so with an error and closed its socket: reading what arrived
 	 * tells, without a round trip (libpq's socket never blocks). */
-	return PQconsumeInput(s->conn) == 1 &&
-	       PQstatus(s->conn) == CONNECTION_OK;
+	return PQconsumeInput(s->ses->conn) == 1 &&
+	       PQstatus(s->ses->conn) == CONNECTION_OK;
 }
 
 void lease_batch_release(struct lease_batch *b)
@@ -91,7 +92,7 @@ static void end_unhanded(struct store *s, const char *lease_id)
 			 "its claim could not give them up (the sweeper "
 			 "charges them an attempt): %s",
 			 why);
-	if (s->in_lease)
+	if (s->ses->leasing == s)
 		store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
 }
 
@@ -128,7 +129,14 @@ static int claim_session(struct store *s, char *err, size_t errlen)
 	struct store_options o = s->opt;
 	o.app_name = app;
 	o.leased_by = NULL;
-	int rc = store_open_traced(&s->claim, &o, s->extra_sql, err, errlen);
+	/* The claim stores of one session's stores share a claim session,
+	 * so claims do not multiply sessions with tables either. */
+	int rc = store_open_on(&s->claim, &o, s->ses->claim, s->extra_sql, err,
+			       errlen);
+	if (rc == 0 && !s->ses->claim) {
+		s->ses->claim = s->claim->ses;
+		s->ses->claim->users++;
+	}
 	return rc == 0 ? 0 : store_public_rc(rc);
 }
 
@@ -322,7 +330,7 @@ static bool lease_rescans(struct store *s, const char *paused_arr,
  */
 static bool claims_floor_of(const struct store *s, int64_t now_ms, char out[24])
 {
-	bool full = s->claims_floor == 0 || s->claims_gen != s->conn_gen ||
+	bool full = s->claims_floor == 0 || s->claims_gen != s->ses->conn_gen ||
 		    s->opt.lease_rescan_ms == 0 ||
 		    now_ms >= s->claims_rescan_at_ms;
 	snprintf(out, 24, "%llu",
@@ -368,7 +376,13 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	int rc;
 	char why[256];
 	memset(out, 0, sizeof(*out));
-	if (s->in_lease) {
+	if (s->ses->leasing && s->ses->leasing != s) {
+		snprintf(err, errlen,
+			 "lease: another table's lease is open on this "
+			 "session; conclude it first");
+		return STORE_ERROR;
+	}
+	if (s->ses->leasing == s) {
 		/* A caller that dropped a batch without concluding it: leasing
 		 * inside that transaction would keep its rows locked. */
 		log_error("a lease was left open without being concluded; "
@@ -397,7 +411,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	    store_err_undefined_table(err)) {
 		/* A table made by hand: lease without claims. */
 		no_claims(s, err);
-		if (s->in_lease)
+		if (s->ses->leasing == s)
 			store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
 		res = store_run_leasing(s, ST_LEASE_BARE, 5, values,
 					PGRES_TUPLES_OK, 1, &rc, err, errlen);
@@ -426,7 +440,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		 * them. */
 		if (claimed)
 			end_unhanded(s, out->lease_id);
-		else if (s->in_lease)
+		else if (s->ses->leasing == s)
 			store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
 		lease_batch_release(out);
 	}
@@ -439,7 +453,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 int store_renew(struct store *s, char *err, size_t errlen)
 {
 	int rc;
-	if (!s->in_lease || !s->open_lease) {
+	if (s->ses->leasing != s || !s->open_lease) {
 		snprintf(err, errlen, "renew: no lease transaction is open");
 		return STORE_RECONNECT;
 	}
@@ -525,12 +539,12 @@ int store_classify(struct store *s, size_t *n, char *err, size_t errlen)
 	 * table older than schema 004 (store.c), so the CHECK is in place,
 	 * and no new row can break it: once is enough. It scans nothing
 	 * once the CHECK is valid. */
-	if (s->refused_gen != s->conn_gen) {
+	if (s->refused_gen != s->ses->conn_gen) {
 		size_t failed;
 		int rc = store_fail_refused(s, &failed, err, errlen);
 		if (rc != 0)
 			return rc;
-		s->refused_gen = s->conn_gen;
+		s->refused_gen = s->ses->conn_gen;
 	}
 	return run_counting(s, ST_CLASSIFY, n, err, errlen);
 }

@@ -229,7 +229,7 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	rows->text = text;
 	rows->n = (size_t)n;
 	rows->s = s;
-	rows->conn_gen = s->conn_gen;
+	rows->conn_gen = s->ses->conn_gen;
 	out->rows = rows;
 	out->events = rows->events;
 	out->n = (size_t)n;
@@ -261,7 +261,7 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	uint64_t claims_floor;
 	if (col_be(res, 0, LC_CLAIMS_FLOOR, 8, &claims_floor)) {
 		s->claims_floor = claims_floor;
-		s->claims_gen = s->conn_gen;
+		s->claims_gen = s->ses->conn_gen;
 	}
 	return 0;
 }

@@ -119,7 +119,7 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 			log_warn("released rows stay in the lease's claim: %s",
 				 why);
 	}
-	if (!s->in_lease || !s->open_lease) {
+	if (s->ses->leasing != s || !s->open_lease) {
 		snprintf(err, errlen, "mark: the lease transaction has ended");
 		return STORE_RECONNECT;
 	}
@@ -211,8 +211,8 @@ int store_lease_commit(struct store *s, struct lease_batch *b, char *err,
 {
 	if (!b->rows)
 		return 0;
-	if (b->rows->s != s || !s->in_lease ||
-	    s->conn_gen != b->rows->conn_gen) {
+	if (b->rows->s != s || s->ses->leasing != s ||
+	    s->ses->conn_gen != b->rows->conn_gen) {
 		snprintf(err, errlen, "the lease transaction has ended");
 		return STORE_RECONNECT;
 	}

@@ -15,20 +15,44 @@
 #include "pgconn.h"
 #include "store_internal.h"
 
+/* The name statement st of s is prepared under on its session. */
+struct stmt_name {
+	char text[64];
+};
+
+static struct stmt_name stmt_name(const struct store *s, enum stmt st)
+{
+	struct stmt_name n;
+	snprintf(n.text, sizeof(n.text), "%s%s", s->tag, store_stmt_names[st]);
+	return n;
+}
+
+/* What s prepared belongs to the session's generation it was prepared
+ * in: after a reconnect, by this store or another of its session, none
+ * of it is there any more. */
+static void sync_prepared(struct store *s)
+{
+	if (s->prepared_gen != s->ses->conn_gen) {
+		memset(s->prepared, 0, sizeof(s->prepared));
+		s->prepared_gen = s->ses->conn_gen;
+	}
+}
+
 /* Runs st as a named prepared statement, preparing it on first use. */
 static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 			       const char *const *values, int result_format)
 {
+	struct stmt_name name = stmt_name(s, st);
 	if (!s->prepared[st]) {
-		PGresult *res = PQprepare(s->conn, store_stmt_names[st],
-					  s->sql[st], nparams, NULL);
+		PGresult *res = PQprepare(s->ses->conn, name.text, s->sql[st],
+					  nparams, NULL);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
 			return res;
 		PQclear(res);
 		s->prepared[st] = true;
 	}
-	return PQexecPrepared(s->conn, store_stmt_names[st], nparams, values,
-			      NULL, NULL, result_format);
+	return PQexecPrepared(s->ses->conn, name.text, nparams, values, NULL,
+			      NULL, result_format);
 }
 
 /* The runner's verdict on res, the result of a statement whose prepared
@@ -43,12 +67,12 @@ static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 	if (PQresultStatus(res) == want)
 		return res;
 	char why[768];
-	pgconn_error(s->conn, res, why, sizeof(why));
+	pgconn_error(s->ses->conn, res, why, sizeof(why));
 	if (what)
 		snprintf(err, errlen, "%s: %s", what, why);
 	else
 		snprintf(err, errlen, "%s", why);
-	if (pgconn_needs_reconnect(s->conn, res)) {
+	if (pgconn_needs_reconnect(s->ses->conn, res)) {
 		*rc = STORE_RECONNECT;
 	} else {
 		*rc = STORE_ERROR;
@@ -69,6 +93,7 @@ static PGresult *result_of(struct store *s, bool *prepared, const char *what,
  * (*prepared: it is, on this session), or unnamed (name NULL). */
 struct step {
 	const char *name;
+	struct stmt_name own; /* name, for the store's own statements */
 	bool *prepared;
 	const char *sql;
 	int nparams;
@@ -81,12 +106,21 @@ static struct step step_of(struct store *s, int st, const char *sql,
 			   int nparams, const char *const *values,
 			   int result_format)
 {
-	struct step p = {NULL, NULL, sql, nparams, values, result_format};
+	struct step p = {.sql = sql,
+			 .nparams = nparams,
+			 .values = values,
+			 .result_format = result_format};
 	if (st >= 0) {
-		p.name = store_stmt_names[st];
+		p.own = stmt_name(s, (enum stmt)st);
 		p.prepared = &s->prepared[st];
 	}
 	return p;
+}
+
+/* The name p is prepared under; NULL for an ad hoc statement. */
+static const char *step_name(const struct step *p)
+{
+	return p->name ? p->name : p->own.text[0] ? p->own.text : NULL;
 }
 
 /* The settings of a transaction of kind tx, prepared like the statements
@@ -97,8 +131,9 @@ static struct step settings_step(struct store *s, enum pgconn_tx tx)
 	static const char *const names[] = {
 	    "outbox_tx_statement", "outbox_tx_explicit", "outbox_tx_lease",
 	    "outbox_tx_indexed"};
-	struct step p = {
-	    names[tx], &s->tx_prepared[tx], s->tx_settings[tx], 0, NULL, 0};
+	struct step p = {.name = names[tx],
+			 .prepared = &s->ses->tx_prepared[tx],
+			 .sql = s->tx_settings[tx]};
 	return p;
 }
 
@@ -117,26 +152,27 @@ struct expect {
 static bool queue_steps(struct store *s, const struct step *steps, size_t n,
 			struct expect *exp, size_t *sent)
 {
-	PGconn *c = s->conn;
+	PGconn *c = s->ses->conn;
 	*sent = 0;
 	if (PQenterPipelineMode(c) != 1)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		const struct step *p = &steps[i];
-		bool named = p->name && s->opt.prepare;
+		const char *name = step_name(p);
+		bool named = name && s->opt.prepare;
 		int queued;
 		if (named && !*p->prepared) {
-			if (PQsendPrepare(c, p->name, p->sql, p->nparams,
-					  NULL) != 1)
+			if (PQsendPrepare(c, name, p->sql, p->nparams, NULL) !=
+			    1)
 				return false;
 			exp[(*sent)++] = (struct expect){i, true};
 		}
-		queued = named ? PQsendQueryPrepared(c, p->name, p->nparams,
-						     p->values, NULL, NULL,
-						     p->result_format)
-			       : PQsendQueryParams(c, p->sql, p->nparams, NULL,
-						   p->values, NULL, NULL,
-						   p->result_format);
+		queued =
+		    named ? PQsendQueryPrepared(c, name, p->nparams, p->values,
+						NULL, NULL, p->result_format)
+			  : PQsendQueryParams(c, p->sql, p->nparams, NULL,
+					      p->values, NULL, NULL,
+					      p->result_format);
 		if (queued != 1)
 			return false;
 		exp[(*sent)++] = (struct expect){i, false};
@@ -149,7 +185,7 @@ static bool queue_steps(struct store *s, const struct step *steps, size_t n,
  * run_sql() does for the result of step `wanted`, or for the first step
  * that failed. Without an explicit BEGIN among them the steps share one
  * implicit transaction, which ends at the sync. lease: step 0 is the
- * lease transaction's BEGIN (s->in_lease once it succeeded).
+ * lease transaction's BEGIN (s->ses->leasing once it succeeded).
  */
 /* Why a pipeline's connection was lost, as result_of() words errors:
  * "what: SQLSTATE: message" (what NULL: no prefix). */
@@ -167,7 +203,7 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 			      bool lease, ExecStatusType want, int *rc,
 			      char *err, size_t errlen)
 {
-	PGconn *c = s->conn;
+	PGconn *c = s->ses->conn;
 	PGresult *res = NULL, *failed = NULL;
 	bool *failed_prepared = NULL;
 	struct expect exp[2 * PIPELINE_MAX];
@@ -203,7 +239,7 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 		if (e->prepare)
 			*steps[e->step].prepared = status == PGRES_COMMAND_OK;
 		else if (lease && e->step == 0 && status == PGRES_COMMAND_OK)
-			s->in_lease = true;
+			s->ses->leasing = s;
 		if (!e->prepare && e->step == wanted && fine && !res) {
 			res = r;
 		} else if (!failed && !fine &&
@@ -270,10 +306,10 @@ static PGresult *run_outside_tx(struct store *s, int st, const char *what,
 	PGresult *res =
 	    run_pipeline(s, what, steps, 2, 0, false, want, rc, err, errlen);
 	if (!res && *rc != STORE_RECONNECT &&
-	    PQtransactionStatus(s->conn) != PQTRANS_IDLE) {
+	    PQtransactionStatus(s->ses->conn) != PQTRANS_IDLE) {
 		/* The BEGIN went through and its settings did not: the
 		 * caller holds no transaction, so none is left open. */
-		PGresult *r = PQexec(s->conn, "ROLLBACK");
+		PGresult *r = PQexec(s->ses->conn, "ROLLBACK");
 		PQclear(r);
 	}
 	return res;
@@ -294,20 +330,23 @@ static PGresult *run_sql(struct store *s, int st, const char *what,
 		*rc = STORE_ERROR;
 		return NULL;
 	}
-	if (!s->conn) {
+	if (!s->ses->conn) {
 		snprintf(err, errlen, "%s%snot connected to postgres",
 			 what ? what : "", what ? ": " : "");
 		*rc = STORE_RECONNECT;
 		return NULL;
 	}
-	if (PQtransactionStatus(s->conn) == PQTRANS_IDLE && !ends_tx(sql))
+	sync_prepared(s);
+	if ((*rc = store_check_session(s, err, errlen)) != 0)
+		return NULL;
+	if (PQtransactionStatus(s->ses->conn) == PQTRANS_IDLE && !ends_tx(sql))
 		return run_outside_tx(s, st, what, sql, nparams, values, want,
 				      result_format, rc, err, errlen);
 	PGresult *res = st >= 0 && s->opt.prepare
 			    ? exec_prepared(s, (enum stmt)st, nparams, values,
 					    result_format)
-			    : PQexecParams(s->conn, sql, nparams, NULL, values,
-					   NULL, NULL, result_format);
+			    : PQexecParams(s->ses->conn, sql, nparams, NULL,
+					   values, NULL, NULL, result_format);
 	return result_of(s, st >= 0 ? &s->prepared[st] : NULL, what, res, want,
 			 rc, err, errlen);
 }
@@ -461,11 +500,14 @@ PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 			    size_t errlen)
 {
 	*rc = 0;
-	if (!s->conn) {
+	if (!s->ses->conn) {
 		snprintf(err, errlen, "not connected to postgres");
 		*rc = STORE_RECONNECT;
 		return NULL;
 	}
+	sync_prepared(s);
+	if ((*rc = store_check_session(s, err, errlen)) != 0)
+		return NULL;
 	/* One round trip instead of one per statement: a lease's latency
 	 * is mostly waiting for the server. */
 	const struct step steps[3] = {
@@ -479,7 +521,7 @@ PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 int store_lease_end(struct store *s, enum tx_end end, char *err, size_t errlen)
 {
 	char tag[32] = "";
-	s->in_lease = false;
+	s->ses->leasing = NULL;
 	int rc = exec_control(s, end == TX_COMMIT ? "COMMIT" : "ROLLBACK", tag,
 			      sizeof(tag), err, errlen);
 	if (rc == 0 && end == TX_COMMIT && strcmp(tag, "COMMIT") != 0) {

@@ -91,7 +91,7 @@ static int check_table(struct store *s, char *err, size_t errlen)
 	PQclear(res);
 	if (!exists) {
 		char where[256];
-		pgconn_describe(s->conn, where, sizeof(where));
+		pgconn_describe(s->ses->conn, where, sizeof(where));
 		snprintf(err, errlen,
 			 "outbox table %s does not exist in %s: create it with "
 			 "`outbox-relay migrate`",
@@ -251,18 +251,54 @@ static int build_tx_settings(struct store *s)
 	return 0;
 }
 
+/* Checks s's table on its session, which is connected. */
+static int check_on_session(struct store *s, char *err, size_t errlen)
+{
+	s->checking = true;
+	int rc = check_table(s, err, errlen);
+	if (rc == 0)
+		rc = adapt_to_side_tables(s, err, errlen);
+	s->checking = false;
+	if (rc == 0)
+		s->checked_gen = s->ses->conn_gen;
+	return rc;
+}
+
+int store_check_session(struct store *s, char *err, size_t errlen)
+{
+	return s->checking || s->checked_gen == s->ses->conn_gen
+		   ? 0
+		   : check_on_session(s, err, errlen);
+}
+
+/* Connects s's session anew (the session's other stores see its new
+ * generation and prepare again), and checks s's table on it. */
 static int connect_session(struct store *s, char *err, size_t errlen)
 {
+	struct store_session *ses = s->ses;
 	struct pgconn_options po = session_options(s);
-	memset(s->prepared, 0, sizeof(s->prepared));
-	memset(s->tx_prepared, 0, sizeof(s->tx_prepared));
-	s->in_lease = false;
-	s->conn_gen++;
-	s->conn = pgconn_connect(&po, err, errlen);
-	if (!s->conn)
+	if (ses->conn) {
+		PQfinish(ses->conn);
+		ses->conn = NULL;
+	}
+	memset(ses->tx_prepared, 0, sizeof(ses->tx_prepared));
+	ses->leasing = NULL;
+	ses->conn_gen++;
+	ses->conn = pgconn_connect(&po, err, errlen);
+	if (!ses->conn)
 		return STORE_RECONNECT;
-	int rc = check_table(s, err, errlen);
-	return rc == 0 ? adapt_to_side_tables(s, err, errlen) : rc;
+	return check_on_session(s, err, errlen);
+}
+
+/* Drops a reference to ses; the last one closes it. */
+static void session_put(struct store_session *ses)
+{
+	if (!ses || --ses->users > 0)
+		return;
+	if (ses->conn)
+		PQfinish(ses->conn);
+	session_put(ses->claim);
+	free(ses);
 }
 
 static char *dup_or_null(const char *v)
@@ -338,25 +374,46 @@ static int take_options(struct store *s, const struct store_options *opt,
 	return 0;
 }
 
-int store_open_traced(struct store **out, const struct store_options *opt,
-		      const char *session_sql, char *err, size_t errlen)
+int store_open_on(struct store **out, const struct store_options *opt,
+		  struct store_session *ses, const char *session_sql, char *err,
+		  size_t errlen)
 {
 	int rc = STORE_ERROR;
 	struct store *s = calloc(1, sizeof(*s));
 	*out = NULL;
-	if (!s) {
+	if (!s || (!ses && !(ses = calloc(1, sizeof(*ses))))) {
+		free(s);
 		snprintf(err, errlen, "store: out of memory");
 		return STORE_ERROR;
 	}
+	s->ses = ses;
+	if (ses->tags > 0)
+		snprintf(s->tag, sizeof(s->tag), "t%u_", ses->tags);
+	ses->tags++;
+	ses->users++;
 	rc = take_options(s, opt, session_sql, err, errlen);
 	if (rc == 0)
-		rc = connect_session(s, err, errlen);
+		rc = ses->conn ? check_on_session(s, err, errlen)
+			       : connect_session(s, err, errlen);
 	if (rc != 0) {
 		store_close(s);
 		return rc;
 	}
 	*out = s;
 	return 0;
+}
+
+int store_open_traced(struct store **out, const struct store_options *opt,
+		      const char *session_sql, char *err, size_t errlen)
+{
+	return store_open_on(out, opt, NULL, session_sql, err, errlen);
+}
+
+int store_open_sharing(struct store **out, const struct store_options *opt,
+		       struct store *with, char *err, size_t errlen)
+{
+	return store_open_on(out, opt, with ? with->ses : NULL,
+			     with ? with->extra_sql : NULL, err, errlen);
 }
 
 int store_open(struct store **out, const struct store_options *opt, char *err,
@@ -369,9 +426,14 @@ void store_close(struct store *s)
 {
 	if (!s)
 		return;
-	if (s->conn)
-		PQfinish(s->conn);
+	if (s->ses->leasing == s && s->ses->users > 1) {
+		/* The session goes on with the other stores: none of them
+		 * may find this store's lease transaction open on it. */
+		char why[256];
+		store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
+	}
 	store_close(s->claim);
+	session_put(s->ses);
 	for (int i = 0; i < ST_COUNT; i++)
 		free(s->sql[i]);
 	free(s->conninfo);
@@ -389,27 +451,19 @@ void store_close(struct store *s)
 
 int store_reconnect(struct store *s, char *err, size_t errlen)
 {
-	if (s->conn) {
-		PQfinish(s->conn);
-		s->conn = NULL;
-	}
-	s->in_lease = false;
-	int rc = connect_session(s, err, errlen);
-	if (rc != 0 && s->conn) {
-		PQfinish(s->conn);
-		s->conn = NULL;
-	}
-	return rc;
+	/* A table that fails its check leaves the session to the others of
+	 * it: s's own statements check again first, and fail with why. */
+	return connect_session(s, err, errlen);
 }
 
 PGconn *store_conn(struct store *s)
 {
-	return s->conn;
+	return s->ses->conn;
 }
 
 PGconn *store_claim_conn(struct store *s)
 {
-	return s->claim ? s->claim->conn : NULL;
+	return s->claim ? s->claim->ses->conn : NULL;
 }
 
 void store_channel_sql(const struct outbox_table *t, char *out, size_t outlen)

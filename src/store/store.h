@@ -160,6 +160,19 @@ int store_open(struct store **out, const struct store_options *opt, char *err,
 	       size_t errlen);
 void store_close(struct store *s);
 
+/*
+ * Like store_open(), on the session of with (a new one when with is
+ * NULL): the stores of one thread that name tables of one database share
+ * its sessions (docs/design.md §13), opt->conninfo then being with's. A
+ * session holds at most one lease transaction, of whichever of its stores
+ * leased; store_reconnect() of any of them reconnects it for all, and
+ * each checks its table again before its next statement. The session
+ * closes with its last store; stores of one session are used by one
+ * thread.
+ */
+int store_open_sharing(struct store **out, const struct store_options *opt,
+		       struct store *with, char *err, size_t errlen);
+
 /* Drops the session and connects again; an open lease transaction ends
  * with it (its rows are pending again). */
 int store_reconnect(struct store *s, char *err, size_t errlen);

@@ -4,9 +4,11 @@
  * statement ids, and the helpers that run them. Never included outside
  * src/store/ (tests of the store excepted).
  *
- * Ownership: struct store owns its session (conn), its copies of the
- * option strings and every statement text in sql[]; store_close() frees
- * them all.
+ * Ownership: struct store owns its copies of the option strings and every
+ * statement text in sql[], and holds one reference to its session (struct
+ * store_session), which the stores of one thread that name tables of one
+ * database share (store_open_sharing()); store_close() frees what the
+ * store owns and the session with its last reference.
  */
 #ifndef OUTBOX_STORE_INTERNAL_H
 #define OUTBOX_STORE_INTERNAL_H
@@ -93,8 +95,41 @@ enum tx_end { TX_COMMIT, TX_ROLLBACK };
 	"$5::xid8 ELSE '0'::xid8 END)"
 #define REDRIVE_BATCH 1000
 
+/*
+ * One Postgres session and what lives on it rather than on a store: its
+ * connection and generation, what it has prepared of the transactions'
+ * settings (the same text for every store of it, all from one config),
+ * and its one open lease transaction. Each store on it prepares its own
+ * statements under names of its own (struct store's tag). Used by one
+ * thread, like its stores; freed with its last reference (users).
+ */
+struct store_session {
+	PGconn *conn;
+	uint64_t conn_gen; /* bumped by every (re)connect */
+	/* The lock lease (docs/design.md §4): the store whose lease
+	 * transaction is open on this session; NULL when none is. */
+	const struct store *leasing;
+	bool tx_prepared[4];
+	int users;     /* stores holding a reference */
+	unsigned tags; /* statement-name prefixes handed out */
+	/* The claim session its stores' claim stores share (lease.c), with
+	 * a reference of this session's; NULL before the first claim. */
+	struct store_session *claim;
+};
+
 struct store {
 	struct store_options opt;
+	/* This store's statements' names are store_stmt_names[] led by
+	 * tag, "" for the session's first store, so two tables' statements
+	 * never share a name on one session. */
+	char tag[16];
+	/* The session generation prepared[] belongs to. */
+	uint64_t prepared_gen;
+	/* The generation in which the table passed its check (exists, at
+	 * the schema version, side tables read): a store checks again before
+	 * its first statement on a new connection of its session. */
+	uint64_t checked_gen;
+	bool checking; /* the check's own statements are running */
 	struct outbox_table table;
 	char *conninfo;
 	char *app_name;
@@ -103,16 +138,14 @@ struct store {
 	char *extra_sql;   /* test hook (store_test.h); NULL otherwise */
 	char blocked[160]; /* the blocked-keys table, quoted */
 	char claims[160];  /* the claims table, quoted */
-	PGconn *conn;
-	/* The lock lease (docs/design.md §4): the open lease transaction of
-	 * this session, if any, and the session that records its claims
-	 * (opened on the first lease; NULL for sessions that lease
-	 * nothing). */
-	bool in_lease;
-	/* The rows of the lease transaction open on this session, for the
-	 * marks' ctids; set by store_lease, cleared when the batch goes. */
+	struct store_session *ses;
+	/* The rows of the lease transaction this store opened on its
+	 * session, for the marks' ctids; set by store_lease, cleared when
+	 * the batch goes. */
 	const struct lease_rows *open_lease;
-	uint64_t conn_gen; /* bumped by every (re)connect */
+	/* The store that records this one's claims, on the claim session
+	 * (opened on the first lease; NULL for stores that lease
+	 * nothing). */
 	struct store *claim;
 	/* The table has no claims table (made by hand, not by migrate):
 	 * leases go on without claims, so a crash charges no attempt. */
@@ -127,7 +160,6 @@ struct store {
 	 * a transaction-mode pooler each transaction has what it needs and
 	 * leaves nothing behind. */
 	char *tx_settings[4];
-	bool tx_prepared[4];
 	/* The lease's scan floor (lease.c): where this session's next due
 	 * scan starts, the oldest next_attempt_at of its previous batch (in
 	 * microseconds since 2000, Postgres' epoch), unless floor_set is
@@ -283,16 +315,28 @@ int store_begin_locked(struct store *s, int ns, enum plan_mode plans, bool *got,
  * store_run_leasing() opens it and runs statement st in it, in one round
  * trip (libpq's pipeline mode): BEGIN, the transaction's settings
  * (PGCONN_TX_LEASE), st's preparation when due, st. Returns as store_run() does
- * for st's result, or for the first statement that failed; s->in_lease is true
- * once the BEGIN succeeded, whatever came after it. store_lease_end() ends it,
- * COMMIT or ROLLBACK; of a COMMIT that Postgres turned into a
- * rollback (a statement of it had failed) it returns STORE_ERROR.
+ * for st's result, or for the first statement that failed; s leases on its
+ * session once the BEGIN succeeded, whatever came after it. store_lease_end()
+ * ends it, COMMIT or ROLLBACK; of a COMMIT that Postgres turned into a rollback
+ * (a statement of it had failed) it returns STORE_ERROR.
  */
 PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 			    const char *const *values, ExecStatusType want,
 			    int result_format, int *rc, char *err,
 			    size_t errlen);
 int store_lease_end(struct store *s, enum tx_end end, char *err, size_t errlen);
+
+/* Opens a store for opt->table on session ses (a new one when NULL,
+ * connected then); session_sql (NULL: none) runs after a new connection's
+ * settings. */
+int store_open_on(struct store **out, const struct store_options *opt,
+		  struct store_session *ses, const char *session_sql, char *err,
+		  size_t errlen);
+
+/* Checks s's table on a connection of its session that s has not
+ * checked it on yet (store_reconnect() by another store of the session);
+ * 0 at once when it has. */
+int store_check_session(struct store *s, char *err, size_t errlen);
 
 /* Opens a store; session_sql (NULL: none) runs after the session
  * settings (store_test.h's store_open_traced). */

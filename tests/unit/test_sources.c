@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Several outbox tables of one database on one session (store.h,
+ * store_open_sharing; docs/design.md §13), against a real Postgres: each
+ * table's statements under names of their own, one lease at a time per
+ * session, a reconnect by one store seen by the others, a dropped table
+ * failing its own store alone, and claims on one claim session.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pgtest.h"
+#include "store/store.h"
+#include "store/store_test.h"
+
+static char err[1024];
+
+static struct store *open_sharing(const char *table, struct store *with)
+{
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = NULL;
+	if (store_open_sharing(&s, &o, with, err, sizeof(err)) != 0)
+		fail_msg("store_open_sharing %s: %s", table, err);
+	return s;
+}
+
+/* Leases, marks everything sent and commits; returns the batch's size. */
+static size_t lease_all_sent(struct store *s)
+{
+	struct lease_batch b;
+	struct mark_result r;
+	if (store_lease(s, NULL, 0, "", &b, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	size_t n = b.n;
+	if (n > 0) {
+		const char **ids = calloc(n, sizeof(*ids));
+		assert_non_null(ids);
+		for (size_t i = 0; i < n; i++)
+			ids[i] = b.events[i].id;
+		if (store_mark(s, MARK_SENT, ids, NULL, n, &r, err,
+			       sizeof(err)) != 0)
+			fail_msg("mark: %s", err);
+		free(ids);
+		if (store_lease_commit(s, &b, err, sizeof(err)) != 0)
+			fail_msg("commit: %s", err);
+	}
+	lease_batch_release(&b);
+	return n;
+}
+
+static long sent_in(PGconn *c, const char *table)
+{
+	return pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'sent'",
+			   table);
+}
+
+static void test_tables_share_a_session(void **state)
+{
+	(void)state;
+	char a[128], b[128];
+	pgtest_fresh_table("src_a", a, sizeof(a));
+	pgtest_fresh_table("src_b", b, sizeof(b));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, a, 3);
+	pgtest_insert(c, b, 5);
+	struct store *sa = open_sharing(a, NULL);
+	struct store *sb = open_sharing(b, sa);
+	assert_ptr_equal(store_conn(sa), store_conn(sb));
+
+	/* The same statements of two tables, prepared on one session. */
+	assert_int_equal(lease_all_sent(sa), 3);
+	assert_int_equal(lease_all_sent(sb), 5);
+	assert_int_equal(sent_in(c, a), 3);
+	assert_int_equal(sent_in(c, b), 5);
+	/* Their claims went to one claim session too. */
+	assert_non_null(store_claim_conn(sa));
+	assert_ptr_equal(store_claim_conn(sa), store_claim_conn(sb));
+	long sessions = pgtest_long(
+	    c, "SELECT count(*) FROM pg_stat_activity WHERE pid <> "
+	       "pg_backend_pid() AND application_name LIKE 'test%%'");
+
+	/* One lease transaction per session: b cannot lease while a's is
+	 * open, and says why. */
+	pgtest_insert(c, a, 2);
+	pgtest_insert(c, b, 2);
+	struct lease_batch la, lb;
+	assert_int_equal(store_lease(sa, NULL, 0, "", &la, err, sizeof(err)),
+			 0);
+	assert_int_equal(la.n, 2);
+	assert_int_not_equal(
+	    store_lease(sb, NULL, 0, "", &lb, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "lease"));
+	assert_int_equal(store_lease_abort(sa, &la, err, sizeof(err)), 0);
+	lease_batch_release(&la);
+
+	/* A reconnect by b is a new session for a as well: a prepares its
+	 * statements again and goes on. */
+	PGconn *before = store_conn(sa);
+	(void)before;
+	assert_int_equal(store_reconnect(sb, err, sizeof(err)), 0);
+	assert_ptr_equal(store_conn(sa), store_conn(sb));
+	assert_int_equal(lease_all_sent(sa), 2);
+	assert_int_equal(lease_all_sent(sb), 2);
+	assert_int_equal(sent_in(c, a), 5);
+	assert_int_equal(sent_in(c, b), 7);
+	/* Sharing did not open a session per table. */
+	assert_true(pgtest_long(c,
+				"SELECT count(*) FROM pg_stat_activity WHERE "
+				"pid <> pg_backend_pid() AND application_name "
+				"LIKE 'test%%'") <= sessions);
+
+	/* The session outlives its first store. */
+	store_close(sa);
+	pgtest_insert(c, b, 1);
+	assert_int_equal(lease_all_sent(sb), 1);
+	store_close(sb);
+	PQfinish(c);
+}
+
+static void test_dropped_table_fails_alone(void **state)
+{
+	(void)state;
+	char a[128], b[128];
+	pgtest_fresh_table("src_c", a, sizeof(a));
+	pgtest_fresh_table("src_d", b, sizeof(b));
+	PGconn *c = pgtest_connect();
+	struct store *sa = open_sharing(a, NULL);
+	struct store *sb = open_sharing(b, sa);
+	pgtest_insert(c, a, 1);
+	pgtest_insert(c, b, 1);
+	assert_int_equal(lease_all_sent(sb), 1);
+
+	pgtest_exec(c, "DROP TABLE %s CASCADE", b);
+	struct lease_batch lb;
+	int rc = store_lease(sb, NULL, 0, "", &lb, err, sizeof(err));
+	assert_int_equal(rc, STORE_ERROR);
+	assert_non_null(strstr(err, "42P01"));
+	/* Its session is a's as well, and a goes on. */
+	assert_int_equal(lease_all_sent(sa), 1);
+
+	/* After a reconnect b checks its table again before its statements:
+	 * the error names the table and the fix; a is unaffected. */
+	assert_int_not_equal(store_reconnect(sb, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "does not exist"));
+	pgtest_insert(c, a, 2);
+	assert_int_equal(lease_all_sent(sa), 2);
+	rc = store_lease(sb, NULL, 0, "", &lb, err, sizeof(err));
+	assert_int_equal(rc, STORE_ERROR);
+	assert_non_null(strstr(err, "outbox-relay migrate"));
+
+	/* A store cannot be opened on a session for a table that is not
+	 * there, and the session stays the others'. */
+	struct store_options o = pgtest_store_options(b);
+	struct store *again = NULL;
+	assert_int_not_equal(
+	    store_open_sharing(&again, &o, sa, err, sizeof(err)), 0);
+	assert_null(again);
+	pgtest_insert(c, a, 1);
+	assert_int_equal(lease_all_sent(sa), 1);
+	store_close(sb);
+	store_close(sa);
+	PQfinish(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_tables_share_a_session),
+	    cmocka_unit_test(test_dropped_table_fails_alone),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
