@@ -55,7 +55,9 @@ const struct setting config_core_rows[] = {
 	"uses libpq's PG* variables"),
     SETTING_STRING(C, "OUTBOX_TABLE", table, "outbox_events", check_table, 0,
 		   "outbox table, name or schema.name; each part an SQL "
-		   "identifier of at most 43 bytes"),
+		   "identifier of at most 43 bytes; several tables of the "
+		   "database, comma-separated, are each relayed on the same "
+		   "sessions (at most 1000)"),
     SETTING_BOOL(C, "OUTBOX_LISTEN", listen, "off",
 		 "wake workers by LISTEN/NOTIFY (needs the NOTIFY trigger from "
 		 "sql/) besides polling"),
@@ -182,11 +184,84 @@ const struct setting config_core_rows[] = {
 const size_t config_core_n_rows = ARRAY_SIZE(config_core_rows);
 
 /* The one rule for the table's name is base's, which the store uses. */
+/*
+ * OUTBOX_TABLE: one table, or several separated by commas (docs/design.md
+ * §13), each a name or schema.name. Splits v into *out (malloc'd strings,
+ * *n of them) when out is not NULL; checks only when it is.
+ */
+static int split_tables(const char *v, char ***out, size_t *n, char *why,
+			size_t whylen)
+{
+	char **names = NULL;
+	size_t count = 0;
+	int rc = -1;
+	const char *p = v;
+	for (;;) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		while (len > 0 && (*p == ' ' || *p == '\t'))
+			p++, len--;
+		while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+			len--;
+		char *name = strndup(p, len);
+		if (!name) {
+			snprintf(why, whylen, "out of memory");
+			goto out;
+		}
+		struct outbox_table t;
+		char part[256];
+		if (table_parse(name, &t, part, sizeof(part)) != 0) {
+			if (len == 0)
+				snprintf(why, whylen,
+					 "an empty table name in the list");
+			else
+				snprintf(why, whylen,
+					 "table %zu of the list: %s", count + 1,
+					 part);
+			free(name);
+			goto out;
+		}
+		for (size_t i = 0; i < count; i++)
+			if (strcmp(names[i], name) == 0) {
+				snprintf(why, whylen,
+					 "table %s is listed twice", name);
+				free(name);
+				goto out;
+			}
+		if (count == CONFIG_TABLES_MAX) {
+			snprintf(why, whylen, "more than %d tables",
+				 CONFIG_TABLES_MAX);
+			free(name);
+			goto out;
+		}
+		char **grown = realloc(names, (count + 1) * sizeof(*names));
+		if (!grown) {
+			snprintf(why, whylen, "out of memory");
+			free(name);
+			goto out;
+		}
+		names = grown;
+		names[count++] = name;
+		if (!end)
+			break;
+		p = end + 1;
+	}
+	rc = 0;
+out:
+	if (rc == 0 && out) {
+		*out = names;
+		*n = count;
+	} else {
+		for (size_t i = 0; i < count; i++)
+			free(names[i]);
+		free(names);
+	}
+	return rc;
+}
+
 static int check_table(const char *v, char *why, size_t whylen)
 {
-	struct outbox_table t;
-
-	return table_parse(v, &t, why, whylen);
+	return split_tables(v, NULL, NULL, why, whylen);
 }
 
 bool config_has_control(const char *v)
@@ -455,6 +530,13 @@ int config_load(struct config *cfg, const struct config_extensions *ext,
 	for (size_t g = 0; groups && groups[g]; g++)
 		group_load(&ld, groups[g], cfg);
 	cross_check(&ld, cfg);
+	if (cfg->table && config_loader_ok(&ld, "OUTBOX_TABLE")) {
+		char why[256];
+		if (split_tables(cfg->table, &cfg->tables, &cfg->n_tables, why,
+				 sizeof(why)) != 0)
+			config_problem(&ld, "OUTBOX_TABLE", false, NULL, "%s",
+				       why);
+	}
 	if (errs)
 		fflush(errs);
 	return ld.problems;
@@ -462,6 +544,9 @@ int config_load(struct config *cfg, const struct config_extensions *ext,
 
 void config_release(struct config *cfg)
 {
+	for (size_t i = 0; i < cfg->n_tables; i++)
+		free(cfg->tables[i]);
+	free(cfg->tables);
 	for (size_t i = 0; i < ARRAY_SIZE(config_core_rows); i++)
 		setting_free(&config_core_rows[i], cfg);
 	for (size_t p = 0; p < cfg->n_parts; p++) {

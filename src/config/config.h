@@ -191,10 +191,18 @@ struct config_part {
 	void *data;
 };
 
+/* The most tables OUTBOX_TABLE may list. */
+#define CONFIG_TABLES_MAX 1000
+
 struct config {
 	/* Postgres */
-	char *database_url;	   /* NULL: libpq's PG* variables apply */
-	char *table;		   /* "outbox_events" or "schema.table" */
+	char *database_url; /* NULL: libpq's PG* variables apply */
+	char *table;	    /* OUTBOX_TABLE as given */
+	/* OUTBOX_TABLE's tables, "name" or "schema.name" each (at least
+	 * one, none twice, at most CONFIG_TABLES_MAX): the relay's sources
+	 * (docs/design.md §13). */
+	char **tables;
+	size_t n_tables;
 	char *listen_database_url; /* NULL: database_url */
 	bool listen;
 	bool pg_prepare;

@@ -11,43 +11,66 @@
 #define CLEAN_CAP_BATCHES 20
 #define CLEAN_PAUSE_MS 100
 
+/* Cleans source i; the time until its next round, or -1 when shutdown
+ * began while reconnecting. */
+static int64_t clean_source(struct relay_thread *th, struct source_stores *ss,
+			    size_t i)
+{
+	struct relay *r = th->relay;
+	const struct config *cfg = r->cfg;
+	size_t cap = (size_t)cfg->clean_batch_size * CLEAN_CAP_BATCHES;
+	int64_t next = cfg->clean_interval_ms;
+	struct store *s = sources_store(th, ss, i);
+	if (!s)
+		return next;
+	char err[512];
+	struct clean_result cr;
+	int rc = store_clean(s, cfg->retention_ms, cfg->failed_retention_ms,
+			     cap, CLEAN_PAUSE_MS, &cr, err, sizeof(err));
+	if (rc != 0)
+		return sources_failed(th, ss, i, rc, "clean", err) != 0 ? -1
+									: next;
+	sources_ok(r, ss, i);
+	if (cr.skipped)
+		return next;
+	metrics_add(MC_CLEANS, 1);
+	metrics_add(MC_CLEANED_SENT, cr.sent_deleted);
+	metrics_add(MC_CLEANED_FAILED, cr.failed_deleted);
+	metrics_set(MG_LAST_CLEAN_MS, clock_wall_us() / 1000);
+	if (cr.sent_deleted + cr.failed_deleted > 0) {
+		char sent[32], failed[32];
+		snprintf(sent, sizeof(sent), "%zu", cr.sent_deleted);
+		snprintf(failed, sizeof(failed), "%zu", cr.failed_deleted);
+		log_fields(LOG_INFO, "cleaned sent and failed rows", "source",
+			   cfg->tables[i], "sent", sent, "failed", failed,
+			   NULL);
+	}
+	/* Hit the cap: more is due; go on after a pause. */
+	return cr.sent_deleted + cr.failed_deleted >= cap ? 1000 : next;
+}
+
 void *cleaner_main(void *arg)
 {
 	struct relay_thread *th = arg;
 	struct relay *r = th->relay;
-	const struct config *cfg = r->cfg;
+	struct source_stores ss;
 	log_set_thread(th->name);
-	struct store *s = relay_open_store(th, th->name);
-	size_t cap = (size_t)cfg->clean_batch_size * CLEAN_CAP_BATCHES;
-	while (s && !relay_stopping(r)) {
-		loop_tick(th);
-		char err[512];
-		struct clean_result cr;
-		int rc =
-		    store_clean(s, cfg->retention_ms, cfg->failed_retention_ms,
-				cap, CLEAN_PAUSE_MS, &cr, err, sizeof(err));
-		int64_t next = cfg->clean_interval_ms;
-		if (rc != 0) {
-			log_warn("clean failed: %s", err);
-			if (rc == STORE_RECONNECT &&
-			    relay_reconnect(th, s) != 0)
+	bool open = sources_open(th, th->name, &ss);
+	while (open && !relay_stopping(r)) {
+		/* Every source in turn; the soonest any wants next. */
+		int64_t next = r->cfg->clean_interval_ms;
+		for (size_t i = 0; i < ss.n && !relay_stopping(r); i++) {
+			loop_tick(th);
+			int64_t want = clean_source(th, &ss, i);
+			if (want < 0)
 				break;
-		} else if (!cr.skipped) {
-			metrics_add(MC_CLEANS, 1);
-			metrics_add(MC_CLEANED_SENT, cr.sent_deleted);
-			metrics_add(MC_CLEANED_FAILED, cr.failed_deleted);
-			metrics_set(MG_LAST_CLEAN_MS, clock_wall_us() / 1000);
-			if (cr.sent_deleted + cr.failed_deleted > 0)
-				log_info("cleaned %zu sent and %zu failed rows",
-					 cr.sent_deleted, cr.failed_deleted);
-			/* Hit the cap: more is due; go on after a pause. */
-			if (cr.sent_deleted + cr.failed_deleted >= cap)
-				next = 1000;
+			if (want < next)
+				next = want;
 		}
 		/* Not woken by relay_wake(): see the sweeper. */
 		relay_idle_since(th, NULL, next, NULL, NULL);
 	}
-	store_close(s);
+	sources_close(&ss);
 	log_info("cleaner stopped");
 	return NULL;
 }

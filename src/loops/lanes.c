@@ -58,6 +58,9 @@ struct lanes {
 	bool idle;		   /* the last lease found nothing */
 	uint64_t idle_gen;	   /* wake-up generation read before it */
 	uint64_t issued;	   /* tickets given to leased batches */
+	/* When each source is due: only the lane holding the lease turn
+	 * (leasing) touches it. */
+	struct source_turns *turns;
 };
 
 struct lanes *lanes_create(struct relay *r, int n, int per_worker, char *err,
@@ -83,14 +86,28 @@ struct lanes *lanes_create(struct relay *r, int n, int per_worker, char *err,
 		pthread_mutex_init(&l->lease_lock, NULL);
 		pthread_cond_init(&l->lease_done, &ca);
 		pthread_cond_init(&l->publish_turn, &ca);
+		l->turns = source_turns_create(
+		    r->cfg->n_tables ? r->cfg->n_tables : 1);
 	}
 	pthread_condattr_destroy(&ca);
+	for (int i = 0; i < n; i++)
+		if (!all[i].turns) {
+			lanes_destroy(all, n);
+			snprintf(err, errlen, "out of memory for %d workers",
+				 n);
+			return NULL;
+		}
 	return all;
 }
 
 struct lanes *lanes_of_worker(struct lanes *all, int i)
 {
 	return &all[i];
+}
+
+struct source_turns *lanes_source_turns(struct lanes *l)
+{
+	return l->turns;
 }
 
 void lanes_destroy(struct lanes *all, int n)
@@ -104,6 +121,7 @@ void lanes_destroy(struct lanes *all, int n)
 		pthread_mutex_destroy(&l->lease_lock);
 		pthread_cond_destroy(&l->lease_done);
 		pthread_cond_destroy(&l->publish_turn);
+		source_turns_destroy(l->turns);
 	}
 	free(all);
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What every loop thread uses: its health tick, the relay's wake-ups and
- * shutdown flag, idle sleeps, and opening and reconnecting its store
- * session. The bottom of src/loops: it calls nothing else in the folder.
+ * shutdown flag, idle sleeps, and the names of its sessions. The bottom of
+ * src/loops: it calls nothing else in the folder.
  */
 #include "loops_int.h"
 
@@ -78,54 +78,8 @@ void relay_idle(struct relay_thread *th, int64_t ms, void (*service)(void *),
 	relay_idle_since(th, &gen, ms, service, state);
 }
 
-static int64_t next_backoff(int64_t backoff)
-{
-	return backoff * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : backoff * 2;
-}
-
-int relay_reconnect(struct relay_thread *th, struct store *s)
-{
-	int64_t backoff = RECONNECT_MIN_MS;
-	char err[512];
-	while (!relay_stopping(th->relay)) {
-		if (store_reconnect(s, err, sizeof(err)) == 0) {
-			metrics_add(MC_DB_RECONNECTS, 1);
-			log_info("reconnected to postgres");
-			return 0;
-		}
-		log_warn("postgres reconnect failed: %s", err);
-		relay_idle(th, backoff, NULL, NULL);
-		backoff = next_backoff(backoff);
-	}
-	return -1;
-}
-
 void relay_app_name(const struct relay *r, const char *who, char *out,
 		    size_t outlen)
 {
 	snprintf(out, outlen, "outbox-relay/%s/%s", r->host, who);
-}
-
-/* A missing table is not retried quietly: it is logged every time. */
-struct store *relay_open_store(struct relay_thread *th, const char *who)
-{
-	struct relay *r = th->relay;
-	const struct config *cfg = r->cfg;
-	char name[160], leased_by[160], err[1024];
-	relay_app_name(r, who, name, sizeof(name));
-	snprintf(leased_by, sizeof(leased_by), "%s/%d/%s", r->host, r->pid,
-		 who);
-	struct store_options o =
-	    store_options_from_config(cfg, name, leased_by);
-	o.rescan_pace = &r->rescan_pace;
-	int64_t backoff = RECONNECT_MIN_MS;
-	while (!relay_stopping(r)) {
-		struct store *s = NULL;
-		if (store_open(&s, &o, err, sizeof(err)) == 0)
-			return s;
-		log_error("%s", err);
-		relay_idle(th, backoff, NULL, NULL);
-		backoff = next_backoff(backoff);
-	}
-	return NULL;
 }

@@ -7,7 +7,7 @@
  * pauses and the max-rate schedule, both under relay.lock). Private to
  * this folder (and its unit tests); loops/loops.h is the public surface.
  *
- * Files, from the bottom: loop.c (primitives), lanes.c, pauses.c and
+ * Files, from the bottom: loop.c (primitives), sources.c, lanes.c, pauses.c and
  * rate.c (use loop.c), worker.c, sweeper.c, cleaner.c, listener.c (the
  * loops), relay.c (lifecycle: creates the lanes and starts the loops).
  * Nothing calls upward.
@@ -26,6 +26,8 @@
 
 #define RELAY_MAX_THREADS 72
 #define RELAY_MAX_PAUSES 256
+/* The length of a destination pause key (see struct relay_pause). */
+#define PAUSE_KEY_MAX 300
 
 /* What the lanes of one worker share (lanes.c). */
 struct lanes;
@@ -75,8 +77,9 @@ struct relay {
 	atomic_int stopping;	  /* 1 once shutdown began */
 	atomic_int marks_failed;  /* 1 if a mark could not be written */
 	atomic_int workers_ready; /* workers with a healthy publisher */
-	/* The workers' stores rescan in turn (store.h); moved by them. */
-	struct store_rescan_pace rescan_pace;
+	/* The workers' stores of each source rescan in turn (store.h);
+	 * one per source, moved by them. */
+	struct store_rescan_pace *rescan_pace;
 
 	/* lock guards every field from wake_gen to rate_next_ms; wake is
 	 * signalled under it by relay_wake(). */
@@ -100,9 +103,6 @@ struct relay {
 
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000
-
-/* The length of a destination pause key (see struct relay_pause). */
-#define PAUSE_KEY_MAX 300
 
 /* Thread entry points; arg is the thread's struct relay_thread. */
 void *worker_main(void *arg);
@@ -133,13 +133,90 @@ void relay_idle_since(struct relay_thread *th, const uint64_t *gen, int64_t ms,
 void relay_app_name(const struct relay *r, const char *who, char *out,
 		    size_t outlen);
 
-/* Reconnects s with capped exponential backoff. Returns 0, or -1 when
- * shutdown began first. */
-int relay_reconnect(struct relay_thread *th, struct store *s);
+/* ---- sources.c: the outbox tables a thread serves (§13) ---- */
 
-/* Opens the thread's store, retrying until it works; NULL only when
- * shutdown began first. */
-struct store *relay_open_store(struct relay_thread *th, const char *who);
+/*
+ * A loop thread's stores of the relay's sources (cfg->tables), all on one
+ * session (store_open_sharing). A source whose statement fails is set
+ * aside and tried again with backoff while the others go on. Only its
+ * thread touches it.
+ */
+struct source_stores {
+	size_t n;
+	struct source_store {
+		struct store *store; /* NULL: not open (yet, or failing) */
+		bool failing;	     /* set aside; its failure was logged */
+		int64_t retry_ms;    /* set aside until (clock_ms) */
+		int64_t backoff_ms;
+	} * at;
+	char who[32]; /* the thread's name, for application_name */
+};
+
+/* Opens a store for each source, retrying until at least one is open (the
+ * others are tried again as they are used). False when shutdown began
+ * first or memory ran out. */
+bool sources_open(struct relay_thread *th, const char *who,
+		  struct source_stores *ss);
+void sources_close(struct source_stores *ss);
+/* Source i's store, opened again if it was not; NULL while it is set
+ * aside. */
+struct store *sources_store(struct relay_thread *th, struct source_stores *ss,
+			    size_t i);
+/* Whether source i is not set aside at now. */
+bool sources_ready(const struct source_stores *ss, size_t i, int64_t now);
+/* Until when source i is set aside, 0 when it is not. */
+int64_t sources_retry_ms(const struct source_stores *ss, size_t i);
+/* Source i's statement worked: a failure it had is logged as over. */
+void sources_ok(struct relay *r, struct source_stores *ss, size_t i);
+/*
+ * What failed (what: "lease", "sweep"...) of source i, with the store's
+ * rc and err: STORE_RECONNECT reconnects the session for every source
+ * (backing off while Postgres is away; a table that fails its check then
+ * sets that source aside alone); anything else sets source i aside. Logs
+ * the first failure of a streak. -1 when shutdown began first.
+ */
+int sources_failed(struct relay_thread *th, struct source_stores *ss, size_t i,
+		   int rc, const char *what, const char *err);
+/* Reconnects the session of source i's store as sources_failed() does for
+ * STORE_RECONNECT, without logging what failed. */
+int sources_reconnect(struct relay_thread *th, struct source_stores *ss,
+		      size_t i);
+
+/*
+ * When each source of a worker is due to lease next, and its operator
+ * pauses as last read: shared by the worker's lanes and touched only by
+ * the lane that holds the lease turn (lanes_take_turn), whose store the
+ * pauses were read with.
+ */
+struct source_turns {
+	size_t n;
+	size_t next;	   /* where the round-robin goes on */
+	uint64_t wake_gen; /* the wake-up generation last seen */
+	struct source_turn {
+		int64_t due_ms; /* no lease of it before (clock_ms) */
+		bool idle;	/* its last lease found nothing: a wake-up
+				   makes it due */
+		int64_t control_read_ms;
+		bool control_global;		/* an operator paused it all */
+		char (*control)[PAUSE_KEY_MAX]; /* its paused destinations */
+		size_t n_control;
+	} * at;
+	size_t n_paused; /* sources with control_global set */
+};
+
+struct source_turns *source_turns_create(size_t n);
+void source_turns_destroy(struct source_turns *t);
+/*
+ * The next source whose lease is due at now and which ss has not set
+ * aside, in round-robin order from the last one picked; SIZE_MAX when
+ * none is, with *next_ms the earliest time one is. A wake-up since the
+ * last pick (wake_gen) makes every idle source due.
+ */
+size_t source_turns_pick(struct source_turns *t, const struct source_stores *ss,
+			 uint64_t wake_gen, int64_t now, int64_t *next_ms);
+/* The earliest time any source is due (or leaves its set-aside). */
+int64_t source_turns_earliest(const struct source_turns *t,
+			      const struct source_stores *ss);
 
 /* ---- lanes.c: what the lanes of one worker share ---- */
 
@@ -153,6 +230,8 @@ struct lanes *lanes_create(struct relay *r, int n, int per_worker, char *err,
 			   size_t errlen);
 /* Worker i's lanes. */
 struct lanes *lanes_of_worker(struct lanes *all, int i);
+/* The worker's turns across its sources (see struct source_turns). */
+struct source_turns *lanes_source_turns(struct lanes *l);
 /* After every lane thread returned. */
 void lanes_destroy(struct lanes *all, int n);
 

@@ -36,7 +36,16 @@ int relay_create(struct relay **out, const struct config *cfg,
 	}
 	r->cfg = cfg;
 	r->pub_ops = pub_ops;
-	atomic_init(&r->rescan_pace.due_ms, 0);
+	/* A config made by hand (tests of the lanes) may list no table. */
+	r->rescan_pace =
+	    calloc(cfg->n_tables ? cfg->n_tables : 1, sizeof(*r->rescan_pace));
+	if (!r->rescan_pace) {
+		free(r);
+		snprintf(err, errlen, "out of memory for the relay");
+		return -1;
+	}
+	for (size_t i = 0; i < cfg->n_tables; i++)
+		atomic_init(&r->rescan_pace[i].due_ms, 0);
 	r->pid = (int)getpid();
 	if (gethostname(r->host, sizeof(r->host)) != 0)
 		snprintf(r->host, sizeof(r->host), "unknown");
@@ -50,6 +59,7 @@ int relay_create(struct relay **out, const struct config *cfg,
 	if (!cond) {
 		if (locks)
 			pthread_mutex_destroy(&r->lock);
+		free(r->rescan_pace);
 		free(r);
 		snprintf(err, errlen, "cannot create relay locks");
 		return -1;
@@ -162,6 +172,7 @@ void relay_destroy(struct relay *r)
 		return;
 	pthread_mutex_destroy(&r->lock);
 	pthread_cond_destroy(&r->wake);
+	free(r->rescan_pace);
 	free(r);
 }
 

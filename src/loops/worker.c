@@ -9,6 +9,7 @@
  */
 #include "loops_int.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,15 +63,13 @@ struct worker {
 	struct relay_thread *th;
 	struct relay *r;
 	const struct config *cfg;
-	struct store *store;
-	struct lanes *lanes; /* the publisher and lease cadence */
+	struct source_stores src;   /* a store per source, one session */
+	size_t source;		    /* the source of the lease in hand */
+	struct store *store;	    /* its store */
+	struct lanes *lanes;	    /* the publisher and lease cadence */
+	struct source_turns *turns; /* the worker's, under its lease turn */
 	/* Where a NULL exchange goes: the backend's default, asked once. */
 	const char *default_destination;
-	/* The operator pauses as last read (the first n_control keys of the
-	 * pause keys), and when. */
-	int64_t control_read_ms;
-	size_t n_control;
-	bool control_global;
 	struct batch batch; /* the batch in progress */
 	int lease_slot;	    /* metrics_lease_slot() */
 };
@@ -470,7 +469,7 @@ static void conclude(struct worker *w)
 	if (relay_stopping(w->r))
 		atomic_store(&w->r->marks_failed, 1);
 	if (rc == STORE_RECONNECT)
-		relay_reconnect(w->th, w->store);
+		sources_reconnect(w->th, &w->src, w->source);
 }
 
 /* Publishes the leased rows and marks every one by its outcome. Takes
@@ -486,7 +485,7 @@ static void process_batch(struct worker *w, struct lease_batch *lease,
 		log_error("%s", err);
 		if (store_lease_abort(w->store, &b->lease, err, sizeof(err)) ==
 		    STORE_RECONNECT)
-			relay_reconnect(w->th, w->store);
+			sources_reconnect(w->th, &w->src, w->source);
 		lanes_pass(w->lanes, ticket, NULL);
 		goto out;
 	}
@@ -530,13 +529,30 @@ static bool read_control(struct worker *w, char (*keys)[PAUSE_KEY_MAX],
 	int rc = store_read_pauses(w->store, &global, keys, max, n, err,
 				   sizeof(err));
 	if (rc != 0) {
-		log_warn("reading operator pauses failed: %s", err);
-		if (rc == STORE_RECONNECT)
-			relay_reconnect(w->th, w->store);
+		sources_failed(w->th, &w->src, w->source, rc,
+			       "reading operator pauses", err);
 		*n = 0;
 		return false;
 	}
 	return global;
+}
+
+/* Keeps the source's operator pauses (keys[0..n)) for the reads between
+ * refreshes; false when out of memory (none kept then). */
+static bool keep_control(struct source_turn *t, char (*keys)[PAUSE_KEY_MAX],
+			 size_t n)
+{
+	free(t->control);
+	t->control = NULL;
+	t->n_control = 0;
+	if (n == 0)
+		return true;
+	t->control = malloc(n * sizeof(*t->control));
+	if (!t->control)
+		return false;
+	memcpy(t->control, keys, n * sizeof(*t->control));
+	t->n_control = n;
+	return true;
 }
 
 /* Fills pk with the keys the next lease skips. Returns true when an
@@ -546,19 +562,30 @@ static bool read_control(struct worker *w, char (*keys)[PAUSE_KEY_MAX],
  * event. */
 static bool read_pauses(struct worker *w, struct pause_keys *pk)
 {
+	struct source_turns *turns = w->turns;
+	struct source_turn *t = &turns->at[w->source];
 	int64_t now = clock_ms();
 	int64_t refresh = w->cfg->poll_interval_ms < CONTROL_REFRESH_MS
 			      ? w->cfg->poll_interval_ms
 			      : CONTROL_REFRESH_MS;
-	if (w->control_read_ms == 0 || now - w->control_read_ms >= refresh) {
-		w->control_global =
-		    read_control(w, pk->keys, RELAY_MAX_PAUSES, &w->n_control);
-		w->control_read_ms = now;
-		metrics_set(MG_PAUSED_GLOBALLY, w->control_global ? 1 : 0);
+	if (t->control_read_ms == 0 || now - t->control_read_ms >= refresh) {
+		size_t n = 0;
+		bool global = read_control(w, pk->keys, RELAY_MAX_PAUSES, &n);
+		if (!keep_control(t, pk->keys, n))
+			log_error("out of memory for the operator pauses");
+		t->control_read_ms = now;
+		if (global != t->control_global)
+			turns->n_paused += global ? 1 : (size_t)-1;
+		t->control_global = global;
+		/* A relay of one table: 1 while it is paused. Of several:
+		 * how many of them are. */
+		metrics_set(MG_PAUSED_GLOBALLY, (int64_t)turns->n_paused);
 	}
-	if (w->control_global)
+	if (t->control_global)
 		return true;
-	size_t n_control = w->n_control;
+	size_t n_control = t->n_control;
+	if (n_control > 0)
+		memcpy(pk->keys, t->control, n_control * sizeof(*pk->keys));
 	pk->n = n_control +
 		active_pauses(w->r, pk->keys + n_control, RELAY_MAX_PAUSES);
 	for (size_t i = 0; i < pk->n; i++)
@@ -618,6 +645,36 @@ static int64_t next_lease_at(struct worker *w, size_t n, int64_t started)
 	return clock_ms() + sleep_ms;
 }
 
+/* When the worker's next lease turn may start: the earliest source due. */
+static int64_t next_turn_at(struct worker *w)
+{
+	return source_turns_earliest(w->turns, &w->src);
+}
+
+/*
+ * Holding the lease turn, picks the source to lease from: the next one due
+ * in round-robin order (docs/design.md §13), its store in w->store. False,
+ * the turn ended, when none is due or its store cannot be opened.
+ */
+static bool pick_source(struct worker *w, uint64_t gen)
+{
+	int64_t next_ms = 0;
+	size_t i =
+	    source_turns_pick(w->turns, &w->src, gen, clock_ms(), &next_ms);
+	struct store *s =
+	    i == SIZE_MAX ? NULL : sources_store(w->th, &w->src, i);
+	if (!s) {
+		/* Nothing due: idle as after an empty lease (a wake-up
+		 * ends it); a store that would not open was set aside. */
+		lanes_end_turn(w->lanes, TURN_EMPTY,
+			       i == SIZE_MAX ? next_ms : next_turn_at(w), gen);
+		return false;
+	}
+	w->source = i;
+	w->store = s;
+	return true;
+}
+
 /* One pass of the lane's loop. */
 static void worker_pass(struct worker *w, struct pause_keys *pk)
 {
@@ -638,35 +695,47 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 		rate_refund(r, cfg->batch_size);
 		return;
 	}
+	uint64_t gen = relay_wake_generation(r);
+	if (!pick_source(w, gen)) {
+		rate_refund(r, cfg->batch_size);
+		return;
+	}
+	struct source_turn *t = &w->turns->at[w->source];
 	/* Read within the turn: waiting for it can take longer than a
 	 * pause takes to matter. */
 	if (read_pauses(w, pk)) {
-		lanes_end_turn(w->lanes, TURN_SKIPPED, clock_ms(), 0);
+		t->due_ms = clock_ms() + cfg->poll_interval_ms;
+		lanes_end_turn(w->lanes, TURN_SKIPPED, next_turn_at(w), 0);
 		rate_refund(r, cfg->batch_size);
-		relay_idle(w->th, cfg->poll_interval_ms,
-			   lanes_publisher_service, w->lanes);
 		return;
 	}
 
-	uint64_t gen = relay_wake_generation(r);
 	int64_t started = clock_ms();
 	struct lease_batch lease = {0};
 	char err[1024];
 	int rc = lease_next_batch(w, pk, started, &lease, err, sizeof(err));
 	if (rc != 0) {
-		lanes_end_turn(w->lanes, TURN_SKIPPED, clock_ms(), 0);
 		rate_refund(r, cfg->batch_size);
-		log_warn("lease failed: %s", err);
-		if (rc == STORE_RECONNECT)
-			relay_reconnect(w->th, w->store);
-		else
-			relay_idle(w->th, cfg->poll_interval_ms, NULL, NULL);
+		if (rc == STORE_RECONNECT) {
+			/* The other lanes' sessions may be fine: they lease
+			 * while this one reconnects. */
+			lanes_end_turn(w->lanes, TURN_SKIPPED, clock_ms(), 0);
+			sources_failed(w->th, &w->src, w->source, rc, "lease",
+				       err);
+		} else {
+			sources_failed(w->th, &w->src, w->source, rc, "lease",
+				       err);
+			lanes_end_turn(w->lanes, TURN_SKIPPED, next_turn_at(w),
+				       0);
+		}
 		return;
 	}
+	sources_ok(r, &w->src, w->source);
 	size_t n = lease.n;
-	uint64_t ticket =
-	    lanes_end_turn(w->lanes, n > 0 ? TURN_LEASED : TURN_EMPTY,
-			   next_lease_at(w, n, started), gen);
+	t->due_ms = next_lease_at(w, n, started);
+	t->idle = n == 0;
+	uint64_t ticket = lanes_end_turn(
+	    w->lanes, n > 0 ? TURN_LEASED : TURN_EMPTY, next_turn_at(w), gen);
 	rate_refund(r, (double)cfg->batch_size - (double)n);
 	/* An empty lease holds nothing to release. */
 	if (n > 0) {
@@ -698,14 +767,14 @@ void *worker_main(void *arg)
 		log_error("out of memory for the pause keys");
 		goto out;
 	}
-	w.store = relay_open_store(th, th->name);
-	if (!w.store)
+	w.turns = lanes_source_turns(w.lanes);
+	if (!sources_open(th, th->name, &w.src))
 		goto out;
 	while (!relay_stopping(r))
 		worker_pass(&w, &pk);
 out:
 	lanes_leave(w.lanes);
-	store_close(w.store);
+	sources_close(&w.src);
 	pause_keys_release(&pk);
 	log_info("worker stopped");
 	return NULL;

@@ -24,7 +24,8 @@ struct store_options store_options_from_config(const struct config *cfg,
 {
 	struct store_options o = {
 	    .conninfo = cfg->database_url,
-	    .table = cfg->table,
+	    /* The first source; a caller of another sets its own. */
+	    .table = cfg->tables ? cfg->tables[0] : cfg->table,
 	    .app_name = app_name,
 	    .leased_by = leased_by,
 	    .ce_source = cfg->ce_source,

@@ -485,6 +485,10 @@ static const struct bad_case bad_cases[] = {
     {"OUTBOX_TABLE", ".outbox"},
     {"OUTBOX_TABLE", "x;drop table y"},
     {"OUTBOX_TABLE", name44},
+    {"OUTBOX_TABLE", "a,,b"},
+    {"OUTBOX_TABLE", "a,"},
+    {"OUTBOX_TABLE", "a, b, a"},
+    {"OUTBOX_TABLE", "a,b-c"},
     {"OUTBOX_LISTEN", "1"},
     {"OUTBOX_LISTEN", "yes"},
     {"OUTBOX_LISTEN", "ON"},
@@ -1048,6 +1052,42 @@ static void test_lease_interval(void **state)
 	run_free(&r);
 }
 
+/* OUTBOX_TABLE lists the relay's sources; one name is a list of one. */
+static void test_table_list(void **state)
+{
+	(void)state;
+	struct run r;
+	env_clear();
+	run_load(&r);
+	assert_int_equal(r.problems, 0);
+	assert_int_equal(r.cfg.n_tables, 1);
+	assert_string_equal(r.cfg.tables[0], "outbox_events");
+	run_free(&r);
+
+	env_clear();
+	env_set("OUTBOX_TABLE", " t1.outbox_events,t2.outbox_events , orders ");
+	run_load(&r);
+	assert_int_equal(r.problems, 0);
+	assert_int_equal(r.cfg.n_tables, 3);
+	assert_string_equal(r.cfg.tables[0], "t1.outbox_events");
+	assert_string_equal(r.cfg.tables[1], "t2.outbox_events");
+	assert_string_equal(r.cfg.tables[2], "orders");
+	run_free(&r);
+
+	/* The message says which item is wrong. */
+	env_clear();
+	env_set("OUTBOX_TABLE", "a, b, a");
+	run_load(&r);
+	assert_int_equal(r.problems, 1);
+	assert_non_null(strstr(r.errs, "table a is listed twice"));
+	run_free(&r);
+	env_clear();
+	env_set("OUTBOX_TABLE", "a,b-c");
+	run_load(&r);
+	assert_non_null(strstr(r.errs, "table 2 of the list"));
+	run_free(&r);
+}
+
 static void test_kafka_passthrough(void **state)
 {
 	char pem[256], topic[256];
@@ -1454,6 +1494,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_cross_checks, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_window, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_table_list, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lease_interval, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_kafka_passthrough, setup,

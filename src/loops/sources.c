@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The outbox tables a relay serves, its sources (OUTBOX_TABLE,
+ * docs/design.md §13): each loop thread's stores of them on one session,
+ * a source that fails set aside while the others go on, and the
+ * round-robin of a worker's lease turns across the sources with due rows.
+ * Uses loop.c only.
+ */
+#include "loops_int.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+/* A failing source is tried again after this, doubling up to the max. */
+#define SOURCE_RETRY_MIN_MS 1000
+#define SOURCE_RETRY_MAX_MS 30000
+
+static int64_t grow(int64_t backoff, int64_t max)
+{
+	return backoff * 2 > max ? max : backoff * 2;
+}
+
+/* Any open store of ss: the session a new one joins. */
+static struct store *open_sibling(const struct source_stores *ss)
+{
+	for (size_t i = 0; i < ss->n; i++)
+		if (ss->at[i].store)
+			return ss->at[i].store;
+	return NULL;
+}
+
+static const char *source_name(const struct relay *r, size_t i)
+{
+	return r->cfg->tables[i];
+}
+
+/* Sets source i aside until its backoff passes; logs the first failure of
+ * a streak as a warning, the rest at debug level. */
+static void set_aside(struct relay *r, struct source_stores *ss, size_t i,
+		      const char *what, const char *err)
+{
+	struct source_store *at = &ss->at[i];
+	if (ss->n == 1 && strcmp(what, "open") == 0)
+		/* A relay of one table says so on every try, as ever. */
+		log_error("%s", err);
+	else if (ss->n == 1)
+		log_warn("%s failed: %s", what, err);
+	else if (!at->failing)
+		log_fields(LOG_WARN, "source failing; the others go on",
+			   "source", source_name(r, i), "what", what, "error",
+			   err, NULL);
+	else
+		log_debug("source %s still failing: %s: %s", source_name(r, i),
+			  what, err);
+	at->failing = true;
+	at->backoff_ms = at->backoff_ms
+			     ? grow(at->backoff_ms, SOURCE_RETRY_MAX_MS)
+			     : SOURCE_RETRY_MIN_MS;
+	at->retry_ms = clock_ms() + at->backoff_ms;
+}
+
+/* Tries to open source i's store on the session of ss's open ones. */
+static bool try_open(struct relay_thread *th, struct source_stores *ss,
+		     size_t i)
+{
+	struct relay *r = th->relay;
+	char name[160], leased_by[160], err[1024];
+	relay_app_name(r, ss->who, name, sizeof(name));
+	snprintf(leased_by, sizeof(leased_by), "%s/%d/%s", r->host, r->pid,
+		 ss->who);
+	struct store_options o =
+	    store_options_from_config(r->cfg, name, leased_by);
+	o.table = r->cfg->tables[i];
+	o.rescan_pace = &r->rescan_pace[i];
+	int rc = store_open_sharing(&ss->at[i].store, &o, open_sibling(ss), err,
+				    sizeof(err));
+	if (rc == 0) {
+		sources_ok(r, ss, i);
+		return true;
+	}
+	set_aside(r, ss, i, "open", err);
+	return false;
+}
+
+bool sources_open(struct relay_thread *th, const char *who,
+		  struct source_stores *ss)
+{
+	struct relay *r = th->relay;
+	memset(ss, 0, sizeof(*ss));
+	snprintf(ss->who, sizeof(ss->who), "%s", who);
+	ss->n = r->cfg->n_tables;
+	ss->at = calloc(ss->n, sizeof(*ss->at));
+	if (!ss->at) {
+		log_error("out of memory for %zu sources", ss->n);
+		return false;
+	}
+	int64_t backoff = RECONNECT_MIN_MS;
+	while (!relay_stopping(r)) {
+		bool any = false;
+		for (size_t i = 0; i < ss->n; i++)
+			any |= try_open(th, ss, i);
+		if (any)
+			return true;
+		/* Nothing to lease from yet: this loop's backoff, not the
+		 * sources', paces the tries. */
+		for (size_t i = 0; i < ss->n; i++)
+			ss->at[i].retry_ms = 0;
+		relay_idle(th, backoff, NULL, NULL);
+		backoff = grow(backoff, RECONNECT_MAX_MS);
+	}
+	return false;
+}
+
+void sources_close(struct source_stores *ss)
+{
+	for (size_t i = 0; ss->at && i < ss->n; i++)
+		store_close(ss->at[i].store);
+	free(ss->at);
+	memset(ss, 0, sizeof(*ss));
+}
+
+struct store *sources_store(struct relay_thread *th, struct source_stores *ss,
+			    size_t i)
+{
+	struct source_store *at = &ss->at[i];
+	if (at->failing && clock_ms() < at->retry_ms)
+		return NULL;
+	if (!at->store && !try_open(th, ss, i))
+		return NULL;
+	return at->store;
+}
+
+bool sources_ready(const struct source_stores *ss, size_t i, int64_t now)
+{
+	return !ss->at[i].failing || now >= ss->at[i].retry_ms;
+}
+
+int64_t sources_retry_ms(const struct source_stores *ss, size_t i)
+{
+	return ss->at[i].failing ? ss->at[i].retry_ms : 0;
+}
+
+void sources_ok(struct relay *r, struct source_stores *ss, size_t i)
+{
+	struct source_store *at = &ss->at[i];
+	if (at->failing)
+		log_fields(LOG_INFO, "source works again", "source",
+			   source_name(r, i), NULL);
+	at->failing = false;
+	at->backoff_ms = 0;
+	at->retry_ms = 0;
+}
+
+int sources_failed(struct relay_thread *th, struct source_stores *ss, size_t i,
+		   int rc, const char *what, const char *err)
+{
+	struct relay *r = th->relay;
+	struct store *s = ss->at[i].store;
+	if (rc != STORE_RECONNECT || !s) {
+		set_aside(r, ss, i, what, err);
+		return 0;
+	}
+	log_warn("%s failed: %s", what, err);
+	return sources_reconnect(th, ss, i);
+}
+
+int sources_reconnect(struct relay_thread *th, struct source_stores *ss,
+		      size_t i)
+{
+	/* The session is gone, for every source of it: connect it again
+	 * through source i, which then checks its table. A table that
+	 * fails its check sets that source aside alone. */
+	struct relay *r = th->relay;
+	struct store *s = ss->at[i].store;
+	int64_t backoff = RECONNECT_MIN_MS;
+	char why[1024];
+	while (!relay_stopping(r)) {
+		int got = store_reconnect(s, why, sizeof(why));
+		if (got == 0) {
+			metrics_add(MC_DB_RECONNECTS, 1);
+			log_info("reconnected to postgres");
+			return 0;
+		}
+		if (got != STORE_RECONNECT) {
+			metrics_add(MC_DB_RECONNECTS, 1);
+			set_aside(r, ss, i, "reconnect", why);
+			return 0;
+		}
+		log_warn("postgres reconnect failed: %s", why);
+		relay_idle(th, backoff, NULL, NULL);
+		backoff = grow(backoff, RECONNECT_MAX_MS);
+	}
+	return -1;
+}
+
+/* ---- a worker's turns across its sources ---- */
+
+struct source_turns *source_turns_create(size_t n)
+{
+	struct source_turns *t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->n = n;
+	t->at = calloc(n, sizeof(*t->at));
+	if (!t->at) {
+		free(t);
+		return NULL;
+	}
+	return t;
+}
+
+void source_turns_destroy(struct source_turns *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->n; i++)
+		free(t->at[i].control);
+	free(t->at);
+	free(t);
+}
+
+size_t source_turns_pick(struct source_turns *t, const struct source_stores *ss,
+			 uint64_t wake_gen, int64_t now, int64_t *next_ms)
+{
+	if (wake_gen != t->wake_gen) {
+		/* A wake-up (LISTEN, the sweeper) may be for any idle
+		 * source; one with rows keeps its cadence, as a worker of
+		 * one table does (worker.c, next_lease_at). */
+		t->wake_gen = wake_gen;
+		for (size_t i = 0; i < t->n; i++)
+			if (t->at[i].idle)
+				t->at[i].due_ms = 0;
+	}
+	int64_t earliest = INT64_MAX;
+	for (size_t k = 0; k < t->n; k++) {
+		size_t i = (t->next + k) % t->n;
+		int64_t due = t->at[i].due_ms;
+		int64_t retry = sources_retry_ms(ss, i);
+		if (retry > due)
+			due = retry;
+		if (due <= now) {
+			t->next = (i + 1) % t->n;
+			return i;
+		}
+		if (due < earliest)
+			earliest = due;
+	}
+	*next_ms = earliest;
+	return SIZE_MAX;
+}
+
+int64_t source_turns_earliest(const struct source_turns *t,
+			      const struct source_stores *ss)
+{
+	int64_t earliest = INT64_MAX;
+	for (size_t i = 0; i < t->n; i++) {
+		int64_t due = t->at[i].due_ms;
+		int64_t retry = sources_retry_ms(ss, i);
+		if (retry > due)
+			due = retry;
+		if (due < earliest)
+			earliest = due;
+	}
+	return earliest;
+}
