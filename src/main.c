@@ -68,15 +68,23 @@ static int cmd_check(const struct config *cfg,
 	struct store_options o =
 	    store_options_from_config(cfg, "outbox-relay/check", NULL);
 	o.prepare = false;
-	struct store *s = NULL;
-	if (store_open(&s, &o, err, sizeof(err)) != 0) {
-		printf("postgres (%s): FAILED: %s\n", url, err);
-		failures++;
-	} else {
+	struct store *first = NULL;
+	for (size_t i = 0; i < cfg->n_tables; i++) {
+		struct store *s = NULL;
+		o.table = cfg->tables[i];
+		if (store_open_sharing(&s, &o, first, err, sizeof(err)) != 0) {
+			printf("postgres (%s): FAILED: %s\n", url, err);
+			failures++;
+			continue;
+		}
 		printf("postgres (%s): ok, table %s present\n", url,
-		       cfg->table);
-		store_close(s);
+		       cfg->tables[i]);
+		if (first)
+			store_close(s);
+		else
+			first = s;
 	}
+	store_close(first);
 	struct publisher pub;
 	publisher_init(&pub, pub_ops);
 	if (publisher_open(&pub, cfg, err, sizeof(err)) != 0 ||
@@ -98,18 +106,29 @@ static int check_table_at_start(const struct config *cfg)
 	struct store_options o =
 	    store_options_from_config(cfg, "outbox-relay/start", NULL);
 	o.prepare = false;
-	struct store *s = NULL;
-	int rc = store_open(&s, &o, err, sizeof(err));
-	if (rc == 0) {
-		store_close(s);
-		return 0;
+	struct store *first = NULL;
+	int failed = 0;
+	/* Every listed table: a typo in a list is caught now, not as one
+	 * source failing for ever. */
+	for (size_t i = 0; i < cfg->n_tables; i++) {
+		struct store *s = NULL;
+		o.table = cfg->tables[i];
+		int rc = store_open_sharing(&s, &o, first, err, sizeof(err));
+		if (rc == STORE_RECONNECT) {
+			log_error("%s (retrying)", err);
+			break;
+		}
+		if (rc != 0) {
+			log_error("%s", err);
+			failed = 1;
+		} else if (first) {
+			store_close(s);
+		} else {
+			first = s;
+		}
 	}
-	if (rc == STORE_RECONNECT) {
-		log_error("%s (retrying)", err);
-		return 0;
-	}
-	log_error("%s", err);
-	return 1;
+	store_close(first);
+	return failed;
 }
 
 static int cmd_run(const struct config *cfg,

@@ -26,7 +26,16 @@ static struct store_listener *listen_connect(struct relay_thread *th)
 	int64_t backoff = RECONNECT_MIN_MS;
 	while (!relay_stopping(r)) {
 		struct store_listener *l = NULL;
-		if (store_listener_open(&l, &o, err, sizeof(err)) == STORE_OK) {
+		int rc = store_listener_open(&l, &o, err, sizeof(err));
+		/* Every source's channel, on the one session. */
+		for (size_t i = 1; rc == STORE_OK && i < cfg->n_tables; i++)
+			rc = store_listener_add(l, cfg->tables[i], err,
+						sizeof(err));
+		if (rc != STORE_OK) {
+			store_listener_close(l);
+			l = NULL;
+		}
+		if (l) {
 			/* Rows inserted while nobody listened would otherwise
 			 * wait for the poll interval. */
 			relay_wake(r);

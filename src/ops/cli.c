@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/base.h"
+#include "cli_source.h"
 #include "progress.h"
 #include "status_text.h"
 #include "store/store.h"
@@ -154,6 +155,9 @@ int cli_run(const char *cmd, int argc, char **argv, const struct config *cfg)
 		fprintf(stderr, "outbox-relay: unknown command '%s'\n", cmd);
 		return 2;
 	}
+	argc = cli_take_source(c->name, argc, argv);
+	if (argc < 0)
+		return 2;
 	return c->run(c, argc, argv, cfg);
 }
 
@@ -178,8 +182,10 @@ static int print_help(const struct subcommand *c)
 {
 	printf("usage: outbox-relay %s %s\n\n%s", c->name, c->usage, c->help);
 	printf("\nSettings come from the environment as for the daemon "
-	       "(OUTBOX_DATABASE_URL,\nOUTBOX_TABLE, ...). Exit codes: 0 ok, "
-	       "1 runtime failure, 2 usage error.\n");
+	       "(OUTBOX_DATABASE_URL,\nOUTBOX_TABLE, ...). When OUTBOX_TABLE "
+	       "lists several tables, --source TABLE\nsays which one (migrate: "
+	       "all of them without it). Exit codes: 0 ok,\n1 runtime failure, "
+	       "2 usage error.\n");
 	return 0;
 }
 
@@ -201,15 +207,13 @@ static int open_store(const struct config *cfg, const char *cmd,
 		      struct store **s)
 {
 	char err[1024], app[64];
-	struct outbox_table t;
 	*s = NULL;
-	if (table_parse(cfg->table, &t, err, sizeof(err)) != 0) {
-		fprintf(stderr, "outbox-relay %s: OUTBOX_TABLE: %s\n", cmd,
-			err);
+	const char *table = cli_source_table(cfg, cmd);
+	if (!table)
 		return 2;
-	}
 	snprintf(app, sizeof(app), "outbox-relay/%s", cmd);
 	struct store_options o = store_options_from_config(cfg, app, NULL);
+	o.table = table;
 	o.prepare = false;
 	if (store_open(s, &o, err, sizeof(err)) != 0) {
 		fprintf(stderr, "outbox-relay %s: %s\n", cmd, err);
@@ -317,8 +321,9 @@ static int cmd_status(const struct subcommand *c, int argc, char **argv,
 		return ret;
 	if (a.watch) {
 		cli_catch_interrupts();
-		ret = status_watch(s, cfg->table, a.interval_ms, stdout,
-				   isatty(STDOUT_FILENO), &cli_interrupted);
+		ret = status_watch(s, cli_source_table(cfg, c->name),
+				   a.interval_ms, stdout, isatty(STDOUT_FILENO),
+				   &cli_interrupted);
 	} else {
 		ret = status_once(s, a.json);
 	}
@@ -349,29 +354,27 @@ static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
 	if (optind < argc)
 		return usage_error(c, "unexpected argument '%s'", argv[optind]);
 
-	char err[1024];
-	struct outbox_table t;
-	if (table_parse(cfg->table, &t, err, sizeof(err)) != 0) {
-		fprintf(stderr, "outbox-relay: OUTBOX_TABLE: %s\n", err);
+	/* Every source, or --source's alone. */
+	bool given = cli_source_given();
+	const char *only = given ? cli_source_table(cfg, c->name) : NULL;
+	if (given && !only)
 		return 2;
+	int failed = 0;
+	for (size_t i = 0; i < cfg->n_tables; i++) {
+		const char *table = cfg->tables[i];
+		if (only && strcmp(table, only) != 0)
+			continue;
+		if (cfg->n_tables > 1)
+			printf("table %s (%zu of %zu):\n", table, i + 1,
+			       cfg->n_tables);
+		failed += cli_migrate_table(c->name, cfg, table, quiet);
 	}
-	struct store_options o =
-	    store_options_from_config(cfg, "outbox-relay/cli", NULL);
-	struct cli_progress p;
-	cli_progress_init(&p, c->name, quiet, NULL);
-	int rc =
-	    store_migrate_watched(&o, cfg->listen, stdout,
-				  p.on ? &p.watcher : NULL, err, sizeof(err));
-	cli_progress_end(&p);
-	if (rc != 0) {
-		fprintf(stderr, "outbox-relay: %s\n", err);
-		return 1;
-	}
-	printf("NOTIFY trigger %s (OUTBOX_LISTEN=%s)\n",
-	       cfg->listen ? "present" : "absent", cfg->listen ? "on" : "off");
-	printf("table %s is at schema version %d\n", cfg->table,
-	       store_schema_version());
-	return 0;
+	if (failed > 0 && cfg->n_tables > 1)
+		fprintf(stderr,
+			"outbox-relay: %d of %zu tables failed to "
+			"migrate\n",
+			failed, only ? (size_t)1 : cfg->n_tables);
+	return failed > 0 ? 1 : 0;
 }
 
 /* ---- redrive ---- */

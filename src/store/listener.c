@@ -74,6 +74,15 @@ int store_listener_open(struct store_listener **out,
 	return STORE_OK;
 }
 
+int store_listener_add(struct store_listener *l, const char *table, char *err,
+		       size_t errlen)
+{
+	struct outbox_table t;
+	if (table_parse(table, &t, err, errlen) != 0)
+		return STORE_ERROR;
+	return listen_on(l->conn, &t, err, errlen);
+}
+
 /* Frees what libpq has queued; returns how many there were. */
 static size_t drain(PGconn *conn)
 {

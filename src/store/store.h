@@ -544,6 +544,11 @@ int store_listener_open(struct store_listener **out,
 			const struct store_options *opt, char *err,
 			size_t errlen);
 
+/* LISTENs on table's channel too (the relay's other sources). Errors as
+ * store_listener_open()'s. */
+int store_listener_add(struct store_listener *l, const char *table, char *err,
+		       size_t errlen);
+
 /*
  * Waits up to timeout_ms for notifications and drains them all;
  * *notifications counts them (0 after a quiet timeout). Notifications

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Several outbox tables behind one relay (OUTBOX_TABLE as a list,
+# docs/design.md §13): `migrate` creates them all; every table's events
+# go out, on the sessions of one table's relay; a quiet table's event is
+# not held behind a hot table's backlog; a table dropped while the relay
+# runs gives one warning and the others go on; an operator pause of one
+# table (--source) stops that table alone; commands that work on one
+# table refuse to guess which.
+. "$(dirname "$0")/lib.sh"
+it_table sources
+schema="${OUTBOX_TABLE%%.*}"
+hot="$schema.hot"
+quiet="$schema.quiet"
+gone="$schema.gone"
+tables="$hot, $quiet,$gone"
+run_cli() {
+	env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$tables" \
+		"$RELAY_TEST_BIN" "$@"
+}
+
+run_cli migrate >"$it_dir/migrate3.out" 2>&1 || it_fail "migrate of the list failed: $(cat "$it_dir/migrate3.out")"
+for t in "$hot" "$quiet" "$gone"; do
+	grep -q "table $t is at schema version" "$it_dir/migrate3.out" || it_fail "migrate did not report $t"
+done
+# Twice is fine (idempotent), and --source migrates that table alone.
+run_cli migrate --source "$quiet" >"$it_dir/migrate1.out" 2>&1 || it_fail "migrate --source failed"
+[ "$(grep -c 'is at schema version' "$it_dir/migrate1.out")" = 1 ] || it_fail "migrate --source did more than one table"
+
+insert() { # TABLE N TYPE
+	it_psql "INSERT INTO $1 (type, payload) SELECT '$3', convert_to('{}', 'UTF8')
+	         FROM generate_series(1, $2)" >/dev/null
+}
+sent() { it_psql "SELECT count(*) FROM $1 WHERE status = 'sent'"; }
+sent_over() { [ "$(sent "$1")" -gt "$2" ]; }
+printed() { [ "$(grep -c "\"type\":\"$1\"" "$it_dir/multi.out")" -ge "$2" ]; }
+
+# A hot backlog, then one quiet event once the relay is draining it.
+insert "$hot" 20000 hot
+insert "$gone" 5 gone
+OUTBOX_TABLE="$tables" it_relay multi OUTBOX_BATCH_SIZE=50 OUTBOX_MAX_RATE=4000 OUTBOX_LOG_LEVEL=info
+pid=$it_last_pid
+it_wait 30 "the hot table to start draining" sent_over "$hot" 500
+insert "$quiet" 1 quiet
+it_wait 10 "the quiet event" printed quiet 1
+hot_then=$(sent "$hot")
+[ "$hot_then" -lt 20000 ] || it_fail "the quiet event waited for the whole hot backlog"
+it_wait 30 "the third table's events" printed gone 5
+
+# One session per lane for all three tables, not one per table.
+sessions=$(it_psql "SELECT count(*) FROM pg_stat_activity
+	WHERE application_name LIKE 'outbox-relay/%' AND application_name NOT LIKE '%/claim'")
+[ "$sessions" -le 6 ] || it_fail "$sessions sessions for 3 tables (want the one-table count)"
+
+# Dropped while running: one warning, the others go on.
+it_psql "DROP TABLE $gone CASCADE" >/dev/null
+sleep 1
+insert "$quiet" 10 quiet2
+it_wait 20 "quiet events after the drop" printed quiet2 10
+sleep 3
+warnings=$(grep -c '"source failing; the others go on"' "$it_dir/multi.log" || true)
+[ "$warnings" -ge 1 ] || it_fail "no warning for the dropped table"
+[ "$warnings" -le 3 ] || it_fail "$warnings warnings for one dropped table (a loop per thread at most)"
+grep '"source failing' "$it_dir/multi.log" | grep -q "$gone" || it_fail "the warning does not name the table"
+
+# Pause one table: its rows wait, the other's go.
+run_cli pause >"$it_dir/pause_none.out" 2>&1 && it_fail "pause without --source on a list succeeded"
+grep -q 'say which with --source' "$it_dir/pause_none.out" || it_fail "no hint to use --source: $(cat "$it_dir/pause_none.out")"
+run_cli pause --source "$schema.nope" >"$it_dir/pause_bad.out" 2>&1 && it_fail "pause of an unlisted table succeeded"
+grep -q 'is not one of' "$it_dir/pause_bad.out" || it_fail "unlisted --source not explained"
+run_cli pause --source "$quiet" --reason test >"$it_dir/pause.out" 2>&1 || it_fail "pause --source failed: $(cat "$it_dir/pause.out")"
+sleep 2
+insert "$quiet" 3 paused
+insert "$hot" 3 hot2
+it_wait 20 "the hot table's new rows" printed hot2 3
+sleep 1
+! grep -q '"type":"paused"' "$it_dir/multi.out" || it_fail "a paused table's row went out"
+run_cli resume --source "$quiet" >/dev/null 2>&1 || it_fail "resume --source failed"
+it_wait 20 "the paused table's rows after resume" printed paused 3
+run_cli status --source "$hot" --json >"$it_dir/status.json" 2>&1 || it_fail "status --source failed: $(cat "$it_dir/status.json")"
+
+it_stop "$pid"
+[ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
+[ "$(sent "$hot")" = 20003 ] || it_fail "hot table: $(sent "$hot") of 20003 sent"
+echo "ok: 3 tables, quiet event after $hot_then of 20000 hot, $warnings warning(s) for the dropped table, $sessions sessions"
