@@ -105,7 +105,8 @@ enum metric_counter {
 enum metric_gauge {
 	MG_PUBLISHERS_UNHEALTHY, /* workers whose publisher is down */
 	MG_DESTINATIONS_PAUSED,
-	MG_PAUSED_GLOBALLY, /* 1 while an operator pause is in force */
+	MG_PAUSED_GLOBALLY, /* 1 while an operator pause is in force; of
+			       several tables, how many are paused */
 	MG_LAST_SWEEP_MS,   /* wall clock ms of the last sweep */
 	MG_LAST_CLEAN_MS,
 	MG_BACKLOG,	      /* pending rows (http thread) */

@@ -28,11 +28,15 @@ static int sweep_source(struct relay_thread *th, struct source_stores *ss,
 	size_t repaired = 0;
 	if (rc == 0 && r->cfg->ordering == ORDERING_PARTITION) {
 		rc = store_repair_heads(s, &repaired, err, sizeof(err));
-		if (rc == 0 && repaired > 0)
+		if (rc == 0 && repaired > 0) {
+			char keys[32];
+			snprintf(keys, sizeof(keys), "%zu", repaired);
 			log_fields(LOG_WARN,
 				   "gave partition keys their lost head "
 				   "marker",
-				   "source", r->cfg->tables[i], NULL);
+				   "source", r->cfg->tables[i], "keys", keys,
+				   NULL);
+		}
 	}
 	metrics_observe(MH_SWEEP_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
 	if (rc != 0)

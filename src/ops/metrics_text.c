@@ -71,8 +71,9 @@ static const struct gauge_def gauge_defs[MG_COUNT] = {
 				"events.",
 				1, NULL},
     [MG_PAUSED_GLOBALLY] = {"outbox_paused",
-			    "1 while an operator pause stops all leasing.", 1,
-			    NULL},
+			    "1 while an operator pause stops all leasing (of "
+			    "several tables: how many are paused).",
+			    1, NULL},
     [MG_LAST_SWEEP_MS] = {"outbox_last_sweep_timestamp_seconds",
 			  "Unix time of the last successful sweep.", 1000,
 			  NULL},
