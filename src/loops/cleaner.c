@@ -53,7 +53,7 @@ void *cleaner_main(void *arg)
 {
 	struct relay_thread *th = arg;
 	struct relay *r = th->relay;
-	struct source_stores ss;
+	struct source_stores ss = {0};
 	log_set_thread(th->name);
 	bool open = sources_open(th, th->name, &ss);
 	while (open && !relay_stopping(r)) {

@@ -5,6 +5,9 @@
  */
 #include "loops_int.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "base/base.h"
 #include "store/store.h"
 
@@ -38,7 +41,7 @@ static struct store_listener *listen_connect(struct relay_thread *th)
 		if (l) {
 			/* Rows inserted while nobody listened would otherwise
 			 * wait for the poll interval. */
-			relay_wake(r);
+			relay_wake_sources(r);
 			return l;
 		}
 		log_warn("listener: %s", err);
@@ -53,8 +56,9 @@ static struct store_listener *listen_connect(struct relay_thread *th)
  * Returns STORE_OK, or the store's error when the session must be
  * reopened. */
 static int listen_once(struct relay_thread *th, struct store_listener *l,
-		       int64_t *next_usage)
+		       bool *woken, int64_t *next_usage)
 {
+	struct relay *r = th->relay;
 	char err[512];
 	int rc = STORE_OK;
 	if (clock_ms() >= *next_usage) {
@@ -65,11 +69,19 @@ static int listen_once(struct relay_thread *th, struct store_listener *l,
 		*next_usage = clock_ms() + LISTEN_USAGE_EVERY_MS;
 	}
 	size_t n = 0;
+	size_t sources = r->cfg->n_tables;
+	memset(woken, 0, sources * sizeof(*woken));
 	if (rc == STORE_OK)
-		rc = store_listener_wait(l, LISTEN_WAIT_MS, &n, err,
+		rc = store_listener_wait(l, LISTEN_WAIT_MS, &n, woken, err,
 					 sizeof(err));
-	if (n > 0)
-		relay_wake(th->relay);
+	/* Each table's notifications make that table due, not the others:
+	 * a relay of many tables leases only where rows came. */
+	if (n > 0) {
+		for (size_t i = 0; i < sources; i++)
+			if (woken[i])
+				atomic_fetch_add(&r->source_wake[i], 1);
+		relay_wake(r);
+	}
 	if (rc != STORE_OK)
 		log_warn("listener lost its connection (%s); reconnecting",
 			 err);
@@ -83,11 +95,14 @@ void *listener_main(void *arg)
 	struct relay_thread *th = arg;
 	struct relay *r = th->relay;
 	log_set_thread(th->name);
-	struct store_listener *l = listen_connect(th);
+	bool *woken = calloc(r->cfg->n_tables, sizeof(*woken));
+	if (!woken)
+		log_error("out of memory for the listener");
+	struct store_listener *l = woken ? listen_connect(th) : NULL;
 	int64_t next_usage = 0;
 	while (l && !relay_stopping(r)) {
 		loop_tick(th);
-		if (listen_once(th, l, &next_usage) != STORE_OK) {
+		if (listen_once(th, l, woken, &next_usage) != STORE_OK) {
 			/* Any failure reconnects, as a query that fails on a
 			 * live session is as unexpected as a lost one. */
 			store_listener_close(l);
@@ -96,6 +111,7 @@ void *listener_main(void *arg)
 		}
 	}
 	store_listener_close(l);
+	free(woken);
 	log_info("listener stopped");
 	return NULL;
 }

@@ -29,6 +29,19 @@ void relay_wake(struct relay *r)
 	pthread_mutex_unlock(&r->lock);
 }
 
+void relay_wake_source(struct relay *r, size_t i)
+{
+	atomic_fetch_add(&r->source_wake[i], 1);
+	relay_wake(r);
+}
+
+void relay_wake_sources(struct relay *r)
+{
+	for (size_t i = 0; i < r->cfg->n_tables; i++)
+		atomic_fetch_add(&r->source_wake[i], 1);
+	relay_wake(r);
+}
+
 uint64_t relay_wake_generation(struct relay *r)
 {
 	pthread_mutex_lock(&r->lock);

@@ -80,6 +80,10 @@ struct relay {
 	/* The workers' stores of each source rescan in turn (store.h);
 	 * one per source, moved by them. */
 	struct store_rescan_pace *rescan_pace;
+	/* Per source: bumped by relay_wake_source() when rows may have come
+	 * (a notification, a sweep); the workers compare it with what they
+	 * saw last. */
+	atomic_ullong *source_wake;
 
 	/* lock guards every field from wake_gen to rate_next_ms; wake is
 	 * signalled under it by relay_wake(). */
@@ -115,6 +119,12 @@ void *listener_main(void *arg);
 /* Records a loop pass for relay_healthy(). */
 void loop_tick(struct relay_thread *th);
 
+/* Source i may have rows (a notification, a sweep): wakes the workers and
+ * makes source i due if it was idle. */
+void relay_wake_source(struct relay *r, size_t i);
+/* As relay_wake_source() for every source. */
+void relay_wake_sources(struct relay *r);
+
 /* The current wake-up generation, for relay_idle_since(). */
 uint64_t relay_wake_generation(struct relay *r);
 
@@ -134,6 +144,14 @@ void relay_app_name(const struct relay *r, const char *who, char *out,
 		    size_t outlen);
 
 /* ---- sources.c: the outbox tables a thread serves (§13) ---- */
+
+/* Up to this many sources, each idle one is leased every poll interval
+ * and each is swept every sweep interval, as one is (a few statements a
+ * second at most); beyond, an idle source is leased when the statistics
+ * show a write to it, a notification or a sweep wakes it, its next retry
+ * is due, or a backstop passes, and swept when written to or left with
+ * claims open (docs/design.md §13). */
+#define SOURCES_POLLED_MAX 8
 
 /*
  * A loop thread's stores of the relay's sources (cfg->tables), all on one
@@ -190,18 +208,25 @@ int sources_reconnect(struct relay_thread *th, struct source_stores *ss,
  */
 struct source_turns {
 	size_t n;
-	size_t next;	   /* where the round-robin goes on */
-	uint64_t wake_gen; /* the wake-up generation last seen */
+	size_t next; /* where the round-robin goes on */
 	struct source_turn {
-		int64_t due_ms; /* no lease of it before (clock_ms) */
-		bool idle;	/* its last lease found nothing: a wake-up
-				   makes it due */
+		int64_t due_ms;	    /* no lease of it before (clock_ms) */
+		bool idle;	    /* its last lease found nothing: a wake-up
+				       makes it due */
+		uint64_t seen_wake; /* relay.source_wake[i] as last seen */
+		/* store_tables_activity()'s count as last read */
+		int64_t activity;
+		bool activity_known;
 		int64_t control_read_ms;
 		bool control_global;		/* an operator paused it all */
 		char (*control)[PAUSE_KEY_MAX]; /* its paused destinations */
 		size_t n_control;
 	} * at;
 	size_t n_paused; /* sources with control_global set */
+	/* Several sources: when their activity is read next (clock_ms),
+	 * and room for the counts. */
+	int64_t next_activity_ms;
+	int64_t *counts;
 };
 
 struct source_turns *source_turns_create(size_t n);
@@ -209,12 +234,19 @@ void source_turns_destroy(struct source_turns *t);
 /*
  * The next source whose lease is due at now and which ss has not set
  * aside, in round-robin order from the last one picked; SIZE_MAX when
- * none is, with *next_ms the earliest time one is. A wake-up since the
- * last pick (wake_gen) makes every idle source due.
+ * none is (source_turns_earliest() says until when). An idle source woken
+ * since the last pick (relay_wake_source) is due.
  */
-size_t source_turns_pick(struct source_turns *t, const struct source_stores *ss,
-			 uint64_t wake_gen, int64_t now, int64_t *next_ms);
-/* The earliest time any source is due (or leaves its set-aside). */
+size_t source_turns_pick(struct source_turns *t, struct relay *r,
+			 const struct source_stores *ss, int64_t now);
+/* Of several sources: takes store_tables_activity()'s counts (NULL when
+ * they could not be read), making due each idle source whose count moved
+ * (or every idle one, without counts). */
+void source_turns_note_activity(struct source_turns *t, const int64_t *counts);
+/* Any store ss has open, NULL when none is. */
+struct store *sources_any(const struct source_stores *ss);
+/* The earliest time any source is due (or leaves its set-aside), or,
+ * of several, their activity is to be read. */
 int64_t source_turns_earliest(const struct source_turns *t,
 			      const struct source_stores *ss);
 

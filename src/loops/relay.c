@@ -37,15 +37,20 @@ int relay_create(struct relay **out, const struct config *cfg,
 	r->cfg = cfg;
 	r->pub_ops = pub_ops;
 	/* A config made by hand (tests of the lanes) may list no table. */
-	r->rescan_pace =
-	    calloc(cfg->n_tables ? cfg->n_tables : 1, sizeof(*r->rescan_pace));
-	if (!r->rescan_pace) {
+	size_t sources = cfg->n_tables ? cfg->n_tables : 1;
+	r->rescan_pace = calloc(sources, sizeof(*r->rescan_pace));
+	r->source_wake = calloc(sources, sizeof(*r->source_wake));
+	if (!r->rescan_pace || !r->source_wake) {
+		free(r->rescan_pace);
+		free(r->source_wake);
 		free(r);
 		snprintf(err, errlen, "out of memory for the relay");
 		return -1;
 	}
-	for (size_t i = 0; i < cfg->n_tables; i++)
+	for (size_t i = 0; i < sources; i++) {
 		atomic_init(&r->rescan_pace[i].due_ms, 0);
+		atomic_init(&r->source_wake[i], 0);
+	}
 	r->pid = (int)getpid();
 	if (gethostname(r->host, sizeof(r->host)) != 0)
 		snprintf(r->host, sizeof(r->host), "unknown");
@@ -60,6 +65,7 @@ int relay_create(struct relay **out, const struct config *cfg,
 		if (locks)
 			pthread_mutex_destroy(&r->lock);
 		free(r->rescan_pace);
+		free(r->source_wake);
 		free(r);
 		snprintf(err, errlen, "cannot create relay locks");
 		return -1;
@@ -173,6 +179,7 @@ void relay_destroy(struct relay *r)
 	pthread_mutex_destroy(&r->lock);
 	pthread_cond_destroy(&r->wake);
 	free(r->rescan_pace);
+	free(r->source_wake);
 	free(r);
 }
 

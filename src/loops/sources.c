@@ -206,8 +206,9 @@ struct source_turns *source_turns_create(size_t n)
 		return NULL;
 	t->n = n;
 	t->at = calloc(n, sizeof(*t->at));
-	if (!t->at) {
-		free(t);
+	t->counts = calloc(n, sizeof(*t->counts));
+	if (!t->at || !t->counts) {
+		source_turns_destroy(t);
 		return NULL;
 	}
 	return t;
@@ -217,46 +218,64 @@ void source_turns_destroy(struct source_turns *t)
 {
 	if (!t)
 		return;
-	for (size_t i = 0; i < t->n; i++)
+	for (size_t i = 0; t->at && i < t->n; i++)
 		free(t->at[i].control);
 	free(t->at);
+	free(t->counts);
 	free(t);
 }
 
-size_t source_turns_pick(struct source_turns *t, const struct source_stores *ss,
-			 uint64_t wake_gen, int64_t now, int64_t *next_ms)
+size_t source_turns_pick(struct source_turns *t, struct relay *r,
+			 const struct source_stores *ss, int64_t now)
 {
-	if (wake_gen != t->wake_gen) {
-		/* A wake-up (LISTEN, the sweeper) may be for any idle
-		 * source; one with rows keeps its cadence, as a worker of
-		 * one table does (worker.c, next_lease_at). */
-		t->wake_gen = wake_gen;
-		for (size_t i = 0; i < t->n; i++)
+	/* A wake-up (LISTEN, the sweeper) makes its idle source due; one
+	 * with rows keeps its cadence, as a worker of one table does
+	 * (worker.c, next_lease_at). */
+	for (size_t i = 0; i < t->n; i++) {
+		uint64_t woken = atomic_load(&r->source_wake[i]);
+		if (woken != t->at[i].seen_wake) {
+			t->at[i].seen_wake = woken;
 			if (t->at[i].idle)
 				t->at[i].due_ms = 0;
+		}
 	}
-	int64_t earliest = INT64_MAX;
 	for (size_t k = 0; k < t->n; k++) {
 		size_t i = (t->next + k) % t->n;
 		int64_t due = t->at[i].due_ms;
 		int64_t retry = sources_retry_ms(ss, i);
-		if (retry > due)
-			due = retry;
-		if (due <= now) {
+		if ((retry > due ? retry : due) <= now) {
 			t->next = (i + 1) % t->n;
 			return i;
 		}
-		if (due < earliest)
-			earliest = due;
 	}
-	*next_ms = earliest;
 	return SIZE_MAX;
+}
+
+void source_turns_note_activity(struct source_turns *t, const int64_t *counts)
+{
+	for (size_t i = 0; i < t->n; i++) {
+		struct source_turn *at = &t->at[i];
+		bool moved =
+		    !counts || !at->activity_known || counts[i] != at->activity;
+		if (moved && at->idle)
+			at->due_ms = 0;
+		if (counts) {
+			at->activity = counts[i];
+			at->activity_known = true;
+		}
+	}
+}
+
+struct store *sources_any(const struct source_stores *ss)
+{
+	return open_sibling(ss);
 }
 
 int64_t source_turns_earliest(const struct source_turns *t,
 			      const struct source_stores *ss)
 {
-	int64_t earliest = INT64_MAX;
+	int64_t earliest =
+	    t->next_activity_ms > 0 ? t->next_activity_ms : INT64_MAX;
 	for (size_t i = 0; i < t->n; i++) {
 		int64_t due = t->at[i].due_ms;
 		int64_t retry = sources_retry_ms(ss, i);

@@ -8,14 +8,44 @@
 #include "loops_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "base/base.h"
 
 #define SWEEP_CAP_ROWS 10000
 
+/* Of several sources, a quiet one is swept at least every this many
+ * passes even when nothing says it needs one. */
+#define SWEEP_BACKSTOP_PASSES 10
+
+/* What the sweeper knows of a source between passes. */
+struct sweep_state {
+	int64_t activity; /* store_tables_activity() before its last sweep */
+	bool known;	  /* swept once since the relay started */
+	size_t open;	  /* struct sweep_result's open, of that sweep */
+	int skipped;	  /* passes skipped since */
+};
+
+/*
+ * Of several sources, whether source i can be left for this pass: nothing
+ * wrote to it or its claims since its last sweep, which left nothing open
+ * (no lease transaction running that could end without committing), so a
+ * sweep would find nothing. A relay of many tables thus sweeps the ones
+ * in use, not all of them every interval (docs/design.md §13).
+ */
+static bool sweep_can_skip(struct sweep_state *st, const int64_t *activity)
+{
+	if (!activity || !st->known || st->open > 0 ||
+	    *activity != st->activity || st->skipped >= SWEEP_BACKSTOP_PASSES)
+		return false;
+	st->skipped++;
+	return true;
+}
+
 /* Sweeps source i; -1 when shutdown began while reconnecting. */
 static int sweep_source(struct relay_thread *th, struct source_stores *ss,
-			size_t i)
+			size_t i, struct sweep_state *st,
+			const int64_t *activity)
 {
 	struct relay *r = th->relay;
 	struct store *s = sources_store(th, ss, i);
@@ -39,9 +69,17 @@ static int sweep_source(struct relay_thread *th, struct source_stores *ss,
 		}
 	}
 	metrics_observe(MH_SWEEP_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
-	if (rc != 0)
+	if (rc != 0) {
+		st->known = false;
 		return sources_failed(th, ss, i, rc, "sweep", err);
+	}
 	sources_ok(r, ss, i);
+	/* Another replica's sweep (the lock) leaves this one unknowing. */
+	st->known = !sw.skipped && activity;
+	st->open = sw.open;
+	st->skipped = 0;
+	if (activity)
+		st->activity = *activity;
 	if (sw.skipped)
 		return 0;
 	metrics_add(MC_SWEEPS, 1);
@@ -55,7 +93,7 @@ static int sweep_source(struct relay_thread *th, struct source_stores *ss,
 		log_fields(LOG_WARN, "swept expired leases", "source",
 			   r->cfg->tables[i], "to_pending", p, "to_failed", f,
 			   NULL);
-		relay_wake(r);
+		relay_wake_source(r, i);
 	}
 	return 0;
 }
@@ -64,14 +102,29 @@ void *sweeper_main(void *arg)
 {
 	struct relay_thread *th = arg;
 	struct relay *r = th->relay;
-	struct source_stores ss;
+	struct source_stores ss = {0};
+	size_t n = r->cfg->n_tables;
 	log_set_thread(th->name);
-	bool open = sources_open(th, th->name, &ss);
+	struct sweep_state *st = calloc(n, sizeof(*st));
+	int64_t *activity = calloc(n, sizeof(*activity));
+	bool open = st && activity && sources_open(th, th->name, &ss);
+	if (!st || !activity)
+		log_error("out of memory for the sweeper");
 	while (open && !relay_stopping(r)) {
-		/* Every source in turn, each pass. */
+		/* Every source in turn, each pass; of several, one read of
+		 * their activity tells which can be left. */
+		char err[512];
+		struct store *any = sources_any(&ss);
+		bool read = n > SOURCES_POLLED_MAX && any &&
+			    store_tables_activity(
+				any, (const char *const *)r->cfg->tables, n,
+				activity, err, sizeof(err)) == 0;
 		for (size_t i = 0; i < ss.n && !relay_stopping(r); i++) {
 			loop_tick(th);
-			if (sweep_source(th, &ss, i) != 0)
+			const int64_t *a = read ? &activity[i] : NULL;
+			if (sweep_can_skip(&st[i], a))
+				continue;
+			if (sweep_source(th, &ss, i, &st[i], a) != 0)
 				break;
 		}
 		/* Only time (or shutdown) ends the sleep: relay_wake() is
@@ -81,6 +134,8 @@ void *sweeper_main(void *arg)
 				 NULL);
 	}
 	sources_close(&ss);
+	free(st);
+	free(activity);
 	log_info("sweeper stopped");
 	return NULL;
 }

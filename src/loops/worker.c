@@ -23,6 +23,12 @@
 
 #define REASON_MAX 256
 
+/* Of many sources, an idle one is leased at least this often, for
+ * what the activity read cannot see (a table without a claims table whose
+ * rows another replica's lease let go). Statistics reset or lost in a
+ * crash restart move the counts, so they are seen. */
+#define SOURCE_IDLE_BACKSTOP_MS 300000
+
 /* enum mark_kind runs from MARK_SENT to MARK_RELEASE. */
 #define N_MARKS (MARK_RELEASE + 1)
 
@@ -636,13 +642,44 @@ static int64_t next_lease_at(struct worker *w, size_t n, int64_t started)
 	/* Idle: until the poll interval or the earliest row that becomes
 	 * due. Rows already due that the lease left behind (paused
 	 * destination, locked by another replica) must not shorten the
-	 * sleep, or an idle worker would spin. */
+	 * sleep, or an idle worker would spin. Of several sources, the
+	 * poll is the activity read (read_activity), and an idle source is
+	 * leased again without one only as a backstop. */
 	char err[1024];
-	int64_t sleep_ms = cfg->poll_interval_ms, due;
+	int64_t sleep_ms = cfg->n_tables > SOURCES_POLLED_MAX
+			       ? SOURCE_IDLE_BACKSTOP_MS
+			       : cfg->poll_interval_ms;
+	int64_t due;
 	if (store_next_due_ms(w->store, &due, err, sizeof(err)) == 0 &&
 	    due > 0 && due < sleep_ms)
 		sleep_ms = due < 10 ? 10 : due;
 	return clock_ms() + sleep_ms;
+}
+
+/*
+ * Of many sources, once per poll interval: which idle ones were written
+ * since the last look (one statement for them all), instead of a lease of
+ * each (docs/design.md §13). Unread counts make every idle source due, as
+ * polling would.
+ */
+static void read_activity(struct worker *w)
+{
+	struct source_turns *t = w->turns;
+	int64_t now = clock_ms();
+	if (t->n <= SOURCES_POLLED_MAX || now < t->next_activity_ms)
+		return;
+	t->next_activity_ms = now + w->cfg->poll_interval_ms;
+	struct store *s = sources_any(&w->src);
+	char err[512];
+	if (s &&
+	    store_tables_activity(s, (const char *const *)w->cfg->tables, t->n,
+				  t->counts, err, sizeof(err)) == 0) {
+		source_turns_note_activity(t, t->counts);
+		return;
+	}
+	if (s)
+		log_debug("reading the tables' activity failed: %s", err);
+	source_turns_note_activity(t, NULL);
 }
 
 /* When the worker's next lease turn may start: the earliest source due. */
@@ -658,16 +695,14 @@ static int64_t next_turn_at(struct worker *w)
  */
 static bool pick_source(struct worker *w, uint64_t gen)
 {
-	int64_t next_ms = 0;
-	size_t i =
-	    source_turns_pick(w->turns, &w->src, gen, clock_ms(), &next_ms);
+	read_activity(w);
+	size_t i = source_turns_pick(w->turns, w->r, &w->src, clock_ms());
 	struct store *s =
 	    i == SIZE_MAX ? NULL : sources_store(w->th, &w->src, i);
 	if (!s) {
 		/* Nothing due: idle as after an empty lease (a wake-up
 		 * ends it); a store that would not open was set aside. */
-		lanes_end_turn(w->lanes, TURN_EMPTY,
-			       i == SIZE_MAX ? next_ms : next_turn_at(w), gen);
+		lanes_end_turn(w->lanes, TURN_EMPTY, next_turn_at(w), gen);
 		return false;
 	}
 	w->source = i;

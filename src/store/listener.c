@@ -13,27 +13,45 @@
 #include "pgconn.h"
 #include "store_internal.h"
 
+/* Ownership: the listener owns its session and its channels' names, the
+ * i-th that of the i-th table it listens for (open's, then each add's). */
 struct store_listener {
 	PGconn *conn;
+	char (*channels)[64];
+	size_t n;
 };
 
-/* LISTEN on the channel; the channel's name is computed by Postgres, as
- * the trigger computes it. */
-static int listen_on(PGconn *conn, const struct outbox_table *t, char *err,
-		     size_t errlen)
+/* LISTEN on the table's channel; the channel's name is computed by
+ * Postgres, as the trigger computes it, and kept as l's next channel. */
+static int listen_on(struct store_listener *l, const struct outbox_table *t,
+		     char *err, size_t errlen)
 {
+	PGconn *conn = l->conn;
 	char channel[200], sql[300];
+	char(*grown)[64] =
+	    realloc(l->channels, (l->n + 1) * sizeof(*l->channels));
+	if (!grown) {
+		snprintf(err, errlen, "listen: out of memory");
+		return STORE_ERROR;
+	}
+	l->channels = grown;
 	store_channel_sql(t, channel, sizeof(channel));
-	snprintf(sql, sizeof(sql), "SELECT format('LISTEN %%I', %s)", channel);
+	snprintf(sql, sizeof(sql),
+		 "SELECT format('LISTEN %%I', c), c FROM (SELECT %s AS c) x",
+		 channel);
 	PGresult *res = PQexec(conn, sql);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK) {
 		char listen[128];
 		snprintf(listen, sizeof(listen), "%s", PQgetvalue(res, 0, 0));
+		snprintf(l->channels[l->n], sizeof(l->channels[l->n]), "%s",
+			 PQgetvalue(res, 0, 1));
 		PQclear(res);
 		res = PQexec(conn, listen);
 	}
 	int rc = STORE_OK;
-	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+	if (PQresultStatus(res) == PGRES_COMMAND_OK)
+		l->n++;
+	else {
 		char why[512];
 		pgconn_error(conn, res, why, sizeof(why));
 		snprintf(err, errlen, "listen: %s", why);
@@ -64,8 +82,7 @@ int store_listener_open(struct store_listener **out,
 	    .dead_peer_ms = opt->dead_peer_ms,
 	};
 	l->conn = pgconn_connect(&po, err, errlen);
-	int rc =
-	    l->conn ? listen_on(l->conn, &t, err, errlen) : STORE_RECONNECT;
+	int rc = l->conn ? listen_on(l, &t, err, errlen) : STORE_RECONNECT;
 	if (rc != STORE_OK) {
 		store_listener_close(l);
 		return rc;
@@ -80,16 +97,20 @@ int store_listener_add(struct store_listener *l, const char *table, char *err,
 	struct outbox_table t;
 	if (table_parse(table, &t, err, errlen) != 0)
 		return STORE_ERROR;
-	return listen_on(l->conn, &t, err, errlen);
+	return listen_on(l, &t, err, errlen);
 }
 
-/* Frees what libpq has queued; returns how many there were. */
-static size_t drain(PGconn *conn)
+/* Frees what libpq has queued, setting woken[i] (when not NULL) for each
+ * channel i that had some; returns how many there were. */
+static size_t drain(struct store_listener *l, bool *woken)
 {
 	size_t n = 0;
 	PGnotify *note;
-	while ((note = PQnotifies(conn)) != NULL) {
+	while ((note = PQnotifies(l->conn)) != NULL) {
 		n++;
+		for (size_t i = 0; woken && i < l->n; i++)
+			if (strcmp(note->relname, l->channels[i]) == 0)
+				woken[i] = true;
 		PQfreemem(note);
 	}
 	return n;
@@ -104,14 +125,15 @@ static int lost(PGconn *conn, char *err, size_t errlen)
 }
 
 int store_listener_wait(struct store_listener *l, int64_t timeout_ms,
-			size_t *notifications, char *err, size_t errlen)
+			size_t *notifications, bool *woken, char *err,
+			size_t errlen)
 {
 	*notifications = 0;
 	if (PQstatus(l->conn) != CONNECTION_OK)
 		return lost(l->conn, err, errlen);
 	/* Notifications that came in with a reply are queued inside libpq
 	 * and the socket would not show them to poll(). */
-	*notifications = drain(l->conn);
+	*notifications = drain(l, woken);
 	if (*notifications > 0)
 		return STORE_OK;
 	struct pollfd pfd = {.fd = PQsocket(l->conn), .events = POLLIN};
@@ -119,7 +141,7 @@ int store_listener_wait(struct store_listener *l, int64_t timeout_ms,
 	if (ready < 0 || PQconsumeInput(l->conn) != 1 ||
 	    PQstatus(l->conn) != CONNECTION_OK)
 		return lost(l->conn, err, errlen);
-	*notifications = drain(l->conn);
+	*notifications = drain(l, woken);
 	return STORE_OK;
 }
 
@@ -149,5 +171,6 @@ void store_listener_close(struct store_listener *l)
 		return;
 	if (l->conn)
 		PQfinish(l->conn);
+	free(l->channels);
 	free(l);
 }

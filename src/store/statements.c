@@ -542,7 +542,9 @@ static char *sql_settle_own(const struct store *s)
  * picked by the statement's snapshot and deleted only while their xid is
  * still the one seen: a claim rewritten meanwhile by a worker of this
  * cluster may carry an xid past that snapshot's horizon. The count of
- * those dropped is returned, for the log. */
+ * those dropped is returned, for the log, and how much a later sweep may
+ * find: claims of lease transactions still running, and 1 while rows of
+ * the row lease are in flight (struct sweep_result, open). */
 static char *sql_prune_claims(const struct store *s)
 {
 	return store_asprintf(
@@ -552,9 +554,13 @@ static char *sql_prune_claims(const struct store *s)
 	    "FROM 'in progress'))), "
 	    "gone AS (DELETE FROM %s AS c USING old o WHERE c.holder = "
 	    "o.holder AND c.xid = o.xid RETURNING o.elsewhere) "
-	    "SELECT count(*) FILTER (WHERE elsewhere)::text FROM gone",
+	    "SELECT count(*) FILTER (WHERE elsewhere)::text, ((SELECT "
+	    "count(*) FROM %s WHERE cardinality(ids) > 0 AND %s = 'in "
+	    "progress') + (SELECT count(*) FROM (SELECT 1 FROM %s WHERE "
+	    "status = 'in_flight' LIMIT 1) f))::text FROM gone",
 	    CLAIM_XACT_HORIZON, s->claims, CLAIM_XACT_HORIZON,
-	    CLAIM_XACT_STATUS("xid"), s->claims);
+	    CLAIM_XACT_STATUS("xid"), s->claims, s->claims,
+	    CLAIM_XACT_STATUS("xid"), s->table.quoted);
 }
 
 /* Rows left in_flight by relays of the row lease (before migration 003;

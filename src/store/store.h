@@ -144,6 +144,11 @@ struct sweep_result {
 	/* Claims from another cluster or from before a restore, dropped
 	 * (docs/design.md §4). */
 	size_t foreign_claims;
+	/* What only a later sweep can settle: claims whose lease
+	 * transaction was still running, plus 1 while rows of the row lease
+	 * are in flight. 0 (with no write to the table or its claims since)
+	 * means the next sweep would find nothing. */
+	size_t open;
 };
 
 struct clean_result {
@@ -350,6 +355,19 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
  */
 int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen);
 
+/*
+ * For each of tables[] (each "name" or "schema.name" of s's database),
+ * a count that moves whenever it or its claims table is written (a new
+ * row, a mark, a redrive, a lease with rows, a release) (Postgres'
+ * cumulative statistics, flushed by each backend at most once a second),
+ * -1 for a table that does not exist. One statement on s's
+ * session, whatever the number of tables: what a relay of many tables
+ * reads to learn which idle ones may have rows (docs/design.md §13).
+ * STORE_REFUSED when the server counts nothing (track_counts off).
+ */
+int store_tables_activity(struct store *s, const char *const *tables, size_t n,
+			  int64_t *counts, char *err, size_t errlen);
+
 /* ---- schema ---- */
 
 /*
@@ -551,13 +569,16 @@ int store_listener_add(struct store_listener *l, const char *table, char *err,
 
 /*
  * Waits up to timeout_ms for notifications and drains them all;
- * *notifications counts them (0 after a quiet timeout). Notifications
+ * *notifications counts them (0 after a quiet timeout), and woken (when
+ * not NULL; one flag per table, in the order open and add named them)
+ * gets true for each table that had some. Notifications
  * already received (say, with the reply of store_listener_queue_usage())
  * are returned at once. STORE_RECONNECT when the connection is lost: close
  * the listener and open a new one.
  */
 int store_listener_wait(struct store_listener *l, int64_t timeout_ms,
-			size_t *notifications, char *err, size_t errlen);
+			size_t *notifications, bool *woken, char *err,
+			size_t errlen);
 
 /*
  * pg_notification_queue_usage() in millionths: a listener that falls

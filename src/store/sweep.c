@@ -114,6 +114,7 @@ int store_sweep(struct store *s, size_t max_rows, struct sweep_result *r,
 			   "again, no attempt charged",
 			   "claims", PQgetvalue(res, 0, 0), NULL);
 	r->foreign_claims = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+	r->open = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
 	PQclear(res);
 	return 0;
 }

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -170,11 +171,78 @@ static void test_dropped_table_fails_alone(void **state)
 	PQfinish(c);
 }
 
+/* Statistics say which tables had rows inserted or updated, in one
+ * statement; a table that is gone reads -1. */
+static void test_tables_activity(void **state)
+{
+	(void)state;
+	char a[128], b[128], gone[160];
+	pgtest_fresh_table("src_e", a, sizeof(a));
+	pgtest_fresh_table("src_f", b, sizeof(b));
+	snprintf(gone, sizeof(gone), "%s_nope", a);
+	PGconn *c = pgtest_connect();
+	struct store *s = open_sharing(a, NULL);
+	const char *tables[3] = {a, b, gone};
+	int64_t before[3], after[3];
+	assert_int_equal(
+	    store_tables_activity(s, tables, 3, before, err, sizeof(err)), 0);
+	assert_int_equal(before[2], -1);
+	/* A session flushes its statistics when it ends (an idle one within
+	 * 10 s, a busy one within a second): insert from one that ends. */
+	PGconn *producer = pgtest_connect();
+	pgtest_insert(producer, b, 2);
+	PQfinish(producer);
+	for (int i = 0; i < 50; i++) {
+		assert_int_equal(store_tables_activity(s, tables, 3, after, err,
+						       sizeof(err)),
+				 0);
+		if (after[1] != before[1])
+			break;
+		usleep(100 * 1000);
+	}
+	assert_int_equal(after[1], before[1] + 2);
+	assert_int_equal(after[0], before[0]);
+	assert_int_equal(after[2], -1);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* One LISTEN session for several tables says which of them had rows. */
+static void test_listener_per_table(void **state)
+{
+	(void)state;
+	char a[128], b[128];
+	pgtest_fresh_table("src_g", a, sizeof(a));
+	pgtest_fresh_table("src_h", b, sizeof(b));
+	PGconn *c = pgtest_connect();
+	struct store_options oa = pgtest_store_options(a);
+	struct store_options ob = pgtest_store_options(b);
+	assert_int_equal(store_migrate(&oa, true, NULL, err, sizeof(err)), 0);
+	assert_int_equal(store_migrate(&ob, true, NULL, err, sizeof(err)), 0);
+	struct store_listener *l = NULL;
+	assert_int_equal(store_listener_open(&l, &oa, err, sizeof(err)), 0);
+	assert_int_equal(store_listener_add(l, b, err, sizeof(err)), 0);
+	pgtest_insert(c, b, 1);
+	bool woken[2] = {false, false};
+	size_t n = 0;
+	for (int i = 0; i < 10 && n == 0; i++)
+		assert_int_equal(
+		    store_listener_wait(l, 500, &n, woken, err, sizeof(err)),
+		    0);
+	assert_true(n > 0);
+	assert_false(woken[0]);
+	assert_true(woken[1]);
+	store_listener_close(l);
+	PQfinish(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_tables_share_a_session),
 	    cmocka_unit_test(test_dropped_table_fails_alone),
+	    cmocka_unit_test(test_tables_activity),
+	    cmocka_unit_test(test_listener_per_table),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

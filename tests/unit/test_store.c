@@ -2622,7 +2622,8 @@ static void test_listener(void **state)
 
 	size_t n = 99;
 	int64_t started = clock_ms();
-	assert_int_equal(store_listener_wait(l, 300, &n, err, sizeof(err)), 0);
+	assert_int_equal(
+	    store_listener_wait(l, 300, &n, NULL, err, sizeof(err)), 0);
 	assert_int_equal(n, 0);
 	assert_true(clock_ms() - started >= 250);
 
@@ -2630,7 +2631,7 @@ static void test_listener(void **state)
 	n = 0;
 	for (int i = 0; i < 20 && n == 0; i++)
 		assert_int_equal(
-		    store_listener_wait(l, 500, &n, err, sizeof(err)), 0);
+		    store_listener_wait(l, 500, &n, NULL, err, sizeof(err)), 0);
 	assert_true(n >= 1);
 
 	/* A notification that arrives with the usage query's reply waits in
@@ -2643,7 +2644,8 @@ static void test_listener(void **state)
 	assert_true(ppm >= 0);
 	n = 0;
 	started = clock_ms();
-	assert_int_equal(store_listener_wait(l, 5000, &n, err, sizeof(err)), 0);
+	assert_int_equal(
+	    store_listener_wait(l, 5000, &n, NULL, err, sizeof(err)), 0);
 	assert_true(n >= 1);
 	assert_true(clock_ms() - started < 2500);
 
@@ -2653,7 +2655,7 @@ static void test_listener(void **state)
 		    app);
 	int rc = 0;
 	for (int i = 0; i < 20 && rc == 0; i++)
-		rc = store_listener_wait(l, 500, &n, err, sizeof(err));
+		rc = store_listener_wait(l, 500, &n, NULL, err, sizeof(err));
 	assert_int_equal(rc, STORE_RECONNECT);
 	store_listener_close(l);
 
@@ -2661,7 +2663,8 @@ static void test_listener(void **state)
 	assert_int_equal(store_migrate(&o, false, NULL, err, sizeof(err)), 0);
 	assert_int_equal(store_listener_open(&l, &o, err, sizeof(err)), 0);
 	pgtest_insert(c, table, 1);
-	assert_int_equal(store_listener_wait(l, 500, &n, err, sizeof(err)), 0);
+	assert_int_equal(
+	    store_listener_wait(l, 500, &n, NULL, err, sizeof(err)), 0);
 	assert_int_equal(n, 0);
 	store_listener_close(l);
 	PQfinish(c);

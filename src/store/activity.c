@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What changed in the relay's tables, from Postgres' cumulative
+ * statistics: how a relay of many tables learns which idle ones may have
+ * rows to lease without leasing each (docs/design.md §13).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "store_internal.h"
+
+int store_tables_activity(struct store *s, const char *const *tables, size_t n,
+			  int64_t *counts, char *err, size_t errlen)
+{
+	if (n == 0)
+		return 0;
+	/* Quoted as every statement names them, so to_regclass() keeps a
+	 * mixed-case name's case. */
+	char(*quoted)[160] = calloc(2 * n, sizeof(*quoted));
+	const char **items = calloc(2 * n, sizeof(*items));
+	char *arr = NULL;
+	int rc = STORE_ERROR;
+	if (!quoted || !items) {
+		snprintf(err, errlen, "table activity: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct outbox_table t;
+		if (table_parse(tables[i], &t, err, errlen) != 0)
+			goto out;
+		snprintf(quoted[2 * i], sizeof(quoted[0]), "%s", t.quoted);
+		table_derived(&t, "_claims", quoted[2 * i + 1],
+			      sizeof(quoted[0]));
+		items[2 * i] = quoted[2 * i];
+		items[2 * i + 1] = quoted[2 * i + 1];
+	}
+	arr = store_pg_array(items, 2 * n, PG_ARRAY_QUOTED, sizeof(quoted[0]));
+	const char *values[1] = {arr};
+	/*
+	 * The table's inserts and updates (a new row, a row redriven or
+	 * returned by the sweeper) and its claims table's writes (a lease
+	 * with rows, and the release that gives rows back without touching
+	 * the table), pairs in the array's order. A table that is gone reads
+	 * -1; one without claims counts its own writes. The functions read
+	 * the statistics the backends flush, at most once a second each, not
+	 * the catalog: no scan of pg_class however many tables there are.
+	 */
+	PGresult *res = store_exec(
+	    s, "table activity",
+	    arr ? "SELECT CASE WHEN bool_and(r IS NULL) FILTER (WHERE k = 0) "
+		  "THEN -1 ELSE sum(coalesce(pg_stat_get_tuples_inserted(r) + "
+		  "pg_stat_get_tuples_updated(r) + "
+		  "pg_stat_get_tuples_deleted(r), 0)) END FROM (SELECT "
+		  "to_regclass(t)::oid AS r, (i - 1) / 2 AS pair, (i - 1) % 2 "
+		  "AS k FROM unnest($1::text[]) WITH ORDINALITY AS u(t, i)) x "
+		  "WHERE current_setting('track_counts')::bool "
+		  "GROUP BY pair ORDER BY pair"
+		: NULL,
+	    1, values, PGRES_TUPLES_OK, &rc, err, errlen);
+	if (!res) {
+		rc = store_public_rc(rc);
+		goto out;
+	}
+	if (PQntuples(res) == 0) {
+		/* Nothing counts writes: the caller must look otherwise. */
+		snprintf(err, errlen,
+			 "table activity: track_counts is off, so Postgres "
+			 "counts no writes");
+		rc = STORE_REFUSED;
+	} else if ((size_t)PQntuples(res) != n) {
+		snprintf(err, errlen, "table activity: %d rows for %zu tables",
+			 PQntuples(res), n);
+		rc = STORE_ERROR;
+	} else {
+		for (size_t i = 0; i < n; i++)
+			counts[i] =
+			    strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
+		rc = 0;
+	}
+	PQclear(res);
+out:
+	free(arr);
+	free(items);
+	free(quoted);
+	return rc;
+}
