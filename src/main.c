@@ -55,6 +55,30 @@ static void usage(FILE *out)
 		     "configuration error.\n");
 }
 
+/* `check` of a pattern: how many tables it matches now; 1 when the
+ * catalog could not be read. */
+static int check_pattern(const struct store_options *o, const char *url)
+{
+	char err[1024];
+	struct store_catalog *c = NULL;
+	char **names = NULL;
+	size_t n = 0;
+	int rc = store_catalog_open(&c, o, err, sizeof(err));
+	if (rc == 0)
+		rc = store_catalog_tables(c, o->table, &names, &n, err,
+					  sizeof(err));
+	store_catalog_close(c);
+	if (rc != 0) {
+		printf("postgres (%s): FAILED: pattern %s: %s\n", url, o->table,
+		       err);
+		return 1;
+	}
+	printf("postgres (%s): ok, pattern %s matches %zu tables%s%s\n", url,
+	       o->table, n, n ? ", the first " : "", n ? names[0] : "");
+	store_names_free(names, n);
+	return 0;
+}
+
 static int cmd_check(const struct config *cfg,
 		     const struct publisher_ops *pub_ops)
 {
@@ -72,6 +96,10 @@ static int cmd_check(const struct config *cfg,
 	for (size_t i = 0; i < cfg->n_tables; i++) {
 		struct store *s = NULL;
 		o.table = cfg->tables[i];
+		if (table_is_pattern(o.table)) {
+			failures += check_pattern(&o, url);
+			continue;
+		}
 		if (store_open_sharing(&s, &o, first, err, sizeof(err)) != 0) {
 			printf("postgres (%s): FAILED: %s\n", url, err);
 			failures++;
@@ -109,10 +137,12 @@ static int check_table_at_start(const struct config *cfg)
 	struct store *first = NULL;
 	int failed = 0;
 	/* Every listed table: a typo in a list is caught now, not as one
-	 * source failing for ever. */
+	 * source failing for ever. A pattern may match nothing yet. */
 	for (size_t i = 0; i < cfg->n_tables; i++) {
 		struct store *s = NULL;
 		o.table = cfg->tables[i];
+		if (table_is_pattern(o.table))
+			continue;
 		int rc = store_open_sharing(&s, &o, first, err, sizeof(err));
 		if (rc == STORE_RECONNECT) {
 			log_error("%s (retrying)", err);

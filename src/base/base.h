@@ -214,6 +214,20 @@ struct outbox_table {
 int table_parse(const char *text, struct outbox_table *t, char *err,
 		size_t errlen);
 
+/*
+ * A table pattern, "glob.name": the schema a glob of letters, digits,
+ * underscores and at least one *, the table a name as table_parse()
+ * takes it (docs/design.md §13). table_is_pattern() says whether text
+ * has a *; table_pattern_parse() writes the schema glob as a LIKE pattern
+ * (`_` escaped, `*` as `%`) and the table's name. Returns 0, or -1 with
+ * err saying why. table_pattern_match() says whether "schema.name"
+ * matches one.
+ */
+bool table_is_pattern(const char *text);
+int table_pattern_parse(const char *text, char *like, size_t likelen,
+			char *name, size_t namelen, char *err, size_t errlen);
+bool table_pattern_match(const char *pattern, const char *table);
+
 /* Writes the quoted name of a side object: "schema"."<name><suffix>". */
 void table_derived(const struct outbox_table *t, const char *suffix, char *out,
 		   size_t outlen);

@@ -57,7 +57,14 @@ const struct setting config_core_rows[] = {
 		   "outbox table, name or schema.name; each part an SQL "
 		   "identifier of at most 43 bytes; several tables of the "
 		   "database, comma-separated, are each relayed on the same "
-		   "sessions (at most 1000)"),
+		   "sessions (at most 1000); a schema with * (tenant_*.outbox_"
+		   "events) is a pattern: every matching table, looked up "
+		   "again each OUTBOX_DISCOVERY_INTERVAL"),
+    SETTING_DURATION(C, "OUTBOX_DISCOVERY_INTERVAL", discovery_interval_ms,
+		     "30s", SECOND, HOUR, 0,
+		     "how often the patterns of OUTBOX_TABLE are looked up "
+		     "again: a new matching table is relayed, a dropped one "
+		     "let go"),
     SETTING_BOOL(C, "OUTBOX_LISTEN", listen, "off",
 		 "wake workers by LISTEN/NOTIFY (needs the NOTIFY trigger from "
 		 "sql/) besides polling"),
@@ -209,8 +216,13 @@ static int split_tables(const char *v, char ***out, size_t *n, char *why,
 			goto out;
 		}
 		struct outbox_table t;
-		char part[256];
-		if (table_parse(name, &t, part, sizeof(part)) != 0) {
+		char part[256], like[128], bare[64];
+		int bad =
+		    table_is_pattern(name)
+			? table_pattern_parse(name, like, sizeof(like), bare,
+					      sizeof(bare), part, sizeof(part))
+			: table_parse(name, &t, part, sizeof(part));
+		if (bad != 0) {
 			if (len == 0)
 				snprintf(why, whylen,
 					 "an empty table name in the list");
@@ -257,6 +269,23 @@ out:
 		free(names);
 	}
 	return rc;
+}
+
+bool config_has_patterns(const struct config *cfg)
+{
+	for (size_t i = 0; i < cfg->n_tables; i++)
+		if (table_is_pattern(cfg->tables[i]))
+			return true;
+	return false;
+}
+
+const char *config_first_table(const struct config *cfg)
+{
+	for (size_t i = 0; i < cfg->n_tables; i++)
+		if (!table_is_pattern(cfg->tables[i]))
+			return cfg->tables[i];
+	/* A config made by hand (tests) may have no list. */
+	return cfg->n_tables == 0 ? cfg->table : NULL;
 }
 
 static int check_table(const char *v, char *why, size_t whylen)

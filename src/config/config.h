@@ -194,6 +194,11 @@ struct config_part {
 /* The most tables OUTBOX_TABLE may list. */
 #define CONFIG_TABLES_MAX 1000
 
+/* True when OUTBOX_TABLE has a pattern (a schema with *). */
+bool config_has_patterns(const struct config *cfg);
+/* OUTBOX_TABLE's first table that is not a pattern; NULL when none. */
+const char *config_first_table(const struct config *cfg);
+
 struct config {
 	/* Postgres */
 	char *database_url; /* NULL: libpq's PG* variables apply */
@@ -203,7 +208,8 @@ struct config {
 	 * (docs/design.md §13). */
 	char **tables;
 	size_t n_tables;
-	char *listen_database_url; /* NULL: database_url */
+	int64_t discovery_interval_ms; /* OUTBOX_DISCOVERY_INTERVAL */
+	char *listen_database_url;     /* NULL: database_url */
 	bool listen;
 	bool pg_prepare;
 	int64_t statement_timeout_ms; /* also the mark budget of §4 */

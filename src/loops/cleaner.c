@@ -42,8 +42,8 @@ static int64_t clean_source(struct relay_thread *th, struct source_stores *ss,
 		snprintf(sent, sizeof(sent), "%zu", cr.sent_deleted);
 		snprintf(failed, sizeof(failed), "%zu", cr.failed_deleted);
 		log_fields(LOG_INFO, "cleaned sent and failed rows", "source",
-			   cfg->tables[i], "sent", sent, "failed", failed,
-			   NULL);
+			   relay_source_name(r, i), "sent", sent, "failed",
+			   failed, NULL);
 	}
 	/* Hit the cap: more is due; go on after a pause. */
 	return cr.sent_deleted + cr.failed_deleted >= cap ? 1000 : next;
@@ -59,7 +59,8 @@ void *cleaner_main(void *arg)
 	while (open && !relay_stopping(r)) {
 		/* Every source in turn; the soonest any wants next. */
 		int64_t next = r->cfg->clean_interval_ms;
-		for (size_t i = 0; i < ss.n && !relay_stopping(r); i++) {
+		size_t n = relay_sources_n(r);
+		for (size_t i = 0; i < n && !relay_stopping(r); i++) {
 			loop_tick(th);
 			int64_t want = clean_source(th, &ss, i);
 			if (want < 0)

@@ -86,8 +86,8 @@ struct lanes *lanes_create(struct relay *r, int n, int per_worker, char *err,
 		pthread_mutex_init(&l->lease_lock, NULL);
 		pthread_cond_init(&l->lease_done, &ca);
 		pthread_cond_init(&l->publish_turn, &ca);
-		l->turns = source_turns_create(
-		    r->cfg->n_tables ? r->cfg->n_tables : 1);
+		l->turns =
+		    source_turns_create(r->sources.cap ? r->sources.cap : 1);
 	}
 	pthread_condattr_destroy(&ca);
 	for (int i = 0; i < n; i++)

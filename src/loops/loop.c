@@ -37,7 +37,8 @@ void relay_wake_source(struct relay *r, size_t i)
 
 void relay_wake_sources(struct relay *r)
 {
-	for (size_t i = 0; i < r->cfg->n_tables; i++)
+	size_t n = relay_sources_n(r);
+	for (size_t i = 0; i < n; i++)
 		atomic_fetch_add(&r->source_wake[i], 1);
 	relay_wake(r);
 }

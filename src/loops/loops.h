@@ -70,4 +70,8 @@ void relay_replica_id(const struct relay *r, char *out, size_t outlen);
 /* The host name the relay's sessions and registry row carry. */
 const char *relay_host(const struct relay *r);
 
+/* The relay's first source, as it is now (OUTBOX_TABLE's first table, or
+ * the first a pattern found); NULL while there is none. */
+const char *relay_first_source(struct relay *r);
+
 #endif

@@ -32,6 +32,28 @@
 /* What the lanes of one worker share (lanes.c). */
 struct lanes;
 
+/* The most sources a relay with patterns serves (docs/design.md §13). */
+#define RELAY_MAX_SOURCES 10000
+/* "schema.name", two identifiers of TABLE_NAME_MAX and a dot. */
+#define SOURCE_NAME_MAX 96
+
+/*
+ * The relay's sources: OUTBOX_TABLE's tables, then those its patterns
+ * find (discover.c). Append-only: a source keeps its index for the
+ * relay's life, so every per-source array of the threads is indexed the
+ * same; one whose table is gone is marked so, and unmarked if it comes
+ * back. An entry below n never changes but for gone, and n grows with a
+ * release store after the entry is written, so readers take no lock;
+ * writers (the discovery thread, relay_create) hold lock.
+ */
+struct source_list {
+	pthread_mutex_t lock;
+	size_t cap;
+	char (*names)[SOURCE_NAME_MAX];
+	atomic_bool *gone;
+	atomic_size_t n;
+};
+
 /*
  * One loop thread, as /healthz sees it. Every field but last_tick_ms is
  * set by relay_start() before the thread runs; tid and started are then
@@ -77,6 +99,8 @@ struct relay {
 	atomic_int stopping;	  /* 1 once shutdown began */
 	atomic_int marks_failed;  /* 1 if a mark could not be written */
 	atomic_int workers_ready; /* workers with a healthy publisher */
+	/* The sources; see struct source_list for how it is shared. */
+	struct source_list sources;
 	/* The workers' stores of each source rescan in turn (store.h);
 	 * one per source, moved by them. */
 	struct store_rescan_pace *rescan_pace;
@@ -113,6 +137,7 @@ void *worker_main(void *arg);
 void *sweeper_main(void *arg);
 void *cleaner_main(void *arg);
 void *listener_main(void *arg);
+void *discovery_main(void *arg);
 
 /* ---- loop.c: what every loop thread uses ---- */
 
@@ -145,6 +170,21 @@ void relay_app_name(const struct relay *r, const char *who, char *out,
 
 /* ---- sources.c: the outbox tables a thread serves (§13) ---- */
 
+/* Fills l with cfg's tables (patterns are discovery's); -1 when out of
+ * memory. */
+int source_list_init(struct source_list *l, const struct config *cfg);
+void source_list_free(struct source_list *l);
+/* Adds table (*added), or, when listed already, marks it back if it was
+ * gone (*back); false when the list is full. Writers only. *index gets its
+ * index. */
+bool source_list_add(struct source_list *l, const char *table, size_t *index,
+		     bool *added, bool *back);
+/* How many sources there are now; each below stays. */
+size_t relay_sources_n(struct relay *r);
+const char *relay_source_name(struct relay *r, size_t i);
+bool relay_source_gone(struct relay *r, size_t i);
+void relay_source_set_gone(struct relay *r, size_t i, bool gone);
+
 /* Up to this many sources, each idle one is leased every poll interval
  * and each is swept every sweep interval, as one is (a few statements a
  * second at most); beyond, an idle source is leased when the statistics
@@ -153,8 +193,13 @@ void relay_app_name(const struct relay *r, const char *who, char *out,
  * claims open (docs/design.md §13). */
 #define SOURCES_POLLED_MAX 8
 
+/* Whether the relay serves sources beyond SOURCES_POLLED_MAX, or may
+ * (patterns): idle ones are then leased and swept only when needed. */
+bool sources_gated(struct relay *r);
+
 /*
- * A loop thread's stores of the relay's sources (cfg->tables), all on one
+ * A loop thread's stores of the relay's sources (struct source_list), all
+ * on one
  * session (store_open_sharing). A source whose statement fails is set
  * aside and tried again with backoff while the others go on. Only its
  * thread touches it.
@@ -227,6 +272,7 @@ struct source_turns {
 	 * and room for the counts. */
 	int64_t next_activity_ms;
 	int64_t *counts;
+	const char **names; /* the sources' names, for that read */
 };
 
 struct source_turns *source_turns_create(size_t n);
@@ -242,12 +288,27 @@ size_t source_turns_pick(struct source_turns *t, struct relay *r,
 /* Of several sources: takes store_tables_activity()'s counts (NULL when
  * they could not be read), making due each idle source whose count moved
  * (or every idle one, without counts). */
-void source_turns_note_activity(struct source_turns *t, const int64_t *counts);
+void source_turns_note_activity(struct source_turns *t, size_t n,
+				const int64_t *counts);
+/*
+ * Of many sources (sources_gated), once per every_ms: which idle ones
+ * were written since the last look, one statement on any store of ss for
+ * them all (store_tables_activity), instead of a lease of each
+ * (docs/design.md §13). Counts that cannot be read make every idle source
+ * due, as polling would.
+ */
+void source_turns_read_activity(struct source_turns *t, struct relay *r,
+				const struct source_stores *ss,
+				int64_t every_ms);
+/* Keeps a source's operator pauses, keys[0..n), for the reads between
+ * refreshes; false when out of memory (none kept then). */
+bool source_turn_keep_control(struct source_turn *t,
+			      char (*keys)[PAUSE_KEY_MAX], size_t n);
 /* Any store ss has open, NULL when none is. */
 struct store *sources_any(const struct source_stores *ss);
 /* The earliest time any source is due (or leaves its set-aside), or,
  * of several, their activity is to be read. */
-int64_t source_turns_earliest(const struct source_turns *t,
+int64_t source_turns_earliest(const struct source_turns *t, struct relay *r,
 			      const struct source_stores *ss);
 
 /* ---- lanes.c: what the lanes of one worker share ---- */

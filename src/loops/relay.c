@@ -37,12 +37,18 @@ int relay_create(struct relay **out, const struct config *cfg,
 	r->cfg = cfg;
 	r->pub_ops = pub_ops;
 	/* A config made by hand (tests of the lanes) may list no table. */
-	size_t sources = cfg->n_tables ? cfg->n_tables : 1;
+	if (source_list_init(&r->sources, cfg) != 0) {
+		free(r);
+		snprintf(err, errlen, "out of memory for the relay");
+		return -1;
+	}
+	size_t sources = r->sources.cap;
 	r->rescan_pace = calloc(sources, sizeof(*r->rescan_pace));
 	r->source_wake = calloc(sources, sizeof(*r->source_wake));
 	if (!r->rescan_pace || !r->source_wake) {
 		free(r->rescan_pace);
 		free(r->source_wake);
+		source_list_free(&r->sources);
 		free(r);
 		snprintf(err, errlen, "out of memory for the relay");
 		return -1;
@@ -66,6 +72,7 @@ int relay_create(struct relay **out, const struct config *cfg,
 			pthread_mutex_destroy(&r->lock);
 		free(r->rescan_pace);
 		free(r->source_wake);
+		source_list_free(&r->sources);
 		free(r);
 		snprintf(err, errlen, "cannot create relay locks");
 		return -1;
@@ -124,6 +131,10 @@ int relay_start(struct relay *r, char *err, size_t errlen)
 		starts[n].fn = listener_main;
 		starts[n++].th = add_thread(r, "listener", 0, loop_max);
 	}
+	if (config_has_patterns(cfg)) {
+		starts[n].fn = discovery_main;
+		starts[n++].th = add_thread(r, "discovery", 0, loop_max);
+	}
 	for (int i = 0; i < n; i++) {
 		int rc = pthread_create(&starts[i].th->tid, NULL, starts[i].fn,
 					starts[i].th);
@@ -180,6 +191,7 @@ void relay_destroy(struct relay *r)
 	pthread_cond_destroy(&r->wake);
 	free(r->rescan_pace);
 	free(r->source_wake);
+	source_list_free(&r->sources);
 	free(r);
 }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "config/config.h"
 
 /* A failing source is tried again after this, doubling up to the max. */
 #define SOURCE_RETRY_MIN_MS 1000
@@ -33,9 +34,106 @@ static struct store *open_sibling(const struct source_stores *ss)
 	return NULL;
 }
 
-static const char *source_name(const struct relay *r, size_t i)
+static const char *source_name(struct relay *r, size_t i)
 {
-	return r->cfg->tables[i];
+	return relay_source_name(r, i);
+}
+
+/* ---- the relay's list of sources ---- */
+
+int source_list_init(struct source_list *l, const struct config *cfg)
+{
+	memset(l, 0, sizeof(*l));
+	size_t literal = 0;
+	for (size_t i = 0; i < cfg->n_tables; i++)
+		literal += !table_is_pattern(cfg->tables[i]);
+	l->cap = config_has_patterns(cfg) ? RELAY_MAX_SOURCES
+					  : (literal ? literal : 1);
+	l->names = calloc(l->cap, sizeof(*l->names));
+	l->gone = calloc(l->cap, sizeof(*l->gone));
+	if (!l->names || !l->gone || pthread_mutex_init(&l->lock, NULL) != 0) {
+		free(l->names);
+		free(l->gone);
+		memset(l, 0, sizeof(*l));
+		return -1;
+	}
+	for (size_t i = 0; i < l->cap; i++)
+		atomic_init(&l->gone[i], false);
+	atomic_init(&l->n, 0);
+	for (size_t i = 0; i < cfg->n_tables; i++) {
+		size_t at;
+		bool added, back;
+		if (!table_is_pattern(cfg->tables[i]))
+			source_list_add(l, cfg->tables[i], &at, &added, &back);
+	}
+	return 0;
+}
+
+void source_list_free(struct source_list *l)
+{
+	if (!l->names)
+		return;
+	pthread_mutex_destroy(&l->lock);
+	free(l->names);
+	free(l->gone);
+	memset(l, 0, sizeof(*l));
+}
+
+bool source_list_add(struct source_list *l, const char *table, size_t *index,
+		     bool *added, bool *back)
+{
+	bool ok = true;
+	*added = false;
+	*back = false;
+	pthread_mutex_lock(&l->lock);
+	size_t n = atomic_load(&l->n);
+	size_t i = 0;
+	while (i < n && strcmp(l->names[i], table) != 0)
+		i++;
+	if (i < n) {
+		*back = atomic_exchange(&l->gone[i], false);
+	} else if (n < l->cap) {
+		snprintf(l->names[n], sizeof(l->names[n]), "%s", table);
+		/* Published after it is written: readers load n with
+		 * acquire and read names below it without the lock. */
+		atomic_store_explicit(&l->n, n + 1, memory_order_release);
+		*added = true;
+	} else {
+		ok = false;
+	}
+	*index = i;
+	pthread_mutex_unlock(&l->lock);
+	return ok;
+}
+
+size_t relay_sources_n(struct relay *r)
+{
+	return atomic_load_explicit(&r->sources.n, memory_order_acquire);
+}
+
+const char *relay_source_name(struct relay *r, size_t i)
+{
+	return r->sources.names[i];
+}
+
+bool relay_source_gone(struct relay *r, size_t i)
+{
+	return atomic_load(&r->sources.gone[i]);
+}
+
+const char *relay_first_source(struct relay *r)
+{
+	return relay_sources_n(r) > 0 ? relay_source_name(r, 0) : NULL;
+}
+
+bool sources_gated(struct relay *r)
+{
+	return r->sources.cap > SOURCES_POLLED_MAX;
+}
+
+void relay_source_set_gone(struct relay *r, size_t i, bool gone)
+{
+	atomic_store(&r->sources.gone[i], gone);
 }
 
 /* Sets source i aside until its backoff passes; logs the first failure of
@@ -74,7 +172,7 @@ static bool try_open(struct relay_thread *th, struct source_stores *ss,
 		 ss->who);
 	struct store_options o =
 	    store_options_from_config(r->cfg, name, leased_by);
-	o.table = r->cfg->tables[i];
+	o.table = relay_source_name(r, i);
 	o.rescan_pace = &r->rescan_pace[i];
 	int rc = store_open_sharing(&ss->at[i].store, &o, open_sibling(ss), err,
 				    sizeof(err));
@@ -92,7 +190,7 @@ bool sources_open(struct relay_thread *th, const char *who,
 	struct relay *r = th->relay;
 	memset(ss, 0, sizeof(*ss));
 	snprintf(ss->who, sizeof(ss->who), "%s", who);
-	ss->n = r->cfg->n_tables;
+	ss->n = r->sources.cap;
 	ss->at = calloc(ss->n, sizeof(*ss->at));
 	if (!ss->at) {
 		log_error("out of memory for %zu sources", ss->n);
@@ -101,9 +199,12 @@ bool sources_open(struct relay_thread *th, const char *who,
 	int64_t backoff = RECONNECT_MIN_MS;
 	while (!relay_stopping(r)) {
 		bool any = false;
-		for (size_t i = 0; i < ss->n; i++)
-			any |= try_open(th, ss, i);
-		if (any)
+		size_t n = relay_sources_n(r);
+		for (size_t i = 0; i < n; i++)
+			any |= !relay_source_gone(r, i) && try_open(th, ss, i);
+		/* With patterns the tables come and go: the others are
+		 * opened as they are found. */
+		if (any || config_has_patterns(r->cfg))
 			return true;
 		/* Nothing to lease from yet: this loop's backoff, not the
 		 * sources', paces the tries. */
@@ -127,6 +228,12 @@ struct store *sources_store(struct relay_thread *th, struct source_stores *ss,
 			    size_t i)
 {
 	struct source_store *at = &ss->at[i];
+	if (relay_source_gone(th->relay, i)) {
+		/* Let go: its session goes with the last store of it. */
+		store_close(at->store);
+		at->store = NULL;
+		return NULL;
+	}
 	if (at->failing && clock_ms() < at->retry_ms)
 		return NULL;
 	if (!at->store && !try_open(th, ss, i))
@@ -207,7 +314,8 @@ struct source_turns *source_turns_create(size_t n)
 	t->n = n;
 	t->at = calloc(n, sizeof(*t->at));
 	t->counts = calloc(n, sizeof(*t->counts));
-	if (!t->at || !t->counts) {
+	t->names = calloc(n, sizeof(*t->names));
+	if (!t->at || !t->counts || !t->names) {
 		source_turns_destroy(t);
 		return NULL;
 	}
@@ -222,6 +330,7 @@ void source_turns_destroy(struct source_turns *t)
 		free(t->at[i].control);
 	free(t->at);
 	free(t->counts);
+	free(t->names);
 	free(t);
 }
 
@@ -231,7 +340,8 @@ size_t source_turns_pick(struct source_turns *t, struct relay *r,
 	/* A wake-up (LISTEN, the sweeper) makes its idle source due; one
 	 * with rows keeps its cadence, as a worker of one table does
 	 * (worker.c, next_lease_at). */
-	for (size_t i = 0; i < t->n; i++) {
+	size_t n = relay_sources_n(r);
+	for (size_t i = 0; i < n; i++) {
 		uint64_t woken = atomic_load(&r->source_wake[i]);
 		if (woken != t->at[i].seen_wake) {
 			t->at[i].seen_wake = woken;
@@ -239,21 +349,23 @@ size_t source_turns_pick(struct source_turns *t, struct relay *r,
 				t->at[i].due_ms = 0;
 		}
 	}
-	for (size_t k = 0; k < t->n; k++) {
-		size_t i = (t->next + k) % t->n;
+	for (size_t k = 0; k < n; k++) {
+		size_t i = (t->next + k) % n;
 		int64_t due = t->at[i].due_ms;
 		int64_t retry = sources_retry_ms(ss, i);
-		if ((retry > due ? retry : due) <= now) {
-			t->next = (i + 1) % t->n;
+		if ((retry > due ? retry : due) <= now &&
+		    !relay_source_gone(r, i)) {
+			t->next = (i + 1) % n;
 			return i;
 		}
 	}
 	return SIZE_MAX;
 }
 
-void source_turns_note_activity(struct source_turns *t, const int64_t *counts)
+void source_turns_note_activity(struct source_turns *t, size_t n,
+				const int64_t *counts)
 {
-	for (size_t i = 0; i < t->n; i++) {
+	for (size_t i = 0; i < n; i++) {
 		struct source_turn *at = &t->at[i];
 		bool moved =
 		    !counts || !at->activity_known || counts[i] != at->activity;
@@ -271,18 +383,66 @@ struct store *sources_any(const struct source_stores *ss)
 	return open_sibling(ss);
 }
 
-int64_t source_turns_earliest(const struct source_turns *t,
+int64_t source_turns_earliest(const struct source_turns *t, struct relay *r,
 			      const struct source_stores *ss)
 {
+	size_t n = relay_sources_n(r);
 	int64_t earliest =
 	    t->next_activity_ms > 0 ? t->next_activity_ms : INT64_MAX;
-	for (size_t i = 0; i < t->n; i++) {
+	for (size_t i = 0; i < n; i++) {
 		int64_t due = t->at[i].due_ms;
 		int64_t retry = sources_retry_ms(ss, i);
 		if (retry > due)
 			due = retry;
-		if (due < earliest)
+		if (due < earliest && !relay_source_gone(r, i))
 			earliest = due;
 	}
 	return earliest;
+}
+
+/*
+ * Of many sources, once per poll interval: which idle ones were written
+ * since the last look (one statement for them all), instead of a lease of
+ * each (docs/design.md §13). Unread counts make every idle source due, as
+ * polling would.
+ */
+void source_turns_read_activity(struct source_turns *t, struct relay *r,
+				const struct source_stores *ss,
+				int64_t every_ms)
+{
+	int64_t now = clock_ms();
+	size_t n = relay_sources_n(r);
+	if (!sources_gated(r) || now < t->next_activity_ms)
+		return;
+	t->next_activity_ms = now + every_ms;
+	struct store *s = sources_any(ss);
+	char err[512];
+	for (size_t i = 0; i < n; i++)
+		t->names[i] = relay_source_name(r, i);
+	if (s && store_tables_activity(s, t->names, n, t->counts, err,
+				       sizeof(err)) == 0) {
+		source_turns_note_activity(t, n, t->counts);
+		return;
+	}
+	if (s)
+		log_debug("reading the tables' activity failed: %s", err);
+	source_turns_note_activity(t, n, NULL);
+}
+
+/* Keeps the source's operator pauses (keys[0..n)) for the reads between
+ * refreshes; false when out of memory (none kept then). */
+bool source_turn_keep_control(struct source_turn *t,
+			      char (*keys)[PAUSE_KEY_MAX], size_t n)
+{
+	free(t->control);
+	t->control = NULL;
+	t->n_control = 0;
+	if (n == 0)
+		return true;
+	t->control = malloc(n * sizeof(*t->control));
+	if (!t->control)
+		return false;
+	memcpy(t->control, keys, n * sizeof(*t->control));
+	t->n_control = n;
+	return true;
 }

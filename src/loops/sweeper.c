@@ -64,8 +64,8 @@ static int sweep_source(struct relay_thread *th, struct source_stores *ss,
 			log_fields(LOG_WARN,
 				   "gave partition keys their lost head "
 				   "marker",
-				   "source", r->cfg->tables[i], "keys", keys,
-				   NULL);
+				   "source", relay_source_name(r, i), "keys",
+				   keys, NULL);
 		}
 	}
 	metrics_observe(MH_SWEEP_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
@@ -91,8 +91,8 @@ static int sweep_source(struct relay_thread *th, struct source_stores *ss,
 		snprintf(p, sizeof(p), "%zu", sw.to_pending);
 		snprintf(f, sizeof(f), "%zu", sw.to_failed);
 		log_fields(LOG_WARN, "swept expired leases", "source",
-			   r->cfg->tables[i], "to_pending", p, "to_failed", f,
-			   NULL);
+			   relay_source_name(r, i), "to_pending", p,
+			   "to_failed", f, NULL);
 		relay_wake_source(r, i);
 	}
 	return 0;
@@ -103,23 +103,26 @@ void *sweeper_main(void *arg)
 	struct relay_thread *th = arg;
 	struct relay *r = th->relay;
 	struct source_stores ss = {0};
-	size_t n = r->cfg->n_tables;
+	size_t cap = r->sources.cap;
 	log_set_thread(th->name);
-	struct sweep_state *st = calloc(n, sizeof(*st));
-	int64_t *activity = calloc(n, sizeof(*activity));
-	bool open = st && activity && sources_open(th, th->name, &ss);
-	if (!st || !activity)
+	struct sweep_state *st = calloc(cap, sizeof(*st));
+	int64_t *activity = calloc(cap, sizeof(*activity));
+	const char **names = calloc(cap, sizeof(*names));
+	bool open = st && activity && names && sources_open(th, th->name, &ss);
+	if (!st || !activity || !names)
 		log_error("out of memory for the sweeper");
 	while (open && !relay_stopping(r)) {
 		/* Every source in turn, each pass; of several, one read of
 		 * their activity tells which can be left. */
 		char err[512];
+		size_t n = relay_sources_n(r);
+		for (size_t i = 0; i < n; i++)
+			names[i] = relay_source_name(r, i);
 		struct store *any = sources_any(&ss);
-		bool read = n > SOURCES_POLLED_MAX && any &&
-			    store_tables_activity(
-				any, (const char *const *)r->cfg->tables, n,
-				activity, err, sizeof(err)) == 0;
-		for (size_t i = 0; i < ss.n && !relay_stopping(r); i++) {
+		bool read = sources_gated(r) && any &&
+			    store_tables_activity(any, names, n, activity, err,
+						  sizeof(err)) == 0;
+		for (size_t i = 0; i < n && !relay_stopping(r); i++) {
 			loop_tick(th);
 			const int64_t *a = read ? &activity[i] : NULL;
 			if (sweep_can_skip(&st[i], a))
@@ -136,6 +139,7 @@ void *sweeper_main(void *arg)
 	sources_close(&ss);
 	free(st);
 	free(activity);
+	free(names);
 	log_info("sweeper stopped");
 	return NULL;
 }

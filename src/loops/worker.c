@@ -543,24 +543,6 @@ static bool read_control(struct worker *w, char (*keys)[PAUSE_KEY_MAX],
 	return global;
 }
 
-/* Keeps the source's operator pauses (keys[0..n)) for the reads between
- * refreshes; false when out of memory (none kept then). */
-static bool keep_control(struct source_turn *t, char (*keys)[PAUSE_KEY_MAX],
-			 size_t n)
-{
-	free(t->control);
-	t->control = NULL;
-	t->n_control = 0;
-	if (n == 0)
-		return true;
-	t->control = malloc(n * sizeof(*t->control));
-	if (!t->control)
-		return false;
-	memcpy(t->control, keys, n * sizeof(*t->control));
-	t->n_control = n;
-	return true;
-}
-
 /* Fills pk with the keys the next lease skips. Returns true when an
  * operator paused everything (pk is then left unfilled). The operator
  * pauses are read once per poll interval (at most a second), not each
@@ -577,7 +559,7 @@ static bool read_pauses(struct worker *w, struct pause_keys *pk)
 	if (t->control_read_ms == 0 || now - t->control_read_ms >= refresh) {
 		size_t n = 0;
 		bool global = read_control(w, pk->keys, RELAY_MAX_PAUSES, &n);
-		if (!keep_control(t, pk->keys, n))
+		if (!source_turn_keep_control(t, pk->keys, n))
 			log_error("out of memory for the operator pauses");
 		t->control_read_ms = now;
 		if (global != t->control_global)
@@ -646,9 +628,8 @@ static int64_t next_lease_at(struct worker *w, size_t n, int64_t started)
 	 * poll is the activity read (read_activity), and an idle source is
 	 * leased again without one only as a backstop. */
 	char err[1024];
-	int64_t sleep_ms = cfg->n_tables > SOURCES_POLLED_MAX
-			       ? SOURCE_IDLE_BACKSTOP_MS
-			       : cfg->poll_interval_ms;
+	int64_t sleep_ms = sources_gated(w->r) ? SOURCE_IDLE_BACKSTOP_MS
+					       : cfg->poll_interval_ms;
 	int64_t due;
 	if (store_next_due_ms(w->store, &due, err, sizeof(err)) == 0 &&
 	    due > 0 && due < sleep_ms)
@@ -656,36 +637,14 @@ static int64_t next_lease_at(struct worker *w, size_t n, int64_t started)
 	return clock_ms() + sleep_ms;
 }
 
-/*
- * Of many sources, once per poll interval: which idle ones were written
- * since the last look (one statement for them all), instead of a lease of
- * each (docs/design.md §13). Unread counts make every idle source due, as
- * polling would.
- */
-static void read_activity(struct worker *w)
-{
-	struct source_turns *t = w->turns;
-	int64_t now = clock_ms();
-	if (t->n <= SOURCES_POLLED_MAX || now < t->next_activity_ms)
-		return;
-	t->next_activity_ms = now + w->cfg->poll_interval_ms;
-	struct store *s = sources_any(&w->src);
-	char err[512];
-	if (s &&
-	    store_tables_activity(s, (const char *const *)w->cfg->tables, t->n,
-				  t->counts, err, sizeof(err)) == 0) {
-		source_turns_note_activity(t, t->counts);
-		return;
-	}
-	if (s)
-		log_debug("reading the tables' activity failed: %s", err);
-	source_turns_note_activity(t, NULL);
-}
-
 /* When the worker's next lease turn may start: the earliest source due. */
 static int64_t next_turn_at(struct worker *w)
 {
-	return source_turns_earliest(w->turns, &w->src);
+	/* With patterns there may be no source yet: discovery wakes the
+	 * workers when it finds one, and the backstop bounds the sleep. */
+	int64_t earliest = source_turns_earliest(w->turns, w->r, &w->src);
+	int64_t latest = clock_ms() + SOURCE_IDLE_BACKSTOP_MS;
+	return earliest < latest ? earliest : latest;
 }
 
 /*
@@ -695,7 +654,8 @@ static int64_t next_turn_at(struct worker *w)
  */
 static bool pick_source(struct worker *w, uint64_t gen)
 {
-	read_activity(w);
+	source_turns_read_activity(w->turns, w->r, &w->src,
+				   w->cfg->poll_interval_ms);
 	size_t i = source_turns_pick(w->turns, w->r, &w->src, clock_ms());
 	struct store *s =
 	    i == SIZE_MAX ? NULL : sources_store(w->th, &w->src, i);

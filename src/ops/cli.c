@@ -362,8 +362,18 @@ static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
 	int failed = 0;
 	for (size_t i = 0; i < cfg->n_tables; i++) {
 		const char *table = cfg->tables[i];
-		if (only && strcmp(table, only) != 0)
+		if (only) {
+			/* --source: that table, listed or matched. */
+			if (i == 0)
+				failed += cli_migrate_table(c->name, cfg, only,
+							    quiet);
 			continue;
+		}
+		if (table_is_pattern(table)) {
+			failed +=
+			    cli_migrate_pattern(c->name, cfg, table, quiet);
+			continue;
+		}
 		if (cfg->n_tables > 1)
 			printf("table %s (%zu of %zu):\n", table, i + 1,
 			       cfg->n_tables);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "config/config.h"
 #include "progress.h"
 #include "store/store.h"
@@ -51,15 +52,20 @@ const char *cli_source_table(const struct config *cfg, const char *cmd)
 {
 	if (cli_source[0]) {
 		for (size_t i = 0; i < cfg->n_tables; i++)
-			if (strcmp(cfg->tables[i], cli_source) == 0)
+			if (strcmp(cfg->tables[i], cli_source) == 0 &&
+			    !table_is_pattern(cli_source))
 				return cfg->tables[i];
+		for (size_t i = 0; i < cfg->n_tables; i++)
+			if (table_is_pattern(cfg->tables[i]) &&
+			    table_pattern_match(cfg->tables[i], cli_source))
+				return cli_source;
 		fprintf(stderr,
 			"outbox-relay %s: --source %s is not one of "
 			"OUTBOX_TABLE's tables (%s)\n",
 			cmd, cli_source, cfg->table);
 		return NULL;
 	}
-	if (cfg->n_tables == 1)
+	if (cfg->n_tables == 1 && !table_is_pattern(cfg->tables[0]))
 		return cfg->tables[0];
 	fprintf(stderr,
 		"outbox-relay %s: OUTBOX_TABLE lists %zu tables; say which "
@@ -90,4 +96,34 @@ int cli_migrate_table(const char *cmd, const struct config *cfg,
 	printf("table %s is at schema version %d\n", table,
 	       store_schema_version());
 	return 0;
+}
+
+int cli_migrate_pattern(const char *cmd, const struct config *cfg,
+			const char *pattern, bool quiet)
+{
+	char err[1024];
+	struct store_options o =
+	    store_options_from_config(cfg, "outbox-relay/cli", NULL);
+	o.table = pattern;
+	struct store_catalog *c = NULL;
+	char **names = NULL;
+	size_t n = 0;
+	int rc = store_catalog_open(&c, &o, err, sizeof(err));
+	if (rc == 0)
+		rc = store_catalog_tables(c, pattern, &names, &n, err,
+					  sizeof(err));
+	store_catalog_close(c);
+	if (rc != 0) {
+		fprintf(stderr, "outbox-relay: pattern %s: %s\n", pattern, err);
+		return 1;
+	}
+	/* A pattern creates nothing: it names the tables there are. */
+	printf("pattern %s matches %zu tables\n", pattern, n);
+	int failed = 0;
+	for (size_t i = 0; i < n; i++) {
+		printf("table %s (%zu of %zu):\n", names[i], i + 1, n);
+		failed += cli_migrate_table(cmd, cfg, names[i], quiet);
+	}
+	store_names_free(names, n);
+	return failed;
 }

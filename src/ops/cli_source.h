@@ -24,6 +24,10 @@ bool cli_source_given(void);
  * printed when neither says which. */
 const char *cli_source_table(const struct config *cfg, const char *cmd);
 
+/* `migrate` of every table pattern matches now; how many failed. */
+int cli_migrate_pattern(const char *cmd, const struct config *cfg,
+			const char *pattern, bool quiet);
+
 /* `migrate` of one table, its lines on stdout; 1 when it failed (said on
  * stderr). */
 int cli_migrate_table(const char *cmd, const struct config *cfg,

@@ -398,7 +398,11 @@ static void *ops_main(void *arg)
 		atomic_store(&ops.tick_ms, now);
 		bool draining = atomic_load(&ops.draining) != 0;
 
-		if (!o.connected && now >= o.next_connect)
+		/* With patterns only, the registry and the gauges live in
+		 * the first table found. */
+		if (!so.table)
+			so.table = relay_first_source(r);
+		if (!o.connected && now >= o.next_connect && so.table)
 			try_connect(&o, &so, now);
 		if (o.connected &&
 		    (now >= o.next_beat || (draining && !o.draining_sent)))

@@ -67,7 +67,7 @@ int store_listener_open(struct store_listener **out,
 {
 	struct outbox_table t;
 	*out = NULL;
-	if (table_parse(opt->table, &t, err, errlen) != 0)
+	if (opt->table && table_parse(opt->table, &t, err, errlen) != 0)
 		return STORE_ERROR;
 	struct store_listener *l = calloc(1, sizeof(*l));
 	if (!l) {
@@ -82,7 +82,9 @@ int store_listener_open(struct store_listener **out,
 	    .dead_peer_ms = opt->dead_peer_ms,
 	};
 	l->conn = pgconn_connect(&po, err, errlen);
-	int rc = l->conn ? listen_on(l, &t, err, errlen) : STORE_RECONNECT;
+	int rc = !l->conn     ? STORE_RECONNECT
+		 : opt->table ? listen_on(l, &t, err, errlen)
+			      : STORE_OK;
 	if (rc != STORE_OK) {
 		store_listener_close(l);
 		return rc;

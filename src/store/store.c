@@ -24,8 +24,9 @@ struct store_options store_options_from_config(const struct config *cfg,
 {
 	struct store_options o = {
 	    .conninfo = cfg->database_url,
-	    /* The first source; a caller of another sets its own. */
-	    .table = cfg->tables ? cfg->tables[0] : cfg->table,
+	    /* The first listed table (not a pattern), NULL when there is
+	     * none; a caller of another source sets its own. */
+	    .table = config_first_table(cfg),
 	    .app_name = app_name,
 	    .leased_by = leased_by,
 	    .ce_source = cfg->ce_source,
@@ -340,6 +341,12 @@ static int take_options(struct store *s, const struct store_options *opt,
 			const char *session_sql, char *err, size_t errlen)
 {
 	s->opt = *opt;
+	if (!opt->table) {
+		snprintf(err, errlen,
+			 "no outbox table: OUTBOX_TABLE has only patterns and "
+			 "none has matched a table yet");
+		return STORE_ERROR;
+	}
 	if (table_parse(opt->table, &s->table, err, errlen) != 0)
 		return STORE_ERROR;
 	table_derived(&s->table, "_blocked_keys", s->blocked,

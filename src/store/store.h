@@ -542,6 +542,27 @@ int store_conninfo_check(const char *conninfo, char *why, size_t whylen);
  */
 bool store_conninfo_plaintext(const char *conninfo, char *hosts, size_t len);
 
+/* ---- the catalog: tables that match a pattern (docs/design.md §13) ---- */
+
+/* A session that reads the catalog and nothing else; used by one thread. */
+struct store_catalog;
+
+/* Connects with opt's conninfo, application name and timeouts.
+ * STORE_RECONNECT when Postgres cannot be reached. */
+int store_catalog_open(struct store_catalog **out,
+		       const struct store_options *opt, char *err,
+		       size_t errlen);
+/*
+ * The tables matching pattern ("glob.name", table_pattern_parse()), each
+ * "schema.name", sorted; *names is malloc'd (store_names_free()). Schemas
+ * whose names are not plain identifiers are left out. STORE_RECONNECT
+ * when the session is gone: close and open again.
+ */
+int store_catalog_tables(struct store_catalog *c, const char *pattern,
+			 char ***names, size_t *n, char *err, size_t errlen);
+void store_catalog_close(struct store_catalog *c);
+void store_names_free(char **names, size_t n);
+
 /* ---- the NOTIFY listener (OUTBOX_LISTEN=on) ---- */
 
 /*
@@ -555,8 +576,9 @@ struct store_listener;
 
 /*
  * Connects with opt's conninfo, application name and statement timeout,
- * and LISTENs on opt->table's channel. STORE_RECONNECT when Postgres
- * cannot be reached or refuses; STORE_ERROR for a bad table name.
+ * and LISTENs on opt->table's channel (none when it is NULL: add them).
+ * STORE_RECONNECT when Postgres cannot be reached or refuses; STORE_ERROR for a
+ * bad table name.
  */
 int store_listener_open(struct store_listener **out,
 			const struct store_options *opt, char *err,

@@ -1,27 +1,38 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Fifty tenant schemas behind one relay (docs/design.md §13): `migrate`
-# creates them all; an idle relay does not lease each idle table every
-# poll interval (one statistics read says which tables had rows); a
-# tenant's first event goes out within a poll interval and the
-# statistics' flush; with LISTEN on, a notification makes its own table
-# due and no other.
+# Fifty tenant schemas behind one relay by a pattern (OUTBOX_TABLE=
+# "<prefix>_t*.outbox_events", docs/design.md §13): `migrate` migrates
+# every table the pattern matches; the relay finds them, and a tenant
+# created while it runs is relayed within a discovery interval; a tenant
+# dropped while it runs gives one warning and the others go on; an idle
+# relay does not lease each idle table every poll interval (one
+# statistics read says which tables were written); a tenant's first event
+# goes out within a poll interval and the statistics' flush; with LISTEN
+# on, a notification makes its own table due and no other.
 . "$(dirname "$0")/lib.sh"
 it_table tenants
 schema="${OUTBOX_TABLE%%.*}"
 it_psql "DROP SCHEMA $schema CASCADE" >/dev/null
-tables=""
-for i in $(seq 1 50); do tables="$tables,${schema}_t$i.outbox_events"; done
-tables="${tables#,}"
+pattern="${schema}_t*.outbox_events"
 cleanup_tenants() {
-	for i in $(seq 1 50); do echo "DROP SCHEMA IF EXISTS ${schema}_t$i CASCADE;"; done |
+	for i in $(seq 1 52); do echo "DROP SCHEMA IF EXISTS ${schema}_t$i CASCADE;"; done |
 		psql "$RELAY_TEST_DATABASE_URL" -X -q >/dev/null 2>&1 || true
 }
 trap 'cleanup_tenants; it_cleanup' EXIT
-env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$tables" OUTBOX_LISTEN=on \
-	"$RELAY_TEST_BIN" migrate --quiet >"$it_dir/migrate.out" 2>&1 ||
-	it_fail "migrate of 50 tables failed: $(tail -3 "$it_dir/migrate.out")"
+run_cli() {
+	env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$pattern" OUTBOX_LISTEN=on \
+		"$RELAY_TEST_BIN" "$@"
+}
+# A new tenant's table: `migrate --source` names it (a table the pattern
+# matches); `migrate` alone then upgrades every table it matches.
+for i in $(seq 1 50); do
+	run_cli migrate --quiet --source "${schema}_t$i.outbox_events" >>"$it_dir/create.out" 2>&1 ||
+		it_fail "migrate --source of tenant $i failed: $(tail -3 "$it_dir/create.out")"
+done
+run_cli migrate --quiet >"$it_dir/migrate.out" 2>&1 || it_fail "migrate of the pattern failed: $(tail -3 "$it_dir/migrate.out")"
+grep -qF "pattern $pattern matches 50 tables" "$it_dir/migrate.out" || it_fail "migrate did not find the 50 tables: $(head -3 "$it_dir/migrate.out")"
 [ "$(grep -c 'is at schema version' "$it_dir/migrate.out")" = 50 ] || it_fail "migrate did not do 50 tables"
+run_cli migrate --source "other.outbox_events" >"$it_dir/bad.out" 2>&1 && it_fail "migrate --source of a table the pattern does not match succeeded"
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 leases() { curl -sf "http://127.0.0.1:$port/metrics" | awk '/^outbox_leases_total /{print $2}'; }
@@ -39,7 +50,7 @@ idle_leases() {
 
 # Polling: 50 idle tables, 200 ms poll interval. Leasing each would be 750
 # leases in 3 s; the statistics read leaves the 60 s backstop alone.
-OUTBOX_TABLE="$tables" it_relay poll OUTBOX_HTTP_ADDR="127.0.0.1:$port"
+OUTBOX_TABLE="$pattern" it_relay poll OUTBOX_HTTP_ADDR="127.0.0.1:$port" OUTBOX_DISCOVERY_INTERVAL=1s
 pid=$it_last_pid
 n=$(idle_leases)
 [ "$n" -le 5 ] || it_fail "an idle relay of 50 tables leased $n times in 3 s"
@@ -47,10 +58,25 @@ it_psql "INSERT INTO ${schema}_t37.outbox_events (type, payload) VALUES ('first'
 started=$SECONDS
 it_wait 5 "a tenant's first event" printed first poll 1
 took_poll=$((SECONDS - started))
+grep '"msg":"discovered tables"' "$it_dir/poll.log" | grep -q '"tables":"50"' ||
+	it_fail "the relay did not say it found 50 tables"
+
+# A tenant added while the relay runs is relayed within a discovery
+# interval (1 s here); one dropped gives one warning, the others go on.
+run_cli migrate --quiet --source "${schema}_t51.outbox_events" >/dev/null 2>&1 || it_fail "migrate of tenant 51 failed"
+it_psql "INSERT INTO ${schema}_t51.outbox_events (type, payload) VALUES ('new', '\\x7b7d')" >/dev/null
+it_wait 10 "the new tenant's event" printed new poll 1
+grep -q '"found a table; relaying it".*_t51' "$it_dir/poll.log" || it_fail "no log line for the new tenant"
+it_psql "DROP SCHEMA ${schema}_t12 CASCADE" >/dev/null
+sleep 3
+it_psql "INSERT INTO ${schema}_t13.outbox_events (type, payload) VALUES ('after', '\\x7b7d')" >/dev/null
+it_wait 10 "an event after a tenant was dropped" printed after poll 1
+[ "$(grep -c '"a table is gone; no longer relayed".*_t12' "$it_dir/poll.log")" = 1 ] ||
+	it_fail "want one warning for the dropped tenant: $(grep -c _t12 "$it_dir/poll.log") lines name it"
 it_stop "$pid"
 
 # LISTEN: the notification wakes its table alone.
-OUTBOX_TABLE="$tables" it_relay listen OUTBOX_HTTP_ADDR="127.0.0.1:$port" OUTBOX_LISTEN=on
+OUTBOX_TABLE="$pattern" it_relay listen OUTBOX_HTTP_ADDR="127.0.0.1:$port" OUTBOX_LISTEN=on
 pid=$it_last_pid
 it_wait 30 "the relay's metrics" leases
 sleep 3
@@ -66,4 +92,4 @@ b=$(leases)
 [ $((b - a)) -le 20 ] || it_fail "$((b - a)) leases for 5 notified events in 50 tables"
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
-echo "ok: 50 tables: $n leases in 3 s idle; first event within ${took_poll}s; 5 notified events took $((b - a)) leases"
+echo "ok: 50 tenants by a pattern, one added and one dropped while running: $n leases in 3 s idle; first event within ${took_poll}s; 5 notified events took $((b - a)) leases"

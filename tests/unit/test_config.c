@@ -35,6 +35,7 @@ static struct config_extensions ext;
 static const char *const all_vars[] = {
     "OUTBOX_DATABASE_URL",
     "OUTBOX_TABLE",
+    "OUTBOX_DISCOVERY_INTERVAL",
     "OUTBOX_LISTEN",
     "OUTBOX_LISTEN_DATABASE_URL",
     "OUTBOX_PG_PREPARE",
@@ -489,6 +490,10 @@ static const struct bad_case bad_cases[] = {
     {"OUTBOX_TABLE", "a,"},
     {"OUTBOX_TABLE", "a, b, a"},
     {"OUTBOX_TABLE", "a,b-c"},
+    {"OUTBOX_TABLE", "*"},
+    {"OUTBOX_TABLE", "*.out*"},
+    {"OUTBOX_TABLE", "t-*.outbox"},
+    {"OUTBOX_TABLE", "tenant_*"},
     {"OUTBOX_LISTEN", "1"},
     {"OUTBOX_LISTEN", "yes"},
     {"OUTBOX_LISTEN", "ON"},
@@ -1086,6 +1091,29 @@ static void test_table_list(void **state)
 	run_load(&r);
 	assert_non_null(strstr(r.errs, "table 2 of the list"));
 	run_free(&r);
+
+	/* A pattern: a schema glob and a table name. */
+	env_clear();
+	env_set("OUTBOX_TABLE", "tenant_*.outbox_events,billing.outbox");
+	run_load(&r);
+	assert_int_equal(r.problems, 0);
+	assert_true(config_has_patterns(&r.cfg));
+	assert_string_equal(config_first_table(&r.cfg), "billing.outbox");
+	run_free(&r);
+	char like[64], name[64], why[256];
+	assert_int_equal(table_pattern_parse("tenant_*.outbox_events", like,
+					     sizeof(like), name, sizeof(name),
+					     why, sizeof(why)),
+			 0);
+	assert_string_equal(like, "tenant\\_%");
+	assert_string_equal(name, "outbox_events");
+	assert_true(table_pattern_match("tenant_*.outbox_events",
+					"tenant_42.outbox_events"));
+	assert_true(table_pattern_match("*.o", "a.o"));
+	assert_false(table_pattern_match("tenant_*.outbox_events",
+					 "tenantx42.outbox_events"));
+	assert_false(
+	    table_pattern_match("tenant_*.outbox_events", "tenant_42.outbox"));
 }
 
 static void test_kafka_passthrough(void **state)

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The catalog session: which tables of the database match OUTBOX_TABLE's
+ * patterns (docs/design.md §13). A session of its own, holding no
+ * transaction and naming no outbox table, so it works before any table
+ * exists and is cheap enough to ask every discovery interval.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pgconn.h"
+#include "store_internal.h"
+
+/* Ownership: owns its session. */
+struct store_catalog {
+	PGconn *conn;
+};
+
+int store_catalog_open(struct store_catalog **out,
+		       const struct store_options *opt, char *err,
+		       size_t errlen)
+{
+	*out = NULL;
+	struct store_catalog *c = calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, errlen, "catalog: out of memory");
+		return STORE_ERROR;
+	}
+	struct pgconn_options po = {
+	    .conninfo = opt->conninfo,
+	    .application_name = opt->app_name ? opt->app_name : "outbox-relay",
+	    .statement_timeout_ms = opt->statement_timeout_ms,
+	    .lock_timeout_ms = opt->lock_timeout_ms,
+	    .dead_peer_ms = opt->dead_peer_ms,
+	    .scope = PGCONN_TRANSACTION,
+	};
+	c->conn = pgconn_connect(&po, err, errlen);
+	if (!c->conn) {
+		free(c);
+		return STORE_RECONNECT;
+	}
+	*out = c;
+	return 0;
+}
+
+void store_catalog_close(struct store_catalog *c)
+{
+	if (!c)
+		return;
+	if (c->conn)
+		PQfinish(c->conn);
+	free(c);
+}
+
+void store_names_free(char **names, size_t n)
+{
+	for (size_t i = 0; names && i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+int store_catalog_tables(struct store_catalog *c, const char *pattern,
+			 char ***names, size_t *n, char *err, size_t errlen)
+{
+	char like[128], name[64];
+	*names = NULL;
+	*n = 0;
+	if (table_pattern_parse(pattern, like, sizeof(like), name, sizeof(name),
+				err, errlen) != 0)
+		return STORE_ERROR;
+	/* Tables and partitioned tables the pattern names, by schema: an
+	 * index read of pg_class by name. */
+	int rc = STORE_OK;
+	const char *values[2] = {like, name};
+	PGresult *res = PQexecParams(
+	    c->conn,
+	    "SELECT n.nspname FROM pg_catalog.pg_class c JOIN "
+	    "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE "
+	    "c.relname = $2 AND c.relkind IN ('r', 'p') AND NOT "
+	    "c.relispartition AND n.nspname LIKE $1 ORDER BY 1",
+	    2, NULL, values, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		char why[512];
+		pgconn_error(c->conn, res, why, sizeof(why));
+		snprintf(err, errlen, "catalog: %s", why);
+		rc = pgconn_needs_reconnect(c->conn, res) ? STORE_RECONNECT
+							  : STORE_ERROR;
+		PQclear(res);
+		return rc;
+	}
+	size_t rows = (size_t)PQntuples(res);
+	char **out = calloc(rows ? rows : 1, sizeof(*out));
+	for (size_t i = 0; out && i < rows; i++) {
+		struct outbox_table t;
+		char full[160], why[160];
+		snprintf(full, sizeof(full), "%s.%s",
+			 PQgetvalue(res, (int)i, 0), name);
+		/* A schema whose name the relay cannot write in a setting
+		 * (quotes, dots) is not one of its tables. */
+		if (table_parse(full, &t, why, sizeof(why)) != 0)
+			continue;
+		if (!(out[*n] = strdup(full))) {
+			store_names_free(out, *n);
+			out = NULL;
+		} else {
+			(*n)++;
+		}
+	}
+	PQclear(res);
+	if (!out) {
+		*n = 0;
+		snprintf(err, errlen, "catalog: out of memory");
+		return STORE_ERROR;
+	}
+	*names = out;
+	return STORE_OK;
+}
