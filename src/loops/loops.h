@@ -73,5 +73,12 @@ const char *relay_host(const struct relay *r);
 /* The relay's first source, as it is now (OUTBOX_TABLE's first table, or
  * the first a pattern found); NULL while there is none. */
 const char *relay_first_source(struct relay *r);
+/* How many sources there are now (docs/design.md §13); each index below
+ * stays for the relay's life. Any thread. */
+size_t relay_sources_n(struct relay *r);
+/* Source i's table, "name" or "schema.name" (i below relay_sources_n()). */
+const char *relay_source_name(struct relay *r, size_t i);
+/* Whether source i's table was found gone (a pattern's, let go). */
+bool relay_source_gone(struct relay *r, size_t i);
 
 #endif

@@ -179,10 +179,6 @@ void source_list_free(struct source_list *l);
  * index. */
 bool source_list_add(struct source_list *l, const char *table, size_t *index,
 		     bool *added, bool *back);
-/* How many sources there are now; each below stays. */
-size_t relay_sources_n(struct relay *r);
-const char *relay_source_name(struct relay *r, size_t i);
-bool relay_source_gone(struct relay *r, size_t i);
 void relay_source_set_gone(struct relay *r, size_t i, bool gone);
 
 /* Up to this many sources, each idle one is leased every poll interval

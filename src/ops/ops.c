@@ -289,7 +289,28 @@ static void check_side_tables(struct ops_session *o)
 			   "missing", tables, "off", features, NULL);
 }
 
-static void try_connect(struct ops_session *o, const struct store_options *so,
+/*
+ * Of several sources, the next one (not gone) after so->table, for the
+ * ops session: a source whose table fails must not take readiness, the
+ * registry and the gauges with it (docs/design.md §13). False when there
+ * is no other.
+ */
+static bool next_source(struct relay *r, struct store_options *so)
+{
+	size_t n = relay_sources_n(r), at = 0;
+	while (at < n && strcmp(relay_source_name(r, at), so->table) != 0)
+		at++;
+	for (size_t k = 1; k < n; k++) {
+		size_t i = (at + k) % n;
+		if (!relay_source_gone(r, i)) {
+			so->table = relay_source_name(r, i);
+			return true;
+		}
+	}
+	return false;
+}
+
+static void try_connect(struct ops_session *o, struct store_options *so,
 			int64_t now)
 {
 	int rc = o->s ? store_reconnect(o->s, o->err, sizeof(o->err))
@@ -298,13 +319,22 @@ static void try_connect(struct ops_session *o, const struct store_options *so,
 	if (o->connected) {
 		check_side_tables(o);
 		o->next_beat = now;
-	} else {
-		set_db(false, o->err);
-		o->next_connect = now + RECONNECT_MS;
+		return;
 	}
+	if (rc != STORE_RECONNECT && next_source(o->relay, so)) {
+		/* Postgres answered about this table: another serves. */
+		log_fields(LOG_WARN, "the ops session moves to another source",
+			   "error", o->err, "source", so->table, NULL);
+		store_close(o->s);
+		o->s = NULL;
+		o->next_connect = now;
+		return;
+	}
+	set_db(false, o->err);
+	o->next_connect = now + RECONNECT_MS;
 }
 
-static void beat(struct ops_session *o, bool draining)
+static void beat(struct ops_session *o, struct store_options *so, bool draining)
 {
 	/* Without a registry the statement that answers is a plain check,
 	 * which readiness needs all the same. */
@@ -326,6 +356,16 @@ static void beat(struct ops_session *o, bool draining)
 		set_db(true, NULL);
 	} else if (rc == STORE_RECONNECT) {
 		lose_session(o);
+	} else if (strstr(o->err, "42P01") && next_source(o->relay, so)) {
+		/* Its table is gone (dropped with its tenant, say): the
+		 * registry, the gauges and readiness move to another
+		 * source instead of failing with this one. */
+		log_fields(LOG_WARN, "the ops session moves to another source",
+			   "error", o->err, "source", so->table, NULL);
+		store_close(o->s);
+		o->s = NULL;
+		o->connected = false;
+		o->next_connect = clock_ms();
 	} else {
 		/* Postgres answered: readiness stays, the error (a missing
 		 * grant, a timeout) is told once. */
@@ -406,7 +446,7 @@ static void *ops_main(void *arg)
 			try_connect(&o, &so, now);
 		if (o.connected &&
 		    (now >= o.next_beat || (draining && !o.draining_sent)))
-			beat(&o, draining);
+			beat(&o, &so, draining);
 		if (o.connected && clock_ms() >= o.next_gauges)
 			refresh_gauges(&o);
 		int64_t until = o.connected ? min64(o.next_beat, o.next_gauges)

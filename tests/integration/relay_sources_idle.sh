@@ -73,6 +73,13 @@ it_psql "INSERT INTO ${schema}_t13.outbox_events (type, payload) VALUES ('after'
 it_wait 10 "an event after a tenant was dropped" printed after poll 1
 [ "$(grep -c '"a table is gone; no longer relayed".*_t12' "$it_dir/poll.log")" = 1 ] ||
 	it_fail "want one warning for the dropped tenant: $(grep -c _t12 "$it_dir/poll.log") lines name it"
+# The first tenant holds the ops session (registry, gauges, readiness):
+# dropped, the session moves on and the relay stays ready.
+it_psql "DROP SCHEMA ${schema}_t1 CASCADE" >/dev/null
+it_wait 15 "the ops session to move on" grep -q '"the ops session moves to another source"' "$it_dir/poll.log"
+sleep 1
+curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || it_fail "not ready after the first tenant was dropped"
+it_wait 10 "a heartbeat from the next source" bash -c "[ \$(psql '$RELAY_TEST_DATABASE_URL' -XAtc 'SELECT count(*) FROM ${schema}_t10.outbox_events_replicas') -ge 1 ]"
 it_stop "$pid"
 
 # LISTEN: the notification wakes its table alone.
