@@ -29,6 +29,11 @@ ratio of figures measured by this same invocation on this same machine:
     minutes; the Postgres CPU of the relay's sessions per event, backlog
     and dead tuples before, late in the hold and after the release, with
     history and without, for this build and the --baseline-bin one.
+ 8. Many outboxes (section many, only when --sections names it,
+    tests/bench/many.py): events spread over 10 of 1,000 tenant tables
+    served by a pattern against the same events in one table, the
+    Postgres CPU of the idle relay on 1,000 tables against one, its
+    sessions and memory per table.
 
 The targets (TARGETS, the one table of them) get a verdict each from the
 run's own results, printed as a second table and in the JSON line; they are
@@ -55,6 +60,7 @@ import time
 import urllib.request
 
 import dbcost
+import many
 
 ROOT = os.environ.get("RELAY_TEST_SOURCE_ROOT") or os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -87,7 +93,7 @@ SCALE = ["history", "snapshot", "backlog", "purge"]
 HORIZON = ["before", "late", "after"]  # the horizon section's windows
 # Sections run only when --sections names them (too long for the default
 # list, which the test suite's quick form runs).
-ON_REQUEST = ["horizon"]
+ON_REQUEST = ["horizon", "many"]
 
 # The targets: the only place a threshold is written. Each row: name,
 # what it measures, the figure it reads (a path into the results; derive()
@@ -97,6 +103,9 @@ ON_REQUEST = ["horizon"]
 # A figure "× baseline" is measured only with --baseline-bin or
 # --baseline-env (the build or settings the target is relative to).
 TARGETS = [
+    ("many_throughput_vs_one", "Throughput with the events spread over 10 "
+     "of 1,000 tables (quick form: 100), × the same events in one table",
+     ("many", "throughput_ratio"), ">=", 0.8),
     ("amqp_4_workers_vs_limits", "AMQP throughput, 4 workers, × min("
      "database cycle limit, AMQP broker limit)",
      ("throughput", "amqp", "4", "ratio_to_limit"), ">=", 0.8),
@@ -1767,6 +1776,8 @@ class Bench:
             row("WAL written by the purge, MB", p["wal_mb"], 0)
         if "dbcost" in r:
             dbcost.report_rows(r["dbcost"], row, rows)
+        if "many" in r:
+            many.report_rows(r["many"], row)
         head = ["| Measure | Median | Min–max | Compared with |",
                 "|---|---|---|---|"]
         notes = ["", "Notes: " + "; ".join(self.notes) + "."] \
@@ -1949,6 +1960,9 @@ class Bench:
                     self, sys.modules[__name__])
             if "horizon" in self.sections:
                 self.results["horizon"] = self.horizon()
+            if "many" in self.sections:
+                self.results["many"] = many.measure(
+                    self, sys.modules[__name__])
             derive(self.results, self.p["workers"])
             table = self.report()
             vs = verdicts(self.results, self.sections,

@@ -355,6 +355,10 @@ class Harness:
         self.seed = args.seed
         self.mode = args.mode
         self.n = args.events
+        # Several outbox tables behind each relay (docs/design.md §13):
+        # the harness reads them through views, so every check below
+        # looks at all of them at once.
+        self.sources = getattr(args, "sources", 1)
         self.window = args.window or min(120, max(30, self.n // 100))
         self.t_start = time.monotonic()
         self.deadline = self.t_start + args.duration_cap
@@ -395,16 +399,25 @@ class Harness:
         tag = "%s_%d" % (PREFIX, os.getpid())
         self.schema = tag
         self.table = tag + ".outbox_events"
+        self.tables = [self.table] if self.sources == 1 else [
+            "%s.events_%d" % (tag, i) for i in range(1, self.sources + 1)]
         self.db.rows("SET client_min_messages = warning; "
                      "DROP SCHEMA IF EXISTS %s CASCADE" % tag)
         run([self.relay_bin, "migrate"], env=dict(
             os.environ, OUTBOX_DATABASE_URL=self.svc.db_url,
-            OUTBOX_TABLE=self.table))
+            OUTBOX_TABLE=",".join(self.tables)))
+        if self.sources > 1:
+            # What the checks read: every table's rows and claims as one.
+            for what, suffix in (("", ""), ("_claims", "_claims")):
+                self.db.rows("CREATE VIEW %s%s AS %s" % (
+                    self.table, suffix, " UNION ALL ".join(
+                        "SELECT * FROM %s%s" % (t, suffix)
+                        for t in self.tables)))
         rate, pacing = self.pace()
         self.relay_env = dict(RELAY_ENV)
         self.relay_env.update({
             "OUTBOX_DATABASE_URL": self.svc.db_url,
-            "OUTBOX_TABLE": self.table,
+            "OUTBOX_TABLE": ",".join(self.tables),
             "OUTBOX_PUBLISHER": self.mode,
             "OUTBOX_MAX_RATE": rate,
         })
@@ -425,18 +438,20 @@ class Harness:
                 "OUTBOX_KAFKA_BROKERS": self.svc.kafka_brokers,
                 "OUTBOX_KAFKA_TOPIC": self.topic})
         self.insert_events(self.db, self.n)
-        log("%d events in %s, %s, work dir %s" % (self.n, self.table, pacing,
-                                                 self.work))
+        log("%d events in %s, %s, work dir %s" % (
+            self.n, ", ".join(self.tables), pacing, self.work))
 
     def insert_events(self, db, n):
         """n events: a JSON payload of ~220 bytes, 16 routing keys, 64
-        partition keys."""
-        db.rows(
-            "INSERT INTO %s (type, routing_key, partition_key, payload) "
-            "SELECT 'com.example.%s', 'k.' || (g %% 16), "
-            "'key-' || (g %% 64), convert_to(json_build_object('n', g, "
-            "'pad', repeat('x', 200))::text, 'UTF8') "
-            "FROM generate_series(1, %d) g" % (self.table, PREFIX, n))
+        partition keys; spread evenly over the tables."""
+        for i, t in enumerate(self.tables):
+            share = n // len(self.tables) + (i < n % len(self.tables))
+            db.rows(
+                "INSERT INTO %s (type, routing_key, partition_key, payload) "
+                "SELECT 'com.example.%s', 'k.' || (g %% 16), "
+                "'key-' || (g %% 64), convert_to(json_build_object('n', g, "
+                "'pad', repeat('x', 200))::text, 'UTF8') "
+                "FROM generate_series(1, %d) g" % (t, PREFIX, share))
 
     def pace(self):
         """The relays' OUTBOX_MAX_RATE, and the run's pacing in words. The
@@ -972,7 +987,11 @@ def main():
     p.add_argument("--window", type=int, default=0,
                    help="seconds of faults (default: events/100, "
                    "30..120)")
+    p.add_argument("--sources", type=int, default=1,
+                   help="outbox tables behind each relay (default 1)")
     a = p.parse_args()
+    if not 1 <= a.sources <= 100:
+        p.error("--sources must be 1..100")
     if a.events < 100 or a.events > 10000000:
         p.error("--events must be 100..10000000")
     if a.window and not 10 <= a.window <= max(10, a.duration_cap - 60):
