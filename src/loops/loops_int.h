@@ -300,7 +300,8 @@ void source_turns_read_activity(struct source_turns *t, struct relay *r,
  * refreshes; false when out of memory (none kept then). */
 bool source_turn_keep_control(struct source_turn *t,
 			      char (*keys)[PAUSE_KEY_MAX], size_t n);
-/* Any store ss has open, NULL when none is. */
+/* Any store ss has open, one not set aside if there is; NULL when none
+ * is open. */
 struct store *sources_any(const struct source_stores *ss);
 /* The earliest time any source is due (or leaves its set-aside), or,
  * of several, their activity is to be read. */

@@ -380,6 +380,11 @@ void source_turns_note_activity(struct source_turns *t, size_t n,
 
 struct store *sources_any(const struct source_stores *ss)
 {
+	/* Not a source set aside: its table's check would fail the read,
+	 * and with it the gating of every idle source. */
+	for (size_t i = 0; i < ss->n; i++)
+		if (ss->at[i].store && !ss->at[i].failing)
+			return ss->at[i].store;
 	return open_sibling(ss);
 }
 

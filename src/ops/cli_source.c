@@ -67,10 +67,16 @@ const char *cli_source_table(const struct config *cfg, const char *cmd)
 	}
 	if (cfg->n_tables == 1 && !table_is_pattern(cfg->tables[0]))
 		return cfg->tables[0];
-	fprintf(stderr,
-		"outbox-relay %s: OUTBOX_TABLE lists %zu tables; say which "
-		"with --source TABLE\n",
-		cmd, cfg->n_tables);
+	if (cfg->n_tables == 1)
+		fprintf(stderr,
+			"outbox-relay %s: OUTBOX_TABLE is a pattern; say which "
+			"table with --source TABLE\n",
+			cmd);
+	else
+		fprintf(stderr,
+			"outbox-relay %s: OUTBOX_TABLE lists %zu tables; say "
+			"which with --source TABLE\n",
+			cmd, cfg->n_tables);
 	return NULL;
 }
 

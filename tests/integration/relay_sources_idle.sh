@@ -94,9 +94,10 @@ for i in 1 2 3 4 5; do
 done
 it_wait 5 "the notified tables' events" printed woken listen 5
 b=$(leases)
-# Five events in five tables: a lease or two each, not a lease of every
-# table per notification (250).
-[ $((b - a)) -le 20 ] || it_fail "$((b - a)) leases for 5 notified events in 50 tables"
+# Five events in five tables: a few leases each (the notification's, the
+# one its own marks' statistics bring), not a lease of every table per
+# notification (250 and more).
+[ $((b - a)) -le 50 ] || it_fail "$((b - a)) leases for 5 notified events in 50 tables"
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
 echo "ok: 50 tenants by a pattern, one added and one dropped while running: $n leases in 3 s idle; first event within ${took_poll}s; 5 notified events took $((b - a)) leases"
