@@ -221,8 +221,6 @@ void sources_close(struct source_stores *ss);
  * aside. */
 struct store *sources_store(struct relay_thread *th, struct source_stores *ss,
 			    size_t i);
-/* Whether source i is not set aside at now. */
-bool sources_ready(const struct source_stores *ss, size_t i, int64_t now);
 /* Until when source i is set aside, 0 when it is not. */
 int64_t sources_retry_ms(const struct source_stores *ss, size_t i);
 /* Source i's statement worked: a failure it had is logged as over. */

@@ -34,11 +34,6 @@ static struct store *open_sibling(const struct source_stores *ss)
 	return NULL;
 }
 
-static const char *source_name(struct relay *r, size_t i)
-{
-	return relay_source_name(r, i);
-}
-
 /* ---- the relay's list of sources ---- */
 
 int source_list_init(struct source_list *l, const struct config *cfg)
@@ -149,11 +144,11 @@ static void set_aside(struct relay *r, struct source_stores *ss, size_t i,
 		log_warn("%s failed: %s", what, err);
 	else if (!at->failing)
 		log_fields(LOG_WARN, "source failing; the others go on",
-			   "source", source_name(r, i), "what", what, "error",
-			   err, NULL);
+			   "source", relay_source_name(r, i), "what", what,
+			   "error", err, NULL);
 	else
-		log_debug("source %s still failing: %s: %s", source_name(r, i),
-			  what, err);
+		log_debug("source %s still failing: %s: %s",
+			  relay_source_name(r, i), what, err);
 	at->failing = true;
 	at->backoff_ms = at->backoff_ms
 			     ? grow(at->backoff_ms, SOURCE_RETRY_MAX_MS)
@@ -241,11 +236,6 @@ struct store *sources_store(struct relay_thread *th, struct source_stores *ss,
 	return at->store;
 }
 
-bool sources_ready(const struct source_stores *ss, size_t i, int64_t now)
-{
-	return !ss->at[i].failing || now >= ss->at[i].retry_ms;
-}
-
 int64_t sources_retry_ms(const struct source_stores *ss, size_t i)
 {
 	return ss->at[i].failing ? ss->at[i].retry_ms : 0;
@@ -256,7 +246,7 @@ void sources_ok(struct relay *r, struct source_stores *ss, size_t i)
 	struct source_store *at = &ss->at[i];
 	if (at->failing)
 		log_fields(LOG_INFO, "source works again", "source",
-			   source_name(r, i), NULL);
+			   relay_source_name(r, i), NULL);
 	at->failing = false;
 	at->backoff_ms = 0;
 	at->retry_ms = 0;
