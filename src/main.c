@@ -60,15 +60,10 @@ static void usage(FILE *out)
 static int check_pattern(const struct store_options *o, const char *url)
 {
 	char err[1024];
-	struct store_catalog *c = NULL;
 	char **names = NULL;
 	size_t n = 0;
-	int rc = store_catalog_open(&c, o, err, sizeof(err));
-	if (rc == 0)
-		rc = store_catalog_tables(c, o->table, &names, &n, err,
-					  sizeof(err));
-	store_catalog_close(c);
-	if (rc != 0) {
+	if (store_catalog_match(o, o->table, &names, &n, err, sizeof(err)) !=
+	    0) {
 		printf("postgres (%s): FAILED: pattern %s: %s\n", url, o->table,
 		       err);
 		return 1;
@@ -79,19 +74,32 @@ static int check_pattern(const struct store_options *o, const char *url)
 	return 0;
 }
 
-static int cmd_check(const struct config *cfg,
-		     const struct publisher_ops *pub_ops)
+/* The database's URL for a line of output, its password hidden; with
+ * several databases, its name first. */
+static void database_label(const struct config *cfg, size_t d, char *out,
+			   size_t outlen)
+{
+	char url[512];
+	const char *conninfo = config_database_url(cfg, d);
+	config_redact_url(conninfo ? conninfo : "(libpq PG* variables)", url,
+			  sizeof(url));
+	if (config_n_databases(cfg) > 1)
+		snprintf(out, outlen, "%s: %s", config_database_name(cfg, d),
+			 url);
+	else
+		snprintf(out, outlen, "%s", url);
+}
+
+/* `check` of every table of OUTBOX_TABLE in database d; the failures. */
+static int check_database(const struct config *cfg, size_t d)
 {
 	int failures = 0;
-	char err[1024];
-	char url[512];
-	config_redact_url(cfg->database_url ? cfg->database_url
-					    : "(libpq PG* variables)",
-			  url, sizeof(url));
-	printf("config: ok\n");
+	char err[1024], url[600];
+	database_label(cfg, d, url, sizeof(url));
 	struct store_options o =
 	    store_options_from_config(cfg, "outbox-relay/check", NULL);
 	o.prepare = false;
+	o.conninfo = config_database_url(cfg, d);
 	struct store *first = NULL;
 	for (size_t i = 0; i < cfg->n_tables; i++) {
 		struct store *s = NULL;
@@ -113,6 +121,17 @@ static int cmd_check(const struct config *cfg,
 			first = s;
 	}
 	store_close(first);
+	return failures;
+}
+
+static int cmd_check(const struct config *cfg,
+		     const struct publisher_ops *pub_ops)
+{
+	int failures = 0;
+	char err[1024];
+	printf("config: ok\n");
+	for (size_t d = 0; d < config_n_databases(cfg); d++)
+		failures += check_database(cfg, d);
 	struct publisher pub;
 	publisher_init(&pub, pub_ops);
 	if (publisher_open(&pub, cfg, err, sizeof(err)) != 0 ||
@@ -126,14 +145,15 @@ static int cmd_check(const struct config *cfg,
 	return failures ? 1 : 0;
 }
 
-/* Fails fast on what retrying cannot fix (a missing table); an
+/* Of database d: fails fast on what retrying cannot fix (a missing table); an
  * unreachable database is left to the workers, which keep retrying. */
-static int check_table_at_start(const struct config *cfg)
+static int check_tables_at_start(const struct config *cfg, size_t d)
 {
 	char err[1024];
 	struct store_options o =
 	    store_options_from_config(cfg, "outbox-relay/start", NULL);
 	o.prepare = false;
+	o.conninfo = config_database_url(cfg, d);
 	struct store *first = NULL;
 	int failed = 0;
 	/* Every listed table: a typo in a list is caught now, not as one
@@ -166,8 +186,9 @@ static int cmd_run(const struct config *cfg,
 {
 	char err[1024];
 	struct relay *relay = NULL;
-	if (check_table_at_start(cfg) != 0)
-		return 1;
+	for (size_t d = 0; d < config_n_databases(cfg); d++)
+		if (check_tables_at_start(cfg, d) != 0)
+			return 1;
 	if (relay_create(&relay, cfg, pub_ops, err, sizeof(err)) != 0) {
 		log_error("%s", err);
 		return 1;
@@ -198,11 +219,11 @@ static int cmd_run(const struct config *cfg,
 		return 1;
 	}
 	char source[256];
-	config_redact_url(cfg->database_url ? cfg->database_url : "(PG*)",
-			  source, sizeof(source));
+	const char *url = config_database_url(cfg, 0);
+	config_redact_url(url ? url : "(PG*)", source, sizeof(source));
 	log_fields(LOG_INFO, "outbox-relay started", "version", OUTBOX_VERSION,
 		   "publisher", pub_ops->name, "table", cfg->table, "database",
-		   source, NULL);
+		   cfg->n_databases ? cfg->databases_list : source, NULL);
 
 	int64_t deadline = 0;
 	for (;;) {
@@ -261,19 +282,24 @@ static void warn_links(const struct config *cfg,
 {
 	char hosts[512];
 
-	if (store_conninfo_plaintext(cfg->database_url, hosts, sizeof(hosts)))
-		log_fields(LOG_WARN,
-			   "postgres: the link may run in plaintext to a host "
-			   "that is not loopback; set sslmode=verify-full",
-			   "link", "postgres", "hosts", hosts, NULL);
-	if (cfg->listen && cfg->listen_database_url &&
-	    store_conninfo_plaintext(cfg->listen_database_url, hosts,
-				     sizeof(hosts)))
-		log_fields(
-		    LOG_WARN,
-		    "postgres listener: the link may run in plaintext to "
-		    "a host that is not loopback; set sslmode=verify-full",
-		    "link", "postgres listener", "hosts", hosts, NULL);
+	for (size_t d = 0; d < config_n_databases(cfg); d++) {
+		const char *url = config_database_url(cfg, d);
+		const char *listen_url = config_listen_url(cfg, d);
+		if (store_conninfo_plaintext(url, hosts, sizeof(hosts)))
+			log_fields(LOG_WARN,
+				   "postgres: the link may run in plaintext to "
+				   "a host that is not loopback; set "
+				   "sslmode=verify-full",
+				   "link", "postgres", "hosts", hosts, NULL);
+		if (cfg->listen && listen_url &&
+		    store_conninfo_plaintext(listen_url, hosts, sizeof(hosts)))
+			log_fields(LOG_WARN,
+				   "postgres listener: the link may run in "
+				   "plaintext to a host that is not loopback; "
+				   "set sslmode=verify-full",
+				   "link", "postgres listener", "hosts", hosts,
+				   NULL);
+	}
 	publisher_warn_links(pub_ops, cfg);
 }
 

@@ -53,6 +53,14 @@ const struct setting config_core_rows[] = {
 	SETTING_SECRET | SETTING_NULLABLE,
 	"Postgres connection URI or key=value string; unset or empty "
 	"uses libpq's PG* variables"),
+    SETTING_STRING(
+	C, "OUTBOX_DATABASES", databases_list, NULL, config_check_databases,
+	SETTING_NULLABLE,
+	"several databases, by name, comma-separated (at most 64; a name is "
+	"lower-case letters, digits and _): each has its URL in "
+	"OUTBOX_DATABASE_URL_<NAME> (or _FILE) and may have a LISTEN URL in "
+	"OUTBOX_LISTEN_DATABASE_URL_<NAME>; OUTBOX_TABLE is relayed in each. "
+	"Unset: one database, OUTBOX_DATABASE_URL"),
     SETTING_STRING(C, "OUTBOX_TABLE", table, "outbox_events", check_table, 0,
 		   "outbox table, name or schema.name; each part an SQL "
 		   "identifier of at most 43 bytes; several tables of the "
@@ -559,6 +567,7 @@ int config_load(struct config *cfg, const struct config_extensions *ext,
 	for (size_t g = 0; groups && groups[g]; g++)
 		group_load(&ld, groups[g], cfg);
 	cross_check(&ld, cfg);
+	config_databases_load(&ld, cfg, ext ? ext->check_conninfo : NULL);
 	if (cfg->table && config_loader_ok(&ld, "OUTBOX_TABLE")) {
 		char why[256];
 		if (split_tables(cfg->table, &cfg->tables, &cfg->n_tables, why,
@@ -573,6 +582,7 @@ int config_load(struct config *cfg, const struct config_extensions *ext,
 
 void config_release(struct config *cfg)
 {
+	config_databases_release(cfg);
 	for (size_t i = 0; i < cfg->n_tables; i++)
 		free(cfg->tables[i]);
 	free(cfg->tables);
@@ -620,6 +630,8 @@ bool config_knows(const struct config_extensions *ext, const char *name)
 	n = strlen(name);
 	if (ends_with_file(name, n))
 		n -= strlen(FILE_SUFFIX);
+	if (config_database_var(name, n))
+		return true;
 	for (size_t i = 0; i < ARRAY_SIZE(config_core_rows); i++)
 		if (strlen(config_core_rows[i].name) == n &&
 		    strncmp(config_core_rows[i].name, name, n) == 0)

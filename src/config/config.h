@@ -191,6 +191,28 @@ struct config_part {
 	void *data;
 };
 
+/* The most databases OUTBOX_DATABASES may name, and a name's length. */
+#define CONFIG_DATABASES_MAX 64
+#define CONFIG_DATABASE_NAME_MAX 32
+
+/* One database of OUTBOX_DATABASES. */
+struct config_database {
+	char name[CONFIG_DATABASE_NAME_MAX + 1];
+	char *url;	  /* OUTBOX_DATABASE_URL_<NAME>, a secret */
+	char *listen_url; /* OUTBOX_LISTEN_DATABASE_URL_<NAME>; NULL: url */
+};
+
+/* The relay's databases: OUTBOX_DATABASES' or, without it, the one of
+ * OUTBOX_DATABASE_URL (named ""). d is below config_n_databases(). */
+size_t config_n_databases(const struct config *cfg);
+const char *config_database_name(const struct config *cfg, size_t d);
+const char *config_database_url(const struct config *cfg, size_t d);
+/* NULL: LISTEN uses the database's URL. */
+const char *config_listen_url(const struct config *cfg, size_t d);
+/* The index of the database called name (len bytes), or -1. */
+int config_database_index(const struct config *cfg, const char *name,
+			  size_t len);
+
 /* The most tables OUTBOX_TABLE may list. */
 #define CONFIG_TABLES_MAX 1000
 
@@ -203,6 +225,12 @@ struct config {
 	/* Postgres */
 	char *database_url; /* NULL: libpq's PG* variables apply */
 	char *table;	    /* OUTBOX_TABLE as given */
+	/* OUTBOX_DATABASES as given (NULL: one database) and its databases
+	 * (n_databases of them, 0 without it): read them through
+	 * config_database_url() and its siblings. */
+	char *databases_list;
+	struct config_database *databases;
+	size_t n_databases;
 	/* OUTBOX_TABLE's tables, "name" or "schema.name" each (at least
 	 * one, none twice, at most CONFIG_TABLES_MAX): the relay's sources
 	 * (docs/design.md §13). */

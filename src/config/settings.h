@@ -56,4 +56,13 @@ void setting_range(const struct setting *s, char *buf, size_t len);
 const char *config_row_help(const struct config_extensions *ext,
 			    const struct setting *s);
 
+/* OUTBOX_DATABASES (databases.c): its check, the load of each database's
+ * URLs once the core rows are read, their release, and whether name (n
+ * bytes, no _FILE) is a per-database variable. */
+int config_check_databases(const char *v, char *why, size_t whylen);
+void config_databases_load(struct config_loader *ld, struct config *cfg,
+			   int (*check_conninfo)(const char *, char *, size_t));
+void config_databases_release(struct config *cfg);
+bool config_database_var(const char *name, size_t n);
+
 #endif

@@ -17,21 +17,23 @@
 /* What one pass found: a flag per source, set for each table a pattern
  * matched. Owned by the discovery thread. */
 struct discovery {
-	struct store_catalog *catalog;
+	struct store_catalog *catalog[CONFIG_DATABASES_MAX];
+	int64_t retry_ms[CONFIG_DATABASES_MAX];	  /* clock_ms; 0: now */
+	int64_t backoff_ms[CONFIG_DATABASES_MAX]; /* 0: none yet */
 	bool *seen;
 	bool full_warned; /* the source list's cap was reported */
 	bool first_done;  /* the first pass's summary was logged */
 };
 
-/* Adds what pattern p matched to the sources; STORE_OK or the catalog's
- * error (nothing is let go on an error). */
-static int discover_pattern(struct relay *r, struct discovery *d, const char *p,
-			    size_t *found)
+/* Adds what pattern p matched in database db to the sources; STORE_OK or
+ * the catalog's error (nothing is let go on an error). */
+static int discover_pattern(struct relay *r, struct discovery *d, size_t db,
+			    const char *p, size_t *found)
 {
 	char **names = NULL, err[512];
 	size_t n = 0;
-	int rc =
-	    store_catalog_tables(d->catalog, p, &names, &n, err, sizeof(err));
+	int rc = store_catalog_tables(d->catalog[db], p, &names, &n, err,
+				      sizeof(err));
 	if (rc != STORE_OK) {
 		log_warn("discovery of %s failed: %s", p, err);
 		return rc;
@@ -39,7 +41,7 @@ static int discover_pattern(struct relay *r, struct discovery *d, const char *p,
 	for (size_t k = 0; k < n; k++) {
 		size_t i;
 		bool added, was_gone;
-		if (!source_list_add(&r->sources, names[k], &i, &added,
+		if (!source_list_add(&r->sources, db, names[k], &i, &added,
 				     &was_gone)) {
 			if (!d->full_warned)
 				log_fields(LOG_WARN,
@@ -54,10 +56,11 @@ static int discover_pattern(struct relay *r, struct discovery *d, const char *p,
 		(*found)++;
 		if (added && d->first_done)
 			log_fields(LOG_INFO, "found a table; relaying it",
-				   "source", names[k], "pattern", p, NULL);
+				   "source", relay_source_name(r, i), "pattern",
+				   p, NULL);
 		else if (was_gone)
 			log_fields(LOG_INFO, "a table is back; relaying it",
-				   "source", names[k], NULL);
+				   "source", relay_source_name(r, i), NULL);
 		if (added || was_gone)
 			relay_wake_source(r, i);
 	}
@@ -65,27 +68,30 @@ static int discover_pattern(struct relay *r, struct discovery *d, const char *p,
 	return STORE_OK;
 }
 
-/* One pass over every pattern; the tables they no longer match are let
- * go. STORE_OK or the catalog's error. */
-static int discover(struct relay *r, struct discovery *d)
+/* One pass over every pattern in database db; the tables of db they no
+ * longer match are let go. STORE_OK or the catalog's error. */
+static int discover(struct relay *r, struct discovery *d, size_t db,
+		    size_t *found)
 {
 	const struct config *cfg = r->cfg;
 	memset(d->seen, 0, r->sources.cap * sizeof(*d->seen));
-	size_t found = 0;
 	for (size_t p = 0; p < cfg->n_tables; p++) {
 		if (!table_is_pattern(cfg->tables[p]))
 			continue;
-		int rc = discover_pattern(r, d, cfg->tables[p], &found);
+		int rc = discover_pattern(r, d, db, cfg->tables[p], found);
 		if (rc != STORE_OK)
 			return rc;
 	}
 	size_t n = relay_sources_n(r);
 	for (size_t i = 0; i < n; i++) {
 		const char *name = relay_source_name(r, i);
+		const char *table = relay_source_table(r, i);
 		bool matched = false;
+		if (relay_source_db(r, i) != db)
+			continue;
 		for (size_t p = 0; p < cfg->n_tables && !matched; p++)
 			matched = table_is_pattern(cfg->tables[p]) &&
-				  table_pattern_match(cfg->tables[p], name);
+				  table_pattern_match(cfg->tables[p], table);
 		/* A listed table is the operator's: only a pattern's tables
 		 * come and go with the catalog. */
 		if (!matched || d->seen[i] || relay_source_gone(r, i))
@@ -94,14 +100,71 @@ static int discover(struct relay *r, struct discovery *d)
 		log_fields(LOG_WARN, "a table is gone; no longer relayed",
 			   "source", name, NULL);
 	}
-	if (!d->first_done) {
+	return STORE_OK;
+}
+
+/* One pass over every database whose catalog is not waiting out a failure;
+ * a database that fails waits alone. */
+static void discover_all(struct relay_thread *th, struct discovery *d)
+{
+	struct relay *r = th->relay;
+	size_t found = 0, dbs = config_n_databases(r->cfg);
+	bool all = true;
+	for (size_t db = 0; db < dbs && !relay_stopping(r); db++) {
+		char err[512];
+		int rc = STORE_OK;
+		if (clock_ms() < d->retry_ms[db]) {
+			all = false;
+			continue;
+		}
+		if (!d->catalog[db]) {
+			char name[160];
+			relay_app_name(r, th->name, name, sizeof(name));
+			struct store_options o =
+			    store_options_from_config(r->cfg, name, NULL);
+			o.conninfo = config_database_url(r->cfg, db);
+			rc = store_catalog_open(&d->catalog[db], &o, err,
+						sizeof(err));
+			if (rc != STORE_OK)
+				log_warn("discovery: %s", err);
+		}
+		if (rc == STORE_OK)
+			rc = discover(r, d, db, &found);
+		if (rc == STORE_OK) {
+			d->backoff_ms[db] = 0;
+			d->retry_ms[db] = 0;
+			continue;
+		}
+		all = false;
+		store_catalog_close(d->catalog[db]);
+		d->catalog[db] = NULL;
+		int64_t b = d->backoff_ms[db];
+		d->backoff_ms[db] = b == 0 ? RECONNECT_MIN_MS
+				    : b * 2 > RECONNECT_MAX_MS
+					? RECONNECT_MAX_MS
+					: b * 2;
+		d->retry_ms[db] = clock_ms() + d->backoff_ms[db];
+	}
+	if (all && !d->first_done) {
 		char count[32];
 		snprintf(count, sizeof(count), "%zu", found);
 		log_fields(LOG_INFO, "discovered tables", "tables", count,
-			   "pattern", cfg->table, NULL);
+			   "pattern", r->cfg->table, NULL);
 		d->first_done = true;
 	}
-	return STORE_OK;
+}
+
+/* Until the next pass: the interval, or sooner when a database waits
+ * out a failure. */
+static int64_t next_pass_ms(const struct discovery *d, const struct relay *r)
+{
+	int64_t wait = r->cfg->discovery_interval_ms;
+	int64_t now = clock_ms();
+	for (size_t db = 0; db < config_n_databases(r->cfg); db++)
+		if (d->retry_ms[db] > 0 && d->retry_ms[db] - now < wait)
+			wait =
+			    d->retry_ms[db] > now ? d->retry_ms[db] - now : 0;
+	return wait;
 }
 
 void *discovery_main(void *arg)
@@ -113,37 +176,13 @@ void *discovery_main(void *arg)
 	d.seen = calloc(r->sources.cap, sizeof(*d.seen));
 	if (!d.seen)
 		log_error("out of memory for discovery");
-	int64_t backoff = RECONNECT_MIN_MS;
 	while (d.seen && !relay_stopping(r)) {
 		loop_tick(th);
-		char err[512];
-		int rc = STORE_OK;
-		if (!d.catalog) {
-			char name[160];
-			relay_app_name(r, th->name, name, sizeof(name));
-			struct store_options o =
-			    store_options_from_config(r->cfg, name, NULL);
-			rc = store_catalog_open(&d.catalog, &o, err,
-						sizeof(err));
-			if (rc != STORE_OK)
-				log_warn("discovery: %s", err);
-		}
-		if (rc == STORE_OK)
-			rc = discover(r, &d);
-		if (rc == STORE_OK) {
-			backoff = RECONNECT_MIN_MS;
-			relay_idle_since(th, NULL,
-					 r->cfg->discovery_interval_ms, NULL,
-					 NULL);
-			continue;
-		}
-		store_catalog_close(d.catalog);
-		d.catalog = NULL;
-		relay_idle_since(th, NULL, backoff, NULL, NULL);
-		backoff = backoff * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS
-							 : backoff * 2;
+		discover_all(th, &d);
+		relay_idle_since(th, NULL, next_pass_ms(&d, r), NULL, NULL);
 	}
-	store_catalog_close(d.catalog);
+	for (size_t db = 0; db < CONFIG_DATABASES_MAX; db++)
+		store_catalog_close(d.catalog[db]);
 	free(d.seen);
 	log_info("discovery stopped");
 	return NULL;

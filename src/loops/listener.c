@@ -14,18 +14,30 @@
 #define LISTEN_USAGE_EVERY_MS 5000
 #define LISTEN_WAIT_MS 1000
 
-/* LISTENs on the channels of the sources found since the last call
- * (*listened of them so far), in index order: the listener's i-th channel
- * is source i's. */
-static int listen_new(struct relay *r, struct store_listener *l,
-		      size_t *listened, char *err, size_t errlen)
+/* What one listener (one database's, th.index) LISTENs on: the channel
+ * of each of its database's sources, in the order they were added. Owned
+ * by the listener thread. */
+struct channels {
+	size_t scanned; /* sources looked at so far, of relay_sources_n() */
+	size_t n;	/* channels listened on */
+	size_t *source; /* channel k is source[k]'s */
+	bool *woken;	/* per channel, from store_listener_wait() */
+};
+
+/* LISTENs on the channels of the sources of database db found since the
+ * last call. */
+static int listen_new(struct relay *r, size_t db, struct store_listener *l,
+		      struct channels *c, char *err, size_t errlen)
 {
 	size_t n = relay_sources_n(r);
-	for (; *listened < n; (*listened)++) {
-		int rc = store_listener_add(l, relay_source_name(r, *listened),
-					    err, errlen);
+	for (; c->scanned < n; c->scanned++) {
+		if (relay_source_db(r, c->scanned) != db)
+			continue;
+		int rc = store_listener_add(
+		    l, relay_source_table(r, c->scanned), err, errlen);
 		if (rc != STORE_OK)
 			return rc;
+		c->source[c->n++] = c->scanned;
 	}
 	return STORE_OK;
 }
@@ -33,24 +45,27 @@ static int listen_new(struct relay *r, struct store_listener *l,
 /* Opens the LISTEN session, retrying with backoff until it works or the
  * relay stops (NULL then). */
 static struct store_listener *listen_connect(struct relay_thread *th,
-					     size_t *listened)
+					     struct channels *c)
 {
 	struct relay *r = th->relay;
 	const struct config *cfg = r->cfg;
+	size_t db = (size_t)th->index;
 	char name[160], err[1024];
 	relay_app_name(r, th->name, name, sizeof(name));
 	struct store_options o = store_options_from_config(cfg, name, NULL);
 	o.table = NULL;
+	o.conninfo = config_database_url(cfg, db);
 	/* LISTEN needs a direct connection: a transaction pooler drops it. */
-	if (cfg->listen_database_url)
-		o.conninfo = cfg->listen_database_url;
+	if (config_listen_url(cfg, db))
+		o.conninfo = config_listen_url(cfg, db);
 	int64_t backoff = RECONNECT_MIN_MS;
 	while (!relay_stopping(r)) {
 		struct store_listener *l = NULL;
-		*listened = 0;
+		c->scanned = 0;
+		c->n = 0;
 		int rc = store_listener_open(&l, &o, err, sizeof(err));
 		if (rc == STORE_OK)
-			rc = listen_new(r, l, listened, err, sizeof(err));
+			rc = listen_new(r, db, l, c, err, sizeof(err));
 		if (rc == STORE_OK) {
 			/* Rows inserted while nobody listened would otherwise
 			 * wait for the poll interval. */
@@ -70,12 +85,12 @@ static struct store_listener *listen_connect(struct relay_thread *th,
  * Returns STORE_OK, or the store's error when the session must be
  * reopened. */
 static int listen_once(struct relay_thread *th, struct store_listener *l,
-		       bool *woken, size_t *listened, int64_t *next_usage)
+		       struct channels *c, int64_t *next_usage)
 {
 	struct relay *r = th->relay;
 	char err[512];
 	/* Tables found since: their notifications count from now. */
-	int rc = listen_new(r, l, listened, err, sizeof(err));
+	int rc = listen_new(r, (size_t)th->index, l, c, err, sizeof(err));
 	if (rc == STORE_OK && clock_ms() >= *next_usage) {
 		int64_t ppm = 0;
 		rc = store_listener_queue_usage(l, &ppm, err, sizeof(err));
@@ -84,17 +99,17 @@ static int listen_once(struct relay_thread *th, struct store_listener *l,
 		*next_usage = clock_ms() + LISTEN_USAGE_EVERY_MS;
 	}
 	size_t n = 0;
-	size_t sources = *listened;
-	memset(woken, 0, sources * sizeof(*woken));
+	memset(c->woken, 0, c->n * sizeof(*c->woken));
 	if (rc == STORE_OK)
-		rc = store_listener_wait(l, LISTEN_WAIT_MS, &n, woken, err,
+		rc = store_listener_wait(l, LISTEN_WAIT_MS, &n, c->woken, err,
 					 sizeof(err));
 	/* Each table's notifications make that table due, not the others:
 	 * a relay of many tables leases only where rows came. */
 	if (n > 0) {
-		for (size_t i = 0; i < sources; i++)
-			if (woken[i])
-				atomic_fetch_add(&r->source_wake[i], 1);
+		for (size_t k = 0; k < c->n; k++)
+			if (c->woken[k])
+				atomic_fetch_add(&r->source_wake[c->source[k]],
+						 1);
 		relay_wake(r);
 	}
 	if (rc != STORE_OK)
@@ -110,25 +125,27 @@ void *listener_main(void *arg)
 	struct relay_thread *th = arg;
 	struct relay *r = th->relay;
 	log_set_thread(th->name);
-	bool *woken = calloc(r->sources.cap, sizeof(*woken));
-	size_t listened = 0;
-	if (!woken)
+	struct channels c = {0};
+	c.source = calloc(r->sources.cap, sizeof(*c.source));
+	c.woken = calloc(r->sources.cap, sizeof(*c.woken));
+	if (!c.source || !c.woken)
 		log_error("out of memory for the listener");
-	struct store_listener *l = woken ? listen_connect(th, &listened) : NULL;
+	struct store_listener *l =
+	    c.source && c.woken ? listen_connect(th, &c) : NULL;
 	int64_t next_usage = 0;
 	while (l && !relay_stopping(r)) {
 		loop_tick(th);
-		if (listen_once(th, l, woken, &listened, &next_usage) !=
-		    STORE_OK) {
+		if (listen_once(th, l, &c, &next_usage) != STORE_OK) {
 			/* Any failure reconnects, as a query that fails on a
 			 * live session is as unexpected as a lost one. */
 			store_listener_close(l);
 			metrics_add(MC_DB_RECONNECTS, 1);
-			l = listen_connect(th, &listened);
+			l = listen_connect(th, &c);
 		}
 	}
 	store_listener_close(l);
-	free(woken);
+	free(c.source);
+	free(c.woken);
 	log_info("listener stopped");
 	return NULL;
 }

@@ -70,14 +70,15 @@ void relay_replica_id(const struct relay *r, char *out, size_t outlen);
 /* The host name the relay's sessions and registry row carry. */
 const char *relay_host(const struct relay *r);
 
-/* The relay's first source, as it is now (OUTBOX_TABLE's first table, or
- * the first a pattern found); NULL while there is none. */
-const char *relay_first_source(struct relay *r);
 /* How many sources there are now (docs/design.md §13); each index below
  * stays for the relay's life. Any thread. */
 size_t relay_sources_n(struct relay *r);
-/* Source i's table, "name" or "schema.name" (i below relay_sources_n()). */
+/* Source i's name (i below relay_sources_n()): its table, "name" or
+ * "schema.name", and with several databases "database/table". */
 const char *relay_source_name(struct relay *r, size_t i);
+/* Source i's table, and the index of its database (config.h). */
+const char *relay_source_table(struct relay *r, size_t i);
+size_t relay_source_db(struct relay *r, size_t i);
 /* Whether source i's table was found gone (a pattern's, let go). */
 bool relay_source_gone(struct relay *r, size_t i);
 

@@ -22,9 +22,12 @@
 #include <stdint.h>
 
 #include "loops.h"
+#include "config/config.h"
 #include "store/store.h"
 
-#define RELAY_MAX_THREADS 72
+/* The lanes, a listener a database, and room for the sweeper, the cleaner
+ * and discovery. */
+#define RELAY_MAX_THREADS (72 + CONFIG_DATABASES_MAX)
 #define RELAY_MAX_PAUSES 256
 /* The length of a destination pause key (see struct relay_pause). */
 #define PAUSE_KEY_MAX 300
@@ -34,8 +37,9 @@ struct lanes;
 
 /* The most sources a relay with patterns serves (docs/design.md §13). */
 #define RELAY_MAX_SOURCES 10000
-/* "schema.name", two identifiers of TABLE_NAME_MAX and a dot. */
-#define SOURCE_NAME_MAX 96
+/* "database/schema.name": a database's name, a slash, two identifiers of
+ * TABLE_NAME_MAX and a dot. */
+#define SOURCE_NAME_MAX 130
 
 /*
  * The relay's sources: OUTBOX_TABLE's tables, then those its patterns
@@ -49,7 +53,13 @@ struct lanes;
 struct source_list {
 	pthread_mutex_t lock;
 	size_t cap;
+	bool several_databases; /* names then say "database/table" */
+	/* Per source: its name, where its table starts in it, and the
+	 * index of its database (config_database_url()). */
 	char (*names)[SOURCE_NAME_MAX];
+	unsigned char *table_at;
+	unsigned char *db;
+	const struct config *cfg; /* the databases' names */
 	atomic_bool *gone;
 	atomic_size_t n;
 };
@@ -177,8 +187,8 @@ void source_list_free(struct source_list *l);
 /* Adds table (*added), or, when listed already, marks it back if it was
  * gone (*back); false when the list is full. Writers only. *index gets its
  * index. */
-bool source_list_add(struct source_list *l, const char *table, size_t *index,
-		     bool *added, bool *back);
+bool source_list_add(struct source_list *l, size_t db, const char *table,
+		     size_t *index, bool *added, bool *back);
 void relay_source_set_gone(struct relay *r, size_t i, bool gone);
 
 /* Up to this many sources, each idle one is leased every poll interval
@@ -266,7 +276,6 @@ struct source_turns {
 	 * and room for the counts. */
 	int64_t next_activity_ms;
 	int64_t *counts;
-	const char **names; /* the sources' names, for that read */
 };
 
 struct source_turns *source_turns_create(size_t n);
@@ -279,9 +288,16 @@ void source_turns_destroy(struct source_turns *t);
  */
 size_t source_turns_pick(struct source_turns *t, struct relay *r,
 			 const struct source_stores *ss, int64_t now);
-/* Of several sources: takes store_tables_activity()'s counts (NULL when
- * they could not be read), making due each idle source whose count moved
- * (or every idle one, without counts). */
+/* A count of sources_read_activity() for a source it could not read. */
+#define SOURCE_ACTIVITY_UNREAD INT64_MIN
+/* Fills counts[0..n) with each source's writes as Postgres' statistics
+ * count them (store_tables_activity), one statement a database, on the
+ * sessions of ss; SOURCE_ACTIVITY_UNREAD where its database could not be
+ * read. False when none was read. */
+bool sources_read_activity(struct relay *r, const struct source_stores *ss,
+			   size_t n, int64_t *counts);
+/* Of several sources: takes sources_read_activity()'s counts (NULL: none
+ * read), making due each idle source whose count moved or was not read. */
 void source_turns_note_activity(struct source_turns *t, size_t n,
 				const int64_t *counts);
 /*
@@ -298,9 +314,10 @@ void source_turns_read_activity(struct source_turns *t, struct relay *r,
  * refreshes; false when out of memory (none kept then). */
 bool source_turn_keep_control(struct source_turn *t,
 			      char (*keys)[PAUSE_KEY_MAX], size_t n);
-/* Any store ss has open, one not set aside if there is; NULL when none
- * is open. */
-struct store *sources_any(const struct source_stores *ss);
+/* Any store ss has open in database db, one not set aside if there is;
+ * NULL when none is open. */
+struct store *sources_any(struct relay *r, const struct source_stores *ss,
+			  size_t db);
 /* The earliest time any source is due (or leaves its set-aside), or,
  * of several, their activity is to be read. */
 int64_t source_turns_earliest(const struct source_turns *t, struct relay *r,

@@ -127,9 +127,15 @@ int relay_start(struct relay *r, char *err, size_t errlen)
 	starts[n++].th = add_thread(r, "sweeper", 0, loop_max);
 	starts[n].fn = cleaner_main;
 	starts[n++].th = add_thread(r, "cleaner", 0, loop_max);
-	if (cfg->listen) {
+	/* A listener a database: each LISTENs on its own session. */
+	for (size_t db = 0; cfg->listen && db < config_n_databases(cfg); db++) {
+		char name[32];
+		if (db == 0)
+			snprintf(name, sizeof(name), "listener");
+		else
+			snprintf(name, sizeof(name), "listener-%zu", db);
 		starts[n].fn = listener_main;
-		starts[n++].th = add_thread(r, "listener", 0, loop_max);
+		starts[n++].th = add_thread(r, name, (int)db, loop_max);
 	}
 	if (config_has_patterns(cfg)) {
 		starts[n].fn = discovery_main;

@@ -20,16 +20,24 @@
 #define SOURCE_RETRY_MIN_MS 1000
 #define SOURCE_RETRY_MAX_MS 30000
 
+/* struct source_list keeps a source's database index in a byte. */
+_Static_assert(CONFIG_DATABASES_MAX <= 255, "source_list.db");
+
 static int64_t grow(int64_t backoff, int64_t max)
 {
 	return backoff * 2 > max ? max : backoff * 2;
 }
 
-/* Any open store of ss: the session a new one joins. */
-static struct store *open_sibling(const struct source_stores *ss)
+/* An open store of ss in database db, one not set aside first (a source
+ * set aside may be so because its table's check fails); NULL when none. */
+static struct store *store_of_db(struct relay *r,
+				 const struct source_stores *ss, size_t db,
+				 bool healthy)
 {
-	for (size_t i = 0; i < ss->n; i++)
-		if (ss->at[i].store)
+	size_t n = relay_sources_n(r);
+	for (size_t i = 0; i < n && i < ss->n; i++)
+		if (ss->at[i].store && relay_source_db(r, i) == db &&
+		    (!healthy || !ss->at[i].failing))
 			return ss->at[i].store;
 	return NULL;
 }
@@ -39,15 +47,22 @@ static struct store *open_sibling(const struct source_stores *ss)
 int source_list_init(struct source_list *l, const struct config *cfg)
 {
 	memset(l, 0, sizeof(*l));
-	size_t literal = 0;
+	size_t literal = 0, dbs = config_n_databases(cfg);
 	for (size_t i = 0; i < cfg->n_tables; i++)
 		literal += !table_is_pattern(cfg->tables[i]);
+	l->several_databases = dbs > 1;
+	l->cfg = cfg;
 	l->cap = config_has_patterns(cfg) ? RELAY_MAX_SOURCES
-					  : (literal ? literal : 1);
+					  : (literal ? literal * dbs : 1);
 	l->names = calloc(l->cap, sizeof(*l->names));
+	l->table_at = calloc(l->cap, sizeof(*l->table_at));
+	l->db = calloc(l->cap, sizeof(*l->db));
 	l->gone = calloc(l->cap, sizeof(*l->gone));
-	if (!l->names || !l->gone || pthread_mutex_init(&l->lock, NULL) != 0) {
+	if (!l->names || !l->table_at || !l->db || !l->gone ||
+	    pthread_mutex_init(&l->lock, NULL) != 0) {
 		free(l->names);
+		free(l->table_at);
+		free(l->db);
 		free(l->gone);
 		memset(l, 0, sizeof(*l));
 		return -1;
@@ -55,11 +70,16 @@ int source_list_init(struct source_list *l, const struct config *cfg)
 	for (size_t i = 0; i < l->cap; i++)
 		atomic_init(&l->gone[i], false);
 	atomic_init(&l->n, 0);
-	for (size_t i = 0; i < cfg->n_tables; i++) {
-		size_t at;
-		bool added, back;
-		if (!table_is_pattern(cfg->tables[i]))
-			source_list_add(l, cfg->tables[i], &at, &added, &back);
+	/* Database by database: a worker's round-robin then meets them in
+	 * this order too. */
+	for (size_t d = 0; d < dbs; d++) {
+		for (size_t i = 0; i < cfg->n_tables; i++) {
+			size_t at;
+			bool added, back;
+			if (!table_is_pattern(cfg->tables[i]))
+				source_list_add(l, d, cfg->tables[i], &at,
+						&added, &back);
+		}
 	}
 	return 0;
 }
@@ -70,25 +90,37 @@ void source_list_free(struct source_list *l)
 		return;
 	pthread_mutex_destroy(&l->lock);
 	free(l->names);
+	free(l->table_at);
+	free(l->db);
 	free(l->gone);
 	memset(l, 0, sizeof(*l));
 }
 
-bool source_list_add(struct source_list *l, const char *table, size_t *index,
-		     bool *added, bool *back)
+bool source_list_add(struct source_list *l, size_t db, const char *table,
+		     size_t *index, bool *added, bool *back)
 {
+	char name[SOURCE_NAME_MAX];
+	size_t table_at = 0;
+	if (l->several_databases) {
+		snprintf(name, sizeof(name), "%s/",
+			 config_database_name(l->cfg, db));
+		table_at = strlen(name);
+	}
+	snprintf(name + table_at, sizeof(name) - table_at, "%s", table);
 	bool ok = true;
 	*added = false;
 	*back = false;
 	pthread_mutex_lock(&l->lock);
 	size_t n = atomic_load(&l->n);
 	size_t i = 0;
-	while (i < n && strcmp(l->names[i], table) != 0)
+	while (i < n && strcmp(l->names[i], name) != 0)
 		i++;
 	if (i < n) {
 		*back = atomic_exchange(&l->gone[i], false);
 	} else if (n < l->cap) {
-		snprintf(l->names[n], sizeof(l->names[n]), "%s", table);
+		memcpy(l->names[n], name, sizeof(name));
+		l->table_at[n] = (unsigned char)table_at;
+		l->db[n] = (unsigned char)db;
 		/* Published after it is written: readers load n with
 		 * acquire and read names below it without the lock. */
 		atomic_store_explicit(&l->n, n + 1, memory_order_release);
@@ -111,14 +143,19 @@ const char *relay_source_name(struct relay *r, size_t i)
 	return r->sources.names[i];
 }
 
+const char *relay_source_table(struct relay *r, size_t i)
+{
+	return r->sources.names[i] + r->sources.table_at[i];
+}
+
+size_t relay_source_db(struct relay *r, size_t i)
+{
+	return r->sources.db[i];
+}
+
 bool relay_source_gone(struct relay *r, size_t i)
 {
 	return atomic_load(&r->sources.gone[i]);
-}
-
-const char *relay_first_source(struct relay *r)
-{
-	return relay_sources_n(r) > 0 ? relay_source_name(r, 0) : NULL;
 }
 
 bool sources_gated(struct relay *r)
@@ -167,10 +204,13 @@ static bool try_open(struct relay_thread *th, struct source_stores *ss,
 		 ss->who);
 	struct store_options o =
 	    store_options_from_config(r->cfg, name, leased_by);
-	o.table = relay_source_name(r, i);
+	size_t db = relay_source_db(r, i);
+	o.table = relay_source_table(r, i);
+	o.conninfo = config_database_url(r->cfg, db);
 	o.rescan_pace = &r->rescan_pace[i];
-	int rc = store_open_sharing(&ss->at[i].store, &o, open_sibling(ss), err,
-				    sizeof(err));
+	int rc =
+	    store_open_sharing(&ss->at[i].store, &o,
+			       store_of_db(r, ss, db, false), err, sizeof(err));
 	if (rc == 0) {
 		sources_ok(r, ss, i);
 		return true;
@@ -265,6 +305,24 @@ int sources_failed(struct relay_thread *th, struct source_stores *ss, size_t i,
 	return sources_reconnect(th, ss, i);
 }
 
+/* The session of database db is gone and could not be made again: every
+ * source of it waits out the same backoff while the other databases' go
+ * on (one warning for them all). */
+static void set_aside_database(struct relay *r, struct source_stores *ss,
+			       size_t i, const char *why)
+{
+	size_t db = relay_source_db(r, i), n = relay_sources_n(r);
+	set_aside(r, ss, i, "reconnect", why);
+	for (size_t j = 0; j < n; j++) {
+		struct source_store *at = &ss->at[j];
+		if (j == i || relay_source_db(r, j) != db || !at->store)
+			continue;
+		at->failing = true;
+		at->backoff_ms = ss->at[i].backoff_ms;
+		at->retry_ms = ss->at[i].retry_ms;
+	}
+}
+
 int sources_reconnect(struct relay_thread *th, struct source_stores *ss,
 		      size_t i)
 {
@@ -287,6 +345,12 @@ int sources_reconnect(struct relay_thread *th, struct source_stores *ss,
 			set_aside(r, ss, i, "reconnect", why);
 			return 0;
 		}
+		if (r->sources.several_databases) {
+			/* Waiting here would stop every other database's
+			 * sources behind this one (docs/design.md §13). */
+			set_aside_database(r, ss, i, why);
+			return 0;
+		}
 		log_warn("postgres reconnect failed: %s", why);
 		relay_idle(th, backoff, NULL, NULL);
 		backoff = grow(backoff, RECONNECT_MAX_MS);
@@ -304,8 +368,7 @@ struct source_turns *source_turns_create(size_t n)
 	t->n = n;
 	t->at = calloc(n, sizeof(*t->at));
 	t->counts = calloc(n, sizeof(*t->counts));
-	t->names = calloc(n, sizeof(*t->names));
-	if (!t->at || !t->counts || !t->names) {
+	if (!t->at || !t->counts) {
 		source_turns_destroy(t);
 		return NULL;
 	}
@@ -320,7 +383,6 @@ void source_turns_destroy(struct source_turns *t)
 		free(t->at[i].control);
 	free(t->at);
 	free(t->counts);
-	free(t->names);
 	free(t);
 }
 
@@ -357,25 +419,65 @@ void source_turns_note_activity(struct source_turns *t, size_t n,
 {
 	for (size_t i = 0; i < n; i++) {
 		struct source_turn *at = &t->at[i];
+		bool read = counts && counts[i] != SOURCE_ACTIVITY_UNREAD;
 		bool moved =
-		    !counts || !at->activity_known || counts[i] != at->activity;
+		    !read || !at->activity_known || counts[i] != at->activity;
 		if (moved && at->idle)
 			at->due_ms = 0;
-		if (counts) {
+		if (read) {
 			at->activity = counts[i];
 			at->activity_known = true;
 		}
 	}
 }
 
-struct store *sources_any(const struct source_stores *ss)
+bool sources_read_activity(struct relay *r, const struct source_stores *ss,
+			   size_t n, int64_t *counts)
+{
+	const char **names = calloc(n ? n : 1, sizeof(*names));
+	size_t *of = calloc(n ? n : 1, sizeof(*of));
+	int64_t *got = calloc(n ? n : 1, sizeof(*got));
+	bool any = false;
+	for (size_t i = 0; i < n; i++)
+		counts[i] = SOURCE_ACTIVITY_UNREAD;
+	if (!names || !of || !got)
+		goto out;
+	/* One statement a database, on a session of its own stores. */
+	for (size_t d = 0; d < config_n_databases(r->cfg); d++) {
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++)
+			if (relay_source_db(r, i) == d) {
+				names[k] = relay_source_table(r, i);
+				of[k++] = i;
+			}
+		struct store *s = sources_any(r, ss, d);
+		char err[512];
+		if (k == 0 || !s)
+			continue;
+		if (store_tables_activity(s, names, k, got, err, sizeof(err)) !=
+		    0) {
+			log_debug("reading the tables' activity failed: %s",
+				  err);
+			continue;
+		}
+		for (size_t j = 0; j < k; j++)
+			counts[of[j]] = got[j];
+		any = true;
+	}
+out:
+	free(names);
+	free(of);
+	free(got);
+	return any;
+}
+
+struct store *sources_any(struct relay *r, const struct source_stores *ss,
+			  size_t db)
 {
 	/* Not a source set aside: its table's check would fail the read,
 	 * and with it the gating of every idle source. */
-	for (size_t i = 0; i < ss->n; i++)
-		if (ss->at[i].store && !ss->at[i].failing)
-			return ss->at[i].store;
-	return open_sibling(ss);
+	struct store *s = store_of_db(r, ss, db, true);
+	return s ? s : store_of_db(r, ss, db, false);
 }
 
 int64_t source_turns_earliest(const struct source_turns *t, struct relay *r,
@@ -410,18 +512,8 @@ void source_turns_read_activity(struct source_turns *t, struct relay *r,
 	if (!sources_gated(r) || now < t->next_activity_ms)
 		return;
 	t->next_activity_ms = now + every_ms;
-	struct store *s = sources_any(ss);
-	char err[512];
-	for (size_t i = 0; i < n; i++)
-		t->names[i] = relay_source_name(r, i);
-	if (s && store_tables_activity(s, t->names, n, t->counts, err,
-				       sizeof(err)) == 0) {
-		source_turns_note_activity(t, n, t->counts);
-		return;
-	}
-	if (s)
-		log_debug("reading the tables' activity failed: %s", err);
-	source_turns_note_activity(t, n, NULL);
+	sources_read_activity(r, ss, n, t->counts);
+	source_turns_note_activity(t, n, t->counts);
 }
 
 /* Keeps the source's operator pauses (keys[0..n)) for the reads between

@@ -107,24 +107,21 @@ void *sweeper_main(void *arg)
 	log_set_thread(th->name);
 	struct sweep_state *st = calloc(cap, sizeof(*st));
 	int64_t *activity = calloc(cap, sizeof(*activity));
-	const char **names = calloc(cap, sizeof(*names));
-	bool open = st && activity && names && sources_open(th, th->name, &ss);
-	if (!st || !activity || !names)
+	bool open = st && activity && sources_open(th, th->name, &ss);
+	if (!st || !activity)
 		log_error("out of memory for the sweeper");
 	while (open && !relay_stopping(r)) {
 		/* Every source in turn, each pass; of several, one read of
 		 * their activity tells which can be left. */
-		char err[512];
 		size_t n = relay_sources_n(r);
-		for (size_t i = 0; i < n; i++)
-			names[i] = relay_source_name(r, i);
-		struct store *any = sources_any(&ss);
-		bool read = sources_gated(r) && any &&
-			    store_tables_activity(any, names, n, activity, err,
-						  sizeof(err)) == 0;
+		bool read = sources_gated(r) &&
+			    sources_read_activity(r, &ss, n, activity);
 		for (size_t i = 0; i < n && !relay_stopping(r); i++) {
 			loop_tick(th);
-			const int64_t *a = read ? &activity[i] : NULL;
+			const int64_t *a =
+			    read && activity[i] != SOURCE_ACTIVITY_UNREAD
+				? &activity[i]
+				: NULL;
 			if (sweep_can_skip(&st[i], a))
 				continue;
 			if (sweep_source(th, &ss, i, &st[i], a) != 0)
@@ -139,7 +136,6 @@ void *sweeper_main(void *arg)
 	sources_close(&ss);
 	free(st);
 	free(activity);
-	free(names);
 	log_info("sweeper stopped");
 	return NULL;
 }

@@ -208,12 +208,14 @@ static int open_store(const struct config *cfg, const char *cmd,
 {
 	char err[1024], app[64];
 	*s = NULL;
-	const char *table = cli_source_table(cfg, cmd);
+	const char *conninfo;
+	const char *table = cli_source_table(cfg, cmd, &conninfo);
 	if (!table)
 		return 2;
 	snprintf(app, sizeof(app), "outbox-relay/%s", cmd);
 	struct store_options o = store_options_from_config(cfg, app, NULL);
 	o.table = table;
+	o.conninfo = conninfo;
 	o.prepare = false;
 	if (store_open(s, &o, err, sizeof(err)) != 0) {
 		fprintf(stderr, "outbox-relay %s: %s\n", cmd, err);
@@ -321,7 +323,8 @@ static int cmd_status(const struct subcommand *c, int argc, char **argv,
 		return ret;
 	if (a.watch) {
 		cli_catch_interrupts();
-		ret = status_watch(s, cli_source_table(cfg, c->name),
+		const char *conninfo;
+		ret = status_watch(s, cli_source_table(cfg, c->name, &conninfo),
 				   a.interval_ms, stdout, isatty(STDOUT_FILENO),
 				   &cli_interrupted);
 	} else {
@@ -355,36 +358,7 @@ static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
 		return usage_error(c, "unexpected argument '%s'", argv[optind]);
 
 	/* Every source, or --source's alone. */
-	bool given = cli_source_given();
-	const char *only = given ? cli_source_table(cfg, c->name) : NULL;
-	if (given && !only)
-		return 2;
-	int failed = 0;
-	for (size_t i = 0; i < cfg->n_tables; i++) {
-		const char *table = cfg->tables[i];
-		if (only) {
-			/* --source: that table, listed or matched. */
-			if (i == 0)
-				failed += cli_migrate_table(c->name, cfg, only,
-							    quiet);
-			continue;
-		}
-		if (table_is_pattern(table)) {
-			failed +=
-			    cli_migrate_pattern(c->name, cfg, table, quiet);
-			continue;
-		}
-		if (cfg->n_tables > 1)
-			printf("table %s (%zu of %zu):\n", table, i + 1,
-			       cfg->n_tables);
-		failed += cli_migrate_table(c->name, cfg, table, quiet);
-	}
-	if (failed > 0 && cfg->n_tables > 1)
-		fprintf(stderr,
-			"outbox-relay: %d of %zu tables failed to "
-			"migrate\n",
-			failed, only ? (size_t)1 : cfg->n_tables);
-	return failed > 0 ? 1 : 0;
+	return cli_migrate_sources(c->name, cfg, quiet);
 }
 
 /* ---- redrive ---- */

@@ -48,26 +48,64 @@ bool cli_source_given(void)
 	return cli_source[0] != '\0';
 }
 
-const char *cli_source_table(const struct config *cfg, const char *cmd)
+/* Of --source "database/table": the database's index, the table part in
+ * *table; -1 with the problem printed when it names no database. */
+static int source_database(const struct config *cfg, const char *cmd,
+			   const char **table)
 {
+	*table = cli_source;
+	if (config_n_databases(cfg) == 1)
+		return 0;
+	const char *slash = strchr(cli_source, '/');
+	int d = slash ? config_database_index(cfg, cli_source,
+					      (size_t)(slash - cli_source))
+		      : -1;
+	if (d < 0) {
+		fprintf(stderr,
+			"outbox-relay %s: --source %s: with several databases "
+			"a source is DATABASE/TABLE, a database of "
+			"OUTBOX_DATABASES (%s)\n",
+			cmd, cli_source, cfg->databases_list);
+		return -1;
+	}
+	*table = slash + 1;
+	return d;
+}
+
+const char *cli_source_table(const struct config *cfg, const char *cmd,
+			     const char **conninfo)
+{
+	*conninfo = config_database_url(cfg, 0);
 	if (cli_source[0]) {
+		const char *t;
+		int d = source_database(cfg, cmd, &t);
+		if (d < 0)
+			return NULL;
+		*conninfo = config_database_url(cfg, (size_t)d);
 		for (size_t i = 0; i < cfg->n_tables; i++)
-			if (strcmp(cfg->tables[i], cli_source) == 0 &&
-			    !table_is_pattern(cli_source))
+			if (strcmp(cfg->tables[i], t) == 0 &&
+			    !table_is_pattern(t))
 				return cfg->tables[i];
 		for (size_t i = 0; i < cfg->n_tables; i++)
 			if (table_is_pattern(cfg->tables[i]) &&
-			    table_pattern_match(cfg->tables[i], cli_source))
-				return cli_source;
+			    table_pattern_match(cfg->tables[i], t))
+				return t;
 		fprintf(stderr,
 			"outbox-relay %s: --source %s is not one of "
 			"OUTBOX_TABLE's tables (%s)\n",
 			cmd, cli_source, cfg->table);
 		return NULL;
 	}
-	if (cfg->n_tables == 1 && !table_is_pattern(cfg->tables[0]))
+	bool one_table =
+	    cfg->n_tables == 1 && !table_is_pattern(cfg->tables[0]);
+	if (one_table && config_n_databases(cfg) == 1)
 		return cfg->tables[0];
-	if (cfg->n_tables == 1)
+	if (one_table)
+		fprintf(stderr,
+			"outbox-relay %s: OUTBOX_DATABASES names %zu "
+			"databases; say which with --source DATABASE/%s\n",
+			cmd, config_n_databases(cfg), cfg->tables[0]);
+	else if (cfg->n_tables == 1)
 		fprintf(stderr,
 			"outbox-relay %s: OUTBOX_TABLE is a pattern; say which "
 			"table with --source TABLE\n",
@@ -81,12 +119,13 @@ const char *cli_source_table(const struct config *cfg, const char *cmd)
 }
 
 int cli_migrate_table(const char *cmd, const struct config *cfg,
-		      const char *table, bool quiet)
+		      const char *conninfo, const char *table, bool quiet)
 {
 	char err[1024];
 	struct store_options o =
 	    store_options_from_config(cfg, "outbox-relay/cli", NULL);
 	o.table = table;
+	o.conninfo = conninfo;
 	struct cli_progress p;
 	cli_progress_init(&p, cmd, quiet, NULL);
 	int rc =
@@ -104,22 +143,21 @@ int cli_migrate_table(const char *cmd, const struct config *cfg,
 	return 0;
 }
 
-int cli_migrate_pattern(const char *cmd, const struct config *cfg,
-			const char *pattern, bool quiet)
+/* `migrate` of every table pattern matches now in the database of
+ * conninfo; how many failed. */
+static int migrate_pattern(const char *cmd, const struct config *cfg,
+			   const char *conninfo, const char *pattern,
+			   bool quiet)
 {
 	char err[1024];
 	struct store_options o =
 	    store_options_from_config(cfg, "outbox-relay/cli", NULL);
 	o.table = pattern;
-	struct store_catalog *c = NULL;
+	o.conninfo = conninfo;
 	char **names = NULL;
 	size_t n = 0;
-	int rc = store_catalog_open(&c, &o, err, sizeof(err));
-	if (rc == 0)
-		rc = store_catalog_tables(c, pattern, &names, &n, err,
-					  sizeof(err));
-	store_catalog_close(c);
-	if (rc != 0) {
+	if (store_catalog_match(&o, pattern, &names, &n, err, sizeof(err)) !=
+	    0) {
 		fprintf(stderr, "outbox-relay: pattern %s: %s\n", pattern, err);
 		return 1;
 	}
@@ -128,8 +166,50 @@ int cli_migrate_pattern(const char *cmd, const struct config *cfg,
 	int failed = 0;
 	for (size_t i = 0; i < n; i++) {
 		printf("table %s (%zu of %zu):\n", names[i], i + 1, n);
-		failed += cli_migrate_table(cmd, cfg, names[i], quiet);
+		failed +=
+		    cli_migrate_table(cmd, cfg, conninfo, names[i], quiet);
 	}
 	store_names_free(names, n);
 	return failed;
+}
+
+int cli_migrate_sources(const char *cmd, const struct config *cfg, bool quiet)
+{
+	if (cli_source_given()) {
+		/* --source: that table, listed or matched. */
+		const char *conninfo;
+		const char *only = cli_source_table(cfg, cmd, &conninfo);
+		if (!only)
+			return 2;
+		return cli_migrate_table(cmd, cfg, conninfo, only, quiet) ? 1
+									  : 0;
+	}
+	int failed = 0;
+	size_t dbs = config_n_databases(cfg), tables = 0;
+	for (size_t d = 0; d < dbs; d++) {
+		const char *conninfo = config_database_url(cfg, d);
+		if (dbs > 1)
+			printf("database %s (%zu of %zu):\n",
+			       config_database_name(cfg, d), d + 1, dbs);
+		for (size_t i = 0; i < cfg->n_tables; i++) {
+			const char *table = cfg->tables[i];
+			tables++;
+			if (table_is_pattern(table)) {
+				failed += migrate_pattern(cmd, cfg, conninfo,
+							  table, quiet);
+				continue;
+			}
+			if (cfg->n_tables > 1)
+				printf("table %s (%zu of %zu):\n", table, i + 1,
+				       cfg->n_tables);
+			failed +=
+			    cli_migrate_table(cmd, cfg, conninfo, table, quiet);
+		}
+	}
+	if (failed > 0 && tables > 1)
+		fprintf(stderr,
+			"outbox-relay: %d of %zu tables failed to "
+			"migrate\n",
+			failed, tables);
+	return failed > 0 ? 1 : 0;
 }

@@ -20,17 +20,20 @@ int cli_take_source(const char *cmd, int argc, char **argv);
 bool cli_source_given(void);
 
 /* The table the command works on: --source's, which must be one of
- * OUTBOX_TABLE's, or OUTBOX_TABLE's only one; NULL with the problem
- * printed when neither says which. */
-const char *cli_source_table(const struct config *cfg, const char *cmd);
+ * OUTBOX_TABLE's (with several databases "DATABASE/TABLE"), or
+ * OUTBOX_TABLE's only one in the only database; *conninfo gets its
+ * database's URL. NULL with the problem printed when neither says which. */
+const char *cli_source_table(const struct config *cfg, const char *cmd,
+			     const char **conninfo);
 
-/* `migrate` of every table pattern matches now; how many failed. */
-int cli_migrate_pattern(const char *cmd, const struct config *cfg,
-			const char *pattern, bool quiet);
+/* `migrate` of --source's table, or of every table of OUTBOX_TABLE (every
+ * table a pattern matches now) in every database, each one's lines on
+ * stdout; 0, 1 when any failed (said on stderr), 2 for a bad --source. */
+int cli_migrate_sources(const char *cmd, const struct config *cfg, bool quiet);
 
-/* `migrate` of one table, its lines on stdout; 1 when it failed (said on
- * stderr). */
+/* `migrate` of one table in the database of conninfo, its lines on
+ * stdout; 1 when it failed (said on stderr). */
 int cli_migrate_table(const char *cmd, const struct config *cfg,
-		      const char *table, bool quiet);
+		      const char *conninfo, const char *table, bool quiet);
 
 #endif

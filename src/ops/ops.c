@@ -249,6 +249,8 @@ struct ops_session {
 	 * the gauge statements themselves added to them then. */
 	int64_t idx_before[3], idx_own[3];
 	bool idx_known;
+	size_t source; /* the source whose table and database it uses */
+	bool has_source;
 	char err[1024];
 };
 
@@ -289,23 +291,38 @@ static void check_side_tables(struct ops_session *o)
 			   "missing", tables, "off", features, NULL);
 }
 
-/*
- * Of several sources, the next one (not gone) after so->table, for the
- * ops session: a source whose table fails must not take readiness, the
- * registry and the gauges with it (docs/design.md §13). False when there
- * is no other.
- */
-static bool next_source(struct relay *r, struct store_options *so)
+/* Points so at source i's table and database. */
+static void use_source(struct ops_session *o, struct store_options *so,
+		       size_t i)
 {
-	size_t n = relay_sources_n(r), at = 0;
-	while (at < n && strcmp(relay_source_name(r, at), so->table) != 0)
-		at++;
+	struct relay *r = o->relay;
+	o->source = i;
+	o->has_source = true;
+	so->table = relay_source_table(r, i);
+	so->conninfo =
+	    config_database_url(relay_config(r), relay_source_db(r, i));
+}
+
+/*
+ * Of several sources, the next one (not gone) after the session's, for
+ * the ops session: a source whose table fails must not take readiness,
+ * the registry and the gauges with it, nor one whose database is down
+ * (other_db: then the next of another database). False when there is
+ * none (docs/design.md §13).
+ */
+static bool next_source(struct ops_session *o, struct store_options *so,
+			bool other_db)
+{
+	struct relay *r = o->relay;
+	size_t n = relay_sources_n(r), at = o->source;
 	for (size_t k = 1; k < n; k++) {
 		size_t i = (at + k) % n;
-		if (!relay_source_gone(r, i)) {
-			so->table = relay_source_name(r, i);
-			return true;
-		}
+		if (relay_source_gone(r, i) ||
+		    (other_db &&
+		     relay_source_db(r, i) == relay_source_db(r, at)))
+			continue;
+		use_source(o, so, i);
+		return true;
 	}
 	return false;
 }
@@ -321,10 +338,15 @@ static void try_connect(struct ops_session *o, struct store_options *so,
 		o->next_beat = now;
 		return;
 	}
-	if (rc != STORE_RECONNECT && next_source(o->relay, so)) {
-		/* Postgres answered about this table: another serves. */
+	bool several_dbs = config_n_databases(relay_config(o->relay)) > 1;
+	if ((rc != STORE_RECONNECT && next_source(o, so, false)) ||
+	    (rc == STORE_RECONNECT && several_dbs &&
+	     next_source(o, so, true))) {
+		/* Postgres answered about this table, or this database is
+		 * out of reach: another serves. */
 		log_fields(LOG_WARN, "the ops session moves to another source",
-			   "error", o->err, "source", so->table, NULL);
+			   "error", o->err, "source",
+			   relay_source_name(o->relay, o->source), NULL);
 		store_close(o->s);
 		o->s = NULL;
 		o->next_connect = now;
@@ -356,12 +378,13 @@ static void beat(struct ops_session *o, struct store_options *so, bool draining)
 		set_db(true, NULL);
 	} else if (rc == STORE_RECONNECT) {
 		lose_session(o);
-	} else if (strstr(o->err, "42P01") && next_source(o->relay, so)) {
+	} else if (strstr(o->err, "42P01") && next_source(o, so, false)) {
 		/* Its table is gone (dropped with its tenant, say): the
 		 * registry, the gauges and readiness move to another
 		 * source instead of failing with this one. */
 		log_fields(LOG_WARN, "the ops session moves to another source",
-			   "error", o->err, "source", so->table, NULL);
+			   "error", o->err, "source",
+			   relay_source_name(o->relay, o->source), NULL);
 		store_close(o->s);
 		o->s = NULL;
 		o->connected = false;
@@ -438,11 +461,12 @@ static void *ops_main(void *arg)
 		atomic_store(&ops.tick_ms, now);
 		bool draining = atomic_load(&ops.draining) != 0;
 
-		/* With patterns only, the registry and the gauges live in
-		 * the first table found. */
-		if (!so.table)
-			so.table = relay_first_source(r);
-		if (!o.connected && now >= o.next_connect && so.table)
+		/* The registry and the gauges live in the first source's
+		 * table (with patterns only, the first table found) until
+		 * it fails. */
+		if (!o.has_source && relay_sources_n(r) > 0)
+			use_source(&o, &so, 0);
+		if (!o.connected && now >= o.next_connect && o.has_source)
 			try_connect(&o, &so, now);
 		if (o.connected &&
 		    (now >= o.next_beat || (draining && !o.draining_sent)))

@@ -116,3 +116,16 @@ int store_catalog_tables(struct store_catalog *c, const char *pattern,
 	*names = out;
 	return STORE_OK;
 }
+
+int store_catalog_match(const struct store_options *opt, const char *pattern,
+			char ***names, size_t *n, char *err, size_t errlen)
+{
+	struct store_catalog *c = NULL;
+	*names = NULL;
+	*n = 0;
+	int rc = store_catalog_open(&c, opt, err, errlen);
+	if (rc == STORE_OK)
+		rc = store_catalog_tables(c, pattern, names, n, err, errlen);
+	store_catalog_close(c);
+	return rc;
+}

@@ -23,7 +23,7 @@ struct store_options store_options_from_config(const struct config *cfg,
 					       const char *leased_by)
 {
 	struct store_options o = {
-	    .conninfo = cfg->database_url,
+	    .conninfo = config_database_url(cfg, 0),
 	    /* The first listed table (not a pattern), NULL when there is
 	     * none; a caller of another source sets its own. */
 	    .table = config_first_table(cfg),

@@ -562,6 +562,10 @@ int store_catalog_tables(struct store_catalog *c, const char *pattern,
 			 char ***names, size_t *n, char *err, size_t errlen);
 void store_catalog_close(struct store_catalog *c);
 void store_names_free(char **names, size_t n);
+/* store_catalog_tables() of pattern on a catalog session of its own,
+ * opened with opt and closed before it returns: for a command's one look. */
+int store_catalog_match(const struct store_options *opt, const char *pattern,
+			char ***names, size_t *n, char *err, size_t errlen);
 
 /* ---- the NOTIFY listener (OUTBOX_LISTEN=on) ---- */
 

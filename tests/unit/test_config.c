@@ -34,6 +34,7 @@ static struct config_extensions ext;
 
 static const char *const all_vars[] = {
     "OUTBOX_DATABASE_URL",
+    "OUTBOX_DATABASES",
     "OUTBOX_TABLE",
     "OUTBOX_DISCOVERY_INTERVAL",
     "OUTBOX_LISTEN",
@@ -1058,6 +1059,100 @@ static void test_lease_interval(void **state)
 }
 
 /* OUTBOX_TABLE lists the relay's sources; one name is a list of one. */
+/* OUTBOX_DATABASES: each database's URL (or its file) and LISTEN URL,
+ * and a clear error for each way to get it wrong. */
+static void test_databases(void **state)
+{
+	(void)state;
+	struct run r;
+	char file[256];
+
+	/* Without it: one database, OUTBOX_DATABASE_URL's. */
+	env_clear();
+	env_set("OUTBOX_DATABASE_URL", "host=a dbname=one");
+	run_load(&r);
+	assert_int_equal(r.problems, 0);
+	assert_int_equal(config_n_databases(&r.cfg), 1);
+	assert_string_equal(config_database_name(&r.cfg, 0), "");
+	assert_string_equal(config_database_url(&r.cfg, 0),
+			    "host=a dbname=one");
+	assert_null(config_listen_url(&r.cfg, 0));
+	run_free(&r);
+
+	env_clear();
+	temp_text("host=b dbname=two\n", file, sizeof(file));
+	env_set("OUTBOX_DATABASES", "shard_1, shard2");
+	env_set("OUTBOX_DATABASE_URL_SHARD_1", "host=a dbname=one");
+	env_set("OUTBOX_DATABASE_URL_SHARD2_FILE", file);
+	env_set("OUTBOX_LISTEN_DATABASE_URL_SHARD2", "host=direct dbname=two");
+	run_load(&r);
+	assert_int_equal(r.problems, 0);
+	assert_int_equal(config_n_databases(&r.cfg), 2);
+	assert_string_equal(config_database_name(&r.cfg, 1), "shard2");
+	assert_string_equal(config_database_url(&r.cfg, 0),
+			    "host=a dbname=one");
+	assert_string_equal(config_database_url(&r.cfg, 1),
+			    "host=b dbname=two");
+	assert_null(config_listen_url(&r.cfg, 0));
+	assert_string_equal(config_listen_url(&r.cfg, 1),
+			    "host=direct dbname=two");
+	assert_int_equal(config_database_index(&r.cfg, "shard2", 6), 1);
+	assert_int_equal(config_database_index(&r.cfg, "shard", 5), -1);
+	run_free(&r);
+
+	static const struct {
+		const char *list, *why;
+	} bad[] = {
+	    {"one", "names at least two databases"},
+	    {"a,b,a", "database a is listed twice"},
+	    {"a,B", "database 2 of the list: a name is lower-case"},
+	    {"a,,b", "an empty database name in the list"},
+	    {"a,file", "file is not a name"},
+	    {"a,b/c", "database 2 of the list"},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		env_clear();
+		env_set("OUTBOX_DATABASES", bad[i].list);
+		run_load(&r);
+		assert_int_equal(r.problems, 1);
+		if (!strstr(r.errs, bad[i].why))
+			fail_msg("%s: %s", bad[i].list, r.errs);
+		run_free(&r);
+	}
+
+	/* A database without its URL, the one-database URL beside the
+	 * list, and a URL for a database not listed: each said, the URL
+	 * never printed. */
+	env_clear();
+	env_set("OUTBOX_DATABASES", "a,b");
+	env_set("OUTBOX_DATABASE_URL", "host=secret1");
+	env_set("OUTBOX_DATABASE_URL_A", "host=secret2");
+	env_set("OUTBOX_DATABASE_URL_C", "host=secret3");
+	run_load(&r);
+	assert_int_equal(r.problems, 3);
+	assert_non_null(strstr(r.errs, "config: OUTBOX_DATABASE_URL_B: not "
+				       "set: database b of OUTBOX_DATABASES"));
+	assert_non_null(strstr(r.errs, "config: OUTBOX_DATABASE_URL: set with "
+				       "OUTBOX_DATABASES"));
+	assert_non_null(strstr(r.errs, "config: OUTBOX_DATABASE_URL_C: names "
+				       "no database of OUTBOX_DATABASES"));
+	assert_null(strstr(r.errs, "secret"));
+	run_free(&r);
+
+	/* A per-database URL without the list is not silently unused. */
+	env_clear();
+	env_set("OUTBOX_LISTEN_DATABASE_URL_X", "host=x");
+	run_load(&r);
+	assert_int_equal(r.problems, 1);
+	assert_non_null(strstr(r.errs, "OUTBOX_DATABASES is not set"));
+	run_free(&r);
+
+	assert_true(config_knows(&ext, "OUTBOX_DATABASE_URL_SHARD2"));
+	assert_true(config_knows(&ext, "OUTBOX_DATABASE_URL_SHARD2_FILE"));
+	assert_true(config_knows(&ext, "OUTBOX_LISTEN_DATABASE_URL_SHARD2"));
+	assert_false(config_knows(&ext, "OUTBOX_DATABASE_URLX"));
+}
+
 static void test_table_list(void **state)
 {
 	(void)state;
@@ -1523,6 +1618,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_worker_window, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_table_list, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_databases, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lease_interval, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_kafka_passthrough, setup,

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Two databases behind one relay (OUTBOX_DATABASES, docs/design.md §13),
+# the second a Postgres server of this test's own: `migrate` and `check`
+# cover both; the events of both go out, each database with its own
+# sessions and its own listener; operator commands name a source as
+# DATABASE/TABLE and refuse to guess; one database stopped: the other's
+# events keep flowing, the ops session moves to it and readiness stays;
+# the stopped one's events go out by themselves once it is back.
+. "$(dirname "$0")/lib.sh"
+it_table dbs
+table="$OUTBOX_TABLE"
+services="$(dirname "$0")/../services"
+pg2="$it_dir/pg2"
+mkdir -p "$pg2"
+chmod 755 "$it_dir" "$pg2"
+trap 'bash "$services/postgres.sh" stop "$pg2" >/dev/null 2>&1 || true; it_cleanup' EXIT
+url2=$(bash "$services/postgres.sh" start "$pg2" 2>"$it_dir/pg2.err" | tail -n 1) ||
+	it_fail "second Postgres did not start: $(cat "$it_dir/pg2.err")"
+url2=${url2#RELAY_TEST_DATABASE_URL=}
+case "$url2" in postgres*) ;; *) it_fail "no URL from the second Postgres: $url2" ;; esac
+psql2() { psql "$url2" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
+
+# The second database is listed first: the ops session starts on it, so
+# stopping it shows the session moving.
+dbs_env=(OUTBOX_DATABASE_URL= OUTBOX_DATABASES="second,main"
+	OUTBOX_DATABASE_URL_SECOND="$url2" OUTBOX_DATABASE_URL_MAIN="$RELAY_TEST_DATABASE_URL"
+	OUTBOX_TABLE="$table" OUTBOX_LISTEN=on)
+run_cli() { env "${dbs_env[@]}" "$RELAY_TEST_BIN" "$@"; }
+
+run_cli migrate >"$it_dir/migrate.out" 2>&1 || it_fail "migrate of two databases failed: $(cat "$it_dir/migrate.out")"
+grep -q 'database second (1 of 2)' "$it_dir/migrate.out" || it_fail "migrate did not name the first database: $(head -3 "$it_dir/migrate.out")"
+grep -q 'database main (2 of 2)' "$it_dir/migrate.out" || it_fail "migrate did not name the second database"
+[ "$(grep -c "table $table is at schema version" "$it_dir/migrate.out")" = 2 ] || it_fail "migrate did not do the table in both databases"
+[ "$(psql2 "SELECT to_regclass('$table') IS NOT NULL")" = t ] || it_fail "the table is not in the second database"
+run_cli check >"$it_dir/check.out" 2>&1 || it_fail "check failed: $(cat "$it_dir/check.out")"
+grep -q "^postgres (second: .*ok, table $table present" "$it_dir/check.out" || it_fail "check did not report the second database: $(cat "$it_dir/check.out")"
+grep -q "^postgres (main: .*ok, table $table present" "$it_dir/check.out" || it_fail "check did not report the main database"
+! grep -q 'outbox-test-secret' "$it_dir/check.out" || it_fail "check printed a password"
+
+# One table in two databases: a command on one must say which.
+run_cli status >"$it_dir/status_none.out" 2>&1 && it_fail "status without --source succeeded with two databases"
+grep -q 'say which with --source DATABASE/' "$it_dir/status_none.out" || it_fail "no hint: $(cat "$it_dir/status_none.out")"
+run_cli status --source "$table" >"$it_dir/status_bare.out" 2>&1 && it_fail "status --source without a database succeeded"
+grep -q 'a source is DATABASE/TABLE' "$it_dir/status_bare.out" || it_fail "bare --source not explained: $(cat "$it_dir/status_bare.out")"
+run_cli status --source "third/$table" >/dev/null 2>&1 && it_fail "status of an unknown database succeeded"
+
+insert() { # PSQL N TYPE
+	$1 "INSERT INTO $table (type, payload) SELECT '$3', convert_to('{}', 'UTF8') FROM generate_series(1, $2)" >/dev/null
+}
+printed() { [ "$(grep -c "\"type\":\"$1\"" "$it_dir/dbs.out")" -ge "$2" ]; }
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+insert psql2 20 second1
+insert it_psql 20 main1
+# One lane: a worker that waited for the stopped database would hold up
+# the other database's events too.
+it_relay dbs "${dbs_env[@]}" OUTBOX_HTTP_ADDR="127.0.0.1:$port" OUTBOX_LOG_LEVEL=info OUTBOX_POLL_INTERVAL=1s OUTBOX_WORKER_WINDOW=1
+pid=$it_last_pid
+it_wait 20 "the second database's events" printed second1 20
+it_wait 20 "the main database's events" printed main1 20
+it_wait 10 "readiness" curl -sf "http://127.0.0.1:$port/readyz" -o /dev/null
+
+# Each database has the sessions of a one-database relay (the lane, its
+# claim session, the sweeper, the cleaner, a listener) and the ops
+# session is in one of them. This relay's sessions are told from other
+# tests' by their client ports.
+client_ports() { # PSQL: this relay's client ports to that server, comma-separated
+	local pgport
+	pgport=$($1 "SHOW port")
+	ss -tnpH state established "( dport = :$pgport )" | grep "pid=$pid," |
+		awk '{ n = split($3, a, ":"); print a[n] }' | paste -sd, -
+}
+sessions() { # PSQL [APP-LIKE]
+	local ports
+	ports=$(client_ports "$1")
+	[ -n "$ports" ] || { echo 0; return; }
+	$1 "SELECT count(*) FROM pg_stat_activity WHERE client_port IN ($ports) AND application_name LIKE '${2:-%}'"
+}
+s2=$(sessions psql2)
+l2=$(sessions psql2 '%/listener%')
+l1=$(sessions it_psql '%/listener%')
+[ "$l2" = 1 ] || it_fail "want one listener in the second database, got $l2"
+[ "$l1" = 1 ] || it_fail "want one listener in the main database, got $l1"
+[ "$s2" -ge 5 ] && [ "$s2" -le 6 ] || it_fail "$s2 sessions in the second database (want a one-database relay's, 5 or 6)"
+echo "sessions: second database $s2, main database $(sessions it_psql)" >&2
+
+# A notification in one database wakes its table: with a long poll
+# interval, the event goes out well before it.
+insert psql2 1 woken
+it_wait 3 "the notified event in the second database" printed woken 1
+
+# Pause one database's table: its rows wait, the other's go.
+run_cli pause --source "second/$table" --reason test >"$it_dir/pause.out" 2>&1 || it_fail "pause --source second/...: $(cat "$it_dir/pause.out")"
+sleep 2.5
+insert psql2 3 paused
+insert it_psql 3 main2
+it_wait 10 "the main database's rows while the second is paused" printed main2 3
+sleep 1
+! grep -q '"type":"paused"' "$it_dir/dbs.out" || it_fail "a paused source's row went out"
+run_cli status --source "second/$table" >"$it_dir/status.out" 2>&1 || it_fail "status --source second/...: $(cat "$it_dir/status.out")"
+grep -qi 'paused' "$it_dir/status.out" || it_fail "status of the paused source does not say so: $(cat "$it_dir/status.out")"
+run_cli resume --source "second/$table" >/dev/null 2>&1 || it_fail "resume --source failed"
+it_wait 10 "the paused rows after resume" printed paused 3
+
+# The second database stops: the main one's events keep flowing, the ops
+# session moves there, readiness stays.
+bash "$services/postgres.sh" stop "$pg2" >/dev/null 2>&1 || it_fail "could not stop the second Postgres"
+stopped_at=$SECONDS
+# Once the relay has met the stopped database (a poll interval and more).
+sleep 3
+insert it_psql 20 during
+it_wait 15 "the main database's events while the second is down" printed during 20
+it_wait 15 "the ops session to move" grep -q '"the ops session moves to another source"' "$it_dir/dbs.log"
+sleep 1
+curl -sf "http://127.0.0.1:$port/readyz" -o /dev/null || it_fail "not ready with one of two databases down"
+grep -q '"source failing; the others go on"' "$it_dir/dbs.log" || it_fail "no warning for the stopped database's source"
+
+# Back: its rows go out without a restart of the relay.
+sleep 3
+bash "$services/postgres.sh" restart "$pg2" >/dev/null 2>&1 || it_fail "could not start the second Postgres again"
+insert psql2 20 after
+it_wait 45 "the second database's events after it came back" printed after 20
+echo "second database down $((SECONDS - stopped_at)) s in all; its events went out after it returned" >&2
+insert it_psql 5 main3
+it_wait 10 "the main database's events at the end" printed main3 5
+it_stop "$pid"
+[ "$it_rc" = 0 ] || it_fail "relay exited $it_rc"
+
+# Nothing lost, nothing left: every row of both databases is sent.
+for q in psql2 it_psql; do
+	left=$($q "SELECT count(*) FROM $table WHERE status <> 'sent'")
+	[ "$left" = 0 ] || it_fail "$left rows not sent in ($q)"
+done
+echo "relay_databases: ok"
