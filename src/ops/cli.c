@@ -317,6 +317,11 @@ static int cmd_status(const struct subcommand *c, int argc, char **argv,
 	int ret = status_options(c, argc, argv, &a);
 	if (ret >= 0)
 		return ret;
+	/* Of several sources, without --source: one line each. */
+	bool several = cfg->n_tables > 1 || config_has_patterns(cfg) ||
+		       config_n_databases(cfg) > 1;
+	if (several && !cli_source_given() && !a.watch)
+		return cli_status_sources(cfg, a.json);
 	struct store *s = NULL;
 	ret = open_store(cfg, c->name, &s);
 	if (ret != 0)

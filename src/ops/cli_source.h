@@ -36,4 +36,9 @@ int cli_migrate_sources(const char *cmd, const struct config *cfg, bool quiet);
 int cli_migrate_table(const char *cmd, const struct config *cfg,
 		      const char *conninfo, const char *table, bool quiet);
 
+/* `status` of every source (status_sources.c): one line each, every
+ * database's listed tables and pattern matches, trouble first; as text
+ * or JSON on stdout. 0, or 1 with the problem on stderr. */
+int cli_status_sources(const struct config *cfg, bool json);
+
 #endif

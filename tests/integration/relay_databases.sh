@@ -39,8 +39,8 @@ grep -q "^postgres (main: .*ok, table $table present" "$it_dir/check.out" || it_
 ! grep -q 'outbox-test-secret' "$it_dir/check.out" || it_fail "check printed a password"
 
 # One table in two databases: a command on one must say which.
-run_cli status >"$it_dir/status_none.out" 2>&1 && it_fail "status without --source succeeded with two databases"
-grep -q 'say which with --source DATABASE/' "$it_dir/status_none.out" || it_fail "no hint: $(cat "$it_dir/status_none.out")"
+run_cli pause >"$it_dir/pause_none.out" 2>&1 && it_fail "pause without --source succeeded with two databases"
+grep -q 'say which with --source DATABASE/' "$it_dir/pause_none.out" || it_fail "no hint: $(cat "$it_dir/pause_none.out")"
 run_cli status --source "$table" >"$it_dir/status_bare.out" 2>&1 && it_fail "status --source without a database succeeded"
 grep -q 'a source is DATABASE/TABLE' "$it_dir/status_bare.out" || it_fail "bare --source not explained: $(cat "$it_dir/status_bare.out")"
 run_cli status --source "third/$table" >/dev/null 2>&1 && it_fail "status of an unknown database succeeded"
@@ -100,6 +100,12 @@ sleep 1
 ! grep -q '"type":"paused"' "$it_dir/dbs.out" || it_fail "a paused source's row went out"
 run_cli status --source "second/$table" >"$it_dir/status.out" 2>&1 || it_fail "status --source second/...: $(cat "$it_dir/status.out")"
 grep -qi 'paused' "$it_dir/status.out" || it_fail "status of the paused source does not say so: $(cat "$it_dir/status.out")"
+# status without --source: a line per source, the paused one first.
+run_cli status >"$it_dir/status_all.out" 2>&1 || it_fail "status of all sources failed: $(cat "$it_dir/status_all.out")"
+grep -q '^2 sources, 1 in trouble' "$it_dir/status_all.out" || it_fail "status of all sources: $(cat "$it_dir/status_all.out")"
+first=$(grep -A1 '^SOURCE' "$it_dir/status_all.out" | tail -n 1)
+case "$first" in "second/$table "*paused*) ;; *) it_fail "the paused source is not first: $(cat "$it_dir/status_all.out")" ;; esac
+grep -q "^main/$table  *ok  " "$it_dir/status_all.out" || it_fail "the main source is not ok: $(cat "$it_dir/status_all.out")"
 run_cli resume --source "second/$table" >/dev/null 2>&1 || it_fail "resume --source failed"
 it_wait 10 "the paused rows after resume" printed paused 3
 
@@ -115,6 +121,15 @@ it_wait 15 "the ops session to move" grep -q '"the ops session moves to another 
 sleep 1
 curl -sf "http://127.0.0.1:$port/readyz" -o /dev/null || it_fail "not ready with one of two databases down"
 grep -q '"source failing; the others go on"' "$it_dir/dbs.log" || it_fail "no warning for the stopped database's source"
+run_cli status --json >"$it_dir/status_down.json" 2>&1 || it_fail "status with a database down failed: $(cat "$it_dir/status_down.json")"
+python3 - "$it_dir/status_down.json" "$table" <<'PY' || it_fail "status with a database down: $(cat "$it_dir/status_down.json")"
+import json, sys
+rows = json.load(open(sys.argv[1]))["sources"]
+t = sys.argv[2]
+assert [r["source"] for r in rows] == ["second/" + t, "main/" + t], rows
+assert rows[0]["state"] == "unreachable" and "error" in rows[0], rows[0]
+assert rows[1]["state"] == "ok" and rows[1]["pending"] >= 0, rows[1]
+PY
 
 # Back: its rows go out without a restart of the relay.
 sleep 3

@@ -65,6 +65,11 @@ warnings=$(grep -c '"source failing; the others go on"' "$it_dir/multi.log" || t
 [ "$warnings" -ge 1 ] || it_fail "no warning for the dropped table"
 [ "$warnings" -le 3 ] || it_fail "$warnings warnings for one dropped table (a loop per thread at most)"
 grep '"source failing' "$it_dir/multi.log" | grep -q "$gone" || it_fail "the warning does not name the table"
+# status without --source: a line per table, the dropped one first.
+run_cli status >"$it_dir/status_all.out" 2>&1 || it_fail "status of all tables failed: $(cat "$it_dir/status_all.out")"
+grep -q '^3 sources, 1 in trouble' "$it_dir/status_all.out" || it_fail "status of all tables: $(cat "$it_dir/status_all.out")"
+first=$(grep -A1 '^SOURCE' "$it_dir/status_all.out" | tail -n 1)
+case "$first" in "$gone "*missing*) ;; *) it_fail "the dropped table is not first: $(cat "$it_dir/status_all.out")" ;; esac
 
 # Pause one table: its rows wait, the other's go.
 run_cli pause >"$it_dir/pause_none.out" 2>&1 && it_fail "pause without --source on a list succeeded"
