@@ -190,6 +190,11 @@ const struct setting config_core_rows[] = {
 	C, "OUTBOX_HTTP_ADDR", http_addr, "0.0.0.0:9090", check_http_addr, 0,
 	"host:port for /healthz, /readyz and /metrics ([::] for IPv6); "
 	"empty disables HTTP"),
+    SETTING_INT(C, "OUTBOX_METRICS_SOURCES", metrics_sources, "100", 0,
+		RELAY_METRICS_SOURCES_MAX,
+		"how many sources have /metrics series of their "
+		"own (source label), the first in the source list; the rest "
+		"are summed under source=\"(other)\"; 0: none"),
     SETTING_ENUM(C, "OUTBOX_LOG_LEVEL", log_level, "info", log_level_choices,
 		 log_level_parse, "lowest level logged"),
     SETTING_ENUM(C, "OUTBOX_LOG_FORMAT", log_format, "json", log_format_choices,

@@ -213,6 +213,9 @@ const char *config_listen_url(const struct config *cfg, size_t d);
 int config_database_index(const struct config *cfg, const char *name,
 			  size_t len);
 
+/* The most sources OUTBOX_METRICS_SOURCES may give series of their own. */
+#define RELAY_METRICS_SOURCES_MAX 10000
+
 /* The most tables OUTBOX_TABLE may list. */
 #define CONFIG_TABLES_MAX 1000
 
@@ -276,8 +279,9 @@ struct config {
 	int64_t shutdown_timeout_ms;
 
 	/* Operations */
-	char *http_addr; /* "host:port"; empty disables HTTP */
-	int log_level;	 /* enum log_level from log.h */
+	char *http_addr;     /* "host:port"; empty disables HTTP */
+	int metrics_sources; /* sources with series of their own */
+	int log_level;	     /* enum log_level from log.h */
 	enum config_log_format log_format;
 
 	/* The settings groups of the extensions, in their order. */

@@ -49,6 +49,22 @@ static void help_rows(FILE *out, const struct config_extensions *ext,
 	}
 }
 
+/* The variables of each database of OUTBOX_DATABASES (databases.c). */
+#define DATABASE_VARS_HELP                                                     \
+	"  OUTBOX_DATABASE_URL_<NAME>\n"                                       \
+	"      with OUTBOX_DATABASES, the URL of the database of that name "   \
+	"(upper-cased);\n      a secret, may be a _FILE\n"                     \
+	"  OUTBOX_LISTEN_DATABASE_URL_<NAME>\n"                                \
+	"      with OUTBOX_DATABASES, a direct connection for LISTEN to that " \
+	"database;\n      unset uses its URL\n"
+#define DATABASE_VARS_MARKDOWN                                                 \
+	"| `OUTBOX_DATABASE_URL_<NAME>` | unset | with `OUTBOX_DATABASES`, "   \
+	"the URL of the database of that name (upper-cased); a secret, may "   \
+	"be a `_FILE` |\n"                                                     \
+	"| `OUTBOX_LISTEN_DATABASE_URL_<NAME>` | unset | with "                \
+	"`OUTBOX_DATABASES`, a direct connection for LISTEN to that "          \
+	"database; unset uses its URL |\n"
+
 void config_print_help(FILE *out, const struct config_extensions *ext)
 {
 	fputs("Settings (environment variables). Each NAME can instead be "
@@ -56,6 +72,7 @@ void config_print_help(FILE *out, const struct config_extensions *ext)
 	      "error. Durations take a unit: 500ms,\n2s, 1m, 1h, 7d.\n\n",
 	      out);
 	help_rows(out, ext, config_core_rows, config_core_n_rows);
+	fputs(DATABASE_VARS_HELP, out);
 	for (size_t g = 0; ext && ext->groups && ext->groups[g]; g++)
 		help_rows(out, ext, ext->groups[g]->rows,
 			  ext->groups[g]->n_rows);
@@ -108,6 +125,7 @@ void config_print_markdown(FILE *out, const struct config_extensions *ext)
 {
 	fputs("| Variable | Default | Meaning |\n|---|---|---|\n", out);
 	markdown_rows(out, ext, config_core_rows, config_core_n_rows);
+	fputs(DATABASE_VARS_MARKDOWN, out);
 	for (size_t g = 0; ext && ext->groups && ext->groups[g]; g++)
 		markdown_rows(out, ext, ext->groups[g]->rows,
 			      ext->groups[g]->n_rows);

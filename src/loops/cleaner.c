@@ -71,7 +71,7 @@ void *cleaner_main(void *arg)
 		/* Not woken by relay_wake(): see the sweeper. */
 		relay_idle_since(th, NULL, next, NULL, NULL);
 	}
-	sources_close(&ss);
+	sources_close(r, &ss);
 	log_info("cleaner stopped");
 	return NULL;
 }

@@ -82,4 +82,13 @@ size_t relay_source_db(struct relay *r, size_t i);
 /* Whether source i's table was found gone (a pattern's, let go). */
 bool relay_source_gone(struct relay *r, size_t i);
 
+/* What /metrics shows of source i: its events by outcome since start,
+ * whether a loop thread has it set aside, whether it is gone. */
+struct relay_source_stats {
+	uint64_t sent, retried, failed;
+	bool failing, gone;
+};
+void relay_source_stats(struct relay *r, size_t i,
+			struct relay_source_stats *out);
+
 #endif

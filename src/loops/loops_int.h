@@ -118,6 +118,12 @@ struct relay {
 	 * (a notification, a sweep); the workers compare it with what they
 	 * saw last. */
 	atomic_ullong *source_wake;
+	/* Per source: what /metrics shows of it (relay_source_stats()),
+	 * counted by the loop threads with atomics. */
+	struct source_stats {
+		atomic_ullong sent, retried, failed;
+		atomic_int failing; /* threads that have it set aside */
+	} * source_stats;
 
 	/* lock guards every field from wake_gen to rate_next_ms; wake is
 	 * signalled under it by relay_wake(). */
@@ -226,7 +232,7 @@ struct source_stores {
  * first or memory ran out. */
 bool sources_open(struct relay_thread *th, const char *who,
 		  struct source_stores *ss);
-void sources_close(struct source_stores *ss);
+void sources_close(struct relay *r, struct source_stores *ss);
 /* Source i's store, opened again if it was not; NULL while it is set
  * aside. */
 struct store *sources_store(struct relay_thread *th, struct source_stores *ss,

@@ -45,9 +45,11 @@ int relay_create(struct relay **out, const struct config *cfg,
 	size_t sources = r->sources.cap;
 	r->rescan_pace = calloc(sources, sizeof(*r->rescan_pace));
 	r->source_wake = calloc(sources, sizeof(*r->source_wake));
-	if (!r->rescan_pace || !r->source_wake) {
+	r->source_stats = calloc(sources, sizeof(*r->source_stats));
+	if (!r->rescan_pace || !r->source_wake || !r->source_stats) {
 		free(r->rescan_pace);
 		free(r->source_wake);
+		free(r->source_stats);
 		source_list_free(&r->sources);
 		free(r);
 		snprintf(err, errlen, "out of memory for the relay");
@@ -56,6 +58,10 @@ int relay_create(struct relay **out, const struct config *cfg,
 	for (size_t i = 0; i < sources; i++) {
 		atomic_init(&r->rescan_pace[i].due_ms, 0);
 		atomic_init(&r->source_wake[i], 0);
+		atomic_init(&r->source_stats[i].sent, 0);
+		atomic_init(&r->source_stats[i].retried, 0);
+		atomic_init(&r->source_stats[i].failed, 0);
+		atomic_init(&r->source_stats[i].failing, 0);
 	}
 	r->pid = (int)getpid();
 	if (gethostname(r->host, sizeof(r->host)) != 0)
@@ -72,6 +78,7 @@ int relay_create(struct relay **out, const struct config *cfg,
 			pthread_mutex_destroy(&r->lock);
 		free(r->rescan_pace);
 		free(r->source_wake);
+		free(r->source_stats);
 		source_list_free(&r->sources);
 		free(r);
 		snprintf(err, errlen, "cannot create relay locks");
@@ -197,6 +204,7 @@ void relay_destroy(struct relay *r)
 	pthread_cond_destroy(&r->wake);
 	free(r->rescan_pace);
 	free(r->source_wake);
+	free(r->source_stats);
 	source_list_free(&r->sources);
 	free(r);
 }

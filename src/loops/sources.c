@@ -153,6 +153,17 @@ size_t relay_source_db(struct relay *r, size_t i)
 	return r->sources.db[i];
 }
 
+void relay_source_stats(struct relay *r, size_t i,
+			struct relay_source_stats *out)
+{
+	struct source_stats *st = &r->source_stats[i];
+	out->sent = atomic_load(&st->sent);
+	out->retried = atomic_load(&st->retried);
+	out->failed = atomic_load(&st->failed);
+	out->failing = atomic_load(&st->failing) > 0;
+	out->gone = relay_source_gone(r, i);
+}
+
 bool relay_source_gone(struct relay *r, size_t i)
 {
 	return atomic_load(&r->sources.gone[i]);
@@ -166,6 +177,15 @@ bool sources_gated(struct relay *r)
 void relay_source_set_gone(struct relay *r, size_t i, bool gone)
 {
 	atomic_store(&r->sources.gone[i], gone);
+}
+
+/* Marks this thread's store of source i failing, counted for /metrics
+ * (relay_source_stats) once per thread until it works again. */
+static void mark_failing(struct relay *r, struct source_store *at, size_t i)
+{
+	if (!at->failing)
+		atomic_fetch_add(&r->source_stats[i].failing, 1);
+	at->failing = true;
 }
 
 /* Sets source i aside until its backoff passes; logs the first failure of
@@ -186,7 +206,7 @@ static void set_aside(struct relay *r, struct source_stores *ss, size_t i,
 	else
 		log_debug("source %s still failing: %s: %s",
 			  relay_source_name(r, i), what, err);
-	at->failing = true;
+	mark_failing(r, at, i);
 	at->backoff_ms = at->backoff_ms
 			     ? grow(at->backoff_ms, SOURCE_RETRY_MAX_MS)
 			     : SOURCE_RETRY_MIN_MS;
@@ -251,10 +271,13 @@ bool sources_open(struct relay_thread *th, const char *who,
 	return false;
 }
 
-void sources_close(struct source_stores *ss)
+void sources_close(struct relay *r, struct source_stores *ss)
 {
-	for (size_t i = 0; ss->at && i < ss->n; i++)
+	for (size_t i = 0; ss->at && i < ss->n; i++) {
 		store_close(ss->at[i].store);
+		if (ss->at[i].failing)
+			atomic_fetch_sub(&r->source_stats[i].failing, 1);
+	}
 	free(ss->at);
 	memset(ss, 0, sizeof(*ss));
 }
@@ -284,9 +307,11 @@ int64_t sources_retry_ms(const struct source_stores *ss, size_t i)
 void sources_ok(struct relay *r, struct source_stores *ss, size_t i)
 {
 	struct source_store *at = &ss->at[i];
-	if (at->failing)
+	if (at->failing) {
 		log_fields(LOG_INFO, "source works again", "source",
 			   relay_source_name(r, i), NULL);
+		atomic_fetch_sub(&r->source_stats[i].failing, 1);
+	}
 	at->failing = false;
 	at->backoff_ms = 0;
 	at->retry_ms = 0;
@@ -317,7 +342,7 @@ static void set_aside_database(struct relay *r, struct source_stores *ss,
 		struct source_store *at = &ss->at[j];
 		if (j == i || relay_source_db(r, j) != db || !at->store)
 			continue;
-		at->failing = true;
+		mark_failing(r, at, j);
 		at->backoff_ms = ss->at[i].backoff_ms;
 		at->retry_ms = ss->at[i].retry_ms;
 	}

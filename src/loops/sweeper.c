@@ -133,7 +133,7 @@ void *sweeper_main(void *arg)
 		relay_idle_since(th, NULL, r->cfg->sweep_interval_ms, NULL,
 				 NULL);
 	}
-	sources_close(&ss);
+	sources_close(r, &ss);
 	free(st);
 	free(activity);
 	log_info("sweeper stopped");

@@ -445,6 +445,16 @@ static void run_marks(struct worker *w)
 	}
 }
 
+/* The committed outcomes of the batch, by its source (/metrics). */
+static void count_source(struct worker *w, const struct batch *b)
+{
+	struct source_stats *st = &w->r->source_stats[w->source];
+	atomic_fetch_add(&st->sent, b->outcomes[PUB_ACKED]);
+	atomic_fetch_add(&st->retried,
+			 b->outcomes[PUB_TRANSPORT] + b->outcomes[PUB_EVENT]);
+	atomic_fetch_add(&st->failed, b->outcomes[PUB_PERMANENT]);
+}
+
 /* Commits the marks: only now do they take effect, and only now are the
  * rows left unmarked released (after run_marks() closed the publisher, at
  * shutdown). */
@@ -460,6 +470,7 @@ static void conclude(struct worker *w)
 			if (b->outcomes[k] > 0)
 				metrics_add(outcome_rules[k].counter,
 					    b->outcomes[k]);
+		count_source(w, b);
 		return;
 	}
 	char count[32];
@@ -769,7 +780,7 @@ void *worker_main(void *arg)
 		worker_pass(&w, &pk);
 out:
 	lanes_leave(w.lanes);
-	sources_close(&w.src);
+	sources_close(w.r, &w.src);
 	pause_keys_release(&pk);
 	log_info("worker stopped");
 	return NULL;

@@ -16,6 +16,7 @@
 
 #include "base/base.h"
 #include "http.h"
+#include "metrics_sources.h"
 #include "metrics_text.h"
 #include "store/store.h"
 
@@ -145,6 +146,7 @@ static void metrics(struct http_reply *reply)
 		return;
 	}
 	metrics_text_render(f);
+	metrics_sources_render(f, ops.relay);
 	if (fclose(f) != 0) {
 		free(buf);
 		http_reply_text(reply, 500, "out of memory\n");

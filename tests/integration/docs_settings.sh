@@ -18,7 +18,16 @@ if ! diff -u "$want" "$got"; then
 fi
 # Every setting the README names in backticks exists.
 grep -o '`OUTBOX_[A-Z0-9_]*`' "$readme" | tr -d '`' | sort -u | while read -r v; do
-	case "$v" in OUTBOX_KAFKA_*) continue ;; esac
+	case "$v" in
+	OUTBOX_KAFKA_*) continue ;;
+	# A database's own variables (OUTBOX_DATABASES): the <NAME> rows.
+	OUTBOX_DATABASE_URL_* | OUTBOX_LISTEN_DATABASE_URL_*)
+		row=OUTBOX_DATABASE_URL_
+		case "$v" in OUTBOX_LISTEN_*) row=OUTBOX_LISTEN_DATABASE_URL_ ;; esac
+		grep -q "\`${row}<NAME>\`" "$want" || { echo "FAIL: README names $v without its <NAME> row" >&2; exit 1; }
+		continue
+		;;
+	esac
 	grep -q "\`$v\`" "$want" || { echo "FAIL: README names unknown setting $v" >&2; exit 1; }
 done
 echo ok

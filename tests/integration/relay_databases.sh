@@ -61,6 +61,20 @@ it_wait 20 "the second database's events" printed second1 20
 it_wait 20 "the main database's events" printed main1 20
 it_wait 10 "readiness" curl -sf "http://127.0.0.1:$port/readyz" -o /dev/null
 
+# /metrics: each source's events, under its DATABASE/TABLE name.
+metric() { curl -sf "http://127.0.0.1:$port/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
+sent_of() { metric "outbox_source_events_total{source=\"$1/$table\",outcome=\"sent\"}"; }
+failing_of() { metric "outbox_source_failing{source=\"$1/$table\"}"; }
+[ "$(sent_of second)" = 20 ] || it_fail "second's sent counter is '$(sent_of second)', want 20"
+[ "$(sent_of main)" = 20 ] || it_fail "main's sent counter is '$(sent_of main)', want 20"
+[ "$(failing_of second)" = 0 ] || it_fail "second failing before anything failed"
+[ "$(metric 'outbox_sources{state="served"}')" = 2 ] || it_fail "outbox_sources served is not 2"
+curl -sf "http://127.0.0.1:$port/metrics" >"$it_dir/metrics.txt"
+if command -v promtool >/dev/null; then
+	promtool check metrics <"$it_dir/metrics.txt" >"$it_dir/promtool.out" 2>&1 ||
+		it_fail "promtool check metrics: $(cat "$it_dir/promtool.out")"
+fi
+
 # Each database has the sessions of a one-database relay (the lane, its
 # claim session, the sweeper, the cleaner, a listener) and the ops
 # session is in one of them. This relay's sessions are told from other
@@ -121,6 +135,8 @@ it_wait 15 "the ops session to move" grep -q '"the ops session moves to another 
 sleep 1
 curl -sf "http://127.0.0.1:$port/readyz" -o /dev/null || it_fail "not ready with one of two databases down"
 grep -q '"source failing; the others go on"' "$it_dir/dbs.log" || it_fail "no warning for the stopped database's source"
+[ "$(failing_of second)" = 1 ] || it_fail "the stopped database's source is not failing in /metrics: '$(failing_of second)'"
+[ "$(failing_of main)" = 0 ] || it_fail "the main source is failing in /metrics"
 run_cli status --json >"$it_dir/status_down.json" 2>&1 || it_fail "status with a database down failed: $(cat "$it_dir/status_down.json")"
 python3 - "$it_dir/status_down.json" "$table" <<'PY' || it_fail "status with a database down: $(cat "$it_dir/status_down.json")"
 import json, sys
@@ -136,6 +152,7 @@ sleep 3
 bash "$services/postgres.sh" restart "$pg2" >/dev/null 2>&1 || it_fail "could not start the second Postgres again"
 insert psql2 20 after
 it_wait 45 "the second database's events after it came back" printed after 20
+it_wait 10 "the second source to work again in /metrics" bash -c "[ \"\$(curl -sf http://127.0.0.1:$port/metrics | grep -c '^outbox_source_failing{.*} 1')\" = 0 ]"
 echo "second database down $((SECONDS - stopped_at)) s in all; its events went out after it returned" >&2
 insert it_psql 5 main3
 it_wait 10 "the main database's events at the end" printed main3 5

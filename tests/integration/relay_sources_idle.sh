@@ -50,9 +50,14 @@ idle_leases() {
 
 # Polling: 50 idle tables, 200 ms poll interval. Leasing each would be 750
 # leases in 3 s; the statistics read leaves the 60 s backstop alone.
-OUTBOX_TABLE="$pattern" it_relay poll OUTBOX_HTTP_ADDR="127.0.0.1:$port" OUTBOX_DISCOVERY_INTERVAL=1s
+OUTBOX_TABLE="$pattern" it_relay poll OUTBOX_HTTP_ADDR="127.0.0.1:$port" OUTBOX_DISCOVERY_INTERVAL=1s OUTBOX_METRICS_SOURCES=10
 pid=$it_last_pid
 n=$(idle_leases)
+# Per-source series for the first 10 tenants, the other 40 summed.
+curl -sf "http://127.0.0.1:$port/metrics" >"$it_dir/metrics.txt"
+[ "$(grep -c '^outbox_source_failing{' "$it_dir/metrics.txt")" = 11 ] || it_fail "want 10 sources and (other) in outbox_source_failing: $(grep '^outbox_source_failing' "$it_dir/metrics.txt" | head -3)"
+grep -q '^outbox_source_events_total{source="(other)",outcome="sent"} ' "$it_dir/metrics.txt" || it_fail "no (other) series"
+grep -q '^outbox_sources{state="served"} 50$' "$it_dir/metrics.txt" || it_fail "outbox_sources served is not 50"
 [ "$n" -le 5 ] || it_fail "an idle relay of 50 tables leased $n times in 3 s"
 it_psql "INSERT INTO ${schema}_t37.outbox_events (type, payload) VALUES ('first', '\\x7b7d')" >/dev/null
 started=$SECONDS

@@ -82,6 +82,7 @@ static const char *const all_vars[] = {
     "OUTBOX_MAX_EVENT_SIZE",
     "OUTBOX_SHUTDOWN_TIMEOUT",
     "OUTBOX_HTTP_ADDR",
+    "OUTBOX_METRICS_SOURCES",
     "OUTBOX_LOG_LEVEL",
     "OUTBOX_LOG_FORMAT",
 };
@@ -1528,15 +1529,17 @@ static void test_markdown(void **state)
 	assert_non_null(strstr(md, "| `OUTBOX_AMQP_EXCHANGE` | `\"\"` | "));
 	assert_non_null(strstr(md, "| `OUTBOX_DATABASE_URL` | unset | "));
 	assert_non_null(strstr(md, "| `OUTBOX_KAFKA_<PROPERTY>` | "));
-	/* Two header lines, one row per variable, one for the passthrough,
-	 * and every line a well-formed table row. */
+	assert_non_null(strstr(md, "| `OUTBOX_DATABASE_URL_<NAME>` | "));
+	/* Two header lines, one row per variable, two for the databases'
+	 * variables, one for the passthrough, and every line a well-formed
+	 * table row. */
 	for (p = md; (nl = strchr(p, '\n')); p = nl + 1) {
 		assert_int_equal(p[0], '|');
 		assert_int_equal(nl[-1], '|');
 		rows++;
 	}
 	assert_int_equal(*p, '\0');
-	assert_int_equal(rows, 2 + (int)ARRAY_SIZE(all_vars) + 1);
+	assert_int_equal(rows, 2 + (int)ARRAY_SIZE(all_vars) + 2 + 1);
 	free(md);
 }
 
