@@ -27,14 +27,9 @@ int store_catalog_open(struct store_catalog **out,
 		snprintf(err, errlen, "catalog: out of memory");
 		return STORE_ERROR;
 	}
-	struct pgconn_options po = {
-	    .conninfo = opt->conninfo,
-	    .application_name = opt->app_name ? opt->app_name : "outbox-relay",
-	    .statement_timeout_ms = opt->statement_timeout_ms,
-	    .lock_timeout_ms = opt->lock_timeout_ms,
-	    .dead_peer_ms = opt->dead_peer_ms,
-	    .scope = PGCONN_TRANSACTION,
-	};
+	struct pgconn_options po = pgconn_options_for(
+	    opt->conninfo, opt->app_name, opt->statement_timeout_ms,
+	    opt->lock_timeout_ms, opt->dead_peer_ms, PGCONN_TRANSACTION);
 	c->conn = pgconn_connect(&po, err, errlen);
 	if (!c->conn) {
 		free(c);

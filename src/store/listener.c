@@ -74,13 +74,9 @@ int store_listener_open(struct store_listener **out,
 		snprintf(err, errlen, "listener: out of memory");
 		return STORE_ERROR;
 	}
-	struct pgconn_options po = {
-	    .conninfo = opt->conninfo,
-	    .application_name = opt->app_name ? opt->app_name : "outbox-relay",
-	    .statement_timeout_ms = opt->statement_timeout_ms,
-	    .lock_timeout_ms = opt->lock_timeout_ms,
-	    .dead_peer_ms = opt->dead_peer_ms,
-	};
+	struct pgconn_options po = pgconn_options_for(
+	    opt->conninfo, opt->app_name, opt->statement_timeout_ms,
+	    opt->lock_timeout_ms, opt->dead_peer_ms, PGCONN_SESSION);
 	l->conn = pgconn_connect(&po, err, errlen);
 	int rc = !l->conn     ? STORE_RECONNECT
 		 : opt->table ? listen_on(l, &t, err, errlen)

@@ -361,3 +361,20 @@ out:
 	PQconninfoFree(opts);
 	return remote;
 }
+
+struct pgconn_options pgconn_options_for(const char *conninfo, const char *app,
+					 int64_t statement_timeout_ms,
+					 int64_t lock_timeout_ms,
+					 int64_t dead_peer_ms,
+					 enum pgconn_scope scope)
+{
+	struct pgconn_options po = {
+	    .conninfo = conninfo,
+	    .application_name = app ? app : "outbox-relay",
+	    .statement_timeout_ms = statement_timeout_ms,
+	    .lock_timeout_ms = lock_timeout_ms,
+	    .dead_peer_ms = dead_peer_ms,
+	    .scope = scope,
+	};
+	return po;
+}

@@ -83,4 +83,12 @@ void pgconn_error(PGconn *conn, const PGresult *res, char *err, size_t errlen);
 /* Describes where conn points: "host:port/db as user". */
 void pgconn_describe(PGconn *conn, char *out, size_t outlen);
 
+/* The options of a session of its own (a catalog, a listener) for the
+ * app name, timeouts and peer window given; app NULL: "outbox-relay". */
+struct pgconn_options pgconn_options_for(const char *conninfo, const char *app,
+					 int64_t statement_timeout_ms,
+					 int64_t lock_timeout_ms,
+					 int64_t dead_peer_ms,
+					 enum pgconn_scope scope);
+
 #endif

@@ -44,8 +44,9 @@ static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 {
 	struct stmt_name name = stmt_name(s, st);
 	if (!s->prepared[st]) {
-		PGresult *res = PQprepare(s->ses->conn, name.text, s->sql[st],
-					  nparams, NULL);
+		/* Built by the caller (run_sql, store_run_leasing). */
+		PGresult *res = PQprepare(s->ses->conn, name.text,
+					  store_sql(s, st), nparams, NULL);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
 			return res;
 		PQclear(res);
@@ -316,20 +317,14 @@ static PGresult *run_outside_tx(struct store *s, int st, const char *what,
 }
 
 /* Every statement of the store runs here, but the lease transaction's
- * pipelined opening (store_run_leasing). st >= 0: statement st of s->sql,
- * prepared when the options say so; -1: sql, unprepared. */
+ * pipelined opening (store_run_leasing). st >= 0: statement st of s->sql
+ * (sql NULL), prepared when the options say so; -1: sql, unprepared. */
 static PGresult *run_sql(struct store *s, int st, const char *what,
 			 const char *sql, int nparams,
 			 const char *const *values, ExecStatusType want,
 			 int result_format, int *rc, char *err, size_t errlen)
 {
 	*rc = 0;
-	if (!sql) {
-		snprintf(err, errlen, "%s: out of memory",
-			 what ? what : "statement");
-		*rc = STORE_ERROR;
-		return NULL;
-	}
 	if (!s->ses->conn) {
 		snprintf(err, errlen, "%s%snot connected to postgres",
 			 what ? what : "", what ? ": " : "");
@@ -339,6 +334,15 @@ static PGresult *run_sql(struct store *s, int st, const char *what,
 	sync_prepared(s);
 	if ((*rc = store_check_session(s, err, errlen)) != 0)
 		return NULL;
+	/* After the check: it may have dropped the texts to build anew. */
+	if (st >= 0)
+		sql = store_sql(s, (enum stmt)st);
+	if (!sql) {
+		snprintf(err, errlen, "%s: out of memory",
+			 what ? what : "statement");
+		*rc = STORE_ERROR;
+		return NULL;
+	}
 	if (PQtransactionStatus(s->ses->conn) == PQTRANS_IDLE && !ends_tx(sql))
 		return run_outside_tx(s, st, what, sql, nparams, values, want,
 				      result_format, rc, err, errlen);
@@ -355,7 +359,7 @@ PGresult *store_run(struct store *s, enum stmt st, int nparams,
 		    const char *const *values, ExecStatusType want,
 		    int result_format, int *rc, char *err, size_t errlen)
 {
-	return run_sql(s, (int)st, NULL, s->sql[st], nparams, values, want,
+	return run_sql(s, (int)st, NULL, NULL, nparams, values, want,
 		       result_format, rc, err, errlen);
 }
 
@@ -508,12 +512,18 @@ PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 	sync_prepared(s);
 	if ((*rc = store_check_session(s, err, errlen)) != 0)
 		return NULL;
+	const char *sql = store_sql(s, st);
+	if (!sql) {
+		snprintf(err, errlen, "store: out of memory");
+		*rc = STORE_ERROR;
+		return NULL;
+	}
 	/* One round trip instead of one per statement: a lease's latency
 	 * is mostly waiting for the server. */
 	const struct step steps[3] = {
 	    step_of(s, -1, "BEGIN", 0, NULL, 0),
 	    settings_step(s, PGCONN_TX_LEASE),
-	    step_of(s, (int)st, s->sql[st], nparams, values, result_format),
+	    step_of(s, (int)st, sql, nparams, values, result_format),
 	};
 	return run_pipeline(s, NULL, steps, 3, 2, true, want, rc, err, errlen);
 }

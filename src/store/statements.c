@@ -691,12 +691,14 @@ static char *(*const builders[ST_COUNT])(const struct store *s) = {
     [ST_CLAIM_RELEASE] = sql_claim_release,
 };
 
-int store_build_statements(struct store *s)
+const char *store_sql(struct store *s, enum stmt st)
 {
-	for (int i = 0; i < ST_COUNT; i++) {
-		s->sql[i] = builders[i](s);
-		if (!s->sql[i])
-			return -1;
-	}
-	return 0;
+	if (st == ST_CONTROL && s->control_off)
+		return STORE_NO_PAUSES_SQL;
+	/* Built on first use: a store of the sweeper or the cleaner runs a
+	 * few of them, and a relay of many tables has a store of each
+	 * table in every thread (docs/design.md §13). */
+	if (!s->sql[st])
+		s->sql[st] = builders[st](s);
+	return s->sql[st];
 }

@@ -57,8 +57,13 @@ static int check_version(struct store *s, const char *lit, char *err,
 			 size_t errlen)
 {
 	int rc;
-	PGresult *res = store_exec(s, NULL, s->sql[ST_VERSION], 0, NULL,
-				   PGRES_TUPLES_OK, &rc, err, errlen);
+	const char *sql = store_sql(s, ST_VERSION);
+	if (!sql) {
+		snprintf(err, errlen, "store: out of memory");
+		return STORE_ERROR;
+	}
+	PGresult *res = store_exec(s, NULL, sql, 0, NULL, PGRES_TUPLES_OK, &rc,
+				   err, errlen);
 	if (!res)
 		/* A table made by hand has no version table: its columns are
 		 * the owner's business. */
@@ -147,23 +152,18 @@ int store_schema_version(void)
 
 /* What the statements read in place of a missing side table: no pause,
  * no blocked key, which is exactly what a table without them can hold. */
-#define NO_PAUSES_SQL "SELECT NULL::text AS destination WHERE false"
 #define NO_BLOCKED_KEYS                                                        \
 	"(SELECT NULL::text AS partition_key, NULL::uuid AS blocking_id "      \
 	"WHERE false)"
 
-/* Rebuilds every statement text (s->blocked changed). */
-static int rebuild_statements(struct store *s, char *err, size_t errlen)
+/* Drops every statement text (s->blocked changed): each is built again
+ * on its next use. */
+static void rebuild_statements(struct store *s)
 {
 	for (int i = 0; i < ST_COUNT; i++) {
 		free(s->sql[i]);
 		s->sql[i] = NULL;
 	}
-	if (store_build_statements(s) != 0) {
-		snprintf(err, errlen, "store: out of memory");
-		return STORE_ERROR;
-	}
-	return 0;
 }
 
 /*
@@ -194,24 +194,11 @@ static int adapt_to_side_tables(struct store *s, char *err, size_t errlen)
 	}
 	/* Without claims, leases go on unrecorded (docs/design.md §11). */
 	s->claims_missing = !(present & STORE_SIDE_CLAIMS);
-	bool control = present & STORE_SIDE_CONTROL;
-	bool control_off = strcmp(s->sql[ST_CONTROL], NO_PAUSES_SQL) == 0;
-	if (strcmp(blocked, s->blocked) != 0 || (control && control_off)) {
+	if (strcmp(blocked, s->blocked) != 0) {
 		snprintf(s->blocked, sizeof(s->blocked), "%s", blocked);
-		rc = rebuild_statements(s, err, errlen);
-		if (rc != 0)
-			return rc;
-		control_off = false;
+		rebuild_statements(s);
 	}
-	if (!control && !control_off) {
-		char *none = strdup(NO_PAUSES_SQL);
-		if (!none) {
-			snprintf(err, errlen, "store: out of memory");
-			return STORE_ERROR;
-		}
-		free(s->sql[ST_CONTROL]);
-		s->sql[ST_CONTROL] = none;
-	}
+	s->control_off = !(present & STORE_SIDE_CONTROL);
 	return 0;
 }
 
@@ -374,7 +361,7 @@ static int take_options(struct store *s, const struct store_options *opt,
 	s->extra_sql = dup_or_null(session_sql);
 	if ((opt->conninfo && !s->conninfo) || !s->app_name || !s->leased_by ||
 	    !s->ce_source || (session_sql && !s->extra_sql) ||
-	    store_build_statements(s) != 0 || build_tx_settings(s) != 0) {
+	    build_tx_settings(s) != 0) {
 		snprintf(err, errlen, "store: out of memory");
 		return STORE_ERROR;
 	}

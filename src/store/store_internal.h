@@ -150,7 +150,9 @@ struct store {
 	/* The table has no claims table (made by hand, not by migrate):
 	 * leases go on without claims, so a crash charges no attempt. */
 	bool claims_missing;
-	char *sql[ST_COUNT];
+	/* The table has no control table: ST_CONTROL reads no pauses. */
+	bool control_off;
+	char *sql[ST_COUNT]; /* NULL until first used (store_sql) */
 	bool prepared[ST_COUNT];
 	/* conn_gen of the session that failed the rows the destination
 	 * CHECK refuses before its first classification (lease.c). */
@@ -242,8 +244,11 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
  * false when the year cannot be written (an infinite next_attempt_at). */
 bool store_floor_text(int64_t pg_us, char out[40]);
 
-/* statements.c: fills s->sql[]; -1 when out of memory. */
-int store_build_statements(struct store *s);
+/* statements.c: the text of statement st, built into s->sql[] on first
+ * use; NULL when out of memory. */
+const char *store_sql(struct store *s, enum stmt st);
+/* ST_CONTROL's text for a table without a control table. */
+#define STORE_NO_PAUSES_SQL "SELECT NULL::text AS destination WHERE false"
 extern const char *const store_stmt_names[ST_COUNT];
 /* True for the statements that run as PGCONN_TX_INDEXED outside a lease
  * transaction: reads of the queue, or of the claims table by holder,
