@@ -37,14 +37,10 @@ static int64_t clean_source(struct relay_thread *th, struct source_stores *ss,
 	metrics_add(MC_CLEANED_SENT, cr.sent_deleted);
 	metrics_add(MC_CLEANED_FAILED, cr.failed_deleted);
 	metrics_set(MG_LAST_CLEAN_MS, clock_wall_us() / 1000);
-	if (cr.sent_deleted + cr.failed_deleted > 0) {
-		char sent[32], failed[32];
-		snprintf(sent, sizeof(sent), "%zu", cr.sent_deleted);
-		snprintf(failed, sizeof(failed), "%zu", cr.failed_deleted);
-		log_fields(LOG_INFO, "cleaned sent and failed rows", "source",
-			   relay_source_name(r, i), "sent", sent, "failed",
-			   failed, NULL);
-	}
+	if (cr.sent_deleted + cr.failed_deleted > 0)
+		source_log_counts(LOG_INFO, "cleaned sent and failed rows", r,
+				  i, "sent", cr.sent_deleted, "failed",
+				  cr.failed_deleted);
 	/* Hit the cap: more is due; go on after a pause. */
 	return cr.sent_deleted + cr.failed_deleted >= cap ? 1000 : next;
 }

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "loops.h"
+#include "base/base.h"
 #include "config/config.h"
 #include "store/store.h"
 
@@ -196,6 +197,10 @@ void source_list_free(struct source_list *l);
 bool source_list_add(struct source_list *l, size_t db, const char *table,
 		     size_t *index, bool *added, bool *back);
 void relay_source_set_gone(struct relay *r, size_t i, bool gone);
+/* One log line about source i with two counts (k1 v1, k2 v2). */
+void source_log_counts(enum log_level level, const char *msg, struct relay *r,
+		       size_t i, const char *k1, size_t v1, const char *k2,
+		       size_t v2);
 
 /* Up to this many sources, each idle one is leased every poll interval
  * and each is swept every sweep interval, as one is (a few statements a

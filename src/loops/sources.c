@@ -153,6 +153,17 @@ size_t relay_source_db(struct relay *r, size_t i)
 	return r->sources.db[i];
 }
 
+void source_log_counts(enum log_level level, const char *msg, struct relay *r,
+		       size_t i, const char *k1, size_t v1, const char *k2,
+		       size_t v2)
+{
+	char a[32], b[32];
+	snprintf(a, sizeof(a), "%zu", v1);
+	snprintf(b, sizeof(b), "%zu", v2);
+	log_fields(level, msg, "source", relay_source_name(r, i), k1, a, k2, b,
+		   NULL);
+}
+
 void relay_source_stats(struct relay *r, size_t i,
 			struct relay_source_stats *out)
 {

@@ -87,12 +87,9 @@ static int sweep_source(struct relay_thread *th, struct source_stores *ss,
 	metrics_add(MC_SWEPT_FAILED, sw.to_failed);
 	metrics_set(MG_LAST_SWEEP_MS, clock_wall_us() / 1000);
 	if (sw.to_pending + sw.to_failed > 0) {
-		char p[32], f[32];
-		snprintf(p, sizeof(p), "%zu", sw.to_pending);
-		snprintf(f, sizeof(f), "%zu", sw.to_failed);
-		log_fields(LOG_WARN, "swept expired leases", "source",
-			   relay_source_name(r, i), "to_pending", p,
-			   "to_failed", f, NULL);
+		source_log_counts(LOG_WARN, "swept expired leases", r, i,
+				  "to_pending", sw.to_pending, "to_failed",
+				  sw.to_failed);
 		relay_wake_source(r, i);
 	}
 	return 0;
