@@ -224,6 +224,25 @@ static void set_aside(struct relay *r, struct source_stores *ss, size_t i,
 	at->retry_ms = clock_ms() + at->backoff_ms;
 }
 
+/* Database db of source i cannot be reached (its session could not be
+ * made again, or opened): every source of it waits out the same backoff
+ * while the other databases' go on, with one warning for them all. */
+static void set_aside_database(struct relay *r, struct source_stores *ss,
+			       size_t i, const char *what, const char *why)
+{
+	size_t db = relay_source_db(r, i), n = relay_sources_n(r);
+	set_aside(r, ss, i, what, why);
+	for (size_t j = 0; j < n; j++) {
+		struct source_store *at = &ss->at[j];
+		if (j == i || relay_source_db(r, j) != db ||
+		    relay_source_gone(r, j))
+			continue;
+		mark_failing(r, at, j);
+		at->backoff_ms = ss->at[i].backoff_ms;
+		at->retry_ms = ss->at[i].retry_ms;
+	}
+}
+
 /* Tries to open source i's store on the session of ss's open ones. */
 static bool try_open(struct relay_thread *th, struct source_stores *ss,
 		     size_t i)
@@ -246,7 +265,11 @@ static bool try_open(struct relay_thread *th, struct source_stores *ss,
 		sources_ok(r, ss, i);
 		return true;
 	}
-	set_aside(r, ss, i, "open", err);
+	if (rc == STORE_RECONNECT && r->sources.several_databases)
+		/* Each of its other sources would wait for a connect too. */
+		set_aside_database(r, ss, i, "open", err);
+	else
+		set_aside(r, ss, i, "open", err);
 	return false;
 }
 
@@ -266,8 +289,14 @@ bool sources_open(struct relay_thread *th, const char *who,
 	while (!relay_stopping(r)) {
 		bool any = false;
 		size_t n = relay_sources_n(r);
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
+			struct source_store *at = &ss->at[i];
+			/* Set aside with its database in this pass: one
+			 * connect attempt a database, not one a table. */
+			if (at->failing && clock_ms() < at->retry_ms)
+				continue;
 			any |= !relay_source_gone(r, i) && try_open(th, ss, i);
+		}
 		/* With patterns the tables come and go: the others are
 		 * opened as they are found. */
 		if (any || config_has_patterns(r->cfg))
@@ -298,9 +327,16 @@ struct store *sources_store(struct relay_thread *th, struct source_stores *ss,
 {
 	struct source_store *at = &ss->at[i];
 	if (relay_source_gone(th->relay, i)) {
-		/* Let go: its session goes with the last store of it. */
+		/* Let go: its session goes with the last store of it, and
+		 * /metrics no longer counts it failing. */
 		store_close(at->store);
 		at->store = NULL;
+		if (at->failing)
+			atomic_fetch_sub(&th->relay->source_stats[i].failing,
+					 1);
+		at->failing = false;
+		at->backoff_ms = 0;
+		at->retry_ms = 0;
 		return NULL;
 	}
 	if (at->failing && clock_ms() < at->retry_ms)
@@ -341,24 +377,6 @@ int sources_failed(struct relay_thread *th, struct source_stores *ss, size_t i,
 	return sources_reconnect(th, ss, i);
 }
 
-/* The session of database db is gone and could not be made again: every
- * source of it waits out the same backoff while the other databases' go
- * on (one warning for them all). */
-static void set_aside_database(struct relay *r, struct source_stores *ss,
-			       size_t i, const char *why)
-{
-	size_t db = relay_source_db(r, i), n = relay_sources_n(r);
-	set_aside(r, ss, i, "reconnect", why);
-	for (size_t j = 0; j < n; j++) {
-		struct source_store *at = &ss->at[j];
-		if (j == i || relay_source_db(r, j) != db || !at->store)
-			continue;
-		mark_failing(r, at, j);
-		at->backoff_ms = ss->at[i].backoff_ms;
-		at->retry_ms = ss->at[i].retry_ms;
-	}
-}
-
 int sources_reconnect(struct relay_thread *th, struct source_stores *ss,
 		      size_t i)
 {
@@ -384,7 +402,7 @@ int sources_reconnect(struct relay_thread *th, struct source_stores *ss,
 		if (r->sources.several_databases) {
 			/* Waiting here would stop every other database's
 			 * sources behind this one (docs/design.md §13). */
-			set_aside_database(r, ss, i, why);
+			set_aside_database(r, ss, i, "reconnect", why);
 			return 0;
 		}
 		log_warn("postgres reconnect failed: %s", why);
