@@ -83,10 +83,12 @@ size_t relay_source_db(struct relay *r, size_t i);
 bool relay_source_gone(struct relay *r, size_t i);
 
 /* What /metrics shows of source i: its events by outcome since start,
- * whether a loop thread has it set aside, whether it is gone. */
+ * whether a loop thread has it set aside, whether it is gone, and the age
+ * of the oldest event of its last leased batch (0: that lease was empty). */
 struct relay_source_stats {
 	uint64_t sent, retried, failed;
 	bool failing, gone;
+	int64_t lag_ms;
 };
 void relay_source_stats(struct relay *r, size_t i,
 			struct relay_source_stats *out);

@@ -124,6 +124,9 @@ struct relay {
 	struct source_stats {
 		atomic_ullong sent, retried, failed;
 		atomic_int failing; /* threads that have it set aside */
+		/* Age of the oldest event of its last leased batch when it
+		 * was leased, ms; 0 after a lease that found nothing. */
+		atomic_llong lag_ms;
 	} * source_stats;
 
 	/* lock guards every field from wake_gen to rate_next_ms; wake is
@@ -197,6 +200,9 @@ void source_list_free(struct source_list *l);
 bool source_list_add(struct source_list *l, size_t db, const char *table,
 		     size_t *index, bool *added, bool *back);
 void relay_source_set_gone(struct relay *r, size_t i, bool gone);
+/* How far behind source i is, as the lease b from it just saw it
+ * (/metrics): the age of b's oldest event, 0 when b is empty. */
+void source_note_lag(struct relay *r, size_t i, const struct lease_batch *b);
 /* One log line about source i with two counts (k1 v1, k2 v2). */
 void source_log_counts(enum log_level level, const char *msg, struct relay *r,
 		       size_t i, const char *k1, size_t v1, const char *k2,

@@ -164,6 +164,16 @@ void source_log_counts(enum log_level level, const char *msg, struct relay *r,
 		   NULL);
 }
 
+void source_note_lag(struct relay *r, size_t i, const struct lease_batch *b)
+{
+	int64_t oldest = INT64_MAX;
+	for (size_t k = 0; k < b->n; k++)
+		if (b->events[k].created_at_us < oldest)
+			oldest = b->events[k].created_at_us;
+	int64_t lag = b->n ? (clock_wall_us() - oldest) / 1000 : 0;
+	atomic_store(&r->source_stats[i].lag_ms, lag > 0 ? lag : 0);
+}
+
 void relay_source_stats(struct relay *r, size_t i,
 			struct relay_source_stats *out)
 {
@@ -172,6 +182,7 @@ void relay_source_stats(struct relay *r, size_t i,
 	out->retried = atomic_load(&st->retried);
 	out->failed = atomic_load(&st->failed);
 	out->failing = atomic_load(&st->failing) > 0;
+	out->lag_ms = atomic_load(&st->lag_ms);
 	out->gone = relay_source_gone(r, i);
 }
 

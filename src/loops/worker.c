@@ -737,6 +737,7 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 		return;
 	}
 	sources_ok(r, &w->src, w->source);
+	source_note_lag(r, w->source, &lease);
 	size_t n = lease.n;
 	t->due_ms = next_lease_at(w, n, started);
 	t->idle = n == 0;

@@ -83,6 +83,30 @@ void metrics_sources_render(FILE *out, struct relay *r)
 		fprintf(out,
 			"outbox_source_failing{source=\"" OTHER "\"} %zu\n",
 			other_failing);
+	fputs("# HELP outbox_source_lag_seconds Age of the oldest event of "
+	      "each source's last leased batch when it was leased (0: that "
+	      "lease found nothing; source=\"" OTHER "\": the most of the "
+	      "rest).\n"
+	      "# TYPE outbox_source_lag_seconds gauge\n",
+	      out);
+	int64_t other_lag = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct relay_source_stats st;
+		relay_source_stats(r, i, &st);
+		if (i >= own) {
+			other_lag =
+			    st.lag_ms > other_lag ? st.lag_ms : other_lag;
+			continue;
+		}
+		fputs("outbox_source_lag_seconds{source=\"", out);
+		put_label(out, relay_source_name(r, i));
+		fprintf(out, "\"} %.3f\n", (double)st.lag_ms / 1000);
+	}
+	if (n > own)
+		fprintf(out,
+			"outbox_source_lag_seconds{source=\"" OTHER
+			"\"} %.3f\n",
+			(double)other_lag / 1000);
 	fprintf(out,
 		"# HELP outbox_sources Sources of this relay by state.\n"
 		"# TYPE outbox_sources gauge\n"
