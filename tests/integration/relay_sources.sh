@@ -5,8 +5,9 @@
 # go out, on the sessions of one table's relay; a quiet table's event is
 # not held behind a hot table's backlog; a table dropped while the relay
 # runs gives one warning and the others go on; an operator pause of one
-# table (--source) stops that table alone; commands that work on one
-# table refuse to guess which.
+# table (--source) stops that table alone, and a redrive by source replays
+# that table's rows alone; commands that work on one table refuse to guess
+# which.
 . "$(dirname "$0")/lib.sh"
 it_table sources
 schema="${OUTBOX_TABLE%%.*}"
@@ -94,7 +95,18 @@ run_cli resume --source "$quiet" >/dev/null 2>&1 || it_fail "resume --source fai
 it_wait 20 "the paused table's rows after resume" printed paused 3
 run_cli status --source "$hot" --json >"$it_dir/status.json" 2>&1 || it_fail "status --source failed: $(cat "$it_dir/status.json")"
 
+# Redrive by source: a replay of one table's rows of a type both tables
+# have sends that table's again and leaves the other's alone.
+insert "$hot" 2 both
+insert "$quiet" 2 both
+it_wait 20 "both tables' rows of one type" printed both 4
+run_cli redrive --source "$quiet" --type both --status sent --since 10m --quiet >"$it_dir/redrive.out" 2>&1 ||
+	it_fail "redrive --source failed: $(cat "$it_dir/redrive.out")"
+it_wait 20 "the replayed rows" printed both 6
+sleep 1
+[ "$(grep -c '"type":"both"' "$it_dir/multi.out")" = 6 ] || it_fail "redrive --source replayed another table's rows too"
+
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
-[ "$(sent "$hot")" = 20003 ] || it_fail "hot table: $(sent "$hot") of 20003 sent"
+[ "$(sent "$hot")" = 20005 ] || it_fail "hot table: $(sent "$hot") of 20005 sent"
 echo "ok: 3 tables, quiet event after $hot_then of 20000 hot, $warnings warning(s) for the dropped table, $sessions sessions"
