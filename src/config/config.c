@@ -215,14 +215,10 @@ static int split_tables(const char *v, char ***out, size_t *n, char *why,
 	char **names = NULL;
 	size_t count = 0;
 	int rc = -1;
-	const char *p = v;
-	for (;;) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		while (len > 0 && (*p == ' ' || *p == '\t'))
-			p++, len--;
-		while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-			len--;
+	for (const char *next = v; next;) {
+		const char *p;
+		size_t len;
+		next = config_list_item(next, &p, &len);
 		char *name = strndup(p, len);
 		if (!name) {
 			snprintf(why, whylen, "out of memory");
@@ -267,9 +263,6 @@ static int split_tables(const char *v, char ***out, size_t *n, char *why,
 		}
 		names = grown;
 		names[count++] = name;
-		if (!end)
-			break;
-		p = end + 1;
 	}
 	rc = 0;
 out:

@@ -59,13 +59,10 @@ static int split_names(const char *v, struct config_database *out, size_t *n,
 {
 	char names[CONFIG_DATABASES_MAX][CONFIG_DATABASE_NAME_MAX + 1];
 	size_t count = 0;
-	for (const char *p = v;;) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		while (len > 0 && (*p == ' ' || *p == '\t'))
-			p++, len--;
-		while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-			len--;
+	for (const char *next = v; next;) {
+		const char *p;
+		size_t len;
+		next = config_list_item(next, &p, &len);
 		if (check_name(p, len, count + 1, why, whylen) != 0)
 			return -1;
 		if (count == CONFIG_DATABASES_MAX) {
@@ -83,9 +80,6 @@ static int split_names(const char *v, struct config_database *out, size_t *n,
 				return -1;
 			}
 		count++;
-		if (!end)
-			break;
-		p = end + 1;
 	}
 	if (count < 2) {
 		snprintf(why, whylen,

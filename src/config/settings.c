@@ -648,3 +648,16 @@ bool config_loader_ok(const struct config_loader *ld, const char *name)
 			return false;
 	return true;
 }
+
+const char *config_list_item(const char *p, const char **item, size_t *len)
+{
+	const char *end = strchr(p, ',');
+	size_t n = end ? (size_t)(end - p) : strlen(p);
+	while (n > 0 && (*p == ' ' || *p == '\t'))
+		p++, n--;
+	while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+		n--;
+	*item = p;
+	*len = n;
+	return end ? end + 1 : NULL;
+}

@@ -56,6 +56,10 @@ void setting_range(const struct setting *s, char *buf, size_t len);
 const char *config_row_help(const struct config_extensions *ext,
 			    const struct setting *s);
 
+/* One item of a comma-separated list starting at p, blanks around it cut:
+ * *item and *len; returns where the next item starts, NULL after the last. */
+const char *config_list_item(const char *p, const char **item, size_t *len);
+
 /* OUTBOX_DATABASES (databases.c): its check, the load of each database's
  * URLs once the core rows are read, their release, and whether name (n
  * bytes, no _FILE) is a per-database variable. */

@@ -7,6 +7,7 @@
  * series and rate() stays right.
  */
 #include "metrics_sources.h"
+#include "metrics_text.h"
 
 #include "config/config.h"
 #include "loops/loops.h"
@@ -15,18 +16,6 @@
  * dots and a slash). */
 #define OTHER "(other)"
 
-static void put_label(FILE *out, const char *v)
-{
-	for (; *v; v++) {
-		if (*v == '\\' || *v == '"')
-			fprintf(out, "\\%c", *v);
-		else if (*v == '\n')
-			fputs("\\n", out);
-		else
-			fputc(*v, out);
-	}
-}
-
 static void events(FILE *out, const char *source, bool other,
 		   const struct relay_source_stats *st)
 {
@@ -34,7 +23,7 @@ static void events(FILE *out, const char *source, bool other,
 	const uint64_t counts[] = {st->sent, st->retried, st->failed};
 	for (int k = 0; k < 3; k++) {
 		fputs("outbox_source_events_total{source=\"", out);
-		put_label(out, other ? OTHER : source);
+		metrics_text_put_label(out, other ? OTHER : source);
 		fprintf(out, "\",outcome=\"%s\"} %llu\n", outcomes[k],
 			(unsigned long long)counts[k]);
 	}
@@ -76,7 +65,7 @@ void metrics_sources_render(FILE *out, struct relay *r)
 		struct relay_source_stats st;
 		relay_source_stats(r, i, &st);
 		fputs("outbox_source_failing{source=\"", out);
-		put_label(out, relay_source_name(r, i));
+		metrics_text_put_label(out, relay_source_name(r, i));
 		fprintf(out, "\"} %d\n", st.failing ? 1 : 0);
 	}
 	if (n > own)
@@ -99,7 +88,7 @@ void metrics_sources_render(FILE *out, struct relay *r)
 			continue;
 		}
 		fputs("outbox_source_lag_seconds{source=\"", out);
-		put_label(out, relay_source_name(r, i));
+		metrics_text_put_label(out, relay_source_name(r, i));
 		fprintf(out, "\"} %.3f\n", (double)st.lag_ms / 1000);
 	}
 	if (n > own)

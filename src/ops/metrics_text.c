@@ -185,7 +185,7 @@ static void render_gauges(FILE *out)
 
 /* A label value as the text format wants it: backslash, double quote and
  * newline escaped. */
-static void put_label_value(FILE *out, const char *v)
+void metrics_text_put_label(FILE *out, const char *v)
 {
 	for (; *v; v++) {
 		if (*v == '\\' || *v == '"')
@@ -224,7 +224,7 @@ static void render_infos(FILE *out)
 			d->help, d->name, d->name);
 		for (int l = 0; l < METRICS_INFO_LABELS; l++) {
 			fprintf(out, "%s%s=\"", l ? "," : "", d->labels[l]);
-			put_label_value(out, values[l]);
+			metrics_text_put_label(out, values[l]);
 			fputc('"', out);
 		}
 		fputs("} 1\n", out);

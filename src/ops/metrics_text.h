@@ -8,6 +8,9 @@
 
 void metrics_text_render(FILE *out);
 
+/* Writes v as a label value: backslash, double quote and newline escaped. */
+void metrics_text_put_label(FILE *out, const char *v);
+
 /* The SQL-backed gauges (backlog, oldest pending age, ...) are refreshed
  * every base_ms, or less often when their query is slow: it counts every
  * pending row, so a backlog of millions makes it cost the database a
