@@ -183,9 +183,10 @@ static int print_help(const struct subcommand *c)
 	printf("usage: outbox-relay %s %s\n\n%s", c->name, c->usage, c->help);
 	printf("\nSettings come from the environment as for the daemon "
 	       "(OUTBOX_DATABASE_URL,\nOUTBOX_TABLE, ...). When OUTBOX_TABLE "
-	       "lists several tables, --source TABLE\nsays which one (migrate: "
-	       "all of them without it). Exit codes: 0 ok,\n1 runtime failure, "
-	       "2 usage error.\n");
+	       "lists several tables, --source TABLE\nsays which one, and "
+	       "with OUTBOX_DATABASES --source DATABASE/TABLE (migrate:\nall "
+	       "of them without it; status: a line for each). Exit codes: 0 "
+	       "ok,\n1 runtime failure, 2 usage error.\n");
 	return 0;
 }
 
