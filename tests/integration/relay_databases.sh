@@ -6,7 +6,8 @@
 # sessions and its own listener; operator commands name a source as
 # DATABASE/TABLE and refuse to guess; one database stopped: the other's
 # events keep flowing, the ops session moves to it and readiness stays;
-# the stopped one's events go out by themselves once it is back.
+# the stopped one's events go out by themselves once it is back; a
+# database down at start is set aside with all its tables at once.
 . "$(dirname "$0")/lib.sh"
 it_table dbs
 table="$OUTBOX_TABLE"
@@ -211,4 +212,29 @@ psql2 "INSERT INTO ${schema}_t51.outbox_events (type, payload) VALUES ('newcomer
 it_wait 15 "the new tenant's event" grep -q '"type":"newcomer"' "$it_dir/tenants.out"
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "the tenants' relay exited $it_rc"
+
+# A database already down when the relay starts: its three tables are set
+# aside together, one warning a thread (not one a table), the other
+# database's events flow, and its own once it is up.
+three="${schema}_t1.outbox_events,${schema}_t2.outbox_events,${schema}_t26.outbox_events"
+three_env=(OUTBOX_DATABASE_URL= OUTBOX_DATABASES="second,main"
+	OUTBOX_DATABASE_URL_SECOND="$url2" OUTBOX_DATABASE_URL_MAIN="$RELAY_TEST_DATABASE_URL"
+	OUTBOX_TABLE="$three")
+env "${three_env[@]}" "$RELAY_TEST_BIN" migrate --quiet >"$it_dir/three.migrate" 2>&1 ||
+	it_fail "migrate of three tables in two databases: $(tail -3 "$it_dir/three.migrate")"
+bash "$services/postgres.sh" stop "$pg2" >/dev/null 2>&1 || it_fail "could not stop the second Postgres"
+it_relay three "${three_env[@]}" OUTBOX_LOG_LEVEL=info OUTBOX_WORKER_WINDOW=1
+pid=$it_last_pid
+it_psql "INSERT INTO ${schema}_t2.outbox_events (type, payload) VALUES ('main_up', '\\x7b7d')" >/dev/null
+it_wait 15 "the main database's event with the second down" grep -q '"type":"main_up"' "$it_dir/three.out"
+sleep 2
+warned=$(grep '"source failing; the others go on"' "$it_dir/three.log" | grep -c '"source":"second/' || true)
+# The lane, the sweeper and the cleaner: one each.
+[ "$warned" -ge 1 ] && [ "$warned" -le 3 ] ||
+	it_fail "$warned warnings for the second database's 3 tables (want one a thread, 3 at most)"
+bash "$services/postgres.sh" restart "$pg2" >/dev/null 2>&1 || it_fail "could not start the second Postgres again"
+psql2 "INSERT INTO ${schema}_t26.outbox_events (type, payload) VALUES ('second_up', '\\x7b7d')" >/dev/null
+it_wait 45 "the second database's event once it is up" grep -q '"type":"second_up"' "$it_dir/three.out"
+it_stop "$pid"
+[ "$it_rc" = 0 ] || it_fail "the relay of three tables exited $it_rc"
 echo "relay_databases: ok"
