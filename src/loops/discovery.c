@@ -138,11 +138,10 @@ static void discover_all(struct relay_thread *th, struct discovery *d)
 		all = false;
 		store_catalog_close(d->catalog[db]);
 		d->catalog[db] = NULL;
-		int64_t b = d->backoff_ms[db];
-		d->backoff_ms[db] = b == 0 ? RECONNECT_MIN_MS
-				    : b * 2 > RECONNECT_MAX_MS
-					? RECONNECT_MAX_MS
-					: b * 2;
+		d->backoff_ms[db] = d->backoff_ms[db] == 0
+					? RECONNECT_MIN_MS
+					: loop_backoff_grow(d->backoff_ms[db],
+							    RECONNECT_MAX_MS);
 		d->retry_ms[db] = clock_ms() + d->backoff_ms[db];
 	}
 	if (all && !d->first_done) {

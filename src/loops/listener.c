@@ -75,8 +75,7 @@ static struct store_listener *listen_connect(struct relay_thread *th,
 		store_listener_close(l);
 		log_warn("listener: %s", err);
 		relay_idle(th, backoff, NULL, NULL);
-		backoff = backoff * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS
-							 : backoff * 2;
+		backoff = loop_backoff_grow(backoff, RECONNECT_MAX_MS);
 	}
 	return NULL;
 }

@@ -97,3 +97,8 @@ void relay_app_name(const struct relay *r, const char *who, char *out,
 {
 	snprintf(out, outlen, "outbox-relay/%s/%s", r->host, who);
 }
+
+int64_t loop_backoff_grow(int64_t backoff, int64_t max)
+{
+	return backoff * 2 > max ? max : backoff * 2;
+}

@@ -173,6 +173,10 @@ void relay_wake_sources(struct relay *r);
 /* The current wake-up generation, for relay_idle_since(). */
 uint64_t relay_wake_generation(struct relay *r);
 
+/* A retry delay doubled, at most max: the backoff of every loop's
+ * reconnects and of a source set aside. */
+int64_t loop_backoff_grow(int64_t backoff, int64_t max);
+
 /* Sleeps up to ms, returning early on relay_wake() or shutdown; keeps the
  * thread's health tick fresh and calls service (if not NULL) every
  * second so broker connections keep their heartbeats. */

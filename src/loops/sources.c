@@ -23,11 +23,6 @@
 /* struct source_list keeps a source's database index in a byte. */
 _Static_assert(CONFIG_DATABASES_MAX <= 255, "source_list.db");
 
-static int64_t grow(int64_t backoff, int64_t max)
-{
-	return backoff * 2 > max ? max : backoff * 2;
-}
-
 /* An open store of ss in database db, one not set aside first (a source
  * set aside may be so because its table's check fails); NULL when none. */
 static struct store *store_of_db(struct relay *r,
@@ -229,9 +224,9 @@ static void set_aside(struct relay *r, struct source_stores *ss, size_t i,
 		log_debug("source %s still failing: %s: %s",
 			  relay_source_name(r, i), what, err);
 	mark_failing(r, at, i);
-	at->backoff_ms = at->backoff_ms
-			     ? grow(at->backoff_ms, SOURCE_RETRY_MAX_MS)
-			     : SOURCE_RETRY_MIN_MS;
+	at->backoff_ms = at->backoff_ms ? loop_backoff_grow(at->backoff_ms,
+							    SOURCE_RETRY_MAX_MS)
+					: SOURCE_RETRY_MIN_MS;
 	at->retry_ms = clock_ms() + at->backoff_ms;
 }
 
@@ -317,7 +312,7 @@ bool sources_open(struct relay_thread *th, const char *who,
 		for (size_t i = 0; i < ss->n; i++)
 			ss->at[i].retry_ms = 0;
 		relay_idle(th, backoff, NULL, NULL);
-		backoff = grow(backoff, RECONNECT_MAX_MS);
+		backoff = loop_backoff_grow(backoff, RECONNECT_MAX_MS);
 	}
 	return false;
 }
@@ -418,7 +413,7 @@ int sources_reconnect(struct relay_thread *th, struct source_stores *ss,
 		}
 		log_warn("postgres reconnect failed: %s", why);
 		relay_idle(th, backoff, NULL, NULL);
-		backoff = grow(backoff, RECONNECT_MAX_MS);
+		backoff = loop_backoff_grow(backoff, RECONNECT_MAX_MS);
 	}
 	return -1;
 }

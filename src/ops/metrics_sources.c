@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The per-source series of /metrics (docs/design.md §13): the first
- * OUTBOX_METRICS_SOURCES sources of the list by name, the rest summed
- * under source="(other)". The first N rather than the busiest N: a source
- * keeps its series for the relay's life, so no counter ever moves between
- * series and rate() stays right.
+ * OUTBOX_METRICS_SOURCES sources of the list, each under its name, the
+ * rest summed under source="(other)". The first N rather than the busiest N: a
+ * source keeps its series for the relay's life, so no counter ever moves
+ * between series and rate() stays right.
  */
 #include "metrics_sources.h"
 #include "metrics_text.h"
