@@ -135,11 +135,12 @@ const struct setting config_core_rows[] = {
     SETTING_DURATION(C, "OUTBOX_LEASE_RESCAN_INTERVAL", lease_rescan_ms, "5s",
 		     SECOND, HOUR, SETTING_ZERO_OK,
 		     "a worker's lease starts its scan at its previous batch's "
-		     "oldest row, and one lease of the process scans from "
-		     "the start this often (longer when a scan is slow): a "
-		     "row committed late by a long transaction, or let go by "
-		     "another relay, waits at most about this long; 0 scans "
-		     "from the start every time"),
+		     "oldest row and finds rows committed late by their "
+		     "writers' transaction ids; one lease of the process "
+		     "scans from the start this often (longer when a scan is "
+		     "slow): a row written before migration 007 or let go by "
+		     "a relay that stopped waits at most about this long; 0 "
+		     "scans from the start every time"),
     SETTING_DURATION(C, "OUTBOX_PUBLISH_TIMEOUT", publish_timeout_ms, "5s", 100,
 		     HOUR, 0, "deadline for the broker to acknowledge a batch"),
     SETTING_DURATION(C, "OUTBOX_LEASE_TIMEOUT", lease_timeout_ms, "1m", SECOND,

@@ -257,27 +257,29 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 /*
  * Where this lease's due scan starts (docs/design.md §4, "A held
  * snapshot"): at the oldest next_attempt_at of this session's previous
- * batch, or from the start of the index ("-infinity") when a rescan is
- * due. Below the floor are only rows this session has no reason to look
- * for at once: every row of its previous batch that went back to pending
- * (released, or retried with a later next_attempt_at) is at or above it.
- * What may lie below (a row committed late by a transaction that began
- * long ago, a row another relay let go, one an operator redrove, whose
- * next_attempt_at is when the redrive began) waits for the next rescan:
- * one per OUTBOX_LEASE_RESCAN_INTERVAL for the process
- * (rescan_scheduled()), or RESCAN_COST_FACTOR times the last rescan's
- * duration when that is longer (so a rescan stepping over a held
- * snapshot's dead entries costs at most about 1 % of a session's time,
- * as the ops thread's gauges do of a core), and at once when the paused
- * destinations change (their rows were left out, at any age).
- * Ordered mode always rescans: a key's next row becomes its head with the
- * next_attempt_at it was written with.
+ * batch's due rows, or from the start of the index ("-infinity") when a
+ * rescan is due. Below the floor are only rows this session has no
+ * reason to look for at once: every row of its previous batch that went
+ * back to pending (released, or retried with a later next_attempt_at) is
+ * at or above it, or, if the late scan had it, written at or after the
+ * late scan's floor ($6). Rows committed below the floor since the
+ * previous lease (a producer transaction that began long ago, a
+ * redrive) are the late scan's: their writers are at or above that
+ * floor. What else may lie below (a row with no writer, a row another
+ * relay let go and never leased again) waits for the next rescan: one
+ * per OUTBOX_LEASE_RESCAN_INTERVAL for the process (rescan_scheduled()),
+ * or RESCAN_COST_FACTOR times the last rescan's duration when that is
+ * longer, and at once when the paused destinations change (their rows
+ * were left out, at any age). Ordered mode always rescans: a key's next
+ * row becomes its head with the next_attempt_at it was written with.
  */
-/* The session's floor as the lease's $4: '-infinity' when it
- * has none or keeps none (ordered mode, OUTBOX_LEASE_RESCAN_INTERVAL=0). */
+/* The session's floor as the lease's $4: '-infinity' when it has none or
+ * keeps none (ordered mode, OUTBOX_LEASE_RESCAN_INTERVAL=0), or has no
+ * late scan floor yet on a table with the column. */
 static bool floor_of(const struct store *s, char floor[40])
 {
 	if (s->floor_set && !s->opt.ordered && s->opt.lease_rescan_ms > 0 &&
+	    (s->written_missing || s->written_floor != 0) &&
 	    store_floor_text(s->floor_us, floor))
 		return true;
 	snprintf(floor, 40, "-infinity");
@@ -338,16 +340,8 @@ static bool claims_floor_of(const struct store *s, int64_t now_ms, char out[24])
 	return full;
 }
 
-/* A rescan's cost grows with a held snapshot (every dead entry since it
- * was taken): spaced to this many times its duration, it takes at most
- * about 1 % of a worker's time. 20 (5 %) left it the largest part of a
- * 10-minute hold's cost (docs/benchmark.md, "A held snapshot"); the price
- * is that a row below the floor waits longer during such a hold. */
-#define RESCAN_COST_FACTOR 100
-
-/* When the next rescan is due after one that took took_ms. */
-static int64_t rescan_due(const struct store *s, int64_t ended_ms,
-			  int64_t took_ms)
+int64_t store_rescan_due(const struct store *s, int64_t ended_ms,
+			 int64_t took_ms)
 {
 	int64_t paced = RESCAN_COST_FACTOR * took_ms;
 	return ended_ms + (paced > s->opt.lease_rescan_ms
@@ -359,7 +353,7 @@ static int64_t rescan_due(const struct store *s, int64_t ended_ms,
  * past it, whichever reason made it one. */
 static void rescan_done(struct store *s, int64_t ended_ms, int64_t took_ms)
 {
-	int64_t due = rescan_due(s, ended_ms, took_ms);
+	int64_t due = store_rescan_due(s, ended_ms, took_ms);
 	if (s->opt.rescan_pace)
 		atomic_store(&s->opt.rescan_pace->due_ms, (long long)due);
 	else
@@ -395,17 +389,22 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		snprintf(err, errlen, "lease: out of memory");
 		return STORE_ERROR;
 	}
-	char floor[40], claims_floor[24];
+	char floor[40], claims_floor[24], written_floor[24];
 	int64_t started_ms = clock_ms();
 	bool rescan = lease_rescans(s, paused_arr, started_ms, floor);
 	bool claims_full = claims_floor_of(s, started_ms, claims_floor);
-	const char *values[5] = {paused_arr,
-				 default_destination ? default_destination : "",
-				 s->ce_source, floor, claims_floor};
+	/* A rescan reads from the start: no late scan ($6 NULL). */
+	s->scan_from_us = rescan ? INT64_MIN : s->floor_us;
+	snprintf(written_floor, sizeof(written_floor), "%llu",
+		 (unsigned long long)s->written_floor);
+	const char *values[6] = {
+	    paused_arr,	  default_destination ? default_destination : "",
+	    s->ce_source, floor,
+	    claims_floor, rescan ? NULL : written_floor};
 	/* Binary results: text columns arrive as they are and the payload
 	 * needs no unescaping. */
 	enum stmt st = s->claims_missing ? ST_LEASE_BARE : ST_LEASE;
-	PGresult *res = store_run_leasing(s, st, 5, values, PGRES_TUPLES_OK, 1,
+	PGresult *res = store_run_leasing(s, st, 6, values, PGRES_TUPLES_OK, 1,
 					  &rc, err, errlen);
 	if (!res && rc != STORE_RECONNECT && st == ST_LEASE &&
 	    store_err_undefined_table(err)) {
@@ -413,7 +412,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		no_claims(s, err);
 		if (s->ses->leasing == s)
 			store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
-		res = store_run_leasing(s, ST_LEASE_BARE, 5, values,
+		res = store_run_leasing(s, ST_LEASE_BARE, 6, values,
 					PGRES_TUPLES_OK, 1, &rc, err, errlen);
 	}
 	free(paused_arr);
@@ -422,7 +421,8 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		if (rescan)
 			rescan_done(s, ended_ms, took);
 		if (claims_full)
-			s->claims_rescan_at_ms = rescan_due(s, ended_ms, took);
+			s->claims_rescan_at_ms =
+			    store_rescan_due(s, ended_ms, took);
 	}
 	if (res && PQntuples(res) > 0)
 		rc = store_take_rows(s, res, out, err, errlen);

@@ -33,6 +33,7 @@ enum lease_col {
 	LC_TID,
 	LC_NEXT_ATTEMPT_AT,
 	LC_CLAIMS_FLOOR,
+	LC_WRITTEN_FLOOR,
 };
 
 static const char *col(PGresult *res, int row, int c)
@@ -242,7 +243,11 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 		uint64_t due;
 		ok = event_of(res, i, &tc, &text[i], &out->events[i]) &&
 		     col_be(res, i, LC_NEXT_ATTEMPT_AT, 8, &due);
-		if (ok && (int64_t)due < oldest)
+		/* A row below the scan the lease ran from came from the
+		 * late scan (or is a crash suspect, which has a scan of its
+		 * own): the floor stays where the due scan has been. */
+		if (ok && (int64_t)due < oldest &&
+		    (int64_t)due >= s->scan_from_us)
 			oldest = (int64_t)due;
 	}
 	if (!ok) {
@@ -256,8 +261,13 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	memcpy(rows->lease_id, out->lease_id, sizeof(rows->lease_id));
 	qsort(out->events, out->n, sizeof(out->events[0]), by_seq);
 	s->open_lease = rows;
-	s->floor_us = oldest;
-	s->floor_set = true;
+	if (oldest != INT64_MAX) {
+		s->floor_us = oldest;
+		s->floor_set = true;
+	}
+	uint64_t written_floor;
+	if (col_be(res, 0, LC_WRITTEN_FLOOR, 8, &written_floor))
+		s->written_floor = written_floor;
 	uint64_t claims_floor;
 	if (col_be(res, 0, LC_CLAIMS_FLOOR, 8, &claims_floor)) {
 		s->claims_floor = claims_floor;

@@ -177,6 +177,20 @@ static char *order_tail(const struct store *s, bool may_fail)
  * transactions plan without bitmap scans, and an OR of the two would
  * read the whole table.
  *
+ * $6, the late scan's floor (the same section): the xmin of the
+ * snapshot of this session's previous lease. A row that lease could not
+ * see (its writer still running, or not begun) has a writer at or above
+ * it, so the late scan reads the written_by index of migration 007 from
+ * there for rows below the scan floor: a row committed late by a long
+ * transaction is leased by the next lease, and the scan reads the rows
+ * of the last moments, not every entry a held snapshot keeps. Its rows
+ * come before the due rows (older keys). The statement returns the next
+ * floor: the lower of this snapshot's xmin and the oldest writer of the
+ * late rows it picked (one of them released goes back below the scan
+ * floor, and the late scan must meet it again; those it did not pick
+ * have writers at or above it, read in that order). NULL skips the scan
+ * (a rescan reads from the start of the index anyway).
+ *
  * What it costs Postgres is measured per batch (docs/design.md §4, "the
  * statements' own cost"): the locking scans carry only each row's ctid and
  * size, so the byte-budget window copies no payload; the picked rows are read
@@ -236,37 +250,70 @@ static char *lease_sql(const struct store *s, bool claims)
 		: "NOT (coalesce(exchange, $2) = ANY($1::text[]) OR "
 		  "coalesce(exchange, $2) || chr(31) || routing_key = "
 		  "ANY($1::text[]))";
-	char *sql = store_asprintf(
-	    "WITH lease AS MATERIALIZED (SELECT gen_random_uuid() AS "
-	    "lease_id), %s%s"
-	    "suspect AS MATERIALIZED (SELECT ctid AS tid, "
-	    "octet_length(payload) AS bytes FROM %s "
-	    "WHERE status = 'pending' AND suspect AND next_attempt_at <= "
-	    "now() AND %s %s"
-	    "ORDER BY next_attempt_at, seq LIMIT 1 " GUARD_LEASE_LOCK "), "
-	    "due AS MATERIALIZED (SELECT ctid AS tid, octet_length(payload) "
-	    "AS bytes FROM %s "
-	    "WHERE status = 'pending' AND NOT suspect AND next_attempt_at "
-	    "<= now() AND next_attempt_at >= $4::timestamptz AND %s %s"
-	    "ORDER BY next_attempt_at, seq LIMIT %d " GUARD_LEASE_LOCK "), "
-	    "picked AS (SELECT tid FROM (SELECT tid, sum(bytes) OVER (ROWS "
-	    "UNBOUNDED PRECEDING) - bytes AS before FROM (SELECT tid, bytes "
-	    "FROM suspect UNION ALL SELECT tid, bytes FROM due) u) q "
-	    "WHERE before < %lld LIMIT %d) "
-	    "SELECT t.id, t.seq, t.type, coalesce(t.source, $3), t.subject, "
-	    "t.content_type, t.exchange, t.routing_key, t.partition_key, "
-	    "t.payload, t.headers::text, t.created_at, t.attempts + 1, "
-	    "t.max_attempts, (SELECT lease_id FROM lease), "
-	    "pg_current_xact_id_if_assigned(), t.ctid, t.next_attempt_at, "
-	    "%s FROM %s t WHERE t.ctid = ANY(ARRAY(SELECT tid FROM "
-	    "picked))%s",
-	    crashed, late, T, not_paused, skip_crashed, T, not_paused,
-	    skip_crashed, n, (long long)s->opt.batch_bytes, n,
-	    claims ? "(SELECT least(min(written_by), "
-		     "pg_snapshot_xmin(pg_current_snapshot())) FROM "
-		     "open_claims)"
-		   : "$5::xid8",
-	    T, skip_late);
+	/* The late scan: rows below the floor ($4) written by a transaction
+	 * at or after $6, the xmin of this session's previous lease's
+	 * snapshot: the rows that lease could not see yet. */
+	char *below =
+	    s->written_missing
+		? strdup("")
+		: store_asprintf(
+		      "below AS MATERIALIZED (SELECT ctid AS tid, "
+		      "octet_length(payload) AS bytes, written_by AS w FROM "
+		      "%s WHERE status = 'pending' AND NOT suspect AND "
+		      "written_by >= " WRITTEN_FLOOR " AND next_attempt_at < "
+		      "$4::timestamptz AND next_attempt_at <= now() AND %s %s"
+		      "ORDER BY written_by LIMIT %d " GUARD_LEASE_LOCK "), ",
+		      T, not_paused, skip_crashed, n);
+	const char *below_rows = s->written_missing
+				     ? ""
+				     : "UNION ALL SELECT tid, bytes, w FROM "
+				       "below ";
+	const char *written_floor =
+	    s->written_missing
+		? "$6::xid8" /* unused, but every lease takes six */
+		: "(SELECT least(pg_snapshot_xmin(pg_current_snapshot()), "
+		  "min(w)) FROM picked)";
+	char *sql =
+	    below
+		? store_asprintf(
+		      "WITH lease AS MATERIALIZED (SELECT gen_random_uuid() "
+		      "AS lease_id), %s%s"
+		      "suspect AS MATERIALIZED (SELECT ctid AS tid, "
+		      "octet_length(payload) AS bytes FROM %s "
+		      "WHERE status = 'pending' AND suspect AND "
+		      "next_attempt_at <= now() AND %s %s"
+		      "ORDER BY next_attempt_at, seq LIMIT "
+		      "1 " GUARD_LEASE_LOCK "), %s"
+		      "due AS MATERIALIZED (SELECT ctid AS tid, "
+		      "octet_length(payload) AS bytes FROM %s "
+		      "WHERE status = 'pending' AND NOT suspect AND "
+		      "next_attempt_at <= now() AND next_attempt_at >= "
+		      "$4::timestamptz AND %s %s"
+		      "ORDER BY next_attempt_at, seq LIMIT %d " GUARD_LEASE_LOCK
+		      "), "
+		      "picked AS (SELECT tid, w FROM (SELECT tid, w, "
+		      "sum(bytes) "
+		      "OVER (ROWS UNBOUNDED PRECEDING) - bytes AS before FROM "
+		      "(SELECT tid, bytes, NULL::xid8 AS w FROM suspect %s"
+		      "UNION ALL SELECT tid, bytes, NULL::xid8 FROM due) u) q "
+		      "WHERE before < %lld LIMIT %d) "
+		      "SELECT t.id, t.seq, t.type, coalesce(t.source, $3), "
+		      "t.subject, t.content_type, t.exchange, t.routing_key, "
+		      "t.partition_key, t.payload, t.headers::text, "
+		      "t.created_at, t.attempts + 1, t.max_attempts, (SELECT "
+		      "lease_id FROM lease), pg_current_xact_id_if_assigned(), "
+		      "t.ctid, t.next_attempt_at, %s, %s FROM %s t WHERE "
+		      "t.ctid = ANY(ARRAY(SELECT tid FROM picked))%s",
+		      crashed, late, T, not_paused, skip_crashed, below, T,
+		      not_paused, skip_crashed, n, below_rows,
+		      (long long)s->opt.batch_bytes, n,
+		      claims ? "(SELECT least(min(written_by), "
+			       "pg_snapshot_xmin(pg_current_snapshot())) FROM "
+			       "open_claims)"
+			     : "$5::xid8",
+		      written_floor, T, skip_late)
+		: NULL;
+	free(below);
 	free(crashed);
 	free(late);
 	return sql;

@@ -38,6 +38,15 @@ static char *redrive_where(const char *status)
  * for the returned ids inside each batch's transaction (the statement
  * itself would scan every sent row of the table for that).
  */
+/* A row made pending again from outside the relay is written anew: its
+ * written_by names this transaction, so the lease's late scan finds it
+ * once it commits, wherever its next_attempt_at lies (statements.c, $6).
+ * A table made by hand may lack the column (rows then wait for a rescan). */
+static const char *rewritten(const struct store *s)
+{
+	return s->written_missing ? "" : ", written_by = pg_current_xact_id()";
+}
+
 static char *sql_redrive_ordered(const struct store *s, const char *status,
 				 const char *where)
 {
@@ -55,9 +64,9 @@ static char *sql_redrive_ordered(const struct store *s, const char *status,
 	    "ANY(ARRAY(SELECT id FROM later)) AND d.head RETURNING 1) "
 	    "UPDATE %s AS t SET status = 'pending', attempts = 0, "
 	    "next_attempt_at = now(), finished_at = NULL, suspect = false, "
-	    "head = NULL WHERE t.id = ANY(ARRAY(SELECT id FROM r)) AND "
+	    "head = NULL%s WHERE t.id = ANY(ARRAY(SELECT id FROM r)) AND "
 	    "t.status = '%s' RETURNING t.id::text",
-	    T, where, REDRIVE_BATCH, T, T, T, status);
+	    T, where, REDRIVE_BATCH, T, T, T, rewritten(s), status);
 }
 
 static char *sql_redrive(const struct store *s, const char *status)
@@ -75,10 +84,11 @@ static char *sql_redrive(const struct store *s, const char *status)
 				   "NO KEY UPDATE SKIP LOCKED) UPDATE %s AS t "
 				   "SET status = 'pending', attempts = 0, "
 				   "next_attempt_at = now(), finished_at = "
-				   "NULL, suspect = false, head = NULL WHERE "
-				   "t.id = ANY(ARRAY(SELECT id FROM r)) AND "
-				   "t.status = '%s'",
-				   T, where, REDRIVE_BATCH, T, status)
+				   "NULL, suspect = false, head = NULL%s "
+				   "WHERE t.id = ANY(ARRAY(SELECT id FROM r)) "
+				   "AND t.status = '%s'",
+				   T, where, REDRIVE_BATCH, T, rewritten(s),
+				   status)
 		  : NULL;
 	free(where);
 	return sql;
@@ -285,8 +295,8 @@ char *sql_unblock_redrive(const struct store *s)
 	return store_asprintf(
 	    "UPDATE %s SET status = 'pending', attempts = 0, "
 	    "next_attempt_at = now(), finished_at = NULL, suspect = false, "
-	    "head = true WHERE id = $1::uuid AND status = 'failed'",
-	    s->table.quoted);
+	    "head = true%s WHERE id = $1::uuid AND status = 'failed'",
+	    s->table.quoted, rewritten(s));
 }
 
 char *sql_version(const struct store *s)

@@ -130,17 +130,24 @@ int store_admin_side_tables(struct store *s, unsigned *present, char *err,
 			      sizeof(names[i]));
 		values[i] = names[i];
 	}
+	const char *all[N_SIDE + 1];
+	memcpy(all, values, sizeof(values));
+	all[N_SIDE] = s->table.quoted;
 	PGresult *res = store_exec(
 	    s, "side tables",
 	    "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) "
 	    "IS NOT NULL, to_regclass($3) IS NOT NULL, to_regclass($4) "
-	    "IS NOT NULL",
-	    N_SIDE, values, PGRES_TUPLES_OK, &rc, err, errlen);
+	    "IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid "
+	    "= to_regclass($5) AND attname = 'written_by' AND NOT "
+	    "attisdropped)",
+	    N_SIDE + 1, all, PGRES_TUPLES_OK, &rc, err, errlen);
 	if (!res)
 		return store_public_rc(rc);
 	for (size_t i = 0; i < N_SIDE; i++)
 		if (PQgetvalue(res, 0, (int)i)[0] == 't')
 			*present |= side[i].bit;
+	if (PQgetvalue(res, 0, N_SIDE)[0] == 't')
+		*present |= STORE_COLUMN_WRITTEN_BY;
 	PQclear(res);
 	return 0;
 }
@@ -199,6 +206,13 @@ static int adapt_to_side_tables(struct store *s, char *err, size_t errlen)
 		rebuild_statements(s);
 	}
 	s->control_off = !(present & STORE_SIDE_CONTROL);
+	/* Without written_by (a table made by hand before migration 007)
+	 * the lease has no late scan: late commits wait for a rescan. */
+	bool written_missing = !(present & STORE_COLUMN_WRITTEN_BY);
+	if (written_missing != s->written_missing) {
+		s->written_missing = written_missing;
+		rebuild_statements(s);
+	}
 	return 0;
 }
 

@@ -491,6 +491,9 @@ enum store_side_table {
 	STORE_SIDE_REPLICAS = 2,     /* the replica registry */
 	STORE_SIDE_BLOCKED_KEYS = 4, /* ordered mode's blocked keys */
 	STORE_SIDE_CLAIMS = 8,	     /* the lock leases' claims */
+	/* Not a table: the outbox table's written_by column (migration
+	 * 007), by which a lease finds rows committed late. */
+	STORE_COLUMN_WRITTEN_BY = 16,
 };
 
 /* Which side tables exist now: *present is a mask of the values above. */

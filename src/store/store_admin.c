@@ -87,6 +87,9 @@ void store_side_tables_describe(const struct store *s, unsigned present,
 	    {STORE_SIDE_CLAIMS, "_claims",
 	     "crash accounting (a relay that dies holding rows charges them "
 	     "no attempt, so a row that crashes relays is never failed)"},
+	    {STORE_COLUMN_WRITTEN_BY, ".written_by (column)",
+	     "the late scan (a row committed late by a long transaction "
+	     "waits for the next rescan)"},
 	};
 	tables[0] = features[0] = '\0';
 	for (size_t i = 0; i < sizeof(side) / sizeof(side[0]); i++) {
@@ -222,6 +225,62 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 	return 0;
 }
 
+/*
+ * The backlog count's floors (docs/design.md §4, "A held snapshot"): the
+ * count reads the pending index from the oldest next_attempt_at the
+ * previous count found (gauge_floor), and the late scan's index for rows
+ * below it written since that count's snapshot (gauge_written): under a
+ * held snapshot the entries of every row finished since it was taken stay
+ * at the head of the pending index, and a count from the start walks them
+ * all. Every row pending when the previous count ran was at or above its
+ * floor, and a row that count could not see has a writer at or above the
+ * xmin of its snapshot, so the two reads miss only rows with no writer
+ * put below the floor since; a count from the start, once per
+ * OUTBOX_LEASE_RESCAN_INTERVAL or RESCAN_COST_FACTOR times its last
+ * duration, counts those too. Without the written_by column every count
+ * is from the start.
+ */
+static bool count_from_start(const struct store *s, int64_t now_ms)
+{
+	return s->written_missing || !s->gauge_floor[0] ||
+	       s->opt.lease_rescan_ms == 0 || now_ms >= s->gauge_full_at_ms;
+}
+
+/* What the pending count reads: the whole index, or from the floors. */
+static char *pending_count_sql(const struct store *s, bool full)
+{
+	const char *T = s->table.quoted;
+	if (full)
+		return store_asprintf("SELECT created_at, next_attempt_at FROM "
+				      "%s WHERE status = 'pending'",
+				      T);
+	return store_asprintf(
+	    "SELECT created_at, next_attempt_at FROM %s WHERE status = "
+	    "'pending' AND next_attempt_at >= '%s'::timestamptz UNION ALL "
+	    "SELECT created_at, next_attempt_at FROM %s WHERE status = "
+	    "'pending' AND written_by >= '%llu'::xid8 AND next_attempt_at < "
+	    "'%s'::timestamptz",
+	    T, s->gauge_floor, T, (unsigned long long)s->gauge_written,
+	    s->gauge_floor);
+}
+
+/* Keeps the floors the count returned, if they are what they should be
+ * (a timestamptz as Postgres writes it, a transaction id). */
+static void keep_count_floors(struct store *s, const char *floor,
+			      const char *written)
+{
+	size_t n = strlen(floor);
+	bool ok = n > 0 && n < sizeof(s->gauge_floor) &&
+		  strspn(floor, "0123456789-:+. ") == n && written[0] &&
+		  strspn(written, "0123456789") == strlen(written);
+	if (!ok) {
+		s->gauge_floor[0] = '\0';
+		return;
+	}
+	memcpy(s->gauge_floor, floor, n + 1);
+	s->gauge_written = strtoull(written, NULL, 10);
+}
+
 static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 			size_t errlen)
 {
@@ -236,14 +295,18 @@ static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 		 STORE_ADMIN_DEAD_AFTER_S);
 	char *live = count_if_present_sql(n.registry, live_where);
 	char *claimed = claimed_count_sql(&n);
+	int64_t started_ms = clock_ms();
+	bool full = count_from_start(s, started_ms);
+	char *pending = pending_count_sql(s, full);
 	/* Each count is bounded by a partial index of its state; the pending
-	 * scan also yields the oldest row's age. */
+	 * scan also yields the oldest row's age, and the next floors: the
+	 * oldest next_attempt_at counted (now() when none) and the xmin of
+	 * the statement's snapshot. */
 	char *sql =
-	    blocked && live && claimed
+	    blocked && live && claimed && pending
 		? store_asprintf(
 		      "WITH p AS (SELECT count(*) AS n, min(created_at) AS "
-		      "oldest "
-		      "FROM %s WHERE status = 'pending') "
+		      "oldest, min(next_attempt_at) AS low FROM (%s) x) "
 		      "SELECT p.n, greatest(0, coalesce((extract(epoch FROM "
 		      "now() - "
 		      "p.oldest) * 1000)::bigint, 0)), "
@@ -254,13 +317,16 @@ static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 		      "WHERE "
 		      "relid = '%s'::regclass), 0), "
 		      "%s, %s, "
-		      "(pg_notification_queue_usage() * 1000000)::bigint "
+		      "(pg_notification_queue_usage() * 1000000)::bigint, "
+		      "least(coalesce(p.low, now()), now())::text, "
+		      "pg_snapshot_xmin(pg_current_snapshot())::text "
 		      "FROM p",
-		      T, T, claimed, T, T, live, blocked)
+		      pending, T, claimed, T, T, live, blocked)
 		: NULL;
 	PGresult *res = store_exec(s, "gauge query", sql, 0, NULL,
 				   PGRES_TUPLES_OK, &rc, err, errlen);
 	free(sql);
+	free(pending);
 	free(blocked);
 	free(live);
 	free(claimed);
@@ -274,6 +340,12 @@ static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 		*fields[i] = PQgetisnull(res, 0, i)
 				 ? 0
 				 : strtoll(PQgetvalue(res, 0, i), NULL, 10);
+	keep_count_floors(s, PQgetvalue(res, 0, 8), PQgetvalue(res, 0, 9));
+	if (full) {
+		int64_t ended_ms = clock_ms();
+		s->gauge_full_at_ms =
+		    store_rescan_due(s, ended_ms, ended_ms - started_ms);
+	}
 	PQclear(res);
 	return 0;
 }

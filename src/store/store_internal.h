@@ -93,6 +93,12 @@ enum tx_end { TX_COMMIT, TX_ROLLBACK };
 #define CLAIMS_FLOOR                                                           \
 	"(CASE WHEN $5::xid8 <= pg_snapshot_xmax(pg_current_snapshot()) THEN " \
 	"$5::xid8 ELSE '0'::xid8 END)"
+/* The lease's late-scan floor, $6 (statements.c): NULL skips the scan; a
+ * floor past the cluster's next transaction id (a database restored under
+ * a running relay) reads every row that has a writer. */
+#define WRITTEN_FLOOR                                                          \
+	"(CASE WHEN $6::xid8 > pg_snapshot_xmax(pg_current_snapshot()) THEN "  \
+	"'0'::xid8 ELSE $6::xid8 END)"
 #define REDRIVE_BATCH 1000
 
 /*
@@ -178,6 +184,24 @@ struct store {
 	uint64_t claims_floor;
 	uint64_t claims_gen;
 	int64_t claims_rescan_at_ms;
+	/* The late scan's floor, the lease's $6 (lease.c): a transaction id
+	 * at or below the writer of every row this session's last lease
+	 * could not see, returned by that lease (0: none yet). scan_from_us
+	 * is the $4 the open lease ran with (INT64_MIN for a rescan): rows
+	 * below it came from the late scan and do not move the scan floor.
+	 * written_missing: the table has no written_by column (made by
+	 * hand), so no late scan, and rows below the floor wait for a
+	 * rescan. */
+	uint64_t written_floor;
+	int64_t scan_from_us;
+	bool written_missing;
+	/* The backlog count's floors (store_admin.c): the oldest
+	 * next_attempt_at the previous count found, as Postgres wrote it
+	 * ("" until a count from the start), the xmin of its snapshot, and
+	 * when the next count from the start is due. */
+	char gauge_floor[64];
+	uint64_t gauge_written;
+	int64_t gauge_full_at_ms;
 	/* This worker's latest claim, holder#xid (NULL before its first):
 	 * the one its renewals and releases move and its next claim
 	 * replaces. */
@@ -243,6 +267,23 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 /* A scan floor (microseconds since 2000-01-01) as a timestamptz literal;
  * false when the year cannot be written (an infinite next_attempt_at). */
 bool store_floor_text(int64_t pg_us, char out[40]);
+
+/* A scan from the start of the pending index (a rescan, the backlog count
+ * from the start) costs more the longer a snapshot is held (every dead
+ * entry since it was taken): spaced to this many times its duration, it
+ * takes at most about 0.1 % of a session's time. 20 (5 %) left the
+ * rescans the largest part of a 10-minute hold's cost, and 100 (1 %)
+ * still a tenth of it (docs/benchmark.md, "A held snapshot"). What waits
+ * for one during such a hold is only a row with no writer (written
+ * before migration 007, or put back by hand) or one a relay let go and
+ * never leased again: the late scan finds the rest. */
+#define RESCAN_COST_FACTOR 1000
+
+/* When the next scan from the start is due after one that ended at
+ * ended_ms and took took_ms: OUTBOX_LEASE_RESCAN_INTERVAL later, or
+ * RESCAN_COST_FACTOR times took_ms when that is longer. */
+int64_t store_rescan_due(const struct store *s, int64_t ended_ms,
+			 int64_t took_ms);
 
 /* statements.c: the text of statement st, built into s->sql[] on first
  * use; NULL when out of memory. */

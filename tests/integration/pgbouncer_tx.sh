@@ -21,7 +21,8 @@ readonly settings_sql="SELECT concat_ws(' ', current_setting('statement_timeout'
 	current_setting('lock_timeout'),
 	current_setting('idle_in_transaction_session_timeout'),
 	current_setting('jit'), current_setting('enable_bitmapscan'),
-	current_setting('enable_seqscan'), current_setting('plan_cache_mode'),
+	current_setting('enable_seqscan'), current_setting('enable_sort'),
+	current_setting('plan_cache_mode'),
 	current_setting('tcp_keepalives_idle'),
 	current_setting('tcp_user_timeout'))"
 

@@ -1134,8 +1134,9 @@ static void test_settings_per_transaction(void **state)
 	    "idle_in_transaction_session_timeout",
 	    "jit",
 	    "enable_bitmapscan",
-	    "enable_seqscan"};
-	static const char *const in_lease[] = {"4s",  "2s",  "30s",
+	    "enable_seqscan",
+	    "enable_sort"};
+	static const char *const in_lease[] = {"4s",  "2s",  "30s", "off",
 					       "off", "off", "off"};
 	enum { N_SETTINGS = sizeof(names) / sizeof(names[0]) };
 	char outside[N_SETTINGS][64];
@@ -1767,13 +1768,14 @@ static void test_lease_walks_the_index(void **state)
 	PQfinish(c);
 }
 
-/* The buffers the pending index scan of the last lease plan in plans
+/* The buffers the last scan of index (a suffix: "_pending_idx") in plans
  * read (auto_explain with analyze and buffers). */
-static long pending_scan_buffers(const char *plans)
+static long index_scan_buffers(const char *plans, const char *index)
 {
+	char on[64];
+	snprintf(on, sizeof(on), "%s on", index);
 	const char *at = NULL;
-	for (const char *p = plans; p && (p = strstr(p, "_pending_idx on"));
-	     p++)
+	for (const char *p = plans; p && (p = strstr(p, on)); p++)
 		at = p;
 	assert_non_null(at);
 	const char *hit = strstr(at, "Buffers: shared hit=");
@@ -1808,7 +1810,9 @@ static void drain_batches(struct store *s, int n)
  * batch's oldest row (the scan floor), so it steps over one batch's
  * entries, not all of them; the marks read their rows by ctid, not
  * through the pending index. Counted in buffers, not timed: with the floor
- * off (OUTBOX_LEASE_RESCAN_INTERVAL=0) the same scan reads every entry. */
+ * off (OUTBOX_LEASE_RESCAN_INTERVAL=0) the same scan reads every entry.
+ * The late scan (migration 007) reads its index from the previous lease's
+ * snapshot on: a buffer or two. */
 static void test_lease_floor_under_held_snapshot(void **state)
 {
 	(void)state;
@@ -1829,7 +1833,7 @@ static void test_lease_floor_under_held_snapshot(void **state)
 	    "SET auto_explain.log_buffers = on; "
 	    "SET auto_explain.log_level = notice; "
 	    "SET client_min_messages = notice";
-	long buffers[2];
+	long buffers[2], late = -1;
 	for (int floor_on = 1; floor_on >= 0; floor_on--) {
 		struct store_options o = pgtest_store_options(table);
 		o.lease_rescan_ms = floor_on ? 3600 * 1000 : 0;
@@ -1853,7 +1857,11 @@ static void test_lease_floor_under_held_snapshot(void **state)
 		free(plans);
 		plans = NULL;
 		drain_batches(s, 1);
-		buffers[floor_on] = pending_scan_buffers(plans);
+		buffers[floor_on] = index_scan_buffers(plans, "_pending_idx");
+		/* The late scan reads the rows written since the previous
+		 * lease's snapshot: none here, whatever lies dead below. */
+		if (floor_on)
+			late = index_scan_buffers(plans, "_written_idx");
 		free(plans);
 		store_close(s);
 	}
@@ -1864,15 +1872,61 @@ static void test_lease_floor_under_held_snapshot(void **state)
 		fail_msg("pending index scan read %ld buffers with the floor, "
 			 "%ld without",
 			 buffers[1], buffers[0]);
+	if (late > 5)
+		fail_msg("the late scan read %ld buffers", late);
 	pgtest_exec(holder, "ROLLBACK");
 	PQfinish(holder);
 	PQfinish(c);
 }
 
+/* Leases s every 100 ms until a batch of one row of type want comes
+ * (within 40 s: a rescan is due once the interval and 1,000 times the
+ * last one's duration passed, longer under sanitizers), and marks it
+ * sent. */
+static void lease_until(struct store *s, const char *want)
+{
+	for (int i = 0; i < 400; i++) {
+		struct lease_batch b;
+		lease(s, &b);
+		if (b.n > 0) {
+			assert_int_equal(b.n, 1);
+			assert_string_equal(b.events[0].type, want);
+			assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked,
+					 1);
+			commit(s, &b);
+			return;
+		}
+		commit(s, &b);
+		usleep(100 * 1000);
+	}
+	fail_msg("no rescan leased the %s row within 40 s", want);
+}
+
+/* Leases one batch of n rows and marks them sent; returns how many were
+ * of type want. */
+static size_t lease_count_type(struct store *s, const char *const *paused,
+			       size_t n_paused, size_t n, const char *want)
+{
+	struct lease_batch b;
+	assert_int_equal(
+	    store_lease(s, paused, n_paused, "", &b, err, sizeof(err)), 0);
+	assert_int_equal(b.n, n);
+	size_t hits = 0;
+	for (size_t k = 0; k < b.n; k++)
+		hits += strcmp(b.events[k].type, want) == 0;
+	if (b.n > 0)
+		assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, b.n);
+	commit(s, &b);
+	return hits;
+}
+
 /* 8b'. What lies below a lease's floor is leased all the same: a row
- * committed late by a transaction that began before the floor's rows,
- * at the next rescan; rows of a destination that was paused, as soon as
- * the pause ends. */
+ * committed late by a transaction that began before the floor's rows, by
+ * the next lease (the late scan, migration 007), as is a row redriven by
+ * a transaction that began before the floor's rows; a row with no writer
+ * (written before migration 007, or let go by a relay that stopped), at
+ * the next rescan; rows of a destination that was paused, as soon as the
+ * pause ends. */
 static void test_lease_floor_rows_below(void **state)
 {
 	(void)state;
@@ -1892,39 +1946,50 @@ static void test_lease_floor_rows_below(void **state)
 		    "INSERT INTO %s (type, payload) VALUES ('late.event', "
 		    "'\\x02')",
 		    table);
-	for (int i = 0; i < 3; i++)
-		pgtest_insert(c, table, 100);
+	pgtest_insert(c, table, 100);
+	pgtest_insert(c, table, 100);
+	pgtest_insert(c, table, 99);
 	const char *paused[1] = {"px"};
-	struct lease_batch b;
 	/* The first lease scans from the start; px is paused. */
-	for (int i = 0; i < 4; i++) {
-		if (i == 1) /* a row older than the floor commits */
-			pgtest_exec(producer, "COMMIT");
-		assert_int_equal(
-		    store_lease(s, paused, 1, "", &b, err, sizeof(err)), 0);
-		/* Below the floor, it waits for the next rescan. */
-		assert_int_equal(b.n, i < 3 ? 100 : 0);
-		for (size_t k = 0; k < b.n; k++)
-			assert_string_equal(b.events[k].type, "test.event");
-		if (b.n > 0) {
-			assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked,
-					 100);
-			commit(s, &b);
-		}
-	}
-	usleep(1100 * 1000);
-	assert_int_equal(store_lease(s, paused, 1, "", &b, err, sizeof(err)),
-			 0);
-	assert_int_equal(b.n, 1);
-	assert_string_equal(b.events[0].type, "late.event");
-	assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 1);
-	commit(s, &b);
+	assert_int_equal(lease_count_type(s, paused, 1, 100, "test.event"),
+			 100);
+	/* A row older than the floor commits: the next lease has it, ahead
+	 * of the due rows, and the floor stays where the due rows are. */
+	pgtest_exec(producer, "COMMIT");
+	assert_int_equal(lease_count_type(s, paused, 1, 100, "late.event"), 1);
+	assert_int_equal(lease_count_type(s, paused, 1, 100, "test.event"),
+			 100);
+	/* A redrive that began before the floor's rows commits after
+	 * them: its next_attempt_at is below the floor, its writer is
+	 * new. */
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, status, finished_at) "
+		    "VALUES ('redriven.event', '\\x03', 'failed', now())",
+		    table);
+	pgtest_exec(producer, "BEGIN");
+	pgtest_exec(producer,
+		    "UPDATE %s SET status = 'pending', attempts = 0, "
+		    "next_attempt_at = now(), finished_at = NULL, written_by "
+		    "= pg_current_xact_id() WHERE type = 'redriven.event'",
+		    table);
+	pgtest_insert(c, table, 100);
+	assert_int_equal(lease_count_type(s, paused, 1, 100, "test.event"),
+			 100);
+	pgtest_exec(producer, "COMMIT");
+	assert_int_equal(lease_count_type(s, paused, 1, 1, "redriven.event"),
+			 1);
 	/* The pause ends: its row is leased at once, whatever its age. */
-	assert_int_equal(store_lease(s, NULL, 0, "", &b, err, sizeof(err)), 0);
-	assert_int_equal(b.n, 1);
-	assert_string_equal(b.events[0].type, "paused.event");
-	assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 1);
-	commit(s, &b);
+	assert_int_equal(lease_count_type(s, NULL, 0, 1, "paused.event"), 1);
+	/* A row with no writer below the floor waits for the next rescan. */
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, next_attempt_at, "
+		    "written_by) VALUES ('nowriter.event', '\\x04', now() - "
+		    "interval '1 hour', NULL)",
+		    table);
+	pgtest_insert(c, table, 1);
+	assert_int_equal(lease_count_type(s, NULL, 0, 1, "test.event"), 1);
+	assert_int_equal(lease_count_type(s, NULL, 0, 0, "x"), 0);
+	lease_until(s, "nowriter.event");
 	assert_int_equal(
 	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'pending'",
 			table),
@@ -1932,28 +1997,6 @@ static void test_lease_floor_rows_below(void **state)
 	store_close(s);
 	PQfinish(producer);
 	PQfinish(c);
-}
-
-/* Leases s every 100 ms until a batch of one row of type want comes
- * (within 20 s: a rescan is due once the interval and 100 times the last
- * one's duration passed, longer under sanitizers), and marks it sent. */
-static void lease_until(struct store *s, const char *want)
-{
-	for (int i = 0; i < 200; i++) {
-		struct lease_batch b;
-		lease(s, &b);
-		if (b.n > 0) {
-			assert_int_equal(b.n, 1);
-			assert_string_equal(b.events[0].type, want);
-			assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked,
-					 1);
-			commit(s, &b);
-			return;
-		}
-		commit(s, &b);
-		usleep(100 * 1000);
-	}
-	fail_msg("no rescan leased the %s row within 20 s", want);
 }
 
 /* 8b-iv. The stores of one process share their rescan schedule: once a
@@ -1980,11 +2023,14 @@ static void test_lease_rescans_shared(void **state)
 	pgtest_insert(c, table, 11);
 	lease_types(a, 1, "test.event");
 	lease_types(b, 10, "test.event");
-	/* Two rows below both floors, as late commits leave them. */
+	/* Two rows below both floors that only a rescan finds (no writer:
+	 * written before migration 007, or let go by a relay that
+	 * stopped). */
 	pgtest_exec(c,
-		    "INSERT INTO %s (type, payload, next_attempt_at) VALUES "
-		    "('below.event', '\\x01', now() - interval '2 hours'), "
-		    "('below.event', '\\x02', now() - interval '1 hour')",
+		    "INSERT INTO %s (type, payload, next_attempt_at, "
+		    "written_by) VALUES ('below.event', '\\x01', now() - "
+		    "interval '2 hours', NULL), ('below.event', '\\x02', now() "
+		    "- interval '1 hour', NULL)",
 		    table);
 	pgtest_insert(c, table, 5);
 	lease_types(b, 5, "test.event"); /* not due: no rescan yet */
@@ -2489,6 +2535,117 @@ static void test_claims_migration_006_live(void **state)
 	PQfinish(c);
 }
 
+/* 8e. Migration 007 on a live table, with a relay of version 006 leasing
+ * and a producer writing through it (a rolling upgrade: migrate first,
+ * then the relays). Rows in every state before it (pending, retried and
+ * due again, a crash suspect, held by the lease of 006, which concludes
+ * them while the migration waits, sent, failed) and a producer
+ * transaction open across it: rows written before it have no writer,
+ * rows written after it have theirs; a relay of this version leases each
+ * pending row once (the writerless ones by its first lease, a rescan),
+ * and a row committed late after it by the next lease (the late scan). */
+static void test_written_migration_007_live(void **state)
+{
+	(void)state;
+	char table[128], schema[64];
+	pgtest_fresh_table("store_mig007", table, sizeof(table));
+	snprintf(schema, sizeof(schema), "%.*s",
+		 (int)(strchr(table, '.') - table), table);
+	PGconn *c = pgtest_connect();
+	/* The table as version 006 left it. */
+	pgtest_exec(c, "DROP INDEX %s.outbox_events_written_idx", schema);
+	pgtest_exec(c, "ALTER TABLE %s DROP COLUMN written_by", table);
+	pgtest_exec(c,
+		    "DELETE FROM %s.outbox_events_schema_version WHERE "
+		    "version = 7",
+		    schema);
+	pgtest_insert(c, table, 30);
+	pgtest_exec(
+	    c,
+	    "INSERT INTO %s (type, payload, status, finished_at, "
+	    "attempts, suspect) VALUES ('done.event', '\\x01', 'sent', "
+	    "now(), 1, false), ('done.event', '\\x02', 'failed', now(), "
+	    "1, false), ('retried.event', '\\x03', 'pending', NULL, 1, "
+	    "false), ('suspect.event', '\\x04', 'pending', NULL, 1, "
+	    "true)",
+	    table);
+	PGconn *old = pgtest_connect(), *producer = pgtest_connect();
+	char ids[800], xid[32];
+	lease_as_005(old, table, 10, ids, sizeof(ids), xid, sizeof(xid));
+	pgtest_exec(producer, "BEGIN");
+	pgtest_exec(producer,
+		    "INSERT INTO %s (type, payload) VALUES ('across.event', "
+		    "'\\x05')",
+		    table);
+
+	/* 007 applies while both run on: its ALTERs wait for them. */
+	struct migrator m = {.rc = -1};
+	assert_int_equal(table_parse(table, &m.t, err, sizeof(err)), 0);
+	pthread_t th;
+	pthread_create(&th, NULL, migrator_main, &m);
+	usleep(300 * 1000);
+	pgtest_exec(old,
+		    "UPDATE %s SET status = 'sent', attempts = 1, "
+		    "finished_at = now() WHERE id = ANY('%s'::uuid[])",
+		    table, ids);
+	pgtest_exec(old, "COMMIT");
+	pgtest_exec(producer, "COMMIT");
+	pthread_join(th, NULL);
+	if (m.rc != 0)
+		fail_msg("migrate on a live table: %s", m.error);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM pg_index WHERE indisvalid AND "
+			"indexrelid = '%s.outbox_events_written_idx'::regclass",
+			schema),
+	    1);
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE written_by IS NULL",
+			table),
+	    35);
+	pgtest_insert(c, table, 5);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM %s WHERE written_by IS NOT NULL",
+			table),
+	    5);
+
+	/* A relay of this version: 20 pending, the retried row, the
+	 * suspect, the producer's and the 5 new, each once. */
+	struct store_options o = pgtest_store_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 28);
+	for (size_t k = 0; k < b.n; k++)
+		assert_null(strstr(ids, b.events[k].id));
+	assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 28);
+	commit(s, &b);
+	/* A late commit after it: the next lease has it. */
+	pgtest_exec(producer, "BEGIN");
+	pgtest_exec(producer,
+		    "INSERT INTO %s (type, payload) VALUES ('late.event', "
+		    "'\\x06')",
+		    table);
+	pgtest_insert(c, table, 5);
+	lease_types(s, 5, "test.event");
+	pgtest_exec(producer, "COMMIT");
+	lease_types(s, 1, "late.event");
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'pending'",
+			table),
+	    0);
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'sent'",
+			table),
+	    45); /* one from before, 10 by 006, 34 by this version */
+	store_close(s);
+	PQfinish(producer);
+	PQfinish(old);
+	PQfinish(c);
+}
+
 static void expect_refused(PGconn *c, const char *table, const char *values)
 {
 	char sql[512];
@@ -2703,6 +2860,7 @@ int main(void)
 	    cmocka_unit_test(test_claims_floor_under_held_snapshot),
 	    cmocka_unit_test(test_indexed_statements_generic_plans),
 	    cmocka_unit_test(test_claims_migration_006_live),
+	    cmocka_unit_test(test_written_migration_007_live),
 	    cmocka_unit_test(test_lease_pipeline_failure),
 	    cmocka_unit_test(test_checks_and_migrations),
 	    cmocka_unit_test(test_listener),

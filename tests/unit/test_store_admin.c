@@ -30,6 +30,7 @@ struct fixture {
 	PGconn *conn;	 /* the test's own session */
 	PGconn *rep;	 /* a replication session, or NULL */
 	PGconn *holder;	 /* a session holding the horizon, or NULL */
+	PGconn *writer;	 /* a producer's session, or NULL */
 	struct store *s; /* the store under test */
 };
 
@@ -62,6 +63,8 @@ static int teardown(void **state)
 	 * tests after it: its slot is let go, then dropped. */
 	if (f->holder)
 		PQfinish(f->holder);
+	if (f->writer)
+		PQfinish(f->writer);
 	if (f->rep) {
 		PQfinish(f->rep);
 		for (int i = 0; i < 100 && pgtest_long(f->conn,
@@ -708,6 +711,70 @@ static void test_horizon_session(void **state)
 	assert_true(strcmp(gauges(f).horizon.name, app) != 0);
 }
 
+/* A session's own index counts reach the server when it goes idle at
+ * least a second after they last did, and until then its next
+ * transactions' own counts include them: one statement past that second
+ * sends them. */
+static void flush_own_counts(struct store *s)
+{
+	usleep(1100 * 1000);
+	pgtest_exec(store_conn(s), "SELECT 1");
+}
+
+/* The backlog count under a held snapshot: after one count from the start
+ * it reads the pending index from the oldest row it found and the late
+ * scan's index for rows written since, so it steps over none of the
+ * entries the snapshot keeps, and still counts a row committed late below
+ * its floor. A row with no writer put below the floor waits for the next
+ * count from the start (a store without floors yet counts it). */
+static void test_backlog_count_floors(void **state)
+{
+	struct fixture *f = *state;
+	struct store_options o = pgtest_store_options(f->table);
+	o.prepare = false;
+	o.lease_rescan_ms = 3600 * 1000;
+	struct store *s = pgtest_store(&o);
+	pgtest_exec(store_conn(s), "SET enable_seqscan = off");
+	PGconn *holder = f->holder = pgtest_connect();
+	PGconn *producer = f->writer = pgtest_connect();
+	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	pgtest_exec(holder, "SELECT count(*) FROM %s", f->table);
+	pgtest_insert(f->conn, f->table, 200);
+	pgtest_exec(f->conn,
+		    "UPDATE %s SET status = 'sent', finished_at = now()",
+		    f->table);
+	pgtest_exec(producer, "BEGIN");
+	pgtest_exec(producer,
+		    "INSERT INTO %s (type, payload) VALUES ('late.event', "
+		    "'\\x01')",
+		    f->table);
+	pgtest_insert(f->conn, f->table, 5);
+	struct store_gauges g = gauges_of(s);
+	assert_int_equal(g.backlog, 5);
+	assert_true(g.own_idx_read >= 205);
+	flush_own_counts(s);
+	g = gauges_of(s);
+	assert_int_equal(g.backlog, 5);
+	if (g.own_idx_read >= 50)
+		fail_msg("the count from its floor read %lld entries",
+			 (long long)g.own_idx_read);
+	pgtest_exec(producer, "COMMIT");
+	flush_own_counts(s);
+	g = gauges_of(s);
+	assert_int_equal(g.backlog, 6);
+	assert_true(g.own_idx_read < 50);
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (type, payload, next_attempt_at, "
+		    "written_by) VALUES ('nowriter.event', '\\x02', now() - "
+		    "interval '1 hour', NULL)",
+		    f->table);
+	assert_int_equal(gauges_of(s).backlog, 6);
+	struct store *fresh = admin_store(f->table);
+	assert_int_equal(gauges_of(fresh).backlog, 7);
+	store_close(fresh);
+	store_close(s);
+}
+
 /* A session in a read-committed transaction that has written holds the
  * horizon by its transaction id alone, with no snapshot between its
  * statements; a prepared transaction holds it until it is committed or
@@ -954,6 +1021,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_lost_session, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_horizon_session, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_backlog_count_floors, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_horizon_xid_and_prepared,
 					    setup, teardown),
