@@ -453,7 +453,7 @@ char *store_pg_array(const char *const *items, size_t n,
 int store_begin_locked(struct store *s, int ns, enum plan_mode plans, bool *got,
 		       char *err, size_t errlen)
 {
-	char sql[320];
+	char sql[512];
 	*got = false;
 	int rc = store_exec_cmd(s, NULL, "BEGIN", 0, NULL, NULL, err, errlen);
 	if (rc != 0)
@@ -461,9 +461,16 @@ int store_begin_locked(struct store *s, int ns, enum plan_mode plans, bool *got,
 	snprintf(sql, sizeof(sql),
 		 "SELECT pg_try_advisory_xact_lock(%d, hashtext(%s))%s", ns,
 		 s->table.literal,
-		 plans == PLANS_CUSTOM ? ", set_config('plan_cache_mode', "
-					 "'force_custom_plan', true)"
-				       : "");
+		 plans == PLANS_CUSTOM
+		     ? ", set_config('plan_cache_mode', 'force_custom_plan', "
+		       "true)"
+		 : plans == PLANS_INDEXED
+		     ? ", set_config('enable_bitmapscan', 'off', true), "
+		       "set_config('enable_seqscan', 'off', true), "
+		       "set_config('enable_sort', 'off', true), "
+		       "set_config('plan_cache_mode', 'force_generic_plan', "
+		       "true)"
+		     : "");
 	PGresult *res = store_exec(s, NULL, sql, 0, NULL, PGRES_TUPLES_OK, &rc,
 				   err, errlen);
 	if (!res) {

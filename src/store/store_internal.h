@@ -350,6 +350,9 @@ char *store_pg_array(const char *const *items, size_t n,
 enum plan_mode {
 	PLANS_AS_SET, /* the role's or database's plan_cache_mode */
 	PLANS_CUSTOM, /* for their values, whatever that setting says */
+	/* As a lease transaction's: generic, by index, without sorts
+	 * (pgconn.c says why). */
+	PLANS_INDEXED,
 };
 
 /* BEGIN; try the transaction-level advisory lock of ns for the table. */

@@ -33,8 +33,11 @@ static int sweep_batch_once(struct store *s, enum stmt st,
 {
 	bool got;
 	*more = false;
-	int rc = store_begin_locked(s, LOCK_NS_SWEEP, PLANS_AS_SET, &got, err,
-				    errlen);
+	/* The claims' rows are looked up by key (statements.c). */
+	int rc = store_begin_locked(s, LOCK_NS_SWEEP,
+				    st == ST_SWEEP_CLAIMS ? PLANS_INDEXED
+							  : PLANS_AS_SET,
+				    &got, err, errlen);
 	if (rc != 0)
 		return rc;
 	if (!got) {

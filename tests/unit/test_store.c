@@ -1879,6 +1879,65 @@ static void test_lease_floor_under_held_snapshot(void **state)
 	PQfinish(c);
 }
 
+/* 8b-v. The sweep under a held snapshot: it looks a dead claim's rows up
+ * by primary key, so a sweep reads neither the pending index, whose dead
+ * entries the snapshot keeps, nor the whole table, past the fifth run of
+ * its prepared statement too. (The plan that read both, measured in the
+ * benchmark's table of 200,000 rows, analyzed while empty, is not
+ * reproduced at this size: this keeps the sweep's plan on the key.) */
+static void test_sweep_under_held_snapshot(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_sweep_held", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	PGconn *holder = pgtest_connect();
+	pgtest_exec(c, "VACUUM ANALYZE %s", table);
+	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	pgtest_exec(holder, "SELECT count(*) FROM %s", table);
+	for (int i = 0; i < 30; i++)
+		pgtest_insert(c, table, 100);
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'sent', finished_at = now(), "
+		    "attempts = 1",
+		    table);
+	pgtest_insert(c, table, 10);
+	/* As autovacuum sees it: nearly every row finished. */
+	pgtest_exec(c, "ANALYZE %s", table);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = traced_store(
+	    &o, "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+		"SET auto_explain.log_level = notice; "
+		"SET client_min_messages = notice");
+	char *plans = NULL;
+	PQsetNoticeReceiver(store_conn(s), collect_notice, &plans);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 10);
+	abandon(s, &b); /* a dead claim of 10 rows */
+	free(plans);
+	plans = NULL;
+	/* The dead claim, then none: past the fifth run of a prepared
+	 * statement Postgres may plan it once for any values. */
+	for (int i = 0; i < 8; i++) {
+		struct sweep_result sw;
+		assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)),
+				 0);
+		assert_int_equal(sw.to_pending, i == 0 ? 10 : 0);
+		assert_non_null(plans);
+		expect_no_plan_with(plans, "_pending_idx on",
+				    "the sweep reads the pending index");
+		expect_no_plan_with(plans, "Seq Scan on outbox_events ",
+				    "the sweep reads the whole table");
+		free(plans);
+		plans = NULL;
+	}
+	store_close(s);
+	pgtest_exec(holder, "ROLLBACK");
+	PQfinish(holder);
+	PQfinish(c);
+}
+
 /* Leases s every 100 ms until a batch of one row of type want comes
  * (within 40 s: a rescan is due once the interval and 1,000 times the
  * last one's duration passed, longer under sanitizers), and marks it
@@ -2855,6 +2914,7 @@ int main(void)
 	    cmocka_unit_test(test_lease_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_below),
 	    cmocka_unit_test(test_lease_rescans_shared),
+	    cmocka_unit_test(test_sweep_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_own_rows),
 	    cmocka_unit_test(test_claims_floor_dead_claims),
 	    cmocka_unit_test(test_claims_floor_under_held_snapshot),
