@@ -151,11 +151,7 @@ char *pgconn_tx_settings(const struct pgconn_options *opt, enum pgconn_tx tx)
 	 * from its start and sorted what it found, stepping over every entry
 	 * a held snapshot keeps (33,000 buffers a lease late in a hold with
 	 * history kept, 2 with its index). */
-	const char *indexed =
-	    ", set_config('enable_bitmapscan', 'off', true), "
-	    "set_config('enable_seqscan', 'off', true), "
-	    "set_config('enable_sort', 'off', true), "
-	    "set_config('plan_cache_mode', 'force_generic_plan', true)";
+	const char *indexed = PGCONN_INDEXED_SETTINGS;
 	if (tx == PGCONN_TX_LEASE)
 		snprintf(lease, sizeof(lease),
 			 "%s, set_config('tcp_keepalives_idle', '%d', true), "

@@ -32,6 +32,15 @@ struct pgconn_options {
 };
 
 /* Which transaction pgconn_tx_settings() is for. */
+/* The planner settings of a transaction that reads only by index
+ * (PGCONN_TX_INDEXED, the lease's, the sweep's; pgconn.c says why), as
+ * set_config() calls to append to a SELECT list. */
+#define PGCONN_INDEXED_SETTINGS                                                \
+	", set_config('enable_bitmapscan', 'off', true), "                     \
+	"set_config('enable_seqscan', 'off', true), "                          \
+	"set_config('enable_sort', 'off', true), "                             \
+	"set_config('plan_cache_mode', 'force_generic_plan', true)"
+
 enum pgconn_tx {
 	/* One statement in its implicit transaction: the statement and
 	 * lock timeouts, jit. */

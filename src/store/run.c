@@ -464,13 +464,8 @@ int store_begin_locked(struct store *s, int ns, enum plan_mode plans, bool *got,
 		 plans == PLANS_CUSTOM
 		     ? ", set_config('plan_cache_mode', 'force_custom_plan', "
 		       "true)"
-		 : plans == PLANS_INDEXED
-		     ? ", set_config('enable_bitmapscan', 'off', true), "
-		       "set_config('enable_seqscan', 'off', true), "
-		       "set_config('enable_sort', 'off', true), "
-		       "set_config('plan_cache_mode', 'force_generic_plan', "
-		       "true)"
-		     : "");
+		 : plans == PLANS_INDEXED ? PGCONN_INDEXED_SETTINGS
+					  : "");
 	PGresult *res = store_exec(s, NULL, sql, 0, NULL, PGRES_TUPLES_OK, &rc,
 				   err, errlen);
 	if (!res) {
