@@ -2450,6 +2450,30 @@ static void *migrator_main(void *arg)
 	return NULL;
 }
 
+/* Runs migrate on table while a lease of the previous version holds the
+ * rows ids on the session lease: 300 ms in, that lease marks them sent
+ * and commits, then also (a producer's open transaction, or NULL)
+ * commits; migrate must then finish. */
+static void migrate_beside(const char *table, PGconn *lease, const char *ids,
+			   PGconn *also)
+{
+	struct migrator m = {.rc = -1};
+	assert_int_equal(table_parse(table, &m.t, err, sizeof(err)), 0);
+	pthread_t th;
+	pthread_create(&th, NULL, migrator_main, &m);
+	usleep(300 * 1000);
+	pgtest_exec(lease,
+		    "UPDATE %s SET status = 'sent', attempts = 1, "
+		    "finished_at = now() WHERE id = ANY('%s'::uuid[])",
+		    table, ids);
+	pgtest_exec(lease, "COMMIT");
+	if (also)
+		pgtest_exec(also, "COMMIT");
+	pthread_join(th, NULL);
+	if (m.rc != 0)
+		fail_msg("migrate on a live table: %s", m.error);
+}
+
 /* A relay of version 005 claiming, as its claim statement did: one row
  * per holder, rewritten, and no writer recorded. */
 static void claim_as_005(PGconn *c, const char *table, const char *holder,
@@ -2533,20 +2557,7 @@ static void test_claims_migration_006_live(void **state)
 	claim_as_005(c, table, "old/3/w0", xid[1], "{}"); /* emptied */
 
 	/* 006 applies while the lease of version 005 runs on. */
-	struct migrator m = {.rc = -1};
-	assert_int_equal(table_parse(table, &m.t, err, sizeof(err)), 0);
-	pthread_t th;
-	pthread_create(&th, NULL, migrator_main, &m);
-	usleep(300 * 1000);
-	pgtest_exec(running,
-		    "UPDATE %s SET status = 'sent', attempts = 1, "
-		    "finished_at = now() "
-		    "WHERE id = ANY('%s'::uuid[])",
-		    table, ids[2]);
-	pgtest_exec(running, "COMMIT");
-	pthread_join(th, NULL);
-	if (m.rc != 0)
-		fail_msg("migrate on a live table: %s", m.error);
+	migrate_beside(table, running, ids[2], NULL);
 	assert_int_equal(
 	    pgtest_long(c,
 			"SELECT count(*) FROM pg_index WHERE indisvalid AND "
@@ -2638,20 +2649,7 @@ static void test_written_migration_007_live(void **state)
 		    table);
 
 	/* 007 applies while both run on: its ALTERs wait for them. */
-	struct migrator m = {.rc = -1};
-	assert_int_equal(table_parse(table, &m.t, err, sizeof(err)), 0);
-	pthread_t th;
-	pthread_create(&th, NULL, migrator_main, &m);
-	usleep(300 * 1000);
-	pgtest_exec(old,
-		    "UPDATE %s SET status = 'sent', attempts = 1, "
-		    "finished_at = now() WHERE id = ANY('%s'::uuid[])",
-		    table, ids);
-	pgtest_exec(old, "COMMIT");
-	pgtest_exec(producer, "COMMIT");
-	pthread_join(th, NULL);
-	if (m.rc != 0)
-		fail_msg("migrate on a live table: %s", m.error);
+	migrate_beside(table, old, ids, producer);
 	assert_int_equal(
 	    pgtest_long(c,
 			"SELECT count(*) FROM pg_index WHERE indisvalid AND "
