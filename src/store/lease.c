@@ -530,6 +530,65 @@ static int run_counting(struct store *s, enum stmt st, size_t *n, char *err,
 	return 0;
 }
 
+/* Where the classification's walk starts (sql_classify's $1; $2 is the
+ * previous call's snapshot): from seq 0, with no snapshot, in a new
+ * session; otherwise where the last call ended. Rows committed behind the
+ * walk are the late scan's. On a table without written_by there is no
+ * late scan: there the walk starts again from seq 0 once it has reached
+ * the end and a rescan is due. A row put back by hand with no writer, or
+ * a head another classification held and then let go, is the sweeper's
+ * repair's. */
+static bool classify_from(struct store *s, int64_t now_ms, char seq[24])
+{
+	bool new_session = s->classify_gen != s->ses->conn_gen;
+	if (new_session) {
+		free(s->classify_snap);
+		s->classify_snap = NULL;
+	}
+	bool from_start =
+	    new_session || (s->written_missing && s->classify_at_end &&
+			    (s->opt.lease_rescan_ms == 0 ||
+			     now_ms >= s->classify_rescan_at_ms));
+	snprintf(seq, 24, "%lld",
+		 from_start ? 0LL : (long long)s->classify_seq);
+	return from_start;
+}
+
+bool store_classify_caught_up(const struct store *s)
+{
+	return s->classify_gen == s->ses->conn_gen && s->classify_at_end;
+}
+
+/* What the next classification starts from: the seq the walk reached and
+ * this call's snapshot. A late scan that stopped at its limit left rows
+ * this snapshot sees: the walk starts again from seq 0 to read them. */
+static int classify_keep(struct store *s, const PGresult *res, bool from_start,
+			 int64_t started_ms)
+{
+	char *snap = strdup(PQgetvalue(res, 0, 4));
+	if (!snap)
+		return -1;
+	free(s->classify_snap);
+	s->classify_snap = snap;
+	long long next_n = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+	bool late_full =
+	    strtoll(PQgetvalue(res, 0, 3), NULL, 10) >= CLASSIFY_BATCH;
+	if (late_full)
+		s->classify_seq = 0;
+	else if (next_n > 0)
+		s->classify_seq = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+	else if (from_start)
+		s->classify_seq = 0;
+	s->classify_at_end = next_n < CLASSIFY_BATCH && !late_full;
+	s->classify_gen = s->ses->conn_gen;
+	if (from_start) {
+		int64_t ended_ms = clock_ms();
+		s->classify_rescan_at_ms =
+		    store_rescan_due(s, ended_ms, ended_ms - started_ms);
+	}
+	return 0;
+}
+
 int store_classify(struct store *s, size_t *n, char *err, size_t errlen)
 {
 	/* Once per session, before any head moves: old rows the destination
@@ -546,7 +605,34 @@ int store_classify(struct store *s, size_t *n, char *err, size_t errlen)
 			return rc;
 		s->refused_gen = s->ses->conn_gen;
 	}
-	return run_counting(s, ST_CLASSIFY, n, err, errlen);
+	*n = 0;
+	int64_t started_ms = clock_ms();
+	char seq[24];
+	bool from_start = classify_from(s, started_ms, seq);
+	const char *values[2] = {seq, s->classify_snap};
+	int rc;
+	PGresult *res = store_run(s, ST_CLASSIFY, 2, values, PGRES_TUPLES_OK, 0,
+				  &rc, err, errlen);
+	if (!res && store_fail_refused_after(s, err))
+		res = store_run(s, ST_CLASSIFY, 2, values, PGRES_TUPLES_OK, 0,
+				&rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	if (PQntuples(res) != 1 || PQnfields(res) != 5) {
+		snprintf(err, errlen,
+			 "classify: unexpected result (%d rows, %d columns)",
+			 PQntuples(res), PQnfields(res));
+		PQclear(res);
+		return STORE_ERROR;
+	}
+	*n = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+	rc = classify_keep(s, res, from_start, started_ms);
+	PQclear(res);
+	if (rc != 0) {
+		snprintf(err, errlen, "classify: out of memory");
+		return STORE_ERROR;
+	}
+	return 0;
 }
 
 int store_repair_heads(struct store *s, size_t *n, char *err, size_t errlen)

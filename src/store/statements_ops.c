@@ -27,16 +27,18 @@ static char *redrive_where(const char *status)
 
 /*
  * Ordered mode: the redriven rows take their place in their
- * key's seq order again. The key's later rows that could be head (head
- * true, or not classified yet) are locked NOWAIT and the head among them
- * demoted, so the redriven row, classified next, is the key's only head
- * and goes first. A later row held by a lease (being published now)
- * fails the lock with 55P03 and the batch changes nothing: redriving
- * behind it would deliver it first, and demoting it is not possible
- * while it is held. Rows whose key has a later row sent or in flight are
- * the caller's to refuse: it checks before the first batch, and again
- * for the returned ids inside each batch's transaction (the statement
- * itself would scan every sent row of the table for that).
+ * key's seq order again. The key's first pending row after them, the one
+ * row of the key that could be head (any later one has it in front), is
+ * locked NOWAIT and demoted if it is head, so the redriven row, classified
+ * next, is the key's only head and goes first. Locking that row keeps a
+ * classification from making it head meanwhile; the rows behind it, left
+ * unclassified (sql_classify), are not touched. A later row held by a lease
+ * (being published now) fails the lock with 55P03 and the batch changes
+ * nothing: redriving behind it would deliver it first, and demoting it is not
+ * possible while it is held. Rows whose key has a later row sent or in flight
+ * are the caller's to refuse: it checks before the first batch, and again for
+ * the returned ids inside each batch's transaction (the statement itself would
+ * scan every sent row of the table for that).
  */
 /* A row made pending again from outside the relay is written anew: its
  * written_by names this transaction, so the lease's late scan finds it
@@ -55,18 +57,20 @@ static char *sql_redrive_ordered(const struct store *s, const char *status,
 	    "WITH r AS MATERIALIZED (SELECT id, partition_key, seq FROM %s "
 	    "WHERE %s ORDER BY finished_at LIMIT %d FOR NO KEY UPDATE SKIP "
 	    "LOCKED), "
-	    "later AS MATERIALIZED (SELECT x.id FROM %s x JOIN (SELECT "
-	    "partition_key, min(seq) AS seq FROM r WHERE partition_key IS "
-	    "NOT NULL GROUP BY partition_key) k ON x.partition_key = "
-	    "k.partition_key AND x.seq > k.seq WHERE x.status = 'pending' "
-	    "AND x.head IS NOT false FOR NO KEY UPDATE OF x NOWAIT), "
+	    "later AS MATERIALIZED (SELECT x.id FROM %s x WHERE x.id = "
+	    "ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE o.partition_key "
+	    "= k.partition_key AND o.seq > k.seq AND o.status = 'pending' "
+	    "ORDER BY o.seq LIMIT 1) FROM (SELECT partition_key, min(seq) "
+	    "AS seq FROM r WHERE partition_key IS NOT NULL GROUP BY "
+	    "partition_key) k)) AND x.status = 'pending' FOR NO KEY UPDATE "
+	    "NOWAIT), "
 	    "demoted AS (UPDATE %s AS d SET head = false WHERE d.id = "
 	    "ANY(ARRAY(SELECT id FROM later)) AND d.head RETURNING 1) "
 	    "UPDATE %s AS t SET status = 'pending', attempts = 0, "
 	    "next_attempt_at = now(), finished_at = NULL, suspect = false, "
 	    "head = NULL%s WHERE t.id = ANY(ARRAY(SELECT id FROM r)) AND "
 	    "t.status = '%s' RETURNING t.id::text",
-	    T, where, REDRIVE_BATCH, T, T, T, rewritten(s), status);
+	    T, where, REDRIVE_BATCH, T, T, T, T, rewritten(s), status);
 }
 
 static char *sql_redrive(const struct store *s, const char *status)
@@ -209,31 +213,89 @@ char *sql_fail_refused(const struct store *s)
 	return sql;
 }
 
-/* Ordered mode: fresh keyed rows become head when no older row of their
- * key is unfinished and the key is not blocked. */
+/*
+ * Ordered mode's classification (docs/design.md §6): the keyed rows not
+ * classified yet that head their key (no older row of the key unfinished,
+ * the key not blocked) become head. The others are left as they are, not
+ * written: a key's next row becomes head when the mark that finishes its
+ * predecessor hands it the marker, or, if a race left the key with no
+ * head, by the sweeper's repair. So this statement reads each row once:
+ * "next" takes the rows after $1, the seq this session's walk has reached;
+ * "late" takes the rows whose writer the previous classification's
+ * snapshot ($2; NULL: none) could not see, the rows committed behind the
+ * walk since (a producer transaction that began before a row it follows
+ * in seq, a redrive), from the index of writers from that snapshot's
+ * xmin (every writer when that xmin is past the cluster's xmax: a
+ * restored database). Only heads are locked, SKIP LOCKED as before: a
+ * redrive holds a key's later rows while it puts an older one back, and
+ * a head another classification holds is that one's to make. Returns
+ * the heads made, and what the store keeps for the next call (lease.c,
+ * store_classify): how far the walk got, whether the late scan stopped at
+ * its limit, and this snapshot.
+ */
 char *sql_classify(const struct store *s)
 {
 	const char *T = s->table.quoted;
-	return store_asprintf(
-	    "WITH fresh AS MATERIALIZED (SELECT id FROM %s WHERE status = "
-	    "'pending' AND head IS NULL AND partition_key IS NOT NULL ORDER "
-	    "BY seq LIMIT 1000 FOR NO KEY UPDATE SKIP LOCKED) "
-	    "UPDATE %s AS t SET head = NOT EXISTS (SELECT 1 FROM %s o WHERE "
-	    "o.partition_key = t.partition_key AND o.seq < t.seq AND "
-	    "o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
-	    "FROM %s b WHERE b.partition_key = t.partition_key) WHERE t.id "
-	    "= ANY(ARRAY(SELECT id FROM fresh)) AND t.status = 'pending'",
-	    T, T, T, s->blocked);
+	const int n = CLASSIFY_BATCH;
+	char *late =
+	    s->written_missing
+		? store_asprintf("late AS MATERIALIZED (SELECT NULL::uuid AS "
+				 "id, NULL::bigint AS seq, NULL::text AS "
+				 "partition_key, NULL::xid8 AS w WHERE "
+				 "$2::pg_snapshot IS NOT NULL AND false), ")
+		: store_asprintf(
+		      "late AS MATERIALIZED (SELECT id, seq, partition_key, "
+		      "written_by AS w FROM %s WHERE status = 'pending' AND "
+		      "written_by >= (CASE WHEN "
+		      "pg_snapshot_xmin($2::pg_snapshot) "
+		      "> pg_snapshot_xmax(pg_current_snapshot()) THEN "
+		      "'0'::xid8 "
+		      "ELSE pg_snapshot_xmin($2::pg_snapshot) END) AND (NOT "
+		      "pg_visible_in_snapshot(written_by, $2::pg_snapshot) OR "
+		      "pg_snapshot_xmin($2::pg_snapshot) > "
+		      "pg_snapshot_xmax(pg_current_snapshot())) AND head IS "
+		      "NULL "
+		      "AND partition_key IS NOT NULL ORDER BY written_by LIMIT "
+		      "%d), ",
+		      T, n);
+	const char *w = s->written_missing ? "NULL::xid8" : "written_by";
+	char *sql =
+	    late ? store_asprintf(
+		       "WITH next AS MATERIALIZED (SELECT id, seq, "
+		       "partition_key, %s AS w FROM %s WHERE status = "
+		       "'pending' AND head IS NULL AND partition_key IS NOT "
+		       "NULL AND seq > $1::int8 ORDER BY seq LIMIT %d), %s"
+		       "heads AS MATERIALIZED (SELECT f.id, f.w FROM (SELECT "
+		       "id, seq, partition_key, w FROM next UNION SELECT id, "
+		       "seq, partition_key, w FROM late) f WHERE NOT EXISTS "
+		       "(SELECT 1 FROM %s o WHERE o.partition_key = "
+		       "f.partition_key AND o.seq < f.seq AND o.status IN "
+		       "('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
+		       "FROM %s b WHERE b.partition_key = f.partition_key)), "
+		       "locked AS MATERIALIZED (SELECT t.id FROM %s t WHERE "
+		       "t.id = ANY(ARRAY(SELECT id FROM heads)) AND t.status "
+		       "= 'pending' AND t.head IS NULL FOR NO KEY UPDATE SKIP "
+		       "LOCKED), "
+		       "made AS (UPDATE %s AS t SET head = true WHERE t.id = "
+		       "ANY(ARRAY(SELECT id FROM locked)) RETURNING 1) "
+		       "SELECT (SELECT count(*) FROM made), (SELECT count(*) "
+		       "FROM next), (SELECT max(seq) FROM next), (SELECT "
+		       "count(*) FROM late), pg_current_snapshot()::text",
+		       w, T, n, late, T, s->blocked, T, T)
+		 : NULL;
+	free(late);
+	return sql;
 }
 
-/* The sweeper's repair: a mark that raced an insert can leave a key whose
- * oldest live row is not head. */
+/* The sweeper's repair: a mark that raced an insert, or a classification
+ * that raced a mark, can leave a key whose oldest live row is not head
+ * (demoted, or never made head: rows behind a head stay unclassified). */
 char *sql_repair(const struct store *s)
 {
 	const char *T = s->table.quoted;
 	return store_asprintf(
 	    "WITH stuck AS MATERIALIZED (SELECT DISTINCT ON (partition_key) "
-	    "id FROM %s t WHERE status = 'pending' AND head = false AND "
+	    "id FROM %s t WHERE status = 'pending' AND head IS NOT true AND "
 	    "partition_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s o "
 	    "WHERE o.partition_key = t.partition_key AND o.seq < t.seq AND "
 	    "o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "

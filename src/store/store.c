@@ -451,6 +451,7 @@ void store_close(struct store *s)
 	free(s->ce_source);
 	free(s->extra_sql);
 	free(s->rescan_paused);
+	free(s->classify_snap);
 	free(s->claim_key);
 	for (size_t i = 0; i < sizeof(s->tx_settings) / sizeof(*s->tx_settings);
 	     i++)

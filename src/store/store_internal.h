@@ -100,6 +100,8 @@ enum tx_end { TX_COMMIT, TX_ROLLBACK };
 	"(CASE WHEN $6::xid8 > pg_snapshot_xmax(pg_current_snapshot()) THEN "  \
 	"'0'::xid8 ELSE $6::xid8 END)"
 #define REDRIVE_BATCH 1000
+/* Rows a classification reads, by each of its two scans (lease.c). */
+#define CLASSIFY_BATCH 1000
 
 /*
  * One Postgres session and what lives on it rather than on a store: its
@@ -195,6 +197,19 @@ struct store {
 	uint64_t written_floor;
 	int64_t scan_from_us;
 	bool written_missing;
+	/* Ordered mode's classification (lease.c, store_classify): the seq
+	 * up to which this session has read the unclassified rows, and its
+	 * last classification's snapshot (owned; NULL: none), whose unseen
+	 * writers are the rows committed behind that seq since. The walk
+	 * starts again from seq 0 in a new session (classify_gen differs
+	 * from conn_gen) and, on a table without written_by (no late
+	 * scan), once it has reached the end and classify_rescan_at_ms has
+	 * passed. */
+	int64_t classify_seq;
+	char *classify_snap;
+	uint64_t classify_gen;
+	int64_t classify_rescan_at_ms;
+	bool classify_at_end; /* the last call read fewer than a batch */
 	/* The backlog count's floors (store_admin.c): the oldest
 	 * next_attempt_at the previous count found, as Postgres wrote it
 	 * ("" until a count from the start), the xmin of its snapshot, and

@@ -50,19 +50,21 @@ static int cmp_double(const void *a, const void *b)
 /*
  * Leases and releases `repeats` times; writes median, min, max in ms. In
  * ordered mode every cycle includes the classify statement the worker
- * runs before each lease; rows are classified once before timing, as a
- * running relay classifies them as they arrive.
+ * runs before each lease; rows are classified once before timing (the
+ * walk has read every row), as a running relay classifies them as they
+ * arrive.
  */
 static int measure(struct store *s, bool ordered, int repeats, size_t want,
 		   double out[3])
 {
 	char err[1024];
-	size_t n = 1;
-	while (ordered && n > 0)
-		if (store_classify(s, &n, err, sizeof(err)) != 0) {
+	size_t n;
+	do {
+		if (ordered && store_classify(s, &n, err, sizeof(err)) != 0) {
 			fprintf(stderr, "bench_ordering: %s\n", err);
 			return -1;
 		}
+	} while (ordered && !store_classify_caught_up(s));
 	double *t = calloc((size_t)repeats, sizeof(double));
 	if (!t)
 		return -1;

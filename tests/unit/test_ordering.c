@@ -269,7 +269,7 @@ static void test_sweeper_repairs_lost_heads(void **state)
 	struct store *s = ordered_store(table, false);
 	size_t n;
 	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 2);
+	assert_int_equal(n, 1); /* a1; a2 stays unclassified */
 	/* What a mark racing an insert leaves behind: nobody is head. */
 	pgtest_exec(c, "UPDATE %s SET head = false", table);
 	expect_batch(s, "");
@@ -277,7 +277,105 @@ static void test_sweeper_repairs_lost_heads(void **state)
 	assert_int_equal(n, 1);
 	expect_batch(s, "a1");
 	expect_batch(s, "a2");
+	/* What a classification racing a mark leaves behind: the key's
+	 * next row unclassified, behind the walk, with no writer after
+	 * the classification's floor. */
+	insert(c, table, "a3", "A");
+	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
+	pgtest_exec(c, "UPDATE %s SET head = NULL", table);
+	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 1);
+	expect_batch(s, "a3");
 	store_close(s);
+	PQfinish(c);
+}
+
+/* A row's place in the table, as one number: a row written anew moves. */
+static long row_place(PGconn *c, const char *table, const char *label)
+{
+	return pgtest_long(c,
+			   "SELECT ((ctid::text::point)[0] * 100000 + "
+			   "(ctid::text::point)[1])::bigint FROM %s WHERE "
+			   "subject = '%s'",
+			   table, label);
+}
+
+/* Classification writes the heads only: the rows behind a head keep their
+ * row version and stay unclassified until the mark that finishes their
+ * predecessor hands them the marker (docs/design.md §6). */
+static void test_classify_writes_heads_only(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_heads_only", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	insert(c, table, "a3", "A");
+	insert(c, table, "b1", "B");
+	long a2 = row_place(c, table, "a2"), a3 = row_place(c, table, "a3");
+	struct store *s = ordered_store(table, false);
+	size_t n;
+	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(row_place(c, table, "a2"), a2);
+	assert_int_equal(row_place(c, table, "a3"), a3);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE head IS "
+				     "NULL AND subject IN ('a2', 'a3')",
+				     table),
+			 2);
+	expect_batch(s, "a1,b1");
+	expect_batch(s, "a2");
+	expect_batch(s, "a3");
+	expect_batch(s, "");
+	store_close(s);
+	PQfinish(c);
+}
+
+/* Rows committed behind the classification's walk are made head by the
+ * next classification, from the late floor, not at the next rescan: a
+ * producer transaction that began before a row it now follows in seq, and
+ * a redrive (both write written_by). With the rescan an hour away, the
+ * walk alone would not come back to them. */
+static void test_classify_reads_late_rows(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_late", table, sizeof(table));
+	PGconn *c = pgtest_connect(), *late = pgtest_connect();
+	pgtest_exec(late, "BEGIN");
+	insert(late, table, "k1", "K");
+	insert(c, table, "c1", "C");
+	struct store_options o = pgtest_store_options(table);
+	o.ordered = true;
+	o.lease_rescan_ms = 3600 * 1000;
+	struct store *s = pgtest_store(&o);
+	size_t n;
+	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 1); /* c1: k1 is not committed */
+	pgtest_exec(late, "COMMIT");
+	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 1); /* k1, below the walk */
+	expect_batch(s, "c1,k1");
+	char sql[256], id[64];
+	snprintf(sql, sizeof(sql),
+		 "SELECT id::text FROM %s WHERE subject = 'c1'", table);
+	PGresult *r = PQexec(c, sql);
+	assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+	assert_int_equal(PQntuples(r), 1);
+	snprintf(id, sizeof(id), "%s", PQgetvalue(r, 0, 0));
+	PQclear(r);
+	const char *ids[] = {id};
+	struct redrive_filter f = {.ids = ids, .n_ids = 1, .sent = true};
+	size_t count;
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 1); /* c1 again, redriven */
+	expect_batch(s, "c1");
+	store_close(s);
+	PQfinish(late);
 	PQfinish(c);
 }
 
@@ -321,6 +419,44 @@ static long heads(PGconn *c, const char *table, const char *key)
  * that lease ends) make a1 a second head of A. Refused, with and without
  * --force, and nothing changes; once the lease ends with a2 released, the
  * redrive puts a1 back in front. */
+/* A redrive locks the key's next row only, the one row that could be
+ * head: a row further behind, locked elsewhere (here by a session of the
+ * test), does not refuse it, and the rows behind stay unwritten. */
+static void test_redrive_locks_next_row_only(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_redrive_next", table, sizeof(table));
+	PGconn *c = pgtest_connect(), *other = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	insert(c, table, "a3", "A");
+	struct store *s = ordered_store(table, false);
+	struct lease_batch b;
+	lease(s, &b);
+	mark_all(s, MARK_FAILED, &b, "bad"); /* skip: a2 is head now */
+	pgtest_exec(other, "BEGIN");
+	pgtest_exec(other,
+		    "SELECT 1 FROM %s WHERE subject = 'a3' FOR NO KEY UPDATE",
+		    table);
+	size_t count;
+	struct redrive_filter f = {.type = "t"};
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	pgtest_exec(other, "COMMIT");
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE subject = "
+				     "'a2' AND head = false",
+				     table),
+			 1);
+	expect_batch(s, "a1");
+	expect_batch(s, "a2");
+	expect_batch(s, "a3");
+	store_close(s);
+	PQfinish(other);
+	PQfinish(c);
+}
+
 static void test_redrive_sees_later_row_held(void **state)
 {
 	(void)state;
@@ -629,8 +765,11 @@ int main(void)
 	    cmocka_unit_test(test_block_unblock_and_cleaner),
 	    cmocka_unit_test(test_unblock_redrive),
 	    cmocka_unit_test(test_sweeper_repairs_lost_heads),
+	    cmocka_unit_test(test_classify_writes_heads_only),
+	    cmocka_unit_test(test_classify_reads_late_rows),
 	    cmocka_unit_test(test_redrive_refuses_to_reorder),
 	    cmocka_unit_test(test_redrive_sees_later_row_held),
+	    cmocka_unit_test(test_redrive_locks_next_row_only),
 	    cmocka_unit_test(test_redrive_goes_before_later_pending),
 	    cmocka_unit_test(test_replay_goes_before_later_rows),
 	    cmocka_unit_test(test_redrive_rechecks_each_batch),
