@@ -237,38 +237,33 @@ char *sql_classify(const struct store *s)
 {
 	const char *T = s->table.quoted;
 	const int n = CLASSIFY_BATCH;
+	/* $2's xmin, or every writer when it is past the cluster's xmax. */
+	const char *restored = "pg_snapshot_xmin($2::pg_snapshot) > "
+			       "pg_snapshot_xmax(pg_current_snapshot())";
 	char *late =
 	    s->written_missing
 		? store_asprintf("late AS MATERIALIZED (SELECT NULL::uuid AS "
 				 "id, NULL::bigint AS seq, NULL::text AS "
-				 "partition_key, NULL::xid8 AS w WHERE "
-				 "$2::pg_snapshot IS NOT NULL AND false), ")
+				 "partition_key WHERE $2::pg_snapshot IS NOT "
+				 "NULL AND false), ")
 		: store_asprintf(
-		      "late AS MATERIALIZED (SELECT id, seq, partition_key, "
-		      "written_by AS w FROM %s WHERE status = 'pending' AND "
-		      "written_by >= (CASE WHEN "
-		      "pg_snapshot_xmin($2::pg_snapshot) "
-		      "> pg_snapshot_xmax(pg_current_snapshot()) THEN "
-		      "'0'::xid8 "
-		      "ELSE pg_snapshot_xmin($2::pg_snapshot) END) AND (NOT "
+		      "late AS MATERIALIZED (SELECT id, seq, partition_key "
+		      "FROM %s WHERE status = 'pending' AND written_by >= "
+		      "(CASE WHEN %s THEN '0'::xid8 ELSE "
+		      "pg_snapshot_xmin($2::pg_snapshot) END) AND (NOT "
 		      "pg_visible_in_snapshot(written_by, $2::pg_snapshot) OR "
-		      "pg_snapshot_xmin($2::pg_snapshot) > "
-		      "pg_snapshot_xmax(pg_current_snapshot())) AND head IS "
-		      "NULL "
-		      "AND partition_key IS NOT NULL ORDER BY written_by LIMIT "
-		      "%d), ",
-		      T, n);
-	const char *w = s->written_missing ? "NULL::xid8" : "written_by";
+		      "%s) AND head IS NULL AND partition_key IS NOT NULL "
+		      "ORDER BY written_by LIMIT %d), ",
+		      T, restored, restored, n);
 	char *sql =
 	    late ? store_asprintf(
 		       "WITH next AS MATERIALIZED (SELECT id, seq, "
-		       "partition_key, %s AS w FROM %s WHERE status = "
-		       "'pending' AND head IS NULL AND partition_key IS NOT "
-		       "NULL AND seq > $1::int8 ORDER BY seq LIMIT %d), %s"
-		       "heads AS MATERIALIZED (SELECT f.id, f.w FROM (SELECT "
-		       "id, seq, partition_key, w FROM next UNION SELECT id, "
-		       "seq, partition_key, w FROM late) f WHERE NOT EXISTS "
-		       "(SELECT 1 FROM %s o WHERE o.partition_key = "
+		       "partition_key FROM %s WHERE status = 'pending' AND "
+		       "head IS NULL AND partition_key IS NOT NULL AND seq > "
+		       "$1::int8 ORDER BY seq LIMIT %d), %s"
+		       "heads AS MATERIALIZED (SELECT f.id FROM (SELECT * "
+		       "FROM next UNION SELECT * FROM late) f WHERE NOT "
+		       "EXISTS (SELECT 1 FROM %s o WHERE o.partition_key = "
 		       "f.partition_key AND o.seq < f.seq AND o.status IN "
 		       "('pending', 'in_flight')) AND NOT EXISTS (SELECT 1 "
 		       "FROM %s b WHERE b.partition_key = f.partition_key)), "
@@ -281,7 +276,7 @@ char *sql_classify(const struct store *s)
 		       "SELECT (SELECT count(*) FROM made), (SELECT count(*) "
 		       "FROM next), (SELECT max(seq) FROM next), (SELECT "
 		       "count(*) FROM late), pg_current_snapshot()::text",
-		       w, T, n, late, T, s->blocked, T, T)
+		       T, n, late, T, s->blocked, T, T)
 		 : NULL;
 	free(late);
 	return sql;
