@@ -510,19 +510,30 @@ int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
 	return 0;
 }
 
-/* Runs a statement that changes rows; *n counts them. One that an old
- * row the current schema refuses made fail runs again once that row is
- * failed (refused.c). */
+/* Runs statement st; one that an old row the current schema refuses made
+ * fail runs again once that row is failed (refused.c). The result, or
+ * NULL with *rc and err set. */
+static PGresult *run_past_refused(struct store *s, enum stmt st, int nparams,
+				  const char *const *values,
+				  ExecStatusType want, int *rc, char *err,
+				  size_t errlen)
+{
+	PGresult *res =
+	    store_run(s, st, nparams, values, want, 0, rc, err, errlen);
+	if (!res && store_fail_refused_after(s, err))
+		res =
+		    store_run(s, st, nparams, values, want, 0, rc, err, errlen);
+	return res;
+}
+
+/* Runs a statement that changes rows; *n counts them. */
 static int run_counting(struct store *s, enum stmt st, size_t *n, char *err,
 			size_t errlen)
 {
 	int rc;
 	*n = 0;
-	PGresult *res =
-	    store_run(s, st, 0, NULL, PGRES_COMMAND_OK, 0, &rc, err, errlen);
-	if (!res && store_fail_refused_after(s, err))
-		res = store_run(s, st, 0, NULL, PGRES_COMMAND_OK, 0, &rc, err,
-				errlen);
+	PGresult *res = run_past_refused(s, st, 0, NULL, PGRES_COMMAND_OK, &rc,
+					 err, errlen);
 	if (!res)
 		return store_public_rc(rc);
 	*n = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
@@ -611,11 +622,8 @@ int store_classify(struct store *s, size_t *n, char *err, size_t errlen)
 	bool from_start = classify_from(s, started_ms, seq);
 	const char *values[2] = {seq, s->classify_snap};
 	int rc;
-	PGresult *res = store_run(s, ST_CLASSIFY, 2, values, PGRES_TUPLES_OK, 0,
-				  &rc, err, errlen);
-	if (!res && store_fail_refused_after(s, err))
-		res = store_run(s, ST_CLASSIFY, 2, values, PGRES_TUPLES_OK, 0,
-				&rc, err, errlen);
+	PGresult *res = run_past_refused(s, ST_CLASSIFY, 2, values,
+					 PGRES_TUPLES_OK, &rc, err, errlen);
 	if (!res)
 		return store_public_rc(rc);
 	if (PQntuples(res) != 1 || PQnfields(res) != 5) {
