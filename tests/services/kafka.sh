@@ -47,10 +47,17 @@ broker_gone() {
 }
 
 # Succeeds once the BOOTSTRAP line is out; 99 (give up) if the broker died.
+# Liveness here is the started pid itself, not broker_pid: until the
+# background shell has exec'd the broker, its command line is still this
+# script's, and on a loaded machine the first look can come before that.
 bootstrap_ready() {
-	local dir="$1"
+	local dir="$1" pid
 	grep -q '^BOOTSTRAP=' "$dir/broker.out" 2>/dev/null && return 0
-	broker_pid "$dir" >/dev/null || return 99
+	pid=$(cat "$dir/broker.pid" 2>/dev/null) || return 99
+	# A broker that exited stays a zombie child of this script.
+	case "$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)" in
+	'' | Z) return 99 ;;
+	esac
 	return 1
 }
 

@@ -114,9 +114,15 @@ node_gone() {
 	! node_alive "$1"
 }
 
+# AMQP_GRACE_UNTIL: until then (SECONDS) a node not found yet is not given
+# up on: the background shell may not have exec'd the node with its
+# marked environment yet, which on a loaded machine takes a moment.
 amqp_ready() {
 	local dir="$1" port="$2"
-	node_alive "$dir" || return 99
+	if ! node_alive "$dir"; then
+		[ "$SECONDS" -lt "${AMQP_GRACE_UNTIL:-0}" ] || return 99
+		return 1
+	fi
 	svc_port_listening "$port"
 }
 
@@ -239,6 +245,7 @@ EOF
 
 	# The AMQP listener opens last in the boot sequence, so it listening
 	# means the node is ready.
+	AMQP_GRACE_UNTIL=$((SECONDS + 5))
 	rc=0
 	svc_wait "$start_timeout" amqp_ready "$dir" "$amqp_port" || rc=1
 	if [ "$rc" -eq 0 ] && [ -n "$tls_port" ]; then
