@@ -290,6 +290,52 @@ static void test_sweeper_repairs_lost_heads(void **state)
 	PQfinish(c);
 }
 
+/* The repair steps from key to key (key_idx), reading each key's first
+ * live row only: every key is visited, and a key is repaired only when
+ * that row is pending, not head, and the key is not blocked. */
+static void test_repair_visits_every_key(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_repair_keys", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	const char *keys = "ABCDEF";
+	for (const char *k = keys; *k; k++)
+		for (int i = 1; i <= 2; i++) {
+			char label[8], key[2] = {*k, '\0'};
+			snprintf(label, sizeof(label), "%c%d", *k + 32, i);
+			insert(c, table, label, key);
+		}
+	struct store *s = ordered_store(table, false);
+	size_t n;
+	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 6);
+	/* B keeps its head; E's first row is out under an older relay's
+	 * row lease; F is blocked; A, C and D lost theirs. */
+	pgtest_exec(c, "UPDATE %s SET head = NULL WHERE partition_key <> 'B'",
+		    table);
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'in_flight', lease_id = "
+		    "gen_random_uuid(), leased_at = now(), lease_expires_at = "
+		    "now() + interval '1 hour' WHERE subject = 'e1'",
+		    table);
+	pgtest_exec(c,
+		    "INSERT INTO %s_blocked_keys (partition_key, blocking_id) "
+		    "SELECT 'F', id FROM %s WHERE subject = 'f1'",
+		    table, table);
+	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE head AND "
+				     "subject IN ('a1', 'b1', 'c1', 'd1')",
+				     table),
+			 4);
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE head", table), 4);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* A row's place in the table, as one number: a row written anew moves. */
 static long row_place(PGconn *c, const char *table, const char *label)
 {
@@ -765,6 +811,7 @@ int main(void)
 	    cmocka_unit_test(test_block_unblock_and_cleaner),
 	    cmocka_unit_test(test_unblock_redrive),
 	    cmocka_unit_test(test_sweeper_repairs_lost_heads),
+	    cmocka_unit_test(test_repair_visits_every_key),
 	    cmocka_unit_test(test_classify_writes_heads_only),
 	    cmocka_unit_test(test_classify_reads_late_rows),
 	    cmocka_unit_test(test_redrive_refuses_to_reorder),
