@@ -12,6 +12,7 @@
 #include "base/base.h"
 #include "guards.h"
 #include "store_internal.h"
+#include "store_test.h"
 
 /* True while rows' lease transaction is open on its session. */
 static bool lease_open(const struct lease_rows *rows)
@@ -526,21 +527,6 @@ static PGresult *run_past_refused(struct store *s, enum stmt st, int nparams,
 	return res;
 }
 
-/* Runs a statement that changes rows; *n counts them. */
-static int run_counting(struct store *s, enum stmt st, size_t *n, char *err,
-			size_t errlen)
-{
-	int rc;
-	*n = 0;
-	PGresult *res = run_past_refused(s, st, 0, NULL, PGRES_COMMAND_OK, &rc,
-					 err, errlen);
-	if (!res)
-		return store_public_rc(rc);
-	*n = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
-	PQclear(res);
-	return 0;
-}
-
 /* Where the classification's walk starts (sql_classify's $1; $2 is the
  * previous call's snapshot): from seq 0, with no snapshot, in a new
  * session; otherwise where the last call ended. Rows committed behind the
@@ -645,5 +631,41 @@ int store_classify(struct store *s, size_t *n, char *err, size_t errlen)
 
 int store_repair_heads(struct store *s, size_t *n, char *err, size_t errlen)
 {
-	return run_counting(s, ST_REPAIR, n, err, errlen);
+	*n = 0;
+	char cap[24];
+	snprintf(cap, sizeof(cap), "%zu", s->repair_walk);
+	const char *values[2] = {s->repair_from ? s->repair_from : "", cap};
+	int rc;
+	PGresult *res = run_past_refused(s, ST_REPAIR, 2, values,
+					 PGRES_TUPLES_OK, &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	if (PQntuples(res) != 1 || PQnfields(res) != 3) {
+		snprintf(err, errlen,
+			 "repair: unexpected result (%d rows, %d columns)",
+			 PQntuples(res), PQnfields(res));
+		PQclear(res);
+		return STORE_ERROR;
+	}
+	*n = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+	size_t walked = (size_t)strtoull(PQgetvalue(res, 0, 1), NULL, 10);
+	/* A walk the cap stopped goes on from its last key (walked again,
+	 * as the statement's start is inclusive); one that reached the last
+	 * key starts again from the first. */
+	char *from = NULL;
+	if (walked >= s->repair_walk && !PQgetisnull(res, 0, 2) &&
+	    !(from = strdup(PQgetvalue(res, 0, 2)))) {
+		PQclear(res);
+		snprintf(err, errlen, "repair: out of memory");
+		return STORE_ERROR;
+	}
+	PQclear(res);
+	free(s->repair_from);
+	s->repair_from = from;
+	return 0;
+}
+
+void store_set_repair_walk(struct store *s, size_t keys)
+{
+	s->repair_walk = keys < 2 ? 2 : keys;
 }

@@ -285,28 +285,35 @@ char *sql_classify(const struct store *s)
 /* The sweeper's repair: a mark that raced an insert, or a classification
  * that raced a mark, can leave a key whose oldest live row is not head
  * (demoted, or never made head: rows behind a head stay unclassified).
- * It visits each key once, skipping from key to key along key_idx and
- * reading only the key's first live row: rows behind a head are never
- * read, so a sweep costs one index descent per key, not a probe per row
- * of the backlog (200,000 rows over 1,000 keys: 13 ms instead of 1.6 s,
- * docs/benchmark.md "The repair's scan"). */
+ * It skips from key to key along key_idx from $1 (inclusive; '' is the
+ * first key), reading only each key's first live row, and stops after
+ * $2 keys: rows behind a head are never read, so a sweep costs one index
+ * descent per key, and at most $2 of them however many keys the table
+ * holds (docs/design.md §6, "The head repair walks keys, not rows").
+ * Returns the heads made, the keys walked and the last key walked, where
+ * the next walk goes on when this one stopped at $2 (lease.c). */
 char *sql_repair(const struct store *s)
 {
 	const char *T = s->table.quoted;
 	return store_asprintf(
-	    "WITH RECURSIVE first AS ((SELECT partition_key, id, status, head "
-	    "FROM %s WHERE status IN ('pending', 'in_flight') AND "
-	    "partition_key IS NOT NULL ORDER BY partition_key, seq LIMIT 1) "
-	    "UNION ALL SELECT n.* FROM first f CROSS JOIN LATERAL (SELECT "
-	    "o.partition_key, o.id, o.status, o.head FROM %s o WHERE o.status "
-	    "IN ('pending', 'in_flight') AND o.partition_key IS NOT NULL AND "
-	    "o.partition_key > f.partition_key ORDER BY o.partition_key, o.seq "
-	    "LIMIT 1) n), "
+	    "WITH RECURSIVE first AS ((SELECT partition_key, id, status, head, "
+	    "1 AS n FROM %s WHERE status IN ('pending', 'in_flight') AND "
+	    "partition_key IS NOT NULL AND partition_key >= $1::text ORDER BY "
+	    "partition_key, seq LIMIT 1) "
+	    "UNION ALL SELECT x.partition_key, x.id, x.status, x.head, f.n + "
+	    "1 FROM first f CROSS JOIN LATERAL (SELECT o.partition_key, o.id, "
+	    "o.status, o.head FROM %s o WHERE o.status IN ('pending', "
+	    "'in_flight') AND o.partition_key IS NOT NULL AND o.partition_key "
+	    "> f.partition_key ORDER BY o.partition_key, o.seq LIMIT 1) x "
+	    "WHERE f.n < $2::int), "
 	    "stuck AS MATERIALIZED (SELECT f.id FROM first f WHERE f.status = "
 	    "'pending' AND f.head IS NOT true AND NOT EXISTS (SELECT 1 FROM %s "
-	    "b WHERE b.partition_key = f.partition_key) LIMIT 1000) "
-	    "UPDATE %s AS t SET head = true WHERE t.id = ANY(ARRAY(SELECT "
-	    "id FROM stuck)) AND t.status = 'pending'",
+	    "b WHERE b.partition_key = f.partition_key)), "
+	    "made AS (UPDATE %s AS t SET head = true WHERE t.id = "
+	    "ANY(ARRAY(SELECT id FROM stuck)) AND t.status = 'pending' "
+	    "RETURNING 1) "
+	    "SELECT (SELECT count(*) FROM made), (SELECT count(*) FROM first), "
+	    "(SELECT partition_key FROM first ORDER BY n DESC LIMIT 1)",
 	    T, T, s->blocked, T);
 }
 

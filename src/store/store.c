@@ -396,6 +396,7 @@ int store_open_on(struct store **out, const struct store_options *opt,
 		return STORE_ERROR;
 	}
 	s->ses = ses;
+	s->repair_walk = REPAIR_WALK_KEYS;
 	if (ses->tags > 0)
 		snprintf(s->tag, sizeof(s->tag), "t%u_", ses->tags);
 	ses->tags++;
@@ -452,6 +453,7 @@ void store_close(struct store *s)
 	free(s->extra_sql);
 	free(s->rescan_paused);
 	free(s->classify_snap);
+	free(s->repair_from);
 	free(s->claim_key);
 	for (size_t i = 0; i < sizeof(s->tx_settings) / sizeof(*s->tx_settings);
 	     i++)

@@ -334,7 +334,8 @@ int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
  * it since the last call (run before each lease); the rows behind a head
  * are not written. store_classify_caught_up() says whether the walk has
  * reached the last row. store_repair_heads() gives a head to keys a race
- * left without one (the sweeper runs it). *n counts the heads made. Old
+ * left without one (the sweeper runs it), walking up to 10,000 keys a
+ * call and going on from there at the next. *n counts the heads made. Old
  * rows the table's destination CHECK refuses (docs/design.md §10) are
  * failed first, once per session, and whenever such a row makes either
  * refused; so are they by store_sweep() and a lease settling its worker's

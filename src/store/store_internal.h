@@ -102,6 +102,8 @@ enum tx_end { TX_COMMIT, TX_ROLLBACK };
 #define REDRIVE_BATCH 1000
 /* Rows a classification reads, by each of its two scans (lease.c). */
 #define CLASSIFY_BATCH 1000
+/* Keys the head repair walks in one sweep (store_repair_heads). */
+#define REPAIR_WALK_KEYS 10000
 
 /*
  * One Postgres session and what lives on it rather than on a store: its
@@ -210,6 +212,11 @@ struct store {
 	uint64_t classify_gen;
 	int64_t classify_rescan_at_ms;
 	bool classify_at_end; /* the last call read fewer than a batch */
+	/* The head repair's walk (lease.c, store_repair_heads): at most
+	 * repair_walk keys a call, from repair_from (owned; NULL: the first
+	 * key), where the last call stopped at that cap. */
+	size_t repair_walk;
+	char *repair_from;
 	/* The backlog count's floors (store_admin.c): the oldest
 	 * next_attempt_at the previous count found, as Postgres wrote it
 	 * ("" until a count from the start), the xmin of its snapshot, and

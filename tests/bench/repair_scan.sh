@@ -10,8 +10,10 @@
 #   probe  the statement up to 2c6534f: every pending row that is not head
 #          is read and asked, by a probe of key_idx, whether an older live
 #          row of its key exists;
-#   skip   the statement since: a recursive walk from key to key along
-#          key_idx that reads each key's first live row only.
+#   walk   the statement since: a recursive walk from key to key along
+#          key_idx that reads each key's first live row only, at most
+#          10,000 keys a sweep (the next sweep goes on from there), run
+#          as the relay runs it, a prepared statement on its generic plan.
 # Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/repair_scan.sh [rows] [keys]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -42,18 +44,23 @@ stmt[probe]="SELECT DISTINCT ON (partition_key) id FROM $T t WHERE status =
  t.seq AND o.status IN ('pending', 'in_flight')) AND NOT EXISTS (SELECT 1
  FROM $B b WHERE b.partition_key = t.partition_key) ORDER BY partition_key,
  seq LIMIT 1000"
-stmt[skip]="WITH RECURSIVE first AS ((SELECT partition_key, id, status, head FROM
- $T WHERE status IN ('pending', 'in_flight') AND partition_key IS NOT NULL
- ORDER BY partition_key, seq LIMIT 1) UNION ALL SELECT n.* FROM first f
- CROSS JOIN LATERAL (SELECT o.partition_key, o.id, o.status, o.head FROM $T
- o WHERE o.status IN ('pending', 'in_flight') AND o.partition_key IS NOT
- NULL AND o.partition_key > f.partition_key ORDER BY o.partition_key, o.seq
- LIMIT 1) n) SELECT f.id FROM first f WHERE f.status = 'pending' AND f.head
- IS NOT true AND NOT EXISTS (SELECT 1 FROM $B b WHERE b.partition_key =
- f.partition_key) LIMIT 1000"
+# The relay's statement (sql_repair) without its UPDATE: the heads found.
+walk="WITH RECURSIVE first AS ((SELECT partition_key, id, status, head, 1 AS
+ n FROM $T WHERE status IN ('pending', 'in_flight') AND partition_key IS NOT
+ NULL AND partition_key >= \$1::text ORDER BY partition_key, seq LIMIT 1)
+ UNION ALL SELECT x.partition_key, x.id, x.status, x.head, f.n + 1 FROM
+ first f CROSS JOIN LATERAL (SELECT o.partition_key, o.id, o.status, o.head
+ FROM $T o WHERE o.status IN ('pending', 'in_flight') AND o.partition_key IS
+ NOT NULL AND o.partition_key > f.partition_key ORDER BY o.partition_key,
+ o.seq LIMIT 1) x WHERE f.n < \$2::int) SELECT f.id FROM first f WHERE
+ f.status = 'pending' AND f.head IS NOT true AND NOT EXISTS (SELECT 1 FROM $B
+ b WHERE b.partition_key = f.partition_key)"
+stmt[walk]="EXECUTE walk('', 10000)"
 # One line per run: execution ms, shared buffers touched, rows found.
 measure() {
-	q -c "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) $1" | python3 -c '
+	q -c "SET plan_cache_mode = force_generic_plan" \
+		-c "PREPARE walk(text, int) AS $walk" \
+		-c "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) $1" | python3 -c '
 import json, sys
 p = json.load(sys.stdin)[0]
 top = p["Plan"]
@@ -62,7 +69,7 @@ print("%.1f %d %d" % (p["Execution Time"],
     top["Actual Rows"]))'
 }
 echo "rows=$ROWS keys=$KEYS"
-for name in probe skip; do
+for name in probe walk; do
 	runs=$(for _ in 1 2 3; do measure "${stmt[$name]}"; done | sort -n)
 	read -r ms bufs found <<<"$(sed -n 2p <<<"$runs")"
 	echo "$name: ${ms} ms, $bufs buffers, $found lost heads (median of 3)"

@@ -17,6 +17,7 @@
 
 #include "pgtest.h"
 #include "store/store.h"
+#include "store/store_test.h"
 
 static char err[1024];
 
@@ -332,6 +333,54 @@ static void test_repair_visits_every_key(void **state)
 			 4);
 	assert_int_equal(
 	    pgtest_long(c, "SELECT count(*) FROM %s WHERE head", table), 4);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* Keys whose head is the repair's to make, among the subjects listed. */
+static long heads_among(PGconn *c, const char *table, const char *subjects)
+{
+	return pgtest_long(c,
+			   "SELECT count(*) FROM %s WHERE head AND subject = "
+			   "ANY('{%s}'::text[])",
+			   table, subjects);
+}
+
+/* A sweep walks a bounded number of keys: the next goes on where it
+ * stopped, and once past the last key the walk starts again from the
+ * first, so every key is visited within a few sweeps, none skipped. */
+static void test_repair_walk_goes_on(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_repair_walk", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	for (const char *k = "ABCDEF"; *k; k++) {
+		char label[8], key[2] = {*k, '\0'};
+		snprintf(label, sizeof(label), "%c1", *k + 32);
+		insert(c, table, label, key);
+	}
+	struct store *s = ordered_store(table, false);
+	store_set_repair_walk(s, 3);
+	size_t n;
+	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(heads_among(c, table, "a1,b1,c1"), 3);
+	/* From C again (the stop is walked twice), to E. */
+	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(heads_among(c, table, "d1,e1"), 2);
+	assert_int_equal(heads_among(c, table, "f1"), 0);
+	/* E and F: the end, fewer than the cap; the next walk starts over. */
+	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(heads_among(c, table, "f1"), 1);
+	pgtest_exec(c, "UPDATE %s SET head = NULL WHERE subject = 'a1'", table);
+	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(heads_among(c, table, "a1"), 1);
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE head", table), 6);
 	store_close(s);
 	PQfinish(c);
 }
@@ -812,6 +861,7 @@ int main(void)
 	    cmocka_unit_test(test_unblock_redrive),
 	    cmocka_unit_test(test_sweeper_repairs_lost_heads),
 	    cmocka_unit_test(test_repair_visits_every_key),
+	    cmocka_unit_test(test_repair_walk_goes_on),
 	    cmocka_unit_test(test_classify_writes_heads_only),
 	    cmocka_unit_test(test_classify_reads_late_rows),
 	    cmocka_unit_test(test_redrive_refuses_to_reorder),
