@@ -12,7 +12,6 @@
 #include "base/base.h"
 #include "guards.h"
 #include "store_internal.h"
-#include "store_test.h"
 
 /* True while rows' lease transaction is open on its session. */
 static bool lease_open(const struct lease_rows *rows)
@@ -527,6 +526,18 @@ static PGresult *run_past_refused(struct store *s, enum stmt st, int nparams,
 	return res;
 }
 
+/* Whether res is the one row of cols columns a statement returns; if not,
+ * err says what came instead. */
+static bool one_row(const PGresult *res, int cols, const char *what, char *err,
+		    size_t errlen)
+{
+	if (PQntuples(res) == 1 && PQnfields(res) == cols)
+		return true;
+	snprintf(err, errlen, "%s: unexpected result (%d rows, %d columns)",
+		 what, PQntuples(res), PQnfields(res));
+	return false;
+}
+
 /* Where the classification's walk starts (sql_classify's $1; $2 is the
  * previous call's snapshot): from seq 0, with no snapshot, in a new
  * session; otherwise where the last call ended. Rows committed behind the
@@ -612,10 +623,7 @@ int store_classify(struct store *s, size_t *n, char *err, size_t errlen)
 					 PGRES_TUPLES_OK, &rc, err, errlen);
 	if (!res)
 		return store_public_rc(rc);
-	if (PQntuples(res) != 1 || PQnfields(res) != 5) {
-		snprintf(err, errlen,
-			 "classify: unexpected result (%d rows, %d columns)",
-			 PQntuples(res), PQnfields(res));
+	if (!one_row(res, 5, "classify", err, errlen)) {
 		PQclear(res);
 		return STORE_ERROR;
 	}
@@ -640,10 +648,7 @@ int store_repair_heads(struct store *s, size_t *n, char *err, size_t errlen)
 					 PGRES_TUPLES_OK, &rc, err, errlen);
 	if (!res)
 		return store_public_rc(rc);
-	if (PQntuples(res) != 1 || PQnfields(res) != 3) {
-		snprintf(err, errlen,
-			 "repair: unexpected result (%d rows, %d columns)",
-			 PQntuples(res), PQnfields(res));
+	if (!one_row(res, 3, "repair", err, errlen)) {
 		PQclear(res);
 		return STORE_ERROR;
 	}
@@ -663,9 +668,4 @@ int store_repair_heads(struct store *s, size_t *n, char *err, size_t errlen)
 	free(s->repair_from);
 	s->repair_from = from;
 	return 0;
-}
-
-void store_set_repair_walk(struct store *s, size_t keys)
-{
-	s->repair_walk = keys < 2 ? 2 : keys;
 }

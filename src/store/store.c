@@ -478,6 +478,11 @@ PGconn *store_claim_conn(struct store *s)
 	return s->claim ? s->claim->ses->conn : NULL;
 }
 
+void store_set_repair_walk(struct store *s, size_t keys)
+{
+	s->repair_walk = keys < 2 ? 2 : keys;
+}
+
 void store_channel_sql(const struct outbox_table *t, char *out, size_t outlen)
 {
 	/* Hashed from the schema-qualified name, so outbox tables of one

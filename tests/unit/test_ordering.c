@@ -97,6 +97,18 @@ static void insert(PGconn *c, const char *table, const char *label,
 			    table, label);
 }
 
+/* per rows of each one-letter key in keys, labelled by the lower-case
+ * letter and their place: "a1", "a2", "b1"... */
+static void insert_keys(PGconn *c, const char *table, const char *keys, int per)
+{
+	for (const char *k = keys; *k; k++)
+		for (int i = 1; i <= per; i++) {
+			char label[8], key[2] = {*k, '\0'};
+			snprintf(label, sizeof(label), "%c%d", *k + 32, i);
+			insert(c, table, label, key);
+		}
+}
+
 static void test_one_head_per_key_in_seq_order(void **state)
 {
 	(void)state;
@@ -300,13 +312,7 @@ static void test_repair_visits_every_key(void **state)
 	char table[128];
 	pgtest_fresh_table("ord_repair_keys", table, sizeof(table));
 	PGconn *c = pgtest_connect();
-	const char *keys = "ABCDEF";
-	for (const char *k = keys; *k; k++)
-		for (int i = 1; i <= 2; i++) {
-			char label[8], key[2] = {*k, '\0'};
-			snprintf(label, sizeof(label), "%c%d", *k + 32, i);
-			insert(c, table, label, key);
-		}
+	insert_keys(c, table, "ABCDEF", 2);
 	struct store *s = ordered_store(table, false);
 	size_t n;
 	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
@@ -337,7 +343,7 @@ static void test_repair_visits_every_key(void **state)
 	PQfinish(c);
 }
 
-/* Keys whose head is the repair's to make, among the subjects listed. */
+/* How many of the subjects listed are head. */
 static long heads_among(PGconn *c, const char *table, const char *subjects)
 {
 	return pgtest_long(c,
@@ -355,11 +361,7 @@ static void test_repair_walk_goes_on(void **state)
 	char table[128];
 	pgtest_fresh_table("ord_repair_walk", table, sizeof(table));
 	PGconn *c = pgtest_connect();
-	for (const char *k = "ABCDEF"; *k; k++) {
-		char label[8], key[2] = {*k, '\0'};
-		snprintf(label, sizeof(label), "%c1", *k + 32);
-		insert(c, table, label, key);
-	}
+	insert_keys(c, table, "ABCDEF", 1);
 	struct store *s = ordered_store(table, false);
 	store_set_repair_walk(s, 3);
 	size_t n;
