@@ -87,9 +87,10 @@ CREATE INDEX IF NOT EXISTS "{{n}}_terminal_idx"
 -- A queue table turns over its whole live set constantly; the default 20 %
 -- scale factors would let millions of dead tuples pile up on a big table
 -- before autovacuum starts. Absolute thresholds keep it vacuumed by churn.
--- fillfactor stays at 100: every status change touches an indexed column
--- (status, next_attempt_at, lease_expires_at, finished_at), so no update is
--- HOT and free space in the page would buy nothing.
+-- fillfactor stays at 100 here: every status change touches an indexed
+-- column (status, next_attempt_at, lease_expires_at, finished_at), so no
+-- update is HOT. (008 sets it to 70 all the same: a new version on its old
+-- version's page is logged smaller.)
 ALTER TABLE {{table}} SET (
   autovacuum_vacuum_scale_factor = 0,
   autovacuum_vacuum_threshold = 10000,

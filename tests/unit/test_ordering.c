@@ -430,6 +430,44 @@ static void test_classify_writes_heads_only(void **state)
 	PQfinish(c);
 }
 
+/* The hand-over writes the next row anew; migration 008 leaves room in
+ * each page (fillfactor 70) so that its new version, and the sent version
+ * of the row before it, stay on the page of the old ones, where Postgres
+ * logs only the bytes that changed, not the payload (docs/design.md §11).
+ * Rows of 1 KB fill a page of a table at fillfactor 100 to the brim, so
+ * without the room the next row would move to another page. */
+static void test_handover_stays_on_its_page(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_page_room", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_class WHERE oid "
+				     "= '%s'::regclass AND 'fillfactor=70' = "
+				     "ANY(reloptions)",
+				     table),
+			 1);
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, subject, partition_key, payload) "
+		    "SELECT 't', 'a' || g, 'A', decode(repeat(md5(g::text), "
+		    "32), 'hex') FROM generate_series(1, 12) g",
+		    table);
+	long a1 = row_place(c, table, "a1"), a2 = row_place(c, table, "a2");
+	assert_int_equal(a1 / 100000, a2 / 100000);
+	struct store *s = ordered_store(table, false);
+	expect_batch(s, "a1");
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE subject = "
+				     "'a2' AND head IS NOT NULL",
+				     table),
+			 1);
+	assert_int_equal(row_place(c, table, "a1") / 100000, a1 / 100000);
+	assert_int_equal(row_place(c, table, "a2") / 100000, a2 / 100000);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* Rows committed behind the classification's walk are made head by the
  * next classification, from the late floor, not at the next rescan: a
  * producer transaction that began before a row it now follows in seq, and
@@ -866,6 +904,7 @@ int main(void)
 	    cmocka_unit_test(test_repair_walk_goes_on),
 	    cmocka_unit_test(test_classify_writes_heads_only),
 	    cmocka_unit_test(test_classify_reads_late_rows),
+	    cmocka_unit_test(test_handover_stays_on_its_page),
 	    cmocka_unit_test(test_redrive_refuses_to_reorder),
 	    cmocka_unit_test(test_redrive_sees_later_row_held),
 	    cmocka_unit_test(test_redrive_locks_next_row_only),

@@ -1,0 +1,20 @@
+-- 008: room in each page for a row's next version (docs/design.md §11,
+-- "Pages keep room for a row's next version").
+--
+-- 001 left fillfactor at 100 because no status change is HOT (each touches
+-- a column an index or an index's predicate reads). But HOT is not the
+-- only gain of free space: when the new version of a row lands on the
+-- page of the old one, Postgres logs only the bytes between the first and
+-- the last that changed, not the whole row. In ordered mode every row but
+-- a key's first is rewritten once to become its key's head, and with
+-- history every row is rewritten to sent; at 100 each of those versions
+-- goes to another page and logs the whole row, payload included. At 70
+-- most land beside the old one, and the relay's WAL per event falls by a
+-- third in ordered mode (docs/benchmark.md, "Pages with room").
+--
+-- Lock time: a storage parameter is a catalog change under SHARE UPDATE
+-- EXCLUSIVE, which inserts, leases and marks do not wait for (nor it for
+-- them), under migrate's lock_timeout. No row moves: pages filled before
+-- it stay as they are, and pages filled after it keep the room. Expand
+-- only: relays of version 007 never read it.
+ALTER TABLE {{table}} SET (fillfactor = 70)
