@@ -67,13 +67,28 @@ static char *backoff_sql(const struct store_options *o)
 }
 
 /* What every mark records on the rows it concludes: the attempt it
- * charges, the source the event went out with (pinned, so a retry carries
- * the same source + id), and the lease for forensics ($2 lease id, $3
- * source, $4 leased_by; now() is the lease transaction's start). */
+ * charges and the lease for forensics ($2 lease id, $4 leased_by; now()
+ * is the lease transaction's start); then pin_source(s, false). */
 #define MARK_CHARGE                                                            \
-	"attempts = t.attempts + 1, suspect = false, "                         \
-	"source = coalesce(t.source, $3), lease_id = $2::uuid, "               \
-	"leased_by = $4, leased_at = now()"
+	"attempts = t.attempts + 1, suspect = false, lease_id = $2::uuid, "    \
+	"leased_by = $4, leased_at = now(), "
+#define PIN(v)                                                                 \
+	"relay_source = coalesce(t.relay_source, CASE WHEN t.source IS NULL "  \
+	"THEN " v "::text END)"
+
+/* The source an event went out with ($3, the relay's; v.source, a dead
+ * claim's), pinned so a retry or a redrive carries the same source + id.
+ * Where the producer left source NULL it goes into relay_source, behind
+ * the payload, so a mark's new version on its old one's page (008) logs
+ * the bytes from status on, not the payload (docs/design.md §11); into
+ * source on a table made by hand without that column, as before 009. */
+static const char *pin_source(const struct store *s, bool claim)
+{
+	if (s->relay_source_missing)
+		return claim ? "source = coalesce(t.source, v.source)"
+			     : "source = coalesce(t.source, $3)";
+	return claim ? PIN("v.source") : PIN("$3");
+}
 
 /*
  * Ordered mode: CTEs appended to a mark whose "done" CTE returns the rows
@@ -297,7 +312,7 @@ static char *lease_sql(const struct store *s, bool claims)
 		      "(SELECT tid, bytes, NULL::xid8 AS w FROM suspect %s"
 		      "UNION ALL SELECT tid, bytes, NULL::xid8 FROM due) u) q "
 		      "WHERE before < %lld LIMIT %d) "
-		      "SELECT t.id, t.seq, t.type, coalesce(t.source, $3), "
+		      "SELECT t.id, t.seq, t.type, coalesce(t.source, %s$3), "
 		      "t.subject, t.content_type, t.exchange, t.routing_key, "
 		      "t.partition_key, t.payload, t.headers::text, "
 		      "t.created_at, t.attempts + 1, t.max_attempts, (SELECT "
@@ -307,6 +322,7 @@ static char *lease_sql(const struct store *s, bool claims)
 		      crashed, late, T, not_paused, skip_crashed, below, T,
 		      not_paused, skip_crashed, n, below_rows,
 		      (long long)s->opt.batch_bytes, n,
+		      s->relay_source_missing ? "" : "t.relay_source, ",
 		      claims ? "(SELECT least(min(written_by), "
 			       "pg_snapshot_xmin(pg_current_snapshot())) FROM "
 			       "open_claims)"
@@ -426,9 +442,10 @@ static char *sql_sent(const struct store *s)
 {
 	return mark_sql(
 	    store_asprintf("UPDATE %s AS t SET status = 'sent', finished_at = "
-			   "statement_timestamp(), %s WHERE t.ctid = "
+			   "statement_timestamp(), " MARK_CHARGE
+			   "%s WHERE t.ctid = "
 			   "ANY($1::tid[])",
-			   s->table.quoted, MARK_CHARGE),
+			   s->table.quoted, pin_source(s, false)),
 	    MARK_COLUMNS, order_tail(s, false));
 }
 
@@ -459,9 +476,9 @@ static char *sql_retry(const struct store *s)
 			  "1 >= t.max_attempts THEN 'failed' ELSE 'pending' "
 			  "END, finished_at = CASE WHEN t.attempts + 1 >= "
 			  "t.max_attempts THEN statement_timestamp() END, "
-			  "next_attempt_at = %s, last_error = u.reason, "
-			  "%s " MARK_REASONS,
-			  s->table.quoted, backoff, MARK_CHARGE)
+			  "next_attempt_at = %s, last_error = "
+			  "u.reason, " MARK_CHARGE "%s " MARK_REASONS,
+			  s->table.quoted, backoff, pin_source(s, false))
 		    : NULL;
 	free(backoff);
 	return mark_sql(core, MARK_COLUMNS, order_tail(s, true));
@@ -473,11 +490,12 @@ static char *sql_transport(const struct store *s)
 {
 	char *backoff = backoff_sql(&s->opt);
 	char *core =
-	    backoff ? store_asprintf("UPDATE %s AS t SET next_attempt_at = "
-				     "%s, last_error = u.reason, "
-				     "%s " MARK_REASONS,
-				     s->table.quoted, backoff, MARK_CHARGE)
-		    : NULL;
+	    backoff
+		? store_asprintf("UPDATE %s AS t SET next_attempt_at = "
+				 "%s, last_error = u.reason, " MARK_CHARGE
+				 "%s " MARK_REASONS,
+				 s->table.quoted, backoff, pin_source(s, false))
+		: NULL;
 	free(backoff);
 	return mark_sql(core, MARK_COLUMNS, strdup(""));
 }
@@ -485,10 +503,11 @@ static char *sql_transport(const struct store *s)
 static char *sql_failed(const struct store *s)
 {
 	return mark_sql(
-	    store_asprintf("UPDATE %s AS t SET status = 'failed', finished_at "
-			   "= statement_timestamp(), last_error = u.reason, "
-			   "%s " MARK_REASONS,
-			   s->table.quoted, MARK_CHARGE),
+	    store_asprintf(
+		"UPDATE %s AS t SET status = 'failed', finished_at "
+		"= statement_timestamp(), last_error = u.reason, " MARK_CHARGE
+		"%s " MARK_REASONS,
+		s->table.quoted, pin_source(s, false)),
 	    MARK_COLUMNS, order_tail(s, true));
 }
 
@@ -547,8 +566,8 @@ static char *settle_claims_sql(const struct store *s, bool own)
 		      "next_attempt_at = now() + random() * %lld * "
 		      "interval '1 millisecond', "
 		      "last_error = left('lease lost (leased_by ' || "
-		      "v.holder || ')', %d), source = coalesce(t.source, "
-		      "v.source), lease_id = v.lease_id, leased_by = "
+		      "v.holder || ')', %d), %s, lease_id = v.lease_id, "
+		      "leased_by = "
 		      "v.holder FROM (SELECT u.id, count(*)::int AS n, "
 		      "(array_agg(regexp_replace(u.holder, '#[0-9]+$', '') "
 		      "ORDER BY u.leased_at DESC))[1] AS holder, "
@@ -573,7 +592,7 @@ static char *settle_claims_sql(const struct store *s, bool own)
 		      GUARD_SETTLE_ABORTED_ONLY ? "true" : "false",
 		      own ? " AND holder = $1" : "", T, T,
 		      (long long)s->opt.backoff_base_ms, STORE_ERROR_MAX,
-		      MARK_RETURNING, tail, s->claims, T)
+		      pin_source(s, true), MARK_RETURNING, tail, s->claims, T)
 		: NULL;
 	free(tail);
 	return sql;

@@ -139,6 +139,8 @@ int store_admin_side_tables(struct store *s, unsigned *present, char *err,
 	    "IS NOT NULL, to_regclass($3) IS NOT NULL, to_regclass($4) "
 	    "IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid "
 	    "= to_regclass($5) AND attname = 'written_by' AND NOT "
+	    "attisdropped), EXISTS (SELECT 1 FROM pg_attribute WHERE "
+	    "attrelid = to_regclass($5) AND attname = 'relay_source' AND NOT "
 	    "attisdropped)",
 	    N_SIDE + 1, all, PGRES_TUPLES_OK, &rc, err, errlen);
 	if (!res)
@@ -148,6 +150,8 @@ int store_admin_side_tables(struct store *s, unsigned *present, char *err,
 			*present |= side[i].bit;
 	if (PQgetvalue(res, 0, N_SIDE)[0] == 't')
 		*present |= STORE_COLUMN_WRITTEN_BY;
+	if (PQgetvalue(res, 0, N_SIDE + 1)[0] == 't')
+		*present |= STORE_COLUMN_RELAY_SOURCE;
 	PQclear(res);
 	return 0;
 }
@@ -209,8 +213,13 @@ static int adapt_to_side_tables(struct store *s, char *err, size_t errlen)
 	/* Without written_by (a table made by hand before migration 007)
 	 * the lease has no late scan: late commits wait for a rescan. */
 	bool written_missing = !(present & STORE_COLUMN_WRITTEN_BY);
-	if (written_missing != s->written_missing) {
+	/* Without relay_source (made by hand before migration 009) the
+	 * source is pinned into source itself, as before 009. */
+	bool pin_missing = !(present & STORE_COLUMN_RELAY_SOURCE);
+	if (written_missing != s->written_missing ||
+	    pin_missing != s->relay_source_missing) {
 		s->written_missing = written_missing;
+		s->relay_source_missing = pin_missing;
 		rebuild_statements(s);
 	}
 	return 0;

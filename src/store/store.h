@@ -500,6 +500,9 @@ enum store_side_table {
 	/* Not a table: the outbox table's written_by column (migration
 	 * 007), by which a lease finds rows committed late. */
 	STORE_COLUMN_WRITTEN_BY = 16,
+	/* Not a table: the relay_source column (migration 009), where the
+	 * relay pins the source of a row whose producer left it NULL. */
+	STORE_COLUMN_RELAY_SOURCE = 32,
 };
 
 /* Which side tables exist now: *present is a mask of the values above. */

@@ -90,6 +90,9 @@ void store_side_tables_describe(const struct store *s, unsigned present,
 	    {STORE_COLUMN_WRITTEN_BY, ".written_by (column)",
 	     "the late scan (a row committed late by a long transaction "
 	     "waits for the next rescan)"},
+	    {STORE_COLUMN_RELAY_SOURCE, ".relay_source (column)",
+	     "the source pinned behind the payload (a mark logs the whole "
+	     "row of an event whose source is NULL)"},
 	};
 	tables[0] = features[0] = '\0';
 	for (size_t i = 0; i < sizeof(side) / sizeof(side[0]); i++) {

@@ -199,6 +199,9 @@ struct store {
 	uint64_t written_floor;
 	int64_t scan_from_us;
 	bool written_missing;
+	/* The table has no relay_source column (made by hand before
+	 * migration 009): the marks pin the source into source. */
+	bool relay_source_missing;
 	/* Ordered mode's classification (lease.c, store_classify): the seq
 	 * up to which this session has read the unclassified rows, and its
 	 * last classification's snapshot (owned; NULL: none), whose unseen

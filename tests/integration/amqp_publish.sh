@@ -47,7 +47,7 @@ it_psql "SELECT id FROM $OUTBOX_TABLE ORDER BY 1" | sort >"$it_dir/table.ids"
 diff -q "$it_dir/got.ids" "$it_dir/table.ids" >/dev/null || it_fail "consumed ids differ from the table's"
 
 # Every message against its row.
-it_psql "SELECT json_build_object('id', id, 'type', type, 'source', source,
+it_psql "SELECT json_build_object('id', id, 'type', type, 'source', coalesce(source, relay_source),
                 'subject', subject, 'content_type', content_type,
                 'exchange', exchange, 'routing_key', routing_key,
                 'partition_key', partition_key,
@@ -97,7 +97,7 @@ pid=$it_last_pid
 it_wait_count 30 "status = 'sent'" -eq 2050
 amqp_take "$q" 50 "$it_dir/structured.jsonl"
 it_stop "$pid"
-it_psql "SELECT json_build_object('id', id, 'source', source, 'headers', headers,
+it_psql "SELECT json_build_object('id', id, 'source', coalesce(source, relay_source), 'headers', headers,
                 'n', convert_from(payload, 'UTF8')::json->'n')
          FROM $OUTBOX_TABLE WHERE type = 'com.example.structured'" >"$it_dir/srows.jsonl"
 bad=$(jq -n --slurpfile msgs "$it_dir/structured.jsonl" --slurpfile rows "$it_dir/srows.jsonl" '

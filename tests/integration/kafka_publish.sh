@@ -35,7 +35,7 @@ bad_time=$(grep -c -v -E '	ce_specversion=1\.0,ce_id=[^,]+,ce_source=[^,]+,ce_ty
 [ "$bad_time" = 0 ] || it_fail "$bad_time records without the ce_ attributes in order or a valid ce_time"
 cut -f 2- "$it_dir/binary.txt" | sed -E 's/,ce_time=[^,]+,/,/' | sort >"$it_dir/binary.got"
 it_psql "SELECT coalesce(partition_key, '') || E'\t'
-                || 'ce_specversion=1.0,ce_id=' || id || ',ce_source=' || source
+                || 'ce_specversion=1.0,ce_id=' || id || ',ce_source=' || coalesce(source, relay_source)
                 || ',ce_type=' || type || ',ce_subject=' || subject
                 || coalesce(',ce_partitionkey=' || partition_key, '')
                 || ',content-type=' || content_type || ',x-tenant=acme' || E'\t'

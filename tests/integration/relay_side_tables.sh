@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # A table made by hand, CREATE TABLE x (LIKE outbox_events INCLUDING ALL),
-# has none of the side tables (x_control, x_replicas, x_blocked_keys). The
+# has none of the side tables (x_control, x_replicas, x_blocked_keys); one
+# made from an older table also lacks later columns (relay_source). The
 # relay says so once at startup, naming what is off and
 # `outbox-relay migrate`, then relays, sweeps and cleans in silence, and
 # stops without an error; the commands that need a missing table say which.
@@ -14,6 +15,7 @@ model="$OUTBOX_TABLE"
 hand="handmade_$$"
 it_psql "SET client_min_messages = warning; DROP SCHEMA IF EXISTS $hand CASCADE"
 it_psql "CREATE SCHEMA $hand; CREATE TABLE $hand.outbox_events (LIKE $model INCLUDING ALL)"
+it_psql "ALTER TABLE $hand.outbox_events DROP COLUMN relay_source"
 export OUTBOX_TABLE="$hand.outbox_events"
 trap 'it_psql "SET client_min_messages = warning; DROP SCHEMA IF EXISTS $hand CASCADE" >/dev/null 2>&1 || true; it_cleanup' EXIT
 
@@ -26,6 +28,8 @@ ops_relay relay OUTBOX_CLEAN_INTERVAL=1s OUTBOX_SWEEP_INTERVAL=1s
 pid=$it_last_pid
 it_wait_count 30 "status = 'sent' AND type = 'side.ok'" -eq 50
 it_wait_count 30 "type = 'side.old'" -eq 0
+# Without relay_source the relay's source is pinned into source.
+[ "$(it_count "type = 'side.ok' AND source IS NOT NULL")" = 50 ] || it_fail "source not pinned into source"
 # Without a registry the replica vouches for itself only.
 ops_wait_metric 15 outbox_live_replicas 'v == 1'
 # Loops go on (200 ms polls, 1 s sweeps and cleans) for a while: the one
@@ -48,6 +52,7 @@ jq -c 'select(.level == "warn" or .level == "error")' "$it_dir/relay.log" >"$it_
 	it_fail "want exactly one warning, got: $(cat "$it_dir/warnings")"
 for want in "$hand.outbox_events_control" "$hand.outbox_events_replicas" \
 	"$hand.outbox_events_blocked_keys" "operator pauses" "replica registry" \
+	"$hand.outbox_events.relay_source (column)" "source pinned behind the payload" \
 	'outbox-relay migrate'; do
 	grep -qF "$want" "$it_dir/warnings" || it_fail "the warning does not name '$want': $(cat "$it_dir/warnings")"
 done
@@ -68,6 +73,8 @@ it_relay migrated
 pid=$it_last_pid
 it_psql "INSERT INTO $OUTBOX_TABLE (type, payload) VALUES ('side.after', '{}')"
 it_wait_count 30 "status = 'sent' AND type = 'side.after'" -eq 1
+[ "$(it_count "type = 'side.after' AND source IS NULL AND relay_source IS NOT NULL")" = 1 ] ||
+	it_fail "after migrate the source is not pinned into relay_source"
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "exit code $it_rc after migrate"
 ! grep -q 'side tables missing' "$it_dir/migrated.log" || it_fail "still warned after migrate"

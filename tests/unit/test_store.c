@@ -948,6 +948,119 @@ static void test_batch_byte_budget(void **state)
 	PQfinish(c);
 }
 
+/* The source of a row whose producer left it NULL: the relay's, pinned
+ * by the first attempt's end (a mark, or the sweep of a dead lease's
+ * claim) into relay_source, so a retry by a relay of another
+ * OUTBOX_CE_SOURCE carries the same source + id; source itself is left
+ * as the producer wrote it (a mark then rewrites no byte before the
+ * payload, docs/design.md §11). A table without relay_source (made by
+ * hand before migration 009) has the pin in source, as before. */
+static const char *leased_source(struct store *s, const char *type)
+{
+	static char got[64];
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	assert_string_equal(b.events[0].type, type);
+	snprintf(got, sizeof(got), "%s", b.events[0].source);
+	mark(s, MARK_SENT, &b, NULL);
+	commit(s, &b);
+	return got;
+}
+
+static void test_source_pinned_behind_payload(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_pin", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, source, payload) VALUES "
+		    "('p.null', NULL, 'x'), ('p.own', '/own', 'y')",
+		    table);
+	struct store_options oa = pgtest_store_options(table);
+	oa.ce_source = "/a";
+	char app[64];
+	snprintf(app, sizeof(app), "outbox-test-pin-%d", (int)getpid());
+	oa.app_name = app;
+	struct store *a = pgtest_store(&oa);
+	struct lease_batch b;
+	lease(a, &b);
+	assert_int_equal(b.n, 2);
+	assert_string_equal(b.events[0].source, "/a");
+	assert_string_equal(b.events[1].source, "/own");
+	mark(a, MARK_RETRY, &b, "nack");
+	commit(a, &b);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE (type, "
+				     "source, relay_source) IS NOT DISTINCT "
+				     "FROM ('p.null', NULL, '/a') OR (type, "
+				     "source, relay_source) IS NOT DISTINCT "
+				     "FROM ('p.own', '/own', NULL)",
+				     table),
+			 2);
+
+	/* Another relay, another source: the first one goes out again. */
+	struct store_options ob = pgtest_store_options(table);
+	ob.ce_source = "/b";
+	ob.leased_by = "test/2/w0";
+	struct store *bs = pgtest_store(&ob);
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	pgtest_exec(c,
+		    "UPDATE %s SET next_attempt_at = now() + interval "
+		    "'1 hour' WHERE type = 'p.own'",
+		    table);
+	assert_string_equal(leased_source(bs, "p.null"), "/a");
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	assert_string_equal(leased_source(bs, "p.own"), "/own");
+
+	/* A lease that dies: the sweep pins the source from its claim. */
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload) VALUES ('p.swept', "
+		    "'z')",
+		    table);
+	lease(a, &b);
+	assert_int_equal(b.n, 1);
+	terminate(c, app);
+	abandon(a, &b);
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(bs, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending, 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE type = "
+				     "'p.swept' AND source IS NULL AND "
+				     "relay_source = '/a'",
+				     table),
+			 1);
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	assert_string_equal(leased_source(bs, "p.swept"), "/a");
+	store_close(a);
+	store_close(bs);
+
+	/* Without the column: pinned into source. */
+	pgtest_exec(c, "ALTER TABLE %s DROP COLUMN relay_source", table);
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload) VALUES ('p.old', "
+		    "'w')",
+		    table);
+	a = pgtest_store(&oa);
+	lease(a, &b);
+	assert_string_equal(b.events[0].source, "/a");
+	mark(a, MARK_RETRY, &b, "nack");
+	commit(a, &b);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE type = "
+				     "'p.old' AND source = '/a'",
+				     table),
+			 1);
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	assert_string_equal(leased_source(bs = pgtest_store(&ob), "p.old"),
+			    "/a");
+	store_close(a);
+	store_close(bs);
+	PQfinish(c);
+}
+
 /* The lease's columns come back in binary and are made into text by the
  * relay: each must read as the table holds it, and a batch goes out in
  * insertion order whatever the rows' places in the table. */
@@ -2703,6 +2816,96 @@ static void test_written_migration_007_live(void **state)
 	PQfinish(c);
 }
 
+/* 8f. Migrations 008 (fillfactor) and 009 (relay_source) on a live table,
+ * beside a relay of version 007 holding a lease and a producer's open
+ * transaction (a rolling upgrade). Rows in every state (pending, retried
+ * with the source the old relay pinned into source, a crash suspect, held
+ * by the old lease, sent, failed) come through; a relay of this version
+ * leases each pending row once, sends the old pin as it was and pins its
+ * own into relay_source. */
+static void test_page_room_migrations_live(void **state)
+{
+	(void)state;
+	char table[128], schema[64];
+	pgtest_fresh_table("store_mig009", table, sizeof(table));
+	snprintf(schema, sizeof(schema), "%.*s",
+		 (int)(strchr(table, '.') - table), table);
+	PGconn *c = pgtest_connect();
+	/* The table as version 007 left it. */
+	pgtest_exec(c, "ALTER TABLE %s RESET (fillfactor)", table);
+	pgtest_exec(c, "ALTER TABLE %s DROP COLUMN relay_source", table);
+	pgtest_exec(c,
+		    "DELETE FROM %s.outbox_events_schema_version WHERE "
+		    "version IN (8, 9)",
+		    schema);
+	pgtest_insert(c, table, 20);
+	pgtest_exec(
+	    c,
+	    "INSERT INTO %s (type, source, payload, status, finished_at, "
+	    "attempts, suspect) VALUES ('done.event', NULL, '\\x01', 'sent', "
+	    "now(), 1, false), ('done.event', NULL, '\\x02', 'failed', now(), "
+	    "1, false), ('retried.event', '/old', '\\x03', 'pending', NULL, "
+	    "1, false), ('suspect.event', NULL, '\\x04', 'pending', NULL, 1, "
+	    "true)",
+	    table);
+	PGconn *old = pgtest_connect(), *producer = pgtest_connect();
+	char ids[800], xid[32];
+	lease_as_005(old, table, 10, ids, sizeof(ids), xid, sizeof(xid));
+	pgtest_exec(producer, "BEGIN");
+	pgtest_exec(producer,
+		    "INSERT INTO %s (type, payload) VALUES ('across.event', "
+		    "'\\x05')",
+		    table);
+
+	migrate_beside(table, old, ids, producer);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_class WHERE oid "
+				     "= '%s'::regclass AND 'fillfactor=70' = "
+				     "ANY(reloptions)",
+				     table),
+			 1);
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE relay_source IS NULL",
+			table),
+	    25);
+
+	struct store_options o = pgtest_store_options(table);
+	o.ce_source = "/new";
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 13);
+	for (size_t k = 0; k < b.n; k++) {
+		assert_null(strstr(ids, b.events[k].id));
+		assert_string_equal(b.events[k].source,
+				    strcmp(b.events[k].type, "retried.event")
+					? "/new"
+					: "/old");
+	}
+	assert_int_equal(mark(s, MARK_RETRY, &b, "nack").marked, 13);
+	commit(s, &b);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE attempts > "
+				     "0 AND status = 'pending' AND source IS "
+				     "NULL AND relay_source = '/new'",
+				     table),
+			 12);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE source = "
+				     "'/old' AND relay_source IS NULL AND "
+				     "attempts = 2",
+				     table),
+			 1);
+	assert_int_equal(
+	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'sent'",
+			table),
+	    11);
+	store_close(s);
+	PQfinish(old);
+	PQfinish(producer);
+	PQfinish(c);
+}
+
 static void expect_refused(PGconn *c, const char *table, const char *values)
 {
 	char sql[512];
@@ -2899,6 +3102,7 @@ int main(void)
 	    cmocka_unit_test(test_dead_claims_charge_each_crash),
 	    cmocka_unit_test(test_unhanded_rows_uncharged),
 	    cmocka_unit_test(test_batch_byte_budget),
+	    cmocka_unit_test(test_source_pinned_behind_payload),
 	    cmocka_unit_test(test_lease_columns),
 	    cmocka_unit_test(test_dead_peer_window),
 	    cmocka_unit_test(test_settings_per_transaction),
@@ -2919,6 +3123,7 @@ int main(void)
 	    cmocka_unit_test(test_indexed_statements_generic_plans),
 	    cmocka_unit_test(test_claims_migration_006_live),
 	    cmocka_unit_test(test_written_migration_007_live),
+	    cmocka_unit_test(test_page_room_migrations_live),
 	    cmocka_unit_test(test_lease_pipeline_failure),
 	    cmocka_unit_test(test_checks_and_migrations),
 	    cmocka_unit_test(test_listener),

@@ -1,0 +1,18 @@
+-- 009: the source the relay pins, behind the payload (docs/design.md §11,
+-- "The relay's source is pinned behind the payload").
+--
+-- A row whose producer left source NULL goes out with the relay's
+-- OUTBOX_CE_SOURCE, and the first mark of it pins that value so that every
+-- retry and redrive carries the same source + id. Relays up to 008 wrote
+-- it into source, a column before the payload: a mark's new version then
+-- differed from the old one from source on, and even on the old one's page
+-- (008) Postgres logged the payload again. Relays of this version write it
+-- into relay_source, at the row's end, beside the columns every mark
+-- changes anyway, and read coalesce(source, relay_source, the relay's).
+-- source keeps what the producer wrote.
+--
+-- Lock time: a nullable column without a default is a catalog change (no
+-- row is rewritten), under migrate's lock_timeout. Expand only: relays of
+-- version 008 keep running beside it; they pin into source, which relays
+-- of this version read first.
+ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS relay_source text
