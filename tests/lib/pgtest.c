@@ -66,6 +66,14 @@ long pgtest_long(PGconn *conn, const char *fmt, ...)
 	return v;
 }
 
+bool pgtest_has_reloption(PGconn *conn, const char *table, const char *opt)
+{
+	return pgtest_long(conn,
+			   "SELECT count(*) FROM pg_class WHERE oid = "
+			   "'%s'::regclass AND '%s' = ANY(reloptions)",
+			   table, opt) == 1;
+}
+
 void pgtest_fresh_table(const char *prefix, char *table, size_t len)
 {
 	static int counter;

@@ -8,6 +8,7 @@
 #define OUTBOX_PGTEST_H
 
 #include <libpq-fe.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "store/store.h"
@@ -29,6 +30,9 @@ void pgtest_exec(PGconn *conn, const char *fmt, ...)
 /* Runs sql and returns the first column of the first row as a long. */
 long pgtest_long(PGconn *conn, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Whether table's storage parameters hold opt, as "fillfactor=70". */
+bool pgtest_has_reloption(PGconn *conn, const char *table, const char *opt);
 
 /* Default store options for table (batch 100, lease 60 s, prepare on). */
 struct store_options pgtest_store_options(const char *table);
