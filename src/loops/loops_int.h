@@ -297,6 +297,7 @@ struct source_turns {
 	 * and room for the counts. */
 	int64_t next_activity_ms;
 	int64_t *counts;
+	size_t read_n; /* sources the last read covered */
 };
 
 struct source_turns *source_turns_create(size_t n);
@@ -311,14 +312,25 @@ size_t source_turns_pick(struct source_turns *t, struct relay *r,
 			 const struct source_stores *ss, int64_t now);
 /* A count of sources_read_activity() for a source it could not read. */
 #define SOURCE_ACTIVITY_UNREAD INT64_MIN
+/* One for a source of a database ss holds no session of yet: nothing was
+ * tried, so nothing is known to have moved. */
+#define SOURCE_ACTIVITY_NO_SESSION (INT64_MIN + 1)
+/* Whether a count of sources_read_activity() is one. */
+static inline bool source_activity_counted(int64_t count)
+{
+	return count != SOURCE_ACTIVITY_UNREAD &&
+	       count != SOURCE_ACTIVITY_NO_SESSION;
+}
 /* Fills counts[0..n) with each source's writes as Postgres' statistics
  * count them (store_tables_activity), one statement a database, on the
  * sessions of ss; SOURCE_ACTIVITY_UNREAD where its database could not be
- * read. False when none was read. */
+ * read, SOURCE_ACTIVITY_NO_SESSION where ss has no session of it. False
+ * when none was read. */
 bool sources_read_activity(struct relay *r, const struct source_stores *ss,
 			   size_t n, int64_t *counts);
 /* Of several sources: takes sources_read_activity()'s counts (NULL: none
- * read), making due each idle source whose count moved or was not read. */
+ * read), making due each idle source whose count moved or could not be
+ * read; one of a database without a session is left as it was. */
 void source_turns_note_activity(struct source_turns *t, size_t n,
 				const int64_t *counts);
 /*

@@ -479,7 +479,12 @@ void source_turns_note_activity(struct source_turns *t, size_t n,
 {
 	for (size_t i = 0; i < n; i++) {
 		struct source_turn *at = &t->at[i];
-		bool read = counts && counts[i] != SOURCE_ACTIVITY_UNREAD;
+		/* A lane yet to open a session of the source's database
+		 * has tried nothing: taken as unread, its turn would make
+		 * every idle table due, a lease of each. */
+		if (counts && counts[i] == SOURCE_ACTIVITY_NO_SESSION)
+			continue;
+		bool read = counts && source_activity_counted(counts[i]);
 		bool moved =
 		    !read || !at->activity_known || counts[i] != at->activity;
 		if (moved && at->idle)
@@ -512,8 +517,13 @@ bool sources_read_activity(struct relay *r, const struct source_stores *ss,
 			}
 		struct store *s = sources_any(r, ss, d);
 		char err[512];
-		if (k == 0 || !s)
+		if (k == 0)
 			continue;
+		if (!s) {
+			for (size_t j = 0; j < k; j++)
+				counts[of[j]] = SOURCE_ACTIVITY_NO_SESSION;
+			continue;
+		}
 		if (store_tables_activity(s, names, k, got, err, sizeof(err)) !=
 		    0) {
 			log_debug("reading the tables' activity failed: %s",
@@ -569,10 +579,16 @@ void source_turns_read_activity(struct source_turns *t, struct relay *r,
 {
 	int64_t now = clock_ms();
 	size_t n = relay_sources_n(r);
-	if (!sources_gated(r) || now < t->next_activity_ms)
+	/* A source found since the last read gets its first count before
+	 * its first lease. Counted after that lease, a write between the
+	 * two could not be told from none, so the count would have to make
+	 * the source due once more: at start, a second lease of every
+	 * table leased before the first read. */
+	if (!sources_gated(r) || (now < t->next_activity_ms && n <= t->read_n))
 		return;
 	t->next_activity_ms = now + every_ms;
-	sources_read_activity(r, ss, n, t->counts);
+	if (sources_read_activity(r, ss, n, t->counts))
+		t->read_n = n;
 	source_turns_note_activity(t, n, t->counts);
 }
 

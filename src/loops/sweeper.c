@@ -116,7 +116,7 @@ void *sweeper_main(void *arg)
 		for (size_t i = 0; i < n && !relay_stopping(r); i++) {
 			loop_tick(th);
 			const int64_t *a =
-			    read && activity[i] != SOURCE_ACTIVITY_UNREAD
+			    read && source_activity_counted(activity[i])
 				? &activity[i]
 				: NULL;
 			if (sweep_can_skip(&st[i], a))
