@@ -17,19 +17,10 @@
 # Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/history_shapes.sh [rows] [cases]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-: "${RELAY_TEST_BIN:?set RELAY_TEST_BIN to an outbox-relay binary}"
 ROWS=${1:-40000}
 CASES=${2:-"plain:C plain:Dd ff70:C ff70:Dd part:C part:Dp partff70:Dp toast:C toast:Dd"}
 CL=4
-work=$(mktemp -d); chmod 755 "$work"; mkdir "$work/pg"
-trap 'bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
-bash "$root/tests/services/postgres.sh" start "$work/pg" >/dev/null
-set -a; . "$work/pg/env"; set +a
-export PGPASSWORD=outbox-test-secret PGUSER=outbox PGDATABASE=outbox
-psql -qAt -c "ALTER SYSTEM SET full_page_writes = on" \
-	-c "ALTER SYSTEM SET max_wal_size = '4GB'" -c "SELECT pg_reload_conf()" >/dev/null
-OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL "$RELAY_TEST_BIN" migrate >/dev/null
-q() { psql -qAt "$@"; }
+. "$root/tests/bench/shapes_lib.sh"
 shape() {
 	q -c "DROP TABLE IF EXISTS q CASCADE" >/dev/null
 	case $1 in
@@ -63,16 +54,6 @@ for v in C D; do
 	printf '%s\n' "BEGIN;" "WITH d AS (SELECT id, payload $due $lock SKIP LOCKED)" \
 		"SELECT coalesce(array_agg(id)::text, '{}') AS ids FROM d" '\gset' "$done_sql" "COMMIT;" >"$work/$v.sql"
 done
-pgcpu() {
-	local pm t=0; pm=$(head -1 "$PG_DATA/postmaster.pid")
-	for p in $pm $(pgrep -P "$pm"); do
-		[ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14+$15+$16+$17}' "/proc/$p/stat")))
-	done
-	echo $t
-}
-tk=$(getconf CLK_TCK)
-mark() { sleep 1; lsn=$(q -c "SELECT pg_current_wal_lsn()"); cpu=$(pgcpu); }
-since() { sleep 1; wal=$(q -c "SELECT pg_current_wal_lsn() - '$lsn'::pg_lsn"); ticks=$(($(pgcpu) - cpu)); }
 printf 'case\tdrain_wal\tdrain_cpu_us\tlife_wal\tlife_cpu_us\n'
 for round in 1 2; do
 	for c in $CASES; do
@@ -80,18 +61,18 @@ for round in 1 2; do
 		shape "$s"
 		q -c "INSERT INTO q (type, payload, routing_key) SELECT 'bench.event', decode(repeat(md5(g::text), 64), 'hex'), 'k' FROM generate_series(1, $ROWS) g" \
 			-c "VACUUM ANALYZE q" -c CHECKPOINT >/dev/null
-		mark
+		shapes_mark
 		"$PG_BIN/pgbench" -n -M prepared -c $CL -j $CL -t $((ROWS / 100 / CL)) -f "$work/${v:0:1}.sql" >/dev/null 2>"$work/err" ||
 			{ head -c 600 "$work/err" >&2; exit 1; }
-		since; dw=$wal dt=$ticks lw=0 lt=0
+		shapes_since; dw=$wal dt=$ticks lw=0 lt=0
 		if [ "$v" != C ]; then
 			q -c "VACUUM q" -c CHECKPOINT >/dev/null
-			mark
+			shapes_mark
 			case $v in
 			Dd) q -c "DO \$\$ BEGIN LOOP DELETE FROM q WHERE id = ANY(ARRAY(SELECT id FROM q WHERE status = 'sent' ORDER BY status, finished_at LIMIT 1000)); EXIT WHEN NOT FOUND; COMMIT; END LOOP; END \$\$" >/dev/null ;;
 			Dp) q -c "DROP TABLE q_1" >/dev/null ;;
 			esac
-			since; lw=$wal lt=$ticks
+			shapes_since; lw=$wal lt=$ticks
 		fi
 		awk -v c="$c" -v r="$ROWS" -v dw="$dw" -v dt="$dt" -v lw="$lw" -v lt="$lt" -v tk="$tk" \
 			'BEGIN { printf "%s\t%.0f\t%.1f\t%.0f\t%.1f\n", c, dw / r, dt / tk * 1e6 / r, (dw + lw) / r, (dt + lt) / tk * 1e6 / r }'
