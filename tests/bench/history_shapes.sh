@@ -20,7 +20,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 ROWS=${1:-40000}
 CASES=${2:-"plain:C plain:Dd ff70:C ff70:Dd part:C part:Dp partff70:Dp toast:C toast:Dd"}
 CL=4
-. "$root/tests/bench/shapes_lib.sh"
+. "$root/tests/bench/experiment_lib.sh"
 shape() {
 	q -c "DROP TABLE IF EXISTS q CASCADE" >/dev/null
 	case $1 in

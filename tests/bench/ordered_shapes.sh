@@ -24,7 +24,7 @@ ROWS=${1:-20000}
 KEYS=${2:-1000}
 CASES=${3:-"U:C H:C K:C U:D H:D K:D"}
 CL=4
-. "$root/tests/bench/shapes_lib.sh"
+. "$root/tests/bench/experiment_lib.sh"
 t=outbox_events
 q >/dev/null <<SQL
 -- The candidates of each way: the ids a lease of batch rows would lock.

@@ -17,19 +17,9 @@
 # Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/repair_scan.sh [rows] [keys]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-: "${RELAY_TEST_BIN:?set RELAY_TEST_BIN to an outbox-relay binary}"
 ROWS=${1:-200000}
 KEYS=${2:-1000}
-work=$(mktemp -d); chmod 755 "$work"; mkdir "$work/pg"
-trap 'bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
-bash "$root/tests/services/postgres.sh" start "$work/pg" >/dev/null
-set -a
-# shellcheck disable=SC1091 # written by postgres.sh start
-. "$work/pg/env"
-set +a
-export PGPASSWORD=outbox-test-secret PGUSER=outbox PGDATABASE=outbox
-OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL "$RELAY_TEST_BIN" migrate >/dev/null
-q() { psql -qAtX "$@"; }
+. "$root/tests/bench/experiment_lib.sh"
 q -c "INSERT INTO outbox_events (type, partition_key, payload, head)
       SELECT 'bench.event', 'k' || (g % $KEYS),
              decode(repeat(md5(g::text), 64), 'hex'),

@@ -1,9 +1,10 @@
 # shellcheck shell=bash
 # SPDX-License-Identifier: MIT
-# What the table-shape experiments (history_shapes.sh, ordered_shapes.sh)
-# share: a Postgres of their own with full-page writes on and the relay's
-# table migrated into it, and the WAL and Postgres CPU spent between
-# shapes_mark and shapes_since (in $wal bytes and $ticks clock ticks).
+# What the experiments (history_shapes.sh, ordered_shapes.sh,
+# repair_scan.sh) share: a Postgres of their own with full-page writes on
+# and the relay's table migrated into it, q for psql, and the WAL and
+# Postgres CPU spent between shapes_mark and shapes_since (in $wal bytes
+# and $ticks clock ticks).
 # Sourced after `set -euo pipefail`, with root set to the repository.
 : "${RELAY_TEST_BIN:?set RELAY_TEST_BIN to an outbox-relay binary}"
 work=$(mktemp -d)
@@ -12,6 +13,7 @@ mkdir "$work/pg"
 trap 'bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
 bash "$root/tests/services/postgres.sh" start "$work/pg" >/dev/null
 set -a
+# shellcheck disable=SC1091 # written by postgres.sh start
 . "$work/pg/env"
 set +a
 export PGPASSWORD=outbox-test-secret PGUSER=outbox PGDATABASE=outbox
@@ -19,7 +21,7 @@ psql -qAt -c "ALTER SYSTEM SET full_page_writes = on" \
 	-c "ALTER SYSTEM SET max_wal_size = '4GB'" -c "SELECT pg_reload_conf()" >/dev/null
 OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL "$RELAY_TEST_BIN" migrate >/dev/null
 tk=$(getconf CLK_TCK)
-q() { psql -qAt "$@"; }
+q() { psql -qAtX "$@"; }
 # The CPU of the postmaster and every backend, in clock ticks.
 pgcpu() {
 	local pm t=0
