@@ -42,6 +42,9 @@ runs=(
 	"early_exclusion:fail:-DFAULTS=1 -DEARLY_ONLY"
 	"c_settle:fail:-DFAULTS=1 -DPOISON -DEARLY_ONLY -DOLD_SETTLE -DNO_P6"
 	"no_release:fail:-DFAULTS=1 -DNO_RELEASE"
+	"redrive:pass:-DFAULTS=1 -DREDRIVE"
+	"keylock:pass:-DFAULTS=1 -DKEYLOCK -DREDRIVE"
+	"key_early:fail:-DFAULTS=1 -DKEYLOCK -DREDRIVE -DKEY_EARLY"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-model.XXXXXX")

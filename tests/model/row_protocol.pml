@@ -53,6 +53,15 @@
  *               (the claim's reply lost), and rows it did not hand over,
  *               stay in the claim (the C now takes them out first)
  *   NO_P6       P6 is not checked (to see what EARLY_ONLY leads to)
+ * The next ordered lease (docs/design.md §11, "The next ordered lease"),
+ * not built yet:
+ *   KEYLOCK     no head marker: the lease takes a key's row when it is
+ *               the key's first live row, as the statement's snapshot
+ *               saw it and again once the row is locked
+ *   KEY_EARLY   the snapshot's look only (its known race with a redrive)
+ *   REDRIVE     an operator redrives row 0 once, after it finished: it
+ *               locks row 1 NOWAIT and is refused when row 1 is locked,
+ *               sent or deleted; under the marker it demotes row 1's head
  * The design as first written, which the model refines (docs/model.md):
  *   AS_WRITTEN_UPSERT  the claim upsert overwrites a dead, unsettled claim
  *                      of the same holder (refined, F1: it waits)
@@ -106,6 +115,8 @@ byte credit[NROW];
  * not yet charged; kept only while the row is pending. */
 #define OWED_MAX 3
 byte owed[NROW];
+/* REDRIVE: the operator may still redrive row 0 */
+bit redrive_open;
 
 #ifdef NO_G2
 #define UNLOCKED(i) 1
@@ -127,8 +138,33 @@ byte owed[NROW];
 
 #define ISSET(m, i) (((m) >> (i)) & 1)
 #define PENDING(i) (st[i] == PEND)
+#ifdef KEYLOCK
+/* Row 1 is its key's first live row when row 0 is not live: as the lease
+ * statement's snapshot saw it (first1, a relay's own) and, unless
+ * KEY_EARLY, once the row is locked. */
+#ifdef KEY_EARLY
+#define FIRST1 first1
+#else
+#define FIRST1 (first1 && !PENDING(0))
+#endif
+#define ELIG(i) (PENDING(i) && UNLOCKED(i) && (i != 1 || FIRST1))
+/* Its snapshot had row 0 live, and it is done since: a statement that
+ * found nothing, and the next one sees row 1 first. */
+#define SNAP_OLD (!first1 && !PENDING(0))
+#define SNAP1 first1 = !PENDING(0)
+#else
+#define SNAP_OLD 0
+#define SNAP1 skip
 #define ELIG(i) (PENDING(i) && UNLOCKED(i) && (i == 2 || head[i]))
+#endif
 #define ALLDONE (!PENDING(0) && !PENDING(1) && !PENDING(2))
+#ifdef REDRIVE
+#define REDRIVE_ON 1
+#else
+#define REDRIVE_ON 0
+#endif
+/* A relay stops once every row is done and no redrive can come. */
+#define QUIET (ALLDONE && !redrive_open)
 #define PMASK (PENDING(0) | (PENDING(1) << 1) | (PENDING(2) << 2))
 /* pending and locked: the sweeper's SKIP LOCKED leaves it alone */
 #define LP(i) (PENDING(i) && !UNLOCKED(i))
@@ -496,6 +532,7 @@ proctype relay(byte r)
 	byte slot = r;
 	byte batch, handed;
 	byte excl; /* rows of dead claims as the lease statement began */
+	bit first1; /* KEYLOCK: row 0 was not live as it began */
 	byte k, dm; /* settling its own claim */
 	bit alive, claimed, fresh;
 	bit ack; /* NO_G5 only: row 0 acked before its commit */
@@ -503,7 +540,7 @@ proctype relay(byte r)
 idle:
 	atomic { batch = 0; handed = 0; ack = 0; claimed = 0 };
 	if
-	:: ALLDONE -> goto finished
+	:: QUIET -> goto finished
 	/* Its last lease died and the session lived on (or came back): the
 	 * relay settles that claim itself, as the sweeper would. */
 	:: d_step {
@@ -515,7 +552,7 @@ idle:
 		goto idle
 	/* The lease statement begins: the dead claims' rows as it sees them
 	 * (excl). */
-	:: d_step { excl = DEADMASK }
+	:: d_step { excl = DEADMASK; SNAP1 }
 	fi;
 	if
 	:: LEASE(1)
@@ -527,7 +564,8 @@ idle:
 	:: LEASE(7)
 	/* what it left out has been settled since: a new statement */
 	:: d_step { (excl & ~DEADMASK) != 0 -> excl = 0 }; goto idle
-	:: ALLDONE -> goto finished
+	:: d_step { SNAP_OLD -> excl = 0 }; goto idle
+	:: QUIET -> goto finished
 	fi;
 #ifndef NO_G1
 	/* 2. The claim, committed before any handover (G1). */
@@ -571,7 +609,10 @@ commit:
 	 * again), then its COMMIT fails. */
 stale:
 	atomic {
-		assert(!ISSET(batch, 1) || st[0] != PEND); /* P4 */
+		/* P4. A redrive may have put row 0 back since this relay's
+		 * session died and let go of row 1: what the stale relay
+		 * hands over was leased in order, and nothing fences it. */
+		assert(!ISSET(batch, 1) || st[0] != PEND || REDRIVE_ON);
 		handed = batch
 	};
 	if
@@ -597,6 +638,29 @@ end_sweep:
 		SETTLE_BODY
 	   }
 	od
+}
+
+/* REDRIVE: `outbox-relay redrive` of row 0, once, after it finished and
+ * before the cleaner took it: in one transaction it locks row 1 NOWAIT
+ * (refused if a lease holds it), is refused if row 1 is sent or gone
+ * (no --force), demotes row 1 if head, and puts row 0 back pending as
+ * new, classified its key's head. */
+proctype redrive()
+{
+	if
+	:: d_step {
+		(st[0] == SENT || st[0] == FAIL) && st[1] == PEND && lk[1] == 0 ->
+		head[1] = 0;
+		head[0] = 1;
+		st[0] = PEND;
+		att[0] = 0;
+		sus[0] = 0;
+		credit[0] = 0;
+		owed[0] = 0;
+		redrive_open = 0
+	   }
+	:: redrive_open = 0 /* none, or too late */
+	fi
 }
 
 /* The cleaner deletes sent rows (retention) and failed rows (failed
@@ -662,6 +726,10 @@ init
 		run relay(1);
 		run sweeper();
 		run cleaner();
+#ifdef REDRIVE
+		redrive_open = 1;
+		run redrive();
+#endif
 		run checker()
 	}
 }
