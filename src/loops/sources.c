@@ -587,8 +587,14 @@ void source_turns_read_activity(struct source_turns *t, struct relay *r,
 	if (!sources_gated(r) || (now < t->next_activity_ms && n <= t->read_n))
 		return;
 	t->next_activity_ms = now + every_ms;
-	if (sources_read_activity(r, ss, n, t->counts))
-		t->read_n = n;
+	sources_read_activity(r, ss, n, t->counts);
+	/* Tried on a session, read or failed (track_counts off): the next
+	 * read waits for its time, or a failing one would run every turn. */
+	for (size_t i = 0; i < n; i++)
+		if (t->counts[i] != SOURCE_ACTIVITY_NO_SESSION) {
+			t->read_n = n;
+			break;
+		}
 	source_turns_note_activity(t, n, t->counts);
 }
 
