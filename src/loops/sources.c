@@ -586,12 +586,13 @@ void source_turns_read_activity(struct source_turns *t, struct relay *r,
 	 * table leased before the first read. */
 	if (!sources_gated(r) || (now < t->next_activity_ms && n <= t->read_n))
 		return;
-	t->next_activity_ms = now + every_ms;
 	sources_read_activity(r, ss, n, t->counts);
 	/* Tried on a session, read or failed (track_counts off): the next
-	 * read waits for its time, or a failing one would run every turn. */
+	 * read waits for its time, or a failing one would run every turn.
+	 * Not tried (the lane has no session yet): the next turn reads. */
 	for (size_t i = 0; i < n; i++)
 		if (t->counts[i] != SOURCE_ACTIVITY_NO_SESSION) {
+			t->next_activity_ms = now + every_ms;
 			t->read_n = n;
 			break;
 		}
