@@ -17,7 +17,10 @@
 #      time and no row is written to say so.
 # Each finished with DELETE (no history, C) or UPDATE to sent (history's
 # drain, D). Prints WAL bytes and Postgres CPU µs per event, two rounds.
-# Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/ordered_shapes.sh [rows] [keys] [cases]
+# With HOLD=1 another session holds a REPEATABLE READ snapshot, taken
+# after the fill, for the whole drain (a pg_dump, a report): no entry of
+# a finished row can be removed meanwhile.
+# Usage: RELAY_TEST_BIN=build/outbox-relay [HOLD=1] tests/bench/ordered_shapes.sh [rows] [keys] [cases]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 ROWS=${1:-20000}
@@ -103,12 +106,27 @@ for round in 1 2; do
 		q -c "VACUUM ANALYZE $t" -c CHECKPOINT >/dev/null
 		hist=false
 		[ "$v" = D ] && hist=true
+		if [ "${HOLD:-0}" = 1 ]; then
+			PGAPPNAME=holder q -c "BEGIN ISOLATION LEVEL REPEATABLE READ" \
+				-c "SELECT count(*) FROM $t" -c "SELECT pg_sleep(3600)" >/dev/null 2>&1 &
+			until [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'holder' AND backend_xmin IS NOT NULL")" = 1 ]; do
+				sleep 0.1
+			done
+		fi
 		shapes_mark
+		pids=()
 		for i in $(seq 1 $CL); do
 			q -c "CALL drain('$way', $hist)" >"$work/err.$i" 2>&1 &
+			pids+=($!)
 		done
-		wait || { head -c 600 "$work"/err.* >&2; exit 1; }
+		for p in "${pids[@]}"; do
+			wait "$p" || { head -c 600 "$work"/err.* >&2; exit 1; }
+		done
 		shapes_since
+		if [ "${HOLD:-0}" = 1 ]; then
+			q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'holder'" >/dev/null
+			wait
+		fi
 		left=$(q -c "SELECT count(*) FROM $t WHERE status = 'pending'")
 		awk -v c="$c" -v r="$ROWS" -v w="$wal" -v t="$ticks" -v tk="$tk" -v l="$left" \
 			'BEGIN { printf "%s\t%.0f\t%.1f\t%d\n", c, w / r, t / tk * 1e6 / r, l }'
