@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The sweeper: returns rows whose lease expired (their worker died or lost
- * its session) and, with partition ordering, repairs lost head markers.
+ * its session).
  * One thread with its own store session; the sweep lock in the database
  * keeps replicas from sweeping at once.
  */
@@ -55,19 +55,6 @@ static int sweep_source(struct relay_thread *th, struct source_stores *ss,
 	struct sweep_result sw;
 	int64_t t0 = clock_ms();
 	int rc = store_sweep(s, SWEEP_CAP_ROWS, &sw, err, sizeof(err));
-	size_t repaired = 0;
-	if (rc == 0 && r->cfg->ordering == ORDERING_PARTITION) {
-		rc = store_repair_heads(s, &repaired, err, sizeof(err));
-		if (rc == 0 && repaired > 0) {
-			char keys[32];
-			snprintf(keys, sizeof(keys), "%zu", repaired);
-			log_fields(LOG_WARN,
-				   "gave partition keys their lost head "
-				   "marker",
-				   "source", relay_source_name(r, i), "keys",
-				   keys, NULL);
-		}
-	}
 	metrics_observe(MH_SWEEP_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
 	if (rc != 0) {
 		st->known = false;

@@ -597,17 +597,8 @@ static int lease_next_batch(struct worker *w, const struct pause_keys *pk,
 			    int64_t started, struct lease_batch *lease,
 			    char *err, size_t errlen)
 {
-	const struct config *cfg = w->cfg;
-	int rc = 0;
-	if (cfg->ordering == ORDERING_PARTITION) {
-		/* Fresh keyed rows learn whether they head their key
-		 * before the lease looks for heads. */
-		size_t classified;
-		rc = store_classify(w->store, &classified, err, errlen);
-	}
-	if (rc == 0)
-		rc = store_lease(w->store, pk->ptrs, pk->n,
-				 w->default_destination, lease, err, errlen);
+	int rc = store_lease(w->store, pk->ptrs, pk->n, w->default_destination,
+			     lease, err, errlen);
 	metrics_observe(MH_LEASE_SECONDS,
 			(uint64_t)(clock_ms() - started) * 1000);
 	metrics_add(MC_LEASES, 1);

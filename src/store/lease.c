@@ -383,6 +383,20 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 			  "rolling it back");
 		store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
 	}
+	/* Once per session in ordered mode, before its first lease: old
+	 * rows the destination CHECK refuses are failed, with the reason,
+	 * so a key meets them as failed rows (under block, its block) and
+	 * not as rows that fail the mark of the batch carrying them. The
+	 * relay refuses a table older than schema 004 (store.c), so the
+	 * CHECK is in place and no new row can break it: once is enough.
+	 * It scans nothing once the CHECK is valid. */
+	if (s->opt.ordered && s->refused_gen != s->ses->conn_gen) {
+		size_t failed;
+		rc = store_fail_refused(s, &failed, err, errlen);
+		if (rc != 0)
+			return store_public_rc(rc);
+		s->refused_gen = s->ses->conn_gen;
+	}
 	char *paused_arr =
 	    store_pg_array(paused, n_paused, PG_ARRAY_QUOTED, 4096);
 	if (!paused_arr) {
@@ -397,22 +411,25 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	s->scan_from_us = rescan ? INT64_MIN : s->floor_us;
 	snprintf(written_floor, sizeof(written_floor), "%llu",
 		 (unsigned long long)s->written_floor);
-	const char *values[6] = {
+	const char *values[7] = {
 	    paused_arr,	  default_destination ? default_destination : "",
 	    s->ce_source, floor,
-	    claims_floor, rescan ? NULL : written_floor};
+	    claims_floor, rescan ? NULL : written_floor,
+	    s->key_cursor};
+	/* Ordered mode's walk takes where the last one stopped ($7). */
+	int n_values = s->opt.ordered ? 7 : 6;
 	/* Binary results: text columns arrive as they are and the payload
 	 * needs no unescaping. */
 	enum stmt st = s->claims_missing ? ST_LEASE_BARE : ST_LEASE;
-	PGresult *res = store_run_leasing(s, st, 6, values, PGRES_TUPLES_OK, 1,
-					  &rc, err, errlen);
+	PGresult *res = store_run_leasing(s, st, n_values, values,
+					  PGRES_TUPLES_OK, 1, &rc, err, errlen);
 	if (!res && rc != STORE_RECONNECT && st == ST_LEASE &&
 	    store_err_undefined_table(err)) {
 		/* A table made by hand: lease without claims. */
 		no_claims(s, err);
 		if (s->ses->leasing == s)
 			store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
-		res = store_run_leasing(s, ST_LEASE_BARE, 6, values,
+		res = store_run_leasing(s, ST_LEASE_BARE, n_values, values,
 					PGRES_TUPLES_OK, 1, &rc, err, errlen);
 	}
 	free(paused_arr);
@@ -507,165 +524,5 @@ int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
 			snprintf(keys[(*n)++], 300, "%s", d);
 	}
 	PQclear(res);
-	return 0;
-}
-
-/* Runs statement st; one that an old row the current schema refuses made
- * fail runs again once that row is failed (refused.c). The result, or
- * NULL with *rc and err set. */
-static PGresult *run_past_refused(struct store *s, enum stmt st, int nparams,
-				  const char *const *values,
-				  ExecStatusType want, int *rc, char *err,
-				  size_t errlen)
-{
-	PGresult *res =
-	    store_run(s, st, nparams, values, want, 0, rc, err, errlen);
-	if (!res && store_fail_refused_after(s, err))
-		res =
-		    store_run(s, st, nparams, values, want, 0, rc, err, errlen);
-	return res;
-}
-
-/* Whether res is the one row of cols columns a statement returns; if not,
- * err says what came instead. */
-static bool one_row(const PGresult *res, int cols, const char *what, char *err,
-		    size_t errlen)
-{
-	if (PQntuples(res) == 1 && PQnfields(res) == cols)
-		return true;
-	snprintf(err, errlen, "%s: unexpected result (%d rows, %d columns)",
-		 what, PQntuples(res), PQnfields(res));
-	return false;
-}
-
-/* Where the classification's walk starts (sql_classify's $1; $2 is the
- * previous call's snapshot): from seq 0, with no snapshot, in a new
- * session; otherwise where the last call ended. Rows committed behind the
- * walk are the late scan's. On a table without written_by there is no
- * late scan: there the walk starts again from seq 0 once it has reached
- * the end and a rescan is due. A row put back by hand with no writer, or
- * a head another classification held and then let go, is the sweeper's
- * repair's. */
-static bool classify_from(struct store *s, int64_t now_ms, char seq[24])
-{
-	bool new_session = s->classify_gen != s->ses->conn_gen;
-	if (new_session) {
-		free(s->classify_snap);
-		s->classify_snap = NULL;
-	}
-	bool from_start =
-	    new_session || (s->written_missing && s->classify_at_end &&
-			    (s->opt.lease_rescan_ms == 0 ||
-			     now_ms >= s->classify_rescan_at_ms));
-	snprintf(seq, 24, "%lld",
-		 from_start ? 0LL : (long long)s->classify_seq);
-	return from_start;
-}
-
-bool store_classify_caught_up(const struct store *s)
-{
-	return s->classify_gen == s->ses->conn_gen && s->classify_at_end;
-}
-
-/* What the next classification starts from: the seq the walk reached and
- * this call's snapshot. A late scan that stopped at its limit left rows
- * this snapshot sees: the walk starts again from seq 0 to read them. */
-static int classify_keep(struct store *s, const PGresult *res, bool from_start,
-			 int64_t started_ms)
-{
-	char *snap = strdup(PQgetvalue(res, 0, 4));
-	if (!snap)
-		return -1;
-	free(s->classify_snap);
-	s->classify_snap = snap;
-	long long next_n = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
-	bool late_full =
-	    strtoll(PQgetvalue(res, 0, 3), NULL, 10) >= CLASSIFY_BATCH;
-	if (late_full)
-		s->classify_seq = 0;
-	else if (next_n > 0)
-		s->classify_seq = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
-	else if (from_start)
-		s->classify_seq = 0;
-	s->classify_at_end = next_n < CLASSIFY_BATCH && !late_full;
-	s->classify_gen = s->ses->conn_gen;
-	if (from_start) {
-		int64_t ended_ms = clock_ms();
-		s->classify_rescan_at_ms =
-		    store_rescan_due(s, ended_ms, ended_ms - started_ms);
-	}
-	return 0;
-}
-
-int store_classify(struct store *s, size_t *n, char *err, size_t errlen)
-{
-	/* Once per session, before any head moves: old rows the destination
-	 * CHECK refuses are failed first. Such a row not yet head would
-	 * otherwise be found by the mark that hands it the marker, and that
-	 * mark, the whole batch with it, would fail. The relay refuses a
-	 * table older than schema 004 (store.c), so the CHECK is in place,
-	 * and no new row can break it: once is enough. It scans nothing
-	 * once the CHECK is valid. */
-	if (s->refused_gen != s->ses->conn_gen) {
-		size_t failed;
-		int rc = store_fail_refused(s, &failed, err, errlen);
-		if (rc != 0)
-			return rc;
-		s->refused_gen = s->ses->conn_gen;
-	}
-	*n = 0;
-	int64_t started_ms = clock_ms();
-	char seq[24];
-	bool from_start = classify_from(s, started_ms, seq);
-	const char *values[2] = {seq, s->classify_snap};
-	int rc;
-	PGresult *res = run_past_refused(s, ST_CLASSIFY, 2, values,
-					 PGRES_TUPLES_OK, &rc, err, errlen);
-	if (!res)
-		return store_public_rc(rc);
-	if (!one_row(res, 5, "classify", err, errlen)) {
-		PQclear(res);
-		return STORE_ERROR;
-	}
-	*n = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-	rc = classify_keep(s, res, from_start, started_ms);
-	PQclear(res);
-	if (rc != 0) {
-		snprintf(err, errlen, "classify: out of memory");
-		return STORE_ERROR;
-	}
-	return 0;
-}
-
-int store_repair_heads(struct store *s, size_t *n, char *err, size_t errlen)
-{
-	*n = 0;
-	char cap[24];
-	snprintf(cap, sizeof(cap), "%zu", s->repair_walk);
-	const char *values[2] = {s->repair_from ? s->repair_from : "", cap};
-	int rc;
-	PGresult *res = run_past_refused(s, ST_REPAIR, 2, values,
-					 PGRES_TUPLES_OK, &rc, err, errlen);
-	if (!res)
-		return store_public_rc(rc);
-	if (!one_row(res, 3, "repair", err, errlen)) {
-		PQclear(res);
-		return STORE_ERROR;
-	}
-	*n = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-	size_t walked = (size_t)strtoull(PQgetvalue(res, 0, 1), NULL, 10);
-	/* A walk the cap stopped goes on from its last key (walked again,
-	 * as the statement's start is inclusive); one that reached the last
-	 * key starts again from the first. */
-	char *from = NULL;
-	if (walked >= s->repair_walk && !PQgetisnull(res, 0, 2) &&
-	    !(from = strdup(PQgetvalue(res, 0, 2)))) {
-		PQclear(res);
-		snprintf(err, errlen, "repair: out of memory");
-		return STORE_ERROR;
-	}
-	PQclear(res);
-	free(s->repair_from);
-	s->repair_from = from;
 	return 0;
 }

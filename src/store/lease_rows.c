@@ -34,6 +34,7 @@ enum lease_col {
 	LC_NEXT_ATTEMPT_AT,
 	LC_CLAIMS_FLOOR,
 	LC_WRITTEN_FLOOR,
+	LC_KEY_CURSOR, /* ordered mode only */
 };
 
 static const char *col(PGresult *res, int row, int c)
@@ -268,6 +269,20 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	uint64_t written_floor;
 	if (col_be(res, 0, LC_WRITTEN_FLOOR, 8, &written_floor))
 		s->written_floor = written_floor;
+	/* The walk's next start: a key this lease took, or the place kept
+	 * when it took none. */
+	if (PQnfields(res) > LC_KEY_CURSOR &&
+	    !PQgetisnull(res, 0, LC_KEY_CURSOR)) {
+		char *cursor =
+		    strndup(PQgetvalue(res, 0, LC_KEY_CURSOR),
+			    (size_t)PQgetlength(res, 0, LC_KEY_CURSOR));
+		if (!cursor) {
+			snprintf(err, errlen, "lease: out of memory");
+			return STORE_ERROR;
+		}
+		free(s->key_cursor);
+		s->key_cursor = cursor;
+	}
 	uint64_t claims_floor;
 	if (col_be(res, 0, LC_CLAIMS_FLOOR, 8, &claims_floor)) {
 		s->claims_floor = claims_floor;

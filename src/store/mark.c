@@ -95,7 +95,7 @@ out:
  * tail reads the rows it moved) rather than in its command tag. */
 static bool counts_in_row(const struct store *s, int st)
 {
-	return s->opt.ordered && st != ST_TRANSPORT;
+	return store_mark_has_tail(s, st == ST_RETRY || st == ST_FAILED);
 }
 
 int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,

@@ -3,9 +3,9 @@
  * Rows the current schema would refuse: old rows that break a CHECK added
  * NOT VALID since they were written (migration 004). Postgres checks such
  * a CHECK on every update that leaves a row pending, so one of them fails
- * the whole statement that touches it: a classification, a settle, a
- * sweep. They are failed alone, with the reason, and the statement runs
- * again (docs/design.md §10).
+ * the whole statement that touches it: a mark, a settle, a sweep. They
+ * are failed alone, with the reason, and the statement runs again
+ * (docs/design.md §10).
  */
 #include <stdio.h>
 #include <stdlib.h>

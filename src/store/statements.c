@@ -21,8 +21,7 @@ const char *const store_stmt_names[ST_COUNT] = {
     "outbox_settle_own",      "outbox_sweep",		"outbox_prune_claims",
     "outbox_clean_sent",      "outbox_clean_failed",	"outbox_next_due",
     "outbox_redrive_f",	      "outbox_redrive_s",	"outbox_count_f",
-    "outbox_count_s",	      "outbox_control",		"outbox_classify",
-    "outbox_repair",	      "outbox_redrive_check",	"outbox_unblock",
+    "outbox_count_s",	      "outbox_control",		"outbox_redrive_check",	"outbox_unblock",
     "outbox_unblock_skip",    "outbox_unblock_redrive", "outbox_version",
     "outbox_redrive_recheck", "outbox_fail_refused",
     "outbox_claim_release",
@@ -91,259 +90,28 @@ static const char *pin_source(const struct store *s, bool claim)
 }
 
 /*
- * Ordered mode: CTEs appended to a mark whose "done" CTE returns the rows
- * it finished. A row that became sent (or, under skip, failed) hands its
- * key's head marker to the key's next pending row, in the same statement;
- * under block a failed row records its key as blocked instead. Empty in
- * unordered mode.
+ * Ordered mode under block: a CTE appended to a mark whose "done" CTE
+ * returns the rows it finished, recording the key of each row that
+ * failed as blocked, in the same statement. Nothing else moves on a
+ * mark: a key's next row is its first live row once this one is
+ * finished, and the key lock leases it (docs/design.md §6). Empty
+ * otherwise (store_mark_has_tail).
  */
 static char *order_tail(const struct store *s, bool may_fail)
 {
-	if (!s->opt.ordered)
+	if (!store_mark_has_tail(s, may_fail))
 		return strdup("");
-	const char *T = s->table.quoted;
-	/* Under block a key blocked while its head was out (a row the
-	 * destination CHECK refuses, failed further down the key by
-	 * sql_fail_refused) stops at that head: the marker is not handed
-	 * past the failed row. */
-	const char *promote_when = !may_fail ? "d.status = 'sent'"
-				   : s->opt.block_on_failure
-				       ? "d.status = 'sent'"
-				       : "d.status IN ('sent', 'failed')";
-	char *guard =
-	    s->opt.block_on_failure
-		? store_asprintf(" AND NOT EXISTS (SELECT 1 FROM %s b WHERE "
-				 "b.partition_key = d.partition_key)",
-				 s->blocked)
-		: strdup("");
-	char *promote =
-	    guard ? store_asprintf(
-			", promoted AS (UPDATE %s AS p SET head = true WHERE "
-			"p.id = ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE "
-			"o.partition_key = d.partition_key AND o.seq > d.seq "
-			"AND o.status = 'pending' ORDER BY o.seq LIMIT 1) "
-			"FROM done d WHERE d.partition_key IS NOT NULL AND "
-			"%s%s)) RETURNING 1) ",
-			T, T, promote_when, guard)
-		  : NULL;
-	free(guard);
-	if (!promote || !may_fail || !s->opt.block_on_failure)
-		return promote;
-	char *both = store_asprintf(
-	    "%s, blocked AS (INSERT INTO %s (partition_key, blocking_id, "
+	return store_asprintf(
+	    ", blocked AS (INSERT INTO %s (partition_key, blocking_id, "
 	    "reason) SELECT d.partition_key, d.id, d.last_error FROM done d "
 	    "WHERE d.partition_key IS NOT NULL AND d.status = 'failed' ON "
 	    "CONFLICT (partition_key) DO NOTHING RETURNING 1) ",
-	    promote, s->blocked);
-	free(promote);
-	return both;
+	    s->blocked);
 }
 
-/*
- * The lock lease (docs/design.md §4): rows are locked, not written, by the
- * transaction that will conclude them. The batch stops adding rows once
- * their payloads reach the byte budget (the first row always goes):
- * octet_length() reads a stored value's size without fetching it. Rows
- * locked but past the budget are left as they are and let go at the end. Rows
- * named by the claim of a lease that aborted are skipped until the sweeper has
- * charged them and made them crash suspects: leased again at once, a row that
- * crashed its relay would take a full batch of neighbours down with it on the
- * next one. (Postgres records an abort before it lets go of the row locks, so
- * such a row is never seen unlocked with its claim still in progress.) The
- * claims are read once, as the statement starts: the dead claims' rows are
- * skipped in the locking scans, and the claims still running then are asked
- * again (late) after every row is locked, when the rows are read back by
- * ctid: a lease that died between the two had its rows unlocked and its
- * claim dead, and without the second look they would be leased at once, as
- * no suspects, in a full batch. (A claim that committed cannot die later,
- * and one written after the statement began is not visible to it either
- * way, so the running ones are all the late look needs; issue 25, the
- * model's early_exclusion mutant, docs/model.md.) The
- * late look is an InitPlan of the read back's filter: Postgres runs an
- * InitPlan when its value is first needed, here on the first row the TID
- * scan returns, after that scan evaluated its TID list, the picked rows,
- * which locked them all. No store test forces the race (the model does).
- * Rows it leaves out stay locked by this transaction until it ends, like
- * rows past the byte budget. The
- * batch size is a literal so a generic plan never estimates the LIMIT as 10 %
- * of the table; the lease id is made once in its own CTE; a crash suspect is
- * leased at most one per batch, ahead of the due rows (UNION ALL keeps its
- * branches' order, and so does the window over it). CTEs are read lazily, so
- * the due CTE locks only what fits.
- *
- * $4, the scan floor (docs/design.md §4, "A held snapshot"): the due scan
- * starts at the oldest next_attempt_at of the worker's previous batch, not
- * at the start of the index, because under an old snapshot the entries of
- * every row finished since it was taken can be neither removed nor marked
- * dead, and a scan from the start steps over all of them. '-infinity' scans
- * from the start; lease.c says when.
- *
- * $5, the claim floor (the same section): a transaction id below which
- * every claim is settled, so the claims read starts there, on the index
- * of migration 006, instead of visiting every claim version a held
- * snapshot keeps. The statement returns the next one with each row: the
- * lower of the oldest writer of a claim still open (running, or aborted
- * and not swept: it stays in reach until it settles) and the snapshot's
- * xmin (every transaction below it had ended when the statement began,
- * so a claim this snapshot does not see has a writer at or above it).
- * A floor past the cluster's next transaction id (a database restored
- * under a running relay) reads every claim. Claims of relays of version
- * 005 have no writer and are always read, by a second index scan: lease
- * transactions plan without bitmap scans, and an OR of the two would
- * read the whole table.
- *
- * $6, the late scan's floor (the same section): the xmin of the
- * snapshot of this session's previous lease. A row that lease could not
- * see (its writer still running, or not begun) has a writer at or above
- * it, so the late scan reads the written_by index of migration 007 from
- * there for rows below the scan floor: a row committed late by a long
- * transaction is leased by the next lease, and the scan reads the rows
- * of the last moments, not every entry a held snapshot keeps. Its rows
- * come before the due rows (older keys). The statement returns the next
- * floor: the lower of this snapshot's xmin and the oldest writer of the
- * late rows it picked (one of them released goes back below the scan
- * floor, and the late scan must meet it again; those it did not pick
- * have writers at or above it, read in that order). NULL skips the scan
- * (a rescan reads from the start of the index anyway).
- *
- * What it costs Postgres is measured per batch (docs/design.md §4, "the
- * statements' own cost"): the locking scans carry only each row's ctid and
- * size, so the byte-budget window copies no payload; the picked rows are read
- * back by ctid (a locked row cannot move while its lock is held), which costs a
- * heap fetch where a primary-key lookup costs an index descent; every
- * column goes out in its binary form (uuid, int8, timestamptz), so no text
- * conversion runs on the server. pg_current_xact_id_if_assigned(): locking a
- * row assigned the transaction an id; an empty lease gets none and writes
- * nothing.
- */
-static char *lease_sql(const struct store *s, bool claims)
+bool store_mark_has_tail(const struct store *s, bool may_fail)
 {
-	const char *T = s->table.quoted;
-	int n = s->opt.batch_size;
-	/* One read of the claims table per lease: under a held snapshot
-	 * it keeps a version of every claim written since, and a read
-	 * visits them all. The claims whose transaction is still running
-	 * are kept with their ids, and only they are asked again late. */
-	char *crashed =
-	    claims ? store_asprintf(
-			 "open_claims AS MATERIALIZED (SELECT written_by, xid, "
-			 "ids, st FROM (SELECT written_by, xid, ids, %s AS st "
-			 "FROM (SELECT written_by, xid, ids FROM %s WHERE "
-			 "written_by >= " CLAIMS_FLOOR " UNION ALL SELECT "
-			 "written_by, xid, ids FROM %s WHERE written_by IS "
-			 "NULL) a WHERE cardinality(ids) > 0) c WHERE st IN "
-			 "('aborted', 'in progress')), crashed AS MATERIALIZED "
-			 "(SELECT unnest(ids) AS x FROM open_claims WHERE st = "
-			 "'aborted'), ",
-			 CLAIM_XACT_STATUS("xid"), s->claims, s->claims)
-		   : strdup("");
-	const char *skip_crashed =
-	    claims ? "AND NOT id = ANY(ARRAY(SELECT x FROM crashed)) " : "";
-	char *late =
-	    claims ? strdup("late AS MATERIALIZED (SELECT unnest(ids) AS x "
-			    "FROM open_claims WHERE st = 'aborted' OR "
-			    "pg_xact_status(xid) = 'aborted'), ")
-		   : strdup("");
-	const char *skip_late =
-	    claims ? " AND NOT t.id = ANY(ARRAY(SELECT x FROM late))" : "";
-	if (!crashed || !late) {
-		free(crashed);
-		free(late);
-		return NULL;
-	}
-	/* Rows bound for a paused destination (or destination + routing
-	 * key) are not leased; $1 is the paused list, $2 the default.
-	 * Ordered mode leases unkeyed rows and key heads only: the partial
-	 * index of 002 holds nothing else, so a hot key's blocked rows are
-	 * never read. */
-	const char *not_paused =
-	    s->opt.ordered
-		? "(partition_key IS NULL OR head) AND NOT "
-		  "(coalesce(exchange, $2) = ANY($1::text[]) OR "
-		  "coalesce(exchange, $2) || chr(31) || routing_key = "
-		  "ANY($1::text[]))"
-		: "NOT (coalesce(exchange, $2) = ANY($1::text[]) OR "
-		  "coalesce(exchange, $2) || chr(31) || routing_key = "
-		  "ANY($1::text[]))";
-	/* The late scan: rows below the floor ($4) written by a transaction
-	 * at or after $6, the xmin of this session's previous lease's
-	 * snapshot: the rows that lease could not see yet. */
-	char *below =
-	    s->written_missing
-		? strdup("")
-		: store_asprintf(
-		      "below AS MATERIALIZED (SELECT ctid AS tid, "
-		      "octet_length(payload) AS bytes, written_by AS w FROM "
-		      "%s WHERE status = 'pending' AND NOT suspect AND "
-		      "written_by >= " WRITTEN_FLOOR " AND next_attempt_at < "
-		      "$4::timestamptz AND next_attempt_at <= now() AND %s %s"
-		      "ORDER BY written_by LIMIT %d " GUARD_LEASE_LOCK "), ",
-		      T, not_paused, skip_crashed, n);
-	const char *below_rows = s->written_missing
-				     ? ""
-				     : "UNION ALL SELECT tid, bytes, w FROM "
-				       "below ";
-	const char *written_floor =
-	    s->written_missing
-		? "$6::xid8" /* unused, but every lease takes six */
-		: "(SELECT least(pg_snapshot_xmin(pg_current_snapshot()), "
-		  "min(w)) FROM picked)";
-	char *sql =
-	    below
-		? store_asprintf(
-		      "WITH lease AS MATERIALIZED (SELECT gen_random_uuid() "
-		      "AS lease_id), %s%s"
-		      "suspect AS MATERIALIZED (SELECT ctid AS tid, "
-		      "octet_length(payload) AS bytes FROM %s "
-		      "WHERE status = 'pending' AND suspect AND "
-		      "next_attempt_at <= now() AND %s %s"
-		      "ORDER BY next_attempt_at, seq LIMIT "
-		      "1 " GUARD_LEASE_LOCK "), %s"
-		      "due AS MATERIALIZED (SELECT ctid AS tid, "
-		      "octet_length(payload) AS bytes FROM %s "
-		      "WHERE status = 'pending' AND NOT suspect AND "
-		      "next_attempt_at <= now() AND next_attempt_at >= "
-		      "$4::timestamptz AND %s %s"
-		      "ORDER BY next_attempt_at, seq LIMIT %d " GUARD_LEASE_LOCK
-		      "), "
-		      "picked AS (SELECT tid, w FROM (SELECT tid, w, "
-		      "sum(bytes) "
-		      "OVER (ROWS UNBOUNDED PRECEDING) - bytes AS before FROM "
-		      "(SELECT tid, bytes, NULL::xid8 AS w FROM suspect %s"
-		      "UNION ALL SELECT tid, bytes, NULL::xid8 FROM due) u) q "
-		      "WHERE before < %lld LIMIT %d) "
-		      "SELECT t.id, t.seq, t.type, coalesce(t.source, %s$3), "
-		      "t.subject, t.content_type, t.exchange, t.routing_key, "
-		      "t.partition_key, t.payload, t.headers::text, "
-		      "t.created_at, t.attempts + 1, t.max_attempts, (SELECT "
-		      "lease_id FROM lease), pg_current_xact_id_if_assigned(), "
-		      "t.ctid, t.next_attempt_at, %s, %s FROM %s t WHERE "
-		      "t.ctid = ANY(ARRAY(SELECT tid FROM picked))%s",
-		      crashed, late, T, not_paused, skip_crashed, below, T,
-		      not_paused, skip_crashed, n, below_rows,
-		      (long long)s->opt.batch_bytes, n,
-		      s->relay_source_missing ? "" : "t.relay_source, ",
-		      claims ? "(SELECT least(min(written_by), "
-			       "pg_snapshot_xmin(pg_current_snapshot())) FROM "
-			       "open_claims)"
-			     : "$5::xid8",
-		      written_floor, T, skip_late)
-		: NULL;
-	free(below);
-	free(crashed);
-	free(late);
-	return sql;
-}
-
-static char *sql_lease(const struct store *s)
-{
-	return lease_sql(s, true);
-}
-
-/* For a table made by hand without the claims table. */
-static char *sql_lease_bare(const struct store *s)
-{
-	return lease_sql(s, false);
+	return s->opt.ordered && s->opt.block_on_failure && may_fail;
 }
 
 /* On the claim session, autocommit ($6: this worker's previous claim, NULL
@@ -726,9 +494,8 @@ static char *sql_next_due(const struct store *s)
 	return store_asprintf(
 	    "SELECT coalesce(ceil(extract(epoch FROM (min(next_attempt_at) - "
 	    "now())) * 1000)::bigint, -1)::text "
-	    "FROM %s WHERE status = 'pending' AND next_attempt_at > now()%s",
-	    s->table.quoted,
-	    s->opt.ordered ? " AND (partition_key IS NULL OR head)" : "");
+	    "FROM %s WHERE status = 'pending' AND next_attempt_at > now()",
+	    s->table.quoted);
 }
 
 static char *(*const builders[ST_COUNT])(const struct store *s) = {
@@ -755,8 +522,6 @@ static char *(*const builders[ST_COUNT])(const struct store *s) = {
     [ST_COUNT_FAILED] = sql_count_failed,
     [ST_COUNT_SENT] = sql_count_sent,
     [ST_CONTROL] = sql_control,
-    [ST_CLASSIFY] = sql_classify,
-    [ST_REPAIR] = sql_repair,
     [ST_REDRIVE_CHECK] = sql_redrive_check,
     [ST_REDRIVE_RECHECK] = sql_redrive_recheck,
     [ST_FAIL_REFUSED] = sql_fail_refused,

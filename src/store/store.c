@@ -405,7 +405,6 @@ int store_open_on(struct store **out, const struct store_options *opt,
 		return STORE_ERROR;
 	}
 	s->ses = ses;
-	s->repair_walk = REPAIR_WALK_KEYS;
 	if (ses->tags > 0)
 		snprintf(s->tag, sizeof(s->tag), "t%u_", ses->tags);
 	ses->tags++;
@@ -461,8 +460,7 @@ void store_close(struct store *s)
 	free(s->ce_source);
 	free(s->extra_sql);
 	free(s->rescan_paused);
-	free(s->classify_snap);
-	free(s->repair_from);
+	free(s->key_cursor);
 	free(s->claim_key);
 	for (size_t i = 0; i < sizeof(s->tx_settings) / sizeof(*s->tx_settings);
 	     i++)
@@ -485,11 +483,6 @@ PGconn *store_conn(struct store *s)
 PGconn *store_claim_conn(struct store *s)
 {
 	return s->claim ? s->claim->ses->conn : NULL;
-}
-
-void store_set_repair_walk(struct store *s, size_t keys)
-{
-	s->repair_walk = keys < 2 ? 2 : keys;
 }
 
 void store_channel_sql(const struct outbox_table *t, char *out, size_t outlen)

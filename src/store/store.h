@@ -328,28 +328,11 @@ int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
 		      size_t max_keys, size_t *n, char *err, size_t errlen);
 
 /*
- * Ordered mode. store_classify() makes head the keyed rows not classified
- * yet that head their key, reading each such row once: the rows after the
- * point its walk reached (up to 1000 a call) and the rows committed behind
- * it since the last call (run before each lease); the rows behind a head
- * are not written. store_classify_caught_up() says whether the walk has
- * reached the last row. store_repair_heads() gives a head to keys a race
- * left without one (the sweeper runs it), walking up to 10,000 keys a
- * call and going on from there at the next. *n counts the heads made. Old
- * rows the table's destination CHECK refuses (docs/design.md §10) are
- * failed first, once per session, and whenever such a row makes either
- * refused; so are they by store_sweep() and a lease settling its worker's
- * dead claim.
- */
-int store_classify(struct store *s, size_t *n, char *err, size_t errlen);
-bool store_classify_caught_up(const struct store *s);
-int store_repair_heads(struct store *s, size_t *n, char *err, size_t errlen);
-
-/*
  * Lifts the block of key: with redrive the failed blocking row returns to
- * pending as the key's head, attempts reset; without, it stays failed and
- * the key's next pending row becomes head. STORE_REFUSED when the key is
- * not blocked.
+ * pending, attempts reset, and goes first; without, it stays failed and
+ * the key goes on from its next pending row (both also set the head
+ * marker relays of earlier versions lease by). STORE_REFUSED when the
+ * key is not blocked.
  */
 int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 		  size_t errlen);

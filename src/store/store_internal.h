@@ -46,8 +46,6 @@ enum stmt {
 	ST_COUNT_FAILED,
 	ST_COUNT_SENT,
 	ST_CONTROL,
-	ST_CLASSIFY,
-	ST_REPAIR,
 	ST_REDRIVE_CHECK,
 	ST_UNBLOCK,
 	ST_UNBLOCK_SKIP,
@@ -100,10 +98,6 @@ enum tx_end { TX_COMMIT, TX_ROLLBACK };
 	"(CASE WHEN $6::xid8 > pg_snapshot_xmax(pg_current_snapshot()) THEN "  \
 	"'0'::xid8 ELSE $6::xid8 END)"
 #define REDRIVE_BATCH 1000
-/* Rows a classification reads, by each of its two scans (lease.c). */
-#define CLASSIFY_BATCH 1000
-/* Keys the head repair walks in one sweep (store_repair_heads). */
-#define REPAIR_WALK_KEYS 10000
 
 /*
  * One Postgres session and what lives on it rather than on a store: its
@@ -165,7 +159,7 @@ struct store {
 	char *sql[ST_COUNT]; /* NULL until first used (store_sql) */
 	bool prepared[ST_COUNT];
 	/* conn_gen of the session that failed the rows the destination
-	 * CHECK refuses before its first classification (lease.c). */
+	 * CHECK refuses before its first ordered lease (lease.c). */
 	uint64_t refused_gen;
 	/* The settings each kind of transaction opens with, by enum
 	 * pgconn_tx (pgconn.h): the session itself carries none, so behind
@@ -202,24 +196,10 @@ struct store {
 	/* The table has no relay_source column (made by hand before
 	 * migration 009): the marks pin the source into source. */
 	bool relay_source_missing;
-	/* Ordered mode's classification (lease.c, store_classify): the seq
-	 * up to which this session has read the unclassified rows, and its
-	 * last classification's snapshot (owned; NULL: none), whose unseen
-	 * writers are the rows committed behind that seq since. The walk
-	 * starts again from seq 0 in a new session (classify_gen differs
-	 * from conn_gen) and, on a table without written_by (no late
-	 * scan), once it has reached the end and classify_rescan_at_ms has
-	 * passed. */
-	int64_t classify_seq;
-	char *classify_snap;
-	uint64_t classify_gen;
-	int64_t classify_rescan_at_ms;
-	bool classify_at_end; /* the last call read fewer than a batch */
-	/* The head repair's walk (lease.c, store_repair_heads): at most
-	 * repair_walk keys a call, from repair_from (owned; NULL: the first
-	 * key), where the last call stopped at that cap. */
-	size_t repair_walk;
-	char *repair_from;
+	/* Ordered mode's key walk (statements_lease.c, $7): the last key
+	 * this session's previous keyed lease took, where the next walk
+	 * starts (owned; NULL: from the first key). */
+	char *key_cursor;
 	/* The backlog count's floors (store_admin.c): the oldest
 	 * next_attempt_at the previous count found, as Postgres wrote it
 	 * ("" until a count from the start), the xmin of its snapshot, and
@@ -270,12 +250,17 @@ int store_claim_release(struct store *s, const char *lease_id,
  * head keeping, for store_build_statements(). Each returns a malloc'd
  * text, NULL when out of memory. */
 char *sql_redrive_failed(const struct store *s);
+/* statements_lease.c: the lease statement, with and without claims. */
+char *sql_lease(const struct store *s);
+char *sql_lease_bare(const struct store *s);
+/* statements.c: whether a mark that may fail rows (may_fail) reads back
+ * what it moved (ordered mode under block records the failed rows' keys
+ * in the same statement), so its count comes as a row. */
+bool store_mark_has_tail(const struct store *s, bool may_fail);
 char *sql_redrive_sent(const struct store *s);
 char *sql_count_failed(const struct store *s);
 char *sql_count_sent(const struct store *s);
 char *sql_control(const struct store *s);
-char *sql_classify(const struct store *s);
-char *sql_repair(const struct store *s);
 char *sql_redrive_check(const struct store *s);
 char *sql_redrive_recheck(const struct store *s);
 char *sql_fail_refused(const struct store *s);

@@ -29,8 +29,4 @@ int store_open_traced(struct store **out, const struct store_options *opt,
 int store_lease_rollback_charged(struct store *s, struct lease_batch *b,
 				 char *err, size_t errlen);
 
-/* The keys one store_repair_heads() walks (at least 2; REPAIR_WALK_KEYS
- * by default), so a test reaches the cap with a few keys. */
-void store_set_repair_walk(struct store *s, size_t keys);
-
 #endif

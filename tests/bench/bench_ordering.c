@@ -49,30 +49,19 @@ static int cmp_double(const void *a, const void *b)
 
 /*
  * Leases and releases `repeats` times; writes median, min, max in ms. In
- * ordered mode every cycle includes the classify statement the worker
- * runs before each lease; rows are classified once before timing (the
- * walk has read every row), as a running relay classifies them as they
- * arrive.
+ * ordered mode each lease walks the keys from where the last one stopped
+ * (docs/design.md §6), so consecutive leases take different keys.
  */
-static int measure(struct store *s, bool ordered, int repeats, size_t want,
-		   double out[3])
+static int measure(struct store *s, int repeats, size_t want, double out[3])
 {
 	char err[1024];
-	size_t n;
-	do {
-		if (ordered && store_classify(s, &n, err, sizeof(err)) != 0) {
-			fprintf(stderr, "bench_ordering: %s\n", err);
-			return -1;
-		}
-	} while (ordered && !store_classify_caught_up(s));
 	double *t = calloc((size_t)repeats, sizeof(double));
 	if (!t)
 		return -1;
 	for (int i = 0; i < repeats; i++) {
 		struct lease_batch b;
 		double t0 = now_ms();
-		if ((ordered && store_classify(s, &n, err, sizeof(err)) != 0) ||
-		    store_lease(s, NULL, 0, "", &b, err, sizeof(err)) != 0) {
+		if (store_lease(s, NULL, 0, "", &b, err, sizeof(err)) != 0) {
 			fprintf(stderr, "bench_ordering: %s\n", err);
 			free(t);
 			return -1;
@@ -178,7 +167,7 @@ int main(int argc, char **argv)
 	struct store *ord = open_store(url, table, true);
 	struct store *unord = open_store(url, table, false);
 	double none[3], hot_t[3], unordered[3];
-	if (rc || !ord || !unord || measure(ord, true, repeats, 100, none) != 0)
+	if (rc || !ord || !unord || measure(ord, repeats, 100, none) != 0)
 		return 1;
 	/* One key with HOT_ROWS due rows, all older than the others: the
 	 * head of the pending index. */
@@ -190,8 +179,8 @@ int main(int argc, char **argv)
 	rc = exec(c, sql);
 	snprintf(sql, sizeof(sql), "VACUUM ANALYZE %s", t.quoted);
 	rc |= exec(c, sql);
-	if (rc || measure(ord, true, repeats, 100, hot_t) != 0 ||
-	    measure(unord, false, repeats, 100, unordered) != 0)
+	if (rc || measure(ord, repeats, 100, hot_t) != 0 ||
+	    measure(unord, repeats, 100, unordered) != 0)
 		return 1;
 	printf("{\"hot_rows\":%ld,\"repeats\":%d,"
 	       "\"ordered_lease_ms_no_hot_key\":[%.3f,%.3f,%.3f],"

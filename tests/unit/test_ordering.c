@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Ordered mode in the store against a real Postgres: the per-key head
- * marker, its hand-over in the marks, skip and block, unblock, the
- * sweeper's repair, the cleaner sparing blocking rows, redrive refusals.
+ * Ordered mode in the store against a real Postgres: one row per key out
+ * at a time in seq order (the key lock), the key walk's turns, rows of
+ * older relays' markers, crash suspects, skip and block, unblock, the
+ * cleaner sparing blocking rows, redrive refusals.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,12 +30,8 @@ static struct store *ordered_store(const char *table, bool block)
 	return pgtest_store(&o);
 }
 
-/* Classifies, then leases one batch. */
 static void lease(struct store *s, struct lease_batch *b)
 {
-	size_t n;
-	if (store_classify(s, &n, err, sizeof(err)) != 0)
-		fail_msg("classify: %s", err);
 	if (store_lease(s, NULL, 0, "", b, err, sizeof(err)) != 0)
 		fail_msg("lease: %s", err);
 }
@@ -64,22 +61,40 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static void expect_batch(struct store *s, const char *want)
+/* Leases a batch and checks its labels against want. */
+static void lease_labels(struct store *s, struct lease_batch *b,
+			 const char *want)
 {
-	struct lease_batch b;
-	lease(s, &b);
+	lease(s, b);
 	const char *labels[128];
-	for (size_t i = 0; i < b.n; i++)
-		labels[i] = b.events[i].subject;
-	qsort(labels, b.n, sizeof(*labels), cmp_str);
+	for (size_t i = 0; i < b->n; i++)
+		labels[i] = b->events[i].subject;
+	qsort(labels, b->n, sizeof(*labels), cmp_str);
 	char got[1024] = "";
-	for (size_t i = 0; i < b.n; i++) {
+	for (size_t i = 0; i < b->n; i++) {
 		strcat(got, i ? "," : "");
 		strcat(got, labels[i]);
 	}
 	if (strcmp(got, want) != 0)
 		fail_msg("leased [%s], want [%s]", got, want);
+}
+
+static void expect_batch(struct store *s, const char *want)
+{
+	struct lease_batch b;
+	lease_labels(s, &b, want);
 	mark_all(s, MARK_SENT, &b, NULL);
+}
+
+/* Leases a batch, checks it, and lets it go untouched: no attempt is
+ * charged and every row stays as it was. */
+static void expect_released(struct store *s, const char *want)
+{
+	struct lease_batch b;
+	lease_labels(s, &b, want);
+	if (store_lease_abort(s, &b, err, sizeof(err)) != 0)
+		fail_msg("abort: %s", err);
+	lease_batch_release(&b);
 }
 
 static void insert(PGconn *c, const char *table, const char *label,
@@ -271,122 +286,6 @@ static void test_unblock_redrive(void **state)
 	PQfinish(c);
 }
 
-static void test_sweeper_repairs_lost_heads(void **state)
-{
-	(void)state;
-	char table[128];
-	pgtest_fresh_table("ord_repair", table, sizeof(table));
-	PGconn *c = pgtest_connect();
-	insert(c, table, "a1", "A");
-	insert(c, table, "a2", "A");
-	struct store *s = ordered_store(table, false);
-	size_t n;
-	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 1); /* a1; a2 stays unclassified */
-	/* What a mark racing an insert leaves behind: nobody is head. */
-	pgtest_exec(c, "UPDATE %s SET head = false", table);
-	expect_batch(s, "");
-	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 1);
-	expect_batch(s, "a1");
-	expect_batch(s, "a2");
-	/* What a classification racing a mark leaves behind: the key's
-	 * next row unclassified, behind the walk, with no writer after
-	 * the classification's floor. */
-	insert(c, table, "a3", "A");
-	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
-	pgtest_exec(c, "UPDATE %s SET head = NULL", table);
-	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 1);
-	expect_batch(s, "a3");
-	store_close(s);
-	PQfinish(c);
-}
-
-/* The repair steps from key to key (key_idx), reading each key's first
- * live row only: every key is visited, and a key is repaired only when
- * that row is pending, not head, and the key is not blocked. */
-static void test_repair_visits_every_key(void **state)
-{
-	(void)state;
-	char table[128];
-	pgtest_fresh_table("ord_repair_keys", table, sizeof(table));
-	PGconn *c = pgtest_connect();
-	insert_keys(c, table, "ABCDEF", 2);
-	struct store *s = ordered_store(table, false);
-	size_t n;
-	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 6);
-	/* B keeps its head; E's first row is out under an older relay's
-	 * row lease; F is blocked; A, C and D lost theirs. */
-	pgtest_exec(c, "UPDATE %s SET head = NULL WHERE partition_key <> 'B'",
-		    table);
-	pgtest_exec(c,
-		    "UPDATE %s SET status = 'in_flight', lease_id = "
-		    "gen_random_uuid(), leased_at = now(), lease_expires_at = "
-		    "now() + interval '1 hour' WHERE subject = 'e1'",
-		    table);
-	pgtest_exec(c,
-		    "INSERT INTO %s_blocked_keys (partition_key, blocking_id) "
-		    "SELECT 'F', id FROM %s WHERE subject = 'f1'",
-		    table, table);
-	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 3);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM %s WHERE head AND "
-				     "subject IN ('a1', 'b1', 'c1', 'd1')",
-				     table),
-			 4);
-	assert_int_equal(
-	    pgtest_long(c, "SELECT count(*) FROM %s WHERE head", table), 4);
-	store_close(s);
-	PQfinish(c);
-}
-
-/* How many of the subjects listed are head. */
-static long heads_among(PGconn *c, const char *table, const char *subjects)
-{
-	return pgtest_long(c,
-			   "SELECT count(*) FROM %s WHERE head AND subject = "
-			   "ANY('{%s}'::text[])",
-			   table, subjects);
-}
-
-/* A sweep walks a bounded number of keys: the next goes on where it
- * stopped, and once past the last key the walk starts again from the
- * first, so every key is visited within a few sweeps, none skipped. */
-static void test_repair_walk_goes_on(void **state)
-{
-	(void)state;
-	char table[128];
-	pgtest_fresh_table("ord_repair_walk", table, sizeof(table));
-	PGconn *c = pgtest_connect();
-	insert_keys(c, table, "ABCDEF", 1);
-	struct store *s = ordered_store(table, false);
-	store_set_repair_walk(s, 3);
-	size_t n;
-	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 3);
-	assert_int_equal(heads_among(c, table, "a1,b1,c1"), 3);
-	/* From C again (the stop is walked twice), to E. */
-	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 2);
-	assert_int_equal(heads_among(c, table, "d1,e1"), 2);
-	assert_int_equal(heads_among(c, table, "f1"), 0);
-	/* E and F: the end, fewer than the cap; the next walk starts over. */
-	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 1);
-	assert_int_equal(heads_among(c, table, "f1"), 1);
-	pgtest_exec(c, "UPDATE %s SET head = NULL WHERE subject = 'a1'", table);
-	assert_int_equal(store_repair_heads(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 1);
-	assert_int_equal(heads_among(c, table, "a1"), 1);
-	assert_int_equal(
-	    pgtest_long(c, "SELECT count(*) FROM %s WHERE head", table), 6);
-	store_close(s);
-	PQfinish(c);
-}
-
 /* A row's place in the table, as one number: a row written anew moves. */
 static long row_place(PGconn *c, const char *table, const char *label)
 {
@@ -397,78 +296,121 @@ static long row_place(PGconn *c, const char *table, const char *label)
 			   table, label);
 }
 
-/* Classification writes the heads only: the rows behind a head keep their
- * row version and stay unclassified until the mark that finishes their
- * predecessor hands them the marker (docs/design.md §6). */
-static void test_classify_writes_heads_only(void **state)
+/* A key's first row held by one lease keeps every later row of the key
+ * from every other lease (another session here, as another replica), and
+ * the key goes on once that row is finished; other keys are not held up.
+ * Nothing is written to say so: the rows behind keep their version. */
+static void test_held_row_holds_its_key(void **state)
 {
 	(void)state;
 	char table[128];
-	pgtest_fresh_table("ord_heads_only", table, sizeof(table));
+	pgtest_fresh_table("ord_held", table, sizeof(table));
 	PGconn *c = pgtest_connect();
-	insert(c, table, "a1", "A");
-	insert(c, table, "a2", "A");
-	insert(c, table, "a3", "A");
-	insert(c, table, "b1", "B");
-	long a2 = row_place(c, table, "a2"), a3 = row_place(c, table, "a3");
+	insert_keys(c, table, "AB", 2);
+	insert(c, table, "c1", "C");
+	long a2 = row_place(c, table, "a2");
 	struct store *s = ordered_store(table, false);
-	size_t n;
-	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 2);
+	struct store *other = ordered_store(table, false);
+	struct lease_batch b;
+	lease_labels(s, &b, "a1,b1,c1");
+	expect_batch(other, "");
 	assert_int_equal(row_place(c, table, "a2"), a2);
-	assert_int_equal(row_place(c, table, "a3"), a3);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM %s WHERE head IS "
-				     "NULL AND subject IN ('a2', 'a3')",
-				     table),
-			 2);
-	expect_batch(s, "a1,b1");
-	expect_batch(s, "a2");
-	expect_batch(s, "a3");
+	mark_all(s, MARK_SENT, &b, NULL);
+	expect_batch(other, "a2,b2");
 	expect_batch(s, "");
+	store_close(other);
 	store_close(s);
 	PQfinish(c);
 }
 
-/* The hand-over writes the next row anew; migration 008 leaves room in
- * each page (fillfactor 70) so that its new version, and the sent version
- * of the row before it, stay on the page of the old ones, where Postgres
- * logs only the bytes that changed, not the payload (docs/design.md §11).
- * Rows of 1 KB fill a page of a table at fillfactor 100 to the brim, so
- * without the room the next row would move to another page. */
-static void test_handover_stays_on_its_page(void **state)
+/* The walk goes on from the key where the last lease stopped and comes
+ * round to the first, so with more keys than a batch every key gets its
+ * turn: keys a batch could not take are not passed over again and again
+ * by the keys that sort first. */
+static void test_walk_gives_every_key_its_turn(void **state)
 {
 	(void)state;
 	char table[128];
-	pgtest_fresh_table("ord_page_room", table, sizeof(table));
+	pgtest_fresh_table("ord_turns", table, sizeof(table));
 	PGconn *c = pgtest_connect();
-	assert_true(pgtest_has_reloption(c, table, "fillfactor=70"));
-	pgtest_exec(c,
-		    "INSERT INTO %s (type, subject, partition_key, payload) "
-		    "SELECT 't', 'a' || g, 'A', decode(repeat(md5(g::text), "
-		    "32), 'hex') FROM generate_series(1, 12) g",
-		    table);
-	long a1 = row_place(c, table, "a1"), a2 = row_place(c, table, "a2");
-	assert_int_equal(a1 / 100000, a2 / 100000);
-	struct store *s = ordered_store(table, false);
-	expect_batch(s, "a1");
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM %s WHERE subject = "
-				     "'a2' AND head IS NOT NULL",
-				     table),
-			 1);
-	assert_int_equal(row_place(c, table, "a1") / 100000, a1 / 100000);
-	assert_int_equal(row_place(c, table, "a2") / 100000, a2 / 100000);
+	insert_keys(c, table, "ABCDE", 2);
+	struct store_options o = pgtest_store_options(table);
+	o.ordered = true;
+	o.batch_size = 2;
+	struct store *s = pgtest_store(&o);
+	expect_released(s, "a1,b1");
+	expect_released(s, "c1,d1");
+	expect_released(s, "a1,e1");
+	expect_released(s, "b1,c1");
+	expect_batch(s, "d1,e1");
+	expect_batch(s, "a1,b1");
+	expect_batch(s, "c1,d2");
 	store_close(s);
 	PQfinish(c);
 }
 
-/* Rows committed behind the classification's walk are made head by the
- * next classification, from the late floor, not at the next rescan: a
- * producer transaction that began before a row it now follows in seq, and
- * a redrive (both write written_by). With the rescan an hour away, the
- * walk alone would not come back to them. */
-static void test_classify_reads_late_rows(void **state)
+/* Rows an older relay's head marker left (a rolling upgrade): head true
+ * on a row behind its key's first, false on the first, an older relay's
+ * row lease in flight. The key lock reads none of the markers: each
+ * key's first live row goes, in seq order, and a key whose first row is
+ * out under the row lease waits for it. */
+static void test_markers_of_older_relays_change_nothing(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_markers", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert_keys(c, table, "ABC", 2);
+	pgtest_exec(c,
+		    "UPDATE %s SET head = subject IN ('a2', 'b2') WHERE "
+		    "partition_key IS NOT NULL",
+		    table);
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'in_flight', lease_id = "
+		    "gen_random_uuid(), leased_at = now(), lease_expires_at = "
+		    "now() + interval '1 hour' WHERE subject = 'c1'",
+		    table);
+	struct store *s = ordered_store(table, false);
+	expect_batch(s, "a1,b1");
+	expect_batch(s, "a2,b2");
+	expect_batch(s, "");
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'sent', finished_at = now() WHERE "
+		    "subject = 'c1'",
+		    table);
+	expect_batch(s, "c2");
+	store_close(s);
+	PQfinish(c);
+}
+
+/* Crash suspects go one a batch, keyed or not, ahead of the rest, and a
+ * suspect that is its key's first row holds its key like any other: a1
+ * and b1 are suspects of keys A and B, u1 an unkeyed one. */
+static void test_suspects_go_alone_in_key_order(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_suspects", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert_keys(c, table, "AB", 2);
+	insert(c, table, "c1", "C");
+	insert(c, table, "u1", NULL);
+	pgtest_exec(c,
+		    "UPDATE %s SET suspect = true WHERE subject IN ('a1', "
+		    "'b1', 'u1')",
+		    table);
+	struct store *s = ordered_store(table, false);
+	expect_batch(s, "c1,u1");
+	expect_batch(s, "a1");
+	expect_batch(s, "a2,b1");
+	expect_batch(s, "b2");
+	store_close(s);
+	PQfinish(c);
+}
+
+/* A row committed late, by a producer transaction that began before rows
+ * already delivered, is delivered; and a redriven row goes again. */
+static void test_late_rows_and_redrive_are_leased(void **state)
 {
 	(void)state;
 	char table[128];
@@ -481,13 +423,9 @@ static void test_classify_reads_late_rows(void **state)
 	o.ordered = true;
 	o.lease_rescan_ms = 3600 * 1000;
 	struct store *s = pgtest_store(&o);
-	size_t n;
-	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 1); /* c1: k1 is not committed */
+	expect_batch(s, "c1");
 	pgtest_exec(late, "COMMIT");
-	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 1); /* k1, below the walk */
-	expect_batch(s, "c1,k1");
+	expect_batch(s, "k1");
 	char sql[256], id[64];
 	snprintf(sql, sizeof(sql),
 		 "SELECT id::text FROM %s WHERE subject = 'c1'", table);
@@ -501,8 +439,6 @@ static void test_classify_reads_late_rows(void **state)
 	size_t count;
 	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
 	assert_int_equal(count, 1);
-	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(n, 1); /* c1 again, redriven */
 	expect_batch(s, "c1");
 	store_close(s);
 	PQfinish(late);
@@ -533,15 +469,6 @@ static void test_redrive_refuses_to_reorder(void **state)
 	expect_batch(s, "a1");
 	store_close(s);
 	PQfinish(c);
-}
-
-/* How many pending rows of key are head now. */
-static long heads(PGconn *c, const char *table, const char *key)
-{
-	return pgtest_long(c,
-			   "SELECT count(*) FROM %s WHERE partition_key = '%s' "
-			   "AND status = 'pending' AND head",
-			   table, key);
 }
 
 /* a1 failed under skip, so a2 became A's head, and a2 is held by a lease
@@ -624,9 +551,6 @@ static void test_redrive_sees_later_row_held(void **state)
 	f.force = false;
 	assert_int_equal(store_redrive(op, &f, &count, err, sizeof(err)), 0);
 	assert_int_equal(count, 1);
-	size_t n;
-	assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
-	assert_int_equal(heads(c, table, "A"), 1);
 	expect_batch(s, "a1");
 	/* The aborted lease charged a2 (settled with the next claim): a
 	 * crash suspect, due after a jitter. */
@@ -638,8 +562,9 @@ static void test_redrive_sees_later_row_held(void **state)
 	PQfinish(c);
 }
 
-/* a1 failed under skip and a2 is A's head, only pending: the redrive
- * demotes a2, so A is delivered in seq order again, one head at a time. */
+/* a1 failed under skip and a2, A's first live row now, is only pending:
+ * the redriven a1 goes first again, then A in seq order. b1, written
+ * after, goes beside a1. */
 static void test_redrive_goes_before_later_pending(void **state)
 {
 	(void)state;
@@ -649,18 +574,11 @@ static void test_redrive_goes_before_later_pending(void **state)
 	insert(c, table, "a1", "A");
 	insert(c, table, "a2", "A");
 	insert(c, table, "a3", "A");
-	insert(c, table, "b1", "B");
 	struct store *s = ordered_store(table, false);
 	struct lease_batch b;
-	if (store_classify(s, &(size_t){0}, err, sizeof(err)) != 0)
-		fail_msg("classify: %s", err);
-	/* Only A's head is leased: B's waits for the next pass. */
-	pgtest_exec(c, "UPDATE %s SET head = false WHERE subject = 'b1'",
-		    table);
 	lease(s, &b);
 	mark_all(s, MARK_FAILED, &b, "bad");
-	pgtest_exec(c, "UPDATE %s SET head = true WHERE subject = 'b1'", table);
-	assert_int_equal(heads(c, table, "A"), 1); /* a2 */
+	insert(c, table, "b1", "B");
 	size_t count;
 	struct redrive_filter f = {.type = "t"};
 	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
@@ -852,9 +770,10 @@ static void test_refused_row_blocks_its_key(void **state)
 	PQfinish(c);
 }
 
-/* A hot key's blocked rows are not in the ordered lease's path: with
- * 20k rows behind one head, other keys' heads are leased beside it and
- * the key's rows follow one per lease. (Its cost is the benchmark's.) */
+/* A hot key's waiting rows are not in the ordered lease's path: with
+ * 20k rows behind one key's first, other keys' first rows are leased
+ * beside it and the key's rows follow one per lease. (Its cost is the
+ * benchmark's.) */
 static void test_hot_key_does_not_starve_others(void **state)
 {
 	(void)state;
@@ -872,9 +791,6 @@ static void test_hot_key_does_not_starve_others(void **state)
 		    "generate_series(1, 50) g",
 		    table);
 	struct store *s = ordered_store(table, false);
-	size_t n;
-	for (int i = 0; i < 30; i++)
-		assert_int_equal(store_classify(s, &n, err, sizeof(err)), 0);
 	pgtest_exec(c, "ANALYZE %s", table);
 	struct lease_batch b;
 	assert_int_equal(store_lease(s, NULL, 0, "", &b, err, sizeof(err)), 0);
@@ -894,12 +810,11 @@ int main(void)
 	    cmocka_unit_test(test_skip_moves_on),
 	    cmocka_unit_test(test_block_unblock_and_cleaner),
 	    cmocka_unit_test(test_unblock_redrive),
-	    cmocka_unit_test(test_sweeper_repairs_lost_heads),
-	    cmocka_unit_test(test_repair_visits_every_key),
-	    cmocka_unit_test(test_repair_walk_goes_on),
-	    cmocka_unit_test(test_classify_writes_heads_only),
-	    cmocka_unit_test(test_classify_reads_late_rows),
-	    cmocka_unit_test(test_handover_stays_on_its_page),
+	    cmocka_unit_test(test_held_row_holds_its_key),
+	    cmocka_unit_test(test_walk_gives_every_key_its_turn),
+	    cmocka_unit_test(test_markers_of_older_relays_change_nothing),
+	    cmocka_unit_test(test_suspects_go_alone_in_key_order),
+	    cmocka_unit_test(test_late_rows_and_redrive_are_leased),
 	    cmocka_unit_test(test_redrive_refuses_to_reorder),
 	    cmocka_unit_test(test_redrive_sees_later_row_held),
 	    cmocka_unit_test(test_redrive_locks_next_row_only),

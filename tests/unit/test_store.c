@@ -1804,8 +1804,6 @@ static void test_generic_plans_use_indexes(void **state)
 		    "UPDATE %s SET partition_key = 'k' || (seq %% 50) WHERE "
 		    "status = 'pending'",
 		    table);
-	size_t n;
-	assert_int_equal(store_classify(so, &n, err, sizeof(err)), 0);
 	assert_int_equal(store_lease(so, NULL, 0, "", &b, err, sizeof(err)), 0);
 	assert_true(b.n > 0);
 	ids = batch_ids(&b);
@@ -1818,7 +1816,6 @@ static void test_generic_plans_use_indexes(void **state)
 	free(ids);
 	commit(so, &b);
 	assert_int_equal(store_sweep(so, 100000, &sw, err, sizeof(err)), 0);
-	assert_int_equal(store_repair_heads(so, &n, err, sizeof(err)), 0);
 	assert_int_equal(
 	    store_clean(so, 86400000, 86400000, 500, 0, &cl, err, sizeof(err)),
 	    0);

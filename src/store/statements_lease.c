@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The lease statement (docs/design.md §4 and, for ordered mode, §6): the
+ * one statement of a worker's every batch, and so the one whose cost a
+ * table queue's floor is measured against. Read postgres-queue-pitfalls
+ * and the design before changing it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "guards.h"
+#include "store_internal.h"
+
+/*
+ * The lock lease (docs/design.md §4): rows are locked, not written, by the
+ * transaction that will conclude them. The batch stops adding rows once
+ * their payloads reach the byte budget (the first row always goes):
+ * octet_length() reads a stored value's size without fetching it. Rows
+ * locked but past the budget are left as they are and let go at the end. Rows
+ * named by the claim of a lease that aborted are skipped until the sweeper has
+ * charged them and made them crash suspects: leased again at once, a row that
+ * crashed its relay would take a full batch of neighbours down with it on the
+ * next one. (Postgres records an abort before it lets go of the row locks, so
+ * such a row is never seen unlocked with its claim still in progress.) The
+ * claims are read once, as the statement starts: the dead claims' rows are
+ * skipped in the locking scans, and the claims still running then are asked
+ * again (late) after every row is locked, when the rows are read back by
+ * ctid: a lease that died between the two had its rows unlocked and its
+ * claim dead, and without the second look they would be leased at once, as
+ * no suspects, in a full batch. (A claim that committed cannot die later,
+ * and one written after the statement began is not visible to it either
+ * way, so the running ones are all the late look needs; issue 25, the
+ * model's early_exclusion mutant, docs/model.md.) The
+ * late look is an InitPlan of the read back's filter: Postgres runs an
+ * InitPlan when its value is first needed, here on the first row the TID
+ * scan returns, after that scan evaluated its TID list, the picked rows,
+ * which locked them all. No store test forces the race (the model does).
+ * Rows it leaves out stay locked by this transaction until it ends, like
+ * rows past the byte budget. The
+ * batch size is a literal so a generic plan never estimates the LIMIT as 10 %
+ * of the table; the lease id is made once in its own CTE; a crash suspect is
+ * leased at most one per batch, ahead of the due rows (UNION ALL keeps its
+ * branches' order, and so does the window over it). CTEs are read lazily, so
+ * the due CTE locks only what fits.
+ *
+ * $4, the scan floor (docs/design.md §4, "A held snapshot"): the due scan
+ * starts at the oldest next_attempt_at of the worker's previous batch, not
+ * at the start of the index, because under an old snapshot the entries of
+ * every row finished since it was taken can be neither removed nor marked
+ * dead, and a scan from the start steps over all of them. '-infinity' scans
+ * from the start; lease.c says when.
+ *
+ * $5, the claim floor (the same section): a transaction id below which
+ * every claim is settled, so the claims read starts there, on the index
+ * of migration 006, instead of visiting every claim version a held
+ * snapshot keeps. The statement returns the next one with each row: the
+ * lower of the oldest writer of a claim still open (running, or aborted
+ * and not swept: it stays in reach until it settles) and the snapshot's
+ * xmin (every transaction below it had ended when the statement began,
+ * so a claim this snapshot does not see has a writer at or above it).
+ * A floor past the cluster's next transaction id (a database restored
+ * under a running relay) reads every claim. Claims of relays of version
+ * 005 have no writer and are always read, by a second index scan: lease
+ * transactions plan without bitmap scans, and an OR of the two would
+ * read the whole table.
+ *
+ * $6, the late scan's floor (the same section): the xmin of the
+ * snapshot of this session's previous lease. A row that lease could not
+ * see (its writer still running, or not begun) has a writer at or above
+ * it, so the late scan reads the written_by index of migration 007 from
+ * there for rows below the scan floor: a row committed late by a long
+ * transaction is leased by the next lease, and the scan reads the rows
+ * of the last moments, not every entry a held snapshot keeps. Its rows
+ * come before the due rows (older keys). The statement returns the next
+ * floor: the lower of this snapshot's xmin and the oldest writer of the
+ * late rows it picked (one of them released goes back below the scan
+ * floor, and the late scan must meet it again; those it did not pick
+ * have writers at or above it, read in that order). NULL skips the scan
+ * (a rescan reads from the start of the index anyway).
+ *
+ * What it costs Postgres is measured per batch (docs/design.md §4, "the
+ * statements' own cost"): the locking scans carry only each row's ctid and
+ * size, so the byte-budget window copies no payload; the picked rows are read
+ * back by ctid (a locked row cannot move while its lock is held), which costs a
+ * heap fetch where a primary-key lookup costs an index descent; every
+ * column goes out in its binary form (uuid, int8, timestamptz), so no text
+ * conversion runs on the server. pg_current_xact_id_if_assigned(): locking a
+ * row assigned the transaction an id; an empty lease gets none and writes
+ * nothing.
+ */
+/* One step of ordered mode's key walk (docs/design.md §6): the first
+ * live row of the first key past a key (%2$s), read from key_idx, one
+ * descent; %3$d says which of the two walks (keyed_sql) found it. */
+#define KEY_STEP                                                               \
+	"SELECT o.partition_key AS pk, o.ctid AS tid, o.xmin AS xm, o.seq "    \
+	"AS sq, o.next_attempt_at AS at, o.status AS st, o.suspect AS sus, "   \
+	"o.exchange AS ex, o.routing_key AS rk, o.id, %3$d AS w FROM %1$s o "  \
+	"WHERE o.status IN ('pending', 'in_flight') AND o.partition_key IS "   \
+	"NOT NULL AND o.partition_key %2$s ORDER BY o.partition_key, o.seq "   \
+	"LIMIT 1"
+
+/* A walk named name: from the first key past from, then key after key
+ * while until (on the last key walked, k) holds. */
+static char *walk_sql(const char *T, const char *name, const char *from, int w,
+		      const char *until)
+{
+	char *first = store_asprintf(KEY_STEP, T, from, w);
+	char *next = store_asprintf(KEY_STEP, T, "> k.pk", w);
+	char *sql = first && next
+			? store_asprintf("%s AS ((%s) UNION ALL "
+					 "SELECT n.* FROM %s k CROSS "
+					 "JOIN LATERAL (%s) n%s), ",
+					 name, first, name, next, until)
+			: NULL;
+	free(first);
+	free(next);
+	return sql;
+}
+
+/*
+ * Ordered mode's keyed rows (docs/design.md §6, "The key lock"): for each
+ * key its first live row, and only while it is pending, due, not a dead
+ * claim's, not bound for a paused destination and its key not blocked.
+ * The lock of the lease's transaction is what says the key is out: a key
+ * whose first row another lease holds is skipped (SKIP LOCKED), and a
+ * later row of a key is never a candidate while an earlier one lives, so
+ * no row is written to say which row heads its key. A row in backoff
+ * holds its key by being first and not due.
+ *
+ * Under block a key stops at the row that blocked it: its rows before
+ * that one (a key blocked while its first row was out, by an old row
+ * further down that the destination CHECK refuses) still go, in order.
+ * A blocking row gone from the table stops the whole key.
+ *
+ * The walk goes from key to key along key_idx, one descent a key, from
+ * the key after $7 (where this session's previous keyed lease stopped) to
+ * the last, then from the first up to $7 (NULL: from the first), so every
+ * key gets its turn however many there are; it stops once the batch is
+ * full (the lateral lock and the LIMIT pull it a row at a time).
+ *
+ * The walk reads with the statement's snapshot and locks after: a
+ * redrive that commits in between puts an earlier row of the key back
+ * while this lease goes on to lock the row it found first. The redrive
+ * writes that row (sql_redrive_ordered), and the lock takes a row only
+ * if its version is still the one the walk read (xmin): Postgres locks
+ * the newest version of a row updated since the snapshot and rechecks
+ * the conditions on it, which that one fails (docs/model.md, the
+ * key_early mutant). A crash suspect among the first rows is leased only
+ * if the unkeyed suspect branch found none, and one a batch.
+ */
+static char *keyed_sql(const struct store *s, bool claims)
+{
+	const char *T = s->table.quoted;
+	char *on = walk_sql(T, "walk_on", "> $7::text", 0, "");
+	char *round = walk_sql(T, "walk_round", ">= ''", 1,
+			       " WHERE $7::text IS NULL OR k.pk < $7::text");
+	char *sql =
+	    on && round
+		? store_asprintf(
+		      "%s%scand AS (SELECT c.*, count(*) FILTER (WHERE c.sus) "
+		      "OVER (ROWS UNBOUNDED PRECEDING) AS ns FROM (SELECT * "
+		      "FROM walk_on UNION ALL SELECT * FROM walk_round WHERE "
+		      "$7::text IS NULL OR pk <= $7::text) c WHERE c.st = "
+		      "'pending' AND c.at <= now() AND NOT (coalesce(c.ex, $2) "
+		      "= ANY($1::text[]) OR coalesce(c.ex, $2) || chr(31) || "
+		      "c.rk = ANY($1::text[])) %s AND NOT EXISTS (SELECT 1 "
+		      "FROM %s b WHERE b.partition_key = c.pk AND "
+		      "coalesce((SELECT x.seq FROM %s x WHERE x.id = "
+		      "b.blocking_id), -1) < c.sq)), "
+		      "keyed AS MATERIALIZED (SELECT l.tid, l.bytes, c.sus, "
+		      "c.at, c.sq, c.pk, c.w FROM cand c CROSS JOIN LATERAL "
+		      "(SELECT o.ctid AS tid, octet_length(o.payload) AS bytes "
+		      "FROM %s o WHERE o.ctid = c.tid AND o.xmin = c.xm AND "
+		      "o.status = 'pending' " GUARD_LEASE_LOCK ") l WHERE NOT "
+		      "c.sus OR (c.ns = 1 AND NOT EXISTS (SELECT 1 FROM "
+		      "suspect)) LIMIT %d), ",
+		      on, round,
+		      claims
+			  ? "AND NOT c.id = ANY(ARRAY(SELECT x FROM crashed))"
+			  : "",
+		      s->blocked, T, T, s->opt.batch_size)
+		: NULL;
+	free(on);
+	free(round);
+	return sql;
+}
+
+static char *lease_sql(const struct store *s, bool claims)
+{
+	const char *T = s->table.quoted;
+	int n = s->opt.batch_size;
+	bool ordered = s->opt.ordered;
+	/* One read of the claims table per lease: under a held snapshot
+	 * it keeps a version of every claim written since, and a read
+	 * visits them all. The claims whose transaction is still running
+	 * are kept with their ids, and only they are asked again late. */
+	char *crashed =
+	    claims ? store_asprintf(
+			 "open_claims AS MATERIALIZED (SELECT written_by, xid, "
+			 "ids, st FROM (SELECT written_by, xid, ids, %s AS st "
+			 "FROM (SELECT written_by, xid, ids FROM %s WHERE "
+			 "written_by >= " CLAIMS_FLOOR " UNION ALL SELECT "
+			 "written_by, xid, ids FROM %s WHERE written_by IS "
+			 "NULL) a WHERE cardinality(ids) > 0) c WHERE st IN "
+			 "('aborted', 'in progress')), crashed AS MATERIALIZED "
+			 "(SELECT unnest(ids) AS x FROM open_claims WHERE st = "
+			 "'aborted'), ",
+			 CLAIM_XACT_STATUS("xid"), s->claims, s->claims)
+		   : strdup("");
+	const char *skip_crashed =
+	    claims ? "AND NOT id = ANY(ARRAY(SELECT x FROM crashed)) " : "";
+	char *late =
+	    claims ? strdup("late AS MATERIALIZED (SELECT unnest(ids) AS x "
+			    "FROM open_claims WHERE st = 'aborted' OR "
+			    "pg_xact_status(xid) = 'aborted'), ")
+		   : strdup("");
+	const char *skip_late =
+	    claims ? " AND NOT t.id = ANY(ARRAY(SELECT x FROM late))" : "";
+	char *keyed = ordered ? keyed_sql(s, claims) : strdup("");
+	/* Rows bound for a paused destination (or destination + routing
+	 * key) are not leased; $1 is the paused list, $2 the default. In
+	 * ordered mode the unkeyed rows only (keyed ones are the walk's):
+	 * the partial index of 002 holds them (and old relays' heads). */
+	const char *not_paused =
+	    ordered ? "partition_key IS NULL AND NOT "
+		      "(coalesce(exchange, $2) = ANY($1::text[]) OR "
+		      "coalesce(exchange, $2) || chr(31) || routing_key = "
+		      "ANY($1::text[]))"
+		    : "NOT (coalesce(exchange, $2) = ANY($1::text[]) OR "
+		      "coalesce(exchange, $2) || chr(31) || routing_key = "
+		      "ANY($1::text[]))";
+	/* The late scan: rows below the floor ($4) written by a transaction
+	 * at or after $6, the xmin of this session's previous lease's
+	 * snapshot: the rows that lease could not see yet. Ordered mode
+	 * always scans from the start (lease.c), so it has none. */
+	bool has_below = !s->written_missing && !ordered;
+	char *below =
+	    !has_below
+		? strdup("")
+		: store_asprintf(
+		      "below AS MATERIALIZED (SELECT ctid AS tid, "
+		      "octet_length(payload) AS bytes, written_by AS w FROM "
+		      "%s WHERE status = 'pending' AND NOT suspect AND "
+		      "written_by >= " WRITTEN_FLOOR " AND next_attempt_at < "
+		      "$4::timestamptz AND next_attempt_at <= now() AND %s %s"
+		      "ORDER BY written_by LIMIT %d " GUARD_LEASE_LOCK "), ",
+		      T, not_paused, skip_crashed, n);
+	/* What the byte window takes from, in order: a suspect first, then
+	 * the late rows, then the due ones. Ordered mode merges the keyed
+	 * rows with the unkeyed by next_attempt_at, so neither kind waits
+	 * for a backlog of the other. */
+	char *rows =
+	    ordered ? strdup("SELECT tid, bytes, w FROM (SELECT tid, bytes, "
+			     "NULL::xid8 AS w, 0 AS o, now() AS at, 0::int8 "
+			     "AS sq FROM suspect UNION ALL SELECT tid, bytes, "
+			     "NULL::xid8, CASE WHEN sus THEN 0 ELSE 1 END, at, "
+			     "sq FROM keyed UNION ALL SELECT tid, bytes, "
+			     "NULL::xid8, 1, at, sq FROM due) m ORDER BY o, "
+			     "at, sq")
+		    : store_asprintf("SELECT tid, bytes, NULL::xid8 AS w FROM "
+				     "suspect %sUNION ALL SELECT tid, bytes, "
+				     "NULL::xid8 FROM due",
+				     has_below ? "UNION ALL SELECT tid, bytes, "
+						 "w FROM below "
+					       : "");
+	const char *written_floor =
+	    !has_below
+		? "$6::xid8" /* unused, but every lease takes it */
+		: "(SELECT least(pg_snapshot_xmin(pg_current_snapshot()), "
+		  "min(w)) FROM picked)";
+	/* Where the next keyed lease's walk starts: the last key this one
+	 * took, in the walk's order; NULL (none taken) keeps the place. */
+	const char *cursor =
+	    ordered ? ", (SELECT k.pk FROM keyed k WHERE k.tid = "
+		      "ANY(ARRAY(SELECT tid FROM picked)) ORDER BY k.w DESC, "
+		      "k.pk DESC LIMIT 1)"
+		    : "";
+	char *sql =
+	    crashed && late && keyed && below && rows
+		? store_asprintf(
+		      "WITH %slease AS MATERIALIZED (SELECT "
+		      "gen_random_uuid() AS lease_id), %s%s"
+		      "suspect AS MATERIALIZED (SELECT ctid AS tid, "
+		      "octet_length(payload) AS bytes FROM %s "
+		      "WHERE status = 'pending' AND suspect AND "
+		      "next_attempt_at <= now() AND %s %s"
+		      "ORDER BY next_attempt_at, seq LIMIT "
+		      "1 " GUARD_LEASE_LOCK "), %s%s"
+		      "due AS MATERIALIZED (SELECT ctid AS tid, "
+		      "octet_length(payload) AS bytes%s FROM %s "
+		      "WHERE status = 'pending' AND NOT suspect AND "
+		      "next_attempt_at <= now() AND next_attempt_at >= "
+		      "$4::timestamptz AND %s %s"
+		      "ORDER BY next_attempt_at, seq LIMIT %d " GUARD_LEASE_LOCK
+		      "), "
+		      "picked AS (SELECT tid, w FROM (SELECT tid, w, "
+		      "sum(bytes) "
+		      "OVER (ROWS UNBOUNDED PRECEDING) - bytes AS before FROM "
+		      "(%s) u) q WHERE before < %lld LIMIT %d) "
+		      "SELECT t.id, t.seq, t.type, coalesce(t.source, %s$3), "
+		      "t.subject, t.content_type, t.exchange, t.routing_key, "
+		      "t.partition_key, t.payload, t.headers::text, "
+		      "t.created_at, t.attempts + 1, t.max_attempts, (SELECT "
+		      "lease_id FROM lease), pg_current_xact_id_if_assigned(), "
+		      "t.ctid, t.next_attempt_at, %s, %s%s FROM %s t WHERE "
+		      "t.ctid = ANY(ARRAY(SELECT tid FROM picked))%s",
+		      ordered ? "RECURSIVE " : "", crashed, late, T, not_paused,
+		      skip_crashed, below, keyed,
+		      ordered ? ", next_attempt_at AS at, seq AS sq" : "", T,
+		      not_paused, skip_crashed, n, rows,
+		      (long long)s->opt.batch_bytes, n,
+		      s->relay_source_missing ? "" : "t.relay_source, ",
+		      claims ? "(SELECT least(min(written_by), "
+			       "pg_snapshot_xmin(pg_current_snapshot())) FROM "
+			       "open_claims)"
+			     : "$5::xid8",
+		      written_floor, cursor, T, skip_late)
+		: NULL;
+	free(below);
+	free(crashed);
+	free(late);
+	free(keyed);
+	free(rows);
+	return sql;
+}
+
+char *sql_lease(const struct store *s)
+{
+	return lease_sql(s, true);
+}
+
+/* For a table made by hand without the claims table. */
+char *sql_lease_bare(const struct store *s)
+{
+	return lease_sql(s, false);
+}
