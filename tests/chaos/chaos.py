@@ -359,6 +359,9 @@ class Harness:
         # the harness reads them through views, so every check below
         # looks at all of them at once.
         self.sources = getattr(args, "sources", 1)
+        # OUTBOX_ORDERING=partition: the verdict also checks each key's
+        # first deliveries came in seq order (docs/design.md §6).
+        self.ordered = getattr(args, "ordered", False)
         self.window = args.window or min(120, max(30, self.n // 100))
         self.t_start = time.monotonic()
         self.deadline = self.t_start + args.duration_cap
@@ -384,6 +387,7 @@ class Harness:
         self.errors = []
         self.episodes = []  # SIGSTOP episodes
         self.delivered = None  # (lost, duplicates), once counted
+        self.out_of_order = 0  # ordered mode's violations, once counted
         self.lost_leases = 0.0  # summed over relays, scraped before exit
         self.lock = threading.Lock()
         self.relays = []
@@ -421,6 +425,8 @@ class Harness:
             "OUTBOX_PUBLISHER": self.mode,
             "OUTBOX_MAX_RATE": rate,
         })
+        if self.ordered:
+            self.relay_env["OUTBOX_ORDERING"] = "partition"
         if self.mode == "amqp":
             url = self.svc.amqp_url.rstrip("/")
             self.amqp_url = url
@@ -808,8 +814,35 @@ class Harness:
         self.delivered = (lost, sum(n - 1 for n in got.values()))
         return problems, lost, self.delivered[1]
 
+    def order_violations(self, consumed):
+        """Ordered mode: first deliveries (in the order consumed) of a
+        keyed row after the first delivery of a later row of its key.
+        One broker queue, or one Kafka partition per key, keeps the
+        order in which the relays published."""
+        where = {}
+        for t in self.tables:
+            for mid, key, seq in self.db.rows(
+                    "SELECT id, partition_key, seq FROM %s WHERE "
+                    "partition_key IS NOT NULL" % t):
+                where[mid] = ((t, key), int(seq))
+        newest, seen, bad = {}, set(), 0
+        for mid in consumed:
+            if mid in seen or mid not in where:
+                continue
+            seen.add(mid)
+            key, seq = where[mid]
+            if newest.get(key, -1) > seq:
+                bad += 1
+            newest[key] = max(newest.get(key, -1), seq)
+        return bad
+
     def verdict(self, counts, codes, consumed):
         problems, lost, dups = self.delivery(counts, consumed)
+        if self.ordered:
+            self.out_of_order = self.order_violations(consumed)
+            if self.out_of_order:
+                problems.append("%d first deliveries came after a later "
+                                "row of their key" % self.out_of_order)
         # Stale marks: the transaction a SIGSTOP'd relay held its rows
         # in may never commit (the server ended it past the lease; only
         # a fresh lease may finish the rows). Each of its rows counts.
@@ -845,13 +878,15 @@ class Harness:
         line = ("chaos verdict: %s mode=%s events=%d lost=%d failed=%d "
                 "pending=%d in_flight=%d duplicates=%.2f%% (%d) "
                 "lost_leases=%d stale_rejected=%d stale_accepted=%d "
-                "faults=%d seed=%d elapsed=%ds" % (
+                "faults=%d%s seed=%d elapsed=%ds" % (
                     "FAIL" if problems else "PASS", self.mode, self.n, lost,
                     counts["failed"], counts["pending"], counts["in_flight"],
                     100.0 * dups / max(1, self.n), dups,
                     int(self.lost_leases), stale_rejected, stale_accepted,
                     sum(v for k, v in self.faults.items()
                         if k != "sigstop-missed"),
+                    " out_of_order=%d" % self.out_of_order
+                    if self.ordered else "",
                     self.seed, time.monotonic() - self.t_start))
         return line, problems
 
@@ -924,8 +959,11 @@ class Harness:
             self.stop_faults.set()
             lost, dups = self.delivered or ("?", "?")
             print(verdict_line(self.mode, word, self.seed,
-                               "lost=%s duplicates=%s %s" % (
-                                   lost, dups, self.fault_counts())),
+                               "%slost=%s duplicates=%s %s" % (
+                                   "ordered out_of_order=%d " %
+                                   self.out_of_order if self.ordered
+                                   else "", lost, dups,
+                                   self.fault_counts())),
                   flush=True)
             if hasattr(self, "svc"):
                 self.cleanup_services()
@@ -989,6 +1027,9 @@ def main():
                    "30..120)")
     p.add_argument("--sources", type=int, default=1,
                    help="outbox tables behind each relay (default 1)")
+    p.add_argument("--ordered", action="store_true",
+                   help="OUTBOX_ORDERING=partition, and check each key's "
+                   "first deliveries came in seq order")
     a = p.parse_args()
     if not 1 <= a.sources <= 100:
         p.error("--sources must be 1..100")
