@@ -45,6 +45,7 @@ runs=(
 	"redrive:pass:-DFAULTS=1 -DREDRIVE"
 	"keylock:pass:-DFAULTS=1 -DKEYLOCK -DREDRIVE"
 	"key_early:fail:-DFAULTS=1 -DKEYLOCK -DREDRIVE -DKEY_EARLY"
+	"redrive_no_write:fail:-DFAULTS=1 -DKEYLOCK -DREDRIVE -DREDRIVE_NO_WRITE"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-model.XXXXXX")

@@ -53,15 +53,18 @@
  *               (the claim's reply lost), and rows it did not hand over,
  *               stay in the claim (the C now takes them out first)
  *   NO_P6       P6 is not checked (to see what EARLY_ONLY leads to)
- * The next ordered lease (docs/design.md §11, "The next ordered lease"),
- * not built yet:
+ * The key lock, ordered mode's lease since the head marker
+ * (docs/design.md §6):
  *   KEYLOCK     no head marker: the lease takes a key's row when it is
  *               the key's first live row, as the statement's snapshot
- *               saw it and again once the row is locked
+ *               saw it, and locks it only in the version it read
  *   KEY_EARLY   the snapshot's look only (its known race with a redrive)
+ *   REDRIVE_NO_WRITE  the redrive locks row 1 but leaves it as it is, so
+ *               the lock's version check has nothing to see
  *   REDRIVE     an operator redrives row 0 once, after it finished: it
  *               locks row 1 NOWAIT and is refused when row 1 is locked,
- *               sent or deleted; under the marker it demotes row 1's head
+ *               sent or deleted; it writes row 1 (under the marker,
+ *               demoting its head)
  * The design as first written, which the model refines (docs/model.md):
  *   AS_WRITTEN_UPSERT  the claim upsert overwrites a dead, unsettled claim
  *                      of the same holder (refined, F1: it waits)
@@ -117,6 +120,9 @@ byte credit[NROW];
 byte owed[NROW];
 /* REDRIVE: the operator may still redrive row 0 */
 bit redrive_open;
+/* Row 1's version: the redrive writes row 1 (a new version), and the
+ * key lock's lock takes row 1 only in the version its statement read. */
+bit ver1;
 
 #ifdef NO_G2
 #define UNLOCKED(i) 1
@@ -139,19 +145,23 @@ bit redrive_open;
 #define ISSET(m, i) (((m) >> (i)) & 1)
 #define PENDING(i) (st[i] == PEND)
 #ifdef KEYLOCK
-/* Row 1 is its key's first live row when row 0 is not live: as the lease
- * statement's snapshot saw it (first1, a relay's own) and, unless
- * KEY_EARLY, once the row is locked. */
+/* Row 1 is its key's first live row when row 0 is not live, as the lease
+ * statement's snapshot saw it (first1, a relay's own). Unless KEY_EARLY,
+ * the lock takes row 1 only in the version that snapshot read (seen1):
+ * the redrive that puts row 0 back writes row 1, so Postgres's recheck
+ * of the locked row's newest version (xmin) fails (the C's late check,
+ * statements_lease.c). */
 #ifdef KEY_EARLY
 #define FIRST1 first1
 #else
-#define FIRST1 (first1 && !PENDING(0))
+#define FIRST1 (first1 && seen1 == ver1)
 #endif
 #define ELIG(i) (PENDING(i) && UNLOCKED(i) && (i != 1 || FIRST1))
-/* Its snapshot had row 0 live, and it is done since: a statement that
- * found nothing, and the next one sees row 1 first. */
-#define SNAP_OLD (!first1 && !PENDING(0))
-#define SNAP1 first1 = !PENDING(0)
+/* Its snapshot had row 0 live, and it is done since; or row 1 was
+ * written since the snapshot read it: a statement that found nothing,
+ * and the next one reads anew. */
+#define SNAP_OLD ((!first1 && !PENDING(0)) || (first1 && seen1 != ver1))
+#define SNAP1 first1 = !PENDING(0); seen1 = ver1
 #else
 #define SNAP_OLD 0
 #define SNAP1 skip
@@ -533,6 +543,7 @@ proctype relay(byte r)
 	byte batch, handed;
 	byte excl; /* rows of dead claims as the lease statement began */
 	bit first1; /* KEYLOCK: row 0 was not live as it began */
+	bit seen1;  /* KEYLOCK: the version of row 1 it read then */
 	byte k, dm; /* settling its own claim */
 	bit alive, claimed, fresh;
 	bit ack; /* NO_G5 only: row 0 acked before its commit */
@@ -651,6 +662,9 @@ proctype redrive()
 	:: d_step {
 		(st[0] == SENT || st[0] == FAIL) && st[1] == PEND && lk[1] == 0 ->
 		head[1] = 0;
+#ifndef REDRIVE_NO_WRITE
+		ver1 = 1;
+#endif
 		head[0] = 1;
 		st[0] = PEND;
 		att[0] = 0;
