@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Leasing (docs/design.md §4): the lock lease, its claim and renewal, and
- * what the workers ask before leasing (operator pauses, ordered mode's
- * head classification, when the next row is due).
+ * what the workers ask before leasing (operator pauses, when the next
+ * row is due).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,15 +270,16 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
  * per OUTBOX_LEASE_RESCAN_INTERVAL for the process (rescan_scheduled()),
  * or RESCAN_COST_FACTOR times the last rescan's duration when that is
  * longer, and at once when the paused destinations change (their rows
- * were left out, at any age). Ordered mode always rescans: a key's next
- * row becomes its head with the next_attempt_at it was written with.
+ * were left out, at any age). In ordered mode the floor is the unkeyed
+ * rows' only: the keyed rows are the key walk's, which reads each key's
+ * first live row at every lease (statements_lease.c).
  */
 /* The session's floor as the lease's $4: '-infinity' when it has none or
- * keeps none (ordered mode, OUTBOX_LEASE_RESCAN_INTERVAL=0), or has no
- * late scan floor yet on a table with the column. */
+ * keeps none (OUTBOX_LEASE_RESCAN_INTERVAL=0), or has no late scan floor
+ * yet on a table with the column. */
 static bool floor_of(const struct store *s, char floor[40])
 {
-	if (s->floor_set && !s->opt.ordered && s->opt.lease_rescan_ms > 0 &&
+	if (s->floor_set && s->opt.lease_rescan_ms > 0 &&
 	    (s->written_missing || s->written_floor != 0) &&
 	    store_floor_text(s->floor_us, floor))
 		return true;

@@ -246,9 +246,12 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 		     col_be(res, i, LC_NEXT_ATTEMPT_AT, 8, &due);
 		/* A row below the scan the lease ran from came from the
 		 * late scan (or is a crash suspect, which has a scan of its
-		 * own): the floor stays where the due scan has been. */
+		 * own): the floor stays where the due scan has been. In
+		 * ordered mode a keyed row came from the key walk, which
+		 * has no floor. */
 		if (ok && (int64_t)due < oldest &&
-		    (int64_t)due >= s->scan_from_us)
+		    (int64_t)due >= s->scan_from_us &&
+		    !(s->opt.ordered && out->events[i].partition_key))
 			oldest = (int64_t)due;
 	}
 	if (!ok) {

@@ -232,9 +232,9 @@ static char *lease_sql(const struct store *s, bool claims)
 		      "ANY($1::text[]))";
 	/* The late scan: rows below the floor ($4) written by a transaction
 	 * at or after $6, the xmin of this session's previous lease's
-	 * snapshot: the rows that lease could not see yet. Ordered mode
-	 * always scans from the start (lease.c), so it has none. */
-	bool has_below = !s->written_missing && !ordered;
+	 * snapshot: the rows that lease could not see yet (in ordered mode
+	 * unkeyed ones: keyed rows are the walk's, which has no floor). */
+	bool has_below = !s->written_missing;
 	char *below =
 	    !has_below
 		? strdup("")
@@ -249,15 +249,20 @@ static char *lease_sql(const struct store *s, bool claims)
 	/* What the byte window takes from, in order: a suspect first, then
 	 * the late rows, then the due ones. Ordered mode merges the keyed
 	 * rows with the unkeyed by next_attempt_at, so neither kind waits
-	 * for a backlog of the other. */
+	 * for a backlog of the other; its late rows go first among them. */
 	char *rows =
-	    ordered ? strdup("SELECT tid, bytes, w FROM (SELECT tid, bytes, "
-			     "NULL::xid8 AS w, 0 AS o, now() AS at, 0::int8 "
-			     "AS sq FROM suspect UNION ALL SELECT tid, bytes, "
-			     "NULL::xid8, CASE WHEN sus THEN 0 ELSE 1 END, at, "
-			     "sq FROM keyed UNION ALL SELECT tid, bytes, "
-			     "NULL::xid8, 1, at, sq FROM due) m ORDER BY o, "
-			     "at, sq")
+	    ordered ? store_asprintf(
+			  "SELECT tid, bytes, w FROM (SELECT tid, bytes, "
+			  "NULL::xid8 AS w, 0 AS o, now() AS at, 0::int8 AS "
+			  "sq FROM suspect %sUNION ALL SELECT tid, bytes, "
+			  "NULL::xid8, CASE WHEN sus THEN 0 ELSE 1 END, at, "
+			  "sq FROM keyed UNION ALL SELECT tid, bytes, "
+			  "NULL::xid8, 1, at, sq FROM due) m ORDER BY o, at, "
+			  "sq",
+			  has_below ? "UNION ALL SELECT tid, bytes, w, 1, "
+				      "'-infinity'::timestamptz, 0::int8 FROM "
+				      "below "
+				    : "")
 		    : store_asprintf("SELECT tid, bytes, NULL::xid8 AS w FROM "
 				     "suspect %sUNION ALL SELECT tid, bytes, "
 				     "NULL::xid8 FROM due",

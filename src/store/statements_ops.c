@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The statements of the operator commands (redrive and replay, unblock,
- * the pauses the workers read, the schema version) and of ordered mode's
- * head keeping (classification, repair, failing the rows the destination
- * CHECK refuses), one builder each; statements.c collects them with the
- * statements of the lease, its marks and the sweeper. The shapes are
+ * the pauses the workers read, the schema version) and the failing of
+ * the rows the destination CHECK refuses, one builder each; statements.c
+ * collects them with the statements of the lease (statements_lease.c),
+ * its marks and the sweeper. The shapes are
  * those of docs/design.md §6 and §10, each for a measured reason given
  * there: read it before changing one.
  */

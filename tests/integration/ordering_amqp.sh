@@ -33,10 +33,10 @@ done
 total=$(it_count "true")
 [ "$total" = 12000 ] || it_fail "inserted $total rows, want 12000"
 
-# Six workers classify 12,000 fresh keyed rows at once, beside whatever
-# else the suite runs on the machine's two cores: a 1 s statement timeout
-# was seen to cancel those first classifications over and over. The test
-# is about order, not speed.
+# Six workers lease from 6,000 keys at once, beside whatever else the
+# suite runs on the machine's two cores: a 1 s statement timeout was seen
+# to cancel the first statements over and over (with the head marker's
+# classification). The test is about order, not speed.
 settings=(OUTBOX_ORDERING=partition OUTBOX_WORKERS=2 OUTBOX_AMQP_EXCHANGE="$x"
 	OUTBOX_LEASE_TIMEOUT=8s OUTBOX_PUBLISH_TIMEOUT=1s OUTBOX_STATEMENT_TIMEOUT=3s
 	OUTBOX_SWEEP_INTERVAL=500ms OUTBOX_POLL_INTERVAL=100ms)

@@ -6,8 +6,8 @@
 # migration may keep one. On a table whose old pending rows violate it,
 # migrate still succeeds and leaves the constraint NOT VALID (enforced for
 # new rows); the relay fails those rows with the reason, its lease and
-# mark not refused, in unordered and ordered mode (where those rows would
-# stop a classification or a mark); the next migrate validates the
+# mark not refused, in unordered and ordered mode (where the relay fails
+# them before its first lease); the next migrate validates the
 # constraint.
 . "$(dirname "$0")/lib.sh"
 it_table destcheck
@@ -64,10 +64,11 @@ it_stop "$pid"
 	"failed: exchange contains a control character" ] || it_fail "old bad row not failed with the reason"
 [ "$(it_count "type = 'old.good' AND status = 'sent'")" = 1 ] || it_fail "old good row not sent"
 
-# Ordered mode, old rows again: a2 (not head yet) and b1 (its key's head,
-# as a relay of that time classified them), d1 written after and never
-# classified. Each would stop a classification or a mark; the relay fails
-# them alone with the reason and delivers the rest in key order.
+# Ordered mode, old rows again: a2 (behind its key's first row) and b1
+# (its key's first, marked head by a relay of that time), d1 written
+# after. Each would stop a mark that left it pending; the relay fails
+# them alone with the reason before its first lease and delivers the
+# rest in key order.
 it_psql "ALTER TABLE $OUTBOX_TABLE DROP CONSTRAINT $con;
          DELETE FROM $schema.outbox_events_schema_version WHERE version = 4"
 it_psql "INSERT INTO $OUTBOX_TABLE (type, subject, partition_key, routing_key, payload) VALUES

@@ -124,7 +124,7 @@ static void insert_keys(PGconn *c, const char *table, const char *keys, int per)
 		}
 }
 
-static void test_one_head_per_key_in_seq_order(void **state)
+static void test_one_row_per_key_in_seq_order(void **state)
 {
 	(void)state;
 	char table[128];
@@ -250,7 +250,7 @@ static void test_block_unblock_and_cleaner(void **state)
 			table),
 	    1);
 
-	/* unblock --skip: a2 becomes head, a3 follows. */
+	/* unblock --skip: a2 goes, a3 follows. */
 	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)), 0);
 	expect_batch(s, "a2");
 	expect_batch(s, "a3");
@@ -408,8 +408,10 @@ static void test_suspects_go_alone_in_key_order(void **state)
 	PQfinish(c);
 }
 
-/* A row committed late, by a producer transaction that began before rows
- * already delivered, is delivered; and a redriven row goes again. */
+/* Rows committed late, by a producer transaction that began before rows
+ * already delivered, are delivered: a keyed one by the key walk, an
+ * unkeyed one (below the scan floor u1 set, with the rescan an hour
+ * away) by the late scan; and a redriven row goes again. */
 static void test_late_rows_and_redrive_are_leased(void **state)
 {
 	(void)state;
@@ -418,14 +420,16 @@ static void test_late_rows_and_redrive_are_leased(void **state)
 	PGconn *c = pgtest_connect(), *late = pgtest_connect();
 	pgtest_exec(late, "BEGIN");
 	insert(late, table, "k1", "K");
+	insert(late, table, "u0", NULL);
 	insert(c, table, "c1", "C");
+	insert(c, table, "u1", NULL);
 	struct store_options o = pgtest_store_options(table);
 	o.ordered = true;
 	o.lease_rescan_ms = 3600 * 1000;
 	struct store *s = pgtest_store(&o);
-	expect_batch(s, "c1");
+	expect_batch(s, "c1,u1");
 	pgtest_exec(late, "COMMIT");
-	expect_batch(s, "k1");
+	expect_batch(s, "k1,u0");
 	char sql[256], id[64];
 	snprintf(sql, sizeof(sql),
 		 "SELECT id::text FROM %s WHERE subject = 'c1'", table);
@@ -471,14 +475,10 @@ static void test_redrive_refuses_to_reorder(void **state)
 	PQfinish(c);
 }
 
-/* a1 failed under skip, so a2 became A's head, and a2 is held by a lease
- * of another session: redriving a1 now would let a2 out first, or (once
- * that lease ends) make a1 a second head of A. Refused, with and without
- * --force, and nothing changes; once the lease ends with a2 released, the
- * redrive puts a1 back in front. */
-/* A redrive locks the key's next row only, the one row that could be
- * head: a row further behind, locked elsewhere (here by a session of the
- * test), does not refuse it, and the rows behind stay unwritten. */
+/* A redrive locks the key's next row only, the one row a lease could be
+ * taking, and writes it (head = false: a lease that read the key before
+ * the redrive committed leaves it): a row further behind, locked
+ * elsewhere (here by a session of the test), does not refuse it. */
 static void test_redrive_locks_next_row_only(void **state)
 {
 	(void)state;
@@ -491,7 +491,7 @@ static void test_redrive_locks_next_row_only(void **state)
 	struct store *s = ordered_store(table, false);
 	struct lease_batch b;
 	lease(s, &b);
-	mark_all(s, MARK_FAILED, &b, "bad"); /* skip: a2 is head now */
+	mark_all(s, MARK_FAILED, &b, "bad"); /* skip: a2 is first now */
 	pgtest_exec(other, "BEGIN");
 	pgtest_exec(other,
 		    "SELECT 1 FROM %s WHERE subject = 'a3' FOR NO KEY UPDATE",
@@ -514,6 +514,10 @@ static void test_redrive_locks_next_row_only(void **state)
 	PQfinish(c);
 }
 
+/* a1 failed under skip, so a2 is A's first live row, and a2 is held by
+ * a lease of another session: redriving a1 now would let a2 out first.
+ * Refused, with and without --force, and nothing changes; once the lease
+ * ends with a2 released, the redrive puts a1 back in front. */
 static void test_redrive_sees_later_row_held(void **state)
 {
 	(void)state;
@@ -544,7 +548,7 @@ static void test_redrive_sees_later_row_held(void **state)
 				     "'a1' AND status = 'failed'",
 				     table),
 			 1);
-	/* The lease ends without a mark: a2 is pending and A's head again,
+	/* The lease ends without a mark: a2 is pending and A's first again,
 	 * and a1 goes back in front of it. */
 	assert_int_equal(store_lease_abort(s, &b, err, sizeof(err)), 0);
 	lease_batch_release(&b);
@@ -698,11 +702,11 @@ static long refused(PGconn *c, const char *table, const char *column)
 }
 
 /* Rows written before migration 004, some with control characters in
- * routing_key or exchange, classified by a relay of that time (a1 and b1
- * head), and d1 written after it and not classified yet: the first
- * classification of a session fails those rows alone, with the reason,
- * before any head moves. Other rows flow in key order: A goes on past
- * a2 (skip), B's head b1 is failed with nothing after it, u2 unkeyed. */
+ * routing_key or exchange, marked head by a relay of that time (a1 and
+ * b1), and d1 written after it: before its first lease an ordered
+ * session fails those rows alone, with the reason. Other rows flow in key
+ * order: A goes on past a2 (skip), B's b1 is failed with nothing after
+ * it, u2 unkeyed. */
 static void test_refused_rows_fail_alone(void **state)
 {
 	(void)state;
@@ -737,8 +741,8 @@ static void test_refused_rows_fail_alone(void **state)
 	PQfinish(c);
 }
 
-/* The same under block: a2, not head yet, is failed and blocks A; a1,
- * A's head, is delivered and A stops there until unblock. */
+/* The same under block: a2 is failed and blocks A; a1, before it, is
+ * delivered and A stops at a2 until unblock. */
 static void test_refused_row_blocks_its_key(void **state)
 {
 	(void)state;
@@ -805,7 +809,7 @@ static void test_hot_key_does_not_starve_others(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_one_head_per_key_in_seq_order),
+	    cmocka_unit_test(test_one_row_per_key_in_seq_order),
 	    cmocka_unit_test(test_backoff_holds_the_key),
 	    cmocka_unit_test(test_skip_moves_on),
 	    cmocka_unit_test(test_block_unblock_and_cleaner),
