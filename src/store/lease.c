@@ -442,6 +442,10 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 			s->claims_rescan_at_ms =
 			    store_rescan_due(s, ended_ms, took);
 	}
+	if (res && store_lease_found_none(s, res)) {
+		PQclear(res);
+		res = NULL;
+	}
 	if (res && PQntuples(res) > 0)
 		rc = store_take_rows(s, res, out, err, errlen);
 	else

@@ -213,6 +213,33 @@ static int by_seq(const void *a, const void *b)
 	return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
+/* Ordered mode: where the next walk starts, from the lease's result
+ * (statements_lease.c); NULL keeps the place. -1 when out of memory. */
+static int keep_key_cursor(struct store *s, const PGresult *res)
+{
+	if (PQntuples(res) < 1 || PQnfields(res) <= LC_KEY_CURSOR ||
+	    PQgetisnull(res, 0, LC_KEY_CURSOR))
+		return 0;
+	char *cursor = strndup(PQgetvalue(res, 0, LC_KEY_CURSOR),
+			       (size_t)PQgetlength(res, 0, LC_KEY_CURSOR));
+	if (!cursor)
+		return -1;
+	free(s->key_cursor);
+	s->key_cursor = cursor;
+	return 0;
+}
+
+bool store_lease_found_none(struct store *s, const PGresult *res)
+{
+	if (!s->opt.ordered || PQntuples(res) != 1 ||
+	    !PQgetisnull(res, 0, LC_ID))
+		return false;
+	/* Out of memory: the place is kept, the next walk starts there
+	 * again. */
+	(void)keep_key_cursor(s, res);
+	return true;
+}
+
 int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 		    char *err, size_t errlen)
 {
@@ -272,19 +299,9 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	uint64_t written_floor;
 	if (col_be(res, 0, LC_WRITTEN_FLOOR, 8, &written_floor))
 		s->written_floor = written_floor;
-	/* The walk's next start: a key this lease took, or the place kept
-	 * when it took none. */
-	if (PQnfields(res) > LC_KEY_CURSOR &&
-	    !PQgetisnull(res, 0, LC_KEY_CURSOR)) {
-		char *cursor =
-		    strndup(PQgetvalue(res, 0, LC_KEY_CURSOR),
-			    (size_t)PQgetlength(res, 0, LC_KEY_CURSOR));
-		if (!cursor) {
-			snprintf(err, errlen, "lease: out of memory");
-			return STORE_ERROR;
-		}
-		free(s->key_cursor);
-		s->key_cursor = cursor;
+	if (keep_key_cursor(s, res) != 0) {
+		snprintf(err, errlen, "lease: out of memory");
+		return STORE_ERROR;
 	}
 	uint64_t claims_floor;
 	if (col_be(res, 0, LC_CLAIMS_FLOOR, 8, &claims_floor)) {

@@ -405,6 +405,7 @@ int store_open_on(struct store **out, const struct store_options *opt,
 		return STORE_ERROR;
 	}
 	s->ses = ses;
+	s->key_walk_cap = KEY_WALK_CAP;
 	if (ses->tags > 0)
 		snprintf(s->tag, sizeof(s->tag), "t%u_", ses->tags);
 	ses->tags++;
@@ -483,6 +484,14 @@ PGconn *store_conn(struct store *s)
 PGconn *store_claim_conn(struct store *s)
 {
 	return s->claim ? s->claim->ses->conn : NULL;
+}
+
+void store_set_key_walk_cap(struct store *s, size_t keys)
+{
+	s->key_walk_cap = keys < 1 ? 1 : keys;
+	free(s->sql[ST_LEASE]);
+	free(s->sql[ST_LEASE_BARE]);
+	s->sql[ST_LEASE] = s->sql[ST_LEASE_BARE] = NULL;
 }
 
 void store_channel_sql(const struct outbox_table *t, char *out, size_t outlen)

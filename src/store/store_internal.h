@@ -98,6 +98,8 @@ enum tx_end { TX_COMMIT, TX_ROLLBACK };
 	"(CASE WHEN $6::xid8 > pg_snapshot_xmax(pg_current_snapshot()) THEN "  \
 	"'0'::xid8 ELSE $6::xid8 END)"
 #define REDRIVE_BATCH 1000
+/* Keys one ordered lease's walk steps to at most (statements_lease.c). */
+#define KEY_WALK_CAP 10000
 
 /*
  * One Postgres session and what lives on it rather than on a store: its
@@ -200,6 +202,9 @@ struct store {
 	 * this session's previous keyed lease took, where the next walk
 	 * starts (owned; NULL: from the first key). */
 	char *key_cursor;
+	/* At most this many keys a keyed lease's walk steps to
+	 * (KEY_WALK_CAP; store_set_key_walk_cap in tests). */
+	size_t key_walk_cap;
 	/* The backlog count's floors (store_admin.c): the oldest
 	 * next_attempt_at the previous count found, as Postgres wrote it
 	 * ("" until a count from the start), the xmin of its snapshot, and
@@ -269,6 +274,9 @@ char *sql_unblock_skip(const struct store *s);
 char *sql_unblock_redrive(const struct store *s);
 char *sql_version(const struct store *s);
 
+/* lease_rows.c: whether res is an ordered lease that picked no row (its
+ * one row carries the key walk's place, which it keeps). */
+bool store_lease_found_none(struct store *s, const PGresult *res);
 /* lease_rows.c: takes the lease statement's rows out of res into out (out
  * owns res from then on) and sets the session's scan and claim floors
  * from them; 0, or STORE_ERROR with err. */

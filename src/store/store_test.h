@@ -29,4 +29,9 @@ int store_open_traced(struct store **out, const struct store_options *opt,
 int store_lease_rollback_charged(struct store *s, struct lease_batch *b,
 				 char *err, size_t errlen);
 
+/* The keys one ordered lease's walk steps to at most (at least 1;
+ * KEY_WALK_CAP by default), so a test reaches the cap with a few keys.
+ * Before the store's first lease: it rebuilds the lease statement. */
+void store_set_key_walk_cap(struct store *s, size_t keys);
+
 #endif

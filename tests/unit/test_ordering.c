@@ -349,6 +349,34 @@ static void test_walk_gives_every_key_its_turn(void **state)
 	PQfinish(c);
 }
 
+/* A walk steps to at most the cap's number of keys, and the next goes
+ * on from where it stopped: with every key's first row in backoff but
+ * F's (a broker outage's backlog, here with a cap of 2 for 6 keys), two
+ * leases walk A-B and C-D and find nothing, the third reaches F. */
+static void test_walk_stops_at_its_cap(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_walk_cap", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert_keys(c, table, "ABCDEF", 1);
+	pgtest_exec(c,
+		    "UPDATE %s SET next_attempt_at = now() + interval '1 hour' "
+		    "WHERE subject <> 'f1'",
+		    table);
+	struct store *s = ordered_store(table, false);
+	store_set_key_walk_cap(s, 2);
+	expect_batch(s, "");
+	expect_batch(s, "");
+	expect_batch(s, "f1");
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	expect_batch(s, "a1,b1");
+	expect_batch(s, "c1,d1");
+	expect_batch(s, "e1");
+	store_close(s);
+	PQfinish(c);
+}
+
 /* Rows an older relay's head marker left (a rolling upgrade): head true
  * on a row behind its key's first, false on the first, an older relay's
  * row lease in flight. The key lock reads none of the markers: each
@@ -816,6 +844,7 @@ int main(void)
 	    cmocka_unit_test(test_unblock_redrive),
 	    cmocka_unit_test(test_held_row_holds_its_key),
 	    cmocka_unit_test(test_walk_gives_every_key_its_turn),
+	    cmocka_unit_test(test_walk_stops_at_its_cap),
 	    cmocka_unit_test(test_markers_of_older_relays_change_nothing),
 	    cmocka_unit_test(test_suspects_go_alone_in_key_order),
 	    cmocka_unit_test(test_late_rows_and_redrive_are_leased),
