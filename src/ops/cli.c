@@ -103,7 +103,7 @@ static const struct subcommand commands[] = {
      "                   all leasing)\n",
      cmd_resume},
     {"unblock", "--key K (--skip | --redrive)",
-     "Lifts the block of a partition key whose head row failed under\n"
+     "Lifts the block of a partition key whose row failed under\n"
      "OUTBOX_ORDERING_ON_FAILURE=block (see `outbox-relay status`).\n\n"
      "  --key K     the blocked partition key\n"
      "  --skip      leave the failed row failed; deliver the rest of K\n"

@@ -99,7 +99,7 @@ static int recheck_order(struct store *s, PGresult *res, char *err,
 }
 
 /* One batch of the ordered redrive, in its own transaction: the batch
- * statement demotes the keys' later heads (sql_redrive_ordered), the
+ * statement writes each key's next pending row (sql_redrive_ordered), the
  * recheck sees rows sent since the first check, and any refusal rolls
  * the whole batch back. *n counts the rows it moved. */
 static int redrive_ordered_batch(struct store *s,

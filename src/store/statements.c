@@ -182,9 +182,9 @@ static char *sql_keepalive(const struct store *s)
  * run them, and its COMMIT fails. They name the rows by ctid ($1), which a
  * locked row keeps until its lock goes, so each row costs a heap fetch and
  * no index descent; the count of rows moved is the command's own. In
- * ordered mode the same statement moves the key's head marker (or blocks
- * the key), from the rows the mark returns; without a tail the mark
- * returns nothing. They test no status: a row this transaction holds is
+ * ordered mode under block the same statement records the keys of the
+ * rows it failed, from the rows the mark returns; without a tail the
+ * mark returns nothing. They test no status: a row this transaction holds is
  * pending (it was leased so, and only its holder can change it), and one
  * it already concluded has a new ctid (a later statement does not see the
  * old version). A status test let the planner prefer the pending index,
@@ -252,8 +252,8 @@ static char *sql_retry(const struct store *s)
 	return mark_sql(core, MARK_COLUMNS, order_tail(s, true));
 }
 
-/* Transport class: the broker's fault, so never failed for it; the row
- * keeps its key's head, so there is no tail. */
+/* Transport class: the broker's fault, so never failed for it and never
+ * blocks its key: there is no tail. */
 static char *sql_transport(const struct store *s)
 {
 	char *backoff = backoff_sql(&s->opt);

@@ -192,7 +192,7 @@ char *sql_fail_refused(const struct store *s)
 		      "control character (a row written before migration "
 		      "004)' WHERE t.id = ANY(ARRAY(SELECT id FROM bad)) AND "
 		      "t.status IN ('pending', 'in_flight') RETURNING t.id, "
-		      "t.partition_key, t.seq, t.last_error, t.head) "
+		      "t.partition_key, t.seq, t.last_error) "
 		      "%sSELECT count(*)::text FROM done",
 		      T, bad, T, s->table.name, T, s->table.name, tail)
 		: NULL;
