@@ -706,6 +706,7 @@ class Bench:
             self.p["events"] = args.events
         if args.horizon_hold:
             self.p["horizon_hold_s"] = args.horizon_hold
+        self.p["horizon_keys"] = args.horizon_keys
         self.sections = args.sections
         self.relay_bin = args.relay_bin
         self.build = os.path.dirname(self.relay_bin)
@@ -1464,7 +1465,8 @@ class Bench:
                             horizon_line(r, "backlog_s", "%.2f"),
                             horizon_line(r, "dead_tup", "%d")))
         out = {k: self.p["horizon_" + k] for k in (
-            "rate", "payload", "warmup_s", "window_s", "hold_s", "after_s")}
+            "rate", "payload", "warmup_s", "window_s", "hold_s", "after_s",
+            "keys")}
         out["workers"] = 2
         out["publisher"] = "stdout"
         for label in runs:
@@ -1488,11 +1490,17 @@ class Bench:
         self.sql("TRUNCATE %s" % t)
         self.sql("VACUUM ANALYZE %s" % t)
         script = os.path.join(self.work, "horizon-insert.sql")
+        keys = p["horizon_keys"]
         with open(script, "w") as f:
-            f.write("INSERT INTO %s (type, routing_key, payload) VALUES "
-                    "('bench.event', 'bench', decode(repeat(md5(random()"
-                    "::text), %d), 'hex'));\n" % (
-                        t, p["horizon_payload"] // 16))
+            # With keys, each event names one of them at random: the
+            # ordered relay's walk then has every key live at once.
+            if keys:
+                f.write("\\set k random(1, %d)\n" % keys)
+            f.write("INSERT INTO %s (type, routing_key, partition_key, "
+                    "payload) VALUES ('bench.event', 'bench', %s, "
+                    "decode(repeat(md5(random()::text), %d), 'hex'));\n" % (
+                        t, "'k' || (:k)::int" if keys else "NULL",
+                        p["horizon_payload"] // 16))
         name = "horizon-%s-%s" % (label, mode)
         relay = Relay(self, t, "stdout", 2, env, log_name=name,
                       relay_bin=relay_bin)
@@ -1803,14 +1811,16 @@ class Bench:
             return (f + " (" + f + "–" + f + ")") % (s["median"], s["min"],
                                                      s["max"])
 
-        out = ["Horizon: producers at %d events/s (%d-byte payloads) for the "
-               "whole cell; the relay with %d workers, publisher %s; a "
+        keys = h.get("keys", 0)
+        out = ["Horizon: producers at %d events/s (%d-byte payloads%s) for "
+               "the whole cell; the relay with %d workers, publisher %s; a "
                "REPEATABLE READ snapshot held %d s; %d s windows: before "
                "(after a %d s warm-up), late (the hold's last %d s), after "
                "(from %d s after the release)." % (
-                   h["rate"], h["payload"], h["workers"], h["publisher"],
-                   h["hold_s"], h["window_s"], h["warmup_s"], h["window_s"],
-                   h["after_s"]),
+                   h["rate"], h["payload"], ", each with one of %d "
+                   "partition keys at random" % keys if keys else "",
+                   h["workers"], h["publisher"], h["hold_s"], h["window_s"],
+                   h["warmup_s"], h["window_s"], h["after_s"]),
                "",
                "| Relay | History | Window | Postgres CPU of the relay's "
                "sessions, µs/event | × before | Events/s relayed | Backlog, "
@@ -2042,6 +2052,11 @@ def main():
     p.add_argument("--horizon-hold", type=int, default=0, metavar="S",
                    help="the horizon section's snapshot hold, seconds "
                    "(default 1800, --quick 120)")
+    p.add_argument("--horizon-keys", type=int, default=0, metavar="N",
+                   help="the horizon section's producers give each event "
+                   "one of N partition keys at random (default 0: none); "
+                   "with --relay-env OUTBOX_ORDERING=partition this "
+                   "measures the ordered walk under the hold")
     p.add_argument("--no-kafka", action="store_true",
                    help="leave out the Kafka figures")
     p.add_argument("--keep", action="store_true",
@@ -2091,6 +2106,8 @@ def main():
                            a.horizon_hold > 86400):
         p.error("--horizon-hold must be %d..86400 seconds (at least the "
                 "window)" % window)
+    if a.horizon_keys < 0 or a.horizon_keys > 1000000:
+        p.error("--horizon-keys must be 0..1000000")
     if a.runs < 0 or a.runs > 20:
         p.error("--runs must be 1..20")
     if not a.relay_bin:

@@ -5,7 +5,7 @@
 #
 # Usage: tests/bench/bench.sh [--quick] [--runs N] [--sections LIST] [--charts DIR]
 #                             [--no-kafka] [--baseline-bin PATH]
-#                             [--horizon-hold SECONDS]
+#                             [--horizon-hold SECONDS] [--horizon-keys N]
 # The relay comes from RELAY_TEST_BIN; without it, an optimized build
 # without sanitizers is made (or reused) in build-bench/. Standalone it
 # starts its own Postgres, RabbitMQ and Kafka test broker.
