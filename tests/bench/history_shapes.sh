@@ -9,16 +9,21 @@
 #   C   lock, DELETE, commit: no history;
 #   Dd  lock, UPDATE to sent, commit; then, after a VACUUM and a
 #       CHECKPOINT, the sent rows deleted 1000 a transaction (the cleaner);
-#   Dp  the same drain on a partitioned copy; then the partition dropped.
-# Shapes: plain (as migrated), ff70 (fillfactor 70), part (range
-# partitions on created_at, one partition), partff70, toast (payload
-# STORAGE EXTERNAL, toast_tuple_target 128). Prints WAL bytes and Postgres
+#   Dp  the same drain on a partitioned copy; then the partition dropped;
+#   H   lock, DELETE, the deleted rows inserted into a history table of
+#       their own (no index, a partition of history in effect), commit;
+#       then that table dropped.
+# Shapes: plain (as migrated), ffN (fillfactor N), part (range
+# partitions on created_at, one partition), partffN, a trailing f (the
+# terminal index narrowed to failed rows: a sent row then gets a primary
+# key entry only), toast (payload STORAGE EXTERNAL, toast_tuple_target
+# 128). Prints WAL bytes and Postgres
 # CPU µs per event for the drain and for the whole life, two rounds.
 # Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/history_shapes.sh [rows] [cases]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 ROWS=${1:-40000}
-CASES=${2:-"plain:C plain:Dd ff70:C ff70:Dd part:C part:Dp partff70:Dp toast:C toast:Dd"}
+CASES=${2:-"plain:C plain:Dd ff70:C ff70:Dd part:C part:Dp partff70:Dp partff70f:Dp plain:H toast:C toast:Dd"}
 CL=4
 . "$root/tests/bench/experiment_lib.sh"
 shape() {
@@ -40,17 +45,25 @@ SQL
 		;;
 	*) q -c "CREATE TABLE q (LIKE outbox_events INCLUDING ALL)" >/dev/null ;;
 	esac
+	q -c "DROP TABLE IF EXISTS qh" -c "CREATE TABLE qh AS SELECT * FROM q WITH NO DATA" >/dev/null
 	case $1 in
-	ff70) q -c "ALTER TABLE q SET (fillfactor = 70)" >/dev/null ;;
-	partff70) q -c "ALTER TABLE q_1 SET (fillfactor = 70)" >/dev/null ;;
+	ff[0-9]*) q -c "ALTER TABLE q SET (fillfactor = $(echo "$1" | tr -dc 0-9))" >/dev/null ;;
+	partff*) q -c "ALTER TABLE q_1 SET (fillfactor = $(echo "$1" | tr -dc 0-9))" >/dev/null ;;
+	esac
+	case $1 in
+	*f) q -c "DROP INDEX q_terminal_idx" \
+		-c "CREATE INDEX q_terminal_idx ON q (status, finished_at) WHERE status = 'failed'" >/dev/null ;;
 	toast) q -c "ALTER TABLE q ALTER payload SET STORAGE EXTERNAL" \
 		-c "ALTER TABLE q SET (toast_tuple_target = 128)" >/dev/null ;;
 	esac
 }
 due="FROM q WHERE status = 'pending' AND NOT suspect AND next_attempt_at <= now() ORDER BY next_attempt_at, seq LIMIT 100"
-for v in C D; do
-	if [ $v = C ]; then lock="FOR UPDATE"; done_sql="DELETE FROM q WHERE id = ANY(:ids::uuid[]);"
-	else lock="FOR NO KEY UPDATE"; done_sql="UPDATE q SET status = 'sent', finished_at = now() WHERE id = ANY(:ids::uuid[]);"; fi
+for v in C D H; do
+	case $v in
+	C) lock="FOR UPDATE" done_sql="DELETE FROM q WHERE id = ANY(:ids::uuid[]);" ;;
+	D) lock="FOR NO KEY UPDATE" done_sql="UPDATE q SET status = 'sent', finished_at = now() WHERE id = ANY(:ids::uuid[]);" ;;
+	H) lock="FOR UPDATE" done_sql="WITH d AS (DELETE FROM q WHERE id = ANY(:ids::uuid[]) RETURNING *) INSERT INTO qh SELECT * FROM d;" ;;
+	esac
 	printf '%s\n' "BEGIN;" "WITH d AS (SELECT id, payload $due $lock SKIP LOCKED)" \
 		"SELECT coalesce(array_agg(id)::text, '{}') AS ids FROM d" '\gset' "$done_sql" "COMMIT;" >"$work/$v.sql"
 done
@@ -71,6 +84,7 @@ for round in 1 2; do
 			case $v in
 			Dd) q -c "DO \$\$ BEGIN LOOP DELETE FROM q WHERE id = ANY(ARRAY(SELECT id FROM q WHERE status = 'sent' ORDER BY status, finished_at LIMIT 1000)); EXIT WHEN NOT FOUND; COMMIT; END LOOP; END \$\$" >/dev/null ;;
 			Dp) q -c "DROP TABLE q_1" >/dev/null ;;
+			H) q -c "DROP TABLE qh" >/dev/null ;;
 			esac
 			shapes_since; lw=$wal lt=$ticks
 		fi
