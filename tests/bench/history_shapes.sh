@@ -17,8 +17,8 @@
 # partitions on created_at, one partition), partffN, a trailing f (the
 # terminal index narrowed to failed rows: a sent row then gets a primary
 # key entry only), toast (payload STORAGE EXTERNAL, toast_tuple_target
-# 128). Prints WAL bytes and Postgres
-# CPU µs per event for the drain and for the whole life, two rounds.
+# 128). Prints WAL bytes and Postgres CPU µs per event for the drain and
+# for the whole life, two rounds.
 # Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/history_shapes.sh [rows] [cases]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
