@@ -34,7 +34,9 @@ enum lease_col {
 	LC_NEXT_ATTEMPT_AT,
 	LC_CLAIMS_FLOOR,
 	LC_WRITTEN_FLOOR,
-	LC_KEY_CURSOR, /* ordered mode only */
+	LC_KEY_CURSOR,	   /* ordered mode only */
+	LC_KEY_MAP_KEYS,   /* ordered mode with the key map only */
+	LC_KEY_MAP_FLOORS, /* the same */
 };
 
 static const char *col(PGresult *res, int row, int c)
@@ -46,7 +48,8 @@ static const char *col(PGresult *res, int row, int c)
  * network byte order, uuid as 16 bytes, timestamptz as microseconds since
  * 2000-01-01. A value of the wrong width means the table is not the one the
  * statement was written for, and the batch is refused. */
-static bool col_be(PGresult *res, int row, int c, int width, uint64_t *out)
+static bool col_be(const PGresult *res, int row, int c, int width,
+		   uint64_t *out)
 {
 	if (PQgetisnull(res, row, c) || PQgetlength(res, row, c) != width)
 		return false;
@@ -229,6 +232,43 @@ static int keep_key_cursor(struct store *s, const PGresult *res)
 	return 0;
 }
 
+void store_key_map_keep(struct store *s, char *keys, char *floors)
+{
+	free(s->key_map_keys);
+	free(s->key_map_floors);
+	s->key_map_keys = keys;
+	s->key_map_floors = floors;
+}
+
+/* Ordered mode with the key map: the next map and its discovery floor,
+ * from the lease's first row (statements_lease.c). Out of memory, the
+ * map is built anew before the next lease. */
+static void keep_key_map(struct store *s, const PGresult *res)
+{
+	if (PQntuples(res) < 1 || PQnfields(res) <= LC_KEY_MAP_FLOORS)
+		return;
+	char *cols[2] = {NULL, NULL};
+	bool ok = PQgetisnull(res, 0, LC_KEY_MAP_KEYS) ==
+		  PQgetisnull(res, 0, LC_KEY_MAP_FLOORS);
+	for (int i = 0; ok && i < 2; i++) {
+		int c = LC_KEY_MAP_KEYS + i;
+		if (!PQgetisnull(res, 0, c)) {
+			cols[i] = strndup(PQgetvalue(res, 0, c),
+					  (size_t)PQgetlength(res, 0, c));
+			ok = cols[i] != NULL;
+		}
+	}
+	uint64_t disc;
+	if (!ok || !col_be(res, 0, LC_WRITTEN_FLOOR, 8, &disc)) {
+		free(cols[0]);
+		free(cols[1]);
+		s->key_map_built = false;
+		return;
+	}
+	store_key_map_keep(s, cols[0], cols[1]);
+	s->key_map_disc = disc;
+}
+
 bool store_lease_found_none(struct store *s, const PGresult *res)
 {
 	if (!s->opt.ordered || PQntuples(res) != 1 ||
@@ -237,6 +277,7 @@ bool store_lease_found_none(struct store *s, const PGresult *res)
 	/* Out of memory: the place is kept, the next walk starts there
 	 * again. */
 	(void)keep_key_cursor(s, res);
+	keep_key_map(s, res);
 	return true;
 }
 
@@ -303,6 +344,7 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 		snprintf(err, errlen, "lease: out of memory");
 		return STORE_ERROR;
 	}
+	keep_key_map(s, res);
 	uint64_t claims_floor;
 	if (col_be(res, 0, LC_CLAIMS_FLOOR, 8, &claims_floor)) {
 		s->claims_floor = claims_floor;

@@ -24,12 +24,13 @@ const char *const store_stmt_names[ST_COUNT] = {
     "outbox_count_s",	      "outbox_control",		"outbox_redrive_check",	"outbox_unblock",
     "outbox_unblock_skip",    "outbox_unblock_redrive", "outbox_version",
     "outbox_redrive_recheck", "outbox_fail_refused",
-    "outbox_claim_release",
+    "outbox_claim_release",   "outbox_key_map",
 };
 
 const bool store_stmt_indexed[ST_COUNT] = {
     [ST_CLAIM] = true,         [ST_CLAIM_RENEW] = true,
     [ST_CLAIM_RELEASE] = true, [ST_SETTLE_OWN] = true,
+    [ST_KEY_MAP] = true,
 };
 /* clang-format on */
 
@@ -530,6 +531,7 @@ static char *(*const builders[ST_COUNT])(const struct store *s) = {
     [ST_UNBLOCK_REDRIVE] = sql_unblock_redrive,
     [ST_VERSION] = sql_version,
     [ST_CLAIM_RELEASE] = sql_claim_release,
+    [ST_KEY_MAP] = sql_key_map,
 };
 
 const char *store_sql(struct store *s, enum stmt st)

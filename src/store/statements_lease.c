@@ -203,6 +203,103 @@ static char *keyed_sql(const struct store *s, bool claims)
 	return sql;
 }
 
+/* The key map's discovery floor, $10 (lease.c): as WRITTEN_FLOOR, a floor
+ * past the cluster's next transaction id reads every writer. */
+#define KEY_MAP_FLOOR                                                          \
+	"(CASE WHEN $10::xid8 > pg_snapshot_xmax(pg_current_snapshot()) THEN " \
+	"'0'::xid8 ELSE $10::xid8 END)"
+
+/*
+ * Ordered mode's keyed rows with the key map (docs/design.md §6, "The key
+ * map"), on a table with written_by: the walk steps from key to key of
+ * the session's map ($8, $9: each key with a live row and the seq below
+ * which it has none, as this session's previous lease or the map's
+ * build saw it) and of the keys of rows written since $10 (the xmin of
+ * that lease's snapshot, so every row it could not see), each one
+ * descent of key_idx from the key's floor. key_idx's entries below a
+ * floor are of rows finished before it, and a held snapshot keeps every
+ * one of them: the walk along the index read them all at every lease.
+ * Here a descent steps over the rows of its key finished since the
+ * previous lease, and the step to the next key reads no index at all.
+ *
+ * The map's order is the walk's (after $7, then round from the first),
+ * capped at key_walk_cap keys, and the descents are pulled a key at a
+ * time by the lock, as the walk along the index was. What comes back
+ * with the rows is the next map: each key walked with its first live
+ * row's seq (a key found without one leaves), the others as they came
+ * in. When the batch filled, the walk stopped at its last row's key, so
+ * the keys up to it are the ones walked; otherwise the walk was read to
+ * the cap.
+ */
+static char *keyed_map_sql(const struct store *s, bool claims)
+{
+	const char *T = s->table.quoted;
+	size_t cap = s->key_walk_cap;
+	return store_asprintf(
+	    "kmap AS MATERIALIZED (SELECT k, min(f) AS f FROM (SELECT k, f "
+	    "FROM unnest($8::text[], $9::int8[]) AS m(k, f) UNION ALL SELECT "
+	    "partition_key, seq FROM %1$s WHERE status = 'pending' AND "
+	    "written_by IS NOT NULL AND written_by >= " KEY_MAP_FLOOR " AND "
+	    "partition_key IS NOT NULL) u GROUP BY k), "
+	    "kord AS MATERIALIZED (SELECT k, f, row_number() OVER () AS n "
+	    "FROM (SELECT k, f FROM kmap ORDER BY coalesce(k <= $7::text, "
+	    "false), k) o), "
+	    "walk AS (SELECT m.k AS pk, m.n, d.* FROM (SELECT k, f, n FROM "
+	    "kord LIMIT %2$zu) m LEFT JOIN LATERAL (SELECT o.ctid AS tid, "
+	    "o.xmin AS xm, o.seq AS sq, o.next_attempt_at AS at, o.status AS "
+	    "st, o.suspect AS sus, o.exchange AS ex, o.routing_key AS rk, o.id "
+	    "FROM %1$s o WHERE o.status IN ('pending', 'in_flight') AND "
+	    "o.partition_key IS NOT NULL AND o.partition_key = m.k AND o.seq "
+	    ">= m.f ORDER BY o.seq LIMIT 1) d ON true), "
+	    "cand AS (SELECT c.*, count(*) FILTER (WHERE c.sus) OVER (ROWS "
+	    "UNBOUNDED PRECEDING) AS ns FROM walk c WHERE c.st = 'pending' "
+	    "AND c.at <= now() AND NOT (coalesce(c.ex, $2) = ANY($1::text[]) "
+	    "OR coalesce(c.ex, $2) || chr(31) || c.rk = ANY($1::text[])) %3$s "
+	    "AND NOT EXISTS (SELECT 1 FROM %4$s b WHERE b.partition_key = "
+	    "c.pk AND coalesce((SELECT x.seq FROM %1$s x WHERE x.id = "
+	    "b.blocking_id), -1) < c.sq)), "
+	    "keyed AS MATERIALIZED (SELECT l.tid, l.bytes, c.sus, c.at, c.sq, "
+	    "c.pk, c.n FROM cand c CROSS JOIN LATERAL (SELECT o.ctid AS tid, "
+	    "octet_length(o.payload) AS bytes FROM %1$s o WHERE o.ctid = "
+	    "c.tid AND o.xmin = c.xm AND o.status = "
+	    "'pending' " GUARD_LEASE_LOCK ") l WHERE NOT c.sus OR (c.ns = 1 "
+	    "AND NOT EXISTS (SELECT 1 FROM suspect)) LIMIT %5$d), "
+	    "walked AS MATERIALIZED (SELECT CASE WHEN (SELECT count(*) FROM "
+	    "keyed) >= %5$d THEN (SELECT max(n) FROM keyed) ELSE %2$zu END AS "
+	    "p), "
+	    "next_map AS MATERIALIZED (SELECT array_agg(k)::text AS ks, "
+	    "array_agg(f)::text AS fs FROM (SELECT w.pk AS k, w.sq AS f FROM "
+	    "(SELECT pk, sq FROM walk LIMIT (SELECT p FROM walked)) w WHERE "
+	    "w.sq IS NOT NULL UNION ALL SELECT k, f FROM kord WHERE n > "
+	    "(SELECT p FROM walked)) x), ",
+	    T, cap,
+	    claims ? "AND NOT c.id = ANY(ARRAY(SELECT x FROM crashed))" : "",
+	    s->blocked, s->opt.batch_size);
+}
+
+/* The build of the key map (docs/design.md §6, "The key map"): every key
+ * with a live row and its first live row's seq, by the walk along
+ * key_idx, one descent a key; and the xmin of its snapshot, the first
+ * discovery floor (a row it could not see has a writer at or above it).
+ * At a session's first ordered lease, after a reconnect and at each
+ * rescan: under a held snapshot it steps over every entry the snapshot
+ * keeps, as the walk did at every lease. */
+char *sql_key_map(const struct store *s)
+{
+	const char *T = s->table.quoted;
+	return store_asprintf(
+	    "WITH RECURSIVE w AS ((SELECT partition_key AS pk, seq AS sq FROM "
+	    "%1$s WHERE status IN ('pending', 'in_flight') AND partition_key "
+	    "IS NOT NULL ORDER BY partition_key, seq LIMIT 1) UNION ALL "
+	    "SELECT n.pk, n.sq FROM w CROSS JOIN LATERAL (SELECT "
+	    "o.partition_key AS pk, o.seq AS sq FROM %1$s o WHERE o.status IN "
+	    "('pending', 'in_flight') AND o.partition_key IS NOT NULL AND "
+	    "o.partition_key > w.pk ORDER BY o.partition_key, o.seq LIMIT 1) "
+	    "n) SELECT array_agg(pk)::text, array_agg(sq)::text, "
+	    "pg_snapshot_xmin(pg_current_snapshot())::text FROM w",
+	    T);
+}
+
 static char *lease_sql(const struct store *s, bool claims)
 {
 	const char *T = s->table.quoted;
@@ -234,7 +331,12 @@ static char *lease_sql(const struct store *s, bool claims)
 		   : strdup("");
 	const char *skip_late =
 	    claims ? " AND NOT t.id = ANY(ARRAY(SELECT x FROM late))" : "";
-	char *keyed = ordered ? keyed_sql(s, claims) : strdup("");
+	/* The key map needs written_by to learn of new keys; a table
+	 * without it walks key_idx at every lease. */
+	bool keymap = ordered && !s->written_missing;
+	char *keyed = keymap	? keyed_map_sql(s, claims)
+		      : ordered ? keyed_sql(s, claims)
+				: strdup("");
 	/* Rows bound for a paused destination (or destination + routing
 	 * key) are not leased; $1 is the paused list, $2 the default. In
 	 * ordered mode the unkeyed rows only (keyed ones are the walk's):
@@ -299,16 +401,27 @@ static char *lease_sql(const struct store *s, bool claims)
 	 * returns one row, every column NULL but these, to carry the place
 	 * back (lease.c). */
 	char *cursor =
-	    ordered ? store_asprintf(
-			  ", CASE WHEN (SELECT count(*) FROM keyed) >= %d THEN "
-			  "(SELECT k.pk FROM keyed k WHERE k.tid = "
-			  "ANY(ARRAY(SELECT tid FROM picked)) ORDER BY k.w "
-			  "DESC, k.pk DESC LIMIT 1) ELSE (SELECT a.pk FROM "
-			  "(SELECT pk, w, n FROM walk_on UNION ALL SELECT pk, "
-			  "w, n FROM walk_round) a ORDER BY a.w DESC, a.n DESC "
-			  "LIMIT 1) END",
-			  n)
-		    : strdup("");
+	    keymap ? store_asprintf(
+			 ", CASE WHEN (SELECT count(*) FROM keyed) >= %d THEN "
+			 "(SELECT k.pk FROM keyed k WHERE k.tid = "
+			 "ANY(ARRAY(SELECT tid FROM picked)) ORDER BY k.n "
+			 "DESC LIMIT 1) ELSE (SELECT k FROM kord WHERE n = "
+			 "least(%zu, (SELECT count(*) FROM kord))) END, CASE "
+			 "WHEN row_number() OVER () = 1 THEN (SELECT ks FROM "
+			 "next_map) END, CASE WHEN row_number() OVER () = 1 "
+			 "THEN (SELECT fs FROM next_map) END",
+			 n, s->key_walk_cap)
+	    : ordered
+		? store_asprintf(
+		      ", CASE WHEN (SELECT count(*) FROM keyed) >= %d THEN "
+		      "(SELECT k.pk FROM keyed k WHERE k.tid = "
+		      "ANY(ARRAY(SELECT tid FROM picked)) ORDER BY k.w "
+		      "DESC, k.pk DESC LIMIT 1) ELSE (SELECT a.pk FROM "
+		      "(SELECT pk, w, n FROM walk_on UNION ALL SELECT pk, "
+		      "w, n FROM walk_round) a ORDER BY a.w DESC, a.n DESC "
+		      "LIMIT 1) END",
+		      n)
+		: strdup("");
 	char *from_t = store_asprintf(
 	    ordered ? "(SELECT 1) one LEFT JOIN %s t ON " : "%s t WHERE ", T);
 	char *sql =
@@ -340,8 +453,8 @@ static char *lease_sql(const struct store *s, bool claims)
 		      "lease_id FROM lease), pg_current_xact_id_if_assigned(), "
 		      "t.ctid, t.next_attempt_at, %s, %s%s FROM %s"
 		      "t.ctid = ANY(ARRAY(SELECT tid FROM picked))%s",
-		      ordered ? "RECURSIVE " : "", crashed, late, T, not_paused,
-		      skip_crashed, below, keyed,
+		      ordered && !keymap ? "RECURSIVE " : "", crashed, late, T,
+		      not_paused, skip_crashed, below, keyed,
 		      ordered ? ", next_attempt_at AS at, seq AS sq" : "", T,
 		      not_paused, skip_crashed, n, rows,
 		      (long long)s->opt.batch_bytes, n,

@@ -220,6 +220,7 @@ static int adapt_to_side_tables(struct store *s, char *err, size_t errlen)
 	    pin_missing != s->relay_source_missing) {
 		s->written_missing = written_missing;
 		s->relay_source_missing = pin_missing;
+		s->key_map_built = false;
 		rebuild_statements(s);
 	}
 	return 0;
@@ -462,6 +463,8 @@ void store_close(struct store *s)
 	free(s->extra_sql);
 	free(s->rescan_paused);
 	free(s->key_cursor);
+	free(s->key_map_keys);
+	free(s->key_map_floors);
 	free(s->claim_key);
 	for (size_t i = 0; i < sizeof(s->tx_settings) / sizeof(*s->tx_settings);
 	     i++)

@@ -54,6 +54,7 @@ enum stmt {
 	ST_REDRIVE_RECHECK,
 	ST_FAIL_REFUSED,
 	ST_CLAIM_RELEASE, /* on the claim session */
+	ST_KEY_MAP,
 	ST_COUNT
 };
 
@@ -205,6 +206,18 @@ struct store {
 	/* At most this many keys a keyed lease's walk steps to
 	 * (KEY_WALK_CAP; store_set_key_walk_cap in tests). */
 	size_t key_walk_cap;
+	/* Ordered mode's key map (statements_lease.c, $8-$10): the keys with
+	 * a live row and each one's floor, as the text of two arrays the
+	 * previous lease returned (owned; NULL: no key); the discovery
+	 * floor, a transaction id at or below the writer of every row that
+	 * lease could not see; the connection generation it was built on.
+	 * key_map_built false: built before the next lease. */
+	char *key_map_keys;
+	char *key_map_floors;
+	uint64_t key_map_disc;
+	uint64_t key_map_gen;
+	int64_t key_map_at_ms; /* when the next build is due */
+	bool key_map_built;
 	/* The backlog count's floors (store_admin.c): the oldest
 	 * next_attempt_at the previous count found, as Postgres wrote it
 	 * ("" until a count from the start), the xmin of its snapshot, and
@@ -258,6 +271,7 @@ char *sql_redrive_failed(const struct store *s);
 /* statements_lease.c: the lease statement, with and without claims. */
 char *sql_lease(const struct store *s);
 char *sql_lease_bare(const struct store *s);
+char *sql_key_map(const struct store *s);
 /* statements.c: whether a mark that may fail rows (may_fail) reads back
  * what it moved (ordered mode under block records the failed rows' keys
  * in the same statement), so its count comes as a row. */
@@ -277,6 +291,9 @@ char *sql_version(const struct store *s);
 /* lease_rows.c: whether res is an ordered lease that picked no row (its
  * one row carries the key walk's place, which it keeps). */
 bool store_lease_found_none(struct store *s, const PGresult *res);
+/* Takes the key map's two arrays (owned; NULL: no key) in place of the
+ * session's. */
+void store_key_map_keep(struct store *s, char *keys, char *floors);
 /* lease_rows.c: takes the lease statement's rows out of res into out (out
  * owns res from then on) and sets the session's scan and claim floors
  * from them; 0, or STORE_ERROR with err. */

@@ -477,6 +477,74 @@ static void test_late_rows_and_redrive_are_leased(void **state)
 	PQfinish(c);
 }
 
+/* The key map (docs/design.md §6): a row committed late below its key's
+ * floor, by a producer transaction that took its seq before rows of the
+ * key already delivered and committed after them, is found by the
+ * lease's read of the rows written since its previous lease, not left
+ * for the next build (an hour away here): k1 goes before k3, whose key
+ * kept its floor at k2; and j1 is found though its key left the map,
+ * found with no live row while j1 was not yet committed. */
+static void test_late_row_below_a_keys_floor(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_below_floor", table, sizeof(table));
+	PGconn *c = pgtest_connect(), *late = pgtest_connect();
+	pgtest_exec(late, "BEGIN");
+	insert(late, table, "k1", "K");
+	insert(c, table, "k2", "K");
+	insert(c, table, "k3", "K");
+	struct store_options o = pgtest_store_options(table);
+	o.ordered = true;
+	o.lease_rescan_ms = 3600 * 1000;
+	struct store *s = pgtest_store(&o);
+	expect_batch(s, "k2");
+	pgtest_exec(late, "COMMIT");
+	expect_batch(s, "k1");
+	expect_batch(s, "k3");
+	pgtest_exec(late, "BEGIN");
+	insert(late, table, "j1", "J");
+	insert(c, table, "j2", "J");
+	expect_batch(s, "j2");
+	expect_batch(s, "");
+	pgtest_exec(late, "COMMIT");
+	expect_batch(s, "j1");
+	store_close(s);
+	PQfinish(late);
+	PQfinish(c);
+}
+
+/* A row made live again by hand keeps its writer, so the lease's read of
+ * the rows written since its previous lease does not meet it: the
+ * session's map still puts its key's floor past it, and the next build
+ * of a map (a session's first lease here; each rescan, and after a
+ * reconnect) finds it first of its key. The redrive command writes the
+ * writer (test_late_rows_and_redrive_are_leased). */
+static void test_rows_live_again_by_hand_wait_for_a_build(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_by_hand", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert_keys(c, table, "A", 3);
+	struct store_options o = pgtest_store_options(table);
+	o.ordered = true;
+	o.lease_rescan_ms = 3600 * 1000;
+	struct store *s = pgtest_store(&o);
+	expect_batch(s, "a1");
+	expect_released(s, "a2");
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'pending', finished_at = NULL "
+		    "WHERE subject = 'a1'",
+		    table);
+	store_close(s);
+	s = pgtest_store(&o);
+	expect_batch(s, "a1");
+	expect_batch(s, "a2");
+	store_close(s);
+	PQfinish(c);
+}
+
 static void test_redrive_refuses_to_reorder(void **state)
 {
 	(void)state;
@@ -848,6 +916,8 @@ int main(void)
 	    cmocka_unit_test(test_markers_of_older_relays_change_nothing),
 	    cmocka_unit_test(test_suspects_go_alone_in_key_order),
 	    cmocka_unit_test(test_late_rows_and_redrive_are_leased),
+	    cmocka_unit_test(test_late_row_below_a_keys_floor),
+	    cmocka_unit_test(test_rows_live_again_by_hand_wait_for_a_build),
 	    cmocka_unit_test(test_redrive_refuses_to_reorder),
 	    cmocka_unit_test(test_redrive_sees_later_row_held),
 	    cmocka_unit_test(test_redrive_locks_next_row_only),

@@ -2010,6 +2010,88 @@ static void test_ordered_floor_under_held_snapshot(void **state)
 	floor_under_held_snapshot(true);
 }
 
+/* The most buffers any scan of index read in plans. */
+static long max_index_scan_buffers(const char *plans, const char *index)
+{
+	char on[64];
+	snprintf(on, sizeof(on), "%s on", index);
+	long most = -1;
+	for (const char *p = plans; p && (p = strstr(p, on)); p++) {
+		const char *hit = strstr(p, "Buffers: shared hit=");
+		assert_non_null(hit);
+		long n = strtol(hit + strlen("Buffers: shared hit="), NULL, 10);
+		most = n > most ? n : most;
+	}
+	assert_true(most >= 0);
+	return most;
+}
+
+/* 8b-vi. Ordered mode's keyed rows under a held snapshot: a lease walks
+ * its session's key map, each key one descent from its floor, so it
+ * steps over the rows of its keys finished since the previous lease, not
+ * over every keyed row finished since the snapshot was taken; the map's
+ * build (a session's first lease, each rescan) still does, as the walk
+ * along key_idx did at every lease before the map. */
+static void test_key_map_under_held_snapshot(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_keymap_held", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	PGconn *holder = pgtest_connect();
+	pgtest_exec(holder, "SET idle_in_transaction_session_timeout = '60s'");
+	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	assert_int_equal(pgtest_long(holder, "SELECT count(*) FROM %s", table),
+			 0);
+	/* 50 keys of 40 rows, all finished under the hold. */
+	const char *rows = "INSERT INTO %s (type, partition_key, payload) "
+			   "SELECT 'test.event', 'k' || (g %% 50), 'x' FROM "
+			   "generate_series(1, %d) g";
+	pgtest_exec(c, rows, table, 2000);
+	pgtest_exec(c, "ANALYZE %s", table);
+	const char *trace =
+	    "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+	    "SET auto_explain.log_analyze = on; "
+	    "SET auto_explain.log_buffers = on; "
+	    "SET auto_explain.log_level = notice; "
+	    "SET client_min_messages = notice";
+	struct store_options o = pgtest_store_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	o.ordered = true;
+	struct store *s = traced_store(&o, trace);
+	char *plans = NULL;
+	PQsetNoticeReceiver(store_conn(s), collect_notice, &plans);
+	for (int i = 0; i < 40; i++)
+		lease_types(s, 50, "test.event");
+	pgtest_exec(c, rows, table, 50);
+	free(plans);
+	plans = NULL;
+	lease_types(s, 50, "test.event");
+	long walked = max_index_scan_buffers(plans, "_key_idx");
+	free(plans);
+	plans = NULL;
+	/* A session's first lease builds its map. */
+	pgtest_exec(c, rows, table, 50);
+	struct store *fresh = traced_store(&o, trace);
+	PQsetNoticeReceiver(store_conn(fresh), collect_notice, &plans);
+	lease_types(fresh, 50, "test.event");
+	long built = max_index_scan_buffers(plans, "_key_idx");
+	free(plans);
+	/* 1,050 and 1,100 dead entries: the build reads each (measured:
+	 * MEASURE), the lease one descent a key (MEASURE). */
+	fprintf(stderr, "key_idx buffers: lease %ld, build %ld\n", walked,
+		built);
+	if (walked * 5 > built)
+		fail_msg("the key map's lease read %ld buffers of key_idx, its "
+			 "build %ld",
+			 walked, built);
+	store_close(fresh);
+	store_close(s);
+	pgtest_exec(holder, "ROLLBACK");
+	PQfinish(holder);
+	PQfinish(c);
+}
+
 /* 8b-v. The sweep under a held snapshot: it looks a dead claim's rows up
  * by primary key, so a sweep reads neither the pending index, whose dead
  * entries the snapshot keeps, nor the whole table, past the fifth run of
@@ -3130,6 +3212,7 @@ int main(void)
 	    cmocka_unit_test(test_lease_floor_rows_below),
 	    cmocka_unit_test(test_lease_rescans_shared),
 	    cmocka_unit_test(test_sweep_under_held_snapshot),
+	    cmocka_unit_test(test_key_map_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_own_rows),
 	    cmocka_unit_test(test_claims_floor_dead_claims),
 	    cmocka_unit_test(test_claims_floor_under_held_snapshot),
