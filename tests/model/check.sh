@@ -43,9 +43,10 @@ runs=(
 	"c_settle:fail:-DFAULTS=1 -DPOISON -DEARLY_ONLY -DOLD_SETTLE -DNO_P6"
 	"no_release:fail:-DFAULTS=1 -DNO_RELEASE"
 	"redrive:pass:-DFAULTS=1 -DREDRIVE"
-	"keylock:pass:-DFAULTS=1 -DKEYLOCK -DREDRIVE"
-	"key_early:fail:-DFAULTS=1 -DKEYLOCK -DREDRIVE -DKEY_EARLY"
-	"redrive_no_write:fail:-DFAULTS=1 -DKEYLOCK -DREDRIVE -DREDRIVE_NO_WRITE"
+	"keylock:pass:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE"
+	"key_early:fail:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DKEY_EARLY"
+	"redrive_no_write:fail:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DREDRIVE_NO_WRITE"
+	"keymap_no_disc:fail:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DKEYMAP_NO_DISC"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-model.XXXXXX")

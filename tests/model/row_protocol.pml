@@ -58,6 +58,13 @@
  *   KEYLOCK     no head marker: the lease takes a key's row when it is
  *               the key's first live row, as the statement's snapshot
  *               saw it, and locks it only in the version it read
+ *   KEYMAP      with KEYLOCK, the key map: each relay keeps the key's
+ *               floor, the first row it looks at (the key's first live
+ *               row as its previous statement saw it, past both when it
+ *               had none), and lowers it to row 0 when row 0 was made
+ *               live since that statement began (the discovery of rows
+ *               written since its snapshot's xmin)
+ *   KEYMAP_NO_DISC  the map without the discovery
  *   KEY_EARLY   the snapshot's look only (its known race with a redrive)
  *   REDRIVE_NO_WRITE  the redrive locks row 1 but leaves it as it is, so
  *               the lock's version check has nothing to see
@@ -123,6 +130,13 @@ bit redrive_open;
 /* Row 1's version: the redrive writes row 1 (a new version), and the
  * key lock's lock takes row 1 only in the version its statement read. */
 bit ver1;
+/* KEYMAP: each relay's floor for the key (0: row 0 on, 1: row 1 on, 2:
+ * the key is not in its map; 0 at first, as a build reads from the
+ * start) and whether row 0 was made live since its last statement
+ * began. The map is never built anew here: a floor that lasts is the
+ * harder case. */
+byte kfl[NRELAY];
+bit kdisc[NRELAY];
 
 #ifdef NO_G2
 #define UNLOCKED(i) 1
@@ -160,8 +174,25 @@ bit ver1;
 /* Its snapshot had row 0 live, and it is done since; or row 1 was
  * written since the snapshot read it: a statement that found nothing,
  * and the next one reads anew. */
+#ifdef KEYMAP
+/* The first row the statement looks at: row 0 when discovered, else the
+ * relay's floor; the key's first live row from there, as the snapshot
+ * sees it, becomes the floor (2: none, the key leaves the map). */
+#define KFROM (kdisc[r] -> 0 : kfl[r])
+#define KFIRST                                                             \
+	((KFROM == 0 && PENDING(0)) -> 0 : ((KFROM <= 1 && PENDING(1)) -> 1 : 2))
+#define SNAP_OLD                                                           \
+	((kfl[r] == 0 && !first1 && !PENDING(0)) ||                        \
+	 (first1 && seen1 != ver1) || kdisc[r])
+#define SNAP1                                                              \
+	kfl[r] = KFIRST;                                                   \
+	first1 = (kfl[r] == 1);                                            \
+	seen1 = ver1;                                                      \
+	kdisc[r] = 0
+#else
 #define SNAP_OLD ((!first1 && !PENDING(0)) || (first1 && seen1 != ver1))
 #define SNAP1 first1 = !PENDING(0); seen1 = ver1
+#endif
 #else
 #define SNAP_OLD 0
 #define SNAP1 skip
@@ -664,6 +695,12 @@ proctype redrive()
 		head[1] = 0;
 #ifndef REDRIVE_NO_WRITE
 		ver1 = 1;
+#endif
+#if defined(KEYMAP) && !defined(KEYMAP_NO_DISC)
+		/* Row 0's writer is this transaction: every relay's next
+		 * statement began after it, so its discovery reads it. */
+		kdisc[0] = 1;
+		kdisc[1] = 1;
 #endif
 		head[0] = 1;
 		st[0] = PEND;
