@@ -2063,11 +2063,32 @@ static void test_key_map_under_held_snapshot(void **state)
 	PQsetNoticeReceiver(store_conn(s), collect_notice, &plans);
 	for (int i = 0; i < 40; i++)
 		lease_types(s, 50, "test.event");
+	/* As autovacuum sees it: nearly no row pending. */
+	pgtest_exec(c, "ANALYZE %s", table);
 	pgtest_exec(c, rows, table, 50);
 	free(plans);
 	plans = NULL;
 	lease_types(s, 50, "test.event");
 	long walked = max_index_scan_buffers(plans, "_key_idx");
+	/* The whole lease: the discovery of the 50 rows written since the
+	 * previous lease too, which read the whole pending index when it
+	 * left Postgres the choice of plan. */
+	const char *q = strstr(plans, "Query Text: WITH lease");
+	assert_non_null(q);
+	const char *hit = strstr(q, "Buffers: shared hit=");
+	assert_non_null(hit);
+	long whole = strtol(hit + strlen("Buffers: shared hit="), NULL, 10);
+	/* The discovery reads its own index, in writer order: through the
+	 * pending index it steps over every entry the hold keeps there
+	 * (here on few heap pages, in the benchmark a page each). */
+	const char *kmap = strstr(q, "CTE kmap"), *kord = strstr(q, "CTE kord");
+	assert_true(kmap && kord && kmap < kord);
+	const char *via = strstr(kmap, "_written_idx on");
+	const char *pend = strstr(kmap, "_pending_idx on");
+	if (!via || via > kord || (pend && pend < kord))
+		fail_msg("the key map's discovery does not read the written_by "
+			 "index alone:\n%.*s",
+			 (int)(kord - kmap), kmap);
 	free(plans);
 	plans = NULL;
 	/* A session's first lease builds its map. */
@@ -2079,12 +2100,14 @@ static void test_key_map_under_held_snapshot(void **state)
 	free(plans);
 	/* 1,050 and 1,100 dead entries: the build reads each (measured:
 	 * MEASURE), the lease one descent a key (MEASURE). */
-	fprintf(stderr, "key_idx buffers: lease %ld, build %ld\n", walked,
-		built);
-	if (walked * 5 > built)
-		fail_msg("the key map's lease read %ld buffers of key_idx, its "
-			 "build %ld",
-			 walked, built);
+	fprintf(stderr,
+		"key_idx buffers: lease %ld (whole lease %ld), build "
+		"%ld\n",
+		walked, whole, built);
+	if (walked * 5 > built || whole * 3 > built)
+		fail_msg("the key map's lease read %ld buffers of key_idx (%ld "
+			 "in all), its build %ld",
+			 walked, whole, built);
 	store_close(fresh);
 	store_close(s);
 	pgtest_exec(holder, "ROLLBACK");
