@@ -361,29 +361,21 @@ static void rescan_done(struct store *s, int64_t ended_ms, int64_t took_ms)
 		s->rescan_at_ms = due;
 }
 
-/* Whether ordered mode leases by the key map: on a table with
- * written_by, which tells it of new keys (statements_lease.c). */
-static bool key_map_mode(const struct store *s)
-{
-	return s->opt.ordered && !s->written_missing;
-}
-
 /*
  * Whether the key map is built anew before this lease (docs/design.md
  * §6, "The key map"): at a session's first ordered lease, after a
  * reconnect, and on a schedule of its own, the rescans' (once per
  * OUTBOX_LEASE_RESCAN_INTERVAL, or RESCAN_COST_FACTOR times the last
- * build's duration when that is longer; every lease with the interval
- * 0): a build meets the rows that became live with no writer (by hand),
- * as a rescan does for unkeyed rows, and a map that outlived what it was
- * built from (a database restored under a pooler that kept the session)
- * lasts no longer. Not the due scan's rescans: in ordered mode with
- * keyed rows alone the due scan has no floor and rescans every lease.
+ * build's duration when that is longer): a build meets the rows that became
+ * live with no writer (by hand), as a rescan does for unkeyed rows, and a map
+ * that outlived what it was built from (a database restored under a pooler that
+ * kept the session) lasts no longer. Not the due scan's rescans: in ordered
+ * mode with keyed rows alone the due scan has no floor and rescans every lease.
  */
 static bool key_map_due(const struct store *s, int64_t now_ms)
 {
 	return !s->key_map_built || s->key_map_gen != s->ses->conn_gen ||
-	       s->opt.lease_rescan_ms == 0 || now_ms >= s->key_map_at_ms;
+	       now_ms >= s->key_map_at_ms;
 }
 
 /* Builds the key map anew (statements_lease.c, sql_key_map). */
@@ -391,25 +383,25 @@ static int key_map_build(struct store *s, char *err, size_t errlen)
 {
 	int rc;
 	int64_t started_ms = clock_ms();
-	PGresult *res = store_run(s, ST_KEY_MAP, 0, NULL, PGRES_TUPLES_OK, 0,
+	PGresult *res = store_run(s, ST_KEY_MAP, 0, NULL, PGRES_TUPLES_OK, 1,
 				  &rc, err, errlen);
 	if (!res)
 		return store_public_rc(rc);
-	char *keys =
-	    PQgetisnull(res, 0, 0) ? NULL : strdup(PQgetvalue(res, 0, 0));
-	char *floors =
-	    PQgetisnull(res, 0, 1) ? NULL : strdup(PQgetvalue(res, 0, 1));
-	bool ok = PQgetisnull(res, 0, 0) == PQgetisnull(res, 0, 1) &&
-		  (PQgetisnull(res, 0, 0) || (keys && floors));
-	s->key_map_disc = strtoull(PQgetvalue(res, 0, 2), NULL, 10);
+	uint64_t disc = 0;
+	const unsigned char *x = (const unsigned char *)PQgetvalue(res, 0, 2);
+	bool ok = !PQgetisnull(res, 0, 2) && PQgetlength(res, 0, 2) == 8 &&
+		  key_map_replace(s, res, 0, 1) == 0;
+	for (int i = 0; ok && i < 8; i++)
+		disc = disc << 8 | x[i];
 	PQclear(res);
 	if (!ok) {
-		free(keys);
-		free(floors);
-		snprintf(err, errlen, "key map: out of memory");
+		s->key_map_built = false;
+		snprintf(err, errlen,
+			 "key map: its build came back in an unexpected form, "
+			 "or out of memory");
 		return STORE_ERROR;
 	}
-	store_key_map_keep(s, keys, floors);
+	s->key_map_disc = disc;
 	s->key_map_gen = s->ses->conn_gen;
 	s->key_map_built = true;
 	int64_t ended_ms = clock_ms();
@@ -463,7 +455,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	char floor[40], claims_floor[24], written_floor[24], map_disc[24];
 	int64_t started_ms = clock_ms();
 	bool rescan = lease_rescans(s, paused_arr, started_ms, floor);
-	bool keymap = key_map_mode(s);
+	bool keymap = store_key_map_on(s);
 	if (keymap && key_map_due(s, started_ms)) {
 		rc = key_map_build(s, err, errlen);
 		if (rc != 0) {
@@ -473,19 +465,41 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	}
 	snprintf(map_disc, sizeof(map_disc), "%llu",
 		 (unsigned long long)s->key_map_disc);
+	char *win_keys = NULL, *win_floors = NULL;
+	bool whole = false;
+	if (keymap) {
+		size_t least = 4 * (size_t)s->opt.batch_size;
+		if (s->key_window < least)
+			s->key_window = least;
+		if (s->key_window > s->key_walk_cap)
+			s->key_window = s->key_walk_cap;
+		if (key_map_window(s, s->key_window, &win_keys, &win_floors,
+				   &whole) != 0) {
+			free(paused_arr);
+			snprintf(err, errlen, "lease: out of memory");
+			return STORE_ERROR;
+		}
+		s->key_window_used = whole ? 0 : s->key_window;
+	}
 	bool claims_full = claims_floor_of(s, started_ms, claims_floor);
 	/* A rescan reads from the start: no late scan ($6 NULL). */
 	s->scan_from_us = rescan ? INT64_MIN : s->floor_us;
 	snprintf(written_floor, sizeof(written_floor), "%llu",
 		 (unsigned long long)s->written_floor);
-	const char *values[10] = {
-	    paused_arr,	       default_destination ? default_destination : "",
-	    s->ce_source,      floor,
-	    claims_floor,      rescan ? NULL : written_floor,
-	    s->key_cursor,     s->key_map_keys,
-	    s->key_map_floors, map_disc};
-	/* Ordered mode's walk takes where the last one stopped ($7), and
-	 * with the key map the map and its discovery floor ($8-$10). */
+	/* Ordered mode's walk takes where the last one stopped ($7), or
+	 * with the key map its window, the discovery floor and whether the
+	 * window is the whole map ($7-$10). */
+	const char *values[10] = {paused_arr,
+				  default_destination ? default_destination
+						      : "",
+				  s->ce_source,
+				  floor,
+				  claims_floor,
+				  rescan ? NULL : written_floor,
+				  keymap ? win_keys : s->key_cursor,
+				  win_floors,
+				  map_disc,
+				  whole ? "t" : "f"};
 	int n_values = keymap ? 10 : s->opt.ordered ? 7 : 6;
 	/* Binary results: text columns arrive as they are and the payload
 	 * needs no unescaping. */
@@ -502,6 +516,8 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 					PGRES_TUPLES_OK, 1, &rc, err, errlen);
 	}
 	free(paused_arr);
+	free(win_keys);
+	free(win_floors);
 	if (res && (rescan || claims_full)) {
 		int64_t ended_ms = clock_ms(), took = ended_ms - started_ms;
 		if (rescan)

@@ -34,9 +34,11 @@ enum lease_col {
 	LC_NEXT_ATTEMPT_AT,
 	LC_CLAIMS_FLOOR,
 	LC_WRITTEN_FLOOR,
-	LC_KEY_CURSOR,	   /* ordered mode only */
-	LC_KEY_MAP_KEYS,   /* ordered mode with the key map only */
-	LC_KEY_MAP_FLOORS, /* the same */
+	LC_KEY_CURSOR,	  /* ordered mode only */
+	LC_WALKED_KEYS,	  /* ordered mode with the key map only */
+	LC_WALKED_FLOORS, /* the same */
+	LC_FOUND_KEYS,	  /* the same */
+	LC_FOUND_FLOORS,  /* the same */
 };
 
 static const char *col(PGresult *res, int row, int c)
@@ -232,41 +234,30 @@ static int keep_key_cursor(struct store *s, const PGresult *res)
 	return 0;
 }
 
-void store_key_map_keep(struct store *s, char *keys, char *floors)
-{
-	free(s->key_map_keys);
-	free(s->key_map_floors);
-	s->key_map_keys = keys;
-	s->key_map_floors = floors;
-}
-
-/* Ordered mode with the key map: the next map and its discovery floor,
- * from the lease's first row (statements_lease.c). Out of memory, the
- * map is built anew before the next lease. */
+/* Ordered mode with the key map: merges what the lease returned on its
+ * first row into the session's map (key_map.c) and takes its discovery
+ * floor, and sizes the next window: back to four batches once a batch
+ * filled, four times larger (to the cap) when a lease walked its whole
+ * window, short of the whole map, without filling one. Out of memory or
+ * in an unexpected form, the map is built anew before the next lease. */
 static void keep_key_map(struct store *s, const PGresult *res)
 {
-	if (PQntuples(res) < 1 || PQnfields(res) <= LC_KEY_MAP_FLOORS)
+	if (PQntuples(res) < 1 || PQnfields(res) <= LC_FOUND_FLOORS ||
+	    !store_key_map_on(s))
 		return;
-	char *cols[2] = {NULL, NULL};
-	bool ok = PQgetisnull(res, 0, LC_KEY_MAP_KEYS) ==
-		  PQgetisnull(res, 0, LC_KEY_MAP_FLOORS);
-	for (int i = 0; ok && i < 2; i++) {
-		int c = LC_KEY_MAP_KEYS + i;
-		if (!PQgetisnull(res, 0, c)) {
-			cols[i] = strndup(PQgetvalue(res, 0, c),
-					  (size_t)PQgetlength(res, 0, c));
-			ok = cols[i] != NULL;
-		}
-	}
+	size_t walked;
 	uint64_t disc;
-	if (!ok || !col_be(res, 0, LC_WRITTEN_FLOOR, 8, &disc)) {
-		free(cols[0]);
-		free(cols[1]);
+	if (key_map_merge(s, res, LC_WALKED_KEYS, LC_WALKED_FLOORS,
+			  LC_FOUND_KEYS, LC_FOUND_FLOORS, &walked) != 0 ||
+	    !col_be(res, 0, LC_WRITTEN_FLOOR, 8, &disc)) {
 		s->key_map_built = false;
 		return;
 	}
-	store_key_map_keep(s, cols[0], cols[1]);
 	s->key_map_disc = disc;
+	if (s->key_window_used && walked >= s->key_window_used)
+		s->key_window *= 4;
+	else if (walked < s->key_window_used)
+		s->key_window = 0;
 }
 
 bool store_lease_found_none(struct store *s, const PGresult *res)

@@ -203,54 +203,59 @@ static char *keyed_sql(const struct store *s, bool claims)
 	return sql;
 }
 
-/* The key map's discovery floor, $10 (lease.c): as WRITTEN_FLOOR, a floor
+/* The key map's discovery floor, $9 (lease.c): as WRITTEN_FLOOR, a floor
  * past the cluster's next transaction id reads every writer. */
 #define KEY_MAP_FLOOR                                                          \
-	"(CASE WHEN $10::xid8 > pg_snapshot_xmax(pg_current_snapshot()) THEN " \
-	"'0'::xid8 ELSE $10::xid8 END)"
+	"(CASE WHEN $9::xid8 > pg_snapshot_xmax(pg_current_snapshot()) THEN "  \
+	"'0'::xid8 ELSE $9::xid8 END)"
 
 /*
  * Ordered mode's keyed rows with the key map (docs/design.md §6, "The key
- * map"), on a table with written_by: the walk steps from key to key of
- * the session's map ($8, $9: each key with a live row and the seq below
- * which it has none, as this session's previous lease or the map's
- * build saw it) and of the keys of rows written since $10 (the xmin of
- * that lease's snapshot, so every row it could not see), each one
- * descent of key_idx from the key's floor. key_idx's entries below a
- * floor are of rows finished before it, and a held snapshot keeps every
- * one of them: the walk along the index read them all at every lease.
- * Here a descent steps over the rows of its key finished since the
- * previous lease, and the step to the next key reads no index at all.
+ * map"), on a table with written_by: the walk steps from key to key of a
+ * window of the session's map ($7, $8: keys in the walk's order, each
+ * with the seq below which it had no live row as this session's
+ * previous lease or the map's build saw it), each one descent of key_idx
+ * from the key's floor. key_idx's entries below a floor are of rows
+ * finished before it, and a held snapshot keeps every one of them: the
+ * walk along the index read them all at every lease. Here a descent
+ * steps over the rows of its key finished since the previous lease, and
+ * the step to the next key reads no index at all.
  *
- * The discovery reads in writer order, as the late scan does: with no
- * sort allowed, that order is its own index's, where Postgres, left to
- * choose, read the whole pending index for it (54,302 buffers a lease 40
- * s into a held snapshot, 1,000 events/s).
+ * The discovery: the keyed rows written by a transaction at or after $9
+ * (the xmin of the previous lease's snapshot, so every row it could not
+ * see) lower their keys' floors in the window, and, when the window is
+ * the whole map ($10), keys not in it are new and walked after it from
+ * their discovered rows. It reads in writer order, as the late scan
+ * does: with no sort allowed, that order is its own index's, where
+ * Postgres, left to choose, read the whole pending index for it (54,302
+ * buffers a lease 40 s into a held snapshot, 1,000 events/s).
  *
- * The map's order is the walk's (after $7, then round from the first),
- * capped at key_walk_cap keys, and the descents are pulled a key at a
- * time by the lock, as the walk along the index was. What comes back
- * with the rows is the next map: each key walked with its first live
- * row's seq (a key found without one leaves), the others as they came
- * in. When the batch filled, the walk stopped at its last row's key, so
- * the keys up to it are the ones walked; otherwise the walk was read to
- * the cap.
+ * The descents are pulled a key at a time by the lock, as the walk along
+ * the index was. What comes back, on the first row, is what the session
+ * merges into its map (lease_rows.c): each key walked with its first live
+ * row's seq (NULL: none, the key leaves the map), and the keys
+ * discovered but not walked with their lowest new seq. When the batch
+ * filled, the walk stopped at its last row's key, so the keys up to it
+ * are the ones walked; otherwise it was read whole.
  */
 static char *keyed_map_sql(const struct store *s, bool claims)
 {
 	const char *T = s->table.quoted;
-	size_t cap = s->key_walk_cap;
 	return store_asprintf(
-	    "kmap AS MATERIALIZED (SELECT k, min(f) AS f FROM (SELECT k, f "
-	    "FROM unnest($8::text[], $9::int8[]) AS m(k, f) UNION ALL (SELECT "
-	    "partition_key, seq FROM %1$s WHERE status = 'pending' AND "
-	    "written_by IS NOT NULL AND written_by >= " KEY_MAP_FLOOR " AND "
-	    "partition_key IS NOT NULL ORDER BY written_by)) u GROUP BY k), "
-	    "kord AS MATERIALIZED (SELECT k, f, row_number() OVER () AS n "
-	    "FROM (SELECT k, f FROM kmap ORDER BY coalesce(k <= $7::text, "
-	    "false), k) o), "
+	    "win AS MATERIALIZED (SELECT k, f, n FROM unnest($7::text[], "
+	    "$8::int8[]) WITH ORDINALITY AS m(k, f, n)), "
+	    "disc AS MATERIALIZED (SELECT partition_key AS k, min(seq) AS f "
+	    "FROM (SELECT partition_key, seq FROM %1$s WHERE status = "
+	    "'pending' AND written_by IS NOT NULL AND written_by "
+	    ">= " KEY_MAP_FLOOR
+	    " AND partition_key IS NOT NULL ORDER BY written_by) d GROUP BY "
+	    "partition_key), "
+	    "kord AS MATERIALIZED (SELECT w.k, least(w.f, d.f) AS f, w.n FROM "
+	    "win w LEFT JOIN disc d ON d.k = w.k UNION ALL SELECT d.k, d.f, "
+	    "%2$zu + row_number() OVER () FROM disc d WHERE $10::bool AND NOT "
+	    "EXISTS (SELECT 1 FROM win w WHERE w.k = d.k)), "
 	    "walk AS (SELECT m.k AS pk, m.n, d.* FROM (SELECT k, f, n FROM "
-	    "kord LIMIT %2$zu) m LEFT JOIN LATERAL (SELECT o.ctid AS tid, "
+	    "kord ORDER BY n) m LEFT JOIN LATERAL (SELECT o.ctid AS tid, "
 	    "o.xmin AS xm, o.seq AS sq, o.next_attempt_at AS at, o.status AS "
 	    "st, o.suspect AS sus, o.exchange AS ex, o.routing_key AS rk, o.id "
 	    "FROM %1$s o WHERE o.status IN ('pending', 'in_flight') AND "
@@ -269,15 +274,16 @@ static char *keyed_map_sql(const struct store *s, bool claims)
 	    "c.tid AND o.xmin = c.xm AND o.status = "
 	    "'pending' " GUARD_LEASE_LOCK ") l WHERE NOT c.sus OR (c.ns = 1 "
 	    "AND NOT EXISTS (SELECT 1 FROM suspect)) LIMIT %5$d), "
-	    "walked AS MATERIALIZED (SELECT CASE WHEN (SELECT count(*) FROM "
-	    "keyed) >= %5$d THEN (SELECT max(n) FROM keyed) ELSE %2$zu END AS "
-	    "p), "
-	    "next_map AS MATERIALIZED (SELECT array_agg(k)::text AS ks, "
-	    "array_agg(f)::text AS fs FROM (SELECT w.pk AS k, w.sq AS f FROM "
-	    "(SELECT pk, sq FROM walk LIMIT (SELECT p FROM walked)) w WHERE "
-	    "w.sq IS NOT NULL UNION ALL SELECT k, f FROM kord WHERE n > "
-	    "(SELECT p FROM walked)) x), ",
-	    T, cap,
+	    "upd AS MATERIALIZED (SELECT pk AS k, sq AS f FROM walk LIMIT "
+	    "(SELECT count(*) FROM kord WHERE n <= (CASE WHEN (SELECT "
+	    "count(*) FROM keyed) >= %5$d THEN (SELECT max(n) FROM keyed) "
+	    "ELSE (SELECT max(n) FROM kord) END))), "
+	    "next_map AS MATERIALIZED (SELECT (SELECT array_agg(k) FROM "
+	    "upd) AS wk, (SELECT array_agg(f) FROM upd) AS wf, (SELECT "
+	    "array_agg(k) FROM disc WHERE NOT EXISTS (SELECT 1 FROM upd u "
+	    "WHERE u.k = disc.k)) AS dk, (SELECT array_agg(f) FROM disc WHERE "
+	    "NOT EXISTS (SELECT 1 FROM upd u WHERE u.k = disc.k)) AS df), ",
+	    T, s->key_walk_cap,
 	    claims ? "AND NOT c.id = ANY(ARRAY(SELECT x FROM crashed))" : "",
 	    s->blocked, s->opt.batch_size);
 }
@@ -300,8 +306,8 @@ char *sql_key_map(const struct store *s)
 	    "o.partition_key AS pk, o.seq AS sq FROM %1$s o WHERE o.status IN "
 	    "('pending', 'in_flight') AND o.partition_key IS NOT NULL AND "
 	    "o.partition_key > w.pk ORDER BY o.partition_key, o.seq LIMIT 1) "
-	    "n) SELECT array_agg(pk)::text, array_agg(sq)::text, "
-	    "pg_snapshot_xmin(pg_current_snapshot())::text FROM w",
+	    "n) SELECT array_agg(pk), array_agg(sq), "
+	    "pg_snapshot_xmin(pg_current_snapshot()) FROM w",
 	    T);
 }
 
@@ -336,9 +342,7 @@ static char *lease_sql(const struct store *s, bool claims)
 		   : strdup("");
 	const char *skip_late =
 	    claims ? " AND NOT t.id = ANY(ARRAY(SELECT x FROM late))" : "";
-	/* The key map needs written_by to learn of new keys; a table
-	 * without it walks key_idx at every lease. */
-	bool keymap = ordered && !s->written_missing;
+	bool keymap = store_key_map_on(s);
 	char *keyed = keymap	? keyed_map_sql(s, claims)
 		      : ordered ? keyed_sql(s, claims)
 				: strdup("");
@@ -410,12 +414,15 @@ static char *lease_sql(const struct store *s, bool claims)
 			 ", CASE WHEN (SELECT count(*) FROM keyed) >= %d THEN "
 			 "(SELECT k.pk FROM keyed k WHERE k.tid = "
 			 "ANY(ARRAY(SELECT tid FROM picked)) ORDER BY k.n "
-			 "DESC LIMIT 1) ELSE (SELECT k FROM kord WHERE n = "
-			 "least(%zu, (SELECT count(*) FROM kord))) END, CASE "
-			 "WHEN row_number() OVER () = 1 THEN (SELECT ks FROM "
+			 "DESC LIMIT 1) ELSE (SELECT k FROM kord ORDER BY n "
+			 "DESC LIMIT 1) END, CASE WHEN row_number() OVER () = "
+			 "1 THEN (SELECT wk FROM next_map) END, CASE WHEN "
+			 "row_number() OVER () = 1 THEN (SELECT wf FROM "
 			 "next_map) END, CASE WHEN row_number() OVER () = 1 "
-			 "THEN (SELECT fs FROM next_map) END",
-			 n, s->key_walk_cap)
+			 "THEN (SELECT dk FROM next_map) END, CASE WHEN "
+			 "row_number() OVER () = 1 THEN (SELECT df FROM "
+			 "next_map) END",
+			 n)
 	    : ordered
 		? store_asprintf(
 		      ", CASE WHEN (SELECT count(*) FROM keyed) >= %d THEN "

@@ -463,8 +463,7 @@ void store_close(struct store *s)
 	free(s->extra_sql);
 	free(s->rescan_paused);
 	free(s->key_cursor);
-	free(s->key_map_keys);
-	free(s->key_map_floors);
+	key_map_clear(s);
 	free(s->claim_key);
 	for (size_t i = 0; i < sizeof(s->tx_settings) / sizeof(*s->tx_settings);
 	     i++)

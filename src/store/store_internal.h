@@ -206,17 +206,20 @@ struct store {
 	/* At most this many keys a keyed lease's walk steps to
 	 * (KEY_WALK_CAP; store_set_key_walk_cap in tests). */
 	size_t key_walk_cap;
-	/* Ordered mode's key map (statements_lease.c, $8-$10): the keys with
-	 * a live row and each one's floor, as the text of two arrays the
-	 * previous lease returned (owned; NULL: no key); the discovery
-	 * floor, a transaction id at or below the writer of every row that
-	 * lease could not see; the connection generation it was built on.
-	 * key_map_built false: built before the next lease. */
-	char *key_map_keys;
-	char *key_map_floors;
+	/* Ordered mode's key map (key_map.c; statements_lease.c, $7-$10):
+	 * every key with a live row as this session saw it, sorted by
+	 * key, with its floor (owned); how many of them a lease walks at
+	 * most (key_window); the discovery floor, a transaction id at or
+	 * below the writer of every row the previous lease could not see;
+	 * the connection generation it was built on and when the next
+	 * build is due. key_map_built false: built before the next lease. */
+	struct key_floor *key_map;
+	size_t key_map_n;
+	size_t key_window;
+	size_t key_window_used; /* by the open lease; 0: the whole map */
 	uint64_t key_map_disc;
 	uint64_t key_map_gen;
-	int64_t key_map_at_ms; /* when the next build is due */
+	int64_t key_map_at_ms;
 	bool key_map_built;
 	/* The backlog count's floors (store_admin.c): the oldest
 	 * next_attempt_at the previous count found, as Postgres wrote it
@@ -291,9 +294,37 @@ char *sql_version(const struct store *s);
 /* lease_rows.c: whether res is an ordered lease that picked no row (its
  * one row carries the key walk's place, which it keeps). */
 bool store_lease_found_none(struct store *s, const PGresult *res);
-/* Takes the key map's two arrays (owned; NULL: no key) in place of the
- * session's. */
-void store_key_map_keep(struct store *s, char *keys, char *floors);
+/* Whether ordered mode leases by the key map (statements_lease.c): it
+ * needs written_by to learn of new keys, and keeps floors, which
+ * OUTBOX_LEASE_RESCAN_INTERVAL=0 turns off; otherwise each lease walks
+ * key_idx from the first key. */
+static inline bool store_key_map_on(const struct store *s)
+{
+	return s->opt.ordered && !s->written_missing &&
+	       s->opt.lease_rescan_ms > 0;
+}
+/* key_map.c. A key of the map and the seq below which it had no live
+ * row. */
+struct key_floor {
+	char *key;
+	int64_t floor;
+};
+void key_map_clear(struct store *s);
+/* The map as the build returned it: text[] and int8[] columns of row 0,
+ * in binary. -1 when they are not that, or out of memory. */
+int key_map_replace(struct store *s, const PGresult *res, int keys, int floors);
+/* Merges what a lease returned (row 0, binary): the keys walked with
+ * their new floors (NULL drops the key), and the keys discovered but
+ * not walked, whose floors only go down; *walked is how many keys it
+ * walked. -1 as above. */
+int key_map_merge(struct store *s, const PGresult *res, int walked_keys,
+		  int walked_floors, int found_keys, int found_floors,
+		  size_t *walked);
+/* The window a lease walks: at most want keys from the first past the
+ * cursor, round from the first, as array literals (malloc'd); whole
+ * when it is the whole map. -1 when out of memory. */
+int key_map_window(const struct store *s, size_t want, char **keys,
+		   char **floors, bool *whole);
 /* lease_rows.c: takes the lease statement's rows out of res into out (out
  * owns res from then on) and sets the session's scan and claim floors
  * from them; 0, or STORE_ERROR with err. */

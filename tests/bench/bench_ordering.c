@@ -119,6 +119,8 @@ static struct store *open_store(const char *url, const char *table,
 	    .backoff_factor = 2,
 	    .prepare = true,
 	    .ordered = ordered,
+	    /* The relay's default: floors on, the key map in ordered mode. */
+	    .lease_rescan_ms = 5000,
 	};
 	struct store *s = NULL;
 	if (store_open(&s, &o, err, sizeof(err)) != 0)

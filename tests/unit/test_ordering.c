@@ -22,10 +22,22 @@
 
 static char err[1024];
 
-static struct store *ordered_store(const char *table, bool block)
+/* How often a session rebuilds its key map (OUTBOX_LEASE_RESCAN_INTERVAL):
+ * the relay's default, or 0, which walks key_idx at every lease (no key
+ * map); the tests of the walk run both ways. */
+static int64_t rescan_ms = 5000;
+
+static struct store_options ordered_options(const char *table)
 {
 	struct store_options o = pgtest_store_options(table);
 	o.ordered = true;
+	o.lease_rescan_ms = rescan_ms;
+	return o;
+}
+
+static struct store *ordered_store(const char *table, bool block)
+{
+	struct store_options o = ordered_options(table);
 	o.block_on_failure = block;
 	return pgtest_store(&o);
 }
@@ -326,16 +338,14 @@ static void test_held_row_holds_its_key(void **state)
 /* The walk goes on from the key where the last lease stopped and comes
  * round to the first, so with more keys than a batch every key gets its
  * turn: keys a batch could not take are not passed over again and again
- * by the keys that sort first. */
-static void test_walk_gives_every_key_its_turn(void **state)
+ * by the keys that sort first. With the key map and without. */
+static void walk_gives_every_key_its_turn(void)
 {
-	(void)state;
 	char table[128];
 	pgtest_fresh_table("ord_turns", table, sizeof(table));
 	PGconn *c = pgtest_connect();
 	insert_keys(c, table, "ABCDE", 2);
-	struct store_options o = pgtest_store_options(table);
-	o.ordered = true;
+	struct store_options o = ordered_options(table);
 	o.batch_size = 2;
 	struct store *s = pgtest_store(&o);
 	expect_released(s, "a1,b1");
@@ -349,13 +359,22 @@ static void test_walk_gives_every_key_its_turn(void **state)
 	PQfinish(c);
 }
 
+static void test_walk_gives_every_key_its_turn(void **state)
+{
+	(void)state;
+	walk_gives_every_key_its_turn();
+	rescan_ms = 0;
+	walk_gives_every_key_its_turn();
+	rescan_ms = 5000;
+}
+
 /* A walk steps to at most the cap's number of keys, and the next goes
  * on from where it stopped: with every key's first row in backoff but
  * F's (a broker outage's backlog, here with a cap of 2 for 6 keys), two
- * leases walk A-B and C-D and find nothing, the third reaches F. */
-static void test_walk_stops_at_its_cap(void **state)
+ * leases walk A-B and C-D and find nothing, the third reaches F. With
+ * the key map (its window) and without. */
+static void walk_stops_at_its_cap(void)
 {
-	(void)state;
 	char table[128];
 	pgtest_fresh_table("ord_walk_cap", table, sizeof(table));
 	PGconn *c = pgtest_connect();
@@ -373,6 +392,41 @@ static void test_walk_stops_at_its_cap(void **state)
 	expect_batch(s, "a1,b1");
 	expect_batch(s, "c1,d1");
 	expect_batch(s, "e1");
+	store_close(s);
+	PQfinish(c);
+}
+
+static void test_walk_stops_at_its_cap(void **state)
+{
+	(void)state;
+	walk_stops_at_its_cap();
+	rescan_ms = 0;
+	walk_stops_at_its_cap();
+	rescan_ms = 5000;
+}
+
+/* The key map's window is four batches of keys (8 here), and a lease
+ * that walked all of it without filling its batch makes the next one
+ * four times larger: with 20 keys whose first rows wait in backoff but
+ * T's, the first lease walks A-H and finds nothing, the second walks the
+ * rest of the map and finds t1 (an unchanging window would need a third
+ * lease). */
+static void test_key_window_grows_when_nothing_is_due(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_window", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert_keys(c, table, "ABCDEFGHIJKLMNOPQRST", 1);
+	pgtest_exec(c,
+		    "UPDATE %s SET next_attempt_at = now() + interval '1 hour' "
+		    "WHERE subject <> 't1'",
+		    table);
+	struct store_options o = ordered_options(table);
+	o.batch_size = 2;
+	struct store *s = pgtest_store(&o);
+	expect_batch(s, "");
+	expect_batch(s, "t1");
 	store_close(s);
 	PQfinish(c);
 }
@@ -451,8 +505,7 @@ static void test_late_rows_and_redrive_are_leased(void **state)
 	insert(late, table, "u0", NULL);
 	insert(c, table, "c1", "C");
 	insert(c, table, "u1", NULL);
-	struct store_options o = pgtest_store_options(table);
-	o.ordered = true;
+	struct store_options o = ordered_options(table);
 	o.lease_rescan_ms = 3600 * 1000;
 	struct store *s = pgtest_store(&o);
 	expect_batch(s, "c1,u1");
@@ -494,8 +547,7 @@ static void test_late_row_below_a_keys_floor(void **state)
 	insert(late, table, "k1", "K");
 	insert(c, table, "k2", "K");
 	insert(c, table, "k3", "K");
-	struct store_options o = pgtest_store_options(table);
-	o.ordered = true;
+	struct store_options o = ordered_options(table);
 	o.lease_rescan_ms = 3600 * 1000;
 	struct store *s = pgtest_store(&o);
 	expect_batch(s, "k2");
@@ -527,8 +579,7 @@ static void test_rows_live_again_by_hand_wait_for_a_build(void **state)
 	pgtest_fresh_table("ord_by_hand", table, sizeof(table));
 	PGconn *c = pgtest_connect();
 	insert_keys(c, table, "A", 3);
-	struct store_options o = pgtest_store_options(table);
-	o.ordered = true;
+	struct store_options o = ordered_options(table);
 	o.lease_rescan_ms = 3600 * 1000;
 	struct store *s = pgtest_store(&o);
 	expect_batch(s, "a1");
@@ -913,6 +964,7 @@ int main(void)
 	    cmocka_unit_test(test_held_row_holds_its_key),
 	    cmocka_unit_test(test_walk_gives_every_key_its_turn),
 	    cmocka_unit_test(test_walk_stops_at_its_cap),
+	    cmocka_unit_test(test_key_window_grows_when_nothing_is_due),
 	    cmocka_unit_test(test_markers_of_older_relays_change_nothing),
 	    cmocka_unit_test(test_suspects_go_alone_in_key_order),
 	    cmocka_unit_test(test_late_rows_and_redrive_are_leased),

@@ -2081,7 +2081,7 @@ static void test_key_map_under_held_snapshot(void **state)
 	/* The discovery reads its own index, in writer order: through the
 	 * pending index it steps over every entry the hold keeps there
 	 * (here on few heap pages, in the benchmark a page each). */
-	const char *kmap = strstr(q, "CTE kmap"), *kord = strstr(q, "CTE kord");
+	const char *kmap = strstr(q, "CTE disc"), *kord = strstr(q, "CTE kord");
 	assert_true(kmap && kord && kmap < kord);
 	const char *via = strstr(kmap, "_written_idx on");
 	const char *pend = strstr(kmap, "_pending_idx on");

@@ -1,0 +1,260 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Ordered mode's key map (docs/design.md §6, "The key map"): each
+ * session's keys with a live row and their floors, kept sorted by key
+ * (byte order), the window of it each lease walks, and the merge of what
+ * the lease or the map's build returns. Owned by its store; only the
+ * store's own thread touches it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_internal.h"
+
+/* Postgres's type ids of the arrays' elements. */
+#define OID_TEXT 25
+#define OID_INT8 20
+
+void key_map_clear(struct store *s)
+{
+	for (size_t i = 0; i < s->key_map_n; i++)
+		free(s->key_map[i].key);
+	free(s->key_map);
+	s->key_map = NULL;
+	s->key_map_n = 0;
+}
+
+/* One-dimensional array in Postgres's binary form: its element count and
+ * where its elements start, or false when it is not one of type oid. */
+struct bin_array {
+	const unsigned char *p, *end;
+	size_t n;
+};
+
+static uint32_t be32(const unsigned char *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
+	       (uint32_t)p[2] << 8 | p[3];
+}
+
+static bool array_open(const PGresult *res, int row, int col, uint32_t oid,
+		       struct bin_array *a)
+{
+	a->n = 0;
+	a->p = a->end = NULL;
+	if (PQgetisnull(res, row, col))
+		return true; /* array_agg of no row */
+	const unsigned char *p =
+	    (const unsigned char *)PQgetvalue(res, row, col);
+	int len = PQgetlength(res, row, col);
+	if (len < 12 || be32(p + 8) != oid)
+		return false;
+	uint32_t ndim = be32(p);
+	if (ndim == 0)
+		return true;
+	if (ndim != 1 || len < 20)
+		return false;
+	a->n = be32(p + 12);
+	a->p = p + 20;
+	a->end = p + len;
+	return true;
+}
+
+/* The next element: its bytes and length, -1 for NULL; false when the
+ * array ends early. */
+static bool array_next(struct bin_array *a, const unsigned char **v, int *len)
+{
+	if (a->end - a->p < 4)
+		return false;
+	*len = (int)(int32_t)be32(a->p);
+	a->p += 4;
+	*v = a->p;
+	if (*len < 0)
+		return true;
+	if (a->end - a->p < *len)
+		return false;
+	a->p += *len;
+	return true;
+}
+
+static int64_t be64(const unsigned char *p)
+{
+	return (int64_t)((uint64_t)be32(p) << 32 | be32(p + 4));
+}
+
+/* An entry of the map or of an update: floor -1 drops the key, and an
+ * update with min set only lowers a floor (or adds the key). */
+struct update {
+	char *key;
+	int64_t floor;
+	bool min;
+};
+
+static int by_key(const void *a, const void *b)
+{
+	return strcmp(((const struct update *)a)->key,
+		      ((const struct update *)b)->key);
+}
+
+/* Reads the pairs of arrays at columns kc and fc of row 0 into ups[*n...]
+ * (each key strdup'ed). */
+static bool read_pairs(const PGresult *res, int kc, int fc, bool min,
+		       struct update *ups, size_t *n, size_t room)
+{
+	struct bin_array ka, fa;
+	if (!array_open(res, 0, kc, OID_TEXT, &ka) ||
+	    !array_open(res, 0, fc, OID_INT8, &fa) || ka.n != fa.n ||
+	    *n + ka.n > room)
+		return false;
+	for (size_t i = 0; i < ka.n; i++) {
+		const unsigned char *k, *f;
+		int kl, fl;
+		if (!array_next(&ka, &k, &kl) || !array_next(&fa, &f, &fl) ||
+		    kl < 0 || (fl >= 0 && fl != 8))
+			return false;
+		char *key = strndup((const char *)k, (size_t)kl);
+		if (!key)
+			return false;
+		ups[(*n)++] = (struct update){
+		    .key = key, .floor = fl < 0 ? -1 : be64(f), .min = min};
+	}
+	return true;
+}
+
+static size_t array_len(const PGresult *res, int col)
+{
+	struct bin_array a;
+	return array_open(res, 0, col, OID_TEXT, &a) ? a.n : 0;
+}
+
+static void free_updates(struct update *ups, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(ups[i].key);
+	free(ups);
+}
+
+/* Applies ups (sorted by key) to the map in one pass. */
+static int apply(struct store *s, struct update *ups, size_t n)
+{
+	struct key_floor *out =
+	    malloc((s->key_map_n + n + 1) * sizeof(*s->key_map));
+	if (!out)
+		return -1;
+	size_t i = 0, j = 0, m = 0;
+	while (i < s->key_map_n || j < n) {
+		int c = i == s->key_map_n ? 1
+			: j == n	  ? -1
+				 : strcmp(s->key_map[i].key, ups[j].key);
+		if (c < 0) {
+			out[m++] = s->key_map[i++];
+			continue;
+		}
+		struct update *u = &ups[j++];
+		int64_t floor = u->floor;
+		char *key = u->key;
+		u->key = NULL;
+		if (c == 0) {
+			int64_t had = s->key_map[i].floor;
+			free(s->key_map[i++].key);
+			if (u->min && had < floor)
+				floor = had;
+		}
+		if (floor < 0)
+			free(key);
+		else
+			out[m++] =
+			    (struct key_floor){.key = key, .floor = floor};
+	}
+	free(s->key_map);
+	s->key_map = out;
+	s->key_map_n = m;
+	return 0;
+}
+
+int key_map_merge(struct store *s, const PGresult *res, int walked_keys,
+		  int walked_floors, int found_keys, int found_floors,
+		  size_t *walked)
+{
+	size_t room = array_len(res, walked_keys) + array_len(res, found_keys);
+	struct update *ups = calloc(room + 1, sizeof(*ups));
+	size_t n = 0;
+	bool ok =
+	    ups &&
+	    read_pairs(res, walked_keys, walked_floors, false, ups, &n, room) &&
+	    read_pairs(res, found_keys, found_floors, true, ups, &n, room);
+	*walked = array_len(res, walked_keys);
+	if (ok) {
+		qsort(ups, n, sizeof(*ups), by_key);
+		ok = apply(s, ups, n) == 0;
+	}
+	free_updates(ups, n);
+	return ok ? 0 : -1;
+}
+
+int key_map_replace(struct store *s, const PGresult *res, int keys, int floors)
+{
+	size_t room = array_len(res, keys);
+	struct update *ups = calloc(room + 1, sizeof(*ups));
+	size_t n = 0;
+	bool ok = ups && read_pairs(res, keys, floors, false, ups, &n, room);
+	if (ok) {
+		key_map_clear(s);
+		qsort(ups, n, sizeof(*ups), by_key);
+		ok = apply(s, ups, n) == 0;
+	}
+	free_updates(ups, n);
+	return ok ? 0 : -1;
+}
+
+/* The first entry past the cursor in byte order (0 past the last). */
+static size_t window_start(const struct store *s)
+{
+	if (!s->key_cursor)
+		return 0;
+	size_t lo = 0, hi = s->key_map_n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (strcmp(s->key_map[mid].key, s->key_cursor) <= 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo == s->key_map_n ? 0 : lo;
+}
+
+int key_map_window(const struct store *s, size_t want, char **keys,
+		   char **floors, bool *whole)
+{
+	size_t n = s->key_map_n < want ? s->key_map_n : want;
+	size_t start = window_start(s);
+	const char **items = malloc((n + 1) * sizeof(*items));
+	char *fl = malloc(n * 21 + 3);
+	*keys = *floors = NULL;
+	if (!items || !fl) {
+		free(items);
+		free(fl);
+		return -1;
+	}
+	size_t at = 0;
+	fl[at++] = '{';
+	for (size_t i = 0; i < n; i++) {
+		const struct key_floor *e =
+		    &s->key_map[(start + i) % s->key_map_n];
+		items[i] = e->key;
+		at += (size_t)snprintf(fl + at, 22, "%s%lld", i ? "," : "",
+				       (long long)e->floor);
+	}
+	fl[at++] = '}';
+	fl[at] = '\0';
+	*keys = store_pg_array(items, n, PG_ARRAY_QUOTED, SIZE_MAX);
+	free(items);
+	if (!*keys) {
+		free(fl);
+		return -1;
+	}
+	*floors = fl;
+	*whole = n == s->key_map_n;
+	return 0;
+}
