@@ -138,9 +138,11 @@ const struct setting config_core_rows[] = {
 		     "oldest row and finds rows committed late by their "
 		     "writers' transaction ids; one lease of the process "
 		     "scans from the start this often (longer when a scan is "
-		     "slow): a row written before migration 007 or let go by "
-		     "a relay that stopped waits at most about this long; 0 "
-		     "scans from the start every time"),
+		     "slow), and in ordered mode each session walks every "
+		     "key anew this often to rebuild its key map: a row "
+		     "written before migration 007, let go by a relay that "
+		     "stopped or made pending by hand waits at most about "
+		     "this long; 0 scans and walks from the start every time"),
     SETTING_DURATION(C, "OUTBOX_PUBLISH_TIMEOUT", publish_timeout_ms, "5s", 100,
 		     HOUR, 0, "deadline for the broker to acknowledge a batch"),
     SETTING_DURATION(C, "OUTBOX_LEASE_TIMEOUT", lease_timeout_ms, "1m", SECOND,

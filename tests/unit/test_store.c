@@ -1880,6 +1880,34 @@ static void test_lease_walks_the_index(void **state)
 
 /* The buffers the last scan of index (a suffix: "_pending_idx") in plans
  * read (auto_explain with analyze and buffers). */
+/* What a traced store's session runs to report every plan it executes,
+ * with the buffers each node read. */
+#define TRACE_BUFFERS                                                          \
+	"LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "         \
+	"SET auto_explain.log_analyze = on; "                                  \
+	"SET auto_explain.log_buffers = on; "                                  \
+	"SET auto_explain.log_level = notice; "                                \
+	"SET client_min_messages = notice"
+
+/* The buffers of the first plan node from at on. */
+static long buffers_from(const char *at)
+{
+	const char *hit = strstr(at, "Buffers: shared hit=");
+	assert_non_null(hit);
+	return strtol(hit + strlen("Buffers: shared hit="), NULL, 10);
+}
+
+/* Takes a snapshot on holder that sees rows rows of table and keeps it.
+ * A failed assertion leaves the holder open: the server ends it, so the
+ * next test's migration does not wait on it for good. */
+static void hold_snapshot(PGconn *holder, const char *table, long rows)
+{
+	pgtest_exec(holder, "SET idle_in_transaction_session_timeout = '60s'");
+	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	assert_int_equal(pgtest_long(holder, "SELECT count(*) FROM %s", table),
+			 rows);
+}
+
 static long index_scan_buffers(const char *plans, const char *index)
 {
 	char on[64];
@@ -1888,9 +1916,7 @@ static long index_scan_buffers(const char *plans, const char *index)
 	for (const char *p = plans; p && (p = strstr(p, on)); p++)
 		at = p;
 	assert_non_null(at);
-	const char *hit = strstr(at, "Buffers: shared hit=");
-	assert_non_null(hit);
-	return strtol(hit + strlen("Buffers: shared hit="), NULL, 10);
+	return buffers_from(at);
 }
 
 /* Leases one batch, checks it holds n rows, each of type want, and marks
@@ -1935,18 +1961,8 @@ static void floor_under_held_snapshot(bool ordered)
 	for (int i = 0; i < 60; i++)
 		pgtest_insert(c, table, 100);
 	pgtest_exec(c, "ANALYZE %s", table);
-	/* A failed assertion leaves the holder open: the server ends it, so
-	 * the next test's migration does not wait on it for good. */
-	pgtest_exec(holder, "SET idle_in_transaction_session_timeout = '60s'");
-	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-	assert_int_equal(pgtest_long(holder, "SELECT count(*) FROM %s", table),
-			 6000);
-	const char *trace =
-	    "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
-	    "SET auto_explain.log_analyze = on; "
-	    "SET auto_explain.log_buffers = on; "
-	    "SET auto_explain.log_level = notice; "
-	    "SET client_min_messages = notice";
+	hold_snapshot(holder, table, 6000);
+	const char *trace = TRACE_BUFFERS;
 	long buffers[2], late = -1;
 	for (int floor_on = 1; floor_on >= 0; floor_on--) {
 		struct store_options o = pgtest_store_options(table);
@@ -2017,9 +2033,7 @@ static long max_index_scan_buffers(const char *plans, const char *index)
 	snprintf(on, sizeof(on), "%s on", index);
 	long most = -1;
 	for (const char *p = plans; p && (p = strstr(p, on)); p++) {
-		const char *hit = strstr(p, "Buffers: shared hit=");
-		assert_non_null(hit);
-		long n = strtol(hit + strlen("Buffers: shared hit="), NULL, 10);
+		long n = buffers_from(p);
 		most = n > most ? n : most;
 	}
 	assert_true(most >= 0);
@@ -2039,22 +2053,14 @@ static void test_key_map_under_held_snapshot(void **state)
 	pgtest_fresh_table("store_keymap_held", table, sizeof(table));
 	PGconn *c = pgtest_connect();
 	PGconn *holder = pgtest_connect();
-	pgtest_exec(holder, "SET idle_in_transaction_session_timeout = '60s'");
-	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-	assert_int_equal(pgtest_long(holder, "SELECT count(*) FROM %s", table),
-			 0);
+	hold_snapshot(holder, table, 0);
 	/* 50 keys of 40 rows, all finished under the hold. */
 	const char *rows = "INSERT INTO %s (type, partition_key, payload) "
 			   "SELECT 'test.event', 'k' || (g %% 50), 'x' FROM "
 			   "generate_series(1, %d) g";
 	pgtest_exec(c, rows, table, 2000);
 	pgtest_exec(c, "ANALYZE %s", table);
-	const char *trace =
-	    "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
-	    "SET auto_explain.log_analyze = on; "
-	    "SET auto_explain.log_buffers = on; "
-	    "SET auto_explain.log_level = notice; "
-	    "SET client_min_messages = notice";
+	const char *trace = TRACE_BUFFERS;
 	struct store_options o = pgtest_store_options(table);
 	o.lease_rescan_ms = 3600 * 1000;
 	o.ordered = true;
@@ -2075,9 +2081,7 @@ static void test_key_map_under_held_snapshot(void **state)
 	 * left Postgres the choice of plan. */
 	const char *q = strstr(plans, "Query Text: WITH lease");
 	assert_non_null(q);
-	const char *hit = strstr(q, "Buffers: shared hit=");
-	assert_non_null(hit);
-	long whole = strtol(hit + strlen("Buffers: shared hit="), NULL, 10);
+	long whole = buffers_from(q);
 	/* The discovery reads its own index, in writer order: through the
 	 * pending index it steps over every entry the hold keeps there
 	 * (here on few heap pages, in the benchmark a page each). */
@@ -2529,15 +2533,8 @@ static void test_claims_floor_under_held_snapshot(void **state)
 	PGconn *c = pgtest_connect();
 	PGconn *holder = pgtest_connect();
 	pgtest_insert(c, table, 5000);
-	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
-	assert_int_equal(pgtest_long(holder, "SELECT count(*) FROM %s", table),
-			 5000);
-	const char *trace =
-	    "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
-	    "SET auto_explain.log_analyze = on; "
-	    "SET auto_explain.log_buffers = on; "
-	    "SET auto_explain.log_level = notice; "
-	    "SET client_min_messages = notice";
+	hold_snapshot(holder, table, 5000);
+	const char *trace = TRACE_BUFFERS;
 	long buffers[2];
 	for (int floor_on = 1; floor_on >= 0; floor_on--) {
 		struct store_options o = pgtest_store_options(table);
