@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "store_internal.h"
 
 /* Postgres's type ids of the arrays' elements. */
@@ -224,8 +225,8 @@ static size_t window_start(const struct store *s)
 	return lo == s->key_map_n ? 0 : lo;
 }
 
-int key_map_window(const struct store *s, size_t want, char **keys,
-		   char **floors, bool *whole)
+static int key_map_window(const struct store *s, size_t want, char **keys,
+			  char **floors, bool *whole)
 {
 	size_t n = s->key_map_n < want ? s->key_map_n : want;
 	size_t start = window_start(s);
@@ -257,4 +258,86 @@ int key_map_window(const struct store *s, size_t want, char **keys,
 	*floors = fl;
 	*whole = n == s->key_map_n;
 	return 0;
+}
+
+/*
+ * Whether the key map is built anew before this lease (docs/design.md
+ * §6, "The key map"): at a session's first ordered lease, after a
+ * reconnect, and on a schedule of its own, the rescans' (once per
+ * OUTBOX_LEASE_RESCAN_INTERVAL, or RESCAN_COST_FACTOR times the last
+ * build's duration when that is longer): a build meets the rows that became
+ * live with no writer (by hand), as a rescan does for unkeyed rows, and a map
+ * that outlived what it was built from (a database restored under a pooler that
+ * kept the session) lasts no longer. Not the due scan's rescans: in ordered
+ * mode with keyed rows alone the due scan has no floor and rescans every lease.
+ */
+static bool key_map_due(const struct store *s, int64_t now_ms)
+{
+	return !s->key_map_built || s->key_map_gen != s->ses->conn_gen ||
+	       now_ms >= s->key_map_at_ms;
+}
+
+/* Builds the key map anew (statements_lease.c, sql_key_map). */
+static int key_map_build(struct store *s, char *err, size_t errlen)
+{
+	int rc;
+	int64_t started_ms = clock_ms();
+	PGresult *res = store_run(s, ST_KEY_MAP, 0, NULL, PGRES_TUPLES_OK, 1,
+				  &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	uint64_t disc = 0;
+	const unsigned char *x = (const unsigned char *)PQgetvalue(res, 0, 2);
+	bool ok = !PQgetisnull(res, 0, 2) && PQgetlength(res, 0, 2) == 8 &&
+		  key_map_replace(s, res, 0, 1) == 0;
+	for (int i = 0; ok && i < 8; i++)
+		disc = disc << 8 | x[i];
+	PQclear(res);
+	if (!ok) {
+		s->key_map_built = false;
+		snprintf(err, errlen,
+			 "key map: its build came back in an unexpected form, "
+			 "or out of memory");
+		return STORE_ERROR;
+	}
+	s->key_map_disc = disc;
+	s->key_map_gen = s->ses->conn_gen;
+	s->key_map_built = true;
+	int64_t ended_ms = clock_ms();
+	s->key_map_at_ms = store_rescan_due(s, ended_ms, ended_ms - started_ms);
+	return 0;
+}
+
+int key_map_args(struct store *s, int64_t now_ms, struct key_map_args *a,
+		 char *err, size_t errlen)
+{
+	memset(a, 0, sizeof(*a));
+	if (key_map_due(s, now_ms)) {
+		int rc = key_map_build(s, err, errlen);
+		if (rc != 0)
+			return rc;
+	}
+	/* Four batches of keys at least, the cap at most (lease_rows.c
+	 * sizes it after each lease). */
+	size_t least = 4 * (size_t)s->opt.batch_size;
+	if (s->key_window < least)
+		s->key_window = least;
+	if (s->key_window > s->key_walk_cap)
+		s->key_window = s->key_walk_cap;
+	snprintf(a->disc, sizeof(a->disc), "%llu",
+		 (unsigned long long)s->key_map_disc);
+	if (key_map_window(s, s->key_window, &a->keys, &a->floors, &a->whole) !=
+	    0) {
+		snprintf(err, errlen, "lease: out of memory");
+		return STORE_ERROR;
+	}
+	s->key_window_used = a->whole ? 0 : s->key_window;
+	return 0;
+}
+
+void key_map_args_free(struct key_map_args *a)
+{
+	free(a->keys);
+	free(a->floors);
+	a->keys = a->floors = NULL;
 }

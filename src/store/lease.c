@@ -361,54 +361,6 @@ static void rescan_done(struct store *s, int64_t ended_ms, int64_t took_ms)
 		s->rescan_at_ms = due;
 }
 
-/*
- * Whether the key map is built anew before this lease (docs/design.md
- * §6, "The key map"): at a session's first ordered lease, after a
- * reconnect, and on a schedule of its own, the rescans' (once per
- * OUTBOX_LEASE_RESCAN_INTERVAL, or RESCAN_COST_FACTOR times the last
- * build's duration when that is longer): a build meets the rows that became
- * live with no writer (by hand), as a rescan does for unkeyed rows, and a map
- * that outlived what it was built from (a database restored under a pooler that
- * kept the session) lasts no longer. Not the due scan's rescans: in ordered
- * mode with keyed rows alone the due scan has no floor and rescans every lease.
- */
-static bool key_map_due(const struct store *s, int64_t now_ms)
-{
-	return !s->key_map_built || s->key_map_gen != s->ses->conn_gen ||
-	       now_ms >= s->key_map_at_ms;
-}
-
-/* Builds the key map anew (statements_lease.c, sql_key_map). */
-static int key_map_build(struct store *s, char *err, size_t errlen)
-{
-	int rc;
-	int64_t started_ms = clock_ms();
-	PGresult *res = store_run(s, ST_KEY_MAP, 0, NULL, PGRES_TUPLES_OK, 1,
-				  &rc, err, errlen);
-	if (!res)
-		return store_public_rc(rc);
-	uint64_t disc = 0;
-	const unsigned char *x = (const unsigned char *)PQgetvalue(res, 0, 2);
-	bool ok = !PQgetisnull(res, 0, 2) && PQgetlength(res, 0, 2) == 8 &&
-		  key_map_replace(s, res, 0, 1) == 0;
-	for (int i = 0; ok && i < 8; i++)
-		disc = disc << 8 | x[i];
-	PQclear(res);
-	if (!ok) {
-		s->key_map_built = false;
-		snprintf(err, errlen,
-			 "key map: its build came back in an unexpected form, "
-			 "or out of memory");
-		return STORE_ERROR;
-	}
-	s->key_map_disc = disc;
-	s->key_map_gen = s->ses->conn_gen;
-	s->key_map_built = true;
-	int64_t ended_ms = clock_ms();
-	s->key_map_at_ms = store_rescan_due(s, ended_ms, ended_ms - started_ms);
-	return 0;
-}
-
 /* BEGIN, the lease statement, and for a non-empty lease its claim. An
  * empty lease ends its transaction at once; a lease whose claim cannot be
  * written is rolled back (nothing was handed over). */
@@ -452,34 +404,14 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		snprintf(err, errlen, "lease: out of memory");
 		return STORE_ERROR;
 	}
-	char floor[40], claims_floor[24], written_floor[24], map_disc[24];
+	char floor[40], claims_floor[24], written_floor[24];
 	int64_t started_ms = clock_ms();
 	bool rescan = lease_rescans(s, paused_arr, started_ms, floor);
 	bool keymap = store_key_map_on(s);
-	if (keymap && key_map_due(s, started_ms)) {
-		rc = key_map_build(s, err, errlen);
-		if (rc != 0) {
-			free(paused_arr);
-			return rc;
-		}
-	}
-	snprintf(map_disc, sizeof(map_disc), "%llu",
-		 (unsigned long long)s->key_map_disc);
-	char *win_keys = NULL, *win_floors = NULL;
-	bool whole = false;
-	if (keymap) {
-		size_t least = 4 * (size_t)s->opt.batch_size;
-		if (s->key_window < least)
-			s->key_window = least;
-		if (s->key_window > s->key_walk_cap)
-			s->key_window = s->key_walk_cap;
-		if (key_map_window(s, s->key_window, &win_keys, &win_floors,
-				   &whole) != 0) {
-			free(paused_arr);
-			snprintf(err, errlen, "lease: out of memory");
-			return STORE_ERROR;
-		}
-		s->key_window_used = whole ? 0 : s->key_window;
+	struct key_map_args map = {0};
+	if (keymap && (rc = key_map_args(s, started_ms, &map, err, errlen))) {
+		free(paused_arr);
+		return rc;
 	}
 	bool claims_full = claims_floor_of(s, started_ms, claims_floor);
 	/* A rescan reads from the start: no late scan ($6 NULL). */
@@ -496,10 +428,10 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 				  floor,
 				  claims_floor,
 				  rescan ? NULL : written_floor,
-				  keymap ? win_keys : s->key_cursor,
-				  win_floors,
-				  map_disc,
-				  whole ? "t" : "f"};
+				  keymap ? map.keys : s->key_cursor,
+				  map.floors,
+				  map.disc,
+				  map.whole ? "t" : "f"};
 	int n_values = keymap ? 10 : s->opt.ordered ? 7 : 6;
 	/* Binary results: text columns arrive as they are and the payload
 	 * needs no unescaping. */
@@ -516,8 +448,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 					PGRES_TUPLES_OK, 1, &rc, err, errlen);
 	}
 	free(paused_arr);
-	free(win_keys);
-	free(win_floors);
+	key_map_args_free(&map);
 	if (res && (rescan || claims_full)) {
 		int64_t ended_ms = clock_ms(), took = ended_ms - started_ms;
 		if (rescan)

@@ -320,11 +320,19 @@ int key_map_replace(struct store *s, const PGresult *res, int keys, int floors);
 int key_map_merge(struct store *s, const PGresult *res, int walked_keys,
 		  int walked_floors, int found_keys, int found_floors,
 		  size_t *walked);
-/* The window a lease walks: at most want keys from the first past the
- * cursor, round from the first, as array literals (malloc'd); whole
- * when it is the whole map. -1 when out of memory. */
-int key_map_window(const struct store *s, size_t want, char **keys,
-		   char **floors, bool *whole);
+/* What an ordered lease with the key map takes ($7-$10): the window of
+ * the map it walks (at most key_window keys from the first past the
+ * cursor, round from the first) as array literals, whether that is the
+ * whole map, and the discovery floor. key_map_args builds the map first
+ * when it is due; 0, or an error with err set. */
+struct key_map_args {
+	char *keys, *floors; /* malloc'd */
+	char disc[24];
+	bool whole;
+};
+int key_map_args(struct store *s, int64_t now_ms, struct key_map_args *a,
+		 char *err, size_t errlen);
+void key_map_args_free(struct key_map_args *a);
 /* lease_rows.c: takes the lease statement's rows out of res into out (out
  * owns res from then on) and sets the session's scan and claim floors
  * from them; 0, or STORE_ERROR with err. */
