@@ -199,9 +199,10 @@ struct store {
 	/* The table has no relay_source column (made by hand before
 	 * migration 009): the marks pin the source into source. */
 	bool relay_source_missing;
-	/* Ordered mode's key walk (statements_lease.c, $7): the last key
-	 * this session's previous keyed lease took, where the next walk
-	 * starts (owned; NULL: from the first key). */
+	/* Ordered mode's key walk: the last key this session's previous
+	 * keyed lease took, where the next walk starts (statements_lease.c,
+	 * $7; with the key map, its window, key_map.c); owned, NULL: from
+	 * the first key. */
 	char *key_cursor;
 	/* At most this many keys a keyed lease's walk steps to
 	 * (KEY_WALK_CAP; store_set_key_walk_cap in tests). */
