@@ -4,9 +4,11 @@
  * Runs the relay's own lease statement (store_lease, batch 100) in ordered
  * mode on a table where 10k keys each have one due row, then again after
  * one key gets 100k due rows older than all of them, and in unordered mode
- * for reference. Every lease is released again, so each measurement sees
- * the same table. Prints one JSON object: median and min/max per case and
- * the hot/none ratio (docs/design.md §6: at most 2).
+ * for reference; then with every key's first row in backoff, the key map
+ * against the walk along key_idx (OUTBOX_LEASE_RESCAN_INTERVAL=0). Every
+ * lease is released again, so each measurement sees the same table.
+ * Prints one JSON object: median and min/max per case and the hot/none
+ * ratio (docs/design.md §6: at most 2).
  *
  * Usage: bench_ordering DATABASE_URL [HOT_ROWS] [REPEATS]
  */
@@ -67,6 +69,8 @@ static int measure(struct store *s, int repeats, size_t want, double out[3])
 			return -1;
 		}
 		t[i] = now_ms() - t0;
+		if (b.n == 0 && want == 0)
+			continue; /* an empty lease ended its transaction */
 		if (b.n != want) {
 			fprintf(stderr,
 				"bench_ordering: leased %zu rows, want %zu\n",
@@ -101,7 +105,7 @@ static int measure(struct store *s, int repeats, size_t want, double out[3])
 }
 
 static struct store *open_store(const char *url, const char *table,
-				bool ordered)
+				bool ordered, int64_t rescan_ms)
 {
 	char err[1024];
 	struct store_options o = {
@@ -119,8 +123,9 @@ static struct store *open_store(const char *url, const char *table,
 	    .backoff_factor = 2,
 	    .prepare = true,
 	    .ordered = ordered,
-	    /* The relay's default: floors on, the key map in ordered mode. */
-	    .lease_rescan_ms = 5000,
+	    /* 5 s, the relay's default: floors on, the key map in ordered
+	     * mode; 0: no floors, the walk along key_idx. */
+	    .lease_rescan_ms = rescan_ms,
 	};
 	struct store *s = NULL;
 	if (store_open(&s, &o, err, sizeof(err)) != 0)
@@ -166,8 +171,8 @@ int main(int argc, char **argv)
 	int rc = exec(c, sql);
 	snprintf(sql, sizeof(sql), "VACUUM ANALYZE %s", t.quoted);
 	rc |= exec(c, sql);
-	struct store *ord = open_store(url, table, true);
-	struct store *unord = open_store(url, table, false);
+	struct store *ord = open_store(url, table, true, 5000);
+	struct store *unord = open_store(url, table, false, 5000);
 	double none[3], hot_t[3], unordered[3];
 	if (rc || !ord || !unord || measure(ord, repeats, 100, none) != 0)
 		return 1;
@@ -184,16 +189,34 @@ int main(int argc, char **argv)
 	if (rc || measure(ord, repeats, 100, hot_t) != 0 ||
 	    measure(unord, repeats, 100, unordered) != 0)
 		return 1;
+	/* Every key's first row waits in backoff (a broker outage's
+	 * backlog): a lease finds nothing and walks as far as the cap, with
+	 * the key map (its window grown to the cap by the first leases) and
+	 * with the walk along key_idx (no floors). */
+	snprintf(sql, sizeof(sql),
+		 "UPDATE %s SET next_attempt_at = now() + interval '1 hour'",
+		 t.quoted);
+	struct store *walk = open_store(url, table, true, 0);
+	double backoff_map[3], backoff_walk[3], warm[3];
+	if (exec(c, sql) != 0 || !walk || measure(ord, 5, 0, warm) != 0 ||
+	    measure(ord, repeats, 0, backoff_map) != 0 ||
+	    measure(walk, repeats, 0, backoff_walk) != 0)
+		return 1;
 	printf("{\"hot_rows\":%ld,\"repeats\":%d,"
 	       "\"ordered_lease_ms_no_hot_key\":[%.3f,%.3f,%.3f],"
 	       "\"ordered_lease_ms_hot_key\":[%.3f,%.3f,%.3f],"
 	       "\"unordered_lease_ms_hot_key\":[%.3f,%.3f,%.3f],"
-	       "\"hot_over_none\":%.2f}\n",
+	       "\"hot_over_none\":%.2f,"
+	       "\"ordered_lease_ms_all_in_backoff\":[%.3f,%.3f,%.3f],"
+	       "\"walk_lease_ms_all_in_backoff\":[%.3f,%.3f,%.3f]}\n",
 	       hot, repeats, none[0], none[1], none[2], hot_t[0], hot_t[1],
 	       hot_t[2], unordered[0], unordered[1], unordered[2],
-	       hot_t[0] / none[0]);
+	       hot_t[0] / none[0], backoff_map[0], backoff_map[1],
+	       backoff_map[2], backoff_walk[0], backoff_walk[1],
+	       backoff_walk[2]);
 	store_close(ord);
 	store_close(unord);
+	store_close(walk);
 	snprintf(sql, sizeof(sql), "DROP SCHEMA \"%s\" CASCADE", t.schema);
 	exec(c, sql);
 	PQfinish(c);

@@ -64,6 +64,8 @@ printf '| ordered lease, no hot key (median ms) | %s | |\n' "$(printf '%s' "$lea
 printf '| ordered lease, one key with %s rows (median ms) | %s | %s x none (target <= 2) |\n' \
 	"$hot" "$(printf '%s' "$lease_json" | jq -r '.ordered_lease_ms_hot_key[0]')" "$hot_ratio"
 printf '| unordered lease, same table (median ms) | %s | |\n' "$(printf '%s' "$lease_json" | jq -r '.unordered_lease_ms_hot_key[0]')"
+printf '| ordered lease, every key in backoff, key map (median ms) | %s | |\n' "$(printf '%s' "$lease_json" | jq -r '.ordered_lease_ms_all_in_backoff[0]')"
+printf '| ordered lease, every key in backoff, walk along key_idx (median ms) | %s | |\n' "$(printf '%s' "$lease_json" | jq -r '.walk_lease_ms_all_in_backoff[0]')"
 for c in 16 64; do
 	printf '| producer commits/s, %s writers, no trigger | %s | |\n' "$c" "${rate[off$c]}"
 	printf '| producer commits/s, %s writers, NOTIFY trigger | %s | %s x without |\n' \
