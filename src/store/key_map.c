@@ -286,12 +286,9 @@ static int key_map_build(struct store *s, char *err, size_t errlen)
 				  &rc, err, errlen);
 	if (!res)
 		return store_public_rc(rc);
-	uint64_t disc = 0;
-	const unsigned char *x = (const unsigned char *)PQgetvalue(res, 0, 2);
-	bool ok = !PQgetisnull(res, 0, 2) && PQgetlength(res, 0, 2) == 8 &&
+	uint64_t disc;
+	bool ok = store_col_be(res, 0, 2, 8, &disc) &&
 		  key_map_replace(s, res, 0, 1) == 0;
-	for (int i = 0; ok && i < 8; i++)
-		disc = disc << 8 | x[i];
 	PQclear(res);
 	if (!ok) {
 		s->key_map_built = false;

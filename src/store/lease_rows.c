@@ -50,8 +50,7 @@ static const char *col(PGresult *res, int row, int c)
  * network byte order, uuid as 16 bytes, timestamptz as microseconds since
  * 2000-01-01. A value of the wrong width means the table is not the one the
  * statement was written for, and the batch is refused. */
-static bool col_be(const PGresult *res, int row, int c, int width,
-		   uint64_t *out)
+bool store_col_be(const PGresult *res, int row, int c, int width, uint64_t *out)
 {
 	if (PQgetisnull(res, row, c) || PQgetlength(res, row, c) != width)
 		return false;
@@ -170,11 +169,11 @@ static bool event_of(PGresult *res, int i, struct time_cache *tc,
 {
 	uint64_t seq, created, attempts, max_attempts, tid;
 	if (!col_uuid(res, i, LC_ID, text->id) ||
-	    !col_be(res, i, LC_TID, 6, &tid) ||
-	    !col_be(res, i, LC_SEQ, 8, &seq) ||
-	    !col_be(res, i, LC_CREATED_AT, 8, &created) ||
-	    !col_be(res, i, LC_ATTEMPTS, 4, &attempts) ||
-	    !col_be(res, i, LC_MAX_ATTEMPTS, 4, &max_attempts))
+	    !store_col_be(res, i, LC_TID, 6, &tid) ||
+	    !store_col_be(res, i, LC_SEQ, 8, &seq) ||
+	    !store_col_be(res, i, LC_CREATED_AT, 8, &created) ||
+	    !store_col_be(res, i, LC_ATTEMPTS, 4, &attempts) ||
+	    !store_col_be(res, i, LC_MAX_ATTEMPTS, 4, &max_attempts))
 		return false;
 	/* tid's binary form: block number (4 bytes), then offset (2). */
 	format_tid(tid, text->tid);
@@ -249,7 +248,7 @@ static void keep_key_map(struct store *s, const PGresult *res)
 	uint64_t disc;
 	if (key_map_merge(s, res, LC_WALKED_KEYS, LC_WALKED_FLOORS,
 			  LC_FOUND_KEYS, LC_FOUND_FLOORS, &walked) != 0 ||
-	    !col_be(res, 0, LC_WRITTEN_FLOOR, 8, &disc)) {
+	    !store_col_be(res, 0, LC_WRITTEN_FLOOR, 8, &disc)) {
 		s->key_map_built = false;
 		return;
 	}
@@ -295,14 +294,14 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	out->events = rows->events;
 	out->n = (size_t)n;
 	char lease_id[37];
-	bool ok = col_be(res, 0, LC_XID, 8, &xid) &&
+	bool ok = store_col_be(res, 0, LC_XID, 8, &xid) &&
 		  col_uuid(res, 0, LC_LEASE_ID, lease_id);
 	struct time_cache tc = {.valid = false};
 	int64_t oldest = INT64_MAX;
 	for (int i = 0; ok && i < n; i++) {
 		uint64_t due;
 		ok = event_of(res, i, &tc, &text[i], &out->events[i]) &&
-		     col_be(res, i, LC_NEXT_ATTEMPT_AT, 8, &due);
+		     store_col_be(res, i, LC_NEXT_ATTEMPT_AT, 8, &due);
 		/* A row below the scan the lease ran from came from the
 		 * late scan (or is a crash suspect, which has a scan of its
 		 * own): the floor stays where the due scan has been. In
@@ -329,7 +328,7 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 		s->floor_set = true;
 	}
 	uint64_t written_floor;
-	if (col_be(res, 0, LC_WRITTEN_FLOOR, 8, &written_floor))
+	if (store_col_be(res, 0, LC_WRITTEN_FLOOR, 8, &written_floor))
 		s->written_floor = written_floor;
 	if (keep_key_cursor(s, res) != 0) {
 		snprintf(err, errlen, "lease: out of memory");
@@ -337,7 +336,7 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	}
 	keep_key_map(s, res);
 	uint64_t claims_floor;
-	if (col_be(res, 0, LC_CLAIMS_FLOOR, 8, &claims_floor)) {
+	if (store_col_be(res, 0, LC_CLAIMS_FLOOR, 8, &claims_floor)) {
 		s->claims_floor = claims_floor;
 		s->claims_gen = s->ses->conn_gen;
 	}

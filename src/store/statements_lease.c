@@ -278,11 +278,12 @@ static char *keyed_map_sql(const struct store *s, bool claims)
 	    "(SELECT count(*) FROM kord WHERE n <= (CASE WHEN (SELECT "
 	    "count(*) FROM keyed) >= %5$d THEN (SELECT max(n) FROM keyed) "
 	    "ELSE (SELECT max(n) FROM kord) END))), "
+	    "found AS MATERIALIZED (SELECT k, f FROM disc WHERE NOT EXISTS "
+	    "(SELECT 1 FROM upd u WHERE u.k = disc.k)), "
 	    "next_map AS MATERIALIZED (SELECT (SELECT array_agg(k) FROM "
 	    "upd) AS wk, (SELECT array_agg(f) FROM upd) AS wf, (SELECT "
-	    "array_agg(k) FROM disc WHERE NOT EXISTS (SELECT 1 FROM upd u "
-	    "WHERE u.k = disc.k)) AS dk, (SELECT array_agg(f) FROM disc WHERE "
-	    "NOT EXISTS (SELECT 1 FROM upd u WHERE u.k = disc.k)) AS df), ",
+	    "array_agg(k) FROM found) AS dk, (SELECT array_agg(f) FROM found) "
+	    "AS df), ",
 	    T, s->key_walk_cap,
 	    claims ? "AND NOT c.id = ANY(ARRAY(SELECT x FROM crashed))" : "",
 	    s->blocked, s->opt.batch_size);

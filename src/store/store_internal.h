@@ -295,6 +295,10 @@ char *sql_version(const struct store *s);
 /* lease_rows.c: whether res is an ordered lease that picked no row (its
  * one row carries the key walk's place, which it keeps). */
 bool store_lease_found_none(struct store *s, const PGresult *res);
+/* An integer column in binary form (network byte order) of width bytes:
+ * false when NULL or of another width (lease_rows.c). */
+bool store_col_be(const PGresult *res, int row, int c, int width,
+		  uint64_t *out);
 /* Whether ordered mode leases by the key map (statements_lease.c): it
  * needs written_by to learn of new keys, and keeps floors, which
  * OUTBOX_LEASE_RESCAN_INTERVAL=0 turns off; otherwise each lease walks
