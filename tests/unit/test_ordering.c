@@ -335,6 +335,16 @@ static void test_held_row_holds_its_key(void **state)
 	PQfinish(c);
 }
 
+/* Every row but the one labelled keep waits in backoff for an hour (a
+ * broker outage's backlog). */
+static void backoff_all_but(PGconn *c, const char *table, const char *keep)
+{
+	pgtest_exec(c,
+		    "UPDATE %s SET next_attempt_at = now() + interval '1 hour' "
+		    "WHERE subject <> '%s'",
+		    table, keep);
+}
+
 /* The walk goes on from the key where the last lease stopped and comes
  * round to the first, so with more keys than a batch every key gets its
  * turn: keys a batch could not take are not passed over again and again
@@ -379,10 +389,7 @@ static void walk_stops_at_its_cap(void)
 	pgtest_fresh_table("ord_walk_cap", table, sizeof(table));
 	PGconn *c = pgtest_connect();
 	insert_keys(c, table, "ABCDEF", 1);
-	pgtest_exec(c,
-		    "UPDATE %s SET next_attempt_at = now() + interval '1 hour' "
-		    "WHERE subject <> 'f1'",
-		    table);
+	backoff_all_but(c, table, "f1");
 	struct store *s = ordered_store(table, false);
 	store_set_key_walk_cap(s, 2);
 	expect_batch(s, "");
@@ -418,10 +425,7 @@ static void test_key_window_grows_when_nothing_is_due(void **state)
 	pgtest_fresh_table("ord_window", table, sizeof(table));
 	PGconn *c = pgtest_connect();
 	insert_keys(c, table, "ABCDEFGHIJKLMNOPQRST", 1);
-	pgtest_exec(c,
-		    "UPDATE %s SET next_attempt_at = now() + interval '1 hour' "
-		    "WHERE subject <> 't1'",
-		    table);
+	backoff_all_but(c, table, "t1");
 	struct store_options o = ordered_options(table);
 	o.batch_size = 2;
 	struct store *s = pgtest_store(&o);
