@@ -103,7 +103,7 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 	       char *err, size_t errlen)
 {
 	int ret = STORE_ERROR;
-	char *tid_arr = NULL, *reason_arr = NULL;
+	char *tid_arr = NULL, *reason_arr = NULL, *id_arr = NULL;
 	memset(r, 0, sizeof(*r));
 	if (n == 0)
 		return 0;
@@ -130,6 +130,11 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 	tid_arr = tid_array(s, ids, n, err, errlen);
 	if (!tid_arr)
 		goto out;
+	id_arr = store_pg_array(ids, n, PG_ARRAY_PLAIN, 0);
+	if (!id_arr) {
+		snprintf(err, errlen, "mark: out of memory");
+		goto out;
+	}
 	if (reasons)
 		reason_arr = store_pg_array(reasons, n, PG_ARRAY_QUOTED,
 					    STORE_ERROR_MAX);
@@ -137,9 +142,13 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 		snprintf(err, errlen, "mark: out of memory");
 		goto out;
 	}
-	const char *values[5] = {tid_arr, s->open_lease->lease_id, s->ce_source,
-				 s->leased_by, reason_arr};
-	int nparams = st == ST_SENT_DELETE ? 1 : reasons ? 5 : 4;
+	/* The rows' ids come last: $2 of the delete, $5 of the sent mark,
+	 * $6 of the marks with a reason. */
+	const char *values[6] = {tid_arr,      s->open_lease->lease_id,
+				 s->ce_source, s->leased_by,
+				 reason_arr,   NULL};
+	int nparams = st == ST_SENT_DELETE ? 2 : reasons ? 6 : 5;
+	values[nparams - 1] = id_arr;
 	bool in_row = counts_in_row(s, st);
 	int rc;
 	PGresult *res = store_run(s, (enum stmt)st, nparams, values,
@@ -166,6 +175,7 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 out:
 	free(tid_arr);
 	free(reason_arr);
+	free(id_arr);
 	return ret;
 }
 

@@ -182,7 +182,11 @@ static char *sql_keepalive(const struct store *s)
  * lease id fence is needed: a relay whose transaction ended can no longer
  * run them, and its COMMIT fails. They name the rows by ctid ($1), which a
  * locked row keeps until its lock goes, so each row costs a heap fetch and
- * no index descent; the count of rows moved is the command's own. In
+ * no index descent, and by id (the last parameter), tested on the row the
+ * ctid reached: a ctid names a row within one table only, and in a
+ * partitioned table a row of another partition sits at the same ctid
+ * (docs/design.md §11, "Rows named by ctid and id"). The count of rows
+ * moved is the command's own. In
  * ordered mode under block the same statement records the keys of the
  * rows it failed, from the rows the mark returns; without a tail the
  * mark returns nothing. They test no status: a row this transaction holds is
@@ -213,7 +217,7 @@ static char *sql_sent(const struct store *s)
 	    store_asprintf("UPDATE %s AS t SET status = 'sent', finished_at = "
 			   "statement_timestamp(), " MARK_CHARGE
 			   "%s WHERE t.ctid = "
-			   "ANY($1::tid[])",
+			   "ANY($1::tid[]) AND t.id = ANY($5::uuid[])",
 			   s->table.quoted, pin_source(s, false)),
 	    MARK_COLUMNS, order_tail(s, false));
 }
@@ -223,17 +227,19 @@ static char *sql_sent(const struct store *s)
 static char *sql_sent_delete(const struct store *s)
 {
 	return mark_sql(store_asprintf("DELETE FROM %s AS t WHERE t.ctid = "
-				       "ANY($1::tid[])",
+				       "ANY($1::tid[]) AND t.id = "
+				       "ANY($2::uuid[])",
 				       s->table.quoted),
 			"t.id, t.partition_key, t.seq, 'sent'::text AS status, "
 			"t.last_error",
 			order_tail(s, false));
 }
 
-/* A mark that records a reason per row: $5, in the order of $1. */
+/* A mark that records a reason per row: $5, in the order of $1 and $6,
+ * the rows' ids. */
 #define MARK_REASONS                                                           \
-	"FROM unnest($1::tid[], $5::text[]) AS u(tid, reason) WHERE t.ctid "   \
-	"= ANY($1::tid[]) AND t.ctid = u.tid"
+	"FROM unnest($6::uuid[], $5::text[]) AS u(id, reason) WHERE t.ctid "   \
+	"= ANY($1::tid[]) AND t.id = u.id"
 
 /* Event class: failed once the attempts are spent. */
 static char *sql_retry(const struct store *s)

@@ -185,10 +185,11 @@ static char *keyed_sql(const struct store *s, bool claims)
 		      "FROM %s b WHERE b.partition_key = c.pk AND "
 		      "coalesce((SELECT x.seq FROM %s x WHERE x.id = "
 		      "b.blocking_id), -1) < c.sq)), "
-		      "keyed AS MATERIALIZED (SELECT l.tid, l.bytes, c.sus, "
-		      "c.at, c.sq, c.pk, c.w FROM cand c CROSS JOIN LATERAL "
-		      "(SELECT o.ctid AS tid, octet_length(o.payload) AS bytes "
-		      "FROM %s o WHERE o.ctid = c.tid AND o.xmin = c.xm AND "
+		      "keyed AS MATERIALIZED (SELECT l.tid, c.id AS rid, "
+		      "l.bytes, c.sus, c.at, c.sq, c.pk, c.w FROM cand c "
+		      "CROSS JOIN LATERAL (SELECT o.ctid AS tid, "
+		      "octet_length(o.payload) AS bytes FROM %s o WHERE "
+		      "o.ctid = c.tid AND o.id = c.id AND o.xmin = c.xm AND "
 		      "o.status = 'pending' " GUARD_LEASE_LOCK ") l WHERE NOT "
 		      "c.sus OR (c.ns = 1 AND NOT EXISTS (SELECT 1 FROM "
 		      "suspect)) LIMIT %d), ",
@@ -268,10 +269,11 @@ static char *keyed_map_sql(const struct store *s, bool claims)
 	    "AND NOT EXISTS (SELECT 1 FROM %4$s b WHERE b.partition_key = "
 	    "c.pk AND coalesce((SELECT x.seq FROM %1$s x WHERE x.id = "
 	    "b.blocking_id), -1) < c.sq)), "
-	    "keyed AS MATERIALIZED (SELECT l.tid, l.bytes, c.sus, c.at, c.sq, "
-	    "c.pk, c.n FROM cand c CROSS JOIN LATERAL (SELECT o.ctid AS tid, "
-	    "octet_length(o.payload) AS bytes FROM %1$s o WHERE o.ctid = "
-	    "c.tid AND o.xmin = c.xm AND o.status = "
+	    "keyed AS MATERIALIZED (SELECT l.tid, c.id AS rid, l.bytes, c.sus, "
+	    "c.at, c.sq, c.pk, c.n FROM cand c CROSS JOIN LATERAL (SELECT "
+	    "o.ctid AS tid, octet_length(o.payload) AS bytes FROM %1$s o "
+	    "WHERE o.ctid = c.tid AND o.id = c.id AND o.xmin = c.xm AND "
+	    "o.status = "
 	    "'pending' " GUARD_LEASE_LOCK ") l WHERE NOT c.sus OR (c.ns = 1 "
 	    "AND NOT EXISTS (SELECT 1 FROM suspect)) LIMIT %5$d), "
 	    "upd AS MATERIALIZED (SELECT pk AS k, sq AS f FROM walk LIMIT "
@@ -368,7 +370,7 @@ static char *lease_sql(const struct store *s, bool claims)
 	    !has_below
 		? strdup("")
 		: store_asprintf(
-		      "below AS MATERIALIZED (SELECT ctid AS tid, "
+		      "below AS MATERIALIZED (SELECT ctid AS tid, id AS rid, "
 		      "octet_length(payload) AS bytes, written_by AS w FROM "
 		      "%s WHERE status = 'pending' AND NOT suspect AND "
 		      "written_by >= " WRITTEN_FLOOR " AND next_attempt_at < "
@@ -381,22 +383,22 @@ static char *lease_sql(const struct store *s, bool claims)
 	 * for a backlog of the other; its late rows go first among them. */
 	char *rows =
 	    ordered ? store_asprintf(
-			  "SELECT tid, bytes, w FROM (SELECT tid, bytes, "
-			  "NULL::xid8 AS w, 0 AS o, now() AS at, 0::int8 AS "
-			  "sq FROM suspect %sUNION ALL SELECT tid, bytes, "
-			  "NULL::xid8, CASE WHEN sus THEN 0 ELSE 1 END, at, "
-			  "sq FROM keyed UNION ALL SELECT tid, bytes, "
-			  "NULL::xid8, 1, at, sq FROM due) m ORDER BY o, at, "
-			  "sq",
-			  has_below ? "UNION ALL SELECT tid, bytes, w, 1, "
+			  "SELECT tid, rid, bytes, w FROM (SELECT tid, rid, "
+			  "bytes, NULL::xid8 AS w, 0 AS o, now() AS at, "
+			  "0::int8 AS sq FROM suspect %sUNION ALL SELECT tid, "
+			  "rid, bytes, NULL::xid8, CASE WHEN sus THEN 0 ELSE "
+			  "1 END, at, sq FROM keyed UNION ALL SELECT tid, "
+			  "rid, bytes, NULL::xid8, 1, at, sq FROM due) m "
+			  "ORDER BY o, at, sq",
+			  has_below ? "UNION ALL SELECT tid, rid, bytes, w, 1, "
 				      "'-infinity'::timestamptz, 0::int8 FROM "
 				      "below "
 				    : "")
-		    : store_asprintf("SELECT tid, bytes, NULL::xid8 AS w FROM "
-				     "suspect %sUNION ALL SELECT tid, bytes, "
-				     "NULL::xid8 FROM due",
-				     has_below ? "UNION ALL SELECT tid, bytes, "
-						 "w FROM below "
+		    : store_asprintf("SELECT tid, rid, bytes, NULL::xid8 AS w "
+				     "FROM suspect %sUNION ALL SELECT tid, "
+				     "rid, bytes, NULL::xid8 FROM due",
+				     has_below ? "UNION ALL SELECT tid, rid, "
+						 "bytes, w FROM below "
 					       : "");
 	const char *written_floor =
 	    !has_below
@@ -413,8 +415,8 @@ static char *lease_sql(const struct store *s, bool claims)
 	char *cursor =
 	    keymap ? store_asprintf(
 			 ", CASE WHEN (SELECT count(*) FROM keyed) >= %d THEN "
-			 "(SELECT k.pk FROM keyed k WHERE k.tid = "
-			 "ANY(ARRAY(SELECT tid FROM picked)) ORDER BY k.n "
+			 "(SELECT k.pk FROM keyed k WHERE k.rid = "
+			 "ANY(ARRAY(SELECT rid FROM picked)) ORDER BY k.n "
 			 "DESC LIMIT 1) ELSE (SELECT k FROM kord ORDER BY n "
 			 "DESC LIMIT 1) END, CASE WHEN row_number() OVER () = "
 			 "1 THEN (SELECT wk FROM next_map) END, CASE WHEN "
@@ -427,8 +429,8 @@ static char *lease_sql(const struct store *s, bool claims)
 	    : ordered
 		? store_asprintf(
 		      ", CASE WHEN (SELECT count(*) FROM keyed) >= %d THEN "
-		      "(SELECT k.pk FROM keyed k WHERE k.tid = "
-		      "ANY(ARRAY(SELECT tid FROM picked)) ORDER BY k.w "
+		      "(SELECT k.pk FROM keyed k WHERE k.rid = "
+		      "ANY(ARRAY(SELECT rid FROM picked)) ORDER BY k.w "
 		      "DESC, k.pk DESC LIMIT 1) ELSE (SELECT a.pk FROM "
 		      "(SELECT pk, w, n FROM walk_on UNION ALL SELECT pk, "
 		      "w, n FROM walk_round) a ORDER BY a.w DESC, a.n DESC "
@@ -442,20 +444,20 @@ static char *lease_sql(const struct store *s, bool claims)
 		? store_asprintf(
 		      "WITH %slease AS MATERIALIZED (SELECT "
 		      "gen_random_uuid() AS lease_id), %s%s"
-		      "suspect AS MATERIALIZED (SELECT ctid AS tid, "
+		      "suspect AS MATERIALIZED (SELECT ctid AS tid, id AS rid, "
 		      "octet_length(payload) AS bytes FROM %s "
 		      "WHERE status = 'pending' AND suspect AND "
 		      "next_attempt_at <= now() AND %s %s"
 		      "ORDER BY next_attempt_at, seq LIMIT "
 		      "1 " GUARD_LEASE_LOCK "), %s%s"
-		      "due AS MATERIALIZED (SELECT ctid AS tid, "
+		      "due AS MATERIALIZED (SELECT ctid AS tid, id AS rid, "
 		      "octet_length(payload) AS bytes%s FROM %s "
 		      "WHERE status = 'pending' AND NOT suspect AND "
 		      "next_attempt_at <= now() AND next_attempt_at >= "
 		      "$4::timestamptz AND %s %s"
 		      "ORDER BY next_attempt_at, seq LIMIT %d " GUARD_LEASE_LOCK
 		      "), "
-		      "picked AS (SELECT tid, w FROM (SELECT tid, w, "
+		      "picked AS (SELECT tid, rid, w FROM (SELECT tid, rid, w, "
 		      "sum(bytes) "
 		      "OVER (ROWS UNBOUNDED PRECEDING) - bytes AS before FROM "
 		      "(%s) u) q WHERE before < %lld LIMIT %d) "
@@ -465,7 +467,8 @@ static char *lease_sql(const struct store *s, bool claims)
 		      "t.created_at, t.attempts + 1, t.max_attempts, (SELECT "
 		      "lease_id FROM lease), pg_current_xact_id_if_assigned(), "
 		      "t.ctid, t.next_attempt_at, %s, %s%s FROM %s"
-		      "t.ctid = ANY(ARRAY(SELECT tid FROM picked))%s",
+		      "t.ctid = ANY(ARRAY(SELECT tid FROM picked)) AND t.id = "
+		      "ANY(ARRAY(SELECT rid FROM picked))%s",
 		      ordered && !keymap ? "RECURSIVE " : "", crashed, late, T,
 		      not_paused, skip_crashed, below, keyed,
 		      ordered ? ", next_attempt_at AS at, seq AS sq" : "", T,

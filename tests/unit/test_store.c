@@ -1524,6 +1524,131 @@ static void test_release(void **state)
 	PQfinish(c);
 }
 
+/* The lease's row whose type is type; fails the test without one. */
+static const char *id_of_type(const struct lease_batch *b, const char *type)
+{
+	for (size_t i = 0; i < b->n; i++)
+		if (strcmp(b->events[i].type, type) == 0)
+			return b->events[i].id;
+	fail_msg("the lease has no row of type %s", type);
+	return NULL;
+}
+
+/* table made again as a table partitioned by ranges of id, two
+ * partitions, with the indexes, defaults and checks of its migrations. */
+static void partition_by_id(PGconn *c, const char *table)
+{
+	const char *bare = strrchr(table, '.');
+	pgtest_exec(c, "ALTER TABLE %s RENAME TO %s_plain", table,
+		    bare ? bare + 1 : table);
+	pgtest_exec(c,
+		    "CREATE TABLE %s (LIKE %s_plain INCLUDING ALL) PARTITION "
+		    "BY RANGE (id)",
+		    table, table);
+	pgtest_exec(c,
+		    "CREATE TABLE %s_lo PARTITION OF %s FOR VALUES FROM "
+		    "(MINVALUE) TO ('80000000-0000-7000-8000-000000000000')",
+		    table, table);
+	pgtest_exec(c,
+		    "CREATE TABLE %s_hi PARTITION OF %s FOR VALUES FROM "
+		    "('80000000-0000-7000-8000-000000000000') TO (MAXVALUE)",
+		    table, table);
+}
+
+/*
+ * A ctid names a row within one table only: in a table partitioned by
+ * id (docs/design.md §11, "Rows named by ctid and id") a row of each
+ * partition sits at (0,1), and another at (0,2). The lease takes the
+ * three due rows and not the fourth, which shares the ctid of one of
+ * them; each mark moves its own row and no other.
+ */
+static void partitioned_rows_case(struct store_options o)
+{
+	char table[128];
+	pgtest_fresh_table("store_parts", table, sizeof(table));
+	o.table = table;
+	PGconn *c = pgtest_connect();
+	partition_by_id(c, table);
+	pgtest_exec(c,
+		    "INSERT INTO %s (id, type, payload, partition_key, "
+		    "next_attempt_at) VALUES "
+		    "('00000000-0000-7000-8000-000000000001', 'lo.first', "
+		    "'\\x7b7d', 'k1', now() - interval '1 s'), "
+		    "('80000000-0000-7000-8000-000000000001', 'hi.first', "
+		    "'\\x7b7d', 'k2', now() - interval '1 s'), "
+		    "('80000000-0000-7000-8000-000000000002', 'hi.second', "
+		    "'\\x7b7d', 'k3', now() - interval '1 s'), "
+		    "('00000000-0000-7000-8000-000000000002', 'lo.later', "
+		    "'\\x7b7d', 'k4', now() + interval '1 hour')",
+		    table);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(DISTINCT ctid) FROM %s "
+				     "WHERE ctid IN ('(0,1)', '(0,2)')",
+				     table),
+			 2);
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 3);
+	/* The row the lease did not take is not locked either. */
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM (SELECT 1 FROM %s "
+				     "WHERE type = 'lo.later' FOR UPDATE SKIP "
+				     "LOCKED) l",
+				     table),
+			 1);
+	const char *sent[1] = {id_of_type(&b, "lo.first")};
+	const char *retry[1] = {id_of_type(&b, "hi.first")};
+	const char *why[1] = {"broker said no"};
+	struct mark_result r;
+	assert_int_equal(
+	    store_mark(s, MARK_SENT, sent, NULL, 1, &r, err, sizeof(err)), 0);
+	assert_int_equal(r.marked, 1);
+	assert_int_equal(
+	    store_mark(s, MARK_RETRY, retry, why, 1, &r, err, sizeof(err)), 0);
+	assert_int_equal(r.marked, 1);
+	commit(s, &b);
+	/* Without history the sent row is gone. */
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE type = "
+				     "'lo.first' AND status = 'sent'",
+				     table),
+			 o.delete_sent ? 0 : 1);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s", table),
+			 o.delete_sent ? 3 : 4);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE type = "
+				     "'hi.first' AND status = 'pending' AND "
+				     "attempts = 1 AND last_error = 'broker "
+				     "said no'",
+				     table),
+			 1);
+	/* Handed over and never marked: back as it was. */
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE type IN "
+				     "('hi.second', 'lo.later') AND status = "
+				     "'pending' AND attempts = 0",
+				     table),
+			 2);
+	store_close(s);
+	PQfinish(c);
+}
+
+static void test_partitioned_rows_named_by_id(void **state)
+{
+	(void)state;
+	struct store_options o = pgtest_store_options("");
+	partitioned_rows_case(o);
+	o.delete_sent = true;
+	partitioned_rows_case(o);
+	o.delete_sent = false;
+	o.ordered = true;
+	o.lease_rescan_ms = 5000; /* the key map */
+	partitioned_rows_case(o);
+	o.lease_rescan_ms = 0; /* the walk along key_idx */
+	partitioned_rows_case(o);
+}
+
 /* 6. The cleaner: only terminal rows past retention, bounded batches. */
 static void test_cleaner(void **state)
 {
@@ -3222,6 +3347,7 @@ int main(void)
 	    cmocka_unit_test(test_settings_per_transaction),
 	    cmocka_unit_test(test_retry_backoff_permanent),
 	    cmocka_unit_test(test_release),
+	    cmocka_unit_test(test_partitioned_rows_named_by_id),
 	    cmocka_unit_test(test_cleaner),
 	    cmocka_unit_test(test_cleaner_passes_blocking_runs),
 	    cmocka_unit_test(test_seq_and_uuidv7),
