@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Where the relay's Postgres time goes, statement by statement, ordered
+# and unordered (docs/benchmark.md, "Ordered mode: where the lease's reads
+# go"). An experiment, not a target: ROWS pending 1 KB rows of 1,000 keys
+# are drained by WORKERS workers (publisher stdout, batches of 100), once
+# per variant; pg_stat_statements (planning tracked) gives each
+# statement's execution and planning ms, calls, buffers a call and µs per
+# event, and the WAL per event is read from the server. The drain is
+# awaited by polling the table, whose queries are left out.
+# Variants: ordered, unordered, ordered-nohistory, unordered-nohistory.
+# Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/ordered_statements.sh [workers] [variant...]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+WORKERS=${1:-1}
+shift || true
+VARIANTS=("$@")
+[ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(ordered unordered ordered unordered)
+ROWS=20000
+[ "$WORKERS" -ge 1 ] && [ "$WORKERS" -le 16 ] ||
+	{ echo "ordered_statements.sh: workers must be 1..16" >&2; exit 2; }
+for v in "${VARIANTS[@]}"; do
+	case $v in ordered | unordered | ordered-nohistory | unordered-nohistory) ;;
+	*) echo "ordered_statements.sh: unknown variant '$v'" >&2; exit 2 ;;
+	esac
+done
+. "$root/tests/bench/experiment_lib.sh"
+# pg_stat_statements is loaded at start only.
+q -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null
+runuser -u postgres -- "$PG_BIN/pg_ctl" restart -D "$PG_DATA" -w >/dev/null
+q -c "CREATE EXTENSION pg_stat_statements" \
+	-c "ALTER SYSTEM SET pg_stat_statements.track_planning = on" \
+	-c "SELECT pg_reload_conf()" >/dev/null
+relay=
+trap 'kill $relay 2>/dev/null; wait 2>/dev/null; bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
+for v in "${VARIANTS[@]}"; do
+	ordering=none retention=7d
+	case $v in ordered*) ordering=partition ;; esac
+	case $v in *-nohistory) retention=0 ;; esac
+	q -c "TRUNCATE outbox_events" >/dev/null
+	q -c "INSERT INTO outbox_events (type, routing_key, partition_key, payload)
+	  SELECT 'bench.event', 'bench', 'k' || (g % 1000), decode(repeat(md5(g::text), 32), 'hex')
+	  FROM generate_series(1, $ROWS) g" >/dev/null
+	q -c "VACUUM ANALYZE outbox_events" -c "CHECKPOINT" >/dev/null
+	q -c "SELECT pg_stat_statements_reset()" >/dev/null
+	lsn=$(q -c "SELECT pg_current_wal_lsn()")
+	t0=$(date +%s%N)
+	OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_PUBLISHER=stdout \
+		OUTBOX_WORKERS="$WORKERS" OUTBOX_ORDERING=$ordering OUTBOX_RETENTION=$retention \
+		OUTBOX_BATCH_SIZE=100 OUTBOX_HTTP_ADDR= OUTBOX_CE_SOURCE=/bench \
+		"$RELAY_TEST_BIN" run >/dev/null 2>"$work/relay.log" &
+	relay=$!
+	for _ in $(seq 1 1200); do
+		[ "$(q -c "SELECT count(*) FROM outbox_events WHERE status = 'pending'")" = 0 ] && break
+		kill -0 $relay 2>/dev/null || { cat "$work/relay.log" >&2; exit 1; }
+		sleep 0.1
+	done
+	t1=$(date +%s%N)
+	kill $relay
+	wait $relay || true
+	relay=
+	left=$(q -c "SELECT count(*) FROM outbox_events WHERE status = 'pending'")
+	[ "$left" = 0 ] || { echo "ordered_statements.sh: $left rows left after 120 s" >&2; exit 1; }
+	wal=$(q -c "SELECT pg_current_wal_lsn() - '$lsn'::pg_lsn")
+	echo "== $v, $WORKERS worker(s): drained in $(((t1 - t0) / 1000000)) ms, WAL $((wal / ROWS)) bytes an event"
+	echo "exec ms | plan ms | calls | buffers a call | exec µs an event | statement"
+	q -F' | ' -c "SELECT round(total_exec_time)::int, round(total_plan_time)::int, calls,
+	  (shared_blks_hit + shared_blks_read) / greatest(calls, 1),
+	  round((total_exec_time * 1000 / $ROWS)::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 60)
+	  FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'
+	  AND query NOT LIKE 'SELECT count(*) FROM outbox_events WHERE status%'
+	  AND query NOT LIKE 'TRUNCATE%' AND query NOT LIKE 'INSERT INTO outbox_events%'
+	  ORDER BY total_exec_time DESC LIMIT 6"
+done
