@@ -6,8 +6,10 @@
 # stdout) drains producers at RATE events/s (pgbench, 512-byte payloads,
 # each event one of KEYS partition keys at random); pg_stat_statements
 # shows the relay's statements over WINDOW seconds before a REPEATABLE
-# READ snapshot is taken and over the last WINDOW seconds of a HOLD-second
-# hold: total ms, calls, buffers, and buffers per call.
+# READ snapshot is taken, over the last WINDOW seconds of a HOLD-second
+# hold, and over WINDOW seconds from 30 s after its release (where the
+# horizon section measures "after"): total ms, calls, buffers, and
+# buffers per call.
 # Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/ordered_hold.sh [keys] [hold_s]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -33,7 +35,7 @@ OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_PUBLISHER=stdout OUTBOX_WORK
 	OUTBOX_ORDERING=partition OUTBOX_HTTP_ADDR= OUTBOX_CE_SOURCE=/bench \
 	"$RELAY_TEST_BIN" run >/dev/null 2>"$work/relay.log" &
 pids+=($!)
-"$PG_BIN/pgbench" -n -M prepared -c 2 -j 1 -R $RATE -T $((3 * WINDOW + HOLD + 30)) \
+"$PG_BIN/pgbench" -n -M prepared -c 2 -j 1 -R $RATE -T $((3 * WINDOW + HOLD + 40)) \
 	-f "$work/insert.sql" >/dev/null 2>"$work/pgbench.log" &
 pids+=($!)
 stats() {
@@ -56,4 +58,11 @@ sleep $((HOLD - WINDOW)); alive
 q -c "SELECT pg_stat_statements_reset()" >/dev/null
 sleep $WINDOW; alive
 echo "the last $WINDOW s of a $HOLD s hold"
+stats
+# The holder's backend sleeps on: ending its client would not end it.
+q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'" >/dev/null
+sleep 30; alive
+q -c "SELECT pg_stat_statements_reset()" >/dev/null
+sleep $WINDOW; alive
+echo "$WINDOW s from 30 s after the release"
 stats
