@@ -30,7 +30,7 @@ printf '%s\n' "\\set k random(1, $KEYS)" \
 	"INSERT INTO outbox_events (type, routing_key, partition_key, payload) VALUES ('bench.event', 'bench', 'k' || (:k)::int, decode(repeat(md5(random()::text), 32), 'hex'));" \
 	>"$work/insert.sql"
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
 OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_PUBLISHER=stdout OUTBOX_WORKERS=2 \
 	OUTBOX_ORDERING=partition OUTBOX_HTTP_ADDR= OUTBOX_CE_SOURCE=/bench \
 	"$RELAY_TEST_BIN" run >/dev/null 2>"$work/relay.log" &

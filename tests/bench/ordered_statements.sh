@@ -32,7 +32,7 @@ q -c "CREATE EXTENSION pg_stat_statements" \
 	-c "ALTER SYSTEM SET pg_stat_statements.track_planning = on" \
 	-c "SELECT pg_reload_conf()" >/dev/null
 relay=
-trap 'kill $relay 2>/dev/null; wait 2>/dev/null; bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
+trap 'kill $relay 2>/dev/null || true; wait 2>/dev/null || true; bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
 for v in "${VARIANTS[@]}"; do
 	ordering=none retention=7d
 	case $v in ordered*) ordering=partition ;; esac
