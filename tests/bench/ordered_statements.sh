@@ -47,7 +47,7 @@ for v in "${VARIANTS[@]}"; do
 	t0=$(date +%s%N)
 	OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_PUBLISHER=stdout \
 		OUTBOX_WORKERS="$WORKERS" OUTBOX_ORDERING=$ordering OUTBOX_RETENTION=$retention \
-		OUTBOX_BATCH_SIZE=100 OUTBOX_HTTP_ADDR= OUTBOX_CE_SOURCE=/bench \
+		OUTBOX_BATCH_SIZE=100 OUTBOX_HTTP_ADDR='' OUTBOX_CE_SOURCE=/bench \
 		"$RELAY_TEST_BIN" run >/dev/null 2>"$work/relay.log" &
 	relay=$!
 	for _ in $(seq 1 1200); do
