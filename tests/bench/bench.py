@@ -873,8 +873,9 @@ class Bench:
                              "4": ":ids", "5": "'/bench'",
                              "6": ":holder"})
         sent = bind(sent, {"1": ":tids", "2": ":lease", "3": "'/bench'",
-                           "4": "'pgbench/0/w'"})
-        # The claim names rows by id, the mark by ctid (docs/design.md §4).
+                           "4": "'pgbench/0/w'", "5": ":ids"})
+        # The claim names rows by id, the mark by ctid and id
+        # (docs/design.md §4).
         wrapped = ("WITH bench_leased AS (%s) SELECT coalesce(array_agg(id), "
                    "'{}') AS ids, coalesce(array_agg(ctid), '{}') AS tids, "
                    "coalesce(max(lease_id::text), '%s') AS lease "
