@@ -185,8 +185,12 @@ static char *sql_keepalive(const struct store *s)
  * no index descent, and by id (the last parameter), tested on the row the
  * ctid reached: a ctid names a row within one table only, and in a
  * partitioned table a row of another partition sits at the same ctid
- * (docs/design.md §11, "Rows named by ctid and id"). The count of rows
- * moved is the command's own. In
+ * (docs/design.md §11, "Rows named by ctid and id"). The ids' least
+ * and greatest bound the id too (ROW_ID_RANGE): a prepared statement's
+ * generic plan prunes no partition for id = ANY(array), but prunes, when
+ * run, every partition outside a range whose ends are InitPlans, so a
+ * mark of a batch written together reads the one partition it lies in.
+ * The count of rows moved is the command's own. In
  * ordered mode under block the same statement records the keys of the
  * rows it failed, from the rows the mark returns; without a tail the
  * mark returns nothing. They test no status: a row this transaction holds is
@@ -214,11 +218,12 @@ static char *mark_sql(char *core, const char *returning, char *tail)
 static char *sql_sent(const struct store *s)
 {
 	return mark_sql(
-	    store_asprintf("UPDATE %s AS t SET status = 'sent', finished_at = "
-			   "statement_timestamp(), " MARK_CHARGE
-			   "%s WHERE t.ctid = "
-			   "ANY($1::tid[]) AND t.id = ANY($5::uuid[])",
-			   s->table.quoted, pin_source(s, false)),
+	    store_asprintf(
+		"UPDATE %s AS t SET status = 'sent', finished_at = "
+		"statement_timestamp(), " MARK_CHARGE "%s WHERE t.ctid = "
+		"ANY($1::tid[]) AND t.id = "
+		"ANY($5::uuid[])" ROW_ID_RANGE("x", "unnest($5::uuid[]) AS x"),
+		s->table.quoted, pin_source(s, false)),
 	    MARK_COLUMNS, order_tail(s, false));
 }
 
@@ -228,7 +233,8 @@ static char *sql_sent_delete(const struct store *s)
 {
 	return mark_sql(store_asprintf("DELETE FROM %s AS t WHERE t.ctid = "
 				       "ANY($1::tid[]) AND t.id = "
-				       "ANY($2::uuid[])",
+				       "ANY($2::uuid[])" ROW_ID_RANGE(
+					   "x", "unnest($2::uuid[]) AS x"),
 				       s->table.quoted),
 			"t.id, t.partition_key, t.seq, 'sent'::text AS status, "
 			"t.last_error",
@@ -239,7 +245,8 @@ static char *sql_sent_delete(const struct store *s)
  * the rows' ids. */
 #define MARK_REASONS                                                           \
 	"FROM unnest($6::uuid[], $5::text[]) AS u(id, reason) WHERE t.ctid "   \
-	"= ANY($1::tid[]) AND t.id = u.id"
+	"= ANY($1::tid[]) AND t.id = u.id" ROW_ID_RANGE(                       \
+	    "x", "unnest($6::uuid[]) AS x")
 
 /* Event class: failed once the attempts are spent. */
 static char *sql_retry(const struct store *s)

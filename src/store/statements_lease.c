@@ -485,7 +485,8 @@ static char *lease_sql(const struct store *s, bool claims)
 		      "lease_id FROM lease), pg_current_xact_id_if_assigned(), "
 		      "t.ctid, t.next_attempt_at, %s, %s%s FROM %s"
 		      "t.ctid = ANY(ARRAY(SELECT tid FROM picked)) AND t.id = "
-		      "ANY(ARRAY(SELECT rid FROM picked))%s",
+		      "ANY(ARRAY(SELECT rid FROM picked))" ROW_ID_RANGE(
+			  "rid", "picked") "%s",
 		      ordered && !keymap ? "RECURSIVE " : "", crashed, late, T,
 		      not_paused, skip_crashed, below, keyed,
 		      ordered ? ", next_attempt_at AS at, seq AS sq" : "", T,

@@ -98,6 +98,15 @@ enum tx_end { TX_COMMIT, TX_ROLLBACK };
 #define WRITTEN_FLOOR                                                          \
 	"(CASE WHEN $6::xid8 > pg_snapshot_xmax(pg_current_snapshot()) THEN "  \
 	"'0'::xid8 ELSE $6::xid8 END)"
+/* The rows of t whose id lies between the least and the greatest id of
+ * column col of from: what lets a generic plan prune the partitions of a
+ * table partitioned by id when it runs (statements.c, the marks). uuid
+ * has no min() or max() in Postgres 15. */
+#define ROW_ID_RANGE(col, from)                                                \
+	" AND t.id >= (SELECT " col " FROM " from " ORDER BY " col             \
+	" LIMIT 1) AND t.id <= (SELECT " col " FROM " from " ORDER BY " col    \
+	" DESC LIMIT 1)"
+
 #define REDRIVE_BATCH 1000
 /* Keys one ordered lease's walk steps to at most (statements_lease.c). */
 #define KEY_WALK_CAP 10000

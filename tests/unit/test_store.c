@@ -2255,6 +2255,133 @@ static void test_key_map_under_held_snapshot(void **state)
 	PQfinish(c);
 }
 
+/* The scans of partition part under the statement's own name for the
+ * outbox (alias t) in plans: how many, and how many ran. */
+static void partition_scans(const char *plans, const char *part, int *scans,
+			    int *ran)
+{
+	char on[96];
+	snprintf(on, sizeof(on), "on %s t", part);
+	*scans = *ran = 0;
+	for (const char *p = plans; p && (p = strstr(p, on)); p++) {
+		const char *eol = strchr(p, '\n');
+		size_t len = eol ? (size_t)(eol - p) : strlen(p);
+		const char *bol = p;
+		while (bol > plans && bol[-1] != '\n')
+			bol--;
+		/* Not the "Update on" of each partition a plan may change. */
+		if (!memmem(bol, (size_t)(p - bol), "Scan", 4))
+			continue;
+		(*scans)++;
+		if (!memmem(p, len, "never executed", 14))
+			(*ran)++;
+	}
+}
+
+/* Of a statement's plan: the lo partition read, the hi one never. */
+static void assert_reads_lo_only(const char *plan, size_t len)
+{
+	char *one = strndup(plan, len);
+	assert_non_null(one);
+	int scans, ran;
+	partition_scans(one, "outbox_events_hi", &scans, &ran);
+	if (scans == 0 || ran > 0) {
+		fprintf(stderr, "%s\n", one);
+		fail_msg("ran %d of %d scans of the partition its rows are "
+			 "not in (plan above)",
+			 ran, scans);
+	}
+	partition_scans(one, "outbox_events_lo", &scans, &ran);
+	if (ran == 0) {
+		fprintf(stderr, "%s\n", one);
+		fail_msg("never read its rows' partition (plan above)");
+	}
+	free(one);
+}
+
+/* Each plan in plans of the statements that start so: how many. */
+static int each_plan_reads_lo_only(const char *plans, const char *start)
+{
+	int n = 0;
+	const char *tag = "Query Text: ";
+	for (const char *p = plans; p && (p = strstr(p, tag));) {
+		p += strlen(tag);
+		const char *end = strstr(p, tag);
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		if (strncmp(p, start, strlen(start)) == 0) {
+			assert_reads_lo_only(p, len);
+			n++;
+		}
+		p = end;
+	}
+	return n;
+}
+
+/* On a table partitioned by id, the read-back and the marks of rows of
+ * one partition read that partition alone, under a prepared statement's
+ * generic plan: ROW_ID_RANGE bounds the id, which prunes the others when
+ * the statement runs (docs/design.md §11, "Rows named by ctid and id"). */
+static void partitioned_marks_case(bool delete_sent)
+{
+	char table[128];
+	pgtest_fresh_table("store_prune", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	partition_by_id(c, table);
+	pgtest_exec(c,
+		    "INSERT INTO %s (id, type, payload, next_attempt_at) "
+		    "SELECT ('0000000' || g || '-0000-7000-8000-"
+		    "000000000000')::uuid, 'lo', '\\x7b7d'::bytea, now() - "
+		    "interval '1 s' "
+		    "FROM generate_series(1, 3) g UNION ALL SELECT "
+		    "('8000000' || g || '-0000-7000-8000-000000000000')::uuid, "
+		    "'hi', '\\x7b7d'::bytea, now() + interval '1 hour' FROM "
+		    "generate_series(1, 3) g",
+		    table);
+	pgtest_exec(c, "ANALYZE %s", table);
+	struct store_options o = pgtest_store_options(table);
+	o.delete_sent = delete_sent;
+	struct store *s = traced_store(
+	    &o, TRACE_BUFFERS "; SET plan_cache_mode = force_generic_plan");
+	char *plans = NULL;
+	PQsetNoticeReceiver(store_conn(s), collect_notice, &plans);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 3);
+	struct lease_batch sent = b, retried = b;
+	sent.n = 2;
+	retried.events = b.events + 2;
+	retried.n = 1;
+	assert_int_equal(mark(s, MARK_SENT, &sent, NULL).marked, 2);
+	assert_int_equal(mark(s, MARK_RETRY, &retried, "no").marked, 1);
+	commit(s, &b);
+	/* auto_explain tells a plan when its portal closes. */
+	assert_int_equal(each_plan_reads_lo_only(plans, "WITH lease"), 1);
+	assert_int_equal(each_plan_reads_lo_only(plans, "UPDATE") +
+			     each_plan_reads_lo_only(plans, "DELETE"),
+			 2);
+	free(plans);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE type = "
+				     "'lo' AND status = 'sent'",
+				     table),
+			 delete_sent ? 0 : 2);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'pending' AND attempts = (type = "
+				     "'lo')::int",
+				     table),
+			 4);
+	store_close(s);
+	PQfinish(c);
+}
+
+static void test_partitioned_marks_read_one_partition(void **state)
+{
+	(void)state;
+	partitioned_marks_case(false);
+	partitioned_marks_case(true);
+}
+
 /* 8b-v. The sweep under a held snapshot: it looks a dead claim's rows up
  * by primary key, so a sweep reads neither the pending index, whose dead
  * entries the snapshot keeps, nor the whole table, past the fifth run of
@@ -3370,6 +3497,7 @@ int main(void)
 	    cmocka_unit_test(test_lease_rescans_shared),
 	    cmocka_unit_test(test_sweep_under_held_snapshot),
 	    cmocka_unit_test(test_key_map_under_held_snapshot),
+	    cmocka_unit_test(test_partitioned_marks_read_one_partition),
 	    cmocka_unit_test(test_lease_floor_own_rows),
 	    cmocka_unit_test(test_claims_floor_dead_claims),
 	    cmocka_unit_test(test_claims_floor_under_held_snapshot),
