@@ -22,7 +22,8 @@ WHERE n.nspname = :'schema'
 \gexec
 
 -- Relay: SELECT, UPDATE, DELETE on the table; its side tables (replica
--- registry, operator pauses, schema version) for status and pause.
+-- registry, operator pauses, schema version, contract steps) for status
+-- and pause.
 GRANT SELECT, UPDATE, DELETE ON :"schema".:"table" TO :"relay_role";
 SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I.%I TO %I', :'schema', c.relname, :'relay_role')
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -30,7 +31,10 @@ WHERE n.nspname = :'schema' AND c.relkind = 'r'
   AND c.relname IN (:'table' || '_replicas', :'table' || '_control', :'table' || '_blocked_keys',
                     :'table' || '_key_heads', :'table' || '_claims')
 \gexec
-SELECT format('GRANT SELECT ON %I.%I TO %I', :'schema', :'table' || '_schema_version', :'relay_role')
+SELECT format('GRANT SELECT ON %I.%I TO %I', :'schema', c.relname, :'relay_role')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = :'schema' AND c.relkind = 'r'
+  AND c.relname IN (:'table' || '_schema_version', :'table' || '_contract')
 \gexec
 
 -- Not granted here, since only a superuser (or a role holding it with

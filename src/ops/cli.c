@@ -47,13 +47,17 @@ static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
 		       const struct config *cfg);
 
 static const struct subcommand commands[] = {
-    {"migrate", "[--quiet]",
+    {"migrate", "[--quiet] [--contract]",
      "Creates or upgrades the outbox table, its indexes, helper functions\n"
      "and side tables (idempotent; safe from several pods at once), and\n"
      "creates or drops the NOTIFY trigger to match OUTBOX_LISTEN. On a\n"
      "terminal, index builds show their progress (phase, blocks or\n"
      "tuples, from pg_stat_progress_create_index) on stderr.\n\n"
-     "  --quiet  no progress\n",
+     "  --quiet     no progress\n"
+     "  --contract  then the contract steps: drops what only relays of\n"
+     "              an older protocol need; refused while the registry\n"
+     "              shows such a relay alive. Run it once every relay\n"
+     "              is upgraded, and start no older relay after it.\n",
      cmd_migrate},
     {"status", "[--json | --watch [INTERVAL]]",
      "Shows replicas (silent for more than 15s: dead), backlog, leases\n"
@@ -345,16 +349,20 @@ static int cmd_status(const struct subcommand *c, int argc, char **argv,
 static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
 		       const struct config *cfg)
 {
-	static const struct option opts[] = {{"quiet", no_argument, NULL, 'q'},
-					     {"help", no_argument, NULL, 'h'},
-					     {NULL, 0, NULL, 0}};
-	bool quiet = false;
+	static const struct option opts[] = {
+	    {"quiet", no_argument, NULL, 'q'},
+	    {"contract", no_argument, NULL, 'c'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0}};
+	struct cli_migrate m = {0};
 	int opt;
 	optind = 0;
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, ":qh", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":qch", opts, NULL)) != -1) {
 		if (opt == 'q')
-			quiet = true;
+			m.quiet = true;
+		else if (opt == 'c')
+			m.contract = true;
 		else if (opt == 'h')
 			return print_help(c);
 		else
@@ -364,7 +372,7 @@ static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
 		return usage_error(c, "unexpected argument '%s'", argv[optind]);
 
 	/* Every source, or --source's alone. */
-	return cli_migrate_sources(c->name, cfg, quiet);
+	return cli_migrate_sources(c->name, cfg, &m);
 }
 
 /* ---- redrive ---- */

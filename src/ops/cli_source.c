@@ -119,7 +119,8 @@ const char *cli_source_table(const struct config *cfg, const char *cmd,
 }
 
 int cli_migrate_table(const char *cmd, const struct config *cfg,
-		      const char *conninfo, const char *table, bool quiet)
+		      const char *conninfo, const char *table,
+		      const struct cli_migrate *m)
 {
 	char err[1024];
 	struct store_options o =
@@ -127,7 +128,7 @@ int cli_migrate_table(const char *cmd, const struct config *cfg,
 	o.table = table;
 	o.conninfo = conninfo;
 	struct cli_progress p;
-	cli_progress_init(&p, cmd, quiet, NULL);
+	cli_progress_init(&p, cmd, m->quiet, NULL);
 	int rc =
 	    store_migrate_watched(&o, cfg->listen, stdout,
 				  p.on ? &p.watcher : NULL, err, sizeof(err));
@@ -140,6 +141,15 @@ int cli_migrate_table(const char *cmd, const struct config *cfg,
 	       cfg->listen ? "present" : "absent", cfg->listen ? "on" : "off");
 	printf("table %s is at schema version %d\n", table,
 	       store_schema_version());
+	if (m->contract) {
+		fflush(stdout);
+		if (store_contract(&o, stdout, err, sizeof(err)) != 0) {
+			fprintf(stderr, "outbox-relay: %s\n", err);
+			return 1;
+		}
+		printf("table %s needs relays of protocol %d\n", table,
+		       STORE_PROTOCOL);
+	}
 	return 0;
 }
 
@@ -147,7 +157,7 @@ int cli_migrate_table(const char *cmd, const struct config *cfg,
  * conninfo; how many failed. */
 static int migrate_pattern(const char *cmd, const struct config *cfg,
 			   const char *conninfo, const char *pattern,
-			   bool quiet)
+			   const struct cli_migrate *m)
 {
 	char err[1024];
 	struct store_options o =
@@ -166,14 +176,14 @@ static int migrate_pattern(const char *cmd, const struct config *cfg,
 	int failed = 0;
 	for (size_t i = 0; i < n; i++) {
 		printf("table %s (%zu of %zu):\n", names[i], i + 1, n);
-		failed +=
-		    cli_migrate_table(cmd, cfg, conninfo, names[i], quiet);
+		failed += cli_migrate_table(cmd, cfg, conninfo, names[i], m);
 	}
 	store_names_free(names, n);
 	return failed;
 }
 
-int cli_migrate_sources(const char *cmd, const struct config *cfg, bool quiet)
+int cli_migrate_sources(const char *cmd, const struct config *cfg,
+			const struct cli_migrate *m)
 {
 	if (cli_source_given()) {
 		/* --source: that table, listed or matched. */
@@ -181,8 +191,7 @@ int cli_migrate_sources(const char *cmd, const struct config *cfg, bool quiet)
 		const char *only = cli_source_table(cfg, cmd, &conninfo);
 		if (!only)
 			return 2;
-		return cli_migrate_table(cmd, cfg, conninfo, only, quiet) ? 1
-									  : 0;
+		return cli_migrate_table(cmd, cfg, conninfo, only, m) ? 1 : 0;
 	}
 	int failed = 0;
 	size_t dbs = config_n_databases(cfg), tables = 0;
@@ -196,14 +205,14 @@ int cli_migrate_sources(const char *cmd, const struct config *cfg, bool quiet)
 			tables++;
 			if (table_is_pattern(table)) {
 				failed += migrate_pattern(cmd, cfg, conninfo,
-							  table, quiet);
+							  table, m);
 				continue;
 			}
 			if (cfg->n_tables > 1)
 				printf("table %s (%zu of %zu):\n", table, i + 1,
 				       cfg->n_tables);
 			failed +=
-			    cli_migrate_table(cmd, cfg, conninfo, table, quiet);
+			    cli_migrate_table(cmd, cfg, conninfo, table, m);
 		}
 	}
 	if (failed > 0 && tables > 1)

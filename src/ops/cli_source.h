@@ -26,15 +26,23 @@ bool cli_source_given(void);
 const char *cli_source_table(const struct config *cfg, const char *cmd,
 			     const char **conninfo);
 
+/* What `migrate` does beside the expand migrations. */
+struct cli_migrate {
+	bool quiet;    /* no progress of index builds */
+	bool contract; /* the contract steps too (store_contract()) */
+};
+
 /* `migrate` of --source's table, or of every table of OUTBOX_TABLE (every
  * table a pattern matches now) in every database, each one's lines on
  * stdout; 0, 1 when any failed (said on stderr), 2 for a bad --source. */
-int cli_migrate_sources(const char *cmd, const struct config *cfg, bool quiet);
+int cli_migrate_sources(const char *cmd, const struct config *cfg,
+			const struct cli_migrate *m);
 
 /* `migrate` of one table in the database of conninfo, its lines on
  * stdout; 1 when it failed (said on stderr). */
 int cli_migrate_table(const char *cmd, const struct config *cfg,
-		      const char *conninfo, const char *table, bool quiet);
+		      const char *conninfo, const char *table,
+		      const struct cli_migrate *m);
 
 /* `status` of every source (status_sources.c): one line each, every
  * database's listed tables and pattern matches, trouble first; as text

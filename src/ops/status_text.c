@@ -218,17 +218,24 @@ static void print_replicas(const cJSON *st, FILE *out)
 			"table recently)\n");
 		return;
 	}
-	fprintf(out, "  %-9s %-32s %-10s %-9s %s\n", "STATUS", "ID", "VERSION",
-		"UP", "LAST SEEN");
+	fprintf(out, "  %-9s %-32s %-10s %-8s %-9s %s\n", "STATUS", "ID",
+		"VERSION", "PROTOCOL", "UP", "LAST SEEN");
 	cJSON_ArrayForEach(r, rows)
 	{
 		const char *state =
 		    !jtrue(r, "alive")				    ? "DEAD"
 		    : strcmp(jstr(r, "state", ""), "draining") == 0 ? "draining"
 								    : "alive";
+		/* None: a relay older than the registry's protocol column,
+		 * which contract steps wait for (design.md §11). */
+		char proto[16] = "none";
+		const cJSON *p =
+		    cJSON_GetObjectItemCaseSensitive(r, "protocol");
+		if (cJSON_IsNumber(p))
+			snprintf(proto, sizeof(proto), "%d", p->valueint);
 		fprintf(
-		    out, "  %-9s %-32s %-10s %-9s %s ago\n", state,
-		    jstr(r, "id", "?"), jstr(r, "version", "?"),
+		    out, "  %-9s %-32s %-10s %-8s %-9s %s ago\n", state,
+		    jstr(r, "id", "?"), jstr(r, "version", "?"), proto,
 		    span(jnum(r, "up_seconds"), up, sizeof(up)),
 		    span(jnum(r, "last_seen_seconds_ago"), seen, sizeof(seen)));
 	}

@@ -86,8 +86,8 @@ static bool exec_ok(PGconn *conn, const char *sql, char *err, size_t errlen)
 /* Takes the session-level migration lock, waiting at most LOCK_WAIT_MS.
  * A session lock is right here (unlike the loops): migrate is a short
  * command whose connection ends with it. */
-static int lock_migrations(PGconn *conn, const struct outbox_table *t,
-			   char *err, size_t errlen)
+int migrate_lock(PGconn *conn, const struct outbox_table *t, char *err,
+		 size_t errlen)
 {
 	char sql[256];
 	snprintf(sql, sizeof(sql),
@@ -507,6 +507,15 @@ static int validate_left_constraints(PGconn *conn, const struct outbox_table *t,
 	return 0;
 }
 
+void migrate_unlock(PGconn *conn, const struct outbox_table *t)
+{
+	char sql[256], why[256];
+	snprintf(sql, sizeof(sql),
+		 "SELECT pg_advisory_unlock(%d, hashtext(%s))", LOCK_NS_MIGRATE,
+		 t->literal);
+	exec_ok(conn, sql, why, sizeof(why));
+}
+
 int migrate_run(PGconn *conn, const struct outbox_table *t, FILE *out,
 		char *err, size_t errlen)
 {
@@ -517,7 +526,7 @@ int migrate_run_watched(PGconn *conn, const struct outbox_table *t, FILE *out,
 			struct migrate_watch *w, char *err, size_t errlen)
 {
 	int ret = -1;
-	char why[512], sql[256];
+	char why[512];
 	int latest = sql_schema_version;
 	bool *applied = calloc((size_t)latest + 1, sizeof(bool));
 	if (!applied) {
@@ -526,17 +535,14 @@ int migrate_run_watched(PGconn *conn, const struct outbox_table *t, FILE *out,
 	}
 	/* IF NOT EXISTS notices on a second run are not news. */
 	exec_ok(conn, "SET client_min_messages = warning", why, sizeof(why));
-	if (lock_migrations(conn, t, why, sizeof(why)) != 0) {
+	if (migrate_lock(conn, t, why, sizeof(why)) != 0) {
 		snprintf(err, errlen, "migrate %s: %s", t->literal, why);
 		goto out;
 	}
 	ret = apply_pending(conn, t, applied, latest, out, w, err, errlen);
 	if (ret == 0)
 		ret = validate_left_constraints(conn, t, out, err, errlen);
-	snprintf(sql, sizeof(sql),
-		 "SELECT pg_advisory_unlock(%d, hashtext(%s))", LOCK_NS_MIGRATE,
-		 t->literal);
-	exec_ok(conn, sql, why, sizeof(why));
+	migrate_unlock(conn, t);
 out:
 	free(applied);
 	return ret;

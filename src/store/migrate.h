@@ -32,6 +32,15 @@
 char *migrate_expand(const char *sql, const struct outbox_table *t);
 
 /*
+ * Takes the session-level advisory lock that migrate and contract steps of
+ * table t run under, waiting at most a few seconds; 0, or -1 with err.
+ * migrate_unlock() gives it back.
+ */
+int migrate_lock(PGconn *conn, const struct outbox_table *t, char *err,
+		 size_t errlen);
+void migrate_unlock(PGconn *conn, const struct outbox_table *t);
+
+/*
  * Applies every migration not yet recorded, printing one line per
  * migration to out (may be NULL). conn must not be inside a transaction.
  * Returns 0, or -1 with err saying which migration failed and why.

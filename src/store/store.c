@@ -79,6 +79,42 @@ static int check_version(struct store *s, const char *lit, char *err,
 	return rc;
 }
 
+/* ... and one whose contract steps need a newer protocol than its own:
+ * what they dropped, it may still need. */
+static int check_contract(struct store *s, const char *lit, char *err,
+			  size_t errlen)
+{
+	char contract[160], proto[16];
+	table_derived(&s->table, "_contract", contract, sizeof(contract));
+	snprintf(proto, sizeof(proto), "%d", STORE_PROTOCOL);
+	char *sql = store_asprintf("SELECT step, protocol FROM %s WHERE "
+				   "protocol > $1::integer ORDER BY protocol "
+				   "DESC, step LIMIT 1",
+				   contract);
+	if (!sql) {
+		snprintf(err, errlen, "store: out of memory");
+		return STORE_ERROR;
+	}
+	int rc;
+	PGresult *res =
+	    store_exec(s, NULL, sql, 1, (const char *const[]){proto},
+		       PGRES_TUPLES_OK, &rc, err, errlen);
+	free(sql);
+	if (!res)
+		return store_err_undefined_table(err) ? 0 : store_public_rc(rc);
+	if (PQntuples(res) > 0) {
+		snprintf(err, errlen,
+			 "outbox table %s has had contract step %s, which "
+			 "needs relays of protocol %s, and this relay speaks "
+			 "%d: run a newer relay",
+			 lit, PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1),
+			 STORE_PROTOCOL);
+		rc = STORE_ERROR;
+	}
+	PQclear(res);
+	return rc;
+}
+
 static int check_table(struct store *s, char *err, size_t errlen)
 {
 	const char *values[1];
@@ -105,7 +141,8 @@ static int check_table(struct store *s, char *err, size_t errlen)
 			 lit, where);
 		return STORE_ERROR;
 	}
-	return check_version(s, lit, err, errlen);
+	rc = check_version(s, lit, err, errlen);
+	return rc == 0 ? check_contract(s, lit, err, errlen) : rc;
 }
 
 int store_admin_side_tables(struct store *s, unsigned *present, char *err,

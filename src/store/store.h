@@ -378,6 +378,35 @@ int store_migrate_watched(const struct store_options *opt, bool notify_trigger,
 /* The newest schema version this relay knows. */
 int store_schema_version(void);
 
+/*
+ * The protocol this relay speaks: what a contract step may rely on of
+ * every relay left (docs/design.md §11, "Contract steps wait for the
+ * relays' protocol"). A relay records it in the registry at each
+ * heartbeat and refuses a table whose contract steps need a newer one.
+ * 1: rows named by ctid and id; keyed rows leased by a key lock, never
+ * classified by the head marker. Relays older than the registry's
+ * protocol column record none.
+ */
+#define STORE_PROTOCOL 1
+
+/*
+ * `outbox-relay migrate --contract`: on its own session, runs each
+ * contract step not yet recorded (dropping what only relays of an older
+ * protocol need), one line per step to out (may be NULL). A step is
+ * first recorded, and refused (the record taken back) while a replica
+ * seen alive in the last STORE_ADMIN_DEAD_AFTER_S, before the record or
+ * STORE_CONTRACT_SETTLE_MS after it, speaks an older protocol than the
+ * step needs or records none; the error names such replicas. The expand
+ * migrations must have run. Returns STORE_OK, or an error with err.
+ */
+int store_contract(const struct store_options *opt, FILE *out, char *err,
+		   size_t errlen);
+
+/* How long store_contract() waits after recording a step before it looks
+ * at the registry again: two heartbeats of the relay's ops loop (every 3
+ * s), so a relay that opened the table before the record shows itself. */
+#define STORE_CONTRACT_SETTLE_MS 6500
+
 /* ---- operator statements: registry, gauges, status, pauses ---- */
 
 /*
@@ -393,8 +422,8 @@ int store_schema_version(void);
 
 /*
  * Upserts this replica's registry row: last_seen_at = now(), the version,
- * state 'draining' or 'alive'. starting resets started_at (an id is
- * host/pid, which a restarted container may reuse). Also deletes rows
+ * STORE_PROTOCOL, state 'draining' or 'alive'. starting resets started_at (an
+ * id is host/pid, which a restarted container may reuse). Also deletes rows
  * silent for STORE_ADMIN_PRUNE_AFTER_S, so the registry does not grow with
  * every deploy.
  */

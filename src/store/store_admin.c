@@ -34,11 +34,12 @@ int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 	    "WITH pruned AS (DELETE FROM %s WHERE last_seen_at < now() - "
 	    "%d * interval '1 second' AND id <> $1) "
 	    "INSERT INTO %s AS r (id, version, started_at, last_seen_at, "
-	    "state) VALUES ($1, $2, now(), now(), $3) "
+	    "state, protocol) VALUES ($1, $2, now(), now(), $3, %d) "
 	    "ON CONFLICT (id) DO UPDATE SET version = excluded.version, "
-	    "last_seen_at = now(), state = excluded.state, started_at = "
+	    "last_seen_at = now(), state = excluded.state, protocol = "
+	    "excluded.protocol, started_at = "
 	    "CASE WHEN $4::boolean THEN now() ELSE r.started_at END",
-	    n.registry, STORE_ADMIN_PRUNE_AFTER_S, n.registry);
+	    n.registry, STORE_ADMIN_PRUNE_AFTER_S, n.registry, STORE_PROTOCOL);
 	const char *values[4] = {id, version, draining ? "draining" : "alive",
 				 starting ? "true" : "false"};
 	int rc = store_exec_cmd(s, "registry heartbeat", sql, 4, values, NULL,

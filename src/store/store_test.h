@@ -9,6 +9,7 @@
 
 #include <libpq-fe.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "store.h"
 
@@ -33,5 +34,10 @@ int store_lease_rollback_charged(struct store *s, struct lease_batch *b,
  * KEY_WALK_CAP by default), so a test reaches the cap with a few keys.
  * Before the store's first lease: it rebuilds the lease statement. */
 void store_set_key_walk_cap(struct store *s, size_t keys);
+
+/* store_contract() waiting settle_ms, not STORE_CONTRACT_SETTLE_MS, for
+ * the heartbeats of relays that opened the table before a step's record. */
+int store_contract_settled(const struct store_options *opt, int settle_ms,
+			   FILE *out, char *err, size_t errlen);
 
 #endif

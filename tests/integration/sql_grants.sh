@@ -27,4 +27,12 @@ as() { # ROLE SQL: runs SQL as ROLE; prints ok or the SQLSTATE class
 [ "$(as "$relay" "INSERT INTO $OUTBOX_TABLE (type, payload) VALUES ('t', 'x')")" = denied ] ||
 	it_fail "relay can insert events"
 [ "$(as "$relay" "DROP TABLE $OUTBOX_TABLE")" = denied ] || it_fail "relay can drop the table"
+# Every relay reads the contract steps when it opens the table (design.md
+# §11), and records its protocol in the registry.
+[ "$(as "$relay" "SELECT step FROM $schema.outbox_events_contract")" = ok ] ||
+	it_fail "relay cannot read the contract steps"
+[ "$(as "$relay" "INSERT INTO $schema.outbox_events_replicas (id, version, protocol) VALUES ('g/1', '1', 1)")" = ok ] ||
+	it_fail "relay cannot record its protocol"
+[ "$(as "$relay" "INSERT INTO $schema.outbox_events_contract (step, protocol) VALUES ('x', 1)")" = denied ] ||
+	it_fail "relay can record a contract step"
 echo ok

@@ -24,11 +24,13 @@ static const char troubled[] =
     " \"database\": {\"checked_at\": \"2024-05-01T12:00:00Z\","
     "  \"database\": \"shop\", \"server_version\": \"16.2\"},"
     " \"replicas\": ["
-    "  {\"id\": \"pod-a/1\", \"version\": \"1.0\", \"state\": \"alive\","
+    "  {\"id\": \"pod-a/1\", \"version\": \"1.0\", \"protocol\": 1,"
+    "   \"state\": \"alive\","
     "   \"alive\": true, \"up_seconds\": 7500, \"last_seen_seconds_ago\": 2},"
     "  {\"id\": \"pod-b/1\", \"version\": \"1.0\", \"state\": \"draining\","
     "   \"alive\": true, \"up_seconds\": 90000, \"last_seen_seconds_ago\": 1},"
-    "  {\"id\": \"pod-c/1\", \"version\": \"0.9\", \"state\": \"alive\","
+    "  {\"id\": \"pod-c/1\", \"version\": \"0.9\", \"protocol\": null,"
+    "   \"state\": \"alive\","
     "   \"alive\": false, \"up_seconds\": 600, \"last_seen_seconds_ago\": 75}],"
     " \"backlog\": {\"pending\": 1200, \"due_now\": 1100, \"crash_suspects\": "
     "1,"
@@ -170,6 +172,9 @@ static void test_troubled(void **state)
 		       "(PostgreSQL 16.2), at 2024-05-01T12:00:00Z");
 	has_line(text, "REPLICAS  2 alive, 1 dead");
 	has_text(text, "  alive     pod-a/1 ");
+	/* The protocol a relay speaks; none before the registry kept it. */
+	has_text(text, "1.0        1        2h05m");
+	has_text(text, "0.9        none     10m00s");
 	has_text(text, "  draining  pod-b/1 ");
 	has_text(text, "  DEAD      pod-c/1 ");
 	has_text(text, "2h05m     2s ago");

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,8 +177,8 @@ static void test_registry(void **state)
 	assert_int_equal(pgtest_long(f->conn,
 				     "SELECT count(*) FROM %s "
 				     "WHERE state = 'alive' AND "
-				     "version = '9.9.9'",
-				     reg),
+				     "version = '9.9.9' AND protocol = %d",
+				     reg, STORE_PROTOCOL),
 			 2);
 	assert_int_equal(gauges(f).live_replicas, 2);
 
@@ -994,6 +995,131 @@ static void test_horizon_without_stats_grant(void **state)
 	pgtest_exec(holder, "ROLLBACK");
 }
 
+/* A relay that opened the table before a contract step's record, and
+ * tells of itself by a heartbeat once the record is there. */
+struct late_relay {
+	const char *table;
+	char registry[160];
+	char contract[160];
+};
+
+static void *late_relay_beats(void *arg)
+{
+	struct late_relay *l = arg;
+	PGconn *c = pgtest_connect();
+	for (int i = 0; i < 200; i++) {
+		if (pgtest_long(c, "SELECT count(*) FROM %s", l->contract) > 0)
+			break;
+		usleep(20000);
+	}
+	pgtest_exec(c,
+		    "INSERT INTO %s (id, version) VALUES ('late/1', '0.1.0')",
+		    l->registry);
+	PQfinish(c);
+	return NULL;
+}
+
+static long index_count(PGconn *c, const struct outbox_table *t,
+			const char *suffix)
+{
+	return pgtest_long(c,
+			   "SELECT count(*) FROM pg_indexes WHERE schemaname "
+			   "= '%s' AND indexname = '%s%s'",
+			   t->schema, t->name, suffix);
+}
+
+/* Contract steps (design.md §11, "Contract steps wait for the relays'
+ * protocol"): refused while a relay of an older protocol is alive, before
+ * the record or while it settles; then done, recorded, and done again
+ * harmlessly; a relay refuses a table contracted beyond its protocol. */
+static void test_contract_steps(void **state)
+{
+	struct fixture *f = *state;
+	struct late_relay l = {.table = f->table};
+	table_derived(&f->t, "_replicas", l.registry, sizeof(l.registry));
+	table_derived(&f->t, "_contract", l.contract, sizeof(l.contract));
+	struct store_options o = pgtest_store_options(f->table);
+	char text[4096];
+	FILE *out = fmemopen(text, sizeof(text), "w");
+	assert_non_null(out);
+
+	/* A live relay older than the protocol column, a dead one. */
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (id, version, last_seen_at) VALUES "
+		    "('old/1', '0.1.0', now()), ('gone/1', '0.0.9', now() - "
+		    "interval '1 minute')",
+		    l.registry);
+	heartbeat(f, "new/1", false, true);
+	assert_int_not_equal(
+	    store_contract_settled(&o, 50, out, err, sizeof(err)), 0);
+	if (!strstr(err, "old/1 (version 0.1.0, protocol none)") ||
+	    strstr(err, "gone/1") || strstr(err, "new/1"))
+		fail_msg("refused for: %s", err);
+	assert_int_equal(
+	    pgtest_long(f->conn, "SELECT count(*) FROM %s", l.contract), 0);
+	assert_int_equal(index_count(f->conn, &f->t, "_unclassified_idx"), 1);
+
+	/* One that opened the table before the record beats while it
+	 * settles: refused, the record taken back. */
+	pgtest_exec(f->conn, "DELETE FROM %s WHERE id = 'old/1'", l.registry);
+	pthread_t late;
+	assert_int_equal(pthread_create(&late, NULL, late_relay_beats, &l), 0);
+	int rc = store_contract_settled(&o, 2000, out, err, sizeof(err));
+	pthread_join(late, NULL);
+	assert_int_not_equal(rc, 0);
+	assert_non_null(strstr(err, "late/1 (version 0.1.0, protocol none)"));
+	assert_int_equal(
+	    pgtest_long(f->conn, "SELECT count(*) FROM %s", l.contract), 0);
+	assert_int_equal(index_count(f->conn, &f->t, "_unclassified_idx"), 1);
+
+	/* Upgraded: the step runs, once recorded. */
+	pgtest_exec(f->conn, "UPDATE %s SET protocol = %d", l.registry,
+		    STORE_PROTOCOL);
+	if (store_contract_settled(&o, 50, out, err, sizeof(err)) != 0)
+		fail_msg("contract: %s", err);
+	assert_int_equal(index_count(f->conn, &f->t, "_unclassified_idx"), 0);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM %s WHERE step = "
+				     "'drop_unclassified_idx' AND protocol = "
+				     "1",
+				     l.contract),
+			 1);
+	if (store_contract_settled(&o, 50, out, err, sizeof(err)) != 0)
+		fail_msg("contract again: %s", err);
+	fflush(out);
+	assert_non_null(
+	    strstr(text, "contract step drop_unclassified_idx (protocol 1): "
+			 "done\n"));
+	assert_non_null(
+	    strstr(text, "contract step drop_unclassified_idx (protocol 1): "
+			 "recorded before, done\n"));
+	fclose(out);
+
+	/* The relay leases keyed rows in order without the index. */
+	pgtest_insert(f->conn, f->table, 4);
+	pgtest_exec(f->conn, "UPDATE %s SET partition_key = 'k'", f->table);
+	o.ordered = true;
+	struct store *relay = pgtest_store(&o);
+	struct lease_batch b;
+	if (store_lease(relay, NULL, 0, "", &b, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	assert_int_equal(b.n, 1);
+	assert_int_equal(store_lease_abort(relay, &b, err, sizeof(err)), 0);
+	lease_batch_release(&b);
+	store_close(relay);
+
+	/* A step that needs a newer protocol than this relay's. */
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (step, protocol) VALUES ('next_step', %d)",
+		    l.contract, STORE_PROTOCOL + 1);
+	struct store *refused = NULL;
+	assert_int_not_equal(store_open(&refused, &o, err, sizeof(err)), 0);
+	if (!strstr(err, "contract step next_step") ||
+	    !strstr(err, "needs relays of protocol 2"))
+		fail_msg("opened, or refused for: %s", err);
+	store_close(refused);
+}
+
 static void test_lost_session(void **state)
 {
 	struct fixture *f = *state;
@@ -1014,6 +1140,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_registry, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_contract_steps, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_gauges, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_status, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pause_resume, setup, teardown),
