@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -74,6 +75,39 @@ bool pgtest_has_reloption(PGconn *conn, const char *table, const char *opt)
 			   table, opt) == 1;
 }
 
+/* The fresh table t turned into a table partitioned by id the way
+ * docs/design.md §11 (the migration) measured it: the migrated table
+ * renamed, a partitioned table LIKE it with the same indexes, the old
+ * one attached as its DEFAULT partition; then a partition from now on,
+ * so rows with ids of now land there and rows with made-up ids in the
+ * default. */
+static void partition_fresh(PGconn *conn, const struct outbox_table *t)
+{
+	pgtest_exec(
+	    conn,
+	    "SET search_path = \"%s\"; DO $$ DECLARE r record; BEGIN "
+	    "ALTER TABLE outbox_events RENAME TO outbox_events_d0; "
+	    "FOR r IN SELECT c.relname FROM pg_index i JOIN pg_class c ON "
+	    "c.oid = i.indexrelid WHERE i.indrelid = "
+	    "'outbox_events_d0'::regclass LOOP EXECUTE format('ALTER INDEX "
+	    "%%I RENAME TO %%I', r.relname, 'd0_' || r.relname); END LOOP; "
+	    "CREATE TABLE outbox_events (LIKE outbox_events_d0 INCLUDING "
+	    "DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING "
+	    "IDENTITY) PARTITION BY RANGE (id); "
+	    "FOR r IN SELECT c.relname, pg_get_indexdef(i.indexrelid) AS "
+	    "def, i.indisprimary FROM pg_index i JOIN pg_class c ON c.oid = "
+	    "i.indexrelid WHERE i.indrelid = 'outbox_events_d0'::regclass "
+	    "LOOP IF r.indisprimary THEN ALTER TABLE outbox_events ADD "
+	    "PRIMARY KEY (id); ELSE EXECUTE replace(replace(r.def, "
+	    "'ON %s.outbox_events_d0', 'ON %s.outbox_events'), 'INDEX ' || "
+	    "r.relname, 'INDEX ' || substr(r.relname, 4)); END IF; END LOOP; "
+	    "ALTER TABLE outbox_events ATTACH PARTITION outbox_events_d0 "
+	    "DEFAULT; CREATE TABLE outbox_events_now PARTITION OF "
+	    "outbox_events FOR VALUES FROM (outbox_events_uuidv7()) TO "
+	    "(MAXVALUE); END $$; RESET search_path",
+	    t->schema, t->schema, t->schema);
+}
+
 void pgtest_fresh_table(const char *prefix, char *table, size_t len)
 {
 	static int counter;
@@ -87,7 +121,15 @@ void pgtest_fresh_table(const char *prefix, char *table, size_t len)
 	pgtest_exec(conn, "DROP SCHEMA IF EXISTS \"%s\" CASCADE", t.schema);
 	if (migrate_run(conn, &t, NULL, err, sizeof(err)) != 0)
 		fail_msg("migrate: %s", err);
+	if (pgtest_partitioned())
+		partition_fresh(conn, &t);
 	PQfinish(conn);
+}
+
+bool pgtest_partitioned(void)
+{
+	const char *v = getenv("RELAY_TEST_PARTITIONED");
+	return v && strcmp(v, "1") == 0;
 }
 
 struct store_options pgtest_store_options(const char *table)

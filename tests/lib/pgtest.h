@@ -20,8 +20,15 @@ const char *pgtest_url(void);
 PGconn *pgtest_connect(void);
 
 /* Creates a fresh schema "<prefix>_<pid>_<n>" and migrates
- * schema.outbox_events in it; writes "schema.outbox_events" to table. */
+ * schema.outbox_events in it; writes "schema.outbox_events" to table.
+ * With RELAY_TEST_PARTITIONED=1 the table is then partitioned by id
+ * (pgtest_partitioned()). */
 void pgtest_fresh_table(const char *prefix, char *table, size_t len);
+
+/* RELAY_TEST_PARTITIONED=1: the tests run on tables partitioned by id
+ * (docs/design.md §11, the migration), a DEFAULT partition and one from
+ * the test's start on. */
+bool pgtest_partitioned(void);
 
 /* Runs sql (printf-style); fails the test unless it succeeds. */
 void pgtest_exec(PGconn *conn, const char *fmt, ...)
