@@ -17,7 +17,12 @@
 struct contract_step {
 	const char *name;
 	int protocol; /* what every relay left must speak */
+	/* Outside a transaction; no write waits for its lock. */
 	const char *sql;
+	/* The same on a partitioned table, which Postgres allows no
+	 * CONCURRENTLY on: its lock blocks writes, so it waits briefly and
+	 * retries, as migrate's do. */
+	const char *sql_partitioned;
 };
 
 /* In the order they run; a step's statement is idempotent, so a step
@@ -27,7 +32,8 @@ static const struct contract_step contract_steps[] = {
      * (migration 002): relays of protocol 1 lease keys by a key lock and
      * classify nothing, yet every keyed insert writes an entry. */
     {"drop_unclassified_idx", 1,
-     "DROP INDEX CONCURRENTLY IF EXISTS {{s}}\"{{n}}_unclassified_idx\""},
+     "DROP INDEX CONCURRENTLY IF EXISTS {{s}}\"{{n}}_unclassified_idx\"",
+     "DROP INDEX IF EXISTS {{s}}\"{{n}}_unclassified_idx\""},
 };
 
 /* Replicas seen alive that speak an older protocol than protocol (or
@@ -172,7 +178,8 @@ int store_contract_settled(const struct store_options *opt, int settle_ms,
 	if (table_parse(opt->table, &t, err, errlen) != 0)
 		return STORE_ERROR;
 	/* statement_timeout 0: DROP INDEX CONCURRENTLY waits for every
-	 * transaction that may still use the index. */
+	 * transaction that may still use the index (and for its lock with no
+	 * timeout, as migrate's concurrent builds do). */
 	struct pgconn_options po = {
 	    .conninfo = opt->conninfo,
 	    .application_name = opt->app_name ? opt->app_name : "outbox-relay",
@@ -193,15 +200,29 @@ int store_contract_settled(const struct store_options *opt, int settle_ms,
 			 why);
 		goto out;
 	}
+	int rows = 0;
+	if (!run(conn,
+		 "SELECT 1 FROM pg_class WHERE oid = to_regclass($1) AND "
+		 "relkind = 'p'",
+		 t.quoted, NULL, &rows, why, sizeof(why))) {
+		snprintf(err, errlen, "contract steps of %s: %s", t.literal,
+			 why);
+		goto unlock;
+	}
+	bool partitioned = rows > 0;
 	size_t n = sizeof(contract_steps) / sizeof(contract_steps[0]);
 	for (size_t i = 0; i < n; i++) {
 		const struct contract_step *c = &contract_steps[i];
 		int had = record_step(conn, &t, c, settle_ms, err, errlen);
 		if (had < 0)
 			goto unlock;
-		char *sql = migrate_expand(c->sql, &t);
-		bool ok =
-		    sql && run(conn, sql, NULL, NULL, NULL, why, sizeof(why));
+		char *sql = migrate_expand(
+		    partitioned ? c->sql_partitioned : c->sql, &t);
+		bool ok = sql && migrate_exec_retrying(conn, sql,
+						       partitioned
+							   ? DDL_WAIT_SHORT
+							   : DDL_WAIT_UNBOUNDED,
+						       why, sizeof(why)) == 0;
 		free(sql);
 		if (!ok) {
 			snprintf(err, errlen,

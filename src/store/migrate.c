@@ -267,20 +267,6 @@ static bool exec_watched(PGconn *conn, const char *sql, struct migrate_watch *w,
 	return ok;
 }
 
-/* How long a step outside a transaction may wait for its locks. */
-enum ddl_wait {
-	/* A lock that blocks the application's writes (a trigger on the
-	 * table): DDL_LOCK_TIMEOUT, retried, so the inserts queued behind
-	 * it wait that long at most. */
-	DDL_WAIT_SHORT,
-	/* SHARE UPDATE EXCLUSIVE (CREATE INDEX CONCURRENTLY, VALIDATE
-	 * CONSTRAINT), which no write waits for: as long as it takes. Such a
-	 * step also waits for every older snapshot, and cut short by a lock
-	 * timeout a concurrent build leaves an invalid index that IF NOT
-	 * EXISTS would then take for built. */
-	DDL_WAIT_UNBOUNDED,
-};
-
 /* Outside a transaction: one statement, retried while it could not get
  * its lock within the wait. */
 static int exec_retrying(PGconn *conn, const char *sql, enum ddl_wait wait,
@@ -300,6 +286,12 @@ static int exec_retrying(PGconn *conn, const char *sql, enum ddl_wait wait,
 		if (backoff < DDL_BACKOFF_MAX_MS)
 			backoff *= 2;
 	}
+}
+
+int migrate_exec_retrying(PGconn *conn, const char *sql, enum ddl_wait wait,
+			  char *err, size_t errlen)
+{
+	return exec_retrying(conn, sql, wait, NULL, err, errlen);
 }
 
 static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,

@@ -40,6 +40,27 @@ int migrate_lock(PGconn *conn, const struct outbox_table *t, char *err,
 		 size_t errlen);
 void migrate_unlock(PGconn *conn, const struct outbox_table *t);
 
+/* How long a step outside a transaction may wait for its locks. */
+enum ddl_wait {
+	/* A lock that blocks the application's writes (a trigger on the
+	 * table): DDL_LOCK_TIMEOUT, retried, so the inserts queued behind
+	 * it wait that long at most. */
+	DDL_WAIT_SHORT,
+	/* SHARE UPDATE EXCLUSIVE (CREATE INDEX CONCURRENTLY, VALIDATE
+	 * CONSTRAINT), which no write waits for: as long as it takes. Such a
+	 * step also waits for every older snapshot, and cut short by a lock
+	 * timeout a concurrent build leaves an invalid index that IF NOT
+	 * EXISTS would then take for built. */
+	DDL_WAIT_UNBOUNDED,
+};
+
+/*
+ * Outside a transaction: sql, retried while it could not get its lock
+ * within wait (at most a few dozen times). 0, or -1 with err.
+ */
+int migrate_exec_retrying(PGconn *conn, const char *sql, enum ddl_wait wait,
+			  char *err, size_t errlen);
+
 /*
  * Applies every migration not yet recorded, printing one line per
  * migration to out (may be NULL). conn must not be inside a transaction.

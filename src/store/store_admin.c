@@ -190,14 +190,18 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 	    "0), coalesce((SELECT max(xmin_age) FROM h WHERE kind = "
 	    "'replication_slot'), 0), coalesce((SELECT max(xmin_age) FROM h "
 	    "WHERE kind = 'prepared_transaction'), 0), "
-	    "coalesce(i.idx_scan, 0), coalesce(i.idx_tup_read, 0), "
-	    "coalesce(i.idx_tup_fetch, 0), "
-	    "coalesce(pg_stat_get_xact_numscans(i.indexrelid), 0), "
-	    "coalesce(pg_stat_get_xact_tuples_returned(i.indexrelid), 0), "
-	    "coalesce(pg_stat_get_xact_tuples_fetched(i.indexrelid), 0) "
-	    "FROM (SELECT 1) one LEFT JOIN top ON true LEFT JOIN "
-	    "pg_stat_user_indexes i ON i.indexrelid = to_regclass('%s')",
-	    ADMIN_SESSION_XMIN_AGE, ADMIN_SESSION_HOLDS, idx);
+	    "coalesce(i.scans, 0), coalesce(i.read, 0), coalesce(i.fetched, "
+	    "0), coalesce(i.xscans, 0), coalesce(i.xread, 0), "
+	    "coalesce(i.xfetched, 0) "
+	    "FROM (SELECT 1) one LEFT JOIN top ON true CROSS JOIN (SELECT "
+	    "sum(idx_scan) AS scans, sum(idx_tup_read) AS read, "
+	    "sum(idx_tup_fetch) AS fetched, "
+	    "sum(pg_stat_get_xact_numscans(indexrelid)) AS xscans, "
+	    "sum(pg_stat_get_xact_tuples_returned(indexrelid)) AS xread, "
+	    "sum(pg_stat_get_xact_tuples_fetched(indexrelid)) AS xfetched "
+	    "FROM pg_stat_user_indexes WHERE indexrelid IN " ADMIN_STATS_OF(
+		"to_regclass('%s')") ") i",
+	    ADMIN_SESSION_XMIN_AGE, ADMIN_SESSION_HOLDS, idx, idx);
 	PGresult *res = store_exec(s, "horizon query", sql, 0, NULL,
 				   PGRES_TUPLES_OK, &rc, err, errlen);
 	free(sql);
@@ -317,15 +321,18 @@ static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 		      "(SELECT count(*) FROM %s WHERE status = 'in_flight') "
 		      "+ %s, "
 		      "(SELECT count(*) FROM %s WHERE status = 'failed'), "
-		      "coalesce((SELECT n_dead_tup FROM pg_stat_user_tables "
-		      "WHERE "
-		      "relid = '%s'::regclass), 0), "
-		      "%s, %s, "
-		      "(pg_notification_queue_usage() * 1000000)::bigint, "
-		      "least(coalesce(p.low, now()), now())::text, "
-		      "pg_snapshot_xmin(pg_current_snapshot())::text "
-		      "FROM p",
-		      pending, T, claimed, T, T, live, blocked)
+		      "coalesce((SELECT sum(n_dead_tup) FROM "
+		      "pg_stat_user_tables WHERE relid IN " ADMIN_STATS_OF(
+			  "'%s'::regclass") "), 0), "
+					    "%s, %s, "
+					    "(pg_notification_queue_usage() * "
+					    "1000000)::bigint, "
+					    "least(coalesce(p.low, now()), "
+					    "now())::text, "
+					    "pg_snapshot_xmin(pg_current_"
+					    "snapshot())::text "
+					    "FROM p",
+		      pending, T, claimed, T, T, T, live, blocked)
 		: NULL;
 	PGresult *res = store_exec(s, "gauge query", sql, 0, NULL,
 				   PGRES_TUPLES_OK, &rc, err, errlen);

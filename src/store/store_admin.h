@@ -78,6 +78,13 @@ void admin_names_of(const struct outbox_table *t, struct names *n);
  */
 char *admin_flight_sql(const char *T, const char *claims, bool has_claims);
 
+/* The relations whose statistics make up those of rel (an SQL regclass
+ * expression): rel, and the leaf partitions of a partitioned table or
+ * index, whose own statistics Postgres keeps apart. */
+#define ADMIN_STATS_OF(rel)                                                    \
+	"(SELECT relid FROM pg_partition_tree(" rel ") WHERE isleaf UNION "    \
+	"ALL SELECT " rel ")"
+
 /* The count of blocked keys, 0 when the table has no blocked-keys table. */
 char *admin_blocked_count_sql(const struct names *n);
 

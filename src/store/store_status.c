@@ -269,22 +269,33 @@ static int status_blocked_keys(struct status_ctx *c)
 			 0, NULL, bk, "rows", true, c->err, c->errlen);
 }
 
+/* Of a partitioned table, its partitions' statistics: counts and sizes
+ * summed, and of the times the earliest, so "vacuumed ... ago" tells of
+ * the partition autovacuum reached last. */
 static int status_table_stats(struct status_ctx *c)
 {
 	return section(
 	    c, "table_stats", false,
 	    store_asprintf(
 		"SELECT s.n_live_tup AS live_tuples, s.n_dead_tup AS "
-		"dead_tuples, pg_total_relation_size('%s'::regclass) AS "
-		"total_bytes, %s AS last_vacuum, %s AS last_autovacuum, %s "
-		"AS last_analyze, %s AS last_autoanalyze, %s AS "
-		"vacuumed_seconds_ago, s.vacuum_count, s.autovacuum_count "
-		"FROM (SELECT 1) one LEFT JOIN pg_stat_user_tables s ON "
-		"s.relid = '%s'::regclass",
-		c->T, ISO("s.last_vacuum"), ISO("s.last_autovacuum"),
+		"dead_tuples, s.total_bytes, %s AS last_vacuum, %s AS "
+		"last_autovacuum, %s AS last_analyze, %s AS last_autoanalyze, "
+		"%s AS vacuumed_seconds_ago, s.vacuum_count, "
+		"s.autovacuum_count FROM (SELECT 1) one LEFT JOIN (SELECT "
+		"sum(n_live_tup)::bigint AS n_live_tup, "
+		"sum(n_dead_tup)::bigint "
+		"AS n_dead_tup, sum(pg_total_relation_size(relid))::bigint AS "
+		"total_bytes, min(last_vacuum) AS last_vacuum, "
+		"min(last_autovacuum) AS last_autovacuum, min(last_analyze) AS "
+		"last_analyze, min(last_autoanalyze) AS last_autoanalyze, "
+		"min(greatest(last_vacuum, last_autovacuum)) AS vacuumed, "
+		"sum(vacuum_count)::bigint AS vacuum_count, "
+		"sum(autovacuum_count)::bigint AS autovacuum_count FROM "
+		"pg_stat_user_tables WHERE relid IN " ADMIN_STATS_OF(
+		    "'%s'::regclass") ") s ON true",
+		ISO("s.last_vacuum"), ISO("s.last_autovacuum"),
 		ISO("s.last_analyze"), ISO("s.last_autoanalyze"),
-		SECS("now()", "greatest(s.last_vacuum, s.last_autovacuum)"),
-		c->T));
+		SECS("now()", "s.vacuumed"), c->T, c->T));
 }
 
 /* What holds the xmin horizon back: sessions with an old snapshot or
