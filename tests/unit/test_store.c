@@ -1954,10 +1954,28 @@ static void test_generic_plans_use_indexes(void **state)
 	 * tables may be scanned)... */
 	expect_no_plan_with(plans, "Seq Scan on outbox_events ",
 			    "sequential scan in a store statement");
+	/* (nor the partition of a partitioned table that holds the rows;
+	 * the default one is empty here, 0 pages, which Postgres may read
+	 * whole) */
+	expect_no_plan_with(plans, "Seq Scan on outbox_events_now ",
+			    "sequential scan of a partition");
 	/* ...nor sorts the cleaner's batch: that reads and sorts every
-	 * expired row for each batch instead of reading it in index order. */
-	expect_no_plan_with(plans, "Sort Key: t.finished_at",
-			    "the cleaner's batch is sorted");
+	 * expired row for each batch instead of reading it in index order
+	 * (a Merge Append of the partitions' index scans keeps that order,
+	 * with a sort key of its own). */
+	for (const char *k = plans; (k = strstr(k, "Sort Key: t.finished_at"));
+	     k++) {
+		const char *line = k;
+		while (line > plans && line[-1] != '\n')
+			line--;
+		const char *prev = line > plans ? line - 1 : line;
+		while (prev > plans && prev[-1] != '\n')
+			prev--;
+		if (strncmp(strstr(prev, "->") ? strstr(prev, "->") : prev,
+			    "->  Merge Append", 16) != 0)
+			expect_no_plan_with(k, "Sort Key: t.finished_at",
+					    "the cleaner's batch is sorted");
+	}
 	free(plans);
 	store_close(s);
 	PQfinish(c);
@@ -3512,9 +3530,8 @@ int main(void)
 	/* On tables partitioned by id (the store_partitioned test), every
 	 * test but those whose assertions are about today's table: */
 	static const char *const unpartitioned[] = {
-	    /* plans naming today's indexes (a partition's have other names,
-	     * and the cleaner's batch is sorted after a Merge Append) */
-	    "test_generic_plans_use_indexes",
+	    /* plans read in one index's buffers (a partition's have other
+	     * names; the floors' entries spread over two partitions) */
 	    "test_lease_floor_under_held_snapshot",
 	    "test_ordered_floor_under_held_snapshot",
 	    "test_key_map_under_held_snapshot",
