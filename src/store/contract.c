@@ -218,6 +218,8 @@ int store_contract_settled(const struct store_options *opt, int settle_ms,
 			goto unlock;
 		char *sql = migrate_expand(
 		    partitioned ? c->sql_partitioned : c->sql, &t);
+		if (!sql)
+			snprintf(why, sizeof(why), "out of memory");
 		bool ok = sql && migrate_exec_retrying(conn, sql,
 						       partitioned
 							   ? DDL_WAIT_SHORT
@@ -228,8 +230,7 @@ int store_contract_settled(const struct store_options *opt, int settle_ms,
 			snprintf(err, errlen,
 				 "contract step %s of %s (recorded; run it "
 				 "again): %s",
-				 c->name, t.literal,
-				 sql ? why : "out of memory");
+				 c->name, t.literal, why);
 			goto unlock;
 		}
 		if (out)
