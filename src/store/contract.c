@@ -175,20 +175,14 @@ int store_contract_settled(const struct store_options *opt, int settle_ms,
 			   FILE *out, char *err, size_t errlen)
 {
 	struct outbox_table t;
-	if (table_parse(opt->table, &t, err, errlen) != 0)
-		return STORE_ERROR;
-	/* statement_timeout 0: DROP INDEX CONCURRENTLY waits for every
-	 * transaction that may still use the index (and for its lock with no
-	 * timeout, as migrate's concurrent builds do). */
-	struct pgconn_options po = {
-	    .conninfo = opt->conninfo,
-	    .application_name = opt->app_name ? opt->app_name : "outbox-relay",
-	    .lock_timeout_ms = opt->lock_timeout_ms,
-	};
-	PGconn *conn = pgconn_connect(&po, err, errlen);
+	struct pgconn_options po;
+	int rc;
+	/* No statement_timeout: DROP INDEX CONCURRENTLY waits for every
+	 * transaction that may still use the index. */
+	PGconn *conn = migrate_session(opt, &t, &po, &rc, err, errlen);
 	if (!conn)
-		return STORE_RECONNECT;
-	int rc = STORE_ERROR;
+		return rc;
+	rc = STORE_ERROR;
 	char why[512];
 	/* "does not exist, skipping" is no news on a second run. */
 	run(conn, "SET client_min_messages = warning", NULL, NULL, NULL, why,

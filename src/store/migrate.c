@@ -570,28 +570,40 @@ int store_migrate(const struct store_options *opt, bool notify_trigger,
 				     errlen);
 }
 
+PGconn *migrate_session(const struct store_options *opt, struct outbox_table *t,
+			struct pgconn_options *po, int *rc, char *err,
+			size_t errlen)
+{
+	*rc = STORE_ERROR;
+	if (table_parse(opt->table, t, err, errlen) != 0)
+		return NULL;
+	/* statement_timeout 0 lets index builds take their time. */
+	*po = (struct pgconn_options){
+	    .conninfo = opt->conninfo,
+	    .application_name = opt->app_name ? opt->app_name : "outbox-relay",
+	    .lock_timeout_ms = opt->lock_timeout_ms,
+	};
+	PGconn *conn = pgconn_connect(po, err, errlen);
+	*rc = conn ? STORE_OK : STORE_RECONNECT;
+	return conn;
+}
+
 int store_migrate_watched(const struct store_options *opt, bool notify_trigger,
 			  FILE *out, const struct store_progress *progress,
 			  char *err, size_t errlen)
 {
 	struct outbox_table t;
-	if (table_parse(opt->table, &t, err, errlen) != 0)
-		return STORE_ERROR;
-	/* statement_timeout 0 lets index builds take their time. */
-	struct pgconn_options po = {
-	    .conninfo = opt->conninfo,
-	    .application_name = opt->app_name ? opt->app_name : "outbox-relay",
-	    .lock_timeout_ms = opt->lock_timeout_ms,
-	};
-	PGconn *conn = pgconn_connect(&po, err, errlen);
+	struct pgconn_options po;
+	int rc;
+	PGconn *conn = migrate_session(opt, &t, &po, &rc, err, errlen);
 	if (!conn)
-		return STORE_RECONNECT;
+		return rc;
 	/* The watcher's session reads the build's progress beside it. */
 	struct pgconn_options watch_po = po;
 	watch_po.application_name = "outbox-relay/migrate-progress";
 	struct migrate_watch w = {.progress = progress, .po = &watch_po};
-	int rc = migrate_run_watched(conn, &t, out, progress ? &w : NULL, err,
-				     errlen);
+	rc = migrate_run_watched(conn, &t, out, progress ? &w : NULL, err,
+				 errlen);
 	if (rc == 0)
 		rc = migrate_notify_trigger(conn, &t, notify_trigger, err,
 					    errlen);

@@ -32,6 +32,16 @@
 char *migrate_expand(const char *sql, const struct outbox_table *t);
 
 /*
+ * The session migrate and contract steps run on: opt's table parsed into
+ * t, connected with po (filled here: opt's conninfo and lock_timeout, no
+ * statement_timeout, so index builds take their time). NULL with *rc
+ * (STORE_ERROR, STORE_RECONNECT) and err.
+ */
+PGconn *migrate_session(const struct store_options *opt, struct outbox_table *t,
+			struct pgconn_options *po, int *rc, char *err,
+			size_t errlen);
+
+/*
  * Takes the session-level advisory lock that migrate and contract steps of
  * table t run under, waiting at most a few seconds; 0, or -1 with err.
  * migrate_unlock() gives it back.
