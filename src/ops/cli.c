@@ -47,7 +47,7 @@ static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
 		       const struct config *cfg);
 
 static const struct subcommand commands[] = {
-    {"migrate", "[--quiet] [--contract]",
+    {"migrate", "[--quiet] [--contract] [--partition]",
      "Creates or upgrades the outbox table, its indexes, helper functions\n"
      "and side tables (idempotent; safe from several pods at once), and\n"
      "creates or drops the NOTIFY trigger to match OUTBOX_LISTEN. On a\n"
@@ -57,7 +57,13 @@ static const struct subcommand commands[] = {
      "  --contract  then the contract steps: drops what only relays of\n"
      "              an older protocol need; refused while the registry\n"
      "              shows such a relay alive. Run it once every relay\n"
-     "              is upgraded, and start no older relay after it.\n",
+     "              is upgraded, and start no older relay after it.\n"
+     "  --partition then makes the table partitioned by id, the table\n"
+     "              itself its default partition (one short transaction,\n"
+     "              nothing copied; a contract step of protocol 1,\n"
+     "              gated as --contract's are); refused while a view,\n"
+     "              foreign key, publication, rule, policy or trigger\n"
+     "              of yours names the table.\n",
      cmd_migrate},
     {"status", "[--json | --watch [INTERVAL]]",
      "Shows replicas (silent for more than 15s: dead), backlog, leases\n"
@@ -352,17 +358,20 @@ static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
 	static const struct option opts[] = {
 	    {"quiet", no_argument, NULL, 'q'},
 	    {"contract", no_argument, NULL, 'c'},
+	    {"partition", no_argument, NULL, 'p'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0}};
 	struct cli_migrate m = {0};
 	int opt;
 	optind = 0;
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, ":qch", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":qcph", opts, NULL)) != -1) {
 		if (opt == 'q')
 			m.quiet = true;
 		else if (opt == 'c')
 			m.contract = true;
+		else if (opt == 'p')
+			m.partition = true;
 		else if (opt == 'h')
 			return print_help(c);
 		else

@@ -150,6 +150,14 @@ int cli_migrate_table(const char *cmd, const struct config *cfg,
 		printf("table %s needs relays of protocol %d\n", table,
 		       STORE_PROTOCOL);
 	}
+	if (m->partition) {
+		fflush(stdout);
+		if (store_partition(&o, stdout, err, sizeof(err)) != 0) {
+			fprintf(stderr, "outbox-relay: %s\n", err);
+			return 1;
+		}
+		printf("table %s is partitioned by id\n", table);
+	}
 	return 0;
 }
 

@@ -28,8 +28,9 @@ const char *cli_source_table(const struct config *cfg, const char *cmd,
 
 /* What `migrate` does beside the expand migrations. */
 struct cli_migrate {
-	bool quiet;    /* no progress of index builds */
-	bool contract; /* the contract steps too (store_contract()) */
+	bool quiet;	/* no progress of index builds */
+	bool contract;	/* the contract steps too (store_contract()) */
+	bool partition; /* and the partition step (store_partition()) */
 };
 
 /* `migrate` of --source's table, or of every table of OUTBOX_TABLE (every

@@ -44,15 +44,20 @@ int store_tables_activity(struct store *s, const char *const *tables, size_t n,
 	 * -1; one without claims counts its own writes. The functions read
 	 * the statistics the backends flush, at most once a second each, not
 	 * the catalog: no scan of pg_class however many tables there are.
+	 * Postgres counts a partitioned table's rows in its partitions only:
+	 * the leaves are summed (pg_partition_tree, an index probe of
+	 * pg_inherits; a plain table is its own leaf).
 	 */
 	PGresult *res = store_exec(
 	    s, "table activity",
 	    arr ? "SELECT CASE WHEN bool_and(r IS NULL) FILTER (WHERE k = 0) "
-		  "THEN -1 ELSE sum(coalesce(pg_stat_get_tuples_inserted(r) + "
-		  "pg_stat_get_tuples_updated(r) + "
-		  "pg_stat_get_tuples_deleted(r), 0)) END FROM (SELECT "
-		  "to_regclass(t)::oid AS r, (i - 1) / 2 AS pair, (i - 1) % 2 "
+		  "THEN -1 ELSE sum(coalesce(pg_stat_get_tuples_inserted(l) + "
+		  "pg_stat_get_tuples_updated(l) + "
+		  "pg_stat_get_tuples_deleted(l), 0)) END FROM (SELECT "
+		  "to_regclass(t) AS r, (i - 1) / 2 AS pair, (i - 1) % 2 "
 		  "AS k FROM unnest($1::text[]) WITH ORDINALITY AS u(t, i)) x "
+		  "LEFT JOIN LATERAL (SELECT relid AS l FROM "
+		  "pg_partition_tree(x.r) WHERE isleaf) p ON true "
 		  "WHERE current_setting('track_counts')::bool "
 		  "GROUP BY pair ORDER BY pair"
 		: NULL,

@@ -23,6 +23,8 @@ struct contract_step {
 	 * CONCURRENTLY on: its lock blocks writes, so it waits briefly and
 	 * retries, as migrate's do. */
 	const char *sql_partitioned;
+	/* sql's own lock blocks writes too: waited for briefly, retried. */
+	bool blocks_writes;
 };
 
 /* In the order they run; a step's statement is idempotent, so a step
@@ -33,8 +35,129 @@ static const struct contract_step contract_steps[] = {
      * classify nothing, yet every keyed insert writes an entry. */
     {"drop_unclassified_idx", 1,
      "DROP INDEX CONCURRENTLY IF EXISTS {{s}}\"{{n}}_unclassified_idx\"",
-     "DROP INDEX IF EXISTS {{s}}\"{{n}}_unclassified_idx\""},
+     "DROP INDEX IF EXISTS {{s}}\"{{n}}_unclassified_idx\"", false},
 };
+
+/*
+ * The table made partitioned by range of id, the table itself its
+ * DEFAULT partition (docs/design.md §11, "The migration"): a producer's
+ * own UUIDv4 ids lie anywhere in the id space, so no range holds the old
+ * rows. One statement, so one transaction: every lock it takes is held to
+ * its end, and a refusal or failure leaves the table as it was. Nothing
+ * is scanned or built (the new table's indexes are empty, ATTACH adopts
+ * the old ones), so it holds the table's ACCESS EXCLUSIVE lock for tens
+ * of milliseconds whatever the size. Relays of protocol 1 name rows by
+ * ctid and id, which stays one row on a partitioned table; older ones by
+ * bare ctid, which does not.
+ */
+static const char partition_sql[] =
+    "DO $step$ DECLARE "
+    "old regclass := to_regclass('{{table}}'); nsp text; owner regrole; "
+    "dflt text := '{{n}}_default'; r record; renamed text; def text; "
+    "indexes int; why text; seq text; next bigint; "
+    "BEGIN "
+    "IF old IS NULL THEN RAISE EXCEPTION 'table % does not exist', "
+    "{{lit}}; END IF; "
+    /* Done before: the step is idempotent. */
+    "IF (SELECT relkind FROM pg_class WHERE oid = old) = 'p' THEN RETURN; "
+    "END IF; "
+    "SELECT quote_ident(n.nspname), c.relowner::regrole INTO nsp, owner "
+    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.oid = old; "
+    /* What names the table by oid would stay with the default partition
+     * or cannot be carried over: refused, named. */
+    "SELECT string_agg(what, ', ' ORDER BY what) INTO why FROM ("
+    "SELECT DISTINCT 'view ' || w.ev_class::regclass AS what "
+    "FROM pg_depend d JOIN pg_rewrite w ON d.classid = "
+    "'pg_rewrite'::regclass AND d.objid = w.oid "
+    "WHERE d.refobjid = old AND w.ev_class <> old "
+    "UNION ALL SELECT 'rule ' || rulename FROM pg_rewrite "
+    "WHERE ev_class = old "
+    "UNION ALL SELECT 'foreign key ' || conname || ' of ' || "
+    "conrelid::regclass FROM pg_constraint WHERE contype = 'f' AND "
+    "(conrelid = old OR confrelid = old) "
+    "UNION ALL SELECT 'publication ' || p.pubname FROM "
+    "pg_publication_rel x JOIN pg_publication p ON p.oid = x.prpubid "
+    "WHERE x.prrelid = old "
+    "UNION ALL SELECT 'trigger ' || tgname FROM pg_trigger WHERE tgrelid "
+    "= old AND NOT tgisinternal AND tgname <> '{{n}}_notify' "
+    "UNION ALL SELECT 'policy ' || polname FROM pg_policy "
+    "WHERE polrelid = old "
+    "UNION ALL SELECT 'inheritance with ' || CASE WHEN inhparent = old "
+    "THEN inhrelid ELSE inhparent END::regclass FROM pg_inherits "
+    "WHERE inhparent = old OR inhrelid = old "
+    "UNION ALL SELECT 'unique index ' || c.relname || ' without id' "
+    "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+    "WHERE i.indrelid = old AND i.indisunique AND NOT i.indisprimary "
+    "UNION ALL SELECT 'privileges on column ' || attname FROM "
+    "pg_attribute WHERE attrelid = old AND attacl IS NOT NULL) x; "
+    "IF why IS NOT NULL THEN RAISE EXCEPTION USING ERRCODE = '55000', "
+    "MESSAGE = format('%s cannot become partitioned: %s depend%s on it "
+    "by oid and would stay with the old table; drop them, run it again, "
+    "and create them on the partitioned table', {{lit}}, why, CASE WHEN "
+    "why LIKE '%, %' THEN '' ELSE 's' END); END IF; "
+    "EXECUTE format('ALTER TABLE %s RENAME TO %I', old, dflt); "
+    "CREATE TABLE {{table}} (LIKE {{s}}\"{{n}}_default\" INCLUDING "
+    "DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING IDENTITY "
+    "INCLUDING COMMENTS INCLUDING STATISTICS INCLUDING GENERATED "
+    "INCLUDING COMPRESSION) PARTITION BY RANGE (id); "
+    /* The indexes keep their names on the new table (migrations and
+     * operators name them); the old ones become the default's. */
+    "FOR r IN SELECT c.relname, i.indisprimary FROM pg_index i JOIN "
+    "pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = old "
+    "ORDER BY c.relname LOOP "
+    "renamed := CASE WHEN left(r.relname, length('{{n}}_')) = '{{n}}_' "
+    "THEN '{{n}}_d' || substr(r.relname, length('{{n}}') + 1) "
+    "ELSE 'd_' || r.relname END; "
+    "IF octet_length(renamed) > 63 THEN RAISE EXCEPTION 'index % of % "
+    "has too long a name to be renamed %', r.relname, {{lit}}, renamed; "
+    "END IF; "
+    "EXECUTE format('ALTER INDEX %s.%I RENAME TO %I', nsp, r.relname, "
+    "renamed); "
+    "IF r.indisprimary THEN EXECUTE format('ALTER TABLE {{table}} ADD "
+    "CONSTRAINT %I PRIMARY KEY (id)', r.relname); "
+    "ELSE def := replace(pg_get_indexdef(format('%s.%I', nsp, "
+    "renamed)::regclass), format('INDEX %I ON %s.%I ', renamed, nsp, "
+    "dflt), format('INDEX %I ON {{table}} ', r.relname)); "
+    "IF position('{{table}}' IN def) = 0 THEN RAISE EXCEPTION "
+    "'index % of %: cannot rewrite its definition %', r.relname, "
+    "{{lit}}, def; END IF; EXECUTE def; END IF; END LOOP; "
+    /* Its identity is a sequence of its own, which would start at 1
+     * below every seq of the old rows: seq is every ordering's "older". */
+    "seq := pg_get_serial_sequence(format('%s.%I', nsp, dflt), 'seq'); "
+    "EXECUTE format('SELECT CASE WHEN is_called THEN last_value + 1 ELSE "
+    "last_value END FROM %s', seq) INTO next; "
+    "EXECUTE format('ALTER TABLE {{table}} ALTER seq RESTART WITH %s', "
+    "next); "
+    "IF owner <> current_user::regrole THEN EXECUTE format('ALTER TABLE "
+    "{{table}} OWNER TO %s', owner); END IF; "
+    "FOR r IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM "
+    "pg_class c, aclexplode(c.relacl) a WHERE c.oid = old AND a.grantee "
+    "<> c.relowner LOOP EXECUTE format('GRANT %s ON {{table}} TO %s%s', "
+    "r.privilege_type, CASE WHEN r.grantee = 0 THEN 'PUBLIC' ELSE "
+    "r.grantee::regrole::text END, CASE WHEN r.is_grantable THEN ' WITH "
+    "GRANT OPTION' ELSE '' END); END LOOP; "
+    "EXECUTE format('COMMENT ON TABLE {{table}} IS %L', "
+    "obj_description(old, 'pg_class')); "
+    /* A statement trigger fires on the table the statement names. */
+    "IF EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = old AND tgname "
+    "= '{{n}}_notify') THEN DROP TRIGGER \"{{n}}_notify\" ON "
+    "{{s}}\"{{n}}_default\"; CREATE TRIGGER \"{{n}}_notify\" AFTER INSERT "
+    "ON {{table}} FOR EACH STATEMENT EXECUTE FUNCTION "
+    "{{s}}\"{{n}}_notify\"(); END IF; "
+    "SELECT count(*) INTO indexes FROM pg_index WHERE indrelid = old; "
+    "ALTER TABLE {{table}} ATTACH PARTITION {{s}}\"{{n}}_default\" "
+    "DEFAULT; "
+    /* An index ATTACH did not adopt it built, under the lock: refused. */
+    "IF (SELECT count(*) FROM pg_index WHERE indrelid = old) <> indexes "
+    "OR EXISTS (SELECT 1 FROM pg_index WHERE indrelid = "
+    "'{{table}}'::regclass AND NOT indisvalid) THEN RAISE EXCEPTION "
+    "'% cannot become partitioned: an index of the old table does not "
+    "match the new one''s', {{lit}}; END IF; "
+    "END $step$";
+
+static const struct contract_step partition_step = {
+    "partition_by_id", 1, partition_sql, partition_sql, true};
 
 /* Replicas seen alive that speak an older protocol than protocol (or
  * record none): how many, or -1 with err; the first few into who. */
@@ -171,8 +294,11 @@ static bool expanded(PGconn *conn, const struct outbox_table *t, char *err,
 	return false;
 }
 
-int store_contract_settled(const struct store_options *opt, int settle_ms,
-			   FILE *out, char *err, size_t errlen)
+/* Each of steps (n of them) on opt's table, recorded first: see
+ * store_contract(). */
+static int run_steps(const struct store_options *opt, int settle_ms,
+		     const struct contract_step *steps, size_t n, FILE *out,
+		     char *err, size_t errlen)
 {
 	struct outbox_table t;
 	struct pgconn_options po;
@@ -204,9 +330,8 @@ int store_contract_settled(const struct store_options *opt, int settle_ms,
 		goto unlock;
 	}
 	bool partitioned = rows > 0;
-	size_t n = sizeof(contract_steps) / sizeof(contract_steps[0]);
 	for (size_t i = 0; i < n; i++) {
-		const struct contract_step *c = &contract_steps[i];
+		const struct contract_step *c = &steps[i];
 		int had = record_step(conn, &t, c, settle_ms, err, errlen);
 		if (had < 0)
 			goto unlock;
@@ -214,11 +339,12 @@ int store_contract_settled(const struct store_options *opt, int settle_ms,
 		    partitioned ? c->sql_partitioned : c->sql, &t);
 		if (!sql)
 			snprintf(why, sizeof(why), "out of memory");
-		bool ok = sql && migrate_exec_retrying(conn, sql,
-						       partitioned
-							   ? DDL_WAIT_SHORT
+		bool short_wait = partitioned || c->blocks_writes;
+		bool ok = sql &&
+			  migrate_exec_retrying(conn, sql,
+						short_wait ? DDL_WAIT_SHORT
 							   : DDL_WAIT_UNBOUNDED,
-						       why, sizeof(why)) == 0;
+						why, sizeof(why)) == 0;
 		free(sql);
 		if (!ok) {
 			snprintf(err, errlen,
@@ -240,9 +366,43 @@ out:
 	return rc;
 }
 
+int store_contract_settled(const struct store_options *opt, int settle_ms,
+			   FILE *out, char *err, size_t errlen)
+{
+	return run_steps(opt, settle_ms, contract_steps,
+			 sizeof(contract_steps) / sizeof(contract_steps[0]),
+			 out, err, errlen);
+}
+
 int store_contract(const struct store_options *opt, FILE *out, char *err,
 		   size_t errlen)
 {
 	return store_contract_settled(opt, STORE_CONTRACT_SETTLE_MS, out, err,
 				      errlen);
+}
+
+int store_partition_settled(const struct store_options *opt, int settle_ms,
+			    FILE *out, char *err, size_t errlen)
+{
+	return run_steps(opt, settle_ms, &partition_step, 1, out, err, errlen);
+}
+
+int store_partition(const struct store_options *opt, FILE *out, char *err,
+		    size_t errlen)
+{
+	return store_partition_settled(opt, STORE_CONTRACT_SETTLE_MS, out, err,
+				       errlen);
+}
+
+int store_partition_unrecorded(PGconn *conn, const struct outbox_table *t,
+			       char *err, size_t errlen)
+{
+	char *sql = migrate_expand(partition_sql, t);
+	if (!sql) {
+		snprintf(err, errlen, "out of memory");
+		return STORE_ERROR;
+	}
+	int rc = migrate_exec_retrying(conn, sql, DDL_WAIT_SHORT, err, errlen);
+	free(sql);
+	return rc == 0 ? STORE_OK : STORE_ERROR;
 }

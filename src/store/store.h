@@ -402,6 +402,19 @@ int store_schema_version(void);
 int store_contract(const struct store_options *opt, FILE *out, char *err,
 		   size_t errlen);
 
+/*
+ * `outbox-relay migrate --partition`: the contract step partition_by_id,
+ * gated and recorded as store_contract()'s are (protocol 1). The table
+ * becomes partitioned by range of id, the table itself its DEFAULT
+ * partition, in one transaction that scans and builds nothing (its
+ * indexes, identity, grants and NOTIFY trigger carried over); refused,
+ * the table untouched, while a view, rule, foreign key, publication,
+ * policy, trigger of the user's, inheritance, column privilege or unique
+ * index other than the key names it. Done before: nothing to do.
+ */
+int store_partition(const struct store_options *opt, FILE *out, char *err,
+		    size_t errlen);
+
 /* How long store_contract() waits after recording a step before it looks
  * at the registry again: two heartbeats of the relay's ops loop (every 3
  * s), so a relay that opened the table before the record shows itself. */

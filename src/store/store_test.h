@@ -40,4 +40,13 @@ void store_set_key_walk_cap(struct store *s, size_t keys);
 int store_contract_settled(const struct store_options *opt, int settle_ms,
 			   FILE *out, char *err, size_t errlen);
 
+/* store_partition() waiting settle_ms likewise. */
+int store_partition_settled(const struct store_options *opt, int settle_ms,
+			    FILE *out, char *err, size_t errlen);
+
+/* The partition step's statement alone on conn, neither gated by the
+ * relays' protocol nor recorded: the partitioned shape of the tests. */
+int store_partition_unrecorded(PGconn *conn, const struct outbox_table *t,
+			       char *err, size_t errlen);
+
 #endif

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "store/migrate.h"
+#include "store/store_test.h"
 #include "base/base.h"
 
 const char *pgtest_url(void)
@@ -75,37 +76,19 @@ bool pgtest_has_reloption(PGconn *conn, const char *table, const char *opt)
 			   table, opt) == 1;
 }
 
-/* The fresh table t turned into a table partitioned by id the way
- * docs/design.md §11 (the migration) measured it: the migrated table
- * renamed, a partitioned table LIKE it with the same indexes, the old
- * one attached as its DEFAULT partition; then a partition from now on,
- * so rows with ids of now land there and rows with made-up ids in the
- * default. */
+/* The fresh table t turned into a table partitioned by id by the
+ * migration's own statement (`migrate --partition`, unrecorded), then a
+ * partition from now on, so rows with ids of now land there and rows
+ * with made-up ids in the default. */
 static void partition_fresh(PGconn *conn, const struct outbox_table *t)
 {
-	pgtest_exec(
-	    conn,
-	    "SET search_path = \"%s\"; DO $$ DECLARE r record; BEGIN "
-	    "ALTER TABLE outbox_events RENAME TO outbox_events_d0; "
-	    "FOR r IN SELECT c.relname FROM pg_index i JOIN pg_class c ON "
-	    "c.oid = i.indexrelid WHERE i.indrelid = "
-	    "'outbox_events_d0'::regclass LOOP EXECUTE format('ALTER INDEX "
-	    "%%I RENAME TO %%I', r.relname, 'd0_' || r.relname); END LOOP; "
-	    "CREATE TABLE outbox_events (LIKE outbox_events_d0 INCLUDING "
-	    "DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING "
-	    "IDENTITY) PARTITION BY RANGE (id); "
-	    "FOR r IN SELECT c.relname, pg_get_indexdef(i.indexrelid) AS "
-	    "def, i.indisprimary FROM pg_index i JOIN pg_class c ON c.oid = "
-	    "i.indexrelid WHERE i.indrelid = 'outbox_events_d0'::regclass "
-	    "LOOP IF r.indisprimary THEN ALTER TABLE outbox_events ADD "
-	    "PRIMARY KEY (id); ELSE EXECUTE replace(replace(r.def, "
-	    "'ON %s.outbox_events_d0', 'ON %s.outbox_events'), 'INDEX ' || "
-	    "r.relname, 'INDEX ' || substr(r.relname, 4)); END IF; END LOOP; "
-	    "ALTER TABLE outbox_events ATTACH PARTITION outbox_events_d0 "
-	    "DEFAULT; CREATE TABLE outbox_events_now PARTITION OF "
-	    "outbox_events FOR VALUES FROM (outbox_events_uuidv7()) TO "
-	    "(MAXVALUE); END $$; RESET search_path",
-	    t->schema, t->schema, t->schema);
+	char err[1024];
+	if (store_partition_unrecorded(conn, t, err, sizeof(err)) != 0)
+		fail_msg("partition %s: %s", t->literal, err);
+	pgtest_exec(conn,
+		    "CREATE TABLE %s\"%s_now\" PARTITION OF %s FOR VALUES "
+		    "FROM (%s\"%s_uuidv7\"()) TO (MAXVALUE)",
+		    t->prefix, t->name, t->quoted, t->prefix, t->name);
 }
 
 void pgtest_fresh_table(const char *prefix, char *table, size_t len)

@@ -1,0 +1,310 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `migrate --partition` (store_partition(), docs/design.md §11, "The
+ * migration"): a live table, with rows in every state, a lease open, a
+ * producer writing and a relay's prepared statements, becomes partitioned
+ * by id with nothing lost, nothing delivered twice and nothing the
+ * producers or relays need left behind; a table something names by oid is
+ * refused and left as it was.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "pgtest.h"
+#include "store/store.h"
+#include "store/store_test.h"
+
+static char err[1024];
+
+/* The names of table's indexes, in order, into out. */
+static void indexes_of(PGconn *c, const char *table, char *out, size_t len)
+{
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM "
+		 "pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE "
+		 "i.indrelid = '%s'::regclass",
+		 table);
+	PGresult *res = PQexec(c, sql);
+	assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+	snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+}
+
+/* A producer inserting one row every 10 ms until told to stop (at most
+ * 500 rows): inserts refused while the table changes shape count as
+ * lost events. */
+struct producer {
+	const char *table;
+	volatile int stop;
+	int inserted;
+	int refused;
+	char why[512];
+};
+
+static void *produce(void *arg)
+{
+	struct producer *p = arg;
+	PGconn *c = pgtest_connect();
+	char sql[256];
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s (type, payload) VALUES ('produced', '{}')",
+		 p->table);
+	for (int i = 0; i < 500 && !p->stop; i++) {
+		PGresult *res = PQexec(c, sql);
+		if (PQresultStatus(res) == PGRES_COMMAND_OK) {
+			p->inserted++;
+		} else {
+			p->refused++;
+			snprintf(p->why, sizeof(p->why), "%s",
+				 PQerrorMessage(c));
+		}
+		PQclear(res);
+		usleep(10 * 1000);
+	}
+	PQfinish(c);
+	return NULL;
+}
+
+struct migration {
+	struct store_options o;
+	int rc;
+	char text[2048];
+	char why[1024];
+};
+
+static void *partition(void *arg)
+{
+	struct migration *m = arg;
+	FILE *out = fmemopen(m->text, sizeof(m->text), "w");
+	m->rc = store_partition_settled(&m->o, 50, out, m->why, sizeof(m->why));
+	if (out)
+		fclose(out);
+	return NULL;
+}
+
+static long count(PGconn *c, const char *table, const char *where)
+{
+	return pgtest_long(c, "SELECT count(*) FROM %s WHERE %s", table, where);
+}
+
+static void test_live_table_becomes_partitioned(void **state)
+{
+	(void)state;
+	char table[128], registry[160], dflt[160], role[64];
+	struct outbox_table t;
+	pgtest_fresh_table("part_live", table, sizeof(table));
+	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
+	table_derived(&t, "_replicas", registry, sizeof(registry));
+	table_derived(&t, "_default", dflt, sizeof(dflt));
+	snprintf(role, sizeof(role), "part_reader_%d", (int)getpid());
+	PGconn *c = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	assert_int_equal(store_migrate(&o, true, NULL, err, sizeof(err)), 0);
+	pgtest_exec(c, "DROP ROLE IF EXISTS %s; CREATE ROLE %s", role, role);
+	pgtest_exec(c, "GRANT SELECT, INSERT ON %s TO %s", table, role);
+
+	/* Rows in every state: due, a retry in backoff, keyed, a producer's
+	 * own UUIDv4, sent, failed; and 4 leased below. */
+	pgtest_insert(c, table, 30);
+	pgtest_exec(
+	    c,
+	    "UPDATE %s SET status = 'sent', finished_at = now() WHERE "
+	    "seq <= 5; UPDATE %s SET status = 'failed', finished_at = "
+	    "now(), attempts = 10, last_error = 'x' WHERE seq BETWEEN 6 "
+	    "AND 8; UPDATE %s SET next_attempt_at = now() + interval "
+	    "'1 hour', attempts = 2 WHERE seq = 9; UPDATE %s SET "
+	    "partition_key = 'k' || (seq %% 3) WHERE seq BETWEEN 10 AND "
+	    "20; INSERT INTO %s (id, type, payload) VALUES "
+	    "(gen_random_uuid(), 'v4', '{}')",
+	    table, table, table, table, table);
+	long seq_before = pgtest_long(c, "SELECT max(seq) FROM %s", table);
+	char before[1024];
+	indexes_of(c, table, before, sizeof(before));
+
+	/* A relay of protocol 1 alive; its lease of 4 rows stays open while
+	 * the migration starts (its lock waits, briefly, retried). */
+	o.batch_size = 4;
+	struct store *relay = pgtest_store(&o);
+	pgtest_exec(c,
+		    "INSERT INTO %s (id, version, protocol, last_seen_at) "
+		    "VALUES ('relay/1', 'test', %d, now())",
+		    registry, STORE_PROTOCOL);
+	struct lease_batch b;
+	if (store_lease(relay, NULL, 0, "", &b, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	assert_int_equal(b.n, 4);
+
+	struct producer p = {.table = table};
+	pthread_t producer, migrating;
+	assert_int_equal(pthread_create(&producer, NULL, produce, &p), 0);
+	struct migration m = {.o = pgtest_store_options(table)};
+	assert_int_equal(pthread_create(&migrating, NULL, partition, &m), 0);
+	usleep(800 * 1000);
+	const char **ids = calloc(b.n, sizeof(*ids));
+	assert_non_null(ids);
+	for (size_t i = 0; i < b.n; i++)
+		ids[i] = b.events[i].id;
+	struct mark_result r;
+	if (store_mark(relay, MARK_SENT, ids, NULL, b.n, &r, err,
+		       sizeof(err)) != 0 ||
+	    store_lease_commit(relay, &b, err, sizeof(err)) != 0)
+		fail_msg("the open lease's marks: %s", err);
+	free(ids);
+	lease_batch_release(&b);
+	pthread_join(migrating, NULL);
+	usleep(200 * 1000);
+	p.stop = 1;
+	pthread_join(producer, NULL);
+	if (m.rc != 0)
+		fail_msg("partition: %s", m.why);
+	if (!strstr(m.text, "contract step partition_by_id (protocol 1): "
+			    "done\n"))
+		fail_msg("said: %s", m.text);
+	if (p.refused)
+		fail_msg("%d of the producer's inserts refused: %s", p.refused,
+			 p.why);
+	assert_true(p.inserted > 0);
+
+	/* The shape: partitioned, the old rows in its default partition,
+	 * its indexes valid under their names, the registry's step. */
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_class WHERE oid "
+				     "= '%s'::regclass AND relkind = 'p'",
+				     table),
+			 1);
+	assert_int_equal(count(c, dflt, "type <> 'produced'"), 31);
+	char after[1024];
+	indexes_of(c, table, after, sizeof(after));
+	assert_string_equal(after, before);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_index WHERE "
+				     "indrelid = '%s'::regclass AND NOT "
+				     "indisvalid",
+				     table),
+			 0);
+	/* What producers and relays need went with the name. */
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE type = "
+				     "'produced'",
+				     table),
+			 p.inserted);
+	pgtest_exec(c, "INSERT INTO %s (type, payload) VALUES ('after', '{}')",
+		    table);
+	long seq_after =
+	    pgtest_long(c, "SELECT seq FROM %s WHERE type = 'after'", table);
+	if (seq_after <= seq_before + p.inserted)
+		fail_msg("the next insert's seq %ld is not above every older "
+			 "row's (%ld + %d produced)",
+			 seq_after, seq_before, p.inserted);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT has_table_privilege('%s', '%s', "
+				     "'INSERT')::int",
+				     role, table),
+			 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_trigger WHERE "
+				     "tgrelid = '%s'::regclass AND tgname = "
+				     "'%s_notify'",
+				     table, t.name),
+			 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_trigger WHERE "
+				     "tgrelid = '%s'::regclass AND NOT "
+				     "tgisinternal",
+				     dflt),
+			 0);
+
+	/* The relay's sessions and prepared statements go on: every row
+	 * due is delivered once, the 4 marked before not again, the retry
+	 * in backoff kept. */
+	long due = count(c, table, "status = 'pending' AND seq <> 9");
+	long delivered = 0;
+	for (int i = 0; i < 100; i++) {
+		if (store_lease(relay, NULL, 0, "", &b, err, sizeof(err)) != 0)
+			fail_msg("lease after: %s", err);
+		if (b.n == 0) {
+			lease_batch_release(&b);
+			break;
+		}
+		ids = calloc(b.n, sizeof(*ids));
+		assert_non_null(ids);
+		for (size_t k = 0; k < b.n; k++)
+			ids[k] = b.events[k].id;
+		if (store_mark(relay, MARK_SENT, ids, NULL, b.n, &r, err,
+			       sizeof(err)) != 0 ||
+		    store_lease_commit(relay, &b, err, sizeof(err)) != 0)
+			fail_msg("marks after: %s", err);
+		delivered += (long)b.n;
+		free(ids);
+		lease_batch_release(&b);
+	}
+	assert_int_equal(delivered, due);
+	assert_int_equal(count(c, table, "status = 'sent'"), 5 + 4 + due);
+	assert_int_equal(count(c, table, "status = 'failed'"), 3);
+	assert_int_equal(count(c, table, "status = 'pending'"), 1);
+	store_close(relay);
+
+	/* Done before: nothing to do, no partition of the partition. */
+	FILE *out = fmemopen(m.text, sizeof(m.text), "w");
+	assert_int_equal(store_partition_settled(&o, 50, out, err, sizeof(err)),
+			 0);
+	fclose(out);
+	assert_non_null(strstr(m.text, "recorded before, done"));
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_partition_tree("
+				     "'%s') WHERE level > 0",
+				     table),
+			 1);
+	pgtest_exec(c, "DROP OWNED BY %s; DROP ROLE %s", role, role);
+	PQfinish(c);
+}
+
+/* Something that names the table by oid (here a view) would stay with
+ * the old table: refused, the table left as it was. */
+static void test_dependents_refused(void **state)
+{
+	(void)state;
+	char table[128], view[160];
+	struct outbox_table t;
+	pgtest_fresh_table("part_view", table, sizeof(table));
+	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
+	table_derived(&t, "_pending_view", view, sizeof(view));
+	PGconn *c = pgtest_connect();
+	pgtest_exec(c,
+		    "CREATE VIEW %s AS SELECT id FROM %s WHERE status = "
+		    "'pending'",
+		    view, table);
+	pgtest_insert(c, table, 3);
+	struct store_options o = pgtest_store_options(table);
+	assert_int_not_equal(
+	    store_partition_settled(&o, 50, NULL, err, sizeof(err)), 0);
+	if (!strstr(err, "cannot become partitioned") ||
+	    !strstr(err, "_pending_view"))
+		fail_msg("refused for: %s", err);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_class WHERE oid "
+				     "= '%s'::regclass AND relkind = 'r'",
+				     table),
+			 1);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s", view), 3);
+	PQfinish(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_live_table_becomes_partitioned),
+	    cmocka_unit_test(test_dependents_refused),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
