@@ -54,8 +54,10 @@ struct lanes {
 	pthread_mutex_t lease_lock;
 	pthread_cond_t lease_done; /* on CLOCK_MONOTONIC */
 	bool leasing;		   /* a lane holds the lease turn */
+	int64_t turn_began_ms;	   /* when it took it (clock_ms) */
 	int64_t next_lease_ms;	   /* no lease before (clock_ms) */
 	bool idle;		   /* the last lease found nothing */
+	int64_t idle_lease_ms;	   /* when that lease began (clock_ms) */
 	uint64_t idle_gen;	   /* wake-up generation read before it */
 	uint64_t issued;	   /* tickets given to leased batches */
 	/* When each source is due: only the lane holding the lease turn
@@ -327,6 +329,7 @@ bool lanes_take_turn(struct lanes *l, struct relay_thread *th)
 		bool woken = l->idle && relay_wake_generation(r) != l->idle_gen;
 		if (now >= l->next_lease_ms || woken) {
 			l->leasing = true;
+			l->turn_began_ms = now;
 			pthread_mutex_unlock(&l->lease_lock);
 			return true;
 		}
@@ -359,7 +362,17 @@ uint64_t lanes_end_turn(struct lanes *l, enum turn_end how,
 	l->next_lease_ms = next_lease_ms;
 	l->idle = how == TURN_EMPTY;
 	l->idle_gen = wake_gen;
+	if (l->idle)
+		l->idle_lease_ms = l->turn_began_ms;
 	pthread_cond_broadcast(&l->lease_done);
 	pthread_mutex_unlock(&l->lease_lock);
 	return ticket;
+}
+
+bool lanes_idle_since(struct lanes *l, int64_t ms)
+{
+	pthread_mutex_lock(&l->lease_lock);
+	bool idle = l->idle && l->idle_lease_ms >= ms;
+	pthread_mutex_unlock(&l->lease_lock);
+	return idle;
 }

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# `outbox-relay migrate --partition` on a live table (docs/design.md §11,
+# "The migration"): two relays of this version (a rolling deployment's)
+# in ordered mode, woken by notifications alone, and a producer writing
+# keyed events one a transaction, while the table, with rows in every
+# state, becomes partitioned by id. Every event is published once, each
+# relay's share of a key in order; the NOTIFY trigger moved with the
+# name; the rows that were sent, failed or waiting for their retry stay
+# so; `migrate` runs again on the new shape and the step is done once.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/ops_lib.sh"
+it_table opspartition
+reg=$(ops_registry)
+OUTBOX_LISTEN=on ops_cli migrate
+[ "$ops_rc" = 0 ] || it_fail "migrate exited $ops_rc: $(cat "$it_dir/cli.err")"
+
+keyed() { # TYPE FROM TO: keyed events, n = FROM..TO over keys k0..k2
+	echo "INSERT INTO $OUTBOX_TABLE (type, payload, partition_key)
+  SELECT '$1', convert_to('{\"n\":' || g || '}', 'UTF8'), 'k' || (g % 3)
+  FROM generate_series($2, $3) g"
+}
+it_psql "$(keyed before.keyed 1 60)"
+it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, status, finished_at, attempts, last_error)
+  SELECT 'before.' || s, '{}', s, now(), 10, CASE WHEN s = 'failed' THEN 'x' END
+  FROM (VALUES ('sent'), ('sent'), ('failed')) v(s)"
+it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, next_attempt_at, attempts)
+  VALUES ('before.retry', '{}', now() + interval '1 hour', 2)"
+
+# Polling once a minute: only a notification, or the end of another
+# lane's batch whose keys a lease found held, wakes them in this test
+# (without the second, 6 of the 60 went in the 30 s).
+relay=(OUTBOX_ORDERING=partition OUTBOX_LISTEN=on OUTBOX_POLL_INTERVAL=60s)
+ops_relay a "${relay[@]}"
+ops_relay b "${relay[@]}"
+beats() {
+	[ "$(it_psql "SELECT count(*) FROM $reg WHERE protocol = 1")" = 2 ]
+}
+it_wait 20 "both relays' heartbeats" beats
+it_wait_count 30 "type = 'before.keyed' AND status = 'sent'" -eq 60
+
+# The producer: one event a transaction, 10 ms apart, at most 400.
+(
+	for g in $(seq 1 400); do
+		[ -f "$it_dir/stop" ] && break
+		it_psql "$(keyed during.keyed "$g" "$g")" 2>>"$it_dir/producer.err" ||
+			echo "insert $g refused" >>"$it_dir/producer.err"
+		sleep 0.01
+	done
+) &
+producer=$!
+sleep 1
+OUTBOX_LISTEN=on ops_cli migrate --partition
+[ "$ops_rc" = 0 ] || it_fail "migrate --partition exited $ops_rc: $(cat "$it_dir/cli.err")"
+grep -q '^contract step partition_by_id (protocol 1): done$' "$it_dir/cli.out" ||
+	it_fail "no line for the step: $(cat "$it_dir/cli.out")"
+grep -q 'is partitioned by id$' "$it_dir/cli.out" ||
+	it_fail "no line for the table: $(cat "$it_dir/cli.out")"
+sleep 1
+touch "$it_dir/stop"
+wait "$producer"
+[ ! -s "$it_dir/producer.err" ] ||
+	it_fail "the producer was refused: $(head -5 "$it_dir/producer.err")"
+[ "$(it_psql "SELECT relkind FROM pg_class WHERE oid = '$OUTBOX_TABLE'::regclass")" = p ] ||
+	it_fail "the table is not partitioned"
+during=$(it_count "type = 'during.keyed'")
+[ "$during" -gt 50 ] || it_fail "the producer wrote only $during events"
+it_wait_count 20 "type = 'during.keyed' AND status = 'sent'" -eq "$during"
+
+# Published once, each relay's share of a key in the key's order.
+published=$(cat "$it_dir/a.out" "$it_dir/b.out" | grep -c '"type":"during.keyed"')
+[ "$published" = "$during" ] ||
+	it_fail "$published publications of $during events"
+for r in a b; do
+	grep '"type":"during.keyed"' "$it_dir/$r.out" |
+		sed -E 's/.*"partitionkey":"(k[0-9])".*"n":([0-9]+).*/\1 \2/' |
+		awk '$1 !~ /^k[0-9]$/ { bad = bad " unparsed:" $0 }
+		     last[$1] != "" && $2 <= last[$1] { bad = bad " " $1 ":" last[$1] ">" $2 }
+		     { last[$1] = $2 } END { if (bad != "") { print bad; exit 1 } }' ||
+		it_fail "relay $r published a key out of order"
+done
+
+# What was sent, failed or waiting for its retry stays so.
+[ "$(it_count "type IN ('before.sent', 'before.failed') AND status = split_part(type, '.', 2)")" = 3 ] ||
+	it_fail "terminal rows changed"
+[ "$(it_count "type = 'before.retry' AND status = 'pending' AND attempts = 2")" = 1 ] ||
+	it_fail "the retry in backoff changed"
+
+# On the new shape: migrate again, the step done once.
+OUTBOX_LISTEN=on ops_cli migrate
+[ "$ops_rc" = 0 ] || it_fail "migrate on the partitioned table exited $ops_rc: $(cat "$it_dir/cli.err")"
+OUTBOX_LISTEN=on ops_cli migrate --partition
+[ "$ops_rc" = 0 ] || it_fail "migrate --partition again exited $ops_rc: $(cat "$it_dir/cli.err")"
+grep -q '^contract step partition_by_id (protocol 1): recorded before, done$' "$it_dir/cli.out" ||
+	it_fail "the second run: $(cat "$it_dir/cli.out")"
+[ "$(it_psql "SELECT count(*) FROM pg_partition_tree('$OUTBOX_TABLE') WHERE level > 0")" = 1 ] ||
+	it_fail "the second run changed the partitions"
+echo ok
