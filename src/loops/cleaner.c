@@ -11,6 +11,37 @@
 #define CLEAN_CAP_BATCHES 20
 #define CLEAN_PAUSE_MS 100
 
+/* Hours of partitions made ahead: past the next round, and two more in
+ * case a round or two find their locks taken. */
+static int hours_ahead(const struct config *cfg)
+{
+	return (int)(cfg->clean_interval_ms / (3600 * 1000)) + 3;
+}
+
+/* A table made partitioned by `migrate --partition`: its hourly
+ * partitions made ahead and dropped once done (store_partitions_tend()).
+ * Before the row deletes, which then spare the hourly partitions' rows.
+ * A failure is logged and leaves the rows to the default partition and
+ * the deletes: nothing is lost by it, only what partitions save. */
+static void tend_partitions(struct relay *r, struct store *s, size_t i)
+{
+	const struct config *cfg = r->cfg;
+	char err[512];
+	struct partition_result pr;
+	if (store_partitions_tend(s, hours_ahead(cfg), cfg->retention_ms,
+				  cfg->failed_retention_ms, &pr, err,
+				  sizeof(err)) != 0) {
+		log_fields(LOG_WARN, "partitions not tended", "source",
+			   relay_source_name(r, i), "error", err, NULL);
+		return;
+	}
+	if (pr.created + pr.dropped > 0)
+		source_log_counts(LOG_INFO, "partitions made and dropped", r, i,
+				  "made", pr.created, "dropped", pr.dropped);
+	metrics_add(MC_PARTITIONS_MADE, pr.created);
+	metrics_add(MC_PARTITIONS_DROPPED, pr.dropped);
+}
+
 /* Cleans source i; the time until its next round, or -1 when shutdown
  * began while reconnecting. */
 static int64_t clean_source(struct relay_thread *th, struct source_stores *ss,
@@ -24,6 +55,7 @@ static int64_t clean_source(struct relay_thread *th, struct source_stores *ss,
 	if (!s)
 		return next;
 	char err[512];
+	tend_partitions(r, s, i);
 	struct clean_result cr;
 	int rc = store_clean(s, cfg->retention_ms, cfg->failed_retention_ms,
 			     cap, CLEAN_PAUSE_MS, &cr, err, sizeof(err));

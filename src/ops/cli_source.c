@@ -48,6 +48,29 @@ bool cli_source_given(void)
 	return cli_source[0] != '\0';
 }
 
+/* As the relay's cleaner does at each round (docs/design.md §11,
+ * "Partitions by the hour"), for a day and more ahead: for a relay whose
+ * role may not make or drop tables, the table's owner runs `migrate
+ * --partition` daily. Prints what it did. */
+static int tend_partitions(const struct store_options *o,
+			   const struct config *cfg, char *err, size_t errlen)
+{
+	struct store *s = NULL;
+	struct partition_result pr;
+	int rc = store_open(&s, o, err, errlen);
+	if (rc == 0)
+		rc = store_partitions_tend(s, 27, cfg->retention_ms,
+					   cfg->failed_retention_ms, &pr, err,
+					   errlen);
+	store_close(s);
+	if (rc == 0)
+		printf("partitions made ahead: %zu, dropped: %zu, kept past "
+		       "retention by a live row: %zu%s\n",
+		       pr.created, pr.dropped, pr.kept,
+		       pr.busy ? " (some locks were taken: run it again)" : "");
+	return rc;
+}
+
 /* Of --source "database/table": the database's index, the table part in
  * *table; -1 with the problem printed when it names no database. */
 static int source_database(const struct config *cfg, const char *cmd,
@@ -152,7 +175,8 @@ int cli_migrate_table(const char *cmd, const struct config *cfg,
 	}
 	if (m->partition) {
 		fflush(stdout);
-		if (store_partition(&o, stdout, err, sizeof(err)) != 0) {
+		if (store_partition(&o, stdout, err, sizeof(err)) != 0 ||
+		    tend_partitions(&o, cfg, err, sizeof(err)) != 0) {
 			fprintf(stderr, "outbox-relay: %s\n", err);
 			return 1;
 		}

@@ -19,7 +19,8 @@ const char *const store_stmt_names[ST_COUNT] = {
     "outbox_sent_delete",     "outbox_retry",		"outbox_transport",
     "outbox_failed",	      "outbox_xact_status",	"outbox_sweep_claims",
     "outbox_settle_own",      "outbox_sweep",		"outbox_prune_claims",
-    "outbox_clean_sent",      "outbox_clean_failed",	"outbox_next_due",
+    "outbox_clean_sent",      "outbox_clean_failed",
+    "outbox_clean_sent_d",    "outbox_clean_failed_d",	"outbox_next_due",
     "outbox_redrive_f",	      "outbox_redrive_s",	"outbox_count_f",
     "outbox_count_s",	      "outbox_control",		"outbox_redrive_check",	"outbox_unblock",
     "outbox_unblock_skip",    "outbox_unblock_redrive", "outbox_version",
@@ -469,9 +470,9 @@ static char *sql_sweep(const struct store *s)
  * cursor then comes from the scanned rows, and one past their last when
  * the batch deleted nothing, so a run of blocking rows with one timestamp
  * cannot hold it in place. */
-static char *sql_clean(const struct store *s, const char *status)
+static char *sql_clean_of(const struct store *s, const char *T,
+			  const char *status)
 {
-	const char *T = s->table.quoted;
 	return store_asprintf(
 	    "WITH scanned AS MATERIALIZED (SELECT id, finished_at FROM %s t "
 	    "WHERE status = '%s' AND finished_at >= $1::timestamptz AND "
@@ -489,12 +490,31 @@ static char *sql_clean(const struct store *s, const char *status)
 
 static char *sql_clean_sent(const struct store *s)
 {
-	return sql_clean(s, "sent");
+	return sql_clean_of(s, s->table.quoted, "sent");
 }
 
 static char *sql_clean_failed(const struct store *s)
 {
-	return sql_clean(s, "failed");
+	return sql_clean_of(s, s->table.quoted, "failed");
+}
+
+/* The same on a partitioned table's default partition alone: the hourly
+ * partitions' rows leave with them (partitions.c). */
+static char *sql_clean_default(const struct store *s, const char *status)
+{
+	char d[160];
+	table_derived(&s->table, "_default", d, sizeof(d));
+	return sql_clean_of(s, d, status);
+}
+
+static char *sql_clean_sent_default(const struct store *s)
+{
+	return sql_clean_default(s, "sent");
+}
+
+static char *sql_clean_failed_default(const struct store *s)
+{
+	return sql_clean_default(s, "failed");
 }
 
 /* Rows not yet due only: those due already are the lease's (or held
@@ -530,6 +550,8 @@ static char *(*const builders[ST_COUNT])(const struct store *s) = {
     [ST_PRUNE_CLAIMS] = sql_prune_claims,
     [ST_CLEAN_SENT] = sql_clean_sent,
     [ST_CLEAN_FAILED] = sql_clean_failed,
+    [ST_CLEAN_SENT_DEFAULT] = sql_clean_sent_default,
+    [ST_CLEAN_FAILED_DEFAULT] = sql_clean_failed_default,
     [ST_NEXT_DUE] = sql_next_due,
     [ST_REDRIVE_FAILED] = sql_redrive_failed,
     [ST_REDRIVE_SENT] = sql_redrive_sent,

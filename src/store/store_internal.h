@@ -40,6 +40,8 @@ enum stmt {
 	ST_PRUNE_CLAIMS,
 	ST_CLEAN_SENT,
 	ST_CLEAN_FAILED,
+	ST_CLEAN_SENT_DEFAULT,
+	ST_CLEAN_FAILED_DEFAULT,
 	ST_NEXT_DUE,
 	ST_REDRIVE_FAILED,
 	ST_REDRIVE_SENT,
@@ -166,6 +168,10 @@ struct store {
 	/* The table has no claims table (made by hand, not by migrate):
 	 * leases go on without claims, so a crash charges no attempt. */
 	bool claims_missing;
+	/* A table made partitioned by migrate --partition, seen by
+	 * store_partitions_tend(): store_clean() deletes in its default
+	 * partition only. */
+	bool clean_default;
 	/* The table has no control table: ST_CONTROL reads no pauses. */
 	bool control_off;
 	char *sql[ST_COUNT]; /* NULL until first used (store_sql) */

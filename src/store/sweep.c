@@ -181,13 +181,15 @@ int store_clean(struct store *s, int64_t retention_ms,
 {
 	memset(r, 0, sizeof(*r));
 	/* max_rows caps the whole tick, sent and failed together. */
-	int rc =
-	    clean_status(s, ST_CLEAN_SENT, retention_ms, max_rows, pause_ms,
-			 &r->sent_deleted, &r->skipped, err, errlen);
+	int rc = clean_status(
+	    s, s->clean_default ? ST_CLEAN_SENT_DEFAULT : ST_CLEAN_SENT,
+	    retention_ms, max_rows, pause_ms, &r->sent_deleted, &r->skipped,
+	    err, errlen);
 	if (rc != 0 || r->skipped || failed_retention_ms <= 0 ||
 	    r->sent_deleted >= max_rows)
 		return rc;
-	return clean_status(s, ST_CLEAN_FAILED, failed_retention_ms,
-			    max_rows - r->sent_deleted, pause_ms,
-			    &r->failed_deleted, &r->skipped, err, errlen);
+	return clean_status(
+	    s, s->clean_default ? ST_CLEAN_FAILED_DEFAULT : ST_CLEAN_FAILED,
+	    failed_retention_ms, max_rows - r->sent_deleted, pause_ms,
+	    &r->failed_deleted, &r->skipped, err, errlen);
 }
