@@ -95,8 +95,8 @@ enum metric_counter {
 	MC_CLEANS,
 	MC_CLEANED_SENT,
 	MC_CLEANED_FAILED,
-	MC_PARTITIONS_MADE,    /* hourly partitions made ahead */
-	MC_PARTITIONS_DROPPED, /* hourly partitions dropped by retention */
+	MC_PARTITIONS_MADE,    /* daily partitions made ahead */
+	MC_PARTITIONS_DROPPED, /* daily partitions dropped by retention */
 	MC_DB_RECONNECTS,
 	MC_PUBLISHER_FAILURES, /* probes or opens that failed */
 	MC_RENEWALS,

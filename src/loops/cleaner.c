@@ -11,16 +11,17 @@
 #define CLEAN_CAP_BATCHES 20
 #define CLEAN_PAUSE_MS 100
 
-/* Hours of partitions made ahead: past the next round, and two more in
+/* Days of partitions made ahead: past the next round, and one more in
  * case a round or two find their locks taken. */
-static int hours_ahead(const struct config *cfg)
+static int days_ahead(const struct config *cfg)
 {
-	return (int)(cfg->clean_interval_ms / (3600 * 1000)) + 3;
+	return (int)(cfg->clean_interval_ms / (24 * 3600 * 1000LL)) + 2;
 }
 
-/* A table made partitioned by `migrate --partition`: its hourly
- * partitions made ahead and dropped once done (store_partitions_tend()).
- * Before the row deletes, which then spare the hourly partitions' rows.
+/* A table made partitioned by `migrate --partition`: its daily
+ * partitions made ahead and dropped past retention
+ * (store_partitions_tend()). Before the row deletes, which then spare the
+ * daily partitions' rows.
  * A failure is logged and leaves the rows to the default partition and
  * the deletes: nothing is lost by it, only what partitions save. */
 static void tend_partitions(struct relay *r, struct store *s, size_t i)
@@ -28,16 +29,22 @@ static void tend_partitions(struct relay *r, struct store *s, size_t i)
 	const struct config *cfg = r->cfg;
 	char err[512];
 	struct partition_result pr;
-	if (store_partitions_tend(s, hours_ahead(cfg), cfg->retention_ms,
+	if (store_partitions_tend(s, days_ahead(cfg), cfg->retention_ms,
 				  cfg->failed_retention_ms, &pr, err,
 				  sizeof(err)) != 0) {
 		log_fields(LOG_WARN, "partitions not tended", "source",
 			   relay_source_name(r, i), "error", err, NULL);
 		return;
 	}
-	if (pr.created + pr.dropped > 0)
-		source_log_counts(LOG_INFO, "partitions made and dropped", r, i,
-				  "made", pr.created, "dropped", pr.dropped);
+	if (pr.created + pr.dropped > 0) {
+		char made[24], dropped[24], carried[24];
+		snprintf(made, sizeof(made), "%zu", pr.created);
+		snprintf(dropped, sizeof(dropped), "%zu", pr.dropped);
+		snprintf(carried, sizeof(carried), "%zu", pr.carried);
+		log_fields(LOG_INFO, "partitions made and dropped", "source",
+			   relay_source_name(r, i), "made", made, "dropped",
+			   dropped, "carried", carried, NULL);
+	}
 	metrics_add(MC_PARTITIONS_MADE, pr.created);
 	metrics_add(MC_PARTITIONS_DROPPED, pr.dropped);
 }

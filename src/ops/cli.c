@@ -63,7 +63,10 @@ static const struct subcommand commands[] = {
      "              nothing copied; a contract step of protocol 1,\n"
      "              gated as --contract's are); refused while a view,\n"
      "              foreign key, publication, rule, policy or trigger\n"
-     "              of yours names the table.\n",
+     "              of yours names the table. Then, and at every run,\n"
+     "              makes the next 2 days' partitions and drops the\n"
+     "              days past retention, as the relay's cleaner does\n"
+     "              when its role owns the table.\n",
      cmd_migrate},
     {"status", "[--json | --watch [INTERVAL]]",
      "Shows replicas (silent for more than 15s: dead), backlog, leases\n"

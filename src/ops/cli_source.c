@@ -49,7 +49,7 @@ bool cli_source_given(void)
 }
 
 /* As the relay's cleaner does at each round (docs/design.md §11,
- * "Partitions by the hour"), for a day and more ahead: for a relay whose
+ * "Partitions by the day"), two days ahead: for a relay whose
  * role may not make or drop tables, the table's owner runs `migrate
  * --partition` daily. Prints what it did. */
 static int tend_partitions(const struct store_options *o,
@@ -59,14 +59,14 @@ static int tend_partitions(const struct store_options *o,
 	struct partition_result pr;
 	int rc = store_open(&s, o, err, errlen);
 	if (rc == 0)
-		rc = store_partitions_tend(s, 27, cfg->retention_ms,
+		rc = store_partitions_tend(s, 2, cfg->retention_ms,
 					   cfg->failed_retention_ms, &pr, err,
 					   errlen);
 	store_close(s);
 	if (rc == 0)
-		printf("partitions made ahead: %zu, dropped: %zu, kept past "
-		       "retention by a live row: %zu%s\n",
-		       pr.created, pr.dropped, pr.kept,
+		printf("partitions made ahead: %zu, dropped: %zu, rows "
+		       "carried to the default partition: %zu%s\n",
+		       pr.created, pr.dropped, pr.carried,
 		       pr.busy ? " (some locks were taken: run it again)" : "");
 	return rc;
 }

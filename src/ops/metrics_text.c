@@ -43,8 +43,8 @@ static const struct counter_def counter_defs[MC_COUNT] = {
     [MC_CLEANED_FAILED] = {"outbox_cleaned_rows_total", "{status=\"failed\"}",
 			   NULL},
     [MC_PARTITIONS_MADE] = {"outbox_partitions_total", "{event=\"made\"}",
-			    "Hourly partitions of a partitioned table made "
-			    "ahead, and dropped whole by retention."},
+			    "Daily partitions of a partitioned table made "
+			    "ahead, and dropped by retention."},
     [MC_PARTITIONS_DROPPED] = {"outbox_partitions_total", "{event=\"dropped\"}",
 			       NULL},
     [MC_DB_RECONNECTS] = {"outbox_db_reconnects_total", "",

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A partitioned table's partitions by the hour (docs/design.md §11,
- * "Partitions by the hour"): made ahead of the ids that will land in them,
- * and dropped whole once every row in one is a row the cleaner would
- * delete. The cleaner's thread tends them on its own session, one replica
- * at a time (the cleaner's advisory lock), each step a short transaction
- * of its own that waits for its locks at most PARTITION_LOCK_TIMEOUT.
+ * A partitioned table's partitions by the day (docs/design.md §11,
+ * "Partitions by the day"): made ahead of the ids that will land in them,
+ * and dropped once their day is past retention, the few rows the cleaner
+ * would not delete yet carried to the default partition. The cleaner's thread
+ * tends them on its own session, one replica at a time (the cleaner's advisory
+ * lock), each step a short transaction of its own that waits for its locks at
+ * most PARTITION_LOCK_TIMEOUT.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,58 +20,37 @@
  * A step that times out waits for the next round. */
 #define PARTITION_LOCK_TIMEOUT "200ms"
 
-/* The partitions' hours are UTC whatever the session's zone, so that
+/* The partitions' days are UTC whatever the session's zone, so that
  * every replica names a partition alike. */
 static const char tend_settings[] =
-    "SELECT set_config('lock_timeout', '" PARTITION_LOCK_TIMEOUT "', true), "
-    "set_config('TimeZone', 'UTC', true), "
-    "set_config('client_min_messages', 'warning', true)";
+    "DO $$BEGIN PERFORM set_config('lock_timeout', '" PARTITION_LOCK_TIMEOUT
+    "', true), set_config('TimeZone', 'UTC', true), "
+    "set_config('client_min_messages', 'warning', true); END$$";
 
-/* The hours 1..$1 ahead without a partition named $2 || 'p' || hour ($2:
+/* The days 1..$1 ahead without a partition named $2 || 'p' || day ($2:
  * the schema prefix and the table's name and "_"), each with the least
- * UUIDv7 of the hour and of the next (48 bits of milliseconds, the rest
+ * UUIDv7 of the day and of the next (48 bits of milliseconds, the rest
  * zero). */
 static const char sql_missing[] =
     "SELECT tag, substr(a, 1, 8) || '-' || substr(a, 9, 4) || "
     "'-0000-0000-000000000000', substr(b, 1, 8) || '-' || substr(b, 9, 4) "
     "|| '-0000-0000-000000000000' FROM (SELECT to_char(at, "
-    "'YYYYMMDDHH24') AS tag, lpad(to_hex((extract(epoch FROM at) * "
+    "'YYYYMMDD') AS tag, lpad(to_hex((extract(epoch FROM at) * "
     "1000)::bigint), 12, '0') AS a, lpad(to_hex((extract(epoch FROM at + "
-    "interval '1 hour') * 1000)::bigint), 12, '0') AS b FROM (SELECT "
-    "date_trunc('hour', now()) + g * interval '1 hour' AS at FROM "
+    "interval '1 day') * 1000)::bigint), 12, '0') AS b FROM (SELECT "
+    "date_trunc('day', now()) + g * interval '1 day' AS at FROM "
     "generate_series(1, $1::int) g) h) x WHERE to_regclass($2 || "
     "quote_ident($3 || tag)) IS NULL ORDER BY tag";
 
-/* The table's hourly partitions ($2: the name and "_p") whose hour ended
- * more than $3 ms ago, oldest first. */
+/* The table's daily partitions ($2: the name and "_p") whose day ended
+ * more than $3 ms (retention) ago, oldest first. */
 static const char sql_old[] =
     "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = "
     "i.inhrelid WHERE i.inhparent = to_regclass($1) AND left(c.relname, "
     "length($2)) = $2 AND substr(c.relname, length($2) + 1) ~ "
-    "'^[0-9]{10}$' AND to_timestamp(substr(c.relname, length($2) + 1) "
-    "|| '+00', 'YYYYMMDDHH24TZH') + interval '1 hour' < now() - $3::float8 * "
+    "'^[0-9]{8}$' AND to_timestamp(substr(c.relname, length($2) + 1) "
+    "|| '+00', 'YYYYMMDDTZH') + interval '1 day' < now() - $3::float8 * "
     "interval '1 millisecond' ORDER BY c.relname";
-
-/* BEGIN under the cleaner's lock with tend_settings; *got false (the
- * transaction ended) when another replica holds the lock. */
-static int begin(struct store *s, bool *got, char *err, size_t errlen)
-{
-	int rc = store_begin_locked(s, LOCK_NS_CLEAN, PLANS_AS_SET, got, err,
-				    errlen);
-	if (rc != 0)
-		return rc;
-	if (!*got)
-		return store_finish_tx(s, TX_ROLLBACK, err, errlen);
-	PGresult *res = store_exec(s, "partitions", tend_settings, 0, NULL,
-				   PGRES_TUPLES_OK, &rc, err, errlen);
-	if (!res) {
-		char ignored[64];
-		store_finish_tx(s, TX_ROLLBACK, ignored, sizeof(ignored));
-		return store_public_rc(rc);
-	}
-	PQclear(res);
-	return 0;
-}
 
 /* Ends a step whose statement failed with rc and err: a lock not had in
  * time is no error (*busy: the next round tries again); anything else
@@ -95,6 +75,21 @@ static int step(struct store *s, const char *sql, bool *busy, char *err,
 	int rc =
 	    store_exec_cmd(s, "partitions", sql, 0, NULL, NULL, err, errlen);
 	return rc == 0 ? 0 : step_failed(s, rc, busy, err, errlen);
+}
+
+/* BEGIN under the cleaner's lock with tend_settings; *got false (the
+ * transaction ended) when another replica holds the lock. */
+static int begin(struct store *s, bool *got, char *err, size_t errlen)
+{
+	int rc = store_begin_locked(s, LOCK_NS_CLEAN, PLANS_AS_SET, got, err,
+				    errlen);
+	if (rc != 0)
+		return rc;
+	if (!*got)
+		return store_finish_tx(s, TX_ROLLBACK, err, errlen);
+	bool busy = false;
+	rc = step(s, tend_settings, &busy, err, errlen);
+	return rc == 0 && busy ? STORE_ERROR : rc;
 }
 
 /* Whether the table is partitioned (*yes), and its default partition's
@@ -122,7 +117,7 @@ static int shape(struct store *s, const char *dflt, bool *yes, char *with,
 	return 0;
 }
 
-/* A row of the default partition has an id of the hours ahead (a
+/* A row of the default partition has an id of the days ahead (a
  * producer's clock ahead, or a UUIDv4 that looks like one): the CHECK,
  * which would refuse such inserts while it stays, is dropped and no
  * partition made; an error that says so. */
@@ -143,7 +138,7 @@ static int refuse_ahead(struct store *s, const char *dflt, const char *check,
 		store_finish_tx(s, TX_ROLLBACK, err, errlen);
 	free(sql);
 	snprintf(err, errlen,
-		 "partitions of %s: no partition made for the next hours, "
+		 "partitions of %s: no partition made for the next days, "
 		 "since the default partition holds a row with an id of "
 		 "them (%s)",
 		 s->table.literal, why);
@@ -151,20 +146,20 @@ static int refuse_ahead(struct store *s, const char *dflt, const char *check,
 }
 
 /*
- * The hours ahead without a partition get one each, behind a CHECK on
+ * The days ahead without a partition get one each, behind a CHECK on
  * the default partition that none of its rows lies in them: added NOT
  * VALID (no scan), then validated (a scan under SHARE UPDATE EXCLUSIVE,
  * which no writer waits for), after which each creation is implied by
  * it and scans nothing (docs/design.md §11, measured 15 ms against 306
- * ms at 719 MB). The CHECK stays until the next hours are made: ids of
- * hours with a partition never go to the default.
+ * ms at 719 MB). The CHECK stays until the next days are made: ids of
+ * days with a partition never go to the default.
  */
 static int make_ahead(struct store *s, const char *dflt, const char *with,
-		      int hours, struct partition_result *r, char *err,
+		      int days, struct partition_result *r, char *err,
 		      size_t errlen)
 {
 	char ahead[16], part_prefix[80], check[96];
-	snprintf(ahead, sizeof(ahead), "%d", hours);
+	snprintf(ahead, sizeof(ahead), "%d", days);
 	snprintf(part_prefix, sizeof(part_prefix), "%s_p", s->table.name);
 	snprintf(check, sizeof(check), "\"%s_ahead\"", s->table.name);
 	bool got, busy = false;
@@ -241,15 +236,21 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 }
 
 /*
- * Drops the hourly partition named part (bare) if every row in it is one
- * the cleaner would delete now and none blocks a key: under the table's
- * and the partition's ACCESS EXCLUSIVE locks, so no insert (a producer's
- * own id of that hour, however late) and no redrive can come between
- * the look, a few index probes, and the drop.
+ * Drops the daily partition named part (bare), whose day ended more than
+ * retention ago, carrying to the default partition first every row in it
+ * that the cleaner would not delete now: pending or in flight (a retry in
+ * backoff), sent within retention (a late retry), failed and kept, or
+ * blocking a key. Without those few the partition would stay until its
+ * last such row is done (a failed row kept a week would keep its day,
+ * and every day would soon be kept). Under the table's and the
+ * partition's ACCESS EXCLUSIVE locks, so no insert (a producer's own id of
+ * that day, however late), lease or redrive comes between: detached, the
+ * day's ids have no partition but the default, where the rows go with
+ * their id and seq.
  */
-static int drop_if_done(struct store *s, const char *part,
-			const char *const *retentions,
-			struct partition_result *r, char *err, size_t errlen)
+static int drop_day(struct store *s, const char *part,
+		    const char *const *retentions, struct partition_result *r,
+		    char *err, size_t errlen)
 {
 	char p[160];
 	snprintf(p, sizeof(p), "%s\"%s\"", s->table.prefix, part);
@@ -257,57 +258,57 @@ static int drop_if_done(struct store *s, const char *part,
 	int rc = begin(s, &got, err, errlen);
 	if (rc != 0 || !got)
 		return rc;
-	char *lock =
-	    store_asprintf("LOCK TABLE ONLY %s, %s IN ACCESS EXCLUSIVE MODE",
-			   s->table.quoted, p);
-	char *look = store_asprintf(
-	    "SELECT EXISTS (SELECT 1 FROM %s WHERE status = 'pending') OR "
-	    "EXISTS (SELECT 1 FROM %s WHERE status = 'in_flight') OR EXISTS "
-	    "(SELECT 1 FROM %s WHERE status = 'sent' AND finished_at >= now() "
-	    "- $1::float8 * interval '1 millisecond') OR EXISTS (SELECT 1 "
-	    "FROM %s WHERE status = 'failed' AND ($2::float8 <= 0 OR "
-	    "finished_at >= now() - $2::float8 * interval '1 millisecond')) "
-	    "OR EXISTS (SELECT 1 FROM %s b JOIN %s x ON x.id = "
-	    "b.blocking_id)",
-	    p, p, p, p, s->blocked, p);
+	const char *T = s->table.quoted;
+	char *lock = store_asprintf(
+	    "LOCK TABLE ONLY %s, %s IN ACCESS EXCLUSIVE MODE", T, p);
+	char *detach =
+	    store_asprintf("ALTER TABLE %s DETACH PARTITION %s", T, p);
+	char *carry = store_asprintf(
+	    "WITH keep AS (SELECT id FROM %s WHERE status = 'pending' UNION "
+	    "SELECT id FROM %s WHERE status = 'in_flight' UNION SELECT id FROM "
+	    "%s WHERE status = 'sent' AND finished_at >= now() - $1::float8 * "
+	    "interval '1 millisecond' UNION SELECT id FROM %s WHERE status = "
+	    "'failed' AND ($2::float8 <= 0 OR finished_at >= now() - "
+	    "$2::float8 * interval '1 millisecond') UNION SELECT blocking_id "
+	    "FROM %s) INSERT INTO %s OVERRIDING SYSTEM VALUE SELECT x.* FROM "
+	    "%s x WHERE x.id IN (SELECT id FROM keep)",
+	    p, p, p, p, s->blocked, T, p);
 	char *drop = store_asprintf("DROP TABLE %s", p);
-	if (!lock || !look || !drop) {
+	size_t carried = 0;
+	if (!lock || !detach || !carry || !drop) {
 		snprintf(err, errlen, "partitions: out of memory");
 		rc = step_failed(s, 0, &busy, err, errlen);
 		goto out;
 	}
 	rc = step(s, lock, &busy, err, errlen);
-	if (rc != 0 || busy)
-		goto out;
-	PGresult *res = store_exec(s, "partitions", look, 2, retentions,
-				   PGRES_TUPLES_OK, &rc, err, errlen);
-	if (!res) {
-		rc = step_failed(s, rc, &busy, err, errlen);
-		goto out;
+	if (rc == 0 && !busy)
+		rc = step(s, detach, &busy, err, errlen);
+	if (rc == 0 && !busy) {
+		rc = store_exec_cmd(s, "partitions", carry, 2, retentions,
+				    &carried, err, errlen);
+		if (rc != 0)
+			rc = step_failed(s, rc, &busy, err, errlen);
 	}
-	bool live = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-	PQclear(res);
-	if (live) {
-		r->kept++;
-		rc = store_finish_tx(s, TX_ROLLBACK, err, errlen);
-		goto out;
-	}
-	rc = step(s, drop, &busy, err, errlen);
+	if (rc == 0 && !busy)
+		rc = step(s, drop, &busy, err, errlen);
 	if (rc == 0 && !busy) {
 		rc = store_finish_tx(s, TX_COMMIT, err, errlen);
-		if (rc == 0)
+		if (rc == 0) {
 			r->dropped++;
+			r->carried += carried;
+		}
 	}
 out:
 	r->busy |= busy;
 	free(lock);
-	free(look);
+	free(detach);
+	free(carry);
 	free(drop);
 	return rc;
 }
 
-int store_partitions_tend(struct store *s, int hours_ahead,
-			  int64_t retention_ms, int64_t failed_retention_ms,
+int store_partitions_tend(struct store *s, int days_ahead, int64_t retention_ms,
+			  int64_t failed_retention_ms,
 			  struct partition_result *r, char *err, size_t errlen)
 {
 	memset(r, 0, sizeof(*r));
@@ -317,34 +318,30 @@ int store_partitions_tend(struct store *s, int hours_ahead,
 	    shape(s, dflt, &r->partitioned, with, sizeof(with), err, errlen);
 	if (rc != 0)
 		return rc;
-	/* Rows of the hourly partitions leave with them: the cleaner's
+	/* Rows of the daily partitions leave with them: the cleaner's
 	 * deletes are for the default partition's. */
 	s->clean_default = r->partitioned;
 	if (!r->partitioned)
 		return 0;
-	rc = make_ahead(s, dflt, with, hours_ahead, r, err, errlen);
+	rc = make_ahead(s, dflt, with, days_ahead, r, err, errlen);
 	if (rc != 0)
 		return rc;
 
-	/* No row of an hour can be deletable before the hour's end plus the
-	 * shorter retention. */
-	int64_t least = retention_ms;
-	if (failed_retention_ms > 0 && failed_retention_ms < least)
-		least = failed_retention_ms;
-	char part_prefix[80], least_s[32], ret[32], fret[32];
+	/* A day's sent rows are deletable once it ended more than
+	 * retention ago; what is not then goes to the default. */
+	char part_prefix[80], ret[32], fret[32];
 	snprintf(part_prefix, sizeof(part_prefix), "%s_p", s->table.name);
-	snprintf(least_s, sizeof(least_s), "%lld", (long long)least);
 	snprintf(ret, sizeof(ret), "%lld", (long long)retention_ms);
 	snprintf(fret, sizeof(fret), "%lld", (long long)failed_retention_ms);
-	const char *values[3] = {s->table.quoted, part_prefix, least_s};
+	const char *values[3] = {s->table.quoted, part_prefix, ret};
 	PGresult *res = store_exec(s, "partitions", sql_old, 3, values,
 				   PGRES_TUPLES_OK, &rc, err, errlen);
 	if (!res)
 		return store_public_rc(rc);
 	const char *retentions[2] = {ret, fret};
 	for (int i = 0; rc == 0 && i < PQntuples(res); i++)
-		rc = drop_if_done(s, PQgetvalue(res, i, 0), retentions, r, err,
-				  errlen);
+		rc = drop_day(s, PQgetvalue(res, i, 0), retentions, r, err,
+			      errlen);
 	PQclear(res);
 	return rc;
 }

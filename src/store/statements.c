@@ -498,7 +498,7 @@ static char *sql_clean_failed(const struct store *s)
 	return sql_clean_of(s, s->table.quoted, "failed");
 }
 
-/* The same on a partitioned table's default partition alone: the hourly
+/* The same on a partitioned table's default partition alone: the daily
  * partitions' rows leave with them (partitions.c). */
 static char *sql_clean_default(const struct store *s, const char *status)
 {

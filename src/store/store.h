@@ -273,24 +273,26 @@ int store_clean(struct store *s, int64_t retention_ms,
 /* What store_partitions_tend() did. */
 struct partition_result {
 	bool partitioned; /* by migrate --partition: tended */
-	size_t created;	  /* hourly partitions made ahead */
-	size_t dropped;	  /* hourly partitions dropped whole */
-	size_t kept;	  /* past retention, kept by a live row */
+	size_t created;	  /* daily partitions made ahead */
+	size_t dropped;	  /* daily partitions dropped */
+	size_t carried;	  /* their rows not yet deletable, moved to the
+			     default partition */
 	bool busy;	  /* a lock not had in time: the next round */
 };
 
 /*
  * On a table made partitioned by `migrate --partition` (docs/design.md
- * §11, "Partitions by the hour"): makes a partition for each of the next
- * hours_ahead hours (UTC) that has none, and drops each hourly partition
- * whose rows are all rows store_clean() would delete now (sent, finished
- * more than retention_ms ago; failed, more than failed_retention_ms ago,
- * 0 keeping them) and block no key. From then on store_clean() deletes
- * the default partition's rows only. Nothing on another table. Steps that
+ * §11, "Partitions by the day"): makes a partition for each of the next
+ * days_ahead days (UTC) that has none, and drops each daily partition
+ * whose day ended more than retention_ms ago, first moving to the default
+ * partition its rows that store_clean() would not delete now (pending or
+ * in flight; sent within retention_ms; failed within failed_retention_ms,
+ * or kept when 0; blocking a key). From then on store_clean() deletes the
+ * default partition's rows only. Nothing on another table. Steps that
  * wait longer than 200 ms for a lock are left for the next call.
  */
-int store_partitions_tend(struct store *s, int hours_ahead,
-			  int64_t retention_ms, int64_t failed_retention_ms,
+int store_partitions_tend(struct store *s, int days_ahead, int64_t retention_ms,
+			  int64_t failed_retention_ms,
 			  struct partition_result *r, char *err, size_t errlen);
 
 /* How far a long operator command got (redrive, migrate's index builds). */

@@ -189,6 +189,19 @@ TARGETS = [
      "Postgres CPU per event", ("dbcost", "ratios",
                                 "relay_life+deletes/relay_nohistory."
                                 "cpu_us_per_event"), "<=", 1.3),
+    ("dbcost_history_partitioned_wal", "DB cost of history on the table "
+     "partitioned by the day (migrate --partition): a row's whole life "
+     "(drain, then its day dropped) × the relay without history, WAL "
+     "bytes per event", ("dbcost", "ratios",
+                         "relay_life_partitioned+deletes/relay_nohistory."
+                         "wal_bytes_per_event"), "<=", 1.3),
+    ("dbcost_history_partitioned_cpu", "DB cost of history on the table "
+     "partitioned by the day (migrate --partition): a row's whole life "
+     "(drain, then its day dropped) × the relay without history, "
+     "Postgres CPU per event", ("dbcost", "ratios",
+                                "relay_life_partitioned+deletes/"
+                                "relay_nohistory.cpu_us_per_event"),
+     "<=", 1.3),
     ("dbcost_ordered_history_wal", "DB cost of order, history kept: "
      "ordered (1,000 keys) × unordered, WAL bytes per event",
      ("dbcost", "ratios", "relay_ordered/relay_history.wal_bytes_per_event"),

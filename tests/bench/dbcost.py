@@ -118,7 +118,14 @@ VARIANTS = {
                    "OUTBOX_CLEAN_INTERVAL=1s" % RETENTION,
                    {"OUTBOX_RETENTION": RETENTION,
                     "OUTBOX_CLEAN_INTERVAL": "1s"}, True),
+    "relay_life_partitioned": ("relay", "relay, history kept, the table "
+                               "partitioned by the day (migrate "
+                               "--partition), OUTBOX_RETENTION=%s, "
+                               "OUTBOX_CLEAN_INTERVAL=1s" % RETENTION,
+                               {"OUTBOX_RETENTION": RETENTION,
+                                "OUTBOX_CLEAN_INTERVAL": "1s"}, True),
 }
+PARTITIONS_METRIC = 'outbox_partitions_total{event="dropped"}'
 
 
 def pg_cpu_s(bench):
@@ -233,13 +240,39 @@ class DbCost:
                                  "a reload" % value)
             time.sleep(0.1)
 
-    def fresh_table(self, keyed):
+    def partition(self, t):
+        """The table made partitioned by the binary's `migrate --partition`
+        (which also makes the next days' partitions), and the rows about
+        to be written given the partition they would have in production,
+        where the day's partition was made days ahead: one holding the
+        next 10 minutes' ids (ending at tomorrow's, which exists), named
+        after a day long past so that the relay's cleaner drops it as it
+        would drop its day once retention passed."""
+        b = self.b
+        run([b.relay_bin, "migrate", "--partition"], env=dict(
+            os.environ, OUTBOX_DATABASE_URL=b.svc.db_url, OUTBOX_TABLE=t,
+            OUTBOX_LISTEN="off"), timeout=120)
+        v7 = ("(substr(h, 1, 8) || '-' || substr(h, 9, 4) || "
+              "'-0000-0000-000000000000') FROM (SELECT lpad(to_hex(("
+              "extract(epoch FROM %s) * 1000)::bigint), 12, '0') AS h) x")
+        lo = b.sql("SELECT " + v7 % "now()")
+        hi = b.sql("SELECT " + v7 % "least(now() + interval '10 minutes', "
+                   "(date_trunc('day', now() AT TIME ZONE 'UTC') + "
+                   "interval '1 day') AT TIME ZONE 'UTC')")
+        tag = b.sql("SELECT to_char(now() AT TIME ZONE 'UTC' - interval "
+                    "'3 days', 'YYYYMMDD')")
+        b.sql("CREATE TABLE %s_p%s PARTITION OF %s FOR VALUES FROM ('%s') "
+              "TO ('%s') WITH (fillfactor = 70)" % (t, tag, t, lo, hi))
+
+    def fresh_table(self, keyed, partitioned=False):
         """A freshly migrated table with n pending 1 KB rows (over KEYS
         partition keys if keyed), vacuumed, analyzed and checkpointed, so
         every variant starts from the same state and its first write to
         each page pays the full-page image, as after any checkpoint."""
         b = self.b
         t = b.table("dbcost")
+        if partitioned:
+            self.partition(t)
         key = "'k' || (g %% %d)" % KEYS if keyed else "NULL"
         b.sql("INSERT INTO %s (type, routing_key, partition_key, payload) "
               "SELECT 'bench.event', 'bench', %s, decode(repeat(md5(g::text),"
@@ -307,7 +340,11 @@ class DbCost:
     def relay(self, name, env, delete):
         b = self.b
         n = self.n
-        t = self.fresh_table(name.startswith("relay_ordered"))
+        partitioned = name.endswith("_partitioned")
+        t = self.fresh_table(name.startswith("relay_ordered"), partitioned)
+        # What retention takes away: rows one by one, or the partition.
+        gone, want = ((PARTITIONS_METRIC, 1) if partitioned
+                      else (CLEANED_METRIC, n))
         extra = dict(env, OUTBOX_BATCH_SIZE=str(BATCH))
         w = Window(b)
         relay = Relay(b, t, "stdout", CLIENTS, extra,
@@ -325,12 +362,12 @@ class DbCost:
                 # the second window opens just before the first is due.
                 time.sleep(max(0.0, start + RETENTION_S - 2 -
                                time.monotonic()))
-                if metric(relay, CLEANED_METRIC):
+                if metric(relay, gone):
                     raise BenchError("the cleaner began before its window: "
                                      "the drain and vacuum took over %d s"
                                      % (RETENTION_S - 2))
                 w2 = Window(b)
-                wait_metric(relay, CLEANED_METRIC, n,
+                wait_metric(relay, gone, want,
                             time.monotonic() + RETENTION_S + self.timeout)
                 rc = relay.stop()
                 r["delete"] = w2.end()
@@ -416,6 +453,9 @@ COMPARISONS = [
     # What history costs the relay: a row's whole life kept and cleaned,
     # against the relay that deletes it at once.
     ("relay_life+deletes", "relay_nohistory"),
+    # The same on the partitioned table, whose day leaves by DROP.
+    ("relay_life_partitioned+deletes", "relay_nohistory"),
+    ("relay_life_partitioned+deletes", "relay_life+deletes"),
     # What order costs: ordered against unordered, each way of keeping
     # history (the drain's figures, the cleaner's deletes aside).
     ("relay_ordered", "relay_history"),

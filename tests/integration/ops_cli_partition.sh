@@ -87,26 +87,26 @@ done
 [ "$(it_count "type = 'before.retry' AND status = 'pending' AND attempts = 2")" = 1 ] ||
 	it_fail "the retry in backoff changed"
 
-# migrate --partition made the next 27 hours' partitions; the cleaners
-# (one of them: the cleaner's lock) keep the next 3 made: the next
-# hour's, dropped by hand, is made again, and its ids land in it.
-grep -q '^partitions made ahead: 27, dropped: 0, kept past retention by a live row: 0$' "$it_dir/cli.out" ||
+# migrate --partition made the next 2 days' partitions; the cleaners (one
+# of them: the cleaner's lock) keep the next 2 made: tomorrow's, dropped
+# by hand, is made again, and its ids land in it.
+grep -q '^partitions made ahead: 2, dropped: 0, rows carried to the default partition: 0$' "$it_dir/cli.out" ||
 	it_fail "migrate --partition made no partitions: $(cat "$it_dir/cli.out")"
-hour=$(it_psql "SELECT to_char(date_trunc('hour', now() AT TIME ZONE 'UTC') + interval '1 hour', 'YYYYMMDDHH24')")
-next_part="${OUTBOX_TABLE}_p$hour"
+day=$(it_psql "SELECT to_char(date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day', 'YYYYMMDD')")
+next_part="${OUTBOX_TABLE}_p$day"
 it_psql "DROP TABLE $next_part"
 remade() {
 	[ "$(it_psql "SELECT to_regclass('$next_part') IS NOT NULL")" = t ]
 }
-it_wait 20 "the next hour's partition made again" remade
+it_wait 20 "tomorrow's partition made again" remade
 cat "$it_dir/a.log" "$it_dir/b.log" | grep -q '"msg":"partitions made and dropped".*"made":"1"' ||
 	it_fail "no relay logged the partition it made"
-next=$(it_psql "SELECT lpad(to_hex((extract(epoch FROM date_trunc('hour', now()) + interval '1 hour') * 1000)::bigint + 5), 12, '0')")
+next=$(it_psql "SELECT lpad(to_hex((extract(epoch FROM (date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day') AT TIME ZONE 'UTC') * 1000)::bigint + 5), 12, '0')")
 it_psql "INSERT INTO $OUTBOX_TABLE (id, type, payload) VALUES
-  ((substr('$next', 1, 8) || '-' || substr('$next', 9, 4) || '-7000-8000-000000000001')::uuid, 'next.hour', '{}')"
-[ "$(it_psql "SELECT tableoid = '$next_part'::regclass FROM $OUTBOX_TABLE WHERE type = 'next.hour'")" = t ] ||
-	it_fail "a row of the next hour is not in its partition"
-it_wait_count 20 "type = 'next.hour' AND status = 'sent'" -eq 1
+  ((substr('$next', 1, 8) || '-' || substr('$next', 9, 4) || '-7000-8000-000000000001')::uuid, 'next.day', '{}')"
+[ "$(it_psql "SELECT tableoid = '$next_part'::regclass FROM $OUTBOX_TABLE WHERE type = 'next.day'")" = t ] ||
+	it_fail "a row of tomorrow is not in its partition"
+it_wait_count 20 "type = 'next.day' AND status = 'sent'" -eq 1
 
 # On the new shape: migrate again, the step done once.
 OUTBOX_LISTEN=on ops_cli migrate

@@ -300,21 +300,20 @@ static void test_dependents_refused(void **state)
 	PQfinish(c);
 }
 
-/* The least UUIDv7 of the hour h hours from now's (UTC), as SQL text,
- * and that hour's tag. */
-static void hour_of(PGconn *c, int h, char *lo, char *tag)
+/* The least UUIDv7 of the day d days from today (UTC), as SQL text,
+ * and that day's tag. */
+static void day_of(PGconn *c, int d, char *lo, char *tag)
 {
 	PGresult *res = PQexec(c, "SET TimeZone = 'UTC'");
 	PQclear(res);
 	char sql[512];
-	snprintf(
-	    sql, sizeof(sql),
-	    "SELECT substr(a, 1, 8) || '-' || substr(a, 9, 4) || "
-	    "'-0000-0000-000000000000', to_char(at, 'YYYYMMDDHH24') FROM "
-	    "(SELECT at, lpad(to_hex((extract(epoch FROM at) * "
-	    "1000)::bigint), 12, '0') AS a FROM (SELECT date_trunc('hour', "
-	    "now()) + %d * interval '1 hour' AS at) x) y",
-	    h);
+	snprintf(sql, sizeof(sql),
+		 "SELECT substr(a, 1, 8) || '-' || substr(a, 9, 4) || "
+		 "'-0000-0000-000000000000', to_char(at, 'YYYYMMDD') FROM "
+		 "(SELECT at, lpad(to_hex((extract(epoch FROM at) * "
+		 "1000)::bigint), 12, '0') AS a FROM (SELECT date_trunc('day', "
+		 "now()) + %d * interval '1 day' AS at) x) y",
+		 d);
 	res = PQexec(c, sql);
 	assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
 	snprintf(lo, 40, "%s", PQgetvalue(res, 0, 0));
@@ -322,14 +321,14 @@ static void hour_of(PGconn *c, int h, char *lo, char *tag)
 	PQclear(res);
 }
 
-/* A row with an id of the hour whose least id is lo (the n-th). */
-static void insert_in_hour(PGconn *c, const char *table, const char *lo, int n,
-			   const char *status, const char *finished)
+/* A row with an id of the day whose least id is lo (the n-th). */
+static void insert_in_day(PGconn *c, const char *table, const char *lo, int n,
+			  const char *status, const char *finished)
 {
 	pgtest_exec(c,
 		    "INSERT INTO %s (id, type, payload, status, finished_at) "
 		    "VALUES ((substr('%s', 1, 14) || '7000-8000-%012d')::uuid, "
-		    "'hour', '{}', '%s', %s)",
+		    "'day', '{}', '%s', %s)",
 		    table, lo, n, status, finished);
 }
 
@@ -344,18 +343,18 @@ static struct partition_result tend(struct store *s, int64_t retention_ms,
 	return r;
 }
 
-#define HOUR_MS (3600 * 1000LL)
+#define DAY_MS (24 * 3600 * 1000LL)
 
-/* Partitions by the hour: made ahead with the default's storage
- * parameters, rows landing in them; dropped whole once every row is one
- * the cleaner would delete, kept while one is live or young; the
- * cleaner's deletes for the default partition alone. */
-static void test_partitions_by_the_hour(void **state)
+/* Partitions by the day: made ahead with the default's storage
+ * parameters, rows landing in them; dropped once past retention, each
+ * row the cleaner would not delete yet carried to the default partition;
+ * the cleaner's deletes for the default partition alone. */
+static void test_partitions_by_the_day(void **state)
 {
 	(void)state;
 	char table[128], lo[40], tag[16], part[200], dflt[160];
 	struct outbox_table t;
-	pgtest_fresh_table("part_hour", table, sizeof(table));
+	pgtest_fresh_table("part_day", table, sizeof(table));
 	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
 	table_derived(&t, "_default", dflt, sizeof(dflt));
 	PGconn *c = pgtest_connect();
@@ -363,49 +362,50 @@ static void test_partitions_by_the_hour(void **state)
 	struct store *s = pgtest_store(&o);
 
 	/* Today's table: nothing to tend, the cleaner as before. */
-	struct partition_result r = tend(s, 24 * HOUR_MS, 0);
+	struct partition_result r = tend(s, DAY_MS, 0);
 	assert_false(r.partitioned);
 	assert_int_equal(r.created, 0);
 	if (!pgtest_partitioned() &&
 	    store_partition_unrecorded(c, &t, err, sizeof(err)) != 0)
 		fail_msg("partition: %s", err);
 
-	r = tend(s, 24 * HOUR_MS, 0);
+	r = tend(s, DAY_MS, 0);
 	assert_true(r.partitioned);
 	assert_int_equal(r.created, 3);
 	for (int h = 1; h <= 3; h++) {
-		hour_of(c, h, lo, tag);
+		day_of(c, h, lo, tag);
 		snprintf(part, sizeof(part), "%s\"%s_p%s\"", t.prefix, t.name,
 			 tag);
 		assert_true(pgtest_has_reloption(c, part, "fillfactor=70"));
 	}
-	assert_int_equal(tend(s, 24 * HOUR_MS, 0).created, 0);
-	hour_of(c, 2, lo, tag);
-	insert_in_hour(c, table, lo, 1, "pending", "NULL");
+	assert_int_equal(tend(s, DAY_MS, 0).created, 0);
+	day_of(c, 2, lo, tag);
+	insert_in_day(c, table, lo, 1, "pending", "NULL");
 	pgtest_insert(c, table, 1);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s WHERE type = "
-				     "'hour' AND tableoid = '%s\"%s_p%s\"'::"
+				     "'day' AND tableoid = '%s\"%s_p%s\"'::"
 				     "regclass",
 				     table, t.prefix, t.name, tag),
 			 1);
 
-	/* Hours past, made by hand as by a relay that ran then, each with a
-	 * row long sent and one reason to stay: -33 that row blocks a key,
-	 * -32 a row in flight (a relay of the row lease), -31 a failed row,
-	 * -30 a pending row, -29 a row sent an hour ago. */
+	/* Days past, made by hand as by a relay that ran then, each with a
+	 * row long sent and one the cleaner would not delete: -6 that row
+	 * blocks a key, -5 a row in flight (a relay of the row lease), -4 a
+	 * failed row (kept), -3 a pending row, -2 a row sent an hour ago.
+	 * Each ended more than a day ago. */
 	enum { PAST = 5 };
 	char los[PAST + 1][40], tags[PAST + 1][16];
 	for (int i = 0; i <= PAST; i++)
-		hour_of(c, i - 33, los[i], tags[i]);
+		day_of(c, i - 6, los[i], tags[i]);
 	for (int i = 0; i < PAST; i++) {
 		pgtest_exec(c,
 			    "CREATE TABLE %s\"%s_p%s\" PARTITION OF %s FOR "
 			    "VALUES FROM ('%s') TO ('%s')",
 			    t.prefix, t.name, tags[i], table, los[i],
 			    los[i + 1]);
-		insert_in_hour(c, table, los[i], 1, "sent",
-			       "now() - interval '2 days'");
+		insert_in_day(c, table, los[i], 1, "sent",
+			      "now() - interval '2 days'");
 	}
 	const char *old = "now() - interval '2 days'";
 	char blocked[160];
@@ -417,71 +417,79 @@ static void test_partitions_by_the_hour(void **state)
 	pgtest_exec(c,
 		    "INSERT INTO %s (id, type, payload, status, lease_id, "
 		    "leased_at, lease_expires_at) VALUES ((substr('%s', 1, 14) "
-		    "|| '7000-8000-000000000002')::uuid, 'hour', '{}', "
+		    "|| '7000-8000-000000000002')::uuid, 'day', '{}', "
 		    "'in_flight', gen_random_uuid(), now(), now())",
 		    table, los[1]);
-	insert_in_hour(c, table, los[2], 2, "failed", old);
-	insert_in_hour(c, table, los[3], 2, "pending", "NULL");
-	insert_in_hour(c, table, los[4], 2, "sent",
-		       "now() - interval '1 hour'");
-	/* Expired rows of the default partition and of an hour ahead. */
+	insert_in_day(c, table, los[2], 2, "failed", old);
+	insert_in_day(c, table, los[3], 2, "pending", "NULL");
+	insert_in_day(c, table, los[4], 2, "sent", "now() - interval '1 hour'");
+	/* Expired rows of the default partition and of a day ahead. */
 	pgtest_exec(c,
 		    "UPDATE %s SET status = 'sent', finished_at = %s WHERE "
-		    "type <> 'hour'",
+		    "type <> 'day'",
 		    table, old);
-	hour_of(c, 2, lo, tag);
+	day_of(c, 2, lo, tag);
 	pgtest_exec(c,
 		    "UPDATE %s SET status = 'sent', finished_at = %s WHERE "
 		    "id = (substr('%s', 1, 14) || '7000-8000-%012d')::uuid",
 		    table, old, lo, 1);
 
-	/* Each hour kept, for its one reason (failed rows kept for ever).
-	 * The cleaner deletes the default's expired row alone. */
-	r = tend(s, 24 * HOUR_MS, 0);
-	assert_int_equal(r.dropped, 0);
-	assert_int_equal(r.kept, PAST);
-	struct clean_result cr;
-	assert_int_equal(
-	    store_clean(s, 24 * HOUR_MS, 0, 1000, 0, &cr, err, sizeof(err)), 0);
-	assert_int_equal(cr.sent_deleted, 1);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM %s WHERE type = "
-				     "'hour' AND status = 'sent' AND "
-				     "finished_at < now() - interval '1 day'",
-				     table),
-			 PAST + 1);
-	/* Failed rows kept a day: -31 goes, rows and all. */
-	r = tend(s, 24 * HOUR_MS, 24 * HOUR_MS);
-	assert_int_equal(r.dropped, 1);
-	assert_int_equal(r.kept, PAST - 1);
-	snprintf(part, sizeof(part), "%s\"%s_p%s\"", t.prefix, t.name, tags[2]);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM pg_class WHERE oid "
-				     "= to_regclass('%s')",
-				     part),
-			 0);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM %s WHERE id >= '%s' "
-				     "AND id < '%s'",
-				     table, los[2], los[3]),
-			 0);
-	/* The key unblocked, the live rows done: their hours go; the young
-	 * row's once old enough. */
-	pgtest_exec(c, "DELETE FROM %s", blocked);
-	pgtest_exec(c,
-		    "UPDATE %s SET status = 'sent', finished_at = %s WHERE "
-		    "status IN ('pending', 'in_flight') AND type = 'hour'",
-		    table, old);
-	r = tend(s, 24 * HOUR_MS, 24 * HOUR_MS);
-	assert_int_equal(r.dropped, 3);
-	assert_int_equal(r.kept, 1);
-	r = tend(s, 30 * 60 * 1000LL, 24 * HOUR_MS);
-	assert_int_equal(r.dropped, 1);
+	/* Each past day dropped, its rows long sent with it; the one row
+	 * of each that the cleaner would keep carried to the default
+	 * partition with its id and seq. */
+	long seqs = pgtest_long(c,
+				"SELECT sum(seq) FROM %s WHERE type = 'day' "
+				"AND (status <> 'sent' OR finished_at > now() "
+				"- interval '1 day' OR id IN (SELECT "
+				"blocking_id FROM %s))",
+				table, blocked);
+	r = tend(s, DAY_MS, 0);
+	assert_int_equal(r.dropped, PAST);
+	assert_int_equal(r.carried, PAST);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM pg_partition_tree("
 				     "'%s') WHERE level = 1",
 				     table),
 			 4); /* the default and the 3 ahead */
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE type = "
+				     "'day' AND id < '%s'",
+				     table, los[PAST]),
+			 PAST);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT sum(seq) FROM %s WHERE type = "
+				     "'day' AND id < '%s'",
+				     dflt, los[PAST]),
+			 seqs);
+	for (int i = 0; i < PAST; i++)
+		assert_int_equal(pgtest_long(c,
+					     "SELECT count(*) FROM %s WHERE id "
+					     "= (substr('%s', 1, 14) || "
+					     "'7000-8000-%012d')::uuid",
+					     dflt, los[i], i == 0 ? 1 : 2),
+				 1);
+
+	/* The cleaner deletes the default's expired row alone, not the
+	 * day ahead's; the carried pending row is leased. */
+	struct clean_result cr;
+	assert_int_equal(
+	    store_clean(s, DAY_MS, 0, 1000, 0, &cr, err, sizeof(err)), 0);
+	assert_int_equal(cr.sent_deleted, 1);
+	day_of(c, 2, lo, tag);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE id = "
+				     "(substr('%s', 1, 14) || "
+				     "'7000-8000-000000000001')::uuid",
+				     table, lo),
+			 1);
+	struct store *relay = pgtest_store(&o);
+	struct lease_batch b;
+	if (store_lease(relay, NULL, 0, "", &b, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	assert_int_equal(b.n, 1);
+	assert_int_equal(store_lease_abort(relay, &b, err, sizeof(err)), 0);
+	lease_batch_release(&b);
+	store_close(relay);
 	store_close(s);
 	PQfinish(c);
 }
@@ -491,7 +499,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_live_table_becomes_partitioned),
 	    cmocka_unit_test(test_dependents_refused),
-	    cmocka_unit_test(test_partitions_by_the_hour),
+	    cmocka_unit_test(test_partitions_by_the_day),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
