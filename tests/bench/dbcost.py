@@ -246,8 +246,8 @@ class DbCost:
         to be written given the partition they would have in production,
         where the day's partition was made days ahead: one holding the
         next 10 minutes' ids (ending at tomorrow's, which exists), named
-        after a day long past so that the relay's cleaner drops it as it
-        would drop its day once retention passed."""
+        after today. Returns its name; later() renames it after a day long
+        past, as if its day had ended, for the relay's cleaner to drop."""
         b = self.b
         run([b.relay_bin, "migrate", "--partition"], env=dict(
             os.environ, OUTBOX_DATABASE_URL=b.svc.db_url, OUTBOX_TABLE=t,
@@ -259,10 +259,19 @@ class DbCost:
         hi = b.sql("SELECT " + v7 % "least(now() + interval '10 minutes', "
                    "(date_trunc('day', now() AT TIME ZONE 'UTC') + "
                    "interval '1 day') AT TIME ZONE 'UTC')")
-        tag = b.sql("SELECT to_char(now() AT TIME ZONE 'UTC' - interval "
-                    "'3 days', 'YYYYMMDD')")
+        tag = b.sql("SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')")
         b.sql("CREATE TABLE %s_p%s PARTITION OF %s FOR VALUES FROM ('%s') "
               "TO ('%s') WITH (fillfactor = 70)" % (t, tag, t, lo, hi))
+        return "%s_p%s" % (t, tag)
+
+    def day_passed(self, part):
+        """The partition's day ended long ago: renamed after a day three
+        days back, which is what tells the cleaner (by name) that it may
+        go."""
+        past = self.b.sql("SELECT to_char(now() AT TIME ZONE 'UTC' - "
+                          "interval '3 days', 'YYYYMMDD')")
+        self.b.sql("ALTER TABLE %s RENAME TO %s" % (
+            part, part.split(".")[-1][:-8] + past))
 
     def fresh_table(self, keyed, partitioned=False):
         """A freshly migrated table with n pending 1 KB rows (over KEYS
@@ -271,8 +280,7 @@ class DbCost:
         each page pays the full-page image, as after any checkpoint."""
         b = self.b
         t = b.table("dbcost")
-        if partitioned:
-            self.partition(t)
+        self.part = self.partition(t) if partitioned else None
         key = "'k' || (g %% %d)" % KEYS if keyed else "NULL"
         b.sql("INSERT INTO %s (type, routing_key, partition_key, payload) "
               "SELECT 'bench.event', 'bench', %s, decode(repeat(md5(g::text),"
@@ -366,7 +374,14 @@ class DbCost:
                     raise BenchError("the cleaner began before its window: "
                                      "the drain and vacuum took over %d s"
                                      % (RETENTION_S - 2))
+                if partitioned:
+                    # Every row finished more than retention ago, so the
+                    # drop carries none to the default partition.
+                    time.sleep(max(0.0, t1 + RETENTION_S + 1 -
+                                   time.monotonic()))
                 w2 = Window(b)
+                if partitioned:
+                    self.day_passed(self.part)
                 wait_metric(relay, gone, want,
                             time.monotonic() + RETENTION_S + self.timeout)
                 rc = relay.stop()

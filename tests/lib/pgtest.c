@@ -169,3 +169,18 @@ void pgtest_before_004(PGconn *conn, const char *table, const char *sql)
 		    "'[\\x01-\\x1f\\x7f]')) NOT VALID",
 		    table);
 }
+
+size_t pgtest_lease_count(const struct store_options *opt)
+{
+	char err[1024];
+	struct store *s = pgtest_store(opt);
+	struct lease_batch b;
+	if (store_lease(s, NULL, 0, "", &b, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	size_t n = b.n;
+	if (store_lease_abort(s, &b, err, sizeof(err)) != 0)
+		fail_msg("lease abort: %s", err);
+	lease_batch_release(&b);
+	store_close(s);
+	return n;
+}

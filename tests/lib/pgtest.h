@@ -47,6 +47,10 @@ struct store_options pgtest_store_options(const char *table);
 /* Opens a store; fails the test on error. */
 struct store *pgtest_store(const struct store_options *opt);
 
+/* How many rows one lease of a store of opt takes; the lease is aborted
+ * and the store closed. */
+size_t pgtest_lease_count(const struct store_options *opt);
+
 /* Inserts n events of type "test.event" with small JSON payloads. */
 void pgtest_insert(PGconn *conn, const char *table, int n);
 
