@@ -46,7 +46,8 @@ int store_tables_activity(struct store *s, const char *const *tables, size_t n,
 	 * the catalog: no scan of pg_class however many tables there are.
 	 * Postgres counts a partitioned table's rows in its partitions only:
 	 * the leaves are summed (pg_partition_tree, an index probe of
-	 * pg_inherits; a plain table is its own leaf).
+	 * pg_inherits; it lists nothing for a plain table, which counts
+	 * itself).
 	 */
 	PGresult *res = store_exec(
 	    s, "table activity",
@@ -56,8 +57,10 @@ int store_tables_activity(struct store *s, const char *const *tables, size_t n,
 		  "pg_stat_get_tuples_deleted(l), 0)) END FROM (SELECT "
 		  "to_regclass(t) AS r, (i - 1) / 2 AS pair, (i - 1) % 2 "
 		  "AS k FROM unnest($1::text[]) WITH ORDINALITY AS u(t, i)) x "
-		  "LEFT JOIN LATERAL (SELECT relid AS l FROM "
-		  "pg_partition_tree(x.r) WHERE isleaf) p ON true "
+		  "CROSS JOIN LATERAL (SELECT coalesce(array_agg(relid) FILTER "
+		  "(WHERE isleaf), ARRAY[x.r]) AS ls FROM "
+		  "pg_partition_tree(x.r)) p CROSS JOIN LATERAL unnest(p.ls) "
+		  "AS l "
 		  "WHERE current_setting('track_counts')::bool "
 		  "GROUP BY pair ORDER BY pair"
 		: NULL,

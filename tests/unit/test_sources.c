@@ -209,6 +209,19 @@ static void test_tables_activity(void **state)
 	assert_int_equal(after[1], before[1] + 2);
 	assert_int_equal(after[0], before[0]);
 	assert_int_equal(after[2], -1);
+	/* And the plain table's own. */
+	producer = pgtest_connect();
+	pgtest_insert(producer, a, 3);
+	PQfinish(producer);
+	for (int i = 0; i < 50; i++) {
+		assert_int_equal(store_tables_activity(s, tables, 3, after, err,
+						       sizeof(err)),
+				 0);
+		if (after[0] != before[0])
+			break;
+		usleep(100 * 1000);
+	}
+	assert_int_equal(after[0], before[0] + 3);
 	store_close(s);
 	PQfinish(c);
 }
