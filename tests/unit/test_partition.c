@@ -9,6 +9,7 @@
  */
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,7 +46,7 @@ static void indexes_of(PGconn *c, const char *table, char *out, size_t len)
  * lost events. */
 struct producer {
 	const char *table;
-	volatile int stop;
+	atomic_int stop; /* set by the test, read by the thread */
 	int inserted;
 	int refused;
 	char why[512];
@@ -59,7 +60,7 @@ static void *produce(void *arg)
 	snprintf(sql, sizeof(sql),
 		 "INSERT INTO %s (type, payload) VALUES ('produced', '{}')",
 		 p->table);
-	for (int i = 0; i < 500 && !p->stop; i++) {
+	for (int i = 0; i < 500 && !atomic_load(&p->stop); i++) {
 		PGresult *res = PQexec(c, sql);
 		if (PQresultStatus(res) == PGRES_COMMAND_OK) {
 			p->inserted++;
@@ -163,7 +164,7 @@ static void test_live_table_becomes_partitioned(void **state)
 	lease_batch_release(&b);
 	pthread_join(migrating, NULL);
 	usleep(200 * 1000);
-	p.stop = 1;
+	atomic_store(&p.stop, 1);
 	pthread_join(producer, NULL);
 	if (m.rc != 0)
 		fail_msg("partition: %s", m.why);
