@@ -92,6 +92,20 @@ static int begin(struct store *s, bool *got, char *err, size_t errlen)
 	return rc == 0 && busy ? STORE_ERROR : rc;
 }
 
+/* step() of sql built by store_asprintf(), NULL when out of memory;
+ * frees it. */
+static int step_built(struct store *s, char *sql, bool *busy, char *err,
+		      size_t errlen)
+{
+	if (!sql) {
+		snprintf(err, errlen, "partitions: out of memory");
+		return step_failed(s, 0, busy, err, errlen);
+	}
+	int rc = step(s, sql, busy, err, errlen);
+	free(sql);
+	return rc;
+}
+
 /* Whether the table is partitioned (*yes), and its default partition's
  * storage parameters, which new partitions take (into with, "" if
  * none). */
@@ -172,35 +186,29 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 	if (!res)
 		return step_failed(s, rc, &busy, err, errlen);
 	int n = PQntuples(res);
-	char *sql = NULL;
-	if (n > 0)
-		sql = store_asprintf(
-		    "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s, ADD "
-		    "CONSTRAINT %s CHECK (id < '%s' OR id >= '%s') NOT VALID",
-		    dflt, check, check, PQgetvalue(res, 0, 1),
-		    PQgetvalue(res, n - 1, 2));
-	if (n > 0 && !sql) {
-		PQclear(res);
-		snprintf(err, errlen, "partitions: out of memory");
-		return step_failed(s, 0, &busy, err, errlen);
-	}
 	if (n == 0) {
 		PQclear(res);
 		return store_finish_tx(s, TX_COMMIT, err, errlen);
 	}
-	rc = step(s, sql, &busy, err, errlen);
-	free(sql);
+	rc = step_built(
+	    s,
+	    store_asprintf(
+		"ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s, ADD "
+		"CONSTRAINT %s CHECK (id < '%s' OR id >= '%s') NOT VALID",
+		dflt, check, check, PQgetvalue(res, 0, 1),
+		PQgetvalue(res, n - 1, 2)),
+	    &busy, err, errlen);
 	if (rc == 0 && !busy)
 		rc = store_finish_tx(s, TX_COMMIT, err, errlen);
 	if (rc == 0 && !busy) {
 		rc = begin(s, &got, err, errlen);
 		if (rc == 0 && got) {
-			sql = store_asprintf(
-			    "ALTER TABLE %s VALIDATE CONSTRAINT %s", dflt,
-			    check);
-			rc = sql ? step(s, sql, &busy, err, errlen)
-				 : STORE_ERROR;
-			free(sql);
+			rc = step_built(
+			    s,
+			    store_asprintf(
+				"ALTER TABLE %s VALIDATE CONSTRAINT %s", dflt,
+				check),
+			    &busy, err, errlen);
 			if (rc == 0 && !busy)
 				rc = store_finish_tx(s, TX_COMMIT, err, errlen);
 			else if (rc != 0 && strstr(err, "23514"))
@@ -213,16 +221,18 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 		rc = begin(s, &got, err, errlen);
 		busy = rc == 0 && !got;
 		for (int i = 0; rc == 0 && got && !busy && i < n; i++) {
-			sql = store_asprintf(
-			    "CREATE TABLE IF NOT EXISTS %s\"%s%s\" PARTITION "
-			    "OF %s FOR VALUES FROM ('%s') TO ('%s')%s%s%s",
-			    s->table.prefix, part_prefix, PQgetvalue(res, i, 0),
-			    s->table.quoted, PQgetvalue(res, i, 1),
-			    PQgetvalue(res, i, 2), with[0] ? " WITH (" : "",
-			    with, with[0] ? ")" : "");
-			rc = sql ? step(s, sql, &busy, err, errlen)
-				 : STORE_ERROR;
-			free(sql);
+			rc = step_built(
+			    s,
+			    store_asprintf(
+				"CREATE TABLE IF NOT EXISTS %s\"%s%s\" "
+				"PARTITION OF %s FOR VALUES FROM ('%s') TO "
+				"('%s')%s%s%s",
+				s->table.prefix, part_prefix,
+				PQgetvalue(res, i, 0), s->table.quoted,
+				PQgetvalue(res, i, 1), PQgetvalue(res, i, 2),
+				with[0] ? " WITH (" : "", with,
+				with[0] ? ")" : ""),
+			    &busy, err, errlen);
 		}
 		if (rc == 0 && got && !busy) {
 			rc = store_finish_tx(s, TX_COMMIT, err, errlen);
