@@ -88,7 +88,7 @@ assert set(r["scale"]) == {"history", "snapshot", "backlog", "purge"}
 # floor the targets speak of are there.
 db = r["dbcost"]
 want = {"floor_c", "floor_d", "floor_a", "relay_history", "relay_ordered",
-        "relay_life"}
+        "relay_life", "relay_life_partitioned"}
 if db["retention_zero"]["supported"]:
     want |= {"relay_nohistory", "relay_ordered_nohistory"}
 assert set(db["variants"]) == want, \
@@ -96,7 +96,7 @@ assert set(db["variants"]) == want, \
 for name, v in db["variants"].items():
     for k in ("rows_per_s", "wal_bytes_per_event", "cpu_us_per_event"):
         assert v[k]["median"] > 0, "dbcost %s: %s is %s" % (name, k, v[k])
-for name in ("floor_d", "floor_a", "relay_life"):
+for name in ("floor_d", "floor_a", "relay_life", "relay_life_partitioned"):
     v = db["variants"][name]
     for k in ("wal_bytes_per_event", "cpu_us_per_event"):
         assert v["with_deletes_" + k]["median"] > v[k]["median"], \
@@ -107,6 +107,8 @@ assert "relay_ordered/relay_history.cpu_us_per_event" in db["ratios"]
 if "relay_nohistory" in want:
     assert "relay_nohistory/floor_c.wal_bytes_per_event" in db["ratios"]
     for k in ("relay_life+deletes/relay_nohistory.cpu_us_per_event",
+              "relay_life_partitioned+deletes/relay_nohistory."
+              "wal_bytes_per_event",
               "relay_ordered_nohistory/relay_nohistory.wal_bytes_per_event"):
         assert k in db["ratios"], "no dbcost ratio %s" % k
 else:
