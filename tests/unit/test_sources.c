@@ -171,6 +171,29 @@ static void test_dropped_table_fails_alone(void **state)
 	PQfinish(c);
 }
 
+/* Inserts n rows into table, then reads the activity of tables (3 of
+ * them) into after until the count of tables[i] is no longer was (5 s
+ * at most); that count. A session flushes its statistics when it ends
+ * (an idle one within 10 s, a busy one within a second): the rows come
+ * from one that ends. */
+static int64_t inserted_seen(struct store *s, const char *const *tables,
+			     const char *table, int n, size_t i, int64_t was,
+			     int64_t *after)
+{
+	PGconn *producer = pgtest_connect();
+	pgtest_insert(producer, table, n);
+	PQfinish(producer);
+	for (int k = 0; k < 50; k++) {
+		assert_int_equal(store_tables_activity(s, tables, 3, after, err,
+						       sizeof(err)),
+				 0);
+		if (after[i] != was)
+			break;
+		usleep(100 * 1000);
+	}
+	return after[i];
+}
+
 /* Statistics say which tables had rows inserted or updated, in one
  * statement; a table that is gone reads -1. b is partitioned, which
  * Postgres counts in its partitions alone. */
@@ -193,35 +216,13 @@ static void test_tables_activity(void **state)
 	assert_int_equal(
 	    store_tables_activity(s, tables, 3, before, err, sizeof(err)), 0);
 	assert_int_equal(before[2], -1);
-	/* A session flushes its statistics when it ends (an idle one within
-	 * 10 s, a busy one within a second): insert from one that ends. */
-	PGconn *producer = pgtest_connect();
-	pgtest_insert(producer, b, 2);
-	PQfinish(producer);
-	for (int i = 0; i < 50; i++) {
-		assert_int_equal(store_tables_activity(s, tables, 3, after, err,
-						       sizeof(err)),
-				 0);
-		if (after[1] != before[1])
-			break;
-		usleep(100 * 1000);
-	}
-	assert_int_equal(after[1], before[1] + 2);
+	/* b's rows, then a's own (a plain table counts itself). */
+	assert_int_equal(inserted_seen(s, tables, b, 2, 1, before[1], after),
+			 before[1] + 2);
 	assert_int_equal(after[0], before[0]);
 	assert_int_equal(after[2], -1);
-	/* And the plain table's own. */
-	producer = pgtest_connect();
-	pgtest_insert(producer, a, 3);
-	PQfinish(producer);
-	for (int i = 0; i < 50; i++) {
-		assert_int_equal(store_tables_activity(s, tables, 3, after, err,
-						       sizeof(err)),
-				 0);
-		if (after[0] != before[0])
-			break;
-		usleep(100 * 1000);
-	}
-	assert_int_equal(after[0], before[0] + 3);
+	assert_int_equal(inserted_seen(s, tables, a, 3, 0, before[0], after),
+			 before[0] + 3);
 	store_close(s);
 	PQfinish(c);
 }
