@@ -289,7 +289,9 @@ struct partition_result {
  * in flight; sent within retention_ms; failed within failed_retention_ms,
  * or kept when 0; blocking a key). From then on store_clean() deletes the
  * default partition's rows only. Nothing on another table. Steps that
- * wait longer than 200 ms for a lock are left for the next call.
+ * wait longer than 200 ms for a lock are left for the next call. The
+ * partitions take the default partition's storage parameters, with
+ * fillfactor 50 when history is kept (retention_ms > 0).
  */
 int store_partitions_tend(struct store *s, int days_ahead, int64_t retention_ms,
 			  int64_t failed_retention_ms,

@@ -260,8 +260,14 @@ class DbCost:
                    "(date_trunc('day', now() AT TIME ZONE 'UTC') + "
                    "interval '1 day') AT TIME ZONE 'UTC')")
         tag = b.sql("SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')")
+        # The storage parameters the binary gave tomorrow's partition
+        # (the fill factor of a table keeping history among them).
+        made = b.sql("SELECT array_to_string(reloptions, ', ') FROM pg_class "
+                     "WHERE oid = to_regclass('%s_p' || to_char(now() AT "
+                     "TIME ZONE 'UTC' + interval '1 day', 'YYYYMMDD'))" % t)
         b.sql("CREATE TABLE %s_p%s PARTITION OF %s FOR VALUES FROM ('%s') "
-              "TO ('%s') WITH (fillfactor = 70)" % (t, tag, t, lo, hi))
+              "TO ('%s')%s" % (t, tag, t, lo, hi,
+                               " WITH (%s)" % made if made else ""))
         return "%s_p%s" % (t, tag)
 
     def day_passed(self, part):

@@ -347,9 +347,9 @@ static struct partition_result tend(struct store *s, int64_t retention_ms,
 #define DAY_MS (24 * 3600 * 1000LL)
 
 /* Partitions by the day: made ahead with the default's storage
- * parameters, rows landing in them; dropped once past retention, each
- * row the cleaner would not delete yet carried to the default partition;
- * the cleaner's deletes for the default partition alone. */
+ * parameters (fill factor 50 with history), rows landing in them; dropped once
+ * past retention, each row the cleaner would not delete yet carried to the
+ * default partition; the cleaner's deletes for the default partition alone. */
 static void test_partitions_by_the_day(void **state)
 {
 	(void)state;
@@ -377,7 +377,11 @@ static void test_partitions_by_the_day(void **state)
 		day_of(c, h, lo, tag);
 		snprintf(part, sizeof(part), "%s\"%s_p%s\"", t.prefix, t.name,
 			 tag);
-		assert_true(pgtest_has_reloption(c, part, "fillfactor=70"));
+		/* History kept: room for each row's sent version. */
+		assert_true(pgtest_has_reloption(c, part, "fillfactor=50"));
+		assert_false(pgtest_has_reloption(c, part, "fillfactor=70"));
+		assert_true(pgtest_has_reloption(
+		    c, part, "autovacuum_vacuum_threshold=10000"));
 	}
 	assert_int_equal(tend(s, DAY_MS, 0).created, 0);
 	day_of(c, 2, lo, tag);
@@ -484,6 +488,14 @@ static void test_partitions_by_the_day(void **state)
 				     table, lo),
 			 1);
 	assert_int_equal(pgtest_lease_count(&o), 1);
+
+	/* Without history a day is made with the default's fill factor. */
+	day_of(c, 3, lo, tag);
+	pgtest_exec(c, "DROP TABLE %s\"%s_p%s\"", t.prefix, t.name, tag);
+	assert_int_equal(tend(s, 0, 0).created, 1);
+	snprintf(part, sizeof(part), "%s\"%s_p%s\"", t.prefix, t.name, tag);
+	assert_true(pgtest_has_reloption(c, part, "fillfactor=70"));
+	assert_false(pgtest_has_reloption(c, part, "fillfactor=50"));
 	store_close(s);
 	PQfinish(c);
 }
