@@ -45,6 +45,11 @@ v7() {
 	      FROM $1) * 1000)::bigint), 12, '0') AS h) x"
 }
 
+# Runs each statement the query $1 returns.
+each() {
+	printf '%s\n\\gexec\n' "$1" | q >/dev/null
+}
+
 # Case $1's table in schema $2, filled.
 shape() {
 	local c=$1 s=$2 t="$2.m" lo hi tag made
@@ -62,9 +67,9 @@ shape() {
 	case $c in
 	sent-t*) q -c "DROP INDEX $s.m_terminal_idx" >/dev/null ;;
 	apart)
-		q -c "SELECT format('DROP INDEX %I.%I', schemaname, indexname)
+		each "SELECT format('DROP INDEX %I.%I', schemaname, indexname)
 		      FROM pg_indexes WHERE schemaname = '$s' AND tablename = 'm'
-		      AND indexname <> 'm_pkey'" | while read -r sql; do q -c "$sql" >/dev/null; done
+		      AND indexname <> 'm_pkey'"
 		q -c "CREATE TABLE $s.p (id uuid PRIMARY KEY, next_attempt_at
 		      timestamptz NOT NULL, seq bigint NOT NULL)" \
 			-c "CREATE INDEX ON $s.p (next_attempt_at, seq)" >/dev/null
@@ -72,9 +77,9 @@ shape() {
 	esac
 	case $c in
 	sent-tc*)
-		q -c "SELECT format('ALTER TABLE %s DROP CONSTRAINT %I', '$t', conname)
-		      FROM pg_constraint WHERE conrelid = '$t'::regclass AND
-		      contype = 'c'" | while read -r sql; do q -c "$sql" >/dev/null; done
+		each "SELECT format('ALTER TABLE %s DROP CONSTRAINT %I', '$t',
+		      conname) FROM pg_constraint WHERE conrelid = '$t'::regclass
+		      AND contype = 'c'"
 		;;
 	esac
 	local fill="INSERT INTO $t (type, routing_key, payload) SELECT
