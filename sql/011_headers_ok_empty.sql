@@ -2,10 +2,11 @@
 -- most events (the column's default). The CHECK of 005 calls it for each
 -- pending row inserted, and its query over jsonb_each() starts an
 -- executor on every call: about 30 us of Postgres CPU per producer
--- insert with no headers at all, more than the relay's whole drain of
--- the row (docs/benchmark.md, "What the mark to sent costs"). The answer
--- is the same as before for every value: '{}' is an object without an
--- entry to refuse; anything else takes the query as before.
+-- insert with no headers at all, more than draining the row costs a
+-- table queue without history (docs/benchmark.md, "What the mark to
+-- sent costs"). The answer is the same as before for every value: '{}'
+-- is an object without an entry to refuse; anything else takes the
+-- query as before.
 --
 -- Lock time: CREATE OR REPLACE FUNCTION is a catalog change; no table is
 -- locked or read, and the CHECK constraints stay as they are (nothing to
