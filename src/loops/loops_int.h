@@ -418,9 +418,9 @@ enum turn_end {
 uint64_t lanes_end_turn(struct lanes *l, enum turn_end how,
 			int64_t next_lease_ms, uint64_t wake_gen);
 
-/* True while the lanes are idle after a lease that began at or after ms
- * (clock_ms) found nothing. */
-bool lanes_idle_since(struct lanes *l, int64_t ms);
+/* True when a lease that began at or after ms (clock_ms) is under way or
+ * found nothing and left the lanes idle. */
+bool lanes_leased_since(struct lanes *l, int64_t ms);
 
 /* ---- pauses.c: destinations that refused events (under r->lock) ---- */
 

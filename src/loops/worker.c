@@ -743,13 +743,13 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 		process_batch(w, &lease, started, ticket);
 		metrics_lease_closed(w->lease_slot);
 		/* Ordered mode: a key's next row waits for this batch's
-		 * end, so another lane's lease meanwhile may have found
-		 * every key held and left the worker idle for the poll
-		 * interval with rows due (measured: 3 keys, 60 rows, a
-		 * poll of 60 s: 6 sent in 5 s). The end of the batch wakes
-		 * it, as a notification would. */
+		 * end, so another lane's lease meanwhile, ended or under
+		 * way, may find every key held and leave the worker idle
+		 * for the poll interval with rows due (measured: 3 keys, 60
+		 * rows, a poll of 60 s: 6 sent in 5 s). The end of the
+		 * batch wakes it, as a notification would. */
 		if (cfg->ordering == ORDERING_PARTITION &&
-		    lanes_idle_since(w->lanes, started))
+		    lanes_leased_since(w->lanes, started))
 			relay_wake_source(r, w->source);
 	}
 }

@@ -400,6 +400,34 @@ static void test_cadence_holds_the_next_lease(void **state)
 	fixture_free(f);
 }
 
+/* Ordered mode's wake-up at a batch's end (worker.c): a lease of another
+ * lane that began since the batch's own, under way or found empty, may
+ * have found the batch's keys held. */
+static void test_batch_end_sees_leases_begun_since(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(2);
+	struct relay_thread th = {.relay = f->r};
+	int64_t started = clock_ms();
+	assert_true(lanes_take_turn(f->lanes, &th));
+	uint64_t ticket = lanes_end_turn(f->lanes, TURN_LEASED, clock_ms(), 0);
+	assert_false(lanes_leased_since(f->lanes, started));
+	/* The other lane's lease under way: the race that stalled. */
+	assert_true(lanes_take_turn(f->lanes, &th));
+	assert_true(lanes_leased_since(f->lanes, started));
+	assert_false(lanes_leased_since(f->lanes, clock_ms() + 1000));
+	lanes_end_turn(f->lanes, TURN_EMPTY, clock_ms(), 0);
+	assert_true(lanes_leased_since(f->lanes, started));
+	assert_false(lanes_leased_since(f->lanes, clock_ms() + 1000));
+	/* A lease that found rows leaves nothing asleep. */
+	assert_true(lanes_take_turn(f->lanes, &th));
+	uint64_t next = lanes_end_turn(f->lanes, TURN_LEASED, clock_ms(), 0);
+	assert_false(lanes_leased_since(f->lanes, started));
+	lanes_pass(f->lanes, ticket, NULL);
+	lanes_pass(f->lanes, next, NULL);
+	fixture_free(f);
+}
+
 int main(void)
 {
 	log_setup(LOG_ERROR, false);
@@ -411,6 +439,7 @@ int main(void)
 	    cmocka_unit_test(test_waiting_lane_keeps_ticking),
 	    cmocka_unit_test(test_passing_lane_keeps_ticking),
 	    cmocka_unit_test(test_cadence_holds_the_next_lease),
+	    cmocka_unit_test(test_batch_end_sees_leases_begun_since),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
