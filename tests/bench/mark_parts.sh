@@ -28,6 +28,8 @@
 # drain's WAL bytes and Postgres CPU µs and the share of the drain's
 # updates that were HOT, each round, then the median of the rounds and
 # the drain's and the whole's CPU against delete's.
+# HEADERS=1 gives every row two headers, as a traced producer writes them
+# (traceparent, a tenant): the fill then measures the headers CHECK.
 # Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/mark_parts.sh [rows] [rounds] [clients] [cases]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -82,8 +84,13 @@ shape() {
 		      AND contype = 'c'"
 		;;
 	esac
-	local fill="INSERT INTO $t (type, routing_key, payload) SELECT
-	      'bench.event', 'bench', decode(repeat(md5(g::text), 64), 'hex')
+	local headers="'{}'::jsonb"
+	[ "${HEADERS:-}" = 1 ] && headers="jsonb_build_object('traceparent',
+	      '00-' || md5(g::text) || '-' || left(md5((-g)::text), 16) ||
+	      '-01', 'tenant', 'tenant-' || g % 10)"
+	local fill="INSERT INTO $t (type, routing_key, headers, payload) SELECT
+	      'bench.event', 'bench', $headers,
+	      decode(repeat(md5(g::text), 64), 'hex')
 	      FROM generate_series(1, $ROWS) g"
 	[ "$c" = apart ] && fill="WITH e AS ($fill RETURNING id, next_attempt_at,
 	      seq) INSERT INTO $s.p SELECT * FROM e"
