@@ -1814,11 +1814,23 @@ static int count_of(const char *hay, const char *needle)
 	return n;
 }
 
-/* Fails with the plan that holds needle, from its query text on. */
+/* Fails with the plan that holds needle, from its query text on. A node
+ * "never executed" read nothing and is passed over: which plan a
+ * statement gated by a one-time filter gets for the branch it skips
+ * depends on the statistics, and so on when autovacuum last analyzed
+ * the table (test_generic_plans_use_indexes failed once in 8 under 4
+ * suites at once on the repair of 004's rows, gated on the CHECK being
+ * NOT VALID). */
 static void expect_no_plan_with(const char *plans, const char *needle,
 				const char *what)
 {
-	const char *at = strstr(plans, needle);
+	const char *at = plans;
+	for (; (at = strstr(at, needle)); at++) {
+		const char *eol = strchr(at, '\n');
+		size_t len = eol ? (size_t)(eol - at) : strlen(at);
+		if (!memmem(at, len, "(never executed)", 16))
+			break;
+	}
 	if (!at)
 		return;
 	const char *from = at;
