@@ -2,10 +2,11 @@
 -- usually write, string values under names it allows (traceparent,
 -- tracestate, a tenant). Since 011 only the empty object skipped the
 -- query over jsonb_each(), which starts an executor on every call, each
--- producer insert with headers (docs/benchmark.md, "The headers CHECK").
--- jsonb_path_exists() is a function call in a PL/pgSQL simple
--- expression: no executor, its regular expression compiled once per
--- session.
+-- producer insert with headers. jsonb_path_exists() is a function call
+-- in a PL/pgSQL simple expression: no executor, its regular expression
+-- compiled once per session. Measured (docs/benchmark.md, "What the mark
+-- to sent costs"): 21 us less Postgres CPU for an insert with two
+-- headers.
 --
 -- The answer is the same as before for every value: the jsonpath only
 -- accepts, and only where 005's query accepts; anything it does not
