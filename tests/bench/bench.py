@@ -490,9 +490,13 @@ class HorizonWindow:
             "'outbox-relay/%' AND datname = current_database()").split()}
 
     def stats(self):
+        # Postgres keeps no counts for a partitioned table: its
+        # partitions' are summed (a plain table is its own only leaf).
         ins, dead = self.bench.sql(
-            "SELECT n_tup_ins, n_dead_tup FROM pg_stat_user_tables WHERE "
-            "relid = '%s'::regclass" % self.t).split("|")
+            "SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_dead_tup), "
+            "0) FROM pg_stat_user_tables WHERE relid = '%s'::regclass OR "
+            "relid IN (SELECT relid FROM pg_partition_tree('%s') WHERE "
+            "isleaf)" % (self.t, self.t)).split("|")
         return int(ins), int(dead)
 
     def sent_count(self):
@@ -720,6 +724,7 @@ class Bench:
         if args.horizon_hold:
             self.p["horizon_hold_s"] = args.horizon_hold
         self.p["horizon_keys"] = args.horizon_keys
+        self.p["horizon_partitioned"] = args.horizon_partitioned
         self.sections = args.sections
         self.relay_bin = args.relay_bin
         self.build = os.path.dirname(self.relay_bin)
@@ -1480,7 +1485,7 @@ class Bench:
                             horizon_line(r, "dead_tup", "%d")))
         out = {k: self.p["horizon_" + k] for k in (
             "rate", "payload", "warmup_s", "window_s", "hold_s", "after_s",
-            "keys")}
+            "keys", "partitioned")}
         out["workers"] = 2
         out["publisher"] = "stdout"
         for label in runs:
@@ -1501,6 +1506,12 @@ class Bench:
         win, hold = p["horizon_window_s"], p["horizon_hold_s"]
         after = p["horizon_after_s"]
         t = self.table("horizon_%s_%s" % (label, mode), relay_bin=relay_bin)
+        if p["horizon_partitioned"]:
+            # The day's partition long made: the cell's ids land there,
+            # not in the default partition a fresh migration leaves.
+            cell_s = warm + 3 * win + hold + after + 300
+            dbcost.DbCost(self).partition(t, relay_bin,
+                                          minutes=cell_s // 60 + 10)
         self.sql("TRUNCATE %s" % t)
         self.sql("VACUUM ANALYZE %s" % t)
         script = os.path.join(self.work, "horizon-insert.sql")
@@ -1830,11 +1841,13 @@ class Bench:
                "the whole cell; the relay with %d workers, publisher %s; a "
                "REPEATABLE READ snapshot held %d s; %d s windows: before "
                "(after a %d s warm-up), late (the hold's last %d s), after "
-               "(from %d s after the release)." % (
+               "(from %d s after the release)%s." % (
                    h["rate"], h["payload"], ", each with one of %d "
                    "partition keys at random" % keys if keys else "",
                    h["workers"], h["publisher"], h["hold_s"], h["window_s"],
-                   h["warmup_s"], h["window_s"], h["after_s"]),
+                   h["warmup_s"], h["window_s"], h["after_s"],
+                   "; the table partitioned by the day, the events landing "
+                   "in the day's partition" if h.get("partitioned") else ""),
                "",
                "| Relay | History | Window | Postgres CPU of the relay's "
                "sessions, µs/event | × before | Events/s relayed | Backlog, "
@@ -2071,6 +2084,10 @@ def main():
                    "one of N partition keys at random (default 0: none); "
                    "with --relay-env OUTBOX_ORDERING=partition this "
                    "measures the ordered walk under the hold")
+    p.add_argument("--horizon-partitioned", action="store_true",
+                   help="the horizon section's tables partitioned by the "
+                   "day (migrate --partition, the day's partition made "
+                   "ahead, as dbcost's relay_life_partitioned)")
     p.add_argument("--no-kafka", action="store_true",
                    help="leave out the Kafka figures")
     p.add_argument("--keep", action="store_true",

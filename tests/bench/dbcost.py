@@ -240,25 +240,26 @@ class DbCost:
                                  "a reload" % value)
             time.sleep(0.1)
 
-    def partition(self, t):
+    def partition(self, t, relay_bin=None, minutes=10):
         """The table made partitioned by the binary's `migrate --partition`
         (which also makes the next days' partitions), and the rows about
         to be written given the partition they would have in production,
         where the day's partition was made days ahead: one holding the
-        next 10 minutes' ids (ending at tomorrow's, which exists), named
+        next minutes' ids (ending at tomorrow's, which exists), named
         after today. Returns its name; later() renames it after a day long
         past, as if its day had ended, for the relay's cleaner to drop."""
         b = self.b
-        run([b.relay_bin, "migrate", "--partition"], env=dict(
+        run([relay_bin or b.relay_bin, "migrate", "--partition"], env=dict(
             os.environ, OUTBOX_DATABASE_URL=b.svc.db_url, OUTBOX_TABLE=t,
             OUTBOX_LISTEN="off"), timeout=120)
         v7 = ("(substr(h, 1, 8) || '-' || substr(h, 9, 4) || "
               "'-0000-0000-000000000000') FROM (SELECT lpad(to_hex(("
               "extract(epoch FROM %s) * 1000)::bigint), 12, '0') AS h) x")
         lo = b.sql("SELECT " + v7 % "now()")
-        hi = b.sql("SELECT " + v7 % "least(now() + interval '10 minutes', "
-                   "(date_trunc('day', now() AT TIME ZONE 'UTC') + "
-                   "interval '1 day') AT TIME ZONE 'UTC')")
+        until = ("least(now() + interval '%d minutes', (date_trunc('day', "
+                 "now() AT TIME ZONE 'UTC') + interval '1 day') AT TIME ZONE "
+                 "'UTC')" % minutes)
+        hi = b.sql("SELECT " + v7 % until)
         tag = b.sql("SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')")
         # The storage parameters the binary gave tomorrow's partition
         # (the fill factor of a table keeping history among them).
