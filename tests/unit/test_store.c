@@ -2205,10 +2205,11 @@ static void floor_under_held_snapshot(bool ordered)
 	char *pending = index_leaves(c, table, "pending_idx");
 	char *due_leaves = pending;
 	if (ordered) {
-		char *both = index_leaves(c, table, "ordered_idx");
+		char *ordered_leaves = index_leaves(c, table, "ordered_idx");
 		due_leaves = NULL;
-		assert_true(asprintf(&due_leaves, "%s %s", both, pending) > 0);
-		free(both);
+		assert_true(asprintf(&due_leaves, "%s %s", ordered_leaves,
+				     pending) > 0);
+		free(ordered_leaves);
 		free(pending);
 	}
 	char *late_leaves = index_leaves(c, table, "written_idx");
