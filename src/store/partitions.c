@@ -189,8 +189,12 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 	snprintf(check, sizeof(check), "\"%s_ahead\"", s->table.name);
 	bool got, busy = false;
 	int rc = begin(s, &got, err, errlen);
-	if (rc != 0 || !got)
+	if (rc != 0 || !got) {
+		/* Another replica's cleaner (or migrate --partition) is
+		 * tending: it may make fewer days ahead than asked. */
+		r->busy |= rc == 0;
 		return rc;
+	}
 	const char *values[3] = {ahead, s->table.prefix, part_prefix};
 	PGresult *res = store_exec(s, "partitions", sql_missing, 3, values,
 				   PGRES_TUPLES_OK, &rc, err, errlen);
@@ -277,8 +281,10 @@ static int drop_day(struct store *s, const char *part,
 	snprintf(p, sizeof(p), "%s\"%s\"", s->table.prefix, part);
 	bool got, busy = false;
 	int rc = begin(s, &got, err, errlen);
-	if (rc != 0 || !got)
+	if (rc != 0 || !got) {
+		r->busy |= rc == 0;
 		return rc;
+	}
 	const char *T = s->table.quoted;
 	char *lock = store_asprintf(
 	    "LOCK TABLE ONLY %s, %s IN ACCESS EXCLUSIVE MODE", T, p);

@@ -289,7 +289,9 @@ struct partition_result {
  * in flight; sent within retention_ms; failed within failed_retention_ms,
  * or kept when 0; blocking a key). From then on store_clean() deletes the
  * default partition's rows only. Nothing on another table. Steps that
- * wait longer than 200 ms for a lock are left for the next call. The
+ * wait longer than 200 ms for a lock, or find the cleaner's lock held
+ * (another replica tending, which may make fewer days ahead), are left
+ * for the next call (r->busy). The
  * partitions take the default partition's storage parameters, with
  * fillfactor 50 when history is kept (retention_ms > 0).
  */

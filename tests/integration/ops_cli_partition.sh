@@ -59,8 +59,10 @@ grep -q '^contract step partition_by_id (protocol 1): done$' "$it_dir/cli.out" |
 	it_fail "no line for the step: $(cat "$it_dir/cli.out")"
 grep -q 'is partitioned by id$' "$it_dir/cli.out" ||
 	it_fail "no line for the table: $(cat "$it_dir/cli.out")"
-# A run that found a partition's lock taken (a relay's cleaner making
-# one at that moment) says so and makes none: run again, as it asks.
+# A run that found a lock taken (a relay's cleaner tending at that
+# moment: its lock, or a partition it makes) says so and leaves those
+# steps undone: run again, as it asks. (Before it said so for the
+# cleaner's lock, the day after tomorrow's partition could be missing.)
 tries=0
 while grep -q '(some locks were taken: run it again)$' "$it_dir/cli.out"; do
 	tries=$((tries + 1))

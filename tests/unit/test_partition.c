@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "pgtest.h"
+#include "store/locks.h"
 #include "store/store.h"
 #include "store/store_test.h"
 
@@ -500,12 +501,51 @@ static void test_partitions_by_the_day(void **state)
 	PQfinish(c);
 }
 
+/* While another session holds the cleaner's lock (a replica's cleaner
+ * making fewer days ahead than migrate --partition), a tend makes
+ * nothing and says so (busy: run it again); once the lock is free, it
+ * makes its days. */
+static void test_tend_behind_another_cleaner(void **state)
+{
+	(void)state;
+	char table[128];
+	struct outbox_table t;
+	pgtest_fresh_table("part_busy", table, sizeof(table));
+	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
+	PGconn *c = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	if (store_partition_unrecorded(c, &t, err, sizeof(err)) != 0)
+		fail_msg("partition: %s", err);
+
+	pgtest_exec(c, "BEGIN");
+	pgtest_exec(c, "SELECT pg_advisory_xact_lock(%d, hashtext(%s))",
+		    LOCK_NS_CLEAN, t.literal);
+	struct partition_result r;
+	if (store_partitions_tend(s, 3, DAY_MS, 0, &r, err, sizeof(err)) != 0)
+		fail_msg("tend: %s", err);
+	assert_true(r.partitioned);
+	assert_true(r.busy);
+	assert_int_equal(r.created, 0);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_partition_tree("
+				     "'%s') WHERE level = 1",
+				     table),
+			 1); /* the default alone */
+	pgtest_exec(c, "COMMIT");
+
+	assert_int_equal(tend(s, DAY_MS, 0).created, 3);
+	store_close(s);
+	PQfinish(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_live_table_becomes_partitioned),
 	    cmocka_unit_test(test_dependents_refused),
 	    cmocka_unit_test(test_partitions_by_the_day),
+	    cmocka_unit_test(test_tend_behind_another_cleaner),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
