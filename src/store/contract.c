@@ -332,6 +332,11 @@ static int run_steps(const struct store_options *opt, int settle_ms,
 	bool partitioned = rows > 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct contract_step *c = &steps[i];
+		if (migrate_lock_held(conn, &t, why, sizeof(why)) != 0) {
+			snprintf(err, errlen, "contract step %s of %s: %s",
+				 c->name, t.literal, why);
+			goto unlock;
+		}
 		int had = record_step(conn, &t, c, settle_ms, err, errlen);
 		if (had < 0)
 			goto unlock;

@@ -83,6 +83,36 @@ static bool exec_ok(PGconn *conn, const char *sql, char *err, size_t errlen)
 	return ok;
 }
 
+int migrate_lock_held(PGconn *conn, const struct outbox_table *t, char *err,
+		      size_t errlen)
+{
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = "
+		 "'advisory' AND pid = pg_backend_pid() AND granted AND "
+		 "objsubid = 2 AND classid = %d AND objid::bigint = "
+		 "(hashtext(%s)::bigint & 4294967295))",
+		 LOCK_NS_MIGRATE, t->literal);
+	PGresult *res = PQexec(conn, sql);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		pgconn_error(conn, res, err, errlen);
+		PQclear(res);
+		return -1;
+	}
+	bool held = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+	if (held)
+		return 0;
+	snprintf(err, errlen,
+		 "the migration lock of %s, taken by the previous statement, "
+		 "is not held by the session of the next one: the connection "
+		 "goes through a transaction-mode pooler (PgBouncer "
+		 "pool_mode = transaction)? Give migrate a direct connection "
+		 "to the server",
+		 t->literal);
+	return -1;
+}
+
 /* Takes the session-level migration lock, waiting at most LOCK_WAIT_MS.
  * A session lock is right here (unlike the loops): migrate is a short
  * command whose connection ends with it. */
@@ -104,7 +134,7 @@ int migrate_lock(PGconn *conn, const struct outbox_table *t, char *err,
 		bool got = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 		PQclear(res);
 		if (got)
-			return 0;
+			return migrate_lock_held(conn, t, err, errlen);
 		if (clock_ms() > until) {
 			snprintf(err, errlen,
 				 "another migrate held the migration lock of "
@@ -443,6 +473,10 @@ static int apply_pending(PGconn *conn, const struct outbox_table *t,
 			if (out)
 				fprintf(out, "%s: already applied\n", m->name);
 			continue;
+		}
+		if (migrate_lock_held(conn, t, why, sizeof(why)) != 0) {
+			snprintf(err, errlen, "before %s: %s", m->name, why);
+			return -1;
 		}
 		if (apply_one(conn, t, m, version_table, out, w, err, errlen) !=
 		    0)

@@ -48,6 +48,16 @@ PGconn *migrate_session(const struct store_options *opt, struct outbox_table *t,
  */
 int migrate_lock(PGconn *conn, const struct outbox_table *t, char *err,
 		 size_t errlen);
+/*
+ * 0 when this session holds the migration lock, asked in a statement of
+ * its own; -1 with err otherwise. Behind a transaction-mode pooler each
+ * statement may run on another server session, or on the same one after
+ * the pool's DISCARD ALL let the lock go: the lock would guard nothing,
+ * and might stay held by a pooled server session. migrate_lock() asks
+ * once it has the lock, and each step again before it runs.
+ */
+int migrate_lock_held(PGconn *conn, const struct outbox_table *t, char *err,
+		      size_t errlen);
 void migrate_unlock(PGconn *conn, const struct outbox_table *t);
 
 /* How long a step outside a transaction may wait for its locks. */

@@ -8,7 +8,9 @@
 #  - the fence: a relay stopped (SIGSTOP) with rows leased loses them
 #    within the lease timeout, and a second relay delivers them;
 #  - hygiene: plain clients of the same pool, while relays run, see the
-#    server's settings, never one the relay set (docs/design.md §4).
+#    server's settings, never one the relay set (docs/design.md §4);
+#  - migrate through the pool that resets its connections is refused
+#    with a clear error before it changes anything.
 . "$(dirname "$0")/lib.sh"
 : "${RELAY_TEST_FLAKY_BIN:?run through meson test}"
 . "$(dirname "$0")/pgbouncer_lib.sh"
@@ -51,6 +53,22 @@ round() {
 	[ "$baseline" = "$(it_psql "$settings_sql")" ] ||
 		it_fail "the pool's baseline ($baseline) is not the server's"
 
+	# migrate needs a direct connection (a session advisory lock):
+	# behind a pool that resets each server connection after every
+	# transaction the lock is gone by the next statement, and migrate
+	# says so before it changes anything.
+	if [ "$reset" = 1 ]; then
+		local refused="pgbref_$$.outbox_events"
+		if env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="$refused" \
+			"$RELAY_TEST_BIN" migrate >"$it_dir/migrate-pool.out" 2>&1; then
+			it_fail "migrate through the pool (DISCARD ALL after each transaction) succeeded: $(tail -3 "$it_dir/migrate-pool.out")"
+		fi
+		grep -q 'goes through a transaction-mode pooler.*Give migrate a direct connection' "$it_dir/migrate-pool.out" ||
+			it_fail "migrate through the pool: $(cat "$it_dir/migrate-pool.out")"
+		[ "$(it_psql "SELECT to_regclass('$refused') IS NULL")" = t ] ||
+			it_fail "migrate through the pool made the table before it refused"
+		echo "reset=$reset: migrate through the pool refused before it changed anything"
+	fi
 	it_table "pgb${reset}"
 	it_psql "INSERT INTO $OUTBOX_TABLE (type, payload)
 	         SELECT 'pool.test', convert_to(json_build_object('n', g)::text, 'UTF8')
