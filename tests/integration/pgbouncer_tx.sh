@@ -10,7 +10,9 @@
 #  - hygiene: plain clients of the same pool, while relays run, see the
 #    server's settings, never one the relay set (docs/design.md §4);
 #  - migrate through the pool that resets its connections is refused
-#    with a clear error before it changes anything.
+#    with a clear error before it changes anything;
+#  - the table made partitioned, the relay's cleaner tends its daily
+#    partitions through the pool.
 . "$(dirname "$0")/lib.sh"
 : "${RELAY_TEST_FLAKY_BIN:?run through meson test}"
 . "$(dirname "$0")/pgbouncer_lib.sh"
@@ -37,6 +39,25 @@ clients() {
 		if [ "$seen" != "$baseline" ]; then
 			leaked=$((leaked + 1))
 			echo "client $i saw: $seen" >>"$it_dir/leaks.txt"
+		fi
+	done
+	echo "$leaked"
+}
+
+# every_server URL BASELINE: one client on each of the pool's 3 server
+# connections at once (sequential clients get the one the last let go);
+# prints how many saw settings other than BASELINE.
+every_server() {
+	local url="$1" baseline="$2" i leaked=0
+	for i in 1 2 3; do
+		psql "$url" -X -A -t -q -c "$settings_sql, pg_sleep(1)" \
+			>"$it_dir/every-$i.txt" 2>&1 &
+	done
+	wait
+	for i in 1 2 3; do
+		if [ "$(sed 's/|$//' "$it_dir/every-$i.txt")" != "$baseline" ]; then
+			leaked=$((leaked + 1))
+			cat "$it_dir/every-$i.txt" >>"$it_dir/leaks.txt"
 		fi
 	done
 	echo "$leaked"
@@ -159,7 +180,61 @@ round() {
 			it_fail "reset=$reset: row $id the stopped relay held was not delivered by the second relay"
 	done
 	echo "reset=$reset: a relay stopped with $(echo "$held" | wc -w) rows leased lost them after ${released} ms (lease timeout ${lease_timeout_s}s); the second relay delivered them"
+	[ "$reset" = 1 ] || partitioned "$url" "$baseline"
 	bouncer_stop
+}
+
+# partitioned URL BASELINE: the table made partitioned by id (migrate
+# --partition over a direct connection) and its partitions tended by the
+# relay's cleaner through the pool: tomorrow's, dropped, made again; a
+# past day's dropped, its pending row carried to the default partition
+# and delivered; plain clients of the pool, and afterwards each of its
+# server connections, see only the server's settings (the cleaner's
+# 200 ms lock timeout is its transaction's; PgBouncer itself puts back
+# each client's TimeZone, which the cleaner sets too).
+partitioned() {
+	local url="$1" baseline="$2" relay leaked
+	env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
+		"$RELAY_TEST_BIN" migrate --partition >"$it_dir/partition.out" 2>&1 ||
+		it_fail "migrate --partition: $(cat "$it_dir/partition.out")"
+	# day_id DAYS: the least UUIDv7 of today + DAYS (UTC); day_tag: its name.
+	day_id() {
+		it_psql "SELECT substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-0000-0000-000000000000'
+		  FROM (SELECT lpad(to_hex((extract(epoch FROM date_trunc('day', now() AT TIME ZONE 'UTC')
+		  + interval '$1 day') * 1000)::bigint), 12, '0') AS h) x"
+	}
+	day_tag() {
+		it_psql "SELECT to_char(date_trunc('day', now() AT TIME ZONE 'UTC') + interval '$1 day', 'YYYYMMDD')"
+	}
+	local past="${OUTBOX_TABLE}_p$(day_tag -3)" next="${OUTBOX_TABLE}_p$(day_tag 1)"
+	it_psql "CREATE TABLE $past PARTITION OF $OUTBOX_TABLE FOR VALUES FROM ('$(day_id -3)') TO ('$(day_id -2)')"
+	it_psql "INSERT INTO $OUTBOX_TABLE (id, type, payload, status, finished_at) VALUES
+	  (overlay('$(day_id -3)' placing '7000-8000-000000000001' from 15)::uuid, 'pool.past', '{}', 'sent', now() - interval '3 days'),
+	  (overlay('$(day_id -3)' placing '7000-8000-000000000002' from 15)::uuid, 'pool.past', '{}', 'pending', NULL)"
+	[ "$(it_psql "SELECT count(*) FROM $past")" = 2 ] || it_fail "the past day's rows are not in its partition"
+	it_psql "DROP TABLE $next"
+	env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_HTTP_ADDR= \
+		OUTBOX_PG_PREPARE=off OUTBOX_POLL_INTERVAL=100ms OUTBOX_CLEAN_INTERVAL=1s \
+		OUTBOX_RETENTION=1h "$RELAY_TEST_BIN" run >"$it_dir/partitioned.out" 2>"$it_dir/partitioned.log" &
+	relay=$!
+	it_pids+=("$relay")
+	tended() {
+		[ "$(it_psql "SELECT to_regclass('$next') IS NOT NULL AND to_regclass('$past') IS NULL")" = t ]
+	}
+	it_wait 20 "the relay's cleaner to tend the partitions through the pool" tended
+	it_wait_count 20 "type = 'pool.past' AND status = 'sent'" -eq 1
+	[ "$(it_count "type = 'pool.past' AND tableoid = '${OUTBOX_TABLE}_default'::regclass")" = 1 ] ||
+		it_fail "the past day's pending row was not carried to the default partition"
+	leaked=$(clients "$url" "$baseline" 10)
+	[ "$leaked" = 0 ] || it_fail "$leaked of 10 plain clients saw the relay's settings beside the partitioned table: $(tail -3 "$it_dir/leaks.txt")"
+	it_stop "$relay"
+	[ "$it_rc" = 0 ] || it_fail "the relay of the partitioned table exited $it_rc"
+	leaked=$(every_server "$url" "$baseline")
+	[ "$leaked" = 0 ] || it_fail "$leaked of the pool's 3 server connections kept a setting of the relay's cleaner: $(tail -3 "$it_dir/leaks.txt")"
+	grep -q '"msg":"partitions made and dropped".*"made":"1"' "$it_dir/partitioned.log" &&
+		grep -q '"msg":"partitions made and dropped".*"dropped":"1","carried":"1"' "$it_dir/partitioned.log" ||
+		it_fail "the relay logged no partition made and dropped: $(grep partitions "$it_dir/partitioned.log")"
+	echo "partitioned: the relay's cleaner made tomorrow's partition and dropped a past day's through the pool, its pending row carried and delivered"
 }
 
 round 0
