@@ -6,6 +6,7 @@
 #include "cli_source.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -141,29 +142,83 @@ const char *cli_source_table(const struct config *cfg, const char *cmd,
 	return NULL;
 }
 
-int cli_migrate_table(const char *cmd, const struct config *cfg,
-		      const char *conninfo, const char *table,
-		      const struct cli_migrate *m)
+/* Which part of `migrate` a pass over the tables does: all of it, for
+ * one table; for several with contract steps, first the expand
+ * migrations and the steps' records, every table's, then the steps, so
+ * that the wait for the relays' heartbeats (STORE_CONTRACT_SETTLE_MS)
+ * is one for them all instead of one a table. */
+enum migrate_pass { PASS_ALL, PASS_EXPAND, PASS_CONTRACT };
+
+/* The tables (their database's index and name) whose expand pass
+ * failed, not contracted by the next pass. */
+struct migrate_failed {
+	char **names;
+	size_t n;
+};
+
+static char *failed_key(size_t d, const char *table)
+{
+	char *key = NULL;
+	return asprintf(&key, "%zu/%s", d, table) < 0 ? NULL : key;
+}
+
+static bool failed_before(const struct migrate_failed *f, const char *key)
+{
+	for (size_t i = 0; key && i < f->n; i++)
+		if (strcmp(f->names[i], key) == 0)
+			return true;
+	return false;
+}
+
+static void failed_add(struct migrate_failed *f, char *key)
+{
+	char **grown =
+	    key ? realloc(f->names, (f->n + 1) * sizeof(*grown)) : NULL;
+	if (!grown) {
+		/* Out of memory: the table is contracted again, and fails
+		 * again, said twice. */
+		free(key);
+		return;
+	}
+	f->names = grown;
+	f->names[f->n++] = key;
+}
+
+static int migrate_one(const char *cmd, const struct config *cfg,
+		       const char *conninfo, const char *table,
+		       const struct cli_migrate *m, enum migrate_pass pass)
 {
 	char err[1024];
 	struct store_options o =
 	    store_options_from_config(cfg, "outbox-relay/cli", NULL);
 	o.table = table;
 	o.conninfo = conninfo;
-	struct cli_progress p;
-	cli_progress_init(&p, cmd, m->quiet, NULL);
-	int rc =
-	    store_migrate_watched(&o, cfg->listen, stdout,
-				  p.on ? &p.watcher : NULL, err, sizeof(err));
-	cli_progress_end(&p);
-	if (rc != 0) {
-		fprintf(stderr, "outbox-relay: %s\n", err);
-		return 1;
+	if (pass != PASS_CONTRACT) {
+		struct cli_progress p;
+		cli_progress_init(&p, cmd, m->quiet, NULL);
+		int rc = store_migrate_watched(&o, cfg->listen, stdout,
+					       p.on ? &p.watcher : NULL, err,
+					       sizeof(err));
+		cli_progress_end(&p);
+		if (rc != 0) {
+			fprintf(stderr, "outbox-relay: %s\n", err);
+			return 1;
+		}
+		printf("NOTIFY trigger %s (OUTBOX_LISTEN=%s)\n",
+		       cfg->listen ? "present" : "absent",
+		       cfg->listen ? "on" : "off");
+		printf("table %s is at schema version %d\n", table,
+		       store_schema_version());
 	}
-	printf("NOTIFY trigger %s (OUTBOX_LISTEN=%s)\n",
-	       cfg->listen ? "present" : "absent", cfg->listen ? "on" : "off");
-	printf("table %s is at schema version %d\n", table,
-	       store_schema_version());
+	if (pass == PASS_EXPAND) {
+		fflush(stdout);
+		if (store_contract_record(&o, m->contract, m->partition, stdout,
+					  err, sizeof(err)) != 0) {
+			fprintf(stderr, "outbox-relay: %s\n", err);
+			return 1;
+		}
+		return 0;
+	}
 	if (m->contract) {
 		fflush(stdout);
 		if (store_contract(&o, stdout, err, sizeof(err)) != 0) {
@@ -185,17 +240,48 @@ int cli_migrate_table(const char *cmd, const struct config *cfg,
 	return 0;
 }
 
-/* `migrate` of every table pattern matches now in the database of
- * conninfo; how many failed. */
-static int migrate_pattern(const char *cmd, const struct config *cfg,
-			   const char *conninfo, const char *pattern,
-			   const struct cli_migrate *m)
+int cli_migrate_table(const char *cmd, const struct config *cfg,
+		      const char *conninfo, const char *table,
+		      const struct cli_migrate *m)
+{
+	return migrate_one(cmd, cfg, conninfo, table, m, PASS_ALL);
+}
+
+/* migrate_one() of one of several tables in pass, after the expand pass
+ * (failed: the tables it failed on, skipped now) or before the contract
+ * pass (failed: where to add them); 1 when it failed. */
+static int migrate_of_many(const char *cmd, const struct config *cfg, size_t d,
+			   const char *table, const struct cli_migrate *m,
+			   enum migrate_pass pass,
+			   struct migrate_failed *failed)
+{
+	char *key = failed_key(d, table);
+	if (pass == PASS_CONTRACT && failed_before(failed, key)) {
+		printf("(skipped: it failed above)\n");
+		free(key);
+		return 0;
+	}
+	int rc =
+	    migrate_one(cmd, cfg, config_database_url(cfg, d), table, m, pass);
+	if (rc != 0 && pass == PASS_EXPAND)
+		failed_add(failed, key);
+	else
+		free(key);
+	return rc;
+}
+
+/* `migrate` of every table pattern matches now in database d; how many
+ * failed. */
+static int migrate_pattern(const char *cmd, const struct config *cfg, size_t d,
+			   const char *pattern, const struct cli_migrate *m,
+			   enum migrate_pass pass,
+			   struct migrate_failed *failed)
 {
 	char err[1024];
 	struct store_options o =
 	    store_options_from_config(cfg, "outbox-relay/cli", NULL);
 	o.table = pattern;
-	o.conninfo = conninfo;
+	o.conninfo = config_database_url(cfg, d);
 	char **names = NULL;
 	size_t n = 0;
 	if (store_catalog_match(&o, pattern, &names, &n, err, sizeof(err)) !=
@@ -204,14 +290,47 @@ static int migrate_pattern(const char *cmd, const struct config *cfg,
 		return 1;
 	}
 	/* A pattern creates nothing: it names the tables there are. */
-	printf("pattern %s matches %zu tables\n", pattern, n);
-	int failed = 0;
+	printf("pattern %s matches %zu tables%s\n", pattern, n,
+	       pass == PASS_CONTRACT ? ": their contract steps" : "");
+	int fails = 0;
 	for (size_t i = 0; i < n; i++) {
 		printf("table %s (%zu of %zu):\n", names[i], i + 1, n);
-		failed += cli_migrate_table(cmd, cfg, conninfo, names[i], m);
+		fails +=
+		    migrate_of_many(cmd, cfg, d, names[i], m, pass, failed);
 	}
 	store_names_free(names, n);
-	return failed;
+	return fails;
+}
+
+/* One pass over every table of OUTBOX_TABLE in every database; how many
+ * failed. *tables gets how many there were. */
+static int migrate_all(const char *cmd, const struct config *cfg,
+		       const struct cli_migrate *m, enum migrate_pass pass,
+		       struct migrate_failed *failed, size_t *tables)
+{
+	int fails = 0;
+	size_t dbs = config_n_databases(cfg);
+	*tables = 0;
+	for (size_t d = 0; d < dbs; d++) {
+		if (dbs > 1)
+			printf("database %s (%zu of %zu):\n",
+			       config_database_name(cfg, d), d + 1, dbs);
+		for (size_t i = 0; i < cfg->n_tables; i++) {
+			const char *table = cfg->tables[i];
+			(*tables)++;
+			if (table_is_pattern(table)) {
+				fails += migrate_pattern(cmd, cfg, d, table, m,
+							 pass, failed);
+				continue;
+			}
+			if (cfg->n_tables > 1)
+				printf("table %s (%zu of %zu):\n", table, i + 1,
+				       cfg->n_tables);
+			fails += migrate_of_many(cmd, cfg, d, table, m, pass,
+						 failed);
+		}
+	}
+	return fails;
 }
 
 int cli_migrate_sources(const char *cmd, const struct config *cfg,
@@ -225,32 +344,31 @@ int cli_migrate_sources(const char *cmd, const struct config *cfg,
 			return 2;
 		return cli_migrate_table(cmd, cfg, conninfo, only, m) ? 1 : 0;
 	}
-	int failed = 0;
-	size_t dbs = config_n_databases(cfg), tables = 0;
-	for (size_t d = 0; d < dbs; d++) {
-		const char *conninfo = config_database_url(cfg, d);
-		if (dbs > 1)
-			printf("database %s (%zu of %zu):\n",
-			       config_database_name(cfg, d), d + 1, dbs);
-		for (size_t i = 0; i < cfg->n_tables; i++) {
-			const char *table = cfg->tables[i];
-			tables++;
-			if (table_is_pattern(table)) {
-				failed += migrate_pattern(cmd, cfg, conninfo,
-							  table, m);
-				continue;
-			}
-			if (cfg->n_tables > 1)
-				printf("table %s (%zu of %zu):\n", table, i + 1,
-				       cfg->n_tables);
-			failed +=
-			    cli_migrate_table(cmd, cfg, conninfo, table, m);
-		}
+	bool one = config_n_databases(cfg) == 1 && cfg->n_tables == 1 &&
+		   !table_is_pattern(cfg->tables[0]);
+	if (one)
+		return cli_migrate_table(cmd, cfg, config_database_url(cfg, 0),
+					 cfg->tables[0], m)
+			   ? 1
+			   : 0;
+	struct migrate_failed failed = {0};
+	size_t tables = 0;
+	bool steps = m->contract || m->partition;
+	int fails = migrate_all(cmd, cfg, m, steps ? PASS_EXPAND : PASS_ALL,
+				&failed, &tables);
+	if (steps) {
+		printf("contract steps of every table, once their records "
+		       "settled:\n");
+		fails +=
+		    migrate_all(cmd, cfg, m, PASS_CONTRACT, &failed, &tables);
 	}
-	if (failed > 0 && tables > 1)
+	for (size_t i = 0; i < failed.n; i++)
+		free(failed.names[i]);
+	free(failed.names);
+	if (fails > 0 && tables > 1)
 		fprintf(stderr,
 			"outbox-relay: %d of %zu tables failed to "
 			"migrate\n",
-			failed, tables);
-	return failed > 0 ? 1 : 0;
+			fails, tables);
+	return fails > 0 ? 1 : 0;
 }

@@ -211,27 +211,65 @@ static bool run(PGconn *conn, const char *sql, const char *a, const char *b,
 	return ok;
 }
 
+/* How long the record of step, if any, has still to settle: settle_ms
+ * less its age by the server's clock (0 once settled). 1 with *ms when
+ * recorded, 0 when not, -1 with err. */
+static int record_settles_in(PGconn *conn, const char *contract,
+			     const char *step, int settle_ms, long *ms,
+			     char *err, size_t errlen)
+{
+	char sql[512], settle[16];
+	snprintf(sql, sizeof(sql),
+		 "SELECT greatest(0, $2::float8 - 1000 * extract(epoch FROM "
+		 "clock_timestamp() - applied_at))::bigint FROM %s WHERE step "
+		 "= $1",
+		 contract);
+	snprintf(settle, sizeof(settle), "%d", settle_ms);
+	const char *values[2] = {step, settle};
+	PGresult *res = PQexecParams(conn, sql, 2, NULL, values, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		pgconn_error(conn, res, err, errlen);
+		PQclear(res);
+		return -1;
+	}
+	int n = PQntuples(res);
+	if (n > 0)
+		*ms = atol(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return n > 0;
+}
+
 /* Records step, unless a replica of an older protocol is alive before or
  * within settle_ms after: a relay that opened the table before the record
- * passed its own check, and tells of itself by its next heartbeat. 1: the
- * step was recorded already; 0: recorded now; -1 with err. */
+ * passed its own check, and tells of itself by its next heartbeat. A
+ * record younger than settle_ms (made by `migrate` of many tables, which
+ * records every table's steps before it waits once for them all, or by
+ * a run stopped while it waited) waits the rest and is checked again,
+ * its step not yet run by anyone: a step runs only once its record has
+ * settled. With settle false, only records (no wait, no second look). 1:
+ * recorded and settled before; 0: recorded now or settled now; -1 with
+ * err. */
 static int record_step(PGconn *conn, const struct outbox_table *t,
-		       const struct contract_step *c, int settle_ms, char *err,
-		       size_t errlen)
+		       const struct contract_step *c, int settle_ms,
+		       bool settle, char *err, size_t errlen)
 {
 	char contract[160], registry[160], p[16], who[512], why[512];
 	char sql[512];
 	table_derived(t, "_contract", contract, sizeof(contract));
 	table_derived(t, "_replicas", registry, sizeof(registry));
 	snprintf(p, sizeof(p), "%d", c->protocol);
-	int rows = 0;
-	snprintf(sql, sizeof(sql), "SELECT 1 FROM %s WHERE step = $1",
-		 contract);
-	if (!run(conn, sql, c->name, NULL, &rows, why, sizeof(why)))
+	long wait_ms = settle_ms;
+	int had = record_settles_in(conn, contract, c->name, settle_ms,
+				    &wait_ms, why, sizeof(why));
+	if (had < 0)
 		goto failed;
-	if (rows > 0)
+	if (had && wait_ms == 0)
 		return 1;
-	for (int round = 0; round < 2; round++) {
+	if (had && !settle)
+		return 0;
+	for (int round = had ? 1 : 0; round < 2; round++) {
+		if (round == 1)
+			clock_sleep_ms(wait_ms);
 		int n = live_below(conn, registry, c->protocol, who,
 				   sizeof(who), why, sizeof(why));
 		if (n < 0)
@@ -261,7 +299,8 @@ static int record_step(PGconn *conn, const struct outbox_table *t,
 			 contract);
 		if (!run(conn, sql, c->name, p, NULL, why, sizeof(why)))
 			goto failed;
-		clock_sleep_ms(settle_ms);
+		if (!settle)
+			break;
 	}
 	return 0;
 failed:
@@ -295,10 +334,11 @@ static bool expanded(PGconn *conn, const struct outbox_table *t, char *err,
 }
 
 /* Each of steps (n of them) on opt's table, recorded first: see
- * store_contract(). */
+ * store_contract(). With record_only, the records alone
+ * (store_contract_record()). */
 static int run_steps(const struct store_options *opt, int settle_ms,
-		     const struct contract_step *steps, size_t n, FILE *out,
-		     char *err, size_t errlen)
+		     bool record_only, const struct contract_step *steps,
+		     size_t n, FILE *out, char *err, size_t errlen)
 {
 	struct outbox_table t;
 	struct pgconn_options po;
@@ -337,9 +377,18 @@ static int run_steps(const struct store_options *opt, int settle_ms,
 				 c->name, t.literal, why);
 			goto unlock;
 		}
-		int had = record_step(conn, &t, c, settle_ms, err, errlen);
+		int had = record_step(conn, &t, c, settle_ms, !record_only, err,
+				      errlen);
 		if (had < 0)
 			goto unlock;
+		if (record_only) {
+			if (out && !had)
+				fprintf(out,
+					"contract step %s (protocol %d): "
+					"recorded\n",
+					c->name, c->protocol);
+			continue;
+		}
 		char *sql = migrate_expand(
 		    partitioned ? c->sql_partitioned : c->sql, &t);
 		if (!sql)
@@ -374,7 +423,7 @@ out:
 int store_contract_settled(const struct store_options *opt, int settle_ms,
 			   FILE *out, char *err, size_t errlen)
 {
-	return run_steps(opt, settle_ms, contract_steps,
+	return run_steps(opt, settle_ms, false, contract_steps,
 			 sizeof(contract_steps) / sizeof(contract_steps[0]),
 			 out, err, errlen);
 }
@@ -386,10 +435,26 @@ int store_contract(const struct store_options *opt, FILE *out, char *err,
 				      errlen);
 }
 
+int store_contract_record(const struct store_options *opt, bool contract,
+			  bool partition, FILE *out, char *err, size_t errlen)
+{
+	int rc = STORE_OK;
+	if (contract)
+		rc = run_steps(
+		    opt, STORE_CONTRACT_SETTLE_MS, true, contract_steps,
+		    sizeof(contract_steps) / sizeof(contract_steps[0]), out,
+		    err, errlen);
+	if (rc == STORE_OK && partition)
+		rc = run_steps(opt, STORE_CONTRACT_SETTLE_MS, true,
+			       &partition_step, 1, out, err, errlen);
+	return rc;
+}
+
 int store_partition_settled(const struct store_options *opt, int settle_ms,
 			    FILE *out, char *err, size_t errlen)
 {
-	return run_steps(opt, settle_ms, &partition_step, 1, out, err, errlen);
+	return run_steps(opt, settle_ms, false, &partition_step, 1, out, err,
+			 errlen);
 }
 
 int store_partition(const struct store_options *opt, FILE *out, char *err,

@@ -444,6 +444,18 @@ int store_contract(const struct store_options *opt, FILE *out, char *err,
 int store_partition(const struct store_options *opt, FILE *out, char *err,
 		    size_t errlen);
 
+/*
+ * The records of store_contract()'s steps (contract) and of
+ * store_partition()'s (partition) not yet recorded, each refused while a
+ * replica of an older protocol is seen alive, without the wait or the
+ * steps: `migrate` of many tables records every table's first, so that
+ * the wait of the first table's steps is the wait of them all (a record
+ * younger than STORE_CONTRACT_SETTLE_MS waits only the rest, and is
+ * checked again before its step runs). One line per step recorded.
+ */
+int store_contract_record(const struct store_options *opt, bool contract,
+			  bool partition, FILE *out, char *err, size_t errlen);
+
 /* How long store_contract() waits after recording a step before it looks
  * at the registry again: two heartbeats of the relay's ops loop (every 3
  * s), so a relay that opened the table before the record shows itself. */

@@ -1072,6 +1072,37 @@ static void test_contract_steps(void **state)
 	    pgtest_long(f->conn, "SELECT count(*) FROM %s", l.contract), 0);
 	assert_int_equal(index_count(f->conn, &f->t, "_unclassified_idx"), 1);
 
+	/* A record younger than the settle time (migrate of many tables
+	 * records every table's steps first, then waits once) is checked
+	 * again when it settles, not taken as done before: refused, taken
+	 * back. */
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (step, protocol) VALUES "
+		    "('drop_unclassified_idx', 1)",
+		    l.contract);
+	pgtest_exec(f->conn,
+		    "DELETE FROM %s WHERE id = 'late/1'; INSERT INTO %s (id, "
+		    "version, last_seen_at) VALUES ('young/1', '0.1.0', now())",
+		    l.registry, l.registry);
+	assert_int_not_equal(
+	    store_contract_settled(&o, 2000, out, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "young/1 (version 0.1.0, protocol none)"));
+	assert_int_equal(
+	    pgtest_long(f->conn, "SELECT count(*) FROM %s", l.contract), 0);
+	assert_int_equal(index_count(f->conn, &f->t, "_unclassified_idx"), 1);
+	/* The records alone: refused while it is alive, then made, the
+	 * step not run. */
+	assert_int_not_equal(
+	    store_contract_record(&o, true, false, out, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "young/1"));
+	pgtest_exec(f->conn, "DELETE FROM %s WHERE id = 'young/1'", l.registry);
+	if (store_contract_record(&o, true, false, out, err, sizeof(err)) != 0)
+		fail_msg("record: %s", err);
+	assert_int_equal(
+	    pgtest_long(f->conn, "SELECT count(*) FROM %s", l.contract), 1);
+	assert_int_equal(index_count(f->conn, &f->t, "_unclassified_idx"), 1);
+	pgtest_exec(f->conn, "DELETE FROM %s", l.contract);
+
 	/* Upgraded: the step runs, once recorded. */
 	pgtest_exec(f->conn, "UPDATE %s SET protocol = %d", l.registry,
 		    STORE_PROTOCOL);
