@@ -247,8 +247,8 @@ static int record_settles_in(PGconn *conn, const char *contract,
  * a run stopped while it waited) waits the rest and is checked again,
  * its step not yet run by anyone: a step runs only once its record has
  * settled. With settle false, only records (no wait, no second look). 1:
- * recorded and settled before; 0: recorded now or settled now; -1 with
- * err. */
+ * recorded and settled before; 2 (settle false): recorded before, not
+ * yet settled; 0: recorded now, or settled now; -1 with err. */
 static int record_step(PGconn *conn, const struct outbox_table *t,
 		       const struct contract_step *c, int settle_ms,
 		       bool settle, char *err, size_t errlen)
@@ -266,7 +266,7 @@ static int record_step(PGconn *conn, const struct outbox_table *t,
 	if (had && wait_ms == 0)
 		return 1;
 	if (had && !settle)
-		return 0;
+		return 2;
 	for (int round = had ? 1 : 0; round < 2; round++) {
 		if (round == 1)
 			clock_sleep_ms(wait_ms);
@@ -382,7 +382,7 @@ static int run_steps(const struct store_options *opt, int settle_ms,
 		if (had < 0)
 			goto unlock;
 		if (record_only) {
-			if (out && !had)
+			if (out && had == 0)
 				fprintf(out,
 					"contract step %s (protocol %d): "
 					"recorded\n",
