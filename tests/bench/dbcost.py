@@ -26,6 +26,11 @@ Every variant starts from a freshly migrated table, filled, vacuumed and
 checkpointed. The deletes of history run in a second window that begins
 after a VACUUM and a CHECKPOINT (neither measured), as they would hours
 later in production; the two windows add up to the whole life of a row.
+The relay's variants also measure, each in a window of its own, a VACUUM
+of the table after the drain and after the deletes: what the dead rows
+they leave cost once (a deleted row, a row's version before its mark),
+which autovacuum pays in production and a partition's drop does not; the
+"+vacuum" figures add them to the whole life.
 The variants of one run are interleaved (reversed every other run) so
 that drift on a shared machine hits relay and floor alike; ratios are the
 median of per-run ratios. docs/benchmark.md, "Database cost per event".
@@ -303,6 +308,15 @@ class DbCost:
         self.b.sql("VACUUM %s" % t, timeout=self.timeout)
         self.b.sql("CHECKPOINT", timeout=self.timeout)
 
+    def vacuum(self, t):
+        """A measured VACUUM of the table: what its dead rows (a deleted
+        row, a row's version before its mark) cost once in a row's life,
+        left out of the windows above (autovacuum pays it later in
+        production, a partition's drop never)."""
+        w = Window(self.b)
+        self.b.sql("VACUUM %s" % t, timeout=self.timeout)
+        return w.end()
+
     def counts(self, t):
         """(rows, rows not yet done) of the table: done is sent or failed
         (history) or deleted (no history)."""
@@ -372,6 +386,7 @@ class DbCost:
                 # The last batch's mark follows its count.
                 time.sleep(0.5)
                 r = w.end()
+                vacuums = [self.vacuum(t)]
                 self.later(t)
                 # The cleaner may delete a row RETENTION after its mark;
                 # the second window opens just before the first is due.
@@ -396,6 +411,7 @@ class DbCost:
             else:
                 rc = relay.stop()
                 r = w.end()
+                vacuums = [self.vacuum(t)]
         finally:
             relay.stop()
         if rc != 0:
@@ -408,6 +424,11 @@ class DbCost:
         if delete and total:
             raise BenchError("%s: the cleaner left %d rows (log %s)" % (
                 name, total, relay.log_path))
+        if delete:
+            # The cleaner's deletes leave dead rows too; a drop none.
+            vacuums.append(self.vacuum(t))
+        r["vacuum"] = {k: sum(v[k] for v in vacuums)
+                       for k in ("seconds", "cpu_s", "wal_bytes")}
         r["seconds"] = t1 - start
         r["rows"] = n
         r["rows_left"] = total
@@ -461,6 +482,13 @@ def summarize(r):
         s["with_deletes_cpu_us_per_event"] = (
             r["cpu_s"] + d["cpu_s"]) * 1e6 / n
         s["delete_seconds"] = d["seconds"]
+    v = r.get("vacuum")
+    if v:
+        d = d or {"wal_bytes": 0, "cpu_s": 0}
+        s["with_vacuum_wal_bytes_per_event"] = (
+            r["wal_bytes"] + d["wal_bytes"] + v["wal_bytes"]) / n
+        s["with_vacuum_cpu_us_per_event"] = (
+            r["cpu_s"] + d["cpu_s"] + v["cpu_s"]) * 1e6 / n
     return s
 
 
@@ -478,6 +506,11 @@ COMPARISONS = [
     # The same on the partitioned table, whose day leaves by DROP.
     ("relay_life_partitioned+deletes", "relay_nohistory"),
     ("relay_life_partitioned+deletes", "relay_life+deletes"),
+    # The same with the VACUUM of each one's dead rows (a "+vacuum"
+    # figure: the windows of "+deletes" and the vacuums after each),
+    # which the windows above leave to autovacuum.
+    ("relay_life+vacuum", "relay_nohistory+vacuum"),
+    ("relay_life_partitioned+vacuum", "relay_nohistory+vacuum"),
     # What order costs: ordered against unordered, each way of keeping
     # history (the drain's figures, the cleaner's deletes aside).
     ("relay_ordered", "relay_history"),
@@ -491,8 +524,10 @@ MEASURES = [("rows_per_s", "rows/s", 0),
 def figures(summary, key):
     """The per-event figures of a variant's run summary, or of the run with
     the deletes of its history for "name+deletes"."""
-    if key.endswith("+deletes"):
-        return {w: summary["with_deletes_" + w] for w, _, _ in MEASURES[1:]}
+    for suffix in ("deletes", "vacuum"):
+        if key.endswith("+" + suffix):
+            return {w: summary["with_%s_%s" % (suffix, w)]
+                    for w, _, _ in MEASURES[1:]}
     return summary
 
 
@@ -524,10 +559,15 @@ def report_rows(res, row, rows):
                         "OUTBOX_RETENTION takes %s |" % (
                             label, res["retention_zero"]["range"]))
             continue
-        keys = [name] + ([name + "+deletes"] if delete else [])
+        keys = [name] + ([name + "+deletes"] if delete else []) + (
+            [name + "+vacuum"] if "with_vacuum_cpu_us_per_event" in v[name]
+            else [])
         for key in keys:
-            what = label + (", with the deletes of its history" if
-                            key != name else "")
+            what = label + {
+                name: "",
+                name + "+deletes": ", with the deletes of its history",
+                name + "+vacuum": ", with its deletes and the VACUUM of "
+                "its dead rows"}[key]
             d = figures(v[name], key)
             for w, unit, digits in MEASURES:
                 if w not in d:

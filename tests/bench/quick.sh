@@ -109,8 +109,14 @@ if "relay_nohistory" in want:
     for k in ("relay_life+deletes/relay_nohistory.cpu_us_per_event",
               "relay_life_partitioned+deletes/relay_nohistory."
               "wal_bytes_per_event",
-              "relay_ordered_nohistory/relay_nohistory.wal_bytes_per_event"):
+              "relay_ordered_nohistory/relay_nohistory.wal_bytes_per_event",
+              "relay_life_partitioned+vacuum/relay_nohistory+vacuum."
+              "cpu_us_per_event"):
         assert k in db["ratios"], "no dbcost ratio %s" % k
+    # The VACUUM of the dead rows: a row deleted at once leaves one.
+    v = db["variants"]["relay_nohistory"]
+    assert v["with_vacuum_cpu_us_per_event"]["median"] > \
+        v["cpu_us_per_event"]["median"], "the VACUUM cost nothing"
 else:
     assert any("not supported by this build" in l for l in table)
 assert len(table) >= 20, "table has only %d rows" % len(table)
