@@ -77,19 +77,24 @@ static int step(struct store *s, const char *sql, bool *busy, char *err,
 	return rc == 0 ? 0 : step_failed(s, rc, busy, err, errlen);
 }
 
-/* BEGIN under the cleaner's lock with tend_settings; *got false (the
- * transaction ended) when another replica holds the lock. */
-static int begin(struct store *s, bool *got, char *err, size_t errlen)
+/* BEGIN under the cleaner's lock with tend_settings. When another
+ * session holds that lock (another replica's cleaner, or migrate
+ * --partition, tending: it may make fewer days ahead than asked), *busy
+ * is set and the transaction ended: the step is the next call's. */
+static int begin(struct store *s, bool *busy, char *err, size_t errlen)
 {
-	int rc = store_begin_locked(s, LOCK_NS_CLEAN, PLANS_AS_SET, got, err,
+	bool got;
+	int rc = store_begin_locked(s, LOCK_NS_CLEAN, PLANS_AS_SET, &got, err,
 				    errlen);
 	if (rc != 0)
 		return rc;
-	if (!*got)
+	if (!got) {
+		*busy = true;
 		return store_finish_tx(s, TX_ROLLBACK, err, errlen);
-	bool busy = false;
-	rc = step(s, tend_settings, &busy, err, errlen);
-	return rc == 0 && busy ? STORE_ERROR : rc;
+	}
+	bool timed_out = false;
+	rc = step(s, tend_settings, &timed_out, err, errlen);
+	return rc == 0 && timed_out ? STORE_ERROR : rc;
 }
 
 /* step() of sql built by store_asprintf(), NULL when out of memory;
@@ -151,15 +156,15 @@ static int refuse_ahead(struct store *s, const char *dflt, const char *check,
 {
 	char why[512];
 	snprintf(why, sizeof(why), "%s", err);
-	bool got;
-	int rc = begin(s, &got, err, errlen);
+	bool busy = false;
+	int rc = begin(s, &busy, err, errlen);
 	char *sql = store_asprintf(
 	    "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", dflt, check);
-	if (rc == 0 && got && sql &&
+	if (rc == 0 && !busy && sql &&
 	    store_exec_cmd(s, "partitions", sql, 0, NULL, NULL, err, errlen) ==
 		0)
 		store_finish_tx(s, TX_COMMIT, err, errlen);
-	else if (rc == 0 && got)
+	else if (rc == 0 && !busy)
 		store_finish_tx(s, TX_ROLLBACK, err, errlen);
 	free(sql);
 	snprintf(err, errlen,
@@ -187,12 +192,10 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 	snprintf(ahead, sizeof(ahead), "%d", days);
 	snprintf(part_prefix, sizeof(part_prefix), "%s_p", s->table.name);
 	snprintf(check, sizeof(check), "\"%s_ahead\"", s->table.name);
-	bool got, busy = false;
-	int rc = begin(s, &got, err, errlen);
-	if (rc != 0 || !got) {
-		/* Another replica's cleaner (or migrate --partition) is
-		 * tending: it may make fewer days ahead than asked. */
-		r->busy |= rc == 0;
+	bool busy = false;
+	int rc = begin(s, &busy, err, errlen);
+	if (rc != 0 || busy) {
+		r->busy |= busy;
 		return rc;
 	}
 	const char *values[3] = {ahead, s->table.prefix, part_prefix};
@@ -216,8 +219,8 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 	if (rc == 0 && !busy)
 		rc = store_finish_tx(s, TX_COMMIT, err, errlen);
 	if (rc == 0 && !busy) {
-		rc = begin(s, &got, err, errlen);
-		if (rc == 0 && got) {
+		rc = begin(s, &busy, err, errlen);
+		if (rc == 0 && !busy) {
 			rc = step_built(
 			    s,
 			    store_asprintf(
@@ -228,14 +231,11 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 				rc = store_finish_tx(s, TX_COMMIT, err, errlen);
 			else if (rc != 0 && strstr(err, "23514"))
 				rc = refuse_ahead(s, dflt, check, err, errlen);
-		} else if (rc == 0) {
-			busy = true;
 		}
 	}
 	if (rc == 0 && !busy) {
-		rc = begin(s, &got, err, errlen);
-		busy = rc == 0 && !got;
-		for (int i = 0; rc == 0 && got && !busy && i < n; i++) {
+		rc = begin(s, &busy, err, errlen);
+		for (int i = 0; rc == 0 && !busy && i < n; i++) {
 			rc = step_built(
 			    s,
 			    store_asprintf(
@@ -249,7 +249,7 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 				with[0] ? ")" : ""),
 			    &busy, err, errlen);
 		}
-		if (rc == 0 && got && !busy) {
+		if (rc == 0 && !busy) {
 			rc = store_finish_tx(s, TX_COMMIT, err, errlen);
 			if (rc == 0)
 				r->created += (size_t)n;
@@ -279,10 +279,10 @@ static int drop_day(struct store *s, const char *part,
 {
 	char p[160];
 	snprintf(p, sizeof(p), "%s\"%s\"", s->table.prefix, part);
-	bool got, busy = false;
-	int rc = begin(s, &got, err, errlen);
-	if (rc != 0 || !got) {
-		r->busy |= rc == 0;
+	bool busy = false;
+	int rc = begin(s, &busy, err, errlen);
+	if (rc != 0 || busy) {
+		r->busy |= busy;
 		return rc;
 	}
 	const char *T = s->table.quoted;
