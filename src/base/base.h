@@ -98,6 +98,7 @@ enum metric_counter {
 	MC_PARTITIONS_MADE,    /* daily partitions made ahead */
 	MC_PARTITIONS_DROPPED, /* daily partitions dropped by retention */
 	MC_DB_RECONNECTS,
+	MC_LISTEN_PROBES_LOST, /* LISTEN sessions whose probe did not come */
 	MC_PUBLISHER_FAILURES, /* probes or opens that failed */
 	MC_RENEWALS,
 	MC_IN_DOUBT, /* handed to the broker, outcome unknown */

@@ -5,6 +5,7 @@
  */
 #include "loops_int.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,36 @@
 
 #define LISTEN_USAGE_EVERY_MS 5000
 #define LISTEN_WAIT_MS 1000
+/* After a probe that did not come back: the path will not mend itself
+ * sooner, and each try leaves a LISTEN on some pooled server connection. */
+#define LISTEN_PROBE_RETRY_MS 60000
+
+/* Says which setting to mend when database db's LISTEN session loses
+ * notifications. */
+static void log_probe_lost(const struct config *cfg, size_t db, const char *err)
+{
+	const char *name = config_database_name(cfg, db);
+	char suffix[CONFIG_DATABASE_NAME_MAX + 2] = "";
+	if (name[0]) {
+		suffix[0] = '_';
+		for (size_t i = 0; name[i] && i + 2 < sizeof(suffix); i++)
+			suffix[i + 1] = (char)toupper((unsigned char)name[i]);
+	}
+	if (config_listen_url(cfg, db))
+		log_error("listener: %s. Set OUTBOX_LISTEN_DATABASE_URL%s to a "
+			  "direct connection to the server; workers poll "
+			  "every OUTBOX_POLL_INTERVAL meanwhile, and the "
+			  "listener tries again in %d s",
+			  err, suffix, LISTEN_PROBE_RETRY_MS / 1000);
+	else
+		log_error(
+		    "listener: %s. OUTBOX_LISTEN_DATABASE_URL%s is unset, "
+		    "so LISTEN went through OUTBOX_DATABASE_URL%s: set "
+		    "it to a direct connection to the server; workers "
+		    "poll every OUTBOX_POLL_INTERVAL meanwhile, and the "
+		    "listener tries again in %d s",
+		    err, suffix, suffix, LISTEN_PROBE_RETRY_MS / 1000);
+}
 
 /* What one listener (one database's, th.index) LISTENs on: the channel
  * of each of its database's sources, in the order they were added. Owned
@@ -73,6 +104,12 @@ static struct store_listener *listen_connect(struct relay_thread *th,
 			return l;
 		}
 		store_listener_close(l);
+		if (rc == STORE_REFUSED) {
+			metrics_add(MC_LISTEN_PROBES_LOST, 1);
+			log_probe_lost(cfg, db, err);
+			relay_idle(th, LISTEN_PROBE_RETRY_MS, NULL, NULL);
+			continue;
+		}
 		log_warn("listener: %s", err);
 		relay_idle(th, backoff, NULL, NULL);
 		backoff = loop_backoff_grow(backoff, RECONNECT_MAX_MS);

@@ -49,6 +49,10 @@ static const struct counter_def counter_defs[MC_COUNT] = {
 			       NULL},
     [MC_DB_RECONNECTS] = {"outbox_db_reconnects_total", "",
 			  "Postgres sessions re-established."},
+    [MC_LISTEN_PROBES_LOST] = {"outbox_listen_probes_lost_total", "",
+			       "LISTEN sessions refused because their own "
+			       "test notification did not reach them (a "
+			       "transaction-mode pooler?)."},
     [MC_PUBLISHER_FAILURES] = {"outbox_publisher_failures_total", "",
 			       "Publisher opens or health probes that "
 			       "failed."},

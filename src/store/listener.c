@@ -5,6 +5,7 @@
  * transaction; polling stays the fallback, so a lost notification costs at
  * most the poll interval.
  */
+#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,100 @@ static int listen_on(struct store_listener *l, const struct outbox_table *t,
 	return rc;
 }
 
+/* Waits up to timeout_ms for a notification on channel, dropping the
+ * others (the caller wakes every table after opening). 1 when it came, 0
+ * when not, -1 when the session was lost. */
+static int await_channel(PGconn *conn, const char *channel, int64_t timeout_ms)
+{
+	int64_t deadline = clock_ms() + timeout_ms;
+	for (;;) {
+		bool came = false;
+		PGnotify *note;
+		while ((note = PQnotifies(conn)) != NULL) {
+			came = came || strcmp(note->relname, channel) == 0;
+			PQfreemem(note);
+		}
+		int64_t left = deadline - clock_ms();
+		if (came || left <= 0)
+			return came ? 1 : 0;
+		struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
+		if ((poll(&pfd, 1, (int)left) < 0 && errno != EINTR) ||
+		    PQconsumeInput(conn) != 1)
+			return -1;
+	}
+}
+
+/*
+ * Proves that notifications reach this session while it waits between
+ * statements: LISTENs on a channel of its own and notifies it from
+ * another session. Through a transaction-mode pooler the LISTEN stays on a
+ * server connection that is no longer this client's once the statement
+ * ends, and the pooler drops what arrives there (PgBouncer logs "got
+ * packet 'A' from server when not linked"), so every producer's
+ * notification would be lost without a word. The notification comes from
+ * another session because one sent by this session's own statement is
+ * delivered with its reply, while the server connection is still linked.
+ */
+static int probe(struct store_listener *l, const struct pgconn_options *po,
+		 char *err, size_t errlen)
+{
+	PGconn *other = NULL;
+	char channel[64] = "", listen[128] = "", why[512];
+	int rc = STORE_RECONNECT;
+	PGresult *res = PQexec(
+	    l->conn, "SELECT format('LISTEN %I', c), c FROM (SELECT "
+		     "'outbox_relay_probe_' || left(md5(random()::text || "
+		     "clock_timestamp()::text), 16) AS c) x");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		goto failed;
+	snprintf(listen, sizeof(listen), "%s", PQgetvalue(res, 0, 0));
+	snprintf(channel, sizeof(channel), "%s", PQgetvalue(res, 0, 1));
+	PQclear(res);
+	res = PQexec(l->conn, listen);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		goto failed;
+	PQclear(res);
+	res = NULL;
+	other = pgconn_connect(po, err, errlen);
+	if (!other)
+		goto out;
+	const char *values[] = {channel};
+	res = PQexecParams(other, "SELECT pg_notify($1, 'probe')", 1, NULL,
+			   values, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		pgconn_error(other, res, why, sizeof(why));
+		snprintf(err, errlen, "listen probe: notify: %s", why);
+		goto out;
+	}
+	int came = await_channel(l->conn, channel, STORE_LISTEN_PROBE_MS);
+	if (came < 0) {
+		pgconn_error(l->conn, NULL, why, sizeof(why));
+		snprintf(err, errlen, "LISTEN session: %s", why);
+	} else if (came == 0) {
+		snprintf(
+		    err, errlen,
+		    "a notification sent to the LISTEN session did not "
+		    "reach it within %d ms: what arrives while it waits is "
+		    "lost, as through a transaction-mode pooler (PgBouncer "
+		    "pool_mode = transaction); LISTEN needs a direct "
+		    "connection or session pooling",
+		    STORE_LISTEN_PROBE_MS);
+		rc = STORE_REFUSED;
+	} else
+		rc = STORE_OK;
+	goto out;
+failed:
+	pgconn_error(l->conn, res, why, sizeof(why));
+	snprintf(err, errlen, "listen probe: %s", why);
+	if (!pgconn_needs_reconnect(l->conn, res))
+		rc = STORE_ERROR;
+out:
+	PQclear(res);
+	if (other)
+		PQfinish(other);
+	return rc;
+}
+
 int store_listener_open(struct store_listener **out,
 			const struct store_options *opt, char *err,
 			size_t errlen)
@@ -74,13 +169,18 @@ int store_listener_open(struct store_listener **out,
 		snprintf(err, errlen, "listener: out of memory");
 		return STORE_ERROR;
 	}
+	/* Nothing is set on the session before the probe has shown that it
+	 * is one of its own, not a pooler's shared server connection. */
 	struct pgconn_options po = pgconn_options_for(
 	    opt->conninfo, opt->app_name, opt->statement_timeout_ms,
-	    opt->lock_timeout_ms, opt->dead_peer_ms, PGCONN_SESSION);
+	    opt->lock_timeout_ms, opt->dead_peer_ms, PGCONN_TRANSACTION);
 	l->conn = pgconn_connect(&po, err, errlen);
-	int rc = !l->conn     ? STORE_RECONNECT
-		 : opt->table ? listen_on(l, &t, err, errlen)
-			      : STORE_OK;
+	int rc = l->conn ? probe(l, &po, err, errlen) : STORE_RECONNECT;
+	if (rc == STORE_OK &&
+	    pgconn_session_settings(l->conn, &po, err, errlen) != 0)
+		rc = STORE_RECONNECT;
+	if (rc == STORE_OK && opt->table)
+		rc = listen_on(l, &t, err, errlen);
 	if (rc != STORE_OK) {
 		store_listener_close(l);
 		return rc;

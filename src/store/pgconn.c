@@ -267,6 +267,17 @@ fail:
 	return NULL;
 }
 
+int pgconn_session_settings(PGconn *conn, const struct pgconn_options *opt,
+			    char *err, size_t errlen)
+{
+	struct pgconn_options session = *opt;
+	session.scope = PGCONN_SESSION;
+	session.extra_sql = NULL; /* pgconn_connect() ran it */
+	char where[256];
+	pgconn_describe(conn, where, sizeof(where));
+	return apply_settings(conn, &session, where, err, errlen);
+}
+
 bool pgconn_needs_reconnect(PGconn *conn, const PGresult *res)
 {
 	if (!conn || PQstatus(conn) != CONNECTION_OK)

@@ -77,6 +77,15 @@ PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 		       size_t errlen);
 
 /*
+ * Applies opt's session settings to conn, opened with PGCONN_TRANSACTION:
+ * for a session that proved first that it is a session of its own (the
+ * listener's probe), so that nothing was set on a pooler's shared server
+ * connection before. 0, or -1 with err.
+ */
+int pgconn_session_settings(PGconn *conn, const struct pgconn_options *opt,
+			    char *err, size_t errlen);
+
+/*
  * True when res (NULL after a lost connection) or the state of conn means
  * the session is gone or unusable for writes: SQLSTATE class 08,
  * 57P01-57P03, 25006 (read-only after a failover), or a bad connection.

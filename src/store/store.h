@@ -656,11 +656,18 @@ int store_catalog_match(const struct store_options *opt, const char *pattern,
  */
 struct store_listener;
 
+/* How long the listener's probe waits for its own notification. */
+#define STORE_LISTEN_PROBE_MS 5000
+
 /*
  * Connects with opt's conninfo, application name and statement timeout,
- * and LISTENs on opt->table's channel (none when it is NULL: add them).
- * STORE_RECONNECT when Postgres cannot be reached or refuses; STORE_ERROR for a
- * bad table name.
+ * proves that notifications reach the session while it waits (a
+ * notification to a channel of its own, sent from another session, must
+ * come within STORE_LISTEN_PROBE_MS), and LISTENs on opt->table's channel
+ * (none when it is NULL: add them). STORE_REFUSED when the probe did not
+ * come back (a transaction-mode pooler drops notifications that arrive
+ * between its statements); STORE_RECONNECT when Postgres cannot be
+ * reached or refuses; STORE_ERROR for a bad table name.
  */
 int store_listener_open(struct store_listener **out,
 			const struct store_options *opt, char *err,

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# LISTEN behind PgBouncer in transaction mode (docs/design.md §7): the
+# pooler drops notifications that reach a server connection between its
+# client's statements, so a listener there would wait for nothing without
+# a word. The listener proves its session first (its own notification,
+# sent from another session, must come back):
+#  - through the pool it is refused with an error that names the setting
+#    to mend, outbox_listen_probes_lost_total counts it, events still go
+#    out by polling, and the relay set nothing on the pool's server
+#    connections;
+#  - with OUTBOX_LISTEN_DATABASE_URL a direct connection, the probe comes
+#    back and an event goes out within a second with a 10 s poll interval.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/ops_lib.sh"
+. "$(dirname "$0")/pgbouncer_lib.sh"
+trap 'bouncer_stop_all; it_cleanup' EXIT
+
+it_table listenpool
+OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_LISTEN=on "$RELAY_TEST_BIN" migrate \
+	>"$it_dir/migrate.out" 2>&1 || it_fail "migrate: $(cat "$it_dir/migrate.out")"
+bouncer_start 0
+
+# insert_and_time SECONDS: seconds from commit to the event's line on the
+# stdout of the relay last started.
+insert_and_time() {
+	local before after n
+	n=$(wc -l <"$it_dir/$relay.out")
+	before=$(date +%s.%N)
+	it_psql "INSERT INTO $OUTBOX_TABLE (type, payload) VALUES ('listen.pool', '{}')"
+	it_wait_lines "$1" "$it_dir/$relay.out" $((n + 1))
+	after=$(date +%s.%N)
+	awk -v a="$after" -v b="$before" 'BEGIN { printf "%.3f\n", a - b }'
+}
+
+# Through the pool: refused, said, counted; polling delivers.
+relay=pooled
+ops_relay "$relay" OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE=off \
+	OUTBOX_LISTEN=on OUTBOX_POLL_INTERVAL=2s
+pid=$it_last_pid
+ops_wait_metric 30 outbox_listen_probes_lost_total 'v >= 1'
+grep -q 'did not reach it within 5000 ms' "$it_dir/$relay.log" ||
+	it_fail "no error for the lost probe: $(grep listener "$it_dir/$relay.log" | head -5)"
+grep -q 'OUTBOX_LISTEN_DATABASE_URL is unset, so LISTEN went through OUTBOX_DATABASE_URL' \
+	"$it_dir/$relay.log" || it_fail "the error does not name the setting to mend"
+t=$(insert_and_time 10)
+echo "through the pool, by polling: ${t}s"
+
+# Nothing of the listener's settings on the pool's server connections:
+# one client on each of the 3 at once (one after another would reach only
+# the one the last let go).
+baseline=$(psql "$RELAY_TEST_DATABASE_URL" -X -A -t -q -c "SHOW statement_timeout")
+clients=()
+for i in 1 2 3; do
+	psql "$bouncer_url" -X -A -t -q -c "SELECT current_setting('statement_timeout'), pg_sleep(1)" \
+		>"$it_dir/server-$i.txt" 2>&1 &
+	clients+=($!)
+done
+wait "${clients[@]}" # not the relay
+for i in 1 2 3; do
+	[ "$(cut -d'|' -f1 "$it_dir/server-$i.txt")" = "$baseline" ] ||
+		it_fail "a pooled server connection has statement_timeout $(cat "$it_dir/server-$i.txt"), the server's is $baseline"
+done
+it_stop "$pid"
+
+# A direct LISTEN URL: the probe comes back, the wake-up works.
+relay=direct
+ops_relay "$relay" OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE=off \
+	OUTBOX_LISTEN=on OUTBOX_LISTEN_DATABASE_URL="$RELAY_TEST_DATABASE_URL" \
+	OUTBOX_POLL_INTERVAL=10s
+pid=$it_last_pid
+sleep 1.5 # past the first poll and the probe
+t=$(insert_and_time 12)
+awk -v t="$t" 'BEGIN { exit !(t < 1) }' || it_fail "with a direct LISTEN URL the event took ${t}s"
+[ "$(ops_metric outbox_listen_probes_lost_total)" = 0 ] ||
+	it_fail "the direct session's probe was counted lost"
+! grep -q 'did not reach it' "$it_dir/$relay.log" || it_fail "the direct session was refused"
+it_stop "$pid"
+[ "$it_rc" = 0 ] || it_fail "exit code $it_rc"
+echo "ok"
