@@ -12,6 +12,7 @@
 #include "pgconn.h"
 #include "store.h"
 #include "store_internal.h"
+#include "store_test.h"
 
 #define LOCK_WAIT_MS 60000
 /* A strong lock request queues every later request for the table behind
@@ -297,9 +298,7 @@ static bool exec_watched(PGconn *conn, const char *sql, struct migrate_watch *w,
 	return ok;
 }
 
-/* Outside a transaction: one statement, retried while it could not get
- * its lock within the wait. */
-static int exec_retrying(PGconn *conn, const char *sql, enum ddl_wait wait,
+int migrate_exec_watched(PGconn *conn, const char *sql, enum ddl_wait wait,
 			 struct migrate_watch *w, char *err, size_t errlen)
 {
 	int64_t backoff = 200;
@@ -321,7 +320,7 @@ static int exec_retrying(PGconn *conn, const char *sql, enum ddl_wait wait,
 int migrate_exec_retrying(PGconn *conn, const char *sql, enum ddl_wait wait,
 			  char *err, size_t errlen)
 {
-	return exec_retrying(conn, sql, wait, NULL, err, errlen);
+	return migrate_exec_watched(conn, sql, wait, NULL, err, errlen);
 }
 
 static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
@@ -332,7 +331,10 @@ static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
 		 "SELECT format('%%I.%%I', n.nspname, c.relname) "
 		 "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
 		 "JOIN pg_namespace n ON n.oid = c.relnamespace "
-		 "WHERE NOT i.indisvalid AND i.indrelid = '%s'::regclass",
+		 "WHERE NOT i.indisvalid AND i.indrelid = '%s'::regclass "
+		 /* A partitioned table's own index is invalid until each
+		  * partition's is attached: migrate_statement() ends it. */
+		 "AND c.relkind = 'i'",
 		 t->quoted);
 	PGresult *res = PQexec(conn, sql);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
@@ -355,15 +357,15 @@ static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
 	return rc;
 }
 
-static int apply_without_transaction(PGconn *conn, const struct outbox_table *t,
-				     const struct sql_migration *m, char *body,
-				     const char *version_table, FILE *out,
-				     struct migrate_watch *w, char *err,
-				     size_t errlen)
+/* The statements of a migration outside a transaction (body, expanded,
+ * cut in place), after the invalid leftovers of a run cut short. */
+static int run_body(PGconn *conn, const struct outbox_table *t, char *body,
+		    FILE *out, struct migrate_watch *w, const char *name,
+		    char *err, size_t errlen)
 {
 	char why[512];
 	if (drop_invalid_indexes(conn, t, out, why, sizeof(why)) != 0) {
-		snprintf(err, errlen, "migration %s: %s", m->name, why);
+		snprintf(err, errlen, "migration %s: %s", name, why);
 		return -1;
 	}
 	/* Each statement is idempotent (IF NOT EXISTS), so a run cut short
@@ -375,16 +377,41 @@ static int apply_without_transaction(PGconn *conn, const struct outbox_table *t,
 		if (next)
 			*next = '\0';
 		if (strspn(stmt, " \t\r\n") != strlen(stmt) &&
-		    exec_retrying(conn, stmt, DDL_WAIT_UNBOUNDED, w, why,
-				  sizeof(why)) != 0) {
-			snprintf(err, errlen, "migration %s failed: %s",
-				 m->name, why);
+		    migrate_statement(conn, t, stmt, w, why, sizeof(why)) !=
+			0) {
+			snprintf(err, errlen, "migration %s failed: %s", name,
+				 why);
 			return -1;
 		}
 		if (!next)
 			break;
 		stmt = next + strlen(sep);
 	}
+	return 0;
+}
+
+int store_migration_unrecorded(PGconn *conn, const struct outbox_table *t,
+			       const char *sql, char *err, size_t errlen)
+{
+	char *body = migrate_expand(sql, t);
+	if (!body) {
+		snprintf(err, errlen, "out of memory");
+		return STORE_ERROR;
+	}
+	int rc = run_body(conn, t, body, NULL, NULL, "(test)", err, errlen);
+	free(body);
+	return rc == 0 ? STORE_OK : STORE_ERROR;
+}
+
+static int apply_without_transaction(PGconn *conn, const struct outbox_table *t,
+				     const struct sql_migration *m, char *body,
+				     const char *version_table, FILE *out,
+				     struct migrate_watch *w, char *err,
+				     size_t errlen)
+{
+	char why[512];
+	if (run_body(conn, t, body, out, w, m->name, err, errlen) != 0)
+		return -1;
 	char record[512];
 	snprintf(record, sizeof(record),
 		 "INSERT INTO %s (version, name) VALUES (%d, '%s') "
@@ -517,8 +544,8 @@ static int validate_left_constraints(PGconn *conn, const struct outbox_table *t,
 		snprintf(sql, sizeof(sql),
 			 "ALTER TABLE %s VALIDATE CONSTRAINT \"%s\"", t->quoted,
 			 name);
-		if (exec_retrying(conn, sql, DDL_WAIT_UNBOUNDED, NULL, why,
-				  sizeof(why)) == 0) {
+		if (migrate_exec_watched(conn, sql, DDL_WAIT_UNBOUNDED, NULL,
+					 why, sizeof(why)) == 0) {
 			if (out)
 				fprintf(out, "constraint %s: validated\n",
 					name);
@@ -588,8 +615,8 @@ int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t, bool on,
 		snprintf(sql, sizeof(sql),
 			 "DROP TRIGGER IF EXISTS \"%s_notify\" ON %s", t->name,
 			 t->quoted);
-	if (exec_retrying(conn, sql, DDL_WAIT_SHORT, NULL, why, sizeof(why)) !=
-	    0) {
+	if (migrate_exec_watched(conn, sql, DDL_WAIT_SHORT, NULL, why,
+				 sizeof(why)) != 0) {
 		snprintf(err, errlen, "%s the NOTIFY trigger on %s: %s",
 			 on ? "creating" : "dropping", t->literal, why);
 		return -1;

@@ -81,6 +81,24 @@ enum ddl_wait {
 int migrate_exec_retrying(PGconn *conn, const char *sql, enum ddl_wait wait,
 			  char *err, size_t errlen);
 
+struct migrate_watch;
+
+/* migrate_exec_retrying() reporting an index build's progress through w
+ * (may be NULL; below). */
+int migrate_exec_watched(PGconn *conn, const char *sql, enum ddl_wait wait,
+			 struct migrate_watch *w, char *err, size_t errlen);
+
+/*
+ * One statement of a migration outside a transaction, with
+ * DDL_WAIT_UNBOUNDED, except that a CREATE INDEX CONCURRENTLY IF NOT
+ * EXISTS on t, when t is partitioned, is built on the parent alone and
+ * then concurrently on each partition, each attached as it is built
+ * (migrate_index.c). 0, or -1 with err.
+ */
+int migrate_statement(PGconn *conn, const struct outbox_table *t,
+		      const char *stmt, struct migrate_watch *w, char *err,
+		      size_t errlen);
+
 /*
  * Applies every migration not yet recorded, printing one line per
  * migration to out (may be NULL). conn must not be inside a transaction.

@@ -49,4 +49,10 @@ int store_partition_settled(const struct store_options *opt, int settle_ms,
 int store_partition_unrecorded(PGconn *conn, const struct outbox_table *t,
 			       char *err, size_t errlen);
 
+/* The statements of a migration outside a transaction (sql, a template
+ * of sql/), as migrate runs them, on conn for t, not recorded: a later
+ * migration's index on the partitioned table, say. */
+int store_migration_unrecorded(PGconn *conn, const struct outbox_table *t,
+			       const char *sql, char *err, size_t errlen);
+
 #endif

@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A migration's index on a partitioned table (docs/design.md §11,
+ * "Later migrations"). Postgres refuses CREATE INDEX CONCURRENTLY on a
+ * partitioned table, and a plain CREATE INDEX there holds a SHARE lock on
+ * every partition, stopping the producers' inserts, for the whole build.
+ * So what a migration builds concurrently on a plain table is built here
+ * the way Postgres's documentation gives for partitioned ones: the index
+ * on the parent alone (ON ONLY: a catalog entry, invalid), then each
+ * partition's concurrently, each attached as soon as it is built; the
+ * parent's turns valid with the last. A partition made meanwhile (the
+ * cleaner's) gets the index with its CREATE TABLE; one dropped meanwhile
+ * is looked up again. A run cut short leaves the parent's index invalid,
+ * and the next run builds what is missing.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "migrate.h"
+#include "pgconn.h"
+
+#define LEAD "CREATE INDEX CONCURRENTLY IF NOT EXISTS "
+
+/* Each round builds one partition's index, or finds its partition
+ * dropped and looks again: far more rounds than a table keeps daily
+ * partitions only when something makes partitions faster than it builds. */
+#define MAX_ROUNDS 4096
+
+/* stmt cut at its parts: the index's name and what follows the table
+ * ("(columns) WHERE ..."). */
+struct index_stmt {
+	char name[64];
+	const char *rest;
+};
+
+/* Whether stmt builds an index concurrently on t itself (not on one of
+ * its side tables): LEAD "name" ON t rest. */
+static bool parse(const char *stmt, const struct outbox_table *t,
+		  struct index_stmt *out)
+{
+	const char *p = strstr(stmt, LEAD);
+	if (!p)
+		return false;
+	p += strlen(LEAD);
+	const char *end = *p == '"' ? strchr(p + 1, '"') : NULL;
+	if (!end || (size_t)(end - p - 1) >= sizeof(out->name))
+		return false;
+	snprintf(out->name, sizeof(out->name), "%.*s", (int)(end - p - 1),
+		 p + 1);
+	p = end + 1;
+	p += strspn(p, " \t\r\n");
+	if (strncmp(p, "ON", 2) != 0 || !strchr(" \t\r\n", p[2]))
+		return false;
+	p += 2 + strspn(p + 2, " \t\r\n");
+	size_t n = strlen(t->quoted);
+	if (strncmp(p, t->quoted, n) != 0 || !strchr(" \t\r\n", p[n]))
+		return false;
+	out->rest = p + n;
+	return true;
+}
+
+/* 1 when t is a partitioned table, 0 when not, -1 with err. */
+static int partitioned(PGconn *conn, const struct outbox_table *t, char *err,
+		       size_t errlen)
+{
+	const char *values[] = {t->quoted};
+	PGresult *res = PQexecParams(
+	    conn,
+	    "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)", 1,
+	    NULL, values, NULL, NULL, 0);
+	int rc = -1;
+	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+		rc = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+	else
+		pgconn_error(conn, res, err, errlen);
+	PQclear(res);
+	return rc;
+}
+
+/* Names of one partition's part of the build, each quoted: the
+ * partition, qualified; its index bare (as CREATE INDEX names it) and
+ * qualified. */
+struct part_names {
+	char table[200];
+	char index[80];
+	char index_qualified[200];
+};
+
+/* One partition of t whose index is not yet attached to the parent's
+ * index (qualified, quoted): its names, its index named after it and the
+ * parent index's name after the table's ("<partition>_x_idx" for
+ * "<table>_x_idx", cut at 63 bytes as Postgres cuts every identifier).
+ * 1 with one found, 0 when none is left, -1 with err. An invalid leftover
+ * of a build cut short is dropped first, so that IF NOT EXISTS builds it
+ * again. */
+static int next_partition(PGconn *conn, const struct outbox_table *t,
+			  const char *index, const char *parent_index,
+			  struct part_names *out, char *err, size_t errlen)
+{
+	const char *suffix = index;
+	size_t n = strlen(t->name);
+	if (strncmp(index, t->name, n) == 0 && index[n] == '_')
+		suffix = index + n + 1;
+	const char *values[] = {t->quoted, parent_index, suffix};
+	/* Names are plain identifiers (the table's are validated, the
+	 * partitions' and indexes' made from them), so quoting is
+	 * wrapping. */
+	PGresult *res = PQexecParams(
+	    conn,
+	    "SELECT format('\"%s\".\"%s\"', nspname, relname), "
+	    "format('\"%s\"', ix), format('\"%s\".\"%s\"', nspname, ix), "
+	    "(SELECT NOT x.indisvalid FROM pg_index x JOIN pg_class xc ON "
+	    "xc.oid = x.indexrelid WHERE xc.relname = ix AND xc.relnamespace "
+	    "= ns) FROM (SELECT n.nspname, n.oid AS ns, c.relname, "
+	    "left(c.relname || '_' || $3, 63) AS ix FROM pg_inherits i JOIN "
+	    "pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = "
+	    "c.relnamespace WHERE i.inhparent = to_regclass($1) AND NOT "
+	    "EXISTS (SELECT 1 FROM pg_inherits ii JOIN pg_index x ON "
+	    "x.indexrelid = ii.inhrelid WHERE ii.inhparent = to_regclass($2) "
+	    "AND x.indrelid = c.oid) ORDER BY c.relname LIMIT 1) p",
+	    3, NULL, values, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		pgconn_error(conn, res, err, errlen);
+		PQclear(res);
+		return -1;
+	}
+	int rc = PQntuples(res);
+	bool invalid = rc == 1 && PQgetvalue(res, 0, 3)[0] == 't';
+	if (rc == 1) {
+		snprintf(out->table, sizeof(out->table), "%s",
+			 PQgetvalue(res, 0, 0));
+		snprintf(out->index, sizeof(out->index), "%s",
+			 PQgetvalue(res, 0, 1));
+		snprintf(out->index_qualified, sizeof(out->index_qualified),
+			 "%s", PQgetvalue(res, 0, 2));
+	}
+	PQclear(res);
+	if (invalid) {
+		char drop[256];
+		snprintf(drop, sizeof(drop), "DROP INDEX CONCURRENTLY %s",
+			 out->index_qualified);
+		if (migrate_exec_watched(conn, drop, DDL_WAIT_UNBOUNDED, NULL,
+					 err, errlen) != 0)
+			return -1;
+	}
+	return rc;
+}
+
+/* Whether the parent's index is valid: every partition's is attached. */
+static int parent_valid(PGconn *conn, const char *parent_index, char *err,
+			size_t errlen)
+{
+	const char *values[] = {parent_index};
+	PGresult *res = PQexecParams(conn,
+				     "SELECT indisvalid FROM pg_index WHERE "
+				     "indexrelid = to_regclass($1)",
+				     1, NULL, values, NULL, NULL, 0);
+	int rc = -1;
+	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+		rc = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+	else
+		pgconn_error(conn, res, err, errlen);
+	PQclear(res);
+	return rc;
+}
+
+/* Builds s on t's partitions and attaches each to the parent's index. */
+static int build(PGconn *conn, const struct outbox_table *t,
+		 const struct index_stmt *s, struct migrate_watch *w, char *err,
+		 size_t errlen)
+{
+	char parent_index[200];
+	snprintf(parent_index, sizeof(parent_index), "%s\"%s\"", t->prefix,
+		 s->name);
+	size_t sql_len = strlen(s->rest) + 512;
+	char *sql = malloc(sql_len);
+	if (!sql) {
+		snprintf(err, errlen, "index %s: out of memory", s->name);
+		return -1;
+	}
+	int rc = -1;
+	/* The parent's SHARE lock for a catalog entry only: a short wait. */
+	snprintf(sql, sql_len, "CREATE INDEX IF NOT EXISTS \"%s\" ON ONLY %s%s",
+		 s->name, t->quoted, s->rest);
+	if (migrate_exec_watched(conn, sql, DDL_WAIT_SHORT, NULL, err,
+				 errlen) != 0)
+		goto out;
+	for (int round = 1;; round++) {
+		struct part_names p;
+		int found = next_partition(conn, t, s->name, parent_index, &p,
+					   err, errlen);
+		if (found < 0)
+			goto out;
+		if (found == 0)
+			break;
+		if (round > MAX_ROUNDS) {
+			snprintf(err, errlen,
+				 "index %s: partitions kept coming under its "
+				 "build (%d built or looked up again)",
+				 s->name, MAX_ROUNDS);
+			goto out;
+		}
+		snprintf(sql, sql_len,
+			 "CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s%s",
+			 p.index, p.table, s->rest);
+		if (migrate_exec_watched(conn, sql, DDL_WAIT_UNBOUNDED, w, err,
+					 errlen) != 0) {
+			/* The cleaner dropped the partition meanwhile. */
+			if (strncmp(err, "42P01", 5) == 0)
+				continue;
+			goto out;
+		}
+		snprintf(sql, sql_len, "ALTER INDEX %s ATTACH PARTITION %s",
+			 parent_index, p.index_qualified);
+		if (migrate_exec_watched(conn, sql, DDL_WAIT_SHORT, NULL, err,
+					 errlen) != 0 &&
+		    strncmp(err, "42P01", 5) != 0)
+			goto out;
+	}
+	int valid = parent_valid(conn, parent_index, err, errlen);
+	if (valid == 0)
+		snprintf(err, errlen,
+			 "index %s: every partition's index is attached, yet "
+			 "the parent's is not valid",
+			 s->name);
+	if (valid == 1)
+		rc = 0;
+out:
+	free(sql);
+	return rc;
+}
+
+int migrate_statement(PGconn *conn, const struct outbox_table *t,
+		      const char *stmt, struct migrate_watch *w, char *err,
+		      size_t errlen)
+{
+	struct index_stmt s;
+	if (parse(stmt, t, &s)) {
+		int p = partitioned(conn, t, err, errlen);
+		if (p < 0)
+			return -1;
+		if (p == 1)
+			return build(conn, t, &s, w, err, errlen);
+	}
+	return migrate_exec_watched(conn, stmt, DDL_WAIT_UNBOUNDED, w, err,
+				    errlen);
+}
