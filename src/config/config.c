@@ -83,7 +83,8 @@ const struct setting config_core_rows[] = {
 	"uses OUTBOX_DATABASE_URL"),
     SETTING_BOOL(C, "OUTBOX_PG_PREPARE", pg_prepare, "on",
 		 "use named prepared statements; off for transaction-mode "
-		 "poolers"),
+		 "poolers (a relay left on behind one turns them off "
+		 "itself, with an error)"),
     SETTING_DURATION(
 	C, "OUTBOX_STATEMENT_TIMEOUT", statement_timeout_ms, "10s", 100, HOUR,
 	0,

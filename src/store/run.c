@@ -7,6 +7,7 @@
  * transaction's pipelined opening, transaction control, and Postgres
  * array literals.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,38 @@ static void sync_prepared(struct store *s)
 		memset(s->prepared, 0, sizeof(s->prepared));
 		s->prepared_gen = s->ses->conn_gen;
 	}
+}
+
+/*
+ * Set once a named statement a session prepared was gone (26000), or one
+ * it had not prepared was there (42P05): the relay's statements do not
+ * all reach one server session, as through a transaction-mode pooler
+ * (PgBouncer pool_mode = transaction), which runs each transaction on a
+ * server connection of its choosing. Prepared again, the statements would
+ * fail on one connection after another and the relay would deliver
+ * nothing; so from then on every store of the process (those opened later
+ * too: a failed open is retried with a new store) runs unnamed
+ * statements, as with OUTBOX_PG_PREPARE=off, and the relay says so once.
+ * A direct session never sees either: a store prepares each name once
+ * per session.
+ */
+static atomic_bool prepare_refused;
+
+static bool preparing(const struct store *s)
+{
+	return s->opt.prepare && !atomic_load(&prepare_refused);
+}
+
+static void stop_preparing(const char *why)
+{
+	if (!atomic_exchange(&prepare_refused, true))
+		log_error("%s: the relay's statements do not all reach one "
+			  "Postgres session, as through a transaction-mode "
+			  "pooler (PgBouncer pool_mode = transaction), where "
+			  "OUTBOX_PG_PREPARE=on cannot work; the relay now "
+			  "runs unnamed statements, as with "
+			  "OUTBOX_PG_PREPARE=off: set that to say so",
+			  why);
 }
 
 /* Runs st as a named prepared statement, preparing it on first use. */
@@ -77,12 +110,12 @@ static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 		*rc = STORE_RECONNECT;
 	} else {
 		*rc = STORE_ERROR;
-		/* The transaction-mode pooler case: a prepared statement
-		 * that vanished is prepared again next time. */
 		const char *state =
 		    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-		if (prepared && state && strcmp(state, "26000") == 0)
-			*prepared = false;
+		if (prepared && state && preparing(s) &&
+		    (strcmp(state, "26000") == 0 ||
+		     strcmp(state, "42P05") == 0))
+			stop_preparing(why);
 		if (pgconn_is_retryable(res))
 			*rc = STORE_RETRY_STATEMENT;
 	}
@@ -160,7 +193,7 @@ static bool queue_steps(struct store *s, const struct step *steps, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		const struct step *p = &steps[i];
 		const char *name = step_name(p);
-		bool named = name && s->opt.prepare;
+		bool named = name && preparing(s);
 		int queued;
 		if (named && !*p->prepared) {
 			if (PQsendPrepare(c, name, p->sql, p->nparams, NULL) !=
@@ -346,7 +379,7 @@ static PGresult *run_sql(struct store *s, int st, const char *what,
 	if (PQtransactionStatus(s->ses->conn) == PQTRANS_IDLE && !ends_tx(sql))
 		return run_outside_tx(s, st, what, sql, nparams, values, want,
 				      result_format, rc, err, errlen);
-	PGresult *res = st >= 0 && s->opt.prepare
+	PGresult *res = st >= 0 && preparing(s)
 			    ? exec_prepared(s, (enum stmt)st, nparams, values,
 					    result_format)
 			    : PQexecParams(s->ses->conn, sql, nparams, NULL,

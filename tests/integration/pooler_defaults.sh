@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# LISTEN behind PgBouncer in transaction mode (docs/design.md §7): the
-# pooler drops notifications that reach a server connection between its
-# client's statements, so a listener there would wait for nothing without
-# a word. The listener proves its session first (its own notification,
-# sent from another session, must come back):
-#  - through the pool it is refused with an error that names the setting
-#    to mend, outbox_listen_probes_lost_total counts it, events still go
-#    out by polling, and the relay set nothing on the pool's server
-#    connections;
-#  - with OUTBOX_LISTEN_DATABASE_URL a direct connection, the probe comes
-#    back and an event goes out within a second with a 10 s poll interval.
+# A relay left at its defaults behind PgBouncer in transaction mode,
+# with OUTBOX_LISTEN=on: the pooler runs each transaction on a server
+# connection of its choosing, so the relay's named prepared statements
+# (OUTBOX_PG_PREPARE=on, the default) and its LISTEN cannot work there.
+#  - Prepared statements: the first statement found missing or already
+#    there (26000, 42P05) turns the whole relay to unnamed statements,
+#    with one error that says so and names OUTBOX_PG_PREPARE=off; events
+#    are delivered (docs/design.md §4).
+#  - LISTEN (docs/design.md §7): the pooler drops notifications that reach
+#    a server connection between its client's statements, so a listener
+#    there would wait for nothing without a word. The listener proves its
+#    session first (its own notification, sent from another session, must
+#    come back): through the pool it is refused with an error that names
+#    the setting to mend, outbox_listen_probes_lost_total counts it,
+#    events still go out by polling, and the listener set nothing on the
+#    pool's server connections. With OUTBOX_LISTEN_DATABASE_URL a direct
+#    connection, the probe comes back and an event goes out within a
+#    second with a 10 s poll interval.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
 . "$(dirname "$0")/pgbouncer_lib.sh"
@@ -20,6 +27,7 @@ it_table listenpool
 OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_LISTEN=on "$RELAY_TEST_BIN" migrate \
 	>"$it_dir/migrate.out" 2>&1 || it_fail "migrate: $(cat "$it_dir/migrate.out")"
 bouncer_start 0
+clients=()
 
 # insert_and_time SECONDS: seconds from commit to the event's line on the
 # stdout of the relay last started.
@@ -33,10 +41,20 @@ insert_and_time() {
 	awk -v a="$after" -v b="$before" 'BEGIN { printf "%.3f\n", a - b }'
 }
 
-# Through the pool: refused, said, counted; polling delivers.
+# Through the pool at the defaults (OUTBOX_PG_PREPARE unset, so on):
+# the listener refused, said, counted; the prepared statements given up,
+# said once; polling delivers. A client of the pool prepares the relay's
+# first statement's name on each server connection first, as a relay
+# before this one would have left it.
+for i in 1 2 3; do
+	psql "$bouncer_url" -X -q -c "PREPARE outbox_tx_statement AS SELECT 1; SELECT pg_sleep(1)" \
+		>"$it_dir/prepare-$i.txt" 2>&1 &
+	clients+=($!)
+done
+wait "${clients[@]}"
 relay=pooled
-ops_relay "$relay" OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE=off \
-	OUTBOX_LISTEN=on OUTBOX_POLL_INTERVAL=2s
+ops_relay "$relay" OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_LISTEN=on \
+	OUTBOX_POLL_INTERVAL=2s
 pid=$it_last_pid
 ops_wait_metric 30 outbox_listen_probes_lost_total 'v >= 1'
 grep -q 'did not reach it within 5000 ms' "$it_dir/$relay.log" ||
@@ -45,6 +63,18 @@ grep -q 'OUTBOX_LISTEN_DATABASE_URL is unset, so LISTEN went through OUTBOX_DATA
 	"$it_dir/$relay.log" || it_fail "the error does not name the setting to mend"
 t=$(insert_and_time 10)
 echo "through the pool, by polling: ${t}s"
+said=$(grep -c 'OUTBOX_PG_PREPARE=on cannot work' "$it_dir/$relay.log" || true)
+[ "$said" = 1 ] || it_fail "the prepared statements' error was said $said times"
+grep -q 'OUTBOX_PG_PREPARE=on cannot work; the relay now runs unnamed statements' \
+	"$it_dir/$relay.log" || it_fail "the error does not say what the relay does"
+# Once said, the relay runs as with OUTBOX_PG_PREPARE=off: 50 events more,
+# and no prepared statement's error beyond the burst at its start.
+errors=$(grep -c '42P05\|26000' "$it_dir/$relay.log" || true)
+n=$(wc -l <"$it_dir/$relay.out")
+it_psql "INSERT INTO $OUTBOX_TABLE (type, payload) SELECT 'listen.pool', '{}' FROM generate_series(1, 50)"
+it_wait_lines 10 "$it_dir/$relay.out" $((n + 50))
+[ "$(grep -c '42P05\|26000' "$it_dir/$relay.log" || true)" = "$errors" ] ||
+	it_fail "prepared statements' errors after the relay gave them up"
 
 # Nothing of the listener's settings on the pool's server connections:
 # one client on each of the 3 at once (one after another would reach only
