@@ -631,6 +631,40 @@ int store_migrate(const struct store_options *opt, bool notify_trigger,
 				     errlen);
 }
 
+/*
+ * Whether conn reaches the server process it was opened with. A pooler
+ * that speaks the protocol (PgBouncer, in any mode) answers the startup
+ * itself, with a process id of its own making, and then runs each
+ * transaction (in transaction mode) on a server connection of its
+ * choosing: migrate's session lock would guard nothing and its settings
+ * would stay on a connection the application shares, even with a pool so
+ * idle that every statement lands on one connection, which the lock's
+ * check cannot tell from a direct one. 0, or -1 with err.
+ */
+static int direct(PGconn *conn, char *err, size_t errlen)
+{
+	PGresult *res = PQexec(conn, "SELECT pg_backend_pid()");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		pgconn_error(conn, res, err, errlen);
+		PQclear(res);
+		return -1;
+	}
+	long server = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	if (server == (long)PQbackendPID(conn))
+		return 0;
+	snprintf(err, errlen,
+		 "migrate's connection goes through a pooler or proxy (the "
+		 "server process answering, pid %ld, is not the one the "
+		 "connection announced, %d); through a transaction-mode "
+		 "pooler (PgBouncer pool_mode = transaction) its lock would "
+		 "guard nothing and its settings would stay on a server "
+		 "connection the application shares. Give migrate a direct "
+		 "connection to the server",
+		 server, PQbackendPID(conn));
+	return -1;
+}
+
 PGconn *migrate_session(const struct store_options *opt, struct outbox_table *t,
 			struct pgconn_options *po, int *rc, char *err,
 			size_t errlen)
@@ -638,14 +672,25 @@ PGconn *migrate_session(const struct store_options *opt, struct outbox_table *t,
 	*rc = STORE_ERROR;
 	if (table_parse(opt->table, t, err, errlen) != 0)
 		return NULL;
-	/* statement_timeout 0 lets index builds take their time. */
+	/* statement_timeout 0 lets index builds take their time. Nothing
+	 * is set before the session proved to be the server's own: on a
+	 * pooler's shared server connection it would stay for the
+	 * application's transactions (statement_timeout 0 among it). */
 	*po = (struct pgconn_options){
 	    .conninfo = opt->conninfo,
 	    .application_name = opt->app_name ? opt->app_name : "outbox-relay",
 	    .lock_timeout_ms = opt->lock_timeout_ms,
+	    .scope = PGCONN_TRANSACTION,
 	};
 	PGconn *conn = pgconn_connect(po, err, errlen);
 	*rc = conn ? STORE_OK : STORE_RECONNECT;
+	po->scope = PGCONN_SESSION;
+	if (conn && (direct(conn, err, errlen) != 0 ||
+		     pgconn_session_settings(conn, po, err, errlen) != 0)) {
+		*rc = STORE_ERROR;
+		PQfinish(conn);
+		conn = NULL;
+	}
 	return conn;
 }
 

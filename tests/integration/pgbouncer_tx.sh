@@ -9,8 +9,8 @@
 #    within the lease timeout, and a second relay delivers them;
 #  - hygiene: plain clients of the same pool, while relays run, see the
 #    server's settings, never one the relay set (docs/design.md §4);
-#  - migrate through the pool that resets its connections is refused
-#    with a clear error before it changes anything;
+#  - migrate through the pool is refused with a clear error before it
+#    changes or sets anything;
 #  - the table made partitioned, the relay's cleaner tends its daily
 #    partitions through the pool.
 . "$(dirname "$0")/lib.sh"
@@ -74,22 +74,25 @@ round() {
 	[ "$baseline" = "$(it_psql "$settings_sql")" ] ||
 		it_fail "the pool's baseline ($baseline) is not the server's"
 
-	# migrate needs a direct connection (a session advisory lock):
-	# behind a pool that resets each server connection after every
-	# transaction the lock is gone by the next statement, and migrate
-	# says so before it changes anything.
-	if [ "$reset" = 1 ]; then
-		local refused="pgbref_$$.outbox_events"
-		if env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="$refused" \
-			"$RELAY_TEST_BIN" migrate >"$it_dir/migrate-pool.out" 2>&1; then
-			it_fail "migrate through the pool (DISCARD ALL after each transaction) succeeded: $(tail -3 "$it_dir/migrate-pool.out")"
-		fi
-		grep -q 'goes through a transaction-mode pooler.*Give migrate a direct connection' "$it_dir/migrate-pool.out" ||
-			it_fail "migrate through the pool: $(cat "$it_dir/migrate-pool.out")"
-		[ "$(it_psql "SELECT to_regclass('$refused') IS NULL")" = t ] ||
-			it_fail "migrate through the pool made the table before it refused"
-		echo "reset=$reset: migrate through the pool refused before it changed anything"
+	# migrate needs a direct connection (a session advisory lock, its
+	# settings): through the pool, whether it resets each server
+	# connection after every transaction or not, migrate says so before
+	# it changes anything, and leaves no setting on the pool's server
+	# connections. (With the pool's defaults an idle pool kept migrate on
+	# one server connection, where its lock's check saw nothing amiss.)
+	local refused="pgbref_$$.outbox_events"
+	if env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="$refused" \
+		"$RELAY_TEST_BIN" migrate >"$it_dir/migrate-pool.out" 2>&1; then
+		it_fail "migrate through the pool (reset=$reset) succeeded: $(tail -3 "$it_dir/migrate-pool.out")"
 	fi
+	grep -q 'goes through a pooler or proxy.*Give migrate a direct connection' "$it_dir/migrate-pool.out" ||
+		it_fail "migrate through the pool: $(cat "$it_dir/migrate-pool.out")"
+	[ "$(it_psql "SELECT to_regclass('$refused') IS NULL")" = t ] ||
+		it_fail "migrate through the pool made the table before it refused"
+	leaked=$(every_server "$url" "$baseline")
+	[ "$leaked" = 0 ] ||
+		it_fail "migrate through the pool left its settings on $leaked server connections: $(cat "$it_dir/leaks.txt")"
+	echo "reset=$reset: migrate through the pool refused before it changed or set anything"
 	it_table "pgb${reset}"
 	it_psql "INSERT INTO $OUTBOX_TABLE (type, payload)
 	         SELECT 'pool.test', convert_to(json_build_object('n', g)::text, 'UTF8')
