@@ -662,6 +662,85 @@ static void test_later_migration_index(void **state)
 	PQfinish(c);
 }
 
+/* A later migration's index build on its own session, for a thread. */
+struct later_build {
+	const struct outbox_table *t;
+	const char *sql;
+	int rc;
+	char why[1024];
+};
+
+static void *build_later(void *arg)
+{
+	struct later_build *b = arg;
+	PGconn *c = pgtest_connect();
+	b->rc =
+	    store_migration_unrecorded(c, b->t, b->sql, b->why, sizeof(b->why));
+	PQfinish(c);
+	return NULL;
+}
+
+/* The per-partition build beside the producers: each partition's is
+ * concurrent, so a build that waits for a held snapshot (a report, a
+ * pg_dump) holds up no insert, where CREATE INDEX on the partitioned
+ * table would hold a SHARE lock on every partition for the whole build. */
+static void test_later_index_beside_writers(void **state)
+{
+	(void)state;
+	static const char later[] =
+	    "CREATE INDEX CONCURRENTLY IF NOT EXISTS \"{{n}}_beside_idx\"\n"
+	    "  ON {{table}} (type, seq) WHERE status = 'pending'";
+	char table[128], index[200];
+	struct outbox_table t;
+	pgtest_fresh_table("part_beside", table, sizeof(table));
+	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
+	PGconn *c = pgtest_connect(), *holder = pgtest_connect();
+	if (!pgtest_partitioned() &&
+	    store_partition_unrecorded(c, &t, err, sizeof(err)) != 0)
+		fail_msg("partition: %s", err);
+	pgtest_insert(c, table, 100);
+	/* A snapshot held on another table: it locks nothing of the
+	 * outbox, and every concurrent build waits for it. */
+	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	pgtest_exec(holder, "SELECT count(*) FROM pg_class");
+	struct later_build b = {.t = &t, .sql = later};
+	pthread_t builder;
+	assert_int_equal(pthread_create(&builder, NULL, build_later, &b), 0);
+	long waiting = 0;
+	for (int i = 0; i < 300 && !waiting; i++) {
+		waiting = pgtest_long(
+		    c, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+		       "'CREATE INDEX CONCURRENTLY%%' AND wait_event = "
+		       "'virtualxid'");
+		if (!waiting)
+			usleep(100 * 1000);
+	}
+	if (!waiting) {
+		pgtest_exec(holder, "ROLLBACK");
+		pthread_join(builder, NULL);
+		fail_msg("no build waited for the held snapshot (%s)",
+			 b.rc ? b.why : "the build ended");
+	}
+	/* While it waits, inserts go on, none waiting a second for a lock. */
+	pgtest_exec(c, "SET lock_timeout = '1s'");
+	for (int i = 0; i < 20; i++)
+		pgtest_insert(c, table, 1);
+	pgtest_exec(c, "RESET lock_timeout");
+	pgtest_exec(holder, "ROLLBACK");
+	assert_int_equal(pthread_join(builder, NULL), 0);
+	if (b.rc != 0)
+		fail_msg("the build: %s", b.why);
+	snprintf(index, sizeof(index), "%s\"%s_beside_idx\"", t.prefix, t.name);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_index WHERE "
+				     "indexrelid = '%s'::regclass AND "
+				     "indisvalid",
+				     index),
+			 1);
+	PQfinish(holder);
+	PQfinish(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -670,6 +749,7 @@ int main(void)
 	    cmocka_unit_test(test_partitions_by_the_day),
 	    cmocka_unit_test(test_tend_behind_another_cleaner),
 	    cmocka_unit_test(test_later_migration_index),
+	    cmocka_unit_test(test_later_index_beside_writers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
