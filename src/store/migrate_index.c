@@ -60,15 +60,13 @@ static bool parse(const char *stmt, const struct outbox_table *t,
 	return true;
 }
 
-/* 1 when t is a partitioned table, 0 when not, -1 with err. */
-static int partitioned(PGconn *conn, const struct outbox_table *t, char *err,
-		       size_t errlen)
+/* The truth of sql's one boolean, asked with the one parameter value:
+ * 1 or 0 (0 too when no row came), or -1 with err. */
+static int ask(PGconn *conn, const char *sql, const char *value, char *err,
+	       size_t errlen)
 {
-	const char *values[] = {t->quoted};
-	PGresult *res = PQexecParams(
-	    conn,
-	    "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)", 1,
-	    NULL, values, NULL, NULL, 0);
+	const char *values[] = {value};
+	PGresult *res = PQexecParams(conn, sql, 1, NULL, values, NULL, NULL, 0);
 	int rc = -1;
 	if (PQresultStatus(res) == PGRES_TUPLES_OK)
 		rc = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
@@ -147,24 +145,6 @@ static int next_partition(PGconn *conn, const struct outbox_table *t,
 	return rc;
 }
 
-/* Whether the parent's index is valid: every partition's is attached. */
-static int parent_valid(PGconn *conn, const char *parent_index, char *err,
-			size_t errlen)
-{
-	const char *values[] = {parent_index};
-	PGresult *res = PQexecParams(conn,
-				     "SELECT indisvalid FROM pg_index WHERE "
-				     "indexrelid = to_regclass($1)",
-				     1, NULL, values, NULL, NULL, 0);
-	int rc = -1;
-	if (PQresultStatus(res) == PGRES_TUPLES_OK)
-		rc = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
-	else
-		pgconn_error(conn, res, err, errlen);
-	PQclear(res);
-	return rc;
-}
-
 /* Builds s on t's partitions and attaches each to the parent's index. */
 static int build(PGconn *conn, const struct outbox_table *t,
 		 const struct index_stmt *s, struct migrate_watch *w, char *err,
@@ -218,7 +198,11 @@ static int build(PGconn *conn, const struct outbox_table *t,
 		    strncmp(err, "42P01", 5) != 0)
 			goto out;
 	}
-	int valid = parent_valid(conn, parent_index, err, errlen);
+	/* Valid once every partition's is attached. */
+	int valid = ask(conn,
+			"SELECT indisvalid FROM pg_index WHERE indexrelid = "
+			"to_regclass($1)",
+			parent_index, err, errlen);
 	if (valid == 0)
 		snprintf(err, errlen,
 			 "index %s: every partition's index is attached, yet "
@@ -237,7 +221,10 @@ int migrate_statement(PGconn *conn, const struct outbox_table *t,
 {
 	struct index_stmt s;
 	if (parse(stmt, t, &s)) {
-		int p = partitioned(conn, t, err, errlen);
+		int p = ask(conn,
+			    "SELECT relkind = 'p' FROM pg_class WHERE oid = "
+			    "to_regclass($1)",
+			    t->quoted, err, errlen);
 		if (p < 0)
 			return -1;
 		if (p == 1)

@@ -17,15 +17,9 @@ ops_relay relay OUTBOX_LISTEN=on OUTBOX_POLL_INTERVAL=10s OUTBOX_SWEEP_INTERVAL=
 pid=$it_last_pid
 sleep 1.5 # past the first poll
 
-# insert_and_time: seconds from commit to the event's line on stdout.
+# insert_and_time SECONDS: seconds from commit to the event's line.
 insert_and_time() {
-	local before after n
-	n=$(wc -l <"$it_dir/relay.out")
-	before=$(date +%s.%N)
-	it_psql "INSERT INTO $OUTBOX_TABLE (type, payload) VALUES ('listen.test', '{}')"
-	it_wait_lines "$1" "$it_dir/relay.out" $((n + 1))
-	after=$(date +%s.%N)
-	awk -v a="$after" -v b="$before" 'BEGIN { printf "%.3f\n", a - b }'
+	ops_insert_and_time "$1" "$it_dir/relay.out" listen.test
 }
 t=$(insert_and_time 5)
 awk -v t="$t" 'BEGIN { exit !(t < 1) }' || it_fail "with LISTEN the event took ${t}s"

@@ -135,3 +135,16 @@ ops_session_send() {
 ops_registry() {
 	echo "${OUTBOX_TABLE}_replicas"
 }
+
+# ops_insert_and_time SECONDS OUT TYPE: inserts one event of TYPE and
+# prints the seconds from its commit to its line in OUT (the stdout of a
+# relay with the stdout publisher), waiting at most SECONDS.
+ops_insert_and_time() {
+	local before after n
+	n=$(wc -l <"$2")
+	before=$(date +%s.%N)
+	it_psql "INSERT INTO $OUTBOX_TABLE (type, payload) VALUES ('$3', '{}')"
+	it_wait_lines "$1" "$2" $((n + 1))
+	after=$(date +%s.%N)
+	awk -v a="$after" -v b="$before" 'BEGIN { printf "%.3f\n", a - b }'
+}

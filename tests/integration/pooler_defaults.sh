@@ -29,16 +29,9 @@ OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_LISTEN=on "$RELAY_TEST_BIN
 bouncer_start 0
 clients=()
 
-# insert_and_time SECONDS: seconds from commit to the event's line on the
-# stdout of the relay last started.
+# insert_and_time SECONDS: seconds from commit to the event's line.
 insert_and_time() {
-	local before after n
-	n=$(wc -l <"$it_dir/$relay.out")
-	before=$(date +%s.%N)
-	it_psql "INSERT INTO $OUTBOX_TABLE (type, payload) VALUES ('listen.pool', '{}')"
-	it_wait_lines "$1" "$it_dir/$relay.out" $((n + 1))
-	after=$(date +%s.%N)
-	awk -v a="$after" -v b="$before" 'BEGIN { printf "%.3f\n", a - b }'
+	ops_insert_and_time "$1" "$it_dir/$relay.out" listen.pool
 }
 
 # Through the pool at the defaults (OUTBOX_PG_PREPARE unset, so on):

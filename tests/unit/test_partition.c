@@ -539,6 +539,14 @@ static void test_tend_behind_another_cleaner(void **state)
 	PQfinish(c);
 }
 
+static bool index_valid(PGconn *c, const char *index)
+{
+	return pgtest_long(c,
+			   "SELECT count(*) FROM pg_index WHERE indexrelid = "
+			   "'%s'::regclass AND indisvalid",
+			   index) == 1;
+}
+
 /* The children of index (a partitioned index) that are attached to it. */
 static long attached(PGconn *c, const char *index)
 {
@@ -574,12 +582,7 @@ static void test_later_migration_index(void **state)
 			fail_msg("the plain table's index: %s", err);
 		snprintf(index, sizeof(index), "%s\"%s_later_idx\"", t.prefix,
 			 t.name);
-		assert_int_equal(
-		    pgtest_long(c,
-				"SELECT count(*) FROM pg_index WHERE "
-				"indexrelid = '%s'::regclass AND indisvalid",
-				index),
-		    1);
+		assert_true(index_valid(c, index));
 	}
 	pgtest_fresh_table("part_later", table, sizeof(table));
 	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
@@ -631,12 +634,7 @@ static void test_later_migration_index(void **state)
 	if (store_migration_unrecorded(c, &t, later, err, sizeof(err)) != 0)
 		fail_msg("the later index on the partitioned table: %s", err);
 	assert_int_equal(attached(c, index), parts);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM pg_index WHERE "
-				     "indexrelid = '%s'::regclass AND "
-				     "indisvalid",
-				     index),
-			 1);
+	assert_true(index_valid(c, index));
 	/* The leftover was built again as the migration says. */
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM pg_index i JOIN "
@@ -731,12 +729,7 @@ static void test_later_index_beside_writers(void **state)
 	if (b.rc != 0)
 		fail_msg("the build: %s", b.why);
 	snprintf(index, sizeof(index), "%s\"%s_beside_idx\"", t.prefix, t.name);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM pg_index WHERE "
-				     "indexrelid = '%s'::regclass AND "
-				     "indisvalid",
-				     index),
-			 1);
+	assert_true(index_valid(c, index));
 	PQfinish(holder);
 	PQfinish(c);
 }
