@@ -34,6 +34,12 @@ struct index_stmt {
 	const char *rest;
 };
 
+/* A space between words (strchr() alone would take the end too). */
+static bool blank(char c)
+{
+	return c != '\0' && strchr(" \t\r\n", c) != NULL;
+}
+
 /* Whether stmt builds an index concurrently on t itself (not on one of
  * its side tables): LEAD "name" ON t rest. */
 static bool parse(const char *stmt, const struct outbox_table *t,
@@ -50,11 +56,11 @@ static bool parse(const char *stmt, const struct outbox_table *t,
 		 p + 1);
 	p = end + 1;
 	p += strspn(p, " \t\r\n");
-	if (strncmp(p, "ON", 2) != 0 || !strchr(" \t\r\n", p[2]))
+	if (strncmp(p, "ON", 2) != 0 || !blank(p[2]))
 		return false;
 	p += 2 + strspn(p + 2, " \t\r\n");
 	size_t n = strlen(t->quoted);
-	if (strncmp(p, t->quoted, n) != 0 || !strchr(" \t\r\n", p[n]))
+	if (strncmp(p, t->quoted, n) != 0 || !blank(p[n]))
 		return false;
 	out->rest = p + n;
 	return true;
