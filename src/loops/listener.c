@@ -15,7 +15,8 @@
 #define LISTEN_USAGE_EVERY_MS 5000
 #define LISTEN_WAIT_MS 1000
 /* After a probe that did not come back: the path will not mend itself
- * sooner, and each try leaves a LISTEN on some pooled server connection. */
+ * sooner, and each try may leave a LISTEN on some pooled server
+ * connection. */
 #define LISTEN_PROBE_RETRY_MS 60000
 
 /* Says which setting to mend when database db's LISTEN session loses

@@ -141,6 +141,10 @@ static int probe(struct store_listener *l, const struct pgconn_options *po,
 		    "connection or session pooling",
 		    STORE_LISTEN_PROBE_MS);
 		rc = STORE_REFUSED;
+		/* Best effort: through the pooler it reaches the server
+		 * connection that LISTENs only when the pool is idle. */
+		PQclear(res);
+		res = PQexec(l->conn, "UNLISTEN *");
 	} else
 		rc = STORE_OK;
 	goto out;
