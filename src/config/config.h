@@ -209,6 +209,11 @@ const char *config_database_name(const struct config *cfg, size_t d);
 const char *config_database_url(const struct config *cfg, size_t d);
 /* NULL: LISTEN uses the database's URL. */
 const char *config_listen_url(const struct config *cfg, size_t d);
+/* The variable that sets base (say "OUTBOX_LISTEN_DATABASE_URL") for
+ * database d: base itself for the one database, base_<NAME> with
+ * OUTBOX_DATABASES; into out, cut at outlen. */
+void config_database_setting(const struct config *cfg, size_t d,
+			     const char *base, char *out, size_t outlen);
 /* The index of the database called name (len bytes), or -1. */
 int config_database_index(const struct config *cfg, const char *name,
 			  size_t len);

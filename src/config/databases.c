@@ -253,6 +253,15 @@ const char *config_listen_url(const struct config *cfg, size_t d)
 				: cfg->listen_database_url;
 }
 
+void config_database_setting(const struct config *cfg, size_t d,
+			     const char *base, char *out, size_t outlen)
+{
+	char prefix[128];
+	const char *name = config_database_name(cfg, d);
+	snprintf(prefix, sizeof(prefix), "%s%s", base, name[0] ? "_" : "");
+	var_of(prefix, name, out, outlen);
+}
+
 int config_database_index(const struct config *cfg, const char *name,
 			  size_t len)
 {

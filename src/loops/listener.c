@@ -5,7 +5,6 @@
  */
 #include "loops_int.h"
 
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,27 +22,22 @@
  * notifications. */
 static void log_probe_lost(const struct config *cfg, size_t db, const char *err)
 {
-	const char *name = config_database_name(cfg, db);
-	char suffix[CONFIG_DATABASE_NAME_MAX + 2] = "";
-	if (name[0]) {
-		suffix[0] = '_';
-		for (size_t i = 0; name[i] && i + 2 < sizeof(suffix); i++)
-			suffix[i + 1] = (char)toupper((unsigned char)name[i]);
-	}
+	char listen[160], url[160];
+	config_database_setting(cfg, db, "OUTBOX_LISTEN_DATABASE_URL", listen,
+				sizeof(listen));
+	config_database_setting(cfg, db, "OUTBOX_DATABASE_URL", url,
+				sizeof(url));
 	if (config_listen_url(cfg, db))
-		log_error("listener: %s. Set OUTBOX_LISTEN_DATABASE_URL%s to a "
-			  "direct connection to the server; workers poll "
-			  "every OUTBOX_POLL_INTERVAL meanwhile, and the "
-			  "listener tries again in %d s",
-			  err, suffix, LISTEN_PROBE_RETRY_MS / 1000);
+		log_error("listener: %s. Set %s to a direct connection to the "
+			  "server; workers poll every OUTBOX_POLL_INTERVAL "
+			  "meanwhile, and the listener tries again in %d s",
+			  err, listen, LISTEN_PROBE_RETRY_MS / 1000);
 	else
-		log_error(
-		    "listener: %s. OUTBOX_LISTEN_DATABASE_URL%s is unset, "
-		    "so LISTEN went through OUTBOX_DATABASE_URL%s: set "
-		    "it to a direct connection to the server; workers "
-		    "poll every OUTBOX_POLL_INTERVAL meanwhile, and the "
-		    "listener tries again in %d s",
-		    err, suffix, suffix, LISTEN_PROBE_RETRY_MS / 1000);
+		log_error("listener: %s. %s is unset, so LISTEN went through "
+			  "%s: set it to a direct connection to the server; "
+			  "workers poll every OUTBOX_POLL_INTERVAL meanwhile, "
+			  "and the listener tries again in %d s",
+			  err, listen, url, LISTEN_PROBE_RETRY_MS / 1000);
 }
 
 /* What one listener (one database's, th.index) LISTENs on: the channel

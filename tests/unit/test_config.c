@@ -1078,6 +1078,10 @@ static void test_databases(void **state)
 	assert_string_equal(config_database_url(&r.cfg, 0),
 			    "host=a dbname=one");
 	assert_null(config_listen_url(&r.cfg, 0));
+	char var[64];
+	config_database_setting(&r.cfg, 0, "OUTBOX_LISTEN_DATABASE_URL", var,
+				sizeof(var));
+	assert_string_equal(var, "OUTBOX_LISTEN_DATABASE_URL");
 	run_free(&r);
 
 	env_clear();
@@ -1099,6 +1103,10 @@ static void test_databases(void **state)
 			    "host=direct dbname=two");
 	assert_int_equal(config_database_index(&r.cfg, "shard2", 6), 1);
 	assert_int_equal(config_database_index(&r.cfg, "shard", 5), -1);
+	/* The variable an error names for that database. */
+	config_database_setting(&r.cfg, 0, "OUTBOX_LISTEN_DATABASE_URL", var,
+				sizeof(var));
+	assert_string_equal(var, "OUTBOX_LISTEN_DATABASE_URL_SHARD_1");
 	run_free(&r);
 
 	static const struct {
