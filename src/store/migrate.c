@@ -331,9 +331,12 @@ static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
 		 "SELECT format('%%I.%%I', n.nspname, c.relname) "
 		 "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
 		 "JOIN pg_namespace n ON n.oid = c.relnamespace "
-		 "WHERE NOT i.indisvalid AND i.indrelid = '%s'::regclass "
-		 /* A partitioned table's own index is invalid until each
-		  * partition's is attached: migrate_statement() ends it. */
+		 "WHERE NOT i.indisvalid AND i.indrelid IN (SELECT relid "
+		 "FROM pg_partition_tree('%s'::regclass)) "
+		 /* The table's and, when it is partitioned, its partitions'
+		  * (a per-partition build cut short). A partitioned table's
+		  * own index is invalid until each partition's is attached:
+		  * migrate_statement() ends it. */
 		 "AND c.relkind = 'i'",
 		 t->quoted);
 	PGresult *res = PQexec(conn, sql);

@@ -95,9 +95,9 @@ struct part_names {
  * index (qualified, quoted): its names, its index named after it and the
  * parent index's name after the table's ("<partition>_x_idx" for
  * "<table>_x_idx", cut at 63 bytes as Postgres cuts every identifier).
- * 1 with one found, 0 when none is left, -1 with err. An invalid leftover
- * of a build cut short is dropped first, so that IF NOT EXISTS builds it
- * again. */
+ * 1 with one found, 0 when none is left, -1 with err. (An invalid
+ * leftover of a build cut short was dropped before the migration's
+ * statements, with the table's, so IF NOT EXISTS builds it again.) */
 static int next_partition(PGconn *conn, const struct outbox_table *t,
 			  const char *index, const char *parent_index,
 			  struct part_names *out, char *err, size_t errlen)
@@ -112,17 +112,15 @@ static int next_partition(PGconn *conn, const struct outbox_table *t,
 	 * wrapping. */
 	PGresult *res = PQexecParams(
 	    conn,
-	    "SELECT format('\"%s\".\"%s\"', nspname, relname), "
-	    "format('\"%s\"', ix), format('\"%s\".\"%s\"', nspname, ix), "
-	    "(SELECT NOT x.indisvalid FROM pg_index x JOIN pg_class xc ON "
-	    "xc.oid = x.indexrelid WHERE xc.relname = ix AND xc.relnamespace "
-	    "= ns) FROM (SELECT n.nspname, n.oid AS ns, c.relname, "
-	    "left(c.relname || '_' || $3, 63) AS ix FROM pg_inherits i JOIN "
-	    "pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = "
-	    "c.relnamespace WHERE i.inhparent = to_regclass($1) AND NOT "
-	    "EXISTS (SELECT 1 FROM pg_inherits ii JOIN pg_index x ON "
-	    "x.indexrelid = ii.inhrelid WHERE ii.inhparent = to_regclass($2) "
-	    "AND x.indrelid = c.oid) ORDER BY c.relname LIMIT 1) p",
+	    "SELECT format('\"%s\".\"%s\"', n.nspname, c.relname), "
+	    "format('\"%s\"', left(c.relname || '_' || $3, 63)), "
+	    "format('\"%s\".\"%s\"', n.nspname, left(c.relname || '_' || $3, "
+	    "63)) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+	    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.inhparent "
+	    "= to_regclass($1) AND NOT EXISTS (SELECT 1 FROM pg_inherits ii "
+	    "JOIN pg_index x ON x.indexrelid = ii.inhrelid WHERE ii.inhparent "
+	    "= to_regclass($2) AND x.indrelid = c.oid) ORDER BY c.relname "
+	    "LIMIT 1",
 	    3, NULL, values, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		pgconn_error(conn, res, err, errlen);
@@ -130,7 +128,6 @@ static int next_partition(PGconn *conn, const struct outbox_table *t,
 		return -1;
 	}
 	int rc = PQntuples(res);
-	bool invalid = rc == 1 && PQgetvalue(res, 0, 3)[0] == 't';
 	if (rc == 1) {
 		snprintf(out->table, sizeof(out->table), "%s",
 			 PQgetvalue(res, 0, 0));
@@ -140,14 +137,6 @@ static int next_partition(PGconn *conn, const struct outbox_table *t,
 			 "%s", PQgetvalue(res, 0, 2));
 	}
 	PQclear(res);
-	if (invalid) {
-		char drop[256];
-		snprintf(drop, sizeof(drop), "DROP INDEX CONCURRENTLY %s",
-			 out->index_qualified);
-		if (migrate_exec_watched(conn, drop, DDL_WAIT_UNBOUNDED, NULL,
-					 err, errlen) != 0)
-			return -1;
-	}
 	return rc;
 }
 
