@@ -12,17 +12,22 @@ set -euo pipefail
 it_name=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 it_dir=$(mktemp -d "${TMPDIR:-/tmp}/outbox-it-${it_name}.XXXXXX")
 it_pids=()
+it_clusters=()
 
 it_cleanup() {
-	local pid
+	local pid dir
 	for pid in "${it_pids[@]}"; do
 		kill -9 "$pid" 2>/dev/null || true
 	done
 	wait 2>/dev/null || true
+	for dir in "${it_clusters[@]}"; do
+		bash "$RELAY_TEST_SOURCE_ROOT/tests/services/postgres.sh" stop "$dir" \
+			>/dev/null 2>&1 || true
+	done
 	if [ "${it_failed:-0}" = 0 ]; then
-		rm -rf "$it_dir"
+		rm -rf "$it_dir" "${it_clusters[@]}"
 	else
-		echo "kept $it_dir for inspection" >&2
+		echo "kept $it_dir ${it_clusters[*]} for inspection" >&2
 	fi
 }
 trap it_cleanup EXIT
@@ -58,6 +63,18 @@ it_table() {
 	OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" \
 		"$RELAY_TEST_BIN" migrate >"$it_dir/migrate.out" 2>&1 ||
 		it_fail "migrate failed: $(cat "$it_dir/migrate.out")"
+}
+
+# it_cluster: a PostgreSQL cluster of the test's own (tests/services/
+# postgres.sh), stopped and removed when the test exits. Sets
+# it_cluster_dir (its env file is there) and it_cluster_url.
+it_cluster() {
+	it_cluster_dir=$(mktemp -d "${TMPDIR:-/tmp}/outbox-pg.XXXXXX")
+	it_clusters+=("$it_cluster_dir")
+	bash "$RELAY_TEST_SOURCE_ROOT/tests/services/postgres.sh" start "$it_cluster_dir" \
+		>"$it_dir/cluster.out" 2>&1 ||
+		it_fail "the test's own cluster did not start: $(cat "$it_dir/cluster.out")"
+	it_cluster_url=$(sed -n 's/^RELAY_TEST_DATABASE_URL=//p' "$it_cluster_dir/env")
 }
 
 # it_wait SECONDS DESCRIPTION CMD...: polls CMD every 100 ms until it

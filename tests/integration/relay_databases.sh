@@ -12,14 +12,9 @@
 it_table dbs
 table="$OUTBOX_TABLE"
 services="$(dirname "$0")/../services"
-pg2="$it_dir/pg2"
-mkdir -p "$pg2"
-chmod 755 "$it_dir" "$pg2"
-trap 'bash "$services/postgres.sh" stop "$pg2" >/dev/null 2>&1 || true; it_cleanup' EXIT
-url2=$(bash "$services/postgres.sh" start "$pg2" 2>"$it_dir/pg2.err" | tail -n 1) ||
-	it_fail "second Postgres did not start: $(cat "$it_dir/pg2.err")"
-url2=${url2#RELAY_TEST_DATABASE_URL=}
-case "$url2" in postgres*) ;; *) it_fail "no URL from the second Postgres: $url2" ;; esac
+it_cluster
+pg2=$it_cluster_dir
+url2=$it_cluster_url
 psql2() { psql "$url2" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
 
 # The second database is listed first: the ops session starts on it, so
@@ -186,7 +181,7 @@ drop_tenants() {
 	for i in $(seq 1 51); do echo "DROP SCHEMA IF EXISTS ${schema}_t$i CASCADE;"; done |
 		psql "$RELAY_TEST_DATABASE_URL" -X -q >/dev/null 2>&1 || true
 }
-trap 'drop_tenants; bash "$services/postgres.sh" stop "$pg2" >/dev/null 2>&1 || true; it_cleanup' EXIT
+trap 'drop_tenants; it_cleanup' EXIT
 for i in $(seq 1 50); do
 	db=main
 	[ "$i" -le 25 ] || db=second

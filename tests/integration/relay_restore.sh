@@ -15,16 +15,8 @@
 . "$(dirname "$0")/ops_lib.sh"
 : "${RELAY_TEST_FLAKY_BIN:?run through meson test}"
 
-pg2=$(mktemp -d "${TMPDIR:-/tmp}/outbox-restore.XXXXXX")
-restore_cleanup() {
-	bash "$RELAY_TEST_SOURCE_ROOT/tests/services/postgres.sh" stop "$pg2" >/dev/null 2>&1 || true
-	it_cleanup
-	rm -rf "$pg2"
-}
-trap restore_cleanup EXIT
-bash "$RELAY_TEST_SOURCE_ROOT/tests/services/postgres.sh" start "$pg2" >"$it_dir/pg2.out" 2>&1 ||
-	it_fail "the second cluster did not start: $(cat "$it_dir/pg2.out")"
-url2=$(svc_env_get "$pg2/env" RELAY_TEST_DATABASE_URL)
+it_cluster
+url2=$it_cluster_url
 psql2() {
 	psql "$url2" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"
 }

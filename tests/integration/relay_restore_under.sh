@@ -17,24 +17,17 @@
 # shellcheck source=../services/lib.sh
 . "$RELAY_TEST_SOURCE_ROOT/tests/services/lib.sh"
 
+trap 'bouncer_stop_all; it_cleanup' EXIT
 pg_sh="$RELAY_TEST_SOURCE_ROOT/tests/services/postgres.sh"
-pg2=$(mktemp -d "${TMPDIR:-/tmp}/outbox-under.XXXXXX")
-under_cleanup() {
-	bouncer_stop_all
-	bash "$pg_sh" stop "$pg2" >/dev/null 2>&1 || true
-	it_cleanup
-	rm -rf "$pg2"
-}
-trap under_cleanup EXIT
-bash "$pg_sh" start "$pg2" >"$it_dir/pg2.out" 2>&1 ||
-	it_fail "the test's cluster did not start: $(cat "$it_dir/pg2.out")"
-url2=$(svc_env_get "$pg2/env" RELAY_TEST_DATABASE_URL)
+it_cluster
+pg2=$it_cluster_dir
+url2=$it_cluster_url
 data2=$(svc_env_get "$pg2/env" PG_DATA)
 # A clean stop (postgres.sh stops at once, losing what the test's fsync=off
 # and synchronous_commit=off leave unwritten): a backup is of committed rows.
 stop2() {
 	svc_as postgres "$(svc_env_get "$pg2/env" PG_BIN)/pg_ctl" stop -D "$data2" -m fast -w \
-		>>"$it_dir/pg2.out" 2>&1 || it_fail "the test's cluster did not stop"
+		>>"$it_dir/cluster.out" 2>&1 || it_fail "the test's cluster did not stop"
 }
 psql2() {
 	psql "$url2" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"
