@@ -91,5 +91,7 @@ psql "$standby_url" -X -A -t -c "SELECT id FROM $OUTBOX_TABLE" | sort >"$it_dir/
 jq -r '.id' "$log" | sort -u >"$it_dir/delivered.ids"
 missing=$(comm -23 "$it_dir/held.ids" "$it_dir/delivered.ids" | wc -l)
 [ "$missing" = 0 ] || it_fail "$missing events of the promoted database were marked sent and never delivered"
+twice=$(($(wc -l <"$log") - $(wc -l <"$it_dir/delivered.ids")))
 echo "ok: $total events held by the promoted database, all sent and delivered," \
-	"$written_after of them written after the failover; $(wc -l <"$it_dir/refused") producer rounds refused"
+	"$written_after of them written after the failover, $twice deliveries again;" \
+	"$(wc -l <"$it_dir/refused") producer rounds refused"
