@@ -54,13 +54,13 @@ env OUTBOX_DATABASE_URL="$both" OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_HTTP_ADDR= \
 relay=$!
 it_pids+=("$relay")
 
-# The producer: 10 events a transaction, 20 ms apart, at most 150
-# transactions or 30 s; a round refused (no host took writes) is noted
-# and not tried again.
+# The producer: 10 events a transaction, 20 ms apart, until told to stop
+# (at most 1,000 transactions or 60 s); a round refused (no host took
+# writes) is noted and not tried again.
 (
-	end=$((SECONDS + 30))
-	for round in $(seq 1 150); do
-		[ "$SECONDS" -lt "$end" ] || break
+	end=$((SECONDS + 60))
+	for round in $(seq 1 1000); do
+		[ "$SECONDS" -lt "$end" ] && [ ! -f "$it_dir/stop" ] || break
 		psql "$both" -X -q -c "INSERT INTO $OUTBOX_TABLE (type, payload)
   SELECT 'n$round', '{}' FROM generate_series(1, 10)" >/dev/null 2>&1 ||
 			echo "$round" >>"$it_dir/refused"
@@ -74,6 +74,8 @@ sleep 1
 svc_as postgres "$pg_bin/pg_ctl" promote -D "$standby_dir/data" -w >"$it_dir/promote.out" 2>&1 ||
 	it_fail "promote: $(cat "$it_dir/promote.out")"
 promoted=$(psql "$standby_url" -X -A -t -c "SELECT now()")
+sleep 2
+touch "$it_dir/stop"
 wait "$producer"
 [ -s "$it_dir/refused" ] || it_fail "no insert was refused: the failover came after the producer"
 total=$(psql "$standby_url" -X -A -t -c "SELECT count(*) FROM $OUTBOX_TABLE")
