@@ -258,7 +258,9 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
  * Where this lease's due scan starts (docs/design.md §4, "A held
  * snapshot"): at the oldest next_attempt_at of this session's previous
  * batch's due rows, or from the start of the index ("-infinity") when a
- * rescan is due. Below the floor are only rows this session has no
+ * rescan is due or the session was connected anew (a restore or a
+ * failover behind a reconnect may have made rows pending again below
+ * both floors). Below the floor are only rows this session has no
  * reason to look for at once: every row of its previous batch that went
  * back to pending (released, or retried with a later next_attempt_at) is
  * at or above it, or, if the late scan had it, written at or after the
@@ -275,11 +277,13 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
  * first live row at every lease (statements_lease.c).
  */
 /* The session's floor as the lease's $4: '-infinity' when it has none or
- * keeps none (OUTBOX_LEASE_RESCAN_INTERVAL=0), or has no late scan floor
- * yet on a table with the column. */
+ * keeps none (OUTBOX_LEASE_RESCAN_INTERVAL=0), has no late scan floor yet
+ * on a table with the column, or read its floors on a session that has
+ * since been connected anew. */
 static bool floor_of(const struct store *s, char floor[40])
 {
-	if (s->floor_set && s->opt.lease_rescan_ms > 0 &&
+	if (s->floor_set && s->floor_gen == s->ses->conn_gen &&
+	    s->opt.lease_rescan_ms > 0 &&
 	    (s->written_missing || s->written_floor != 0) &&
 	    store_floor_text(s->floor_us, floor))
 		return true;

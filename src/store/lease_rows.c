@@ -326,6 +326,7 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	if (oldest != INT64_MAX) {
 		s->floor_us = oldest;
 		s->floor_set = true;
+		s->floor_gen = s->ses->conn_gen;
 	}
 	uint64_t written_floor;
 	if (store_col_be(res, 0, LC_WRITTEN_FLOOR, 8, &written_floor))

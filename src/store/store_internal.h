@@ -188,9 +188,14 @@ struct store {
 	 * scan starts, the oldest next_attempt_at of its previous batch (in
 	 * microseconds since 2000, Postgres' epoch), unless floor_set is
 	 * false or a rescan is due (clock_ms() past rescan_at_ms, or the
-	 * paused list changed from rescan_paused). */
+	 * paused list changed from rescan_paused). floor_gen: the conn_gen
+	 * of the session that returned it and the late scan's floor; after a
+	 * reconnect the next lease scans from the start, since what ended the
+	 * session (a restore, a failover) may have made rows pending again
+	 * below both. */
 	bool floor_set;
 	int64_t floor_us;
+	uint64_t floor_gen;
 	int64_t rescan_at_ms;
 	char *rescan_paused;
 	/* The claim floor (lease.c): a transaction id below which every

@@ -2690,6 +2690,45 @@ static void test_lease_floor_rows_below(void **state)
 	PQfinish(c);
 }
 
+/* 8b-iii'. A session connected anew scans from the start at its next
+ * lease: its floors were read on the session that ended, and what ended
+ * it (the database restored, or failed over to a standby that lacked the
+ * last marks) may have made rows pending again below both. Such a row
+ * here: due an hour ago, with no writer. */
+static void test_lease_floors_after_reconnect(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_floor_reconnect", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	char app[64];
+	snprintf(app, sizeof(app), "outbox-test-floor-%d", (int)getpid());
+	o.app_name = app;
+	struct store *s = pgtest_store(&o);
+	/* The first lease scans from the start; the second has floors. */
+	for (int i = 0; i < 2; i++) {
+		pgtest_insert(c, table, 1);
+		assert_int_equal(lease_count_type(s, NULL, 0, 1, "test.event"),
+				 1);
+	}
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, next_attempt_at, "
+		    "written_by) VALUES ('below.event', '\\x01', now() - "
+		    "interval '1 hour', NULL)",
+		    table);
+	assert_int_equal(lease_count_type(s, NULL, 0, 0, "x"), 0);
+	terminate(c, app);
+	struct lease_batch b;
+	assert_int_equal(store_lease(s, NULL, 0, "", &b, err, sizeof(err)),
+			 STORE_RECONNECT);
+	assert_int_equal(store_reconnect(s, err, sizeof(err)), 0);
+	assert_int_equal(lease_count_type(s, NULL, 0, 1, "below.event"), 1);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* 8b-iv. The stores of one process share their rescan schedule: once a
  * rescan is due, the first store to lease makes it, and the others do not
  * rescan until the next is due (one rescan per interval for the process,
@@ -3703,6 +3742,7 @@ int main(void)
 	    cmocka_unit_test(test_generic_plans_use_indexes),
 	    cmocka_unit_test(test_lease_walks_the_index),
 	    cmocka_unit_test(test_lease_floor_under_held_snapshot),
+	    cmocka_unit_test(test_lease_floors_after_reconnect),
 	    cmocka_unit_test(test_ordered_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_below),
 	    cmocka_unit_test(test_lease_rescans_shared),
