@@ -77,6 +77,15 @@ it_cluster() {
 	it_cluster_url=$(sed -n 's/^RELAY_TEST_DATABASE_URL=//p' "$it_cluster_dir/env")
 }
 
+# it_keyed_sql TABLE TYPE FROM TO KEYS PREFIX: the INSERT of keyed events
+# of TYPE into TABLE, payload {"n": g} for g = FROM..TO, key PREFIX || g %
+# KEYS, so that each key's events are in n order.
+it_keyed_sql() {
+	echo "INSERT INTO $1 (type, payload, partition_key)
+  SELECT '$2', convert_to('{\"n\":' || g || '}', 'UTF8'), '$6' || (g % $5)
+  FROM generate_series($3, $4) g"
+}
+
 # it_wait SECONDS DESCRIPTION CMD...: polls CMD every 100 ms until it
 # succeeds, failing the test after SECONDS.
 it_wait() {

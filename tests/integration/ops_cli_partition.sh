@@ -16,9 +16,7 @@ OUTBOX_LISTEN=on ops_cli migrate
 [ "$ops_rc" = 0 ] || it_fail "migrate exited $ops_rc: $(cat "$it_dir/cli.err")"
 
 keyed() { # TYPE FROM TO: keyed events, n = FROM..TO over keys k0..k2
-	echo "INSERT INTO $OUTBOX_TABLE (type, payload, partition_key)
-  SELECT '$1', convert_to('{\"n\":' || g || '}', 'UTF8'), 'k' || (g % 3)
-  FROM generate_series($2, $3) g"
+	it_keyed_sql "$OUTBOX_TABLE" "$1" "$2" "$3" 3 k
 }
 it_psql "$(keyed before.keyed 1 60)"
 it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, status, finished_at, attempts, last_error)

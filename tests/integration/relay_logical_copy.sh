@@ -30,9 +30,7 @@ for url in "$blue" "$green"; do
 done
 
 keyed() { # TYPE FROM TO: keyed events n = FROM..TO over keys k0..k9
-	echo "INSERT INTO $OUTBOX_TABLE (type, payload, partition_key)
-  SELECT '$1', convert_to('{\"n\":' || g || '}', 'UTF8'), 'k' || (g % 10)
-  FROM generate_series($2, $3) g"
+	it_keyed_sql "$OUTBOX_TABLE" "$1" "$2" "$3" 10 k
 }
 psql_on "$blue" "$(keyed blue 1 200)"
 psql_on "$blue" "CREATE PUBLICATION outbox_move FOR TABLE $OUTBOX_TABLE"

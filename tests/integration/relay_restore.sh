@@ -46,9 +46,7 @@ if [ "$burn" -gt 0 ]; then
 fi
 
 keyed() { # TABLE TYPE FROM TO: keyed events n = FROM..TO over 10 keys
-	echo "INSERT INTO $1 (type, payload, partition_key)
-  SELECT '$2', convert_to('{\"n\":' || g || '}', 'UTF8'), '$1/' || (g % 10)
-  FROM generate_series($3, $4) g"
+	it_keyed_sql "$1" "$2" "$3" "$4" 10 "$1/"
 }
 for t in $plain $parted; do
 	it_psql "$(keyed "$t" before 1 300)"
