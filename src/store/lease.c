@@ -282,7 +282,7 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
  * since been connected anew. */
 static bool floor_of(const struct store *s, char floor[40])
 {
-	if (s->floor_set && s->floor_gen == s->ses->conn_gen &&
+	if (s->floor_gen != 0 && s->floor_gen == s->ses->conn_gen &&
 	    s->opt.lease_rescan_ms > 0 &&
 	    (s->written_missing || s->written_floor != 0) &&
 	    store_floor_text(s->floor_us, floor))

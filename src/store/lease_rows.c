@@ -325,7 +325,6 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	s->open_lease = rows;
 	if (oldest != INT64_MAX) {
 		s->floor_us = oldest;
-		s->floor_set = true;
 		s->floor_gen = s->ses->conn_gen;
 	}
 	uint64_t written_floor;

@@ -186,14 +186,14 @@ struct store {
 	char *tx_settings[4];
 	/* The lease's scan floor (lease.c): where this session's next due
 	 * scan starts, the oldest next_attempt_at of its previous batch (in
-	 * microseconds since 2000, Postgres' epoch), unless floor_set is
-	 * false or a rescan is due (clock_ms() past rescan_at_ms, or the
-	 * paused list changed from rescan_paused). floor_gen: the conn_gen
-	 * of the session that returned it and the late scan's floor; after a
-	 * reconnect the next lease scans from the start, since what ended the
-	 * session (a restore, a failover) may have made rows pending again
-	 * below both. */
-	bool floor_set;
+	 * microseconds since 2000, Postgres' epoch), unless a rescan is due
+	 * (clock_ms() past rescan_at_ms, or the paused list changed from
+	 * rescan_paused) or floor_gen is not the session's conn_gen. floor_gen:
+	 * the conn_gen of the session that returned the floor (0: none yet;
+	 * a connected session's is at least 1). After a reconnect the next
+	 * lease scans from the start, since what ended the session (a
+	 * restore, a failover) may have made rows pending again below this
+	 * floor and the late scan's. */
 	int64_t floor_us;
 	uint64_t floor_gen;
 	int64_t rescan_at_ms;
