@@ -51,6 +51,16 @@
 	"(ids = '{}' OR coalesce(%s, 'committed') = 'committed')"
 #endif
 
+/* LIVE: a claim is written only while its lease transaction is in
+ * progress. A claim that waited past its reply's deadline gives its
+ * lease up (rolled back, nothing handed over); run at last, it must not
+ * name that aborted lease's rows for the sweeper to charge. */
+#ifdef OUTBOX_WITHOUT_LIVE
+#define GUARD_CLAIM_LEASE_LIVE "true"
+#else
+#define GUARD_CLAIM_LEASE_LIVE "pg_xact_status($3::xid8) = 'in progress'"
+#endif
+
 /* The fence: a mark runs only inside the lease transaction that holds
  * its rows; one whose transaction ended is refused, never retried on a
  * new session. */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "base/base.h"
@@ -44,6 +45,65 @@ void lease_batch_release(struct lease_batch *b)
 }
 
 /*
+ * How long a claim session's statement may wait for its reply: a
+ * twentieth of the lease timeout, from 250 ms to 3 s. It runs while the
+ * lease transaction holds its own session's server connection; behind a
+ * transaction-mode pooler it needs a second one, and when every server
+ * connection of the pool is held by a lease waiting for its claim,
+ * nothing moves until the server ends them at the lease timeout. A
+ * healthy claim takes milliseconds; past this wait the lease is given
+ * up (give_lease_up()), which gives its server connection back.
+ */
+static int64_t claim_wait_ms(const struct store *s)
+{
+	int64_t ms = s->opt.lease_timeout_ms / 20;
+	return ms < 250 ? 250 : ms > 3000 ? 3000 : ms;
+}
+
+/* The claim session its stores' claim stores share, made (unconnected)
+ * on first use; NULL when out of memory. */
+static struct store_session *claim_ses(struct store *s)
+{
+	struct store_session *ses = s->ses->claim;
+	if (!ses && (ses = calloc(1, sizeof(*ses)))) {
+		ses->reply_wait_ms = claim_wait_ms(s);
+		/* Given its lease up, a claim waits for its fate as long as
+		 * the server would let any lease live. */
+		ses->reply_wait_after_ms = s->opt.lease_timeout_ms;
+		ses->users = 1; /* the lease session's reference */
+		s->ses->claim = ses;
+	}
+	return ses;
+}
+
+/* Opens the claim store on first use, on the claim session: its own
+ * connection, so a claim commits while the lease transaction stays open
+ * (the claim stores of one session's stores share it, so claims do not
+ * multiply sessions with tables either); connects it again when a late
+ * reply closed it. */
+static int claim_session(struct store *s, char *err, size_t errlen)
+{
+	if (s->claim && !s->claim->ses->conn) {
+		s->claim->ses->reply_late = false; /* the connect's own */
+		return store_public_rc(store_reconnect(s->claim, err, errlen));
+	}
+	if (s->claim)
+		return 0;
+	struct store_session *ses = claim_ses(s);
+	if (!ses) {
+		snprintf(err, errlen, "claim session: out of memory");
+		return STORE_ERROR;
+	}
+	char app[200];
+	snprintf(app, sizeof(app), "%s/claim", s->app_name);
+	struct store_options o = s->opt;
+	o.app_name = app;
+	o.leased_by = NULL;
+	int rc = store_open_on(&s->claim, &o, ses, s->extra_sql, err, errlen);
+	return rc == 0 ? 0 : store_public_rc(rc);
+}
+
+/*
  * Takes ids[] (all of the lease's rows when ids is NULL) out of the claim of
  * lease lease_id, committed on the claim session: rows never handed to the
  * broker owe no attempt, whatever becomes of the lease afterwards
@@ -57,6 +117,9 @@ int store_claim_release(struct store *s, const char *lease_id,
 {
 	if (s->claims_missing || !s->claim || !s->claim_key)
 		return 0;
+	int rc = claim_session(s, err, errlen);
+	if (rc != 0)
+		return rc;
 	char *arr = NULL;
 	if (ids) {
 		arr = store_pg_array(ids, n, PG_ARRAY_PLAIN, 0);
@@ -65,7 +128,6 @@ int store_claim_release(struct store *s, const char *lease_id,
 			return STORE_ERROR;
 		}
 	}
-	int rc;
 	const char *values[3] = {s->claim_key, lease_id, arr};
 	PGresult *res = store_run(s->claim, ST_CLAIM_RELEASE, 3, values,
 				  PGRES_COMMAND_OK, 0, &rc, err, errlen);
@@ -74,7 +136,9 @@ int store_claim_release(struct store *s, const char *lease_id,
 		PQclear(res);
 		return 0;
 	}
-	if (rc == STORE_RECONNECT) {
+	/* After a late reply the next claim statement connects again
+	 * (claim_session()): the pool may have no server connection now. */
+	if (rc == STORE_RECONNECT && !s->claim->ses->reply_late) {
 		char why[256];
 		store_reconnect(s->claim, why, sizeof(why));
 	}
@@ -118,28 +182,6 @@ int store_lease_rollback_charged(struct store *s, struct lease_batch *b,
 	return store_lease_end(s, TX_ROLLBACK, err, errlen);
 }
 
-/* Opens the claim session on first use: its own connection, so a claim
- * commits while the lease transaction stays open. */
-static int claim_session(struct store *s, char *err, size_t errlen)
-{
-	if (s->claim)
-		return 0;
-	char app[200];
-	snprintf(app, sizeof(app), "%s/claim", s->app_name);
-	struct store_options o = s->opt;
-	o.app_name = app;
-	o.leased_by = NULL;
-	/* The claim stores of one session's stores share a claim session,
-	 * so claims do not multiply sessions with tables either. */
-	int rc = store_open_on(&s->claim, &o, s->ses->claim, s->extra_sql, err,
-			       errlen);
-	if (rc == 0 && !s->ses->claim) {
-		s->ses->claim = s->claim->ses;
-		s->ses->claim->users++;
-	}
-	return rc == 0 ? 0 : store_public_rc(rc);
-}
-
 /* The claims table vanished since the session looked (a table dropped
  * by hand): go on as without one; the ops thread's side-table check
  * tells people. */
@@ -173,12 +215,30 @@ static int settle_own_claim(struct store *s, const char *key, char *err,
 	return 0;
 }
 
+#define CLAIM_ENDED_WHY "the lease transaction had ended when its claim ran"
+
+/* What a claim statement's row says (statements.c, sql_claim). */
+enum claim_outcome {
+	CLAIM_WRITTEN,
+	CLAIM_NOT_WRITTEN,    /* not sent, or refused by the caller */
+	CLAIM_PREV_UNSETTLED, /* the worker's previous claim owes its rows */
+	CLAIM_LEASE_ENDED,    /* the lease transaction is not in progress */
+};
+
+static enum claim_outcome claim_outcome(const PGresult *res)
+{
+	if (PQntuples(res) != 1 || strcmp(PQgetvalue(res, 0, 0), "t") != 0)
+		return CLAIM_PREV_UNSETTLED;
+	return strcmp(PQgetvalue(res, 0, 1), "0") != 0 ? CLAIM_WRITTEN
+						       : CLAIM_LEASE_ENDED;
+}
+
 /* Records, committed, which rows the open lease holds: the sweeper charges
  * their attempt if the transaction aborts (docs/design.md §4). The claim
  * is named holder#xid, the lease transaction's id: known before the reply,
  * so a claim whose reply was lost is still the one a release gives up. */
-static int write_claim(struct store *s, const struct lease_batch *b, char *err,
-		       size_t errlen)
+static int write_claim_now(struct store *s, const struct lease_batch *b,
+			   char *err, size_t errlen)
 {
 	if (s->claims_missing)
 		return 0;
@@ -207,21 +267,22 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 				  PGRES_TUPLES_OK, 0, &rc, err, errlen);
 	/* Written, or perhaps written (an error may hide a commit): the
 	 * claim's key is kept only then. */
-	bool written = true;
-	if (res && PQntuples(res) == 0) {
+	int got = res ? claim_outcome(res) : CLAIM_WRITTEN;
+	if (got == CLAIM_PREV_UNSETTLED) {
 		/* The previous claim is unsettled: settle it, then again. */
 		PQclear(res);
 		res = NULL;
-		written = false;
+		got = CLAIM_NOT_WRITTEN;
 		rc = settle_own_claim(s, prev, err, errlen);
 		if (rc == 0) {
 			res = store_run(s->claim, ST_CLAIM, 6, values,
 					PGRES_TUPLES_OK, 0, &rc, err, errlen);
-			written = !res || PQntuples(res) > 0;
+			got = res ? claim_outcome(res) : CLAIM_WRITTEN;
 		}
-		if (res && PQntuples(res) == 0) {
+		if (got == CLAIM_PREV_UNSETTLED) {
 			PQclear(res);
 			res = NULL;
+			got = CLAIM_NOT_WRITTEN;
 			snprintf(
 			    err, errlen,
 			    "claim: this worker's previous lease is held "
@@ -230,6 +291,16 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 			rc = STORE_ERROR;
 		}
 	}
+	if (got == CLAIM_LEASE_ENDED) {
+		/* The lease's session is what failed: the claim's is fine. */
+		PQclear(res);
+		free(arr);
+		free(key);
+		snprintf(err, errlen, "claim: %s; no row was handed over",
+			 CLAIM_ENDED_WHY);
+		return STORE_RECONNECT;
+	}
+	bool written = got == CLAIM_WRITTEN;
 	free(arr);
 	if (written) {
 		/* From now on the claim releases and renewals move, and the
@@ -244,7 +315,7 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 		return 0;
 	}
 	if (!res) {
-		if (rc == STORE_RECONNECT) {
+		if (rc == STORE_RECONNECT && !s->claim->ses->reply_late) {
 			char why[256];
 			store_reconnect(s->claim, why, sizeof(why));
 		}
@@ -252,6 +323,45 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 	}
 	PQclear(res);
 	return 0;
+}
+
+/* Called once, from inside the claim's wait, when its reply is late:
+ * the lease is rolled back at once, which gives its server connection
+ * back to a pool the claim may be waiting for, and the claim's wait goes
+ * on to learn its fate (store_lease()). */
+static void give_lease_up(void *arg)
+{
+	struct store *s = arg;
+	char why[256];
+	if (s->ses->leasing == s)
+		store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
+	s->lease_given_up = true;
+}
+
+static int write_claim(struct store *s, const struct lease_batch *b, char *err,
+		       size_t errlen)
+{
+	struct store_session *ses = claim_ses(s);
+	if (!ses) {
+		snprintf(err, errlen, "claim session: out of memory");
+		return STORE_ERROR;
+	}
+	/* Between half the wait and all of it, so that of leases whose
+	 * claims wait for a pool together one gives up first, and the
+	 * connection it gives back lets another's claim through. */
+	int64_t wait = claim_wait_ms(s);
+	uint32_t r;
+	if (getrandom(&r, sizeof(r), 0) == (ssize_t)sizeof(r))
+		wait = wait / 2 + (int64_t)(r % (uint32_t)(wait / 2 + 1));
+	s->lease_given_up = false;
+	s->claim_waited_ms = wait;
+	ses->reply_wait_ms = wait;
+	ses->on_late = give_lease_up;
+	ses->on_late_arg = s;
+	int rc = write_claim_now(s, b, err, errlen);
+	ses->on_late = NULL;
+	ses->reply_wait_ms = claim_wait_ms(s);
+	return rc;
 }
 
 /*
@@ -474,6 +584,35 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		rc = write_claim(s, out, err, errlen);
 		claimed = true;
 	}
+	if (claimed && s->lease_given_up) {
+		/* Rolled back while the claim waited. Written nonetheless
+		 * (it passed its LIVE test before the rollback and committed
+		 * after), or perhaps (no reply at all), it gives its rows up
+		 * now, so that no sweep charges them; a claim that ran
+		 * after the rollback wrote nothing. */
+		char why[256];
+		if (rc != STORE_RECONNECT || !strstr(err, CLAIM_ENDED_WHY))
+			if (claim_session(s, why, sizeof(why)) != 0 ||
+			    store_claim_release(s, out->lease_id, NULL, 0, why,
+						sizeof(why)) != 0)
+				log_warn("a lease given up for its late claim "
+					 "could not take its rows out of that "
+					 "claim, should it have been written "
+					 "(the sweeper then charges them an "
+					 "attempt): %s",
+					 why);
+		lease_batch_release(out);
+		snprintf(err, errlen,
+			 "lease given up: its claim had no reply in %lld ms, "
+			 "while the lease held its own server connection; "
+			 "behind a transaction-mode pooler, every server "
+			 "connection of the pool was likely held by a lease "
+			 "waiting for its claim (size the pool for the relays' "
+			 "lanes plus one); its rows were not handed over and "
+			 "owe nothing",
+			 (long long)s->claim_waited_ms);
+		return STORE_ERROR;
+	}
 	if (rc != 0 || out->n == 0) {
 		/* Nothing was handed over: the rows go back as they were. A
 		 * claim whose reply was lost may have committed all the
@@ -507,10 +646,11 @@ int store_renew(struct store *s, char *err, size_t errlen)
 	char why[256];
 	/* The claim's expiry is for people reading status: a failure to move
 	 * it costs nothing the lease needs. */
-	res = s->claim && s->claim_key
-		  ? store_run(s->claim, ST_CLAIM_RENEW, 2, values,
-			      PGRES_COMMAND_OK, 0, &rc, why, sizeof(why))
-		  : NULL;
+	res =
+	    s->claim && s->claim_key && claim_session(s, why, sizeof(why)) == 0
+		? store_run(s->claim, ST_CLAIM_RENEW, 2, values,
+			    PGRES_COMMAND_OK, 0, &rc, why, sizeof(why))
+		: NULL;
 	if (res)
 		PQclear(res);
 	else if (s->claim && s->claim_key)

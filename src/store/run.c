@@ -7,6 +7,9 @@
  * transaction's pipelined opening, transaction control, and Postgres
  * array literals.
  */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,6 +235,42 @@ static void pipeline_lost(PGconn *c, const PGresult *failed, const char *what,
 		 why);
 }
 
+/* Whether the next result of c can be read without blocking by
+ * deadline_ms (0: no deadline). A read error is left for PQgetResult()
+ * to report. */
+static bool reply_by(PGconn *c, int64_t deadline_ms)
+{
+	if (deadline_ms == 0)
+		return true;
+	while (PQisBusy(c)) {
+		int64_t left = deadline_ms - clock_ms();
+		if (left <= 0)
+			return false;
+		struct pollfd p = {.fd = PQsocket(c), .events = POLLIN};
+		int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
+		if (n < 0 && errno != EINTR)
+			return true;
+		if (n > 0 && PQconsumeInput(c) == 0)
+			return true;
+	}
+	return true;
+}
+
+/* A reply that did not come by its deadline: what the statement did is
+ * unknown and the connection is mid-pipeline, so it is closed; the next
+ * statement finds the session unconnected and the caller connects it
+ * again. */
+static void reply_late(struct store *s, const char *what, int64_t wait_ms,
+		       char *err, size_t errlen)
+{
+	snprintf(err, errlen, "%s%sno reply in %lld ms", what ? what : "",
+		 what ? ": " : "", (long long)wait_ms);
+	PQfinish(s->ses->conn);
+	s->ses->conn = NULL;
+	s->ses->leasing = NULL;
+	s->ses->reply_late = true;
+}
+
 static PGresult *run_pipeline(struct store *s, const char *what,
 			      const struct step *steps, size_t n, size_t wanted,
 			      bool lease, ExecStatusType want, int *rc,
@@ -244,6 +283,9 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 	size_t sent, k = 0;
 
 	*rc = 0;
+	int64_t wait_ms = s->ses->reply_wait_ms;
+	int64_t deadline_ms = wait_ms > 0 ? clock_ms() + wait_ms : 0;
+	s->ses->reply_late = false;
 	if (n > PIPELINE_MAX || !queue_steps(s, steps, n, exp, &sent)) {
 		pipeline_lost(c, NULL, what, err, errlen);
 		*rc = STORE_RECONNECT; /* the pipeline's state is unknown */
@@ -252,6 +294,22 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 	/* Result k, then NULL, for each; then the sync. Once a statement
 	 * failed, the rest come back PGRES_PIPELINE_ABORTED. */
 	for (;;) {
+		if (!reply_by(c, deadline_ms)) {
+			if (s->ses->on_late) {
+				/* Once: the wait goes on after it. */
+				void (*late)(void *) = s->ses->on_late;
+				s->ses->on_late = NULL;
+				late(s->ses->on_late_arg);
+				wait_ms += s->ses->reply_wait_after_ms;
+				deadline_ms += s->ses->reply_wait_after_ms;
+				continue;
+			}
+			PQclear(failed);
+			PQclear(res);
+			reply_late(s, what, wait_ms, err, errlen);
+			*rc = STORE_RECONNECT;
+			return NULL;
+		}
 		PGresult *r = PQgetResult(c);
 		if (!r) {
 			if (PQstatus(c) == CONNECTION_BAD || ++k > sent)

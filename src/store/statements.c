@@ -128,7 +128,11 @@ bool store_mark_has_tail(const struct store *s, bool may_fail)
  * made them suspects (lease.c settles it, then writes again). A new row
  * per claim, instead of one row per holder rewritten, is what lets a lease
  * read only the claims written since its claim floor (migration 006,
- * docs/design.md §4). */
+ * docs/design.md §4). Nor is a claim written once its lease transaction
+ * ($3) is no longer in progress (LIVE): a claim that waited past its
+ * reply's deadline for a pooler's server connection has had its lease
+ * given up (lease.c). Its one row says which: whether the previous claim
+ * was settled, and how many claims it wrote. */
 static char *sql_claim(const struct store *s)
 {
 	return store_asprintf(
@@ -137,12 +141,14 @@ static char *sql_claim(const struct store *s)
 	    "ok AS MATERIALIZED (SELECT coalesce(bool_and(settled), true) AS "
 	    "ok FROM prev), "
 	    "gone AS (DELETE FROM %s WHERE holder = $6 AND (SELECT ok FROM "
-	    "ok) RETURNING 1) "
-	    "INSERT INTO %s (holder, written_by, lease_id, xid, ids, source, "
-	    "leased_at, expires_at) SELECT $1, pg_current_xact_id(), "
+	    "ok) RETURNING 1), "
+	    "ins AS (INSERT INTO %s (holder, written_by, lease_id, xid, ids, "
+	    "source, leased_at, expires_at) SELECT $1, pg_current_xact_id(), "
 	    "$2::uuid, $3::xid8, $4::uuid[], $5, now(), "
 	    "now() + %lld * interval '1 millisecond' WHERE (SELECT ok FROM ok) "
-	    "AND (SELECT count(*) FROM gone) >= 0 RETURNING holder",
+	    "AND " GUARD_CLAIM_LEASE_LIVE " AND (SELECT count(*) FROM gone) "
+	    ">= 0 RETURNING 1) "
+	    "SELECT (SELECT ok FROM ok), (SELECT count(*) FROM ins)",
 	    CLAIM_XACT_STATUS("xid"), s->claims, s->claims, s->claims,
 	    (long long)s->opt.lease_timeout_ms);
 }

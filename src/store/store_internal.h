@@ -133,6 +133,18 @@ struct store_session {
 	/* The claim session its stores' claim stores share (lease.c), with
 	 * a reference of this session's; NULL before the first claim. */
 	struct store_session *claim;
+	/* How long a statement's reply may take (0: as long as it takes),
+	 * and whether the last one's did not come in time, which closed
+	 * the connection (run.c). A claim session's statements run while
+	 * the lease's own session holds a pooler's server connection, and
+	 * wait for another (lease.c). When on_late is set, the first
+	 * deadline calls it once (with on_late_arg) instead, and the reply
+	 * may then take reply_wait_after_ms more. */
+	int64_t reply_wait_ms;
+	int64_t reply_wait_after_ms;
+	void (*on_late)(void *arg);
+	void *on_late_arg;
+	bool reply_late;
 };
 
 struct store {
@@ -168,6 +180,10 @@ struct store {
 	/* The table has no claims table (made by hand, not by migrate):
 	 * leases go on without claims, so a crash charges no attempt. */
 	bool claims_missing;
+	/* The open lease was rolled back while its claim waited for its
+	 * reply (lease.c, give_lease_up()), after claim_waited_ms. */
+	bool lease_given_up;
+	int64_t claim_waited_ms;
 	/* A table made partitioned by migrate --partition, seen by
 	 * store_partitions_tend(): store_clean() deletes in its default
 	 * partition only. */

@@ -25,6 +25,7 @@ guards=(
 	"G3:test_retry_backoff_permanent"
 	"G4:test_lock_lease_fencing,test_settings_per_transaction"
 	"F1:test_own_dead_claim_settled"
+	"LIVE:test_late_claim_gives_lease_up"
 	"FENCE:test_lock_lease_fencing"
 )
 

@@ -42,6 +42,7 @@ runs=(
 	"early_exclusion:fail:-DFAULTS=1 -DEARLY_ONLY"
 	"c_settle:fail:-DFAULTS=1 -DPOISON -DEARLY_ONLY -DOLD_SETTLE -DNO_P6"
 	"no_release:fail:-DFAULTS=1 -DNO_RELEASE"
+	"no_live:fail:-DFAULTS=1 -DNO_LIVE"
 	"redrive:pass:-DFAULTS=1 -DREDRIVE"
 	"keylock:pass:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE"
 	"key_early:fail:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DKEY_EARLY"

@@ -52,6 +52,10 @@
  *   NO_RELEASE  a lease the relay ends itself after its claim committed
  *               (the claim's reply lost), and rows it did not hand over,
  *               stay in the claim (the C now takes them out first)
+ * A pool with no server connection to spare (docs/design.md §4):
+ *   NO_LIVE     a claim whose reply came too late, its lease given up
+ *               and rolled back, is written when it runs at last (the C
+ *               writes a claim only while its lease is in progress)
  *   NO_P6       P6 is not checked (to see what EARLY_ONLY leads to)
  * The key lock, ordered mode's lease since the head marker
  * (docs/design.md §6):
@@ -365,9 +369,21 @@ bit kdisc[NRELAY];
 #else
 #define RELEASE_ALL d_step { cids[slot] = 0 }
 #endif
+/* K's reply did not come in time (a pooler whose every server
+ * connection is held by a lease waiting for its claim): M rolls back
+ * first, nothing handed over, and the claim runs after. It writes
+ * nothing, its lease no longer in progress (LIVE); NO_LIVE: it writes a
+ * claim whose xid is aborted, naming rows never handed over. */
+#ifdef NO_LIVE
+#define LATE_CLAIM                                                         \
+	d_step { cids[slot] = batch; claimed = 1; cst[slot] = C_DEAD }
+#else
+#define LATE_CLAIM skip
+#endif
 #define WRITE_CLAIM                                                        \
 	if                                                                 \
 	:: alive -> d_step { ABORT_QUIET }; goto idle /* K failed */       \
+	:: alive -> d_step { ABORT_QUIET }; LATE_CLAIM; goto idle          \
 	:: d_step { alive && faults > 0 -> faults--; CLAIM_UPSERT };       \
 		RELEASE_ALL; /* committed, its reply lost */               \
 		d_step { ABORT_QUIET };                                    \

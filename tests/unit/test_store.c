@@ -910,6 +910,162 @@ static void test_unhanded_rows_uncharged(void **state)
 	PQfinish(c);
 }
 
+/* Claim statements still running on the server, but c's own. */
+static long claims_running(PGconn *c)
+{
+	return pgtest_long(c, "SELECT count(*) FROM pg_stat_activity WHERE "
+			      "state = 'active' AND query LIKE 'WITH prev "
+			      "AS%%' AND pid <> pg_backend_pid()");
+}
+
+/* Ends the transaction of the connection arg after a second. */
+static void *commit_later(void *arg)
+{
+	usleep(1000 * 1000);
+	pgtest_exec(arg, "COMMIT");
+	return NULL;
+}
+
+/* One lease whose claim waits for what locker holds, which goes a second
+ * later (wait) or once the lease has returned: given up, nothing handed
+ * over, and no sweep charges the 3 pending rows. */
+static void lease_given_up(struct store *s, struct store *sweeper, PGconn *c,
+			   PGconn *locker, bool wait, const char *table)
+{
+	pthread_t t;
+	if (wait)
+		assert_int_equal(pthread_create(&t, NULL, commit_later, locker),
+				 0);
+	struct lease_batch b;
+	int64_t t0 = clock_ms();
+	int rc = store_lease(s, NULL, 0, "", &b, err, sizeof(err));
+	int64_t took = clock_ms() - t0;
+	assert_int_equal(rc, STORE_ERROR);
+	assert_non_null(strstr(err, "lease given up: its claim had no reply"));
+	assert_int_equal(b.n, 0);
+	if (wait) {
+		pthread_join(t, NULL);
+		/* Rolled back at 250 ms; the claim's reply came at 1 s. */
+		assert_true(took >= 900 && took < 3000);
+	} else {
+		/* The claim's wait ended; so does the release's, behind
+		 * the same lock: ended here first, so that only the claim
+		 * is left to run, which LIVE alone must keep harmless. */
+		assert_true(took >= 3000);
+		pgtest_exec(c, "SELECT pg_terminate_backend(pid) FROM "
+			       "pg_stat_activity WHERE query LIKE 'UPDATE %%' "
+			       "AND query LIKE '%%SET ids = CASE%%'");
+		pgtest_exec(locker, "COMMIT");
+	}
+	for (int i = 0; i < 100 && claims_running(c) > 0; i++)
+		usleep(50 * 1000);
+	assert_int_equal(claims_running(c), 0);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s_claims WHERE "
+				     "cardinality(ids) > 0",
+				     table),
+			 0);
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(sweeper, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending + sw.to_failed, 0);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'pending' AND attempts = 0 AND NOT "
+				     "suspect",
+				     table),
+			 3);
+}
+
+/* Leases the 3 pending rows, marks them sent and commits. */
+static void lease_sent(struct store *s, PGconn *c, const char *table)
+{
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 3);
+	mark(s, MARK_SENT, &b, NULL);
+	commit(s, &b);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'pending'",
+				     table),
+			 0);
+}
+
+/* A claim with no reply within its wait (behind a pooler whose every
+ * server connection is held by a lease waiting for its claim; here a
+ * lock) gives its lease up: rolled back at once, nothing handed over, no
+ * row charged, and the next lease takes the rows (docs/design.md §4, "A
+ * pool with no connection to spare"). Three ways the claim may end: it
+ * runs after the rollback and writes nothing (LIVE); it passed its LIVE
+ * test before the rollback and commits after, and the relay takes its
+ * rows out of it at once (the release); no reply within the lease
+ * timeout either, the claim session closed, and the claim, run at last,
+ * writes nothing (LIVE). */
+static void test_late_claim_gives_lease_up(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_late_claim", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	PGconn *locker = pgtest_connect();
+	pgtest_insert(c, table, 3);
+	struct store_options o = pgtest_store_options(table);
+	o.lease_timeout_ms = 3000; /* a claim waits 250 ms, then 3 s */
+	struct store *s = pgtest_store(&o);
+	struct store_options o2 = pgtest_store_options(table);
+	o2.leased_by = "test/2/w0";
+	struct store *s2 = pgtest_store(&o2);
+
+	/* The claims table locked against inserts: the claim waits before
+	 * it reads anything, and runs once its lease was rolled back. */
+	pgtest_exec(locker, "BEGIN");
+	pgtest_exec(locker, "LOCK TABLE %s_claims IN SHARE MODE", table);
+	lease_given_up(s, s2, c, locker, true, table);
+	lease_sent(s, c, table);
+
+	/* The claim's commit held (a deferred trigger waits for a lock):
+	 * its LIVE test passed before the rollback; written after it, the
+	 * claim is emptied by the release. */
+	pgtest_insert(c, table, 3);
+	pgtest_exec(c,
+		    "CREATE FUNCTION %s_hold() RETURNS trigger LANGUAGE "
+		    "plpgsql AS $$BEGIN PERFORM pg_advisory_xact_lock(1917, "
+		    "4242); RETURN NULL; END$$",
+		    table);
+	pgtest_exec(c,
+		    "CREATE CONSTRAINT TRIGGER hold AFTER INSERT ON %s_claims "
+		    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE "
+		    "FUNCTION %s_hold()",
+		    table, table);
+	pgtest_exec(locker, "BEGIN");
+	pgtest_exec(locker, "SELECT pg_advisory_xact_lock(1917, 4242)");
+	lease_given_up(s, s2, c, locker, true, table);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s_claims WHERE "
+				     "cardinality(ids) = 0 AND "
+				     "pg_xact_status(xid) = 'aborted'",
+				     table),
+			 1);
+	pgtest_exec(c, "DROP TRIGGER hold ON %s_claims", table);
+
+	/* The table's lock outlives the claim's whole wait. */
+	pgtest_exec(locker, "BEGIN");
+	pgtest_exec(locker, "LOCK TABLE %s_claims IN SHARE MODE", table);
+	lease_given_up(s, s2, c, locker, false, table);
+
+	/* The claim session connects again, and the rows go. */
+	lease_sent(s, c, table);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'sent' AND attempts = 1",
+				     table),
+			 6);
+	store_close(s);
+	store_close(s2);
+	PQfinish(locker);
+	PQfinish(c);
+}
+
 /* The byte budget: a lease stops adding rows once their payloads reach
  * it, and a row larger than the whole budget still goes, alone. */
 static void test_batch_byte_budget(void **state)
@@ -3728,6 +3884,7 @@ int main(void)
 	    cmocka_unit_test(test_holders_unique),
 	    cmocka_unit_test(test_dead_claims_charge_each_crash),
 	    cmocka_unit_test(test_unhanded_rows_uncharged),
+	    cmocka_unit_test(test_late_claim_gives_lease_up),
 	    cmocka_unit_test(test_batch_byte_budget),
 	    cmocka_unit_test(test_source_pinned_behind_payload),
 	    cmocka_unit_test(test_lease_columns),
