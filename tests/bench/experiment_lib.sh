@@ -4,7 +4,7 @@
 # repair_scan.sh) share: a Postgres of their own with full-page writes on
 # and the relay's table migrated into it, q for psql, and the WAL and
 # Postgres CPU spent between shapes_mark and shapes_since (in $wal bytes
-# and $ticks clock ticks).
+# and $ticks clock ticks), and statements_on for pg_stat_statements.
 # Sourced after `set -euo pipefail`, with root set to the repository.
 : "${RELAY_TEST_BIN:?set RELAY_TEST_BIN to an outbox-relay binary}"
 work=$(mktemp -d)
@@ -40,4 +40,13 @@ shapes_since() {
 	sleep 1
 	wal=$(q -c "SELECT pg_current_wal_lsn() - '$lsn'::pg_lsn")
 	ticks=$(($(pgcpu) - cpu))
+}
+# pg_stat_statements loaded (a restart: it loads at start only) and
+# created, planning time tracked.
+statements_on() {
+	q -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null
+	runuser -u postgres -- "$PG_BIN/pg_ctl" restart -D "$PG_DATA" -w >/dev/null
+	q -c "CREATE EXTENSION pg_stat_statements" \
+		-c "ALTER SYSTEM SET pg_stat_statements.track_planning = on" \
+		-c "SELECT pg_reload_conf()" >/dev/null
 }

@@ -25,12 +25,7 @@ for v in "${VARIANTS[@]}"; do
 	esac
 done
 . "$root/tests/bench/experiment_lib.sh"
-# pg_stat_statements is loaded at start only.
-q -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null
-runuser -u postgres -- "$PG_BIN/pg_ctl" restart -D "$PG_DATA" -w >/dev/null
-q -c "CREATE EXTENSION pg_stat_statements" \
-	-c "ALTER SYSTEM SET pg_stat_statements.track_planning = on" \
-	-c "SELECT pg_reload_conf()" >/dev/null
+statements_on
 relay=
 trap 'kill $relay 2>/dev/null || true; wait 2>/dev/null || true; bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
 for v in "${VARIANTS[@]}"; do

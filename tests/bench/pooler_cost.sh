@@ -35,10 +35,7 @@ for way in "${ways[@]}"; do
 	esac
 done
 . "$root/tests/bench/experiment_lib.sh"
-q -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null
-runuser -u postgres -- "$PG_BIN/pg_ctl" restart -D "$PG_DATA" -w >/dev/null
-q -c "CREATE EXTENSION pg_stat_statements" \
-	-c "ALTER SYSTEM SET pg_stat_statements.track_planning = on" -c "SELECT pg_reload_conf()" >/dev/null
+statements_on
 mkdir "$work/bouncer"
 PGBOUNCER_POOL_SIZE=${POOL:-9} bash "$root/tests/services/pgbouncer.sh" start "$work/bouncer" >/dev/null
 bouncer_url=$(sed -n 's/^PGBOUNCER_URL=//p' "$work/bouncer/env")

@@ -86,6 +86,22 @@ it_keyed_sql() {
   FROM generate_series($3, $4) g"
 }
 
+# it_all_printed WHAT FILE...: fails the test (WHAT says which run)
+# unless every row of the test's table has its id among the events the
+# stdout publisher printed to FILEs (a line a kill cut short is skipped).
+it_all_printed() {
+	local what="$1" f
+	shift
+	for f in "$@"; do
+		cat "$f"
+		echo
+	done | jq -R -r 'fromjson? | .id' | sort -u >"$it_dir/printed.ids"
+	it_psql "SELECT id FROM $OUTBOX_TABLE ORDER BY 1" | sort >"$it_dir/table.ids"
+	comm -13 "$it_dir/printed.ids" "$it_dir/table.ids" >"$it_dir/missing.ids"
+	[ ! -s "$it_dir/missing.ids" ] ||
+		it_fail "$what: $(wc -l <"$it_dir/missing.ids") events never printed: $(head -3 "$it_dir/missing.ids")"
+}
+
 # it_wait SECONDS DESCRIPTION CMD...: polls CMD every 100 ms until it
 # succeeds, failing the test after SECONDS.
 it_wait() {

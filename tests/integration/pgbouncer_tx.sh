@@ -119,10 +119,7 @@ round() {
 		it_fail "reset=$reset: $total of $n plain clients of the pool saw the relay's settings (baseline '$baseline'): $(head -3 "$it_dir/leaks.txt")"
 	it_stop "$relay"
 	[ "$it_rc" = 0 ] || it_fail "reset=$reset: the delivering relay exited $it_rc"
-	jq -r '.id' "$it_dir/deliver-$reset.out" | sort -u >"$it_dir/printed.ids"
-	it_psql "SELECT id FROM $OUTBOX_TABLE ORDER BY 1" | sort >"$it_dir/table.ids"
-	[ "$(comm -13 "$it_dir/printed.ids" "$it_dir/table.ids" | wc -l)" = 0 ] ||
-		it_fail "reset=$reset: events never printed: $(comm -13 "$it_dir/printed.ids" "$it_dir/table.ids" | head -3)"
+	it_all_printed "reset=$reset" "$it_dir/deliver-$reset.out"
 	echo "reset=$reset: $events events delivered by 2 workers, $n plain clients saw only the server's settings"
 
 	# The fence: a relay stopped with rows leased.

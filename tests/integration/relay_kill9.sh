@@ -38,10 +38,7 @@ rc=$it_rc
 [ "$rc" = 0 ] || it_fail "restarted relay exit code $rc"
 
 # The kill may cut the last line short: only whole events count.
-{ cat "$it_dir/first.out"; echo; cat "$it_dir/second.out"; } | jq -R -r 'fromjson? | .id' | sort -u >"$it_dir/printed.ids"
-it_psql "SELECT id FROM $OUTBOX_TABLE ORDER BY 1" | sort >"$it_dir/table.ids"
-missing=$(comm -13 "$it_dir/printed.ids" "$it_dir/table.ids" | wc -l)
-[ "$missing" = 0 ] || it_fail "$missing events never printed: $(comm -13 "$it_dir/printed.ids" "$it_dir/table.ids" | head -3)"
+it_all_printed "kill -9" "$it_dir/first.out" "$it_dir/second.out"
 swept=$(it_count "attempts >= 2")
 [ "$swept" -gt 0 ] || it_fail "no row was swept and retried"
 grep -q '"swept expired leases"' "$it_dir/second.log" || it_fail "the sweeper did not report the expired leases"

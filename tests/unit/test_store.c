@@ -829,6 +829,22 @@ static void test_dead_claims_charge_each_crash(void **state)
 	PQfinish(c);
 }
 
+/* A sweep by sweeper charges nothing, and pending rows of the table
+ * are pending, uncharged and not suspects. */
+static void assert_none_charged(struct store *sweeper, PGconn *c,
+				const char *table, long pending)
+{
+	struct sweep_result sw;
+	assert_int_equal(store_sweep(sweeper, 10000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(sw.to_pending + sw.to_failed, 0);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'pending' AND attempts = 0 AND NOT "
+				     "suspect",
+				     table),
+			 pending);
+}
+
 /* Rows never handed to the broker owe no attempt: a lease the relay ends
  * itself before the hand-over gives its rows back uncharged, even with
  * one attempt allowed, and released rows leave the claim, so a lease lost
@@ -853,15 +869,8 @@ static void test_unhanded_rows_uncharged(void **state)
 	assert_int_equal(b.n, 1);
 	assert_int_equal(store_lease_abort(s, &b, err, sizeof(err)), 0);
 	lease_batch_release(&b);
+	assert_none_charged(s2, c, table, 1);
 	struct sweep_result sw;
-	assert_int_equal(store_sweep(s2, 10000, &sw, err, sizeof(err)), 0);
-	assert_int_equal(sw.to_pending + sw.to_failed, 0);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM %s WHERE status = "
-				     "'pending' AND attempts = 0 AND NOT "
-				     "suspect",
-				     table),
-			 1);
 	/* Leasable again at once, by anyone. */
 	lease(s2, &b);
 	assert_int_equal(b.n, 1);
@@ -965,15 +974,7 @@ static void lease_given_up(struct store *s, struct store *sweeper, PGconn *c,
 				     "cardinality(ids) > 0",
 				     table),
 			 0);
-	struct sweep_result sw;
-	assert_int_equal(store_sweep(sweeper, 10000, &sw, err, sizeof(err)), 0);
-	assert_int_equal(sw.to_pending + sw.to_failed, 0);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM %s WHERE status = "
-				     "'pending' AND attempts = 0 AND NOT "
-				     "suspect",
-				     table),
-			 3);
+	assert_none_charged(sweeper, c, table, 3);
 }
 
 /* Leases the 3 pending rows, marks them sent and commits. */
