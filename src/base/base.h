@@ -89,6 +89,7 @@ enum metric_counter {
 	MC_PERMANENT,	/* failed at once */
 	MC_LOST_LEASES, /* rows of leases that did not commit */
 	MC_LEASES,	/* lease statements run */
+	MC_GIVEN_UP,	/* leases given up: their claims were late */
 	MC_SWEEPS,	/* sweep ticks that held the lock */
 	MC_SWEPT_PENDING,
 	MC_SWEPT_FAILED,

@@ -31,6 +31,10 @@ static const struct counter_def counter_defs[MC_COUNT] = {
 			"Rows of leases that did not commit (they go out "
 			"again)."},
     [MC_LEASES] = {"outbox_leases_total", "", "Lease statements run."},
+    [MC_GIVEN_UP] = {"outbox_leases_given_up_total", "",
+		     "Leases given up because their claim had no "
+		     "reply in time (a pooler with no server "
+		     "connection to spare)."},
     [MC_SWEEPS] = {"outbox_sweeps_total", "",
 		   "Sweep ticks that held the sweep lock."},
     [MC_SWEPT_PENDING] = {"outbox_swept_rows_total", "{to=\"pending\"}",

@@ -602,6 +602,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 					 "attempt): %s",
 					 why);
 		lease_batch_release(out);
+		metrics_add(MC_GIVEN_UP, 1);
 		snprintf(err, errlen,
 			 "lease given up: its claim had no reply in %lld ms, "
 			 "while the lease held its own server connection; "

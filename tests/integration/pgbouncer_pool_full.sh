@@ -11,10 +11,12 @@
 # so its server connection goes back to the pool), and the others go on:
 #  - every event is delivered well within one lease timeout;
 #  - no event is charged an attempt for a lease given up (attempts = 1
-#    on every row), and the relay says why it gave leases up;
+#    on every row), and the relay says why it gave leases up, and counts
+#    them in outbox_leases_given_up_total;
 #  - the relay logs no lease lost while publishing.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/pgbouncer_lib.sh"
+. "$(dirname "$0")/ops_lib.sh"
 trap 'bouncer_stop_all; it_cleanup' EXIT
 
 readonly events=3000 lease_timeout_s=60 within_s=30
@@ -23,13 +25,14 @@ it_table pgbfull
 it_psql "INSERT INTO $OUTBOX_TABLE (type, payload)
          SELECT 'pool.full', convert_to(json_build_object('n', g)::text, 'UTF8')
          FROM generate_series(1, $events) g"
-it_relay full OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE=off \
+ops_relay full OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE=off \
 	OUTBOX_WORKERS=2 OUTBOX_BATCH_SIZE=20 OUTBOX_LEASE_TIMEOUT=${lease_timeout_s}s OUTBOX_SWEEP_INTERVAL=5s \
 	OUTBOX_LISTEN=off
 relay=$it_last_pid
 t0=$SECONDS
 it_wait_count "$within_s" "status = 'sent'" -eq "$events"
 took=$((SECONDS - t0))
+counted=$(ops_metric outbox_leases_given_up_total)
 it_stop "$relay"
 [ "$it_rc" = 0 ] || it_fail "the relay exited $it_rc"
 it_all_printed "a pool with none to spare" "$it_dir/full.out"
@@ -39,6 +42,8 @@ charged=$(it_count "attempts <> 1")
 gave_up=$(grep -c 'its claim had no reply' "$it_dir/full.log" || true)
 [ "$gave_up" -ge 1 ] ||
 	it_fail "no lease was given up: the pool never ran out, and the test shows nothing"
+[ "$counted" = "$gave_up" ] ||
+	it_fail "outbox_leases_given_up_total is $counted, the log says $gave_up"
 ! grep -q 'lease lost while publishing' "$it_dir/full.log" ||
 	it_fail "a lease was lost while publishing: $(grep -m1 'lease lost' "$it_dir/full.log")"
 echo "$events events delivered in ${took}s through a pool of 2 by 2 lanes (lease timeout ${lease_timeout_s}s), none charged; $gave_up leases given up for their claims"
