@@ -102,6 +102,31 @@ it_all_printed() {
 		it_fail "$what: $(wc -l <"$it_dir/missing.ids") events never printed: $(head -3 "$it_dir/missing.ids")"
 }
 
+# it_order_violations LOG: of the events the flaky test publisher logged
+# to LOG (JSON lines, in delivery order), the first deliveries that came
+# at or below the seq of the previous first delivery of their key.
+it_order_violations() {
+	jq -r '[.id, .key, (.seq | tostring)] | @tsv' "$1" >"$it_dir/deliveries.tsv"
+	awk -F'\t' '!seen[$1]++ { if (($2 in last) && $3 + 0 <= last[$2]) bad++; last[$2] = $3 + 0 }
+		END { print bad + 0 }' "$it_dir/deliveries.tsv"
+}
+
+# it_flaky_relay NAME URL LOG [VAR=value...]: a relay of the flaky test
+# publisher (its events as JSON lines in LOG) on OUTBOX_TABLE, ordered,
+# one worker, polling and sweeping fast; stderr to NAME.log. Sets
+# it_last_pid.
+it_flaky_relay() {
+	local name="$1" url="$2" log="$3"
+	shift 3
+	env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_HTTP_ADDR= \
+		OUTBOX_PUBLISHER=flaky RELAY_TEST_FLAKY_FILE="$log" OUTBOX_ORDERING=partition \
+		OUTBOX_WORKERS=1 OUTBOX_POLL_INTERVAL=100ms OUTBOX_SWEEP_INTERVAL=500ms \
+		OUTBOX_LOG_FORMAT=json "$@" \
+		"$RELAY_TEST_FLAKY_BIN" run >/dev/null 2>"$it_dir/$name.log" &
+	it_last_pid=$!
+	it_pids+=("$it_last_pid")
+}
+
 # it_wait SECONDS DESCRIPTION CMD...: polls CMD every 100 ms until it
 # succeeds, failing the test after SECONDS.
 it_wait() {

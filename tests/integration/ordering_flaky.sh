@@ -45,9 +45,7 @@ it_stop "$p3"
 
 retried=$(it_count "attempts >= 2")
 [ "$retried" -gt 0 ] || it_fail "no publish failed: the 5 % injection did not happen"
-jq -r '[.id, .key, (.seq | tostring)] | @tsv' "$log" >"$it_dir/deliveries.tsv"
-violations=$(awk -F'\t' '!seen[$1]++ { if (($2 in last) && $3 + 0 <= last[$2]) bad++; last[$2] = $3 + 0 }
-	END { print bad + 0 }' "$it_dir/deliveries.tsv")
+violations=$(it_order_violations "$log")
 [ "$violations" = 0 ] || it_fail "$violations first deliveries out of seq order"
 delivered=$(cut -f1 "$it_dir/deliveries.tsv" | sort -u | wc -l)
 [ "$delivered" = 10000 ] || it_fail "$delivered distinct events delivered, want 10000"

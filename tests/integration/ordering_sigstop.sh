@@ -49,9 +49,7 @@ for id in $held; do
 	[ "$(grep -c '"id":"'"$id"'"' "$log")" = 1 ] || it_fail "$id was not delivered exactly once"
 done
 grep -q '"lost leases' "$it_dir/slow.log" || it_fail "the stopped relay's late marks were not fenced off"
-jq -r '[.id, .key, (.seq | tostring)] | @tsv' "$log" >"$it_dir/deliveries.tsv"
-violations=$(awk -F'\t' '!seen[$1]++ { if (($2 in last) && $3 + 0 <= last[$2]) bad++; last[$2] = $3 + 0 }
-	END { print bad + 0 }' "$it_dir/deliveries.tsv")
+violations=$(it_order_violations "$log")
 [ "$violations" = 0 ] || it_fail "$violations first deliveries out of seq order"
 [ "$(cut -f1 "$it_dir/deliveries.tsv" | sort -u | wc -l)" = 30 ] || it_fail "events lost"
 echo "ok: the stopped relay's marks were fenced and nothing went out late"

@@ -59,18 +59,8 @@ done
 
 # The old cluster's relay, slowed so that its lease is in flight (its
 # claim committed, its rows handed to the publisher) while pg_dump runs.
-flaky_relay() { # NAME URL LOG [VAR=value...]
-	local name="$1" url="$2" log="$3"
-	shift 3
-	env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="$tables" OUTBOX_HTTP_ADDR= \
-		OUTBOX_PUBLISHER=flaky RELAY_TEST_FLAKY_FILE="$log" OUTBOX_ORDERING=partition \
-		OUTBOX_WORKERS=1 OUTBOX_POLL_INTERVAL=100ms OUTBOX_SWEEP_INTERVAL=500ms \
-		OUTBOX_LOG_FORMAT=json "$@" \
-		"$RELAY_TEST_FLAKY_BIN" run >/dev/null 2>"$it_dir/$name.log" &
-	it_last_pid=$!
-	it_pids+=("$it_last_pid")
-}
-flaky_relay old "$RELAY_TEST_DATABASE_URL" "$it_dir/old.jsonl" RELAY_TEST_FLAKY_DELAY_MS=30
+it_flaky_relay old "$RELAY_TEST_DATABASE_URL" "$it_dir/old.jsonl" OUTBOX_TABLE="$tables" \
+	RELAY_TEST_FLAKY_DELAY_MS=30
 old=$it_last_pid
 it_wait_lines 30 "$it_dir/old.jsonl" 5
 pg_dump -Fc -n "$schema" -f "$it_dir/outbox.dump" "$RELAY_TEST_DATABASE_URL" \
@@ -110,7 +100,7 @@ versions="SELECT string_agg(v::text, ',' ORDER BY v::text) FROM ${plain}_schema_
 	it_fail "migrate of the restored table recorded migrations of its own"
 
 new_log="$it_dir/new.jsonl"
-flaky_relay new "$url2" "$new_log" OUTBOX_LISTEN=on
+it_flaky_relay new "$url2" "$new_log" OUTBOX_TABLE="$tables" OUTBOX_LISTEN=on
 new=$it_last_pid
 for t in $plain $parted; do
 	psql2 "$(keyed "$t" after 301 350)"
@@ -142,9 +132,7 @@ psql2 "SELECT id FROM $plain WHERE type = 'after' UNION ALL
   SELECT id FROM $parted WHERE type = 'after'" | sort >"$it_dir/after.ids"
 after=$(comm -12 "$it_dir/after.ids" "$it_dir/delivered.ids" | wc -l)
 [ "$after" = 100 ] || it_fail "$after of the 100 rows written after the restore delivered"
-jq -r '[.id, .key, (.seq | tostring)] | @tsv' "$new_log" >"$it_dir/deliveries.tsv"
-violations=$(awk -F'\t' '!seen[$1]++ { k = $2; if ((k in last) && $3 + 0 <= last[k]) bad++; last[k] = $3 + 0 }
-	END { print bad + 0 }' "$it_dir/deliveries.tsv")
+violations=$(it_order_violations "$new_log")
 [ "$violations" = 0 ] || it_fail "$violations first deliveries out of seq order"
 for t in $plain $parted; do
 	kept=$(psql2 "SELECT count(*) FROM $t WHERE (type = 'before.sent' AND status = 'sent')

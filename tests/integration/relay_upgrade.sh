@@ -28,18 +28,7 @@ it_psql "$(it_keyed_sql "$OUTBOX_TABLE" before 1 300 10 k)"
 # A relay of the old cluster, slowed so that its lease is in flight (its
 # claim committed, its rows handed to the publisher) when it is killed
 # and the cluster stopped.
-flaky_relay() { # NAME URL LOG [VAR=value...]
-	local name="$1" url="$2" log="$3"
-	shift 3
-	env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_HTTP_ADDR= \
-		OUTBOX_PUBLISHER=flaky RELAY_TEST_FLAKY_FILE="$log" OUTBOX_ORDERING=partition \
-		OUTBOX_WORKERS=1 OUTBOX_POLL_INTERVAL=100ms OUTBOX_SWEEP_INTERVAL=500ms \
-		OUTBOX_LOG_FORMAT=json "$@" \
-		"$RELAY_TEST_FLAKY_BIN" run >/dev/null 2>"$it_dir/$name.log" &
-	it_last_pid=$!
-	it_pids+=("$it_last_pid")
-}
-flaky_relay old "$RELAY_TEST_DATABASE_URL" "$it_dir/old.jsonl" RELAY_TEST_FLAKY_DELAY_MS=30
+it_flaky_relay old "$RELAY_TEST_DATABASE_URL" "$it_dir/old.jsonl" RELAY_TEST_FLAKY_DELAY_MS=30
 old=$it_last_pid
 it_wait_lines 30 "$it_dir/old.jsonl" 5
 kill -9 "$old"
@@ -94,7 +83,7 @@ env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_LOG_FORMAT=js
 	it_fail "migrate of the upgraded table recorded migrations of its own"
 
 new_log="$it_dir/new.jsonl"
-flaky_relay new "$url" "$new_log"
+it_flaky_relay new "$url" "$new_log"
 new=$it_last_pid
 it_psql "$(it_keyed_sql "$OUTBOX_TABLE" after 301 400 10 k)"
 it_wait_count 60 "status = 'sent'" -eq 400
@@ -109,9 +98,7 @@ fi
 jq -r '.id' "$new_log" | sort -u >"$it_dir/delivered.ids"
 missing=$(comm -23 "$it_dir/pending.ids" "$it_dir/delivered.ids" | wc -l)
 [ "$missing" = 0 ] || it_fail "$missing rows pending after the upgrade were never delivered"
-jq -r '[.id, .key, (.seq | tostring)] | @tsv' "$new_log" >"$it_dir/deliveries.tsv"
-violations=$(awk -F'\t' '!seen[$1]++ { k = $2; if ((k in last) && $3 + 0 <= last[k]) bad++; last[k] = $3 + 0 }
-	END { print bad + 0 }' "$it_dir/deliveries.tsv")
+violations=$(it_order_violations "$new_log")
 [ "$violations" = 0 ] || it_fail "$violations first deliveries out of seq order"
 [ "$(it_psql "SELECT min(seq) FILTER (WHERE type = 'after') > max(seq) FILTER (WHERE type = 'before')
   FROM $OUTBOX_TABLE")" = t ] || it_fail "rows written after the upgrade took seqs below the old rows'"
