@@ -74,15 +74,27 @@ run_ctl() {
 # Pids of every process of the node: the server script, beam.smp, its port
 # programs and any rabbitmqctl talking to it. Port programs such as
 # erl_child_setup start their own sessions and would survive beam.smp if
-# killed, so the marker is the environment all of them inherit.
+# killed, so the marker is the environment all of them inherit. The
+# caller and its ancestors are left out: tests/run.sh exports the node's
+# env file to the tests, so the shell that stops the node carries the
+# marker too, and killed itself before it reached epmd.
 node_pids() {
 	local dir="$1"
 	python3 - "RABBITMQ_CONF_ENV_FILE=$dir/rabbitmq-env.conf" <<'PY'
 import os, sys
 marker = sys.argv[1].encode()
+mine = set()
+pid = os.getpid()
+while pid > 1 and pid not in mine:
+    mine.add(pid)
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        break
 found = False
 for pid in os.listdir("/proc"):
-    if not pid.isdigit() or int(pid) == os.getpid():
+    if not pid.isdigit() or int(pid) in mine:
         continue
     try:
         with open("/proc/%s/environ" % pid, "rb") as f:
