@@ -592,8 +592,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		 * after the rollback wrote nothing. */
 		char why[256];
 		if (rc != STORE_RECONNECT || !strstr(err, CLAIM_ENDED_WHY))
-			if (claim_session(s, why, sizeof(why)) != 0 ||
-			    store_claim_release(s, out->lease_id, NULL, 0, why,
+			if (store_claim_release(s, out->lease_id, NULL, 0, why,
 						sizeof(why)) != 0)
 				log_warn("a lease given up for its late claim "
 					 "could not take its rows out of that "
