@@ -49,9 +49,10 @@ grep -q 'deploy/prometheus/outbox-relay.rules.yml' "$root/docs/runbook.md" ||
 	it_fail "docs/runbook.md holds a copy of the rules"
 
 # The dashboard: valid JSON in Grafana's dashboard model, importable as
-# is (its data source is a variable), with the panels it promises; prints
-# the metric names its queries use.
-python3 - "$dashboard" >"$it_dir/dashboard.metrics" 2>"$it_dir/dashboard.err" <<'PY' ||
+# is (its data source is a variable), with the panels it promises and a
+# panel for every metric an alert fires on; prints the metric names its
+# queries use.
+python3 - "$dashboard" "$rules" >"$it_dir/dashboard.metrics" 2>"$it_dir/dashboard.err" <<'PY' ||
 import json
 import re
 import sys
@@ -93,6 +94,13 @@ for want in ["outbox_backlog_events", "outbox_oldest_pending_age_seconds",
              "outbox_xmin_age_transactions", "outbox_table_dead_tuples",
              "outbox_lease_dead_index_entries_per_scan"]:
     need(want in text, f"no panel shows {want}")
+alerted = set()
+for line in open(sys.argv[2]):
+    if line.strip().startswith("expr:"):
+        alerted |= set(re.findall(r"outbox_[a-z_]+", line))
+need(alerted, "no alert expression in the rules file")
+for m in sorted(alerted):
+    need(m in text, f"an alert fires on {m}, but no panel shows it")
 need("by (outcome, class)" in text, "events are not split by outcome and class")
 need("$instance" in text and "by (instance)" in text, "nothing per replica")
 for p in problems:
