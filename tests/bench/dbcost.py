@@ -112,6 +112,11 @@ VARIANTS = {
     "relay_nohistory": ("relay", "relay without history "
                         "(OUTBOX_RETENTION=0)", {"OUTBOX_RETENTION": "0"},
                         False),
+    "relay_nohistory_partitioned": ("relay", "relay without history "
+                                    "(OUTBOX_RETENTION=0), the table "
+                                    "partitioned by the day (migrate "
+                                    "--partition)",
+                                    {"OUTBOX_RETENTION": "0"}, False),
     "relay_history": ("relay", "relay, history kept", {}, False),
     "relay_ordered": ("relay", "relay, ordered (%d keys), history kept"
                       % KEYS, {"OUTBOX_ORDERING": "partition"}, False),
@@ -506,6 +511,11 @@ COMPARISONS = [
     # The same on the partitioned table, whose day leaves by DROP.
     ("relay_life_partitioned+deletes", "relay_nohistory"),
     ("relay_life_partitioned+deletes", "relay_life+deletes"),
+    # Which of that is the partitioned table's and which history's: the
+    # relay without history on the partitioned table, against the plain
+    # one and against history on the same table.
+    ("relay_nohistory_partitioned", "relay_nohistory"),
+    ("relay_life_partitioned+deletes", "relay_nohistory_partitioned"),
     # The same with the VACUUM of each one's dead rows (a "+vacuum"
     # figure: the windows of "+deletes" and the vacuums after each),
     # which the windows above leave to autovacuum.

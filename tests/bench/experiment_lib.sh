@@ -50,3 +50,28 @@ statements_on() {
 		-c "ALTER SYSTEM SET pg_stat_statements.track_planning = on" \
 		-c "SELECT pg_reload_conf()" >/dev/null
 }
+# A UUIDv7 prefix of the time expression $1, as the dbcost section makes
+# a partition's bounds.
+v7() {
+	q -c "SELECT substr(h, 1, 8) || '-' || substr(h, 9, 4) ||
+	      '-0000-0000-000000000000' FROM (SELECT lpad(to_hex((extract(epoch
+	      FROM $1) * 1000)::bigint), 12, '0') AS h) x"
+}
+# Table $1 made partitioned by the binary's `migrate --partition`, and a
+# partition of today for the rows about to be written, made as the dbcost
+# section makes it: the next minutes' ids, with the storage parameters the
+# binary gave tomorrow's partition.
+partitioned_today() {
+	local t=$1 lo hi tag made
+	OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_TABLE=$t \
+		OUTBOX_LISTEN=off "$RELAY_TEST_BIN" migrate --partition --quiet >/dev/null
+	lo=$(v7 "now()")
+	hi=$(v7 "least(now() + interval '10 minutes', (date_trunc('day', now()
+	     AT TIME ZONE 'UTC') + interval '1 day') AT TIME ZONE 'UTC')")
+	tag=$(q -c "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')")
+	made=$(q -c "SELECT array_to_string(reloptions, ', ') FROM pg_class
+	             WHERE oid = to_regclass('${t}_p' || to_char(now() AT TIME
+	             ZONE 'UTC' + interval '1 day', 'YYYYMMDD'))")
+	q -c "CREATE TABLE ${t}_p$tag PARTITION OF $t FOR VALUES FROM ('$lo')
+	      TO ('$hi') WITH ($made)" >/dev/null
+}

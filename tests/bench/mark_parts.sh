@@ -24,6 +24,13 @@
 #              fills; the drain locks pending ids, deletes them, and
 #              marks the event sent as the relay's mark does, an update
 #              no index sees (HOT).
+#   hot        one table, every mark HOT: the primary key and one index
+#              on (next_attempt_at, seq) that names no column the mark
+#              writes, so sent rows keep their entries in it; the lock
+#              scan starts at the lowest (next_attempt_at, seq) of the
+#              client's previous batch (the relay's scan floor) and
+#              steps over the entries of rows sent since, filtered by
+#              status on the heap.
 # Prints, per event, the fill's (the producers' inserts) and the
 # drain's WAL bytes and Postgres CPU µs and the share of the drain's
 # updates that were HOT, each round, then the median of the rounds and
@@ -36,16 +43,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 ROWS=${1:-20000}
 ROUNDS=${2:-3}
 CLIENTS=${3:-1}
-CASES=${4:-"delete mark sent sent-t sent-tc apart"}
+CASES=${4:-"delete mark sent sent-t sent-tc apart hot"}
 . "$root/tests/bench/experiment_lib.sh"
-
-# A UUIDv7 prefix of the time expression $1, as the dbcost section makes
-# today's partition bounds.
-v7() {
-	q -c "SELECT substr(h, 1, 8) || '-' || substr(h, 9, 4) ||
-	      '-0000-0000-000000000000' FROM (SELECT lpad(to_hex((extract(epoch
-	      FROM $1) * 1000)::bigint), 12, '0') AS h) x"
-}
 
 # Runs each statement the query $1 returns.
 each() {
@@ -54,24 +53,19 @@ each() {
 
 # Case $1's table in schema $2, filled.
 shape() {
-	local c=$1 s=$2 t="$2.m" lo hi tag made
-	OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_TABLE=$t \
-		OUTBOX_LISTEN=off "$RELAY_TEST_BIN" migrate --partition --quiet >/dev/null
-	lo=$(v7 "now()")
-	hi=$(v7 "least(now() + interval '10 minutes', (date_trunc('day', now()
-	     AT TIME ZONE 'UTC') + interval '1 day') AT TIME ZONE 'UTC')")
-	tag=$(q -c "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')")
-	made=$(q -c "SELECT array_to_string(reloptions, ', ') FROM pg_class
-	             WHERE oid = to_regclass('${t}_p' || to_char(now() AT TIME
-	             ZONE 'UTC' + interval '1 day', 'YYYYMMDD'))")
-	q -c "CREATE TABLE ${t}_p$tag PARTITION OF $t FOR VALUES FROM ('$lo')
-	      TO ('$hi') WITH ($made)" >/dev/null
+	local c=$1 s=$2 t="$2.m"
+	partitioned_today "$t"
 	case $c in
 	sent-t*) q -c "DROP INDEX $s.m_terminal_idx" >/dev/null ;;
-	apart)
+	apart | hot)
 		each "SELECT format('DROP INDEX %I.%I', schemaname, indexname)
 		      FROM pg_indexes WHERE schemaname = '$s' AND tablename = 'm'
 		      AND indexname <> 'm_pkey'"
+		;;
+	esac
+	case $c in
+	hot) q -c "CREATE INDEX ON $t (next_attempt_at, seq)" >/dev/null ;;
+	apart)
 		q -c "CREATE TABLE $s.p (id uuid PRIMARY KEY, next_attempt_at
 		      timestamptz NOT NULL, seq bigint NOT NULL)" \
 			-c "CREATE INDEX ON $s.p (next_attempt_at, seq)" >/dev/null
@@ -111,7 +105,7 @@ script() {
 		next_attempt_at, seq LIMIT 100 FOR NO KEY UPDATE SKIP LOCKED) x"
 	case $c in
 	delete) done_sql="DELETE FROM $t AS t WHERE $rows;" ;;
-	mark | apart) done_sql="UPDATE $t AS t SET status = 'sent', finished_at =
+	mark | apart | hot) done_sql="UPDATE $t AS t SET status = 'sent', finished_at =
 		statement_timestamp(), attempts = t.attempts + 1, suspect = false,
 		lease_id = '$(q -c "SELECT gen_random_uuid()")', leased_by =
 		'bench', leased_at = now(), relay_source = coalesce(t.relay_source,
@@ -119,6 +113,20 @@ script() {
 	*) done_sql="UPDATE $t AS t SET status = 'sent', finished_at =
 		statement_timestamp() WHERE $rows;" ;;
 	esac
+	if [ "$c" = hot ]; then
+		lock="FROM (SELECT ctid, id, next_attempt_at, seq FROM $t WHERE
+			status = 'pending' AND (next_attempt_at, seq) >= (:fa, :fs)
+			ORDER BY next_attempt_at, seq LIMIT 100 FOR NO KEY UPDATE SKIP
+			LOCKED) x"
+		printf '%s\n' "BEGIN;" \
+			"SELECT coalesce(array_agg(ctid)::text, '{}') AS c," \
+			"coalesce(array_agg(id)::text, '{}') AS i," \
+			"coalesce((array_agg(next_attempt_at ORDER BY next_attempt_at," \
+			"seq))[1], '-infinity') AS fa, coalesce((array_agg(seq ORDER BY" \
+			"next_attempt_at, seq))[1], 0) AS fs $lock" '\gset' \
+			"$done_sql" "COMMIT;"
+		return
+	fi
 	if [ "$c" = apart ]; then
 		lock="FROM (SELECT e.ctid, e.id FROM (SELECT id FROM ${t%.m}.p
 			ORDER BY next_attempt_at, seq LIMIT 100 FOR UPDATE SKIP
@@ -141,7 +149,7 @@ for round in $(seq "$ROUNDS"); do
 		shape "$c" "$s"
 		script "$c" "$s.m" >"$work/$c.sql"
 		shapes_mark
-		"$PG_BIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -t $((ROWS / 100 / CLIENTS)) -f "$work/$c.sql" >/dev/null 2>"$work/err" ||
+		"$PG_BIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -t $((ROWS / 100 / CLIENTS)) -D fa=-infinity -D fs=0 -f "$work/$c.sql" >/dev/null 2>"$work/err" ||
 			{ head -c 600 "$work/err" >&2; exit 1; }
 		shapes_since
 		left=$(q -c "SELECT count(*) FROM $s.m WHERE status = 'pending'")

@@ -90,7 +90,8 @@ db = r["dbcost"]
 want = {"floor_c", "floor_d", "floor_a", "relay_history", "relay_ordered",
         "relay_life", "relay_life_partitioned"}
 if db["retention_zero"]["supported"]:
-    want |= {"relay_nohistory", "relay_ordered_nohistory"}
+    want |= {"relay_nohistory", "relay_ordered_nohistory",
+             "relay_nohistory_partitioned"}
 assert set(db["variants"]) == want, \
     "dbcost variants: %s" % sorted(db["variants"])
 for name, v in db["variants"].items():
@@ -111,6 +112,8 @@ if "relay_nohistory" in want:
               "wal_bytes_per_event",
               "relay_ordered_nohistory/relay_nohistory.wal_bytes_per_event",
               "relay_life_partitioned+vacuum/relay_nohistory+vacuum."
+              "cpu_us_per_event",
+              "relay_life_partitioned+deletes/relay_nohistory_partitioned."
               "cpu_us_per_event"):
         assert k in db["ratios"], "no dbcost ratio %s" % k
     # The VACUUM of the dead rows: a row deleted at once leaves one.
