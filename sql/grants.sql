@@ -36,6 +36,11 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = :'schema' AND c.relkind = 'r'
   AND c.relname IN (:'table' || '_schema_version', :'table' || '_contract')
 \gexec
+-- Relay: reading seq's sequence (not drawing from it), which ordered mode
+-- checks against the table's rows at every connect (docs/design.md §6).
+SELECT format('GRANT SELECT ON SEQUENCE %s TO %I',
+              pg_get_serial_sequence(format('%I.%I', :'schema', :'table'), 'seq'), :'relay_role')
+\gexec
 
 -- Not granted here, since only a superuser (or a role holding it with
 -- ADMIN OPTION) may: pg_read_all_stats lets the relay see how long another

@@ -115,6 +115,63 @@ static int check_contract(struct store *s, const char *lit, char *err,
 	return rc;
 }
 
+/*
+ * Ordered mode reads "older" by seq, which means it only while every row
+ * took its seq from the table's sequence (docs/design.md §6). A copy made
+ * by logical replication carries the rows and not the sequence, and
+ * `migrate` on the copy moves the sequence past them; a relay connected
+ * to a copy that missed it would send the keys' new events before their
+ * copied ones, so it refuses the table, at start and at every reconnect
+ * (a switch behind one host name), as it refuses one at an older schema
+ * version. The check is migrate's: the newest rows by id against the
+ * sequence, one short index read. A role that may not read the sequence
+ * (grants older than sql/grants.sql's) is told once, and not refused.
+ */
+static int check_seq(struct store *s, const char *lit, char *err, size_t errlen)
+{
+	char *sql = store_asprintf(
+	    "WITH q AS (SELECT pg_get_serial_sequence($1, 'seq') AS sq), c AS "
+	    "(SELECT sq, has_sequence_privilege(sq, 'SELECT') AS may FROM q "
+	    "WHERE sq IS NOT NULL) SELECT sq, may, CASE WHEN may THEN "
+	    "coalesce(pg_sequence_last_value(sq::regclass), 0) END, CASE "
+	    "WHEN may THEN (SELECT max(seq) FROM (SELECT seq FROM %s ORDER BY "
+	    "id DESC LIMIT 100) n) END FROM c",
+	    s->table.quoted);
+	if (!sql) {
+		snprintf(err, errlen, "store: out of memory");
+		return STORE_ERROR;
+	}
+	int rc;
+	const char *values[1] = {s->table.quoted};
+	PGresult *res = store_exec(s, "seq's sequence", sql, 1, values,
+				   PGRES_TUPLES_OK, &rc, err, errlen);
+	free(sql);
+	if (!res)
+		return store_public_rc(rc);
+	if (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 1), "f") == 0) {
+		if (!s->seq_unchecked_said)
+			log_warn(
+			    "ordered mode cannot check outbox table %s's "
+			    "seq against its sequence %s: this role may "
+			    "not read it; grant SELECT on it (sql/grants.sql)",
+			    lit, PQgetvalue(res, 0, 0));
+		s->seq_unchecked_said = true;
+	} else if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 3) &&
+		   strtoll(PQgetvalue(res, 0, 3), NULL, 10) >
+		       strtoll(PQgetvalue(res, 0, 2), NULL, 10)) {
+		snprintf(err, errlen,
+			 "outbox table %s has rows up to seq %s past its "
+			 "sequence, at %s (a copy whose sequence did not come "
+			 "along, as by logical replication): ordered mode "
+			 "would send a key's newer events before its older "
+			 "ones; run `outbox-relay migrate` on this database",
+			 lit, PQgetvalue(res, 0, 3), PQgetvalue(res, 0, 2));
+		rc = STORE_ERROR;
+	}
+	PQclear(res);
+	return rc;
+}
+
 static int check_table(struct store *s, char *err, size_t errlen)
 {
 	const char *values[1];
@@ -142,7 +199,9 @@ static int check_table(struct store *s, char *err, size_t errlen)
 		return STORE_ERROR;
 	}
 	rc = check_version(s, lit, err, errlen);
-	return rc == 0 ? check_contract(s, lit, err, errlen) : rc;
+	if (rc == 0)
+		rc = check_contract(s, lit, err, errlen);
+	return rc == 0 && s->opt.ordered ? check_seq(s, lit, err, errlen) : rc;
 }
 
 int store_admin_side_tables(struct store *s, unsigned *present, char *err,

@@ -160,6 +160,8 @@ struct store {
 	 * its first statement on a new connection of its session. */
 	uint64_t checked_gen;
 	bool checking; /* the check's own statements are running */
+	/* Ordered mode could not read seq's sequence, and said so once. */
+	bool seq_unchecked_said;
 	struct outbox_table table;
 	char *conninfo;
 	char *app_name;

@@ -5,9 +5,10 @@
 # upgrades"). Logical replication copies rows, not sequences: on the new
 # cluster seq's sequence starts again at 1 below the copied rows, and
 # producers there would write seqs that ordered mode reads as older than
-# the rows already waiting. `migrate` on the copy moves the sequence past
-# them and says so; the relay then sends each key's copied events before
-# the ones written on the new cluster.
+# the rows already waiting. A relay in ordered mode refuses such a table;
+# `migrate` on the copy moves the sequence past them and says so; the
+# relay then sends each key's copied events before the ones written on
+# the new cluster.
 . "$(dirname "$0")/lib.sh"
 : "${RELAY_TEST_FLAKY_BIN:?run through meson test}"
 export OUTBOX_TABLE=outbox_events
@@ -47,6 +48,16 @@ psql_on "$green" "DROP SUBSCRIPTION outbox_move"
 last=$(psql_on "$green" "SELECT coalesce(pg_sequence_last_value(
   pg_get_serial_sequence('$OUTBOX_TABLE', 'seq')), 0)")
 [ "$last" -lt 300 ] || it_fail "the copy's sequence came along ($last): nothing to show"
+
+# Before migrate: an ordered relay refuses the copy, sending nothing.
+if env OUTBOX_DATABASE_URL="$green" OUTBOX_HTTP_ADDR= OUTBOX_PUBLISHER=stdout \
+	OUTBOX_ORDERING=partition timeout 30 "$RELAY_TEST_BIN" run \
+	>"$it_dir/refused.out" 2>"$it_dir/refused.log"; then
+	it_fail "an ordered relay ran on the copy before migrate"
+fi
+grep -q "has rows up to seq 300 past its sequence, at $last .*run \`outbox-relay migrate\`" \
+	"$it_dir/refused.log" || it_fail "the ordered relay did not say why: $(tail -3 "$it_dir/refused.log")"
+[ ! -s "$it_dir/refused.out" ] || it_fail "the refused relay published"
 
 env OUTBOX_DATABASE_URL="$green" "$RELAY_TEST_BIN" migrate >"$it_dir/migrate.out" 2>&1 ||
 	it_fail "migrate on the copy: $(cat "$it_dir/migrate.out")"

@@ -35,4 +35,10 @@ as() { # ROLE SQL: runs SQL as ROLE; prints ok or the SQLSTATE class
 	it_fail "relay cannot record its protocol"
 [ "$(as "$relay" "INSERT INTO $schema.outbox_events_contract (step, protocol) VALUES ('x', 1)")" = denied ] ||
 	it_fail "relay can record a contract step"
+# Ordered mode reads seq's sequence at every connect; nothing draws from it
+# but the producers' inserts.
+seq="pg_get_serial_sequence('$OUTBOX_TABLE', 'seq')"
+[ "$(as "$relay" "SELECT pg_sequence_last_value($seq)")" = ok ] ||
+	it_fail "relay cannot read seq's sequence"
+[ "$(as "$relay" "SELECT nextval($seq)")" = denied ] || it_fail "relay can draw from seq's sequence"
 echo ok

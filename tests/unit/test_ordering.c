@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -534,6 +535,58 @@ static void test_late_rows_and_redrive_are_leased(void **state)
 	PQfinish(c);
 }
 
+/* seq's sequence behind the table's rows (docs/design.md §6: a copy made
+ * by logical replication, `migrate` not run on it): an ordered store
+ * refuses the table when it opens it and when it connects again, and
+ * takes it once the sequence is past the rows; an unordered one does not
+ * look; a role that may not read the sequence is told, not refused. */
+static void test_seq_behind_its_rows_refused(void **state)
+{
+	(void)state;
+	char table[128], role[96], conninfo[512];
+	pgtest_fresh_table("ord_seq_behind", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert_keys(c, table, "AB", 3);
+	const char *back = "SELECT setval(pg_get_serial_sequence('%s', "
+			   "'seq'), %d)";
+	struct store_options o = ordered_options(table);
+	struct store *s = pgtest_store(&o);
+	pgtest_exec(c, back, table, 2);
+	assert_int_not_equal(store_reconnect(s, err, sizeof(err)), 0);
+	if (!strstr(err, "rows up to seq 6 past its sequence, at 2") ||
+	    !strstr(err, "run `outbox-relay migrate`"))
+		fail_msg("reconnected, or refused for: %s", err);
+	struct store *refused = NULL;
+	assert_int_not_equal(store_open(&refused, &o, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "past its sequence"));
+	store_close(refused);
+
+	struct store_options unordered = pgtest_store_options(table);
+	store_close(pgtest_store(&unordered));
+
+	snprintf(role, sizeof(role), "seq_role_%d", (int)getpid());
+	pgtest_exec(c, "CREATE ROLE %s LOGIN PASSWORD 'seq-secret'", role);
+	pgtest_exec(c, "GRANT USAGE ON SCHEMA %.*s TO %s",
+		    (int)(strchr(table, '.') - table), table, role);
+	pgtest_exec(c, "GRANT SELECT ON ALL TABLES IN SCHEMA %.*s TO %s",
+		    (int)(strchr(table, '.') - table), table, role);
+	snprintf(conninfo, sizeof(conninfo),
+		 "host=%s port=%s dbname=%s user=%s password=seq-secret",
+		 PQhost(c), PQport(c), PQdb(c), role);
+	struct store_options blind = o;
+	blind.conninfo = conninfo;
+	blind.prepare = false;
+	store_close(pgtest_store(&blind));
+	pgtest_exec(c, "DROP OWNED BY %s; DROP ROLE %s", role, role);
+
+	pgtest_exec(c, back, table, 6);
+	if (store_reconnect(s, err, sizeof(err)) != 0)
+		fail_msg("refused with the sequence caught up: %s", err);
+	expect_batch(s, "a1,b1");
+	store_close(s);
+	PQfinish(c);
+}
+
 /* The key map (docs/design.md §6): a row committed late below its key's
  * floor, by a producer transaction that took its seq before rows of the
  * key already delivered and committed after them, is found by the
@@ -973,6 +1026,7 @@ int main(void)
 	    cmocka_unit_test(test_suspects_go_alone_in_key_order),
 	    cmocka_unit_test(test_late_rows_and_redrive_are_leased),
 	    cmocka_unit_test(test_late_row_below_a_keys_floor),
+	    cmocka_unit_test(test_seq_behind_its_rows_refused),
 	    cmocka_unit_test(test_rows_live_again_by_hand_wait_for_a_build),
 	    cmocka_unit_test(test_redrive_refuses_to_reorder),
 	    cmocka_unit_test(test_redrive_sees_later_row_held),
