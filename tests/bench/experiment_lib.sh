@@ -75,3 +75,15 @@ partitioned_today() {
 	q -c "CREATE TABLE ${t}_p$tag PARTITION OF $t FOR VALUES FROM ('$lo')
 	      TO ('$hi') WITH ($made)" >/dev/null
 }
+# Calls $2 for every round of $ROUNDS and every case of $1, with the
+# round, the case and the cell's number (1, 2, ...): the cases take turns
+# in each round, so the machine's drift hits them alike.
+each_cell() {
+	local round c n=0
+	for round in $(seq "$ROUNDS"); do
+		for c in $1; do
+			n=$((n + 1))
+			"$2" "$round" "$c" "$n"
+		done
+	done
+}

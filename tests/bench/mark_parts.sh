@@ -141,29 +141,27 @@ script() {
 }
 
 printf 'round\tcase\tfill_wal\tfill_cpu_us\tdrain_wal\tdrain_cpu_us\thot\n'
-n=0
-for round in $(seq "$ROUNDS"); do
-	for c in $CASES; do
-		n=$((n + 1))
-		s="mark_parts_$n"
-		shape "$c" "$s"
-		script "$c" "$s.m" >"$work/$c.sql"
-		shapes_mark
-		"$PG_BIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -t $((ROWS / 100 / CLIENTS)) -D fa=-infinity -D fs=0 -f "$work/$c.sql" >/dev/null 2>"$work/err" ||
-			{ head -c 600 "$work/err" >&2; exit 1; }
-		shapes_since
-		left=$(q -c "SELECT count(*) FROM $s.m WHERE status = 'pending'")
-		[ "$left" = 0 ] || { echo "mark_parts.sh: $c left $left rows pending" >&2; exit 1; }
-		hot=$(q -c "SELECT coalesce(round(sum(n_tup_hot_upd) / nullif(sum(n_tup_upd), 0), 2), 0)
-		            FROM pg_stat_user_tables WHERE schemaname = '$s' AND relname LIKE 'm_p%'")
-		q -c "SET client_min_messages = warning" -c "DROP SCHEMA $s CASCADE" >/dev/null
-		awk -v r="$round" -v c="$c" -v n="$ROWS" -v fw="$fill_wal" -v ft="$fill_ticks" \
-			-v w="$wal" -v t="$ticks" -v tk="$tk" -v h="$hot" \
-			'BEGIN { printf "%s\t%s\t%.0f\t%.1f\t%.0f\t%.1f\t%s\n", r, c, fw / n,
-			         ft / tk * 1e6 / n, w / n, t / tk * 1e6 / n, h }' |
-			tee -a "$work/rows"
-	done
-done
+cell() {
+	local round=$1 c=$2 n=$3 s left hot
+	s="mark_parts_$n"
+	shape "$c" "$s"
+	script "$c" "$s.m" >"$work/$c.sql"
+	shapes_mark
+	"$PG_BIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -t $((ROWS / 100 / CLIENTS)) -D fa=-infinity -D fs=0 -f "$work/$c.sql" >/dev/null 2>"$work/err" ||
+		{ head -c 600 "$work/err" >&2; exit 1; }
+	shapes_since
+	left=$(q -c "SELECT count(*) FROM $s.m WHERE status = 'pending'")
+	[ "$left" = 0 ] || { echo "mark_parts.sh: $c left $left rows pending" >&2; exit 1; }
+	hot=$(q -c "SELECT coalesce(round(sum(n_tup_hot_upd) / nullif(sum(n_tup_upd), 0), 2), 0)
+	            FROM pg_stat_user_tables WHERE schemaname = '$s' AND relname LIKE 'm_p%'")
+	q -c "SET client_min_messages = warning" -c "DROP SCHEMA $s CASCADE" >/dev/null
+	awk -v r="$round" -v c="$c" -v n="$ROWS" -v fw="$fill_wal" -v ft="$fill_ticks" \
+		-v w="$wal" -v t="$ticks" -v tk="$tk" -v h="$hot" \
+		'BEGIN { printf "%s\t%s\t%.0f\t%.1f\t%.0f\t%.1f\t%s\n", r, c, fw / n,
+		         ft / tk * 1e6 / n, w / n, t / tk * 1e6 / n, h }' |
+		tee -a "$work/rows"
+}
+each_cell "$CASES" cell
 python3 - "$work/rows" "$CASES" <<'PY'
 import statistics, sys
 rows = [line.split("\t") for line in open(sys.argv[1]).read().splitlines()]

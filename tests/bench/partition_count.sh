@@ -41,34 +41,32 @@ shape() {
 }
 
 printf 'round\tpast_days\tpartitions\twal\tcpu_us\n'
-n=0
-for round in $(seq "$ROUNDS"); do
-	for k in $PASTS; do
-		n=$((n + 1))
-		t="partition_count_$n.m"
-		shape "$t" "$k"
-		parts=$(q -c "SELECT count(*) FROM pg_inherits WHERE inhparent = '$t'::regclass")
-		shapes_mark
-		OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_TABLE=$t \
-			OUTBOX_PUBLISHER=stdout OUTBOX_WORKERS=4 OUTBOX_BATCH_SIZE=100 \
-			OUTBOX_RETENTION=8d OUTBOX_LISTEN=off OUTBOX_CE_SOURCE=/bench \
-			"$RELAY_TEST_BIN" run >/dev/null 2>"$work/relay.log" &
-		relay=$!
-		for _ in $(seq 600); do
-			[ "$(q -c "SELECT count(*) FROM $t WHERE status <> 'sent'")" = 0 ] && break
-			sleep 0.2
-		done
-		kill -TERM "$relay"
-		wait "$relay" || { tail -5 "$work/relay.log" >&2; exit 1; }
-		left=$(q -c "SELECT count(*) FROM $t WHERE status <> 'sent'")
-		[ "$left" = 0 ] || { echo "partition_count.sh: $left rows not sent after 120 s" >&2; exit 1; }
-		shapes_since
-		q -c "SET client_min_messages = warning" -c "DROP SCHEMA ${t%.m} CASCADE" >/dev/null
-		awk -v r="$round" -v k="$k" -v p="$parts" -v n="$ROWS" -v w="$wal" \
-			-v t="$ticks" -v tk="$tk" 'BEGIN { printf "%s\t%s\t%s\t%.0f\t%.1f\n",
-			r, k, p, w / n, t / tk * 1e6 / n }' | tee -a "$work/rows"
+cell() {
+	local round=$1 k=$2 n=$3 t parts relay left
+	t="partition_count_$n.m"
+	shape "$t" "$k"
+	parts=$(q -c "SELECT count(*) FROM pg_inherits WHERE inhparent = '$t'::regclass")
+	shapes_mark
+	OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_TABLE=$t \
+		OUTBOX_PUBLISHER=stdout OUTBOX_WORKERS=4 OUTBOX_BATCH_SIZE=100 \
+		OUTBOX_RETENTION=8d OUTBOX_LISTEN=off OUTBOX_CE_SOURCE=/bench \
+		"$RELAY_TEST_BIN" run >/dev/null 2>"$work/relay.log" &
+	relay=$!
+	for _ in $(seq 600); do
+		[ "$(q -c "SELECT count(*) FROM $t WHERE status <> 'sent'")" = 0 ] && break
+		sleep 0.2
 	done
-done
+	kill -TERM "$relay"
+	wait "$relay" || { tail -5 "$work/relay.log" >&2; exit 1; }
+	left=$(q -c "SELECT count(*) FROM $t WHERE status <> 'sent'")
+	[ "$left" = 0 ] || { echo "partition_count.sh: $left rows not sent after 120 s" >&2; exit 1; }
+	shapes_since
+	q -c "SET client_min_messages = warning" -c "DROP SCHEMA ${t%.m} CASCADE" >/dev/null
+	awk -v r="$round" -v k="$k" -v p="$parts" -v n="$ROWS" -v w="$wal" \
+		-v t="$ticks" -v tk="$tk" 'BEGIN { printf "%s\t%s\t%s\t%.0f\t%.1f\n",
+		r, k, p, w / n, t / tk * 1e6 / n }' | tee -a "$work/rows"
+}
+each_cell "$PASTS" cell
 python3 - "$work/rows" "$PASTS" <<'PY'
 import statistics, sys
 rows = [line.split("\t") for line in open(sys.argv[1]).read().splitlines()]
