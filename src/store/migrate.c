@@ -580,13 +580,12 @@ static int catch_up_seq(PGconn *conn, const struct outbox_table *t, FILE *out,
 	char seq[300], sql[1200];
 	snprintf(seq, sizeof(seq), "pg_get_serial_sequence('%s', 'seq')",
 		 t->quoted);
-	snprintf(
-	    sql, sizeof(sql),
-	    "WITH s AS MATERIALIZED (SELECT coalesce(pg_sequence_last_"
-	    "value(%s), 0) AS was) SELECT setval(%s, greatest((SELECT "
-	    "max(seq) FROM %s), was)), was FROM s WHERE (SELECT max(seq) "
-	    "FROM (SELECT seq FROM %s ORDER BY id DESC LIMIT 100) n) > was",
-	    seq, seq, t->quoted, t->quoted);
+	snprintf(sql, sizeof(sql),
+		 "WITH s AS MATERIALIZED (SELECT coalesce(pg_sequence_last_"
+		 "value(%s), 0) AS was) SELECT setval(%s, greatest((SELECT "
+		 "max(seq) FROM %s), was)), was FROM s WHERE " SQL_NEWEST_SEQ
+		 " > was",
+		 seq, seq, t->quoted, t->quoted);
 	PGresult *res = PQexec(conn, sql);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		char why[512];

@@ -131,11 +131,10 @@ static int check_seq(struct store *s, const char *lit, char *err, size_t errlen)
 {
 	char *sql = store_asprintf(
 	    "WITH q AS (SELECT pg_get_serial_sequence($1, 'seq') AS sq), c AS "
-	    "(SELECT sq, has_sequence_privilege(sq, 'SELECT') AS may FROM q "
-	    "WHERE sq IS NOT NULL) SELECT sq, may, CASE WHEN may THEN "
+	    "(SELECT sq, has_sequence_privilege(sq, 'SELECT, USAGE') AS may "
+	    "FROM q WHERE sq IS NOT NULL) SELECT sq, may, CASE WHEN may THEN "
 	    "coalesce(pg_sequence_last_value(sq::regclass), 0) END, CASE "
-	    "WHEN may THEN (SELECT max(seq) FROM (SELECT seq FROM %s ORDER BY "
-	    "id DESC LIMIT 100) n) END FROM c",
+	    "WHEN may THEN " SQL_NEWEST_SEQ " END FROM c",
 	    s->table.quoted);
 	if (!sql) {
 		snprintf(err, errlen, "store: out of memory");

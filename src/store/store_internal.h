@@ -147,6 +147,14 @@ struct store_session {
 	bool reply_late;
 };
 
+/* The highest seq among the table's newest rows by id (%s: the table,
+ * quoted), on its primary key: where a row past seq's sequence shows on a
+ * copy that did not bring the sequence along (docs/design.md §6). migrate
+ * moves the sequence past it; an ordered relay refuses the table. */
+#define SQL_NEWEST_SEQ                                                         \
+	"(SELECT max(seq) FROM (SELECT seq FROM %s ORDER BY id DESC LIMIT "    \
+	"100) n)"
+
 struct store {
 	struct store_options opt;
 	/* This store's statements' names are store_stmt_names[] led by
