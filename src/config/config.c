@@ -38,6 +38,20 @@ static const char *const on_failure_choices[] = {"skip", "block", NULL};
 static const char *const log_level_choices[] = {"debug", "info", "warn",
 						"error", NULL};
 static const char *const log_format_choices[] = {"json", "text", NULL};
+static const char *const pg_prepare_choices[] = {"on", "off", "pooled", NULL};
+
+/* OUTBOX_PG_PREPARE was a boolean: true and false still say on and off. */
+static int pg_prepare_lookup(const char *v)
+{
+	if (strcmp(v, "true") == 0)
+		return PG_PREPARE_ON;
+	if (strcmp(v, "false") == 0)
+		return PG_PREPARE_OFF;
+	for (int i = 0; pg_prepare_choices[i]; i++)
+		if (strcmp(v, pg_prepare_choices[i]) == 0)
+			return i;
+	return -1;
+}
 
 static int check_table(const char *v, char *why, size_t whylen);
 static int check_ce_source(const char *v, char *why, size_t whylen);
@@ -81,10 +95,14 @@ const struct setting config_core_rows[] = {
 	SETTING_SECRET | SETTING_NULLABLE,
 	"direct (never pooled) connection for LISTEN; unset or empty "
 	"uses OUTBOX_DATABASE_URL"),
-    SETTING_BOOL(C, "OUTBOX_PG_PREPARE", pg_prepare, "on",
-		 "use named prepared statements; off for transaction-mode "
-		 "poolers (a relay left on behind one turns them off "
-		 "itself, with an error)"),
+    SETTING_ENUM(C, "OUTBOX_PG_PREPARE", pg_prepare, "on", pg_prepare_choices,
+		 pg_prepare_lookup,
+		 "named prepared statements, each prepared once a session "
+		 "(on); none (off); or, behind a transaction-mode pooler, "
+		 "the lease transaction's prepared once a server connection "
+		 "and asked for in each (pooled; a relay left on behind one "
+		 "turns to it itself, with an error); true and false say on "
+		 "and off"),
     SETTING_DURATION(
 	C, "OUTBOX_STATEMENT_TIMEOUT", statement_timeout_ms, "10s", 100, HOUR,
 	0,

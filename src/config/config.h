@@ -23,6 +23,10 @@ enum config_ce_mode { CE_MODE_BINARY, CE_MODE_STRUCTURED };
 enum config_ordering { ORDERING_NONE, ORDERING_PARTITION };
 enum config_on_failure { ON_FAILURE_SKIP, ON_FAILURE_BLOCK };
 enum config_log_format { LOG_FORMAT_JSON, LOG_FORMAT_TEXT };
+/* OUTBOX_PG_PREPARE: named statements prepared once a session (on),
+ * none (off), or, behind a transaction-mode pooler, the lease
+ * transaction's prepared once a server connection (pooled). */
+enum config_pg_prepare { PG_PREPARE_ON, PG_PREPARE_OFF, PG_PREPARE_POOLED };
 
 /*
  * Settings rows. A row names a variable, the C type it parses into and
@@ -247,7 +251,7 @@ struct config {
 	int64_t discovery_interval_ms; /* OUTBOX_DISCOVERY_INTERVAL */
 	char *listen_database_url;     /* NULL: database_url */
 	bool listen;
-	bool pg_prepare;
+	enum config_pg_prepare pg_prepare;
 	int64_t statement_timeout_ms; /* also the mark budget of §4 */
 	int64_t pg_dead_peer_ms;      /* keepalive window, both ends */
 

@@ -8,6 +8,7 @@
  * array literals.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdatomic.h>
@@ -19,15 +20,31 @@
 #include "pgconn.h"
 #include "store_internal.h"
 
-/* The name statement st of s is prepared under on its session. */
+static bool pooled(const struct store *s);
+
+/* The name statement st of s, whose text is sql, is prepared under on
+ * its session; pooled, on a server connection, where a store of another
+ * relay may have prepared it: the name says the text (FNV-1a, 64 bits),
+ * so a name found there is this text, and two texts never share one. */
 struct stmt_name {
 	char text[64];
 };
 
-static struct stmt_name stmt_name(const struct store *s, enum stmt st)
+static struct stmt_name stmt_name(const struct store *s, enum stmt st,
+				  const char *sql)
 {
 	struct stmt_name n;
-	snprintf(n.text, sizeof(n.text), "%s%s", s->tag, store_stmt_names[st]);
+	if (pooled(s)) {
+		uint64_t h = UINT64_C(14695981039346656037);
+		for (const unsigned char *p = (const unsigned char *)sql; *p;
+		     p++)
+			h = (h ^ *p) * UINT64_C(1099511628211);
+		snprintf(n.text, sizeof(n.text), "%s%016" PRIx64,
+			 STORE_POOLED_PREFIX, h);
+	} else {
+		snprintf(n.text, sizeof(n.text), "%s%s", s->tag,
+			 store_stmt_names[st]);
+	}
 	return n;
 }
 
@@ -50,16 +67,36 @@ static void sync_prepared(struct store *s)
  * server connection of its choosing. Prepared again, the statements would
  * fail on one connection after another and the relay would deliver
  * nothing; so from then on every store of the process (those opened later
- * too: a failed open is retried with a new store) runs unnamed
- * statements, as with OUTBOX_PG_PREPARE=off, and the relay says so once.
- * A direct session never sees either: a store prepares each name once
- * per session.
+ * too: a failed open is retried with a new store) runs as with
+ * OUTBOX_PG_PREPARE=pooled, and the relay says so once. A direct session
+ * never sees either: a store prepares each name once per session.
  */
 static atomic_bool prepare_refused;
 
+/*
+ * OUTBOX_PG_PREPARE=pooled (docs/design.md §7): a transaction-mode pooler
+ * keeps a server connection for a transaction only, but what a
+ * transaction prepares stays on that connection. So the lease
+ * transaction, the one that runs every batch and whose statements cost
+ * the most to plan, asks as it opens which of the relay's statements
+ * its connection has (the probe, in the same round trip as its
+ * settings), and prepares the others there before their first use; the
+ * lease itself runs by name at once and, on a connection without it
+ * (26000, the transaction then holds nothing), the transaction opens
+ * again and asks first. Every other statement runs unnamed: outside a
+ * transaction of ours nothing says which connection the next one gets.
+ */
+static bool pooled(const struct store *s)
+{
+	return s->opt.prepare &&
+	       (s->opt.prepare_pooled || atomic_load(&prepare_refused));
+}
+
 static bool preparing(const struct store *s)
 {
-	return s->opt.prepare && !atomic_load(&prepare_refused);
+	if (pooled(s))
+		return s->ses->leasing == s && s->pool_have;
+	return s->opt.prepare;
 }
 
 static void stop_preparing(const char *why)
@@ -69,23 +106,73 @@ static void stop_preparing(const char *why)
 			  "Postgres session, as through a transaction-mode "
 			  "pooler (PgBouncer pool_mode = transaction), where "
 			  "OUTBOX_PG_PREPARE=on cannot work; the relay now "
-			  "runs unnamed statements, as with "
-			  "OUTBOX_PG_PREPARE=off: set that to say so",
+			  "prepares its lease transaction's statements once "
+			  "a server connection, as with "
+			  "OUTBOX_PG_PREPARE=pooled: set that to say so",
 			  why);
 }
 
-/* Runs st as a named prepared statement, preparing it on first use. */
+/* Whether name is among those the lease transaction's connection has. */
+static bool pool_has(const struct store *s, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *p = s->pool_have; p && (p = strstr(p, name)); p += n)
+		if ((p == s->pool_have || p[-1] == ' ') && p[n] == ' ')
+			return true;
+	return false;
+}
+
+/* Records the probe's answer (have: names, each followed by a space;
+ * NULL: none read) for the lease transaction now open. */
+static int pool_learn(struct store *s, const char *have)
+{
+	free(s->pool_have);
+	s->pool_have = strdup(have ? have : "");
+	return s->pool_have ? 0 : -1;
+}
+
+/* Learns the probe's answer (its last column), which it frees; false
+ * with *rc and err set when out of memory. */
+static bool pool_learnt(struct store *s, PGresult *probe, int *rc, char *err,
+			size_t errlen)
+{
+	int learnt = pool_learn(
+	    s, probe ? PQgetvalue(probe, 0, PQnfields(probe) - 1) : NULL);
+	PQclear(probe);
+	if (learnt == 0)
+		return true;
+	snprintf(err, errlen, "lease: out of memory");
+	*rc = STORE_ERROR;
+	return false;
+}
+
+static int pool_add(struct store *s, const char *name)
+{
+	char *more = store_asprintf("%s%s ", s->pool_have, name);
+	if (!more)
+		return -1;
+	free(s->pool_have);
+	s->pool_have = more;
+	return 0;
+}
+
+/* Runs st as a named prepared statement, preparing it on first use
+ * (pooled: on the lease transaction's server connection). */
 static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 			       const char *const *values, int result_format)
 {
-	struct stmt_name name = stmt_name(s, st);
-	if (!s->prepared[st]) {
-		/* Built by the caller (run_sql, store_run_leasing). */
-		PGresult *res = PQprepare(s->ses->conn, name.text,
-					  store_sql(s, st), nparams, NULL);
+	/* Built by the caller (run_sql, store_run_leasing). */
+	const char *sql = store_sql(s, st);
+	struct stmt_name name = stmt_name(s, st, sql);
+	bool pool = pooled(s);
+	if (pool ? !pool_has(s, name.text) : !s->prepared[st]) {
+		PGresult *res =
+		    PQprepare(s->ses->conn, name.text, sql, nparams, NULL);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
 			return res;
 		PQclear(res);
+		if (pool && pool_add(s, name.text) != 0)
+			return NULL; /* libpq's answer when out of memory */
 		s->prepared[st] = true;
 	}
 	return PQexecPrepared(s->ses->conn, name.text, nparams, values, NULL,
@@ -115,7 +202,7 @@ static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 		*rc = STORE_ERROR;
 		const char *state =
 		    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-		if (prepared && state && preparing(s) &&
+		if (prepared && state && preparing(s) && !pooled(s) &&
 		    (strcmp(state, "26000") == 0 ||
 		     strcmp(state, "42P05") == 0))
 			stop_preparing(why);
@@ -127,7 +214,9 @@ static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 }
 
 /* One statement of a pipeline: prepared as name when the options say so
- * (*prepared: it is, on this session), or unnamed (name NULL). */
+ * (*prepared: it is, on this session), or unnamed (name NULL). Pooled,
+ * the lease runs by name unprepared (by_name: the connection is taken to
+ * have it), and the probe's result is kept (in *keep). */
 struct step {
 	const char *name;
 	struct stmt_name own; /* name, for the store's own statements */
@@ -136,6 +225,8 @@ struct step {
 	int nparams;
 	const char *const *values;
 	int result_format;
+	bool by_name;
+	PGresult **keep;
 };
 
 /* Statement st of s->sql (st >= 0) or the ad hoc sql (st -1). */
@@ -148,7 +239,7 @@ static struct step step_of(struct store *s, int st, const char *sql,
 			 .values = values,
 			 .result_format = result_format};
 	if (st >= 0) {
-		p.own = stmt_name(s, (enum stmt)st);
+		p.own = stmt_name(s, (enum stmt)st, sql);
 		p.prepared = &s->prepared[st];
 	}
 	return p;
@@ -196,9 +287,9 @@ static bool queue_steps(struct store *s, const struct step *steps, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		const struct step *p = &steps[i];
 		const char *name = step_name(p);
-		bool named = name && preparing(s);
+		bool named = name && (p->by_name || preparing(s));
 		int queued;
-		if (named && !*p->prepared) {
+		if (named && !p->by_name && !*p->prepared) {
 			if (PQsendPrepare(c, name, p->sql, p->nparams, NULL) !=
 			    1)
 				return false;
@@ -334,6 +425,9 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 			s->ses->leasing = s;
 		if (!e->prepare && e->step == wanted && fine && !res) {
 			res = r;
+		} else if (!e->prepare && steps[e->step].keep && fine &&
+			   !*steps[e->step].keep) {
+			*steps[e->step].keep = r;
 		} else if (!failed && !fine &&
 			   status != PGRES_PIPELINE_ABORTED) {
 			failed = r;
@@ -613,18 +707,51 @@ PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 	}
 	/* One round trip instead of one per statement: a lease's latency
 	 * is mostly waiting for the server. */
-	const struct step steps[3] = {
+	struct step steps[3] = {
 	    step_of(s, -1, "BEGIN", 0, NULL, 0),
 	    settings_step(s, PGCONN_TX_LEASE),
 	    step_of(s, (int)st, sql, nparams, values, result_format),
 	};
-	return run_pipeline(s, NULL, steps, 3, 2, true, want, rc, err, errlen);
+	if (!pooled(s))
+		return run_pipeline(s, NULL, steps, 3, 2, true, want, rc, err,
+				    errlen);
+	PGresult *probe = NULL;
+	steps[1] = step_of(s, -1, s->lease_probe_sql, 0, NULL, 0);
+	steps[1].keep = &probe;
+	steps[2].by_name = true;
+	PGresult *res =
+	    run_pipeline(s, NULL, steps, 3, 2, true, want, rc, err, errlen);
+	if (res) {
+		if (pool_learnt(s, probe, rc, err, errlen))
+			return res;
+		PQclear(res);
+		return NULL;
+	}
+	PQclear(probe);
+	if (strncmp(err, "26000: ", 7) != 0 || s->ses->leasing != s)
+		return NULL;
+	/* Not prepared on this connection: the transaction, which holds
+	 * nothing, opens again and asks first. */
+	if ((*rc = store_lease_end(s, TX_ROLLBACK, err, errlen)) != 0)
+		return NULL;
+	const struct step open[2] = {
+	    step_of(s, -1, "BEGIN", 0, NULL, 0),
+	    step_of(s, -1, s->lease_probe_sql, 0, NULL, 0)};
+	probe = run_pipeline(s, NULL, open, 2, 1, true, PGRES_TUPLES_OK, rc,
+			     err, errlen);
+	if (!probe || !pool_learnt(s, probe, rc, err, errlen))
+		return NULL;
+	return result_of(s, &s->prepared[st], NULL,
+			 exec_prepared(s, st, nparams, values, result_format),
+			 want, rc, err, errlen);
 }
 
 int store_lease_end(struct store *s, enum tx_end end, char *err, size_t errlen)
 {
 	char tag[32] = "";
 	s->ses->leasing = NULL;
+	free(s->pool_have);
+	s->pool_have = NULL;
 	int rc = exec_control(s, end == TX_COMMIT ? "COMMIT" : "ROLLBACK", tag,
 			      sizeof(tag), err, errlen);
 	if (rc == 0 && end == TX_COMMIT && strcmp(tag, "COMMIT") != 0) {

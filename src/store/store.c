@@ -43,7 +43,8 @@ struct store_options store_options_from_config(const struct config *cfg,
 	    .backoff_base_ms = cfg->backoff_base_ms,
 	    .backoff_max_ms = cfg->backoff_max_ms,
 	    .backoff_factor = cfg->backoff_factor,
-	    .prepare = cfg->pg_prepare,
+	    .prepare = cfg->pg_prepare != PG_PREPARE_OFF,
+	    .prepare_pooled = cfg->pg_prepare == PG_PREPARE_POOLED,
 	    .ordered = cfg->ordering == ORDERING_PARTITION,
 	    .block_on_failure = cfg->on_failure == ON_FAILURE_BLOCK,
 	    .delete_sent = cfg->retention_ms == 0,
@@ -352,6 +353,12 @@ static int build_tx_settings(struct store *s)
 	po.idle_in_transaction_ms = s->opt.lease_timeout_ms;
 	s->tx_settings[PGCONN_TX_LEASE] =
 	    pgconn_tx_settings(&po, PGCONN_TX_LEASE);
+	if (!s->tx_settings[PGCONN_TX_LEASE])
+		return -1;
+	s->lease_probe_sql = store_asprintf(
+	    "%s, %s", s->tx_settings[PGCONN_TX_LEASE], STORE_POOLED_PROBE);
+	if (!s->lease_probe_sql)
+		return -1;
 	for (size_t i = 0; i < sizeof(s->tx_settings) / sizeof(*s->tx_settings);
 	     i++)
 		if (!s->tx_settings[i])
@@ -563,6 +570,8 @@ void store_close(struct store *s)
 	for (size_t i = 0; i < sizeof(s->tx_settings) / sizeof(*s->tx_settings);
 	     i++)
 		free(s->tx_settings[i]);
+	free(s->lease_probe_sql);
+	free(s->pool_have);
 	free(s);
 }
 

@@ -77,7 +77,11 @@ struct store_options {
 	int64_t backoff_base_ms;
 	int64_t backoff_max_ms;
 	double backoff_factor;
-	bool prepare;		 /* named prepared statements (off: unnamed) */
+	bool prepare; /* named prepared statements (off: unnamed) */
+	/* Behind a transaction-mode pooler: only the lease transaction's,
+	 * each prepared once a server connection, which the transaction
+	 * asks for as it opens (run.c). */
+	bool prepare_pooled;
 	bool ordered;		 /* OUTBOX_ORDERING=partition */
 	bool block_on_failure;	 /* OUTBOX_ORDERING_ON_FAILURE=block */
 	int64_t lock_timeout_ms; /* 0: half the statement timeout */

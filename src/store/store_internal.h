@@ -155,6 +155,15 @@ struct store_session {
 	"(SELECT max(seq) FROM (SELECT seq FROM %s ORDER BY id DESC LIMIT "    \
 	"100) n)"
 
+/* OUTBOX_PG_PREPARE=pooled: a statement's name is this prefix and 16 hex
+ * digits of a hash of its text, so a name on a server connection means
+ * one text whichever relay, table or store prepared it (run.c), and the
+ * names the probe reads, each followed by a space. */
+#define STORE_POOLED_PREFIX "outbox_p_"
+#define STORE_POOLED_PROBE                                                     \
+	"(SELECT string_agg(name || ' ', '') FROM pg_prepared_statements "     \
+	"WHERE name LIKE 'outbox\\_p\\_%')"
+
 struct store {
 	struct store_options opt;
 	/* This store's statements' names are store_stmt_names[] led by
@@ -210,6 +219,13 @@ struct store {
 	 * a transaction-mode pooler each transaction has what it needs and
 	 * leaves nothing behind. */
 	char *tx_settings[4];
+	/* OUTBOX_PG_PREPARE=pooled (run.c): the lease transaction's
+	 * settings that also ask which of the relay's statements its
+	 * server connection has prepared, and, while that transaction is
+	 * open, their names (those it prepared since, too), each followed
+	 * by a space. */
+	char *lease_probe_sql;
+	char *pool_have;
 	/* The lease's scan floor (lease.c): where this session's next due
 	 * scan starts, the oldest next_attempt_at of its previous batch (in
 	 * microseconds since 2000, Postgres' epoch), unless a rescan is due

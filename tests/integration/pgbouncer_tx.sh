@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The relay behind PgBouncer in transaction mode (OUTBOX_PG_PREPARE=off),
-# once with the pool's defaults and once with server_reset_query_always
-# (DISCARD ALL after every transaction), a small pool shared with plain
-# clients:
-#  - delivery: two workers deliver a few thousand events, none lost;
+# The relay behind PgBouncer in transaction mode, once with the pool's
+# defaults and once with server_reset_query_always (DISCARD ALL after
+# every transaction, which throws away what the relay prepared), a small
+# pool shared with plain clients:
+#  - delivery: two workers deliver a few thousand events, none lost, with
+#    OUTBOX_PG_PREPARE=pooled (the other relays here run with off);
 #  - the fence: a relay stopped (SIGSTOP) with rows leased loses them
 #    within the lease timeout, and a second relay delivers them;
 #  - hygiene: plain clients of the same pool, while relays run, see the
@@ -99,7 +100,7 @@ round() {
 	         FROM generate_series(1, $events) g"
 	# Delivery, with plain clients of the pool asking all the while.
 	env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="$OUTBOX_TABLE" OUTBOX_HTTP_ADDR= \
-		OUTBOX_PG_PREPARE=off OUTBOX_WORKERS=2 OUTBOX_BATCH_SIZE=50 \
+		OUTBOX_PG_PREPARE=pooled OUTBOX_WORKERS=2 OUTBOX_BATCH_SIZE=50 \
 		OUTBOX_POLL_INTERVAL=100ms OUTBOX_LEASE_TIMEOUT=${lease_timeout_s}s \
 		OUTBOX_PUBLISH_TIMEOUT=500ms OUTBOX_STATEMENT_TIMEOUT=1s \
 		OUTBOX_SWEEP_INTERVAL=500ms \

@@ -5,9 +5,10 @@
 # connection of its choosing, so the relay's named prepared statements
 # (OUTBOX_PG_PREPARE=on, the default) and its LISTEN cannot work there.
 #  - Prepared statements: the first statement found missing or already
-#    there (26000, 42P05) turns the whole relay to unnamed statements,
-#    with one error that says so and names OUTBOX_PG_PREPARE=off; events
-#    are delivered (docs/design.md §4).
+#    there (26000, 42P05) turns the whole relay to OUTBOX_PG_PREPARE=pooled
+#    (the lease transaction's statements prepared once a server
+#    connection, found there by a probe), with one error that says so and
+#    names the setting; events are delivered (docs/design.md §7).
 #  - LISTEN (docs/design.md §7): the pooler drops notifications that reach
 #    a server connection between its client's statements, so a listener
 #    there would wait for nothing without a word. The listener proves its
@@ -58,10 +59,10 @@ t=$(insert_and_time 10)
 echo "through the pool, by polling: ${t}s"
 said=$(grep -c 'OUTBOX_PG_PREPARE=on cannot work' "$it_dir/$relay.log" || true)
 [ "$said" = 1 ] || it_fail "the prepared statements' error was said $said times"
-grep -q 'OUTBOX_PG_PREPARE=on cannot work; the relay now runs unnamed statements' \
+grep -q 'OUTBOX_PG_PREPARE=on cannot work; the relay now prepares its lease transaction.s statements once a server connection, as with OUTBOX_PG_PREPARE=pooled' \
 	"$it_dir/$relay.log" || it_fail "the error does not say what the relay does"
-# Once said, the relay runs as with OUTBOX_PG_PREPARE=off: 50 events more,
-# and no prepared statement's error beyond the burst at its start.
+# Once said, the relay runs as with OUTBOX_PG_PREPARE=pooled: 50 events
+# more, and no prepared statement's error beyond the burst at its start.
 errors=$(grep -c '42P05\|26000' "$it_dir/$relay.log" || true)
 n=$(wc -l <"$it_dir/$relay.out")
 it_psql "INSERT INTO $OUTBOX_TABLE (type, payload) SELECT 'listen.pool', '{}' FROM generate_series(1, 50)"

@@ -210,7 +210,7 @@ static void test_defaults(void **state)
 	assert_string_equal(r.cfg.table, "outbox_events");
 	assert_null(r.cfg.listen_database_url);
 	assert_false(r.cfg.listen);
-	assert_true(r.cfg.pg_prepare);
+	assert_int_equal(r.cfg.pg_prepare, PG_PREPARE_ON);
 	assert_int_equal(r.cfg.statement_timeout_ms, 10000);
 
 	assert_string_equal(r.cfg.publisher, "stdout");
@@ -286,8 +286,14 @@ static const struct good_case good_cases[] = {
     {"OUTBOX_LISTEN", "true", K_BOOL, OFF(listen), 1, 0, NULL},
     {"OUTBOX_LISTEN_DATABASE_URL", "host=primary", K_STR,
      OFF(listen_database_url), 0, 0, "host=primary"},
-    {"OUTBOX_PG_PREPARE", "off", K_BOOL, OFF(pg_prepare), 0, 0, NULL},
-    {"OUTBOX_PG_PREPARE", "false", K_BOOL, OFF(pg_prepare), 0, 0, NULL},
+    {"OUTBOX_PG_PREPARE", "off", K_ENUM, OFF(pg_prepare), PG_PREPARE_OFF, 0,
+     NULL},
+    {"OUTBOX_PG_PREPARE", "false", K_ENUM, OFF(pg_prepare), PG_PREPARE_OFF, 0,
+     NULL},
+    {"OUTBOX_PG_PREPARE", "true", K_ENUM, OFF(pg_prepare), PG_PREPARE_ON, 0,
+     NULL},
+    {"OUTBOX_PG_PREPARE", "pooled", K_ENUM, OFF(pg_prepare), PG_PREPARE_POOLED,
+     0, NULL},
     {"OUTBOX_STATEMENT_TIMEOUT", "20s", K_I64, OFF(statement_timeout_ms), 20000,
      0, NULL},
     {"OUTBOX_PUBLISHER", "amqp", K_STR, OFF(publisher), 0, 0, "amqp"},

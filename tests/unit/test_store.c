@@ -1450,6 +1450,78 @@ static void test_settings_per_transaction(void **state)
 	PQfinish(c);
 }
 
+/* One pooled lease of one row, marked sent and committed. */
+static void pooled_round(struct store *s)
+{
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	struct mark_result r = mark(s, MARK_SENT, &b, NULL);
+	assert_int_equal(r.marked, 1);
+	commit(s, &b);
+}
+
+/* OUTBOX_PG_PREPARE=pooled (docs/design.md §7), on the store's own
+ * session, which stands for a pooler's server connection: the lease
+ * transaction's statements are prepared once, under names that say
+ * their text, and found again by the next transaction; what a client
+ * of the connection threw away in between (the lease, or a mark alone)
+ * is prepared again there, and no other statement is ever prepared. */
+static void test_pooled_statements_found_again(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_pooled", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 4);
+	struct store_options o = pgtest_store_options(table);
+	o.batch_size = 1;
+	o.prepare_pooled = true;
+	struct store *s = pgtest_store(&o);
+	PGconn *conn = store_conn(s);
+	static const char ours[] =
+	    "FROM pg_prepared_statements WHERE name LIKE 'outbox\\_p\\_%'";
+	static const char lease_runs[] =
+	    "SELECT coalesce(max(generic_plans + custom_plans), 0) FROM "
+	    "pg_prepared_statements WHERE name LIKE 'outbox\\_p\\_%%' AND "
+	    "statement LIKE 'WITH lease AS%%'";
+	int64_t due;
+	assert_int_equal(store_next_due_ms(s, &due, err, sizeof(err)), 0);
+	assert_int_equal(
+	    pgtest_long(conn, "SELECT count(*) FROM pg_prepared_statements"),
+	    0);
+	pooled_round(s);
+	/* The lease and the mark, and nothing else. */
+	assert_int_equal(pgtest_long(conn, "SELECT count(*) %s", ours), 2);
+	assert_int_equal(
+	    pgtest_long(conn, "SELECT count(*) FROM pg_prepared_statements"),
+	    2);
+	pooled_round(s);
+	assert_int_equal(pgtest_long(conn, lease_runs), 2);
+	/* Thrown away, all of it: the next lease prepares both again. */
+	pgtest_exec(conn, "DEALLOCATE ALL");
+	pooled_round(s);
+	assert_int_equal(pgtest_long(conn, "SELECT count(*) %s", ours), 2);
+	assert_int_equal(pgtest_long(conn, lease_runs), 1);
+	/* The mark alone: the lease runs by name, the probe tells the mark
+	 * is gone, and it is prepared before its use. */
+	PGresult *r = PQexec(conn, "SELECT name FROM pg_prepared_statements "
+				   "WHERE statement NOT LIKE 'WITH lease AS%'");
+	assert_int_equal(PQntuples(r), 1);
+	pgtest_exec(conn, "DEALLOCATE \"%s\"", PQgetvalue(r, 0, 0));
+	PQclear(r);
+	pooled_round(s);
+	assert_int_equal(pgtest_long(conn, lease_runs), 2);
+	assert_int_equal(pgtest_long(conn, "SELECT count(*) %s", ours), 2);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'sent'",
+				     table),
+			 4);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* Rows left in_flight by a relay of the row lease (a rolling upgrade)
  * are still returned when their lease expires. */
 static void test_sweep_row_leases(void **state)
@@ -3891,6 +3963,7 @@ int main(void)
 	    cmocka_unit_test(test_lease_columns),
 	    cmocka_unit_test(test_dead_peer_window),
 	    cmocka_unit_test(test_settings_per_transaction),
+	    cmocka_unit_test(test_pooled_statements_found_again),
 	    cmocka_unit_test(test_retry_backoff_permanent),
 	    cmocka_unit_test(test_release),
 	    cmocka_unit_test(test_partitioned_rows_named_by_id),

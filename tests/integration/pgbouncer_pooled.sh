@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# OUTBOX_PG_PREPARE=pooled behind PgBouncer in transaction mode
+# (docs/design.md §7, "Prepared statements behind a pooler"): the lease
+# transaction's statements are prepared once a server connection and
+# found there again by later transactions, whichever connection the
+# pool hands out, while the pool's other clients throw prepared
+# statements away.
+#  - In rounds, events are inserted and delivered by 2 workers; between
+#    rounds a client on each of the pool's 3 server connections at once
+#    runs DEALLOCATE ALL, so the relay's next transactions there find
+#    none of their statements.
+#  - Every event is printed once (a mark that found its statement gone
+#    would fail its lease transaction after the publish, and the rows
+#    would go out again), and the relay logs no error.
+#  - Afterwards the pool's server connections hold the relay's
+#    statements, and one of them has run more often than once: prepared
+#    once, executed by many transactions.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/pgbouncer_lib.sh"
+trap 'bouncer_stop_all; it_cleanup' EXIT
+
+it_table pgbpooled
+bouncer_start 0
+rounds=5
+per_round=300
+
+# on_each_connection SQL: SQL through the pool by 3 clients at once, one
+# on each server connection (each holds its own for a second); their
+# output to conn-1..3.txt.
+on_each_connection() {
+	local i clients=()
+	for i in 1 2 3; do
+		psql "$bouncer_url" -X -A -t -q -v ON_ERROR_STOP=1 \
+			-c "BEGIN" -c "$1" -c "SELECT pg_sleep(1)" -c "COMMIT" \
+			>"$it_dir/conn-$i.txt" 2>&1 &
+		clients+=($!)
+	done
+	wait "${clients[@]}" || it_fail "a client of the pool failed: $(cat "$it_dir"/conn-*.txt)"
+}
+
+it_relay pooled OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE=pooled \
+	OUTBOX_WORKERS=2 OUTBOX_BATCH_SIZE=50 OUTBOX_POLL_INTERVAL=100ms
+relay=$it_last_pid
+for r in $(seq "$rounds"); do
+	it_psql "INSERT INTO $OUTBOX_TABLE (type, payload)
+	         SELECT 'pool.pooled', convert_to(json_build_object('r', $r, 'n', g)::text, 'UTF8')
+	         FROM generate_series(1, $per_round) g"
+	it_wait_lines 60 "$it_dir/pooled.out" $((r * per_round))
+	it_wait_count 30 "status = 'sent'" -eq $((r * per_round))
+	kill -0 "$relay" 2>/dev/null || it_fail "the relay exited"
+	on_each_connection "DEALLOCATE ALL"
+done
+sleep 1 # a few empty leases on each connection
+on_each_connection "SELECT count(*), coalesce(max(generic_plans + custom_plans), 0)
+	FROM pg_prepared_statements WHERE name LIKE 'outbox\_p\_%'"
+it_stop "$relay"
+[ "$it_rc" = 0 ] || it_fail "the relay exited $it_rc"
+
+it_all_printed "pooled" "$it_dir/pooled.out"
+dups=$(jq -R -r 'fromjson? | .id' "$it_dir/pooled.out" | sort | uniq -d | wc -l)
+[ "$dups" = 0 ] || it_fail "$dups events were printed more than once"
+[ "$(wc -l <"$it_dir/pooled.out")" = $((rounds * per_round)) ] ||
+	it_fail "$(wc -l <"$it_dir/pooled.out") lines printed for $((rounds * per_round)) events"
+! grep -q '"level":"error"' "$it_dir/pooled.log" ||
+	it_fail "the relay logged an error: $(grep '"level":"error"' "$it_dir/pooled.log" | head -3)"
+held=0 most=0
+for i in 1 2 3; do
+	IFS='|' read -r n runs <"$it_dir/conn-$i.txt"
+	[ "$n" -gt 0 ] && held=$((held + 1))
+	[ "$runs" -gt "$most" ] && most=$runs
+done
+[ "$held" -ge 1 ] || it_fail "no server connection of the pool holds the relay's statements"
+[ "$most" -gt 1 ] ||
+	it_fail "no statement of the relay ran more than once where it was prepared: $(cat "$it_dir"/conn-*.txt)"
+echo "$((rounds * per_round)) events delivered once each across $rounds rounds of DEALLOCATE ALL;" \
+	"$held of 3 server connections hold the relay's statements, the most run one $most times"
