@@ -3,18 +3,21 @@
 # What the relay costs Postgres behind a transaction-mode pooler
 # (docs/benchmark.md, "Behind PgBouncer"). An experiment, not a target:
 # ROWS pending 1 KB rows drained by the relay (publisher stdout, 4
-# workers, batch 100) connected three ways in turn, each from a freshly
+# workers, batch 100) connected four ways in turn, each from a freshly
 # filled, vacuumed and checkpointed table: directly with its prepared
 # statements (OUTBOX_PG_PREPARE=on, the default), directly with unnamed
-# statements (OUTBOX_PG_PREPARE=off) and through PgBouncer (pool_mode =
+# statements (OUTBOX_PG_PREPARE=off), and through PgBouncer (pool_mode =
 # transaction, a pool of POOL server connections, 9 by default: two for
-# each lane and one more, OUTBOX_PG_PREPARE=off, as the README asks).
+# each lane and one more) with unnamed statements (pooler:
+# OUTBOX_PG_PREPARE=off) and with the lease transaction's prepared once a
+# server connection (pooled: OUTBOX_PG_PREPARE=pooled, as the README
+# asks).
 # Per event: WAL bytes, Postgres CPU (postmaster and backends, reaped
 # ones included) and, behind the pooler, PgBouncer's own CPU, rows/s; then
 # pg_stat_statements' planning and execution time of the relay's
 # statements per event. HISTORY=1 keeps history (the relay's default);
 # otherwise OUTBOX_RETENTION=0. POOL sets the pool's server connections;
-# WAYS picks some of "direct unnamed pooler" (POOL=4 WAYS=pooler: a pool
+# WAYS picks some of "direct unnamed pooler pooled" (POOL=4 WAYS=pooled: a pool
 # with no connection to spare); KEEP=1 keeps the work directory.
 # Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/pooler_cost.sh [rows] [rounds]
 set -euo pipefail
@@ -27,11 +30,11 @@ ROUNDS=${2:-2}
 	{ echo "pooler_cost.sh: rounds must be 1..10" >&2; exit 2; }
 [ "${POOL:-9}" -ge 1 ] 2>/dev/null && [ "${POOL:-9}" -le 100 ] ||
 	{ echo "pooler_cost.sh: POOL must be 1..100" >&2; exit 2; }
-read -ra ways <<<"${WAYS:-direct unnamed pooler}"
+read -ra ways <<<"${WAYS:-direct unnamed pooler pooled}"
 for way in "${ways[@]}"; do
 	case $way in
-	direct | unnamed | pooler) ;;
-	*) echo "pooler_cost.sh: WAYS: no way '$way' (direct, unnamed, pooler)" >&2; exit 2 ;;
+	direct | unnamed | pooler | pooled) ;;
+	*) echo "pooler_cost.sh: WAYS: no way '$way' (direct, unnamed, pooler, pooled)" >&2; exit 2 ;;
 	esac
 done
 . "$root/tests/bench/experiment_lib.sh"
@@ -94,6 +97,9 @@ drain() {
 	      AND query NOT LIKE '%outbox_events (type%' AND query NOT LIKE 'VACUUM%'
 	      AND query NOT LIKE 'CHECKPOINT%' AND query NOT LIKE 'TRUNCATE%'" |
 		awk -F'|' '{ printf " %10s %10s\n", $1, $2 }'
+	[ -z "${STATEMENTS:-}" ] || q -c "SELECT calls, plans, to_char(total_plan_time * 1000 / $ROWS, 'FM990.0'),
+	             to_char(total_exec_time * 1000 / $ROWS, 'FM990.0'), left(query, 60)
+	      FROM pg_stat_statements ORDER BY total_plan_time + total_exec_time DESC LIMIT 8" >&2
 }
 echo "history: ${HISTORY:-0}, $ROWS rows, $ROUNDS rounds"
 echo "way      WAL B/ev PG us/ev bncr us/ev  rows/s  plan us/ev exec us/ev"
@@ -108,6 +114,7 @@ for r in $(seq "$ROUNDS"); do
 		direct) drain direct "$RELAY_TEST_DATABASE_URL" on ;;
 		unnamed) drain unnamed "$RELAY_TEST_DATABASE_URL" off ;;
 		pooler) drain pooler "$bouncer_url" off ;;
+		pooled) drain pooled "$bouncer_url" pooled ;;
 		esac
 	done
 done
