@@ -11,7 +11,9 @@
 # written by transactions below the relay's late floor and due before its
 # scan floor: the relay sends them again within seconds (not at the next
 # scan from the start, an hour away here), then rows written after the
-# restore.
+# restore. The relay runs with OUTBOX_PG_PREPARE=pooled: the server's
+# restart takes its prepared statements away from under the pool, and
+# its lease transactions prepare them again on the new connections.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/pgbouncer_lib.sh"
 # shellcheck source=../services/lib.sh
@@ -42,7 +44,7 @@ bouncer_start 0 PGPORT="$(svc_env_get "$pg2/env" PGPORT)"
 # falls between two polls; the scan from the start an hour apart, so
 # that only the floors' guard finds the rows the restore made pending
 # again.
-it_relay relay OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE=off \
+it_relay relay OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE=pooled \
 	OUTBOX_POLL_INTERVAL=2s OUTBOX_LEASE_RESCAN_INTERVAL=1h OUTBOX_WORKERS=1 OUTBOX_WORKER_WINDOW=1
 relay=$it_last_pid
 out="$it_dir/relay.out"
