@@ -16,7 +16,10 @@
 # ones included) and, behind the pooler, PgBouncer's own CPU, rows/s; then
 # pg_stat_statements' planning and execution time of the relay's
 # statements per event. HISTORY=1 keeps history (the relay's default);
-# otherwise OUTBOX_RETENTION=0. POOL sets the pool's server connections;
+# otherwise OUTBOX_RETENTION=0. PARTITIONED=1 makes the table partitioned
+# by id first (migrate --partition and a partition of today's next
+# minutes, as the dbcost section makes them). POOL sets the pool's server
+# connections;
 # WAYS picks some of "direct unnamed pooler pooled" (POOL=4 WAYS=pooled: a pool
 # with no connection to spare); KEEP=1 keeps the work directory.
 # Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/pooler_cost.sh [rows] [rounds]
@@ -39,6 +42,7 @@ for way in "${ways[@]}"; do
 done
 . "$root/tests/bench/experiment_lib.sh"
 statements_on
+[ "${PARTITIONED:-0}" = 1 ] && partitioned_today outbox_events
 mkdir "$work/bouncer"
 PGBOUNCER_POOL_SIZE=${POOL:-9} bash "$root/tests/services/pgbouncer.sh" start "$work/bouncer" >/dev/null
 bouncer_url=$(sed -n 's/^PGBOUNCER_URL=//p' "$work/bouncer/env")
