@@ -16,7 +16,11 @@
 #  - Afterwards the pool's server connections hold the relay's
 #    statements, and one of them has run more often than once: prepared
 #    once, executed by many transactions.
+#  - Ordered mode the same way, with a fifth of the publishes nacked, so
+#    the retry mark's statement is prepared mid-transaction too: 1,000
+#    keyed events over 40 keys each delivered, each key in order.
 . "$(dirname "$0")/lib.sh"
+: "${RELAY_TEST_FLAKY_BIN:?run through meson test}"
 . "$(dirname "$0")/pgbouncer_lib.sh"
 trap 'bouncer_stop_all; it_cleanup' EXIT
 
@@ -75,3 +79,24 @@ done
 	it_fail "no statement of the relay ran more than once where it was prepared: $(cat "$it_dir"/conn-*.txt)"
 echo "$((rounds * per_round)) events delivered once each across $rounds rounds of DEALLOCATE ALL;" \
 	"$held of 3 server connections hold the relay's statements, the most run one $most times"
+
+# Ordered, with nacks: the key walk's lease and the retry mark, pooled.
+it_table pgbpooledord
+log="$it_dir/ordered.jsonl"
+it_flaky_relay ordered "$bouncer_url" "$log" OUTBOX_PG_PREPARE=pooled \
+	RELAY_TEST_FLAKY_PERCENT=20 OUTBOX_BACKOFF_BASE=100ms OUTBOX_BACKOFF_MAX=200ms
+relay=$it_last_pid
+for r in 1 2; do
+	it_psql "$(it_keyed_sql "$OUTBOX_TABLE" pool.ordered $(((r - 1) * 500 + 1)) $((r * 500)) 40 k)"
+	it_wait_count 90 "status = 'sent'" -eq $((r * 500))
+	on_each_connection "DEALLOCATE ALL"
+done
+it_stop "$relay"
+[ "$it_rc" = 0 ] || it_fail "the ordered relay exited $it_rc"
+[ "$(jq -r .id "$log" | sort -u | wc -l)" = 1000 ] ||
+	it_fail "$(jq -r .id "$log" | sort -u | wc -l) of 1000 keyed events delivered"
+bad=$(it_order_violations "$log")
+[ "$bad" = 0 ] || it_fail "$bad deliveries out of their key's order"
+! grep -q '"level":"error"' "$it_dir/ordered.log" ||
+	it_fail "the ordered relay logged an error: $(grep '"level":"error"' "$it_dir/ordered.log" | head -3)"
+echo "ordered, a fifth nacked: 1000 keyed events over 40 keys delivered in their keys' order"
