@@ -189,6 +189,10 @@ static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 	*rc = 0;
 	if (PQresultStatus(res) == want)
 		return res;
+	const char *failed =
+	    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	snprintf(s->ses->failed_state, sizeof(s->ses->failed_state), "%s",
+		 failed ? failed : "");
 	char why[768];
 	pgconn_error(s->ses->conn, res, why, sizeof(why));
 	if (what)
@@ -225,6 +229,7 @@ struct step {
 	const char *const *values;
 	int result_format;
 	bool by_name;
+	bool parse; /* pooled: prepared by name first, whatever the flags */
 	PGresult **keep;
 };
 
@@ -286,9 +291,9 @@ static bool queue_steps(struct store *s, const struct step *steps, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		const struct step *p = &steps[i];
 		const char *name = step_name(p);
-		bool named = name && (p->by_name || preparing(s));
+		bool named = name && (p->by_name || p->parse || preparing(s));
 		int queued;
-		if (named && !p->by_name && !*p->prepared) {
+		if (named && (p->parse || (!p->by_name && !*p->prepared))) {
 			if (PQsendPrepare(c, name, p->sql, p->nparams, NULL) !=
 			    1)
 				return false;
@@ -373,6 +378,7 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 	size_t sent, k = 0;
 
 	*rc = 0;
+	s->ses->failed_state[0] = '\0';
 	int64_t wait_ms = s->ses->reply_wait_ms;
 	int64_t deadline_ms = wait_ms > 0 ? clock_ms() + wait_ms : 0;
 	s->ses->reply_late = false;
@@ -464,6 +470,46 @@ static bool ends_tx(const char *sql)
 }
 
 /*
+ * Pooled (see pooled()), a statement outside any transaction is a
+ * transaction of its own, on a server connection nothing tells of in
+ * advance, so it cannot ask first: it runs by name, and where the name is
+ * missing (26000) it is prepared and run at once; where it was last
+ * prepared so, it is prepared first, and where the name is there already
+ * (42P05) it runs by name. Either failure comes before the statement ran,
+ * so it is simply sent again, the other way. Each store keeps, per
+ * statement, the way that last worked, which settles on by name behind a
+ * pool that keeps statements and on prepared first behind one that
+ * throws them away after each transaction (server_reset_query_always).
+ * After three misses in a row it runs unnamed.
+ */
+static PGresult *run_autocommit_pooled(struct store *s, int st,
+				       const char *what, struct step settings,
+				       struct step stmt, ExecStatusType want,
+				       int *rc, char *err, size_t errlen)
+{
+	bool parse = s->pool_parse[st];
+	struct step steps[2] = {settings, stmt};
+	for (int tries = 0; tries < 3; tries++) {
+		steps[1].by_name = !parse;
+		steps[1].parse = parse;
+		PGresult *res = run_pipeline(s, what, steps, 2, 1, false, want,
+					     rc, err, errlen);
+		if (res) {
+			s->pool_parse[st] = parse;
+			return res;
+		}
+		if (*rc == STORE_RECONNECT ||
+		    strcmp(s->ses->failed_state, parse ? "42P05" : "26000") !=
+			0)
+			return NULL;
+		parse = !parse;
+	}
+	steps[1].by_name = steps[1].parse = false;
+	steps[1].own.text[0] = '\0';
+	return run_pipeline(s, what, steps, 2, 1, false, want, rc, err, errlen);
+}
+
+/*
  * A statement outside any transaction of ours takes the settings its
  * transaction needs in the same round trip (pgconn_tx_settings()): a BEGIN
  * is followed by those of an explicit transaction, any other statement is
@@ -483,6 +529,10 @@ static PGresult *run_outside_tx(struct store *s, int st, const char *what,
 		enum pgconn_tx tx = st >= 0 && store_stmt_indexed[st]
 					? PGCONN_TX_INDEXED
 					: PGCONN_TX_STATEMENT;
+		if (st >= 0 && pooled(s))
+			return run_autocommit_pooled(s, st, what,
+						     settings_step(s, tx), stmt,
+						     want, rc, err, errlen);
 		struct step steps[2] = {settings_step(s, tx), stmt};
 		return run_pipeline(s, what, steps, 2, 1, false, want, rc, err,
 				    errlen);
@@ -663,7 +713,8 @@ PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 		return NULL;
 	}
 	PQclear(probe);
-	if (strncmp(err, "26000: ", 7) != 0 || s->ses->leasing != s)
+	if (*rc == STORE_RECONNECT ||
+	    strcmp(s->ses->failed_state, "26000") != 0 || s->ses->leasing != s)
 		return NULL;
 	/* Not prepared on this connection: the transaction, which holds
 	 * nothing, opens again and asks first. */

@@ -145,6 +145,9 @@ struct store_session {
 	void (*on_late)(void *arg);
 	void *on_late_arg;
 	bool reply_late;
+	/* The SQLSTATE of the last statement that failed with one ("" when
+	 * none did), set by the runner (run.c). */
+	char failed_state[6];
 };
 
 /* The highest seq among the table's newest rows by id (%s: the table,
@@ -226,6 +229,9 @@ struct store {
 	 * by a space. */
 	char *lease_probe_sql;
 	char *pool_have;
+	/* Pooled, a statement outside any transaction runs by name, or is
+	 * prepared first where it last had to be (run.c). */
+	bool pool_parse[ST_COUNT];
 	/* The lease's scan floor (lease.c): where this session's next due
 	 * scan starts, the oldest next_attempt_at of its previous batch (in
 	 * microseconds since 2000, Postgres' epoch), unless a rescan is due

@@ -1461,12 +1461,25 @@ static void pooled_round(struct store *s)
 	commit(s, &b);
 }
 
+/* How often the pooled statement whose text begins with start ran where
+ * it was prepared on conn; 0 when it is not there. */
+static long pooled_runs(PGconn *conn, const char *start)
+{
+	return pgtest_long(conn,
+			   "SELECT coalesce(max(generic_plans + custom_plans), "
+			   "0) FROM pg_prepared_statements WHERE name LIKE "
+			   "'outbox\\_p\\_%%' AND statement LIKE '%s%%'",
+			   start);
+}
+
 /* OUTBOX_PG_PREPARE=pooled (docs/design.md §7), on the store's own
- * session, which stands for a pooler's server connection: the lease
- * transaction's statements are prepared once, under names that say
- * their text, and found again by the next transaction; what a client
- * of the connection threw away in between (the lease, or a mark alone)
- * is prepared again there, and no other statement is ever prepared. */
+ * session, which stands for a pooler's server connection: statements
+ * are prepared under names that say their text, once, and found again
+ * by later transactions. The lease transaction's: what a client of the
+ * connection threw away in between (all, or a mark alone) is prepared
+ * again before its use. A statement outside any transaction: prepared
+ * at once where its name was missing (26000), run by name where it was
+ * prepared first and found there (42P05). No other name is prepared. */
 static void test_pooled_statements_found_again(void **state)
 {
 	(void)state;
@@ -1479,40 +1492,47 @@ static void test_pooled_statements_found_again(void **state)
 	o.prepare_pooled = true;
 	struct store *s = pgtest_store(&o);
 	PGconn *conn = store_conn(s);
-	static const char ours[] =
-	    "FROM pg_prepared_statements WHERE name LIKE 'outbox\\_p\\_%'";
-	static const char lease_runs[] =
-	    "SELECT coalesce(max(generic_plans + custom_plans), 0) FROM "
-	    "pg_prepared_statements WHERE name LIKE 'outbox\\_p\\_%%' AND "
-	    "statement LIKE 'WITH lease AS%%'";
-	int64_t due;
-	assert_int_equal(store_next_due_ms(s, &due, err, sizeof(err)), 0);
-	assert_int_equal(
-	    pgtest_long(conn, "SELECT count(*) FROM pg_prepared_statements"),
-	    0);
+	static const char due[] = "SELECT coalesce(ceil(extract(epoch";
+	static const char lease_sql[] = "WITH lease AS";
+	int64_t when;
+	/* Outside a transaction: missing, prepared, run. */
+	assert_int_equal(store_next_due_ms(s, &when, err, sizeof(err)), 0);
+	assert_int_equal(pooled_runs(conn, due), 1);
+	assert_int_equal(store_next_due_ms(s, &when, err, sizeof(err)), 0);
+	assert_int_equal(pooled_runs(conn, due), 2);
+	pgtest_exec(conn, "DEALLOCATE ALL");
+	assert_int_equal(store_next_due_ms(s, &when, err, sizeof(err)), 0);
+	assert_int_equal(pooled_runs(conn, due), 1);
+	/* Prepared first this time, since it last had to be: there
+	 * already, so run by name. */
+	assert_int_equal(store_next_due_ms(s, &when, err, sizeof(err)), 0);
+	assert_int_equal(pooled_runs(conn, due), 2);
+	/* The lease transaction's. */
 	pooled_round(s);
-	/* The lease and the mark, and nothing else. */
-	assert_int_equal(pgtest_long(conn, "SELECT count(*) %s", ours), 2);
-	assert_int_equal(
-	    pgtest_long(conn, "SELECT count(*) FROM pg_prepared_statements"),
-	    2);
+	assert_int_equal(pooled_runs(conn, lease_sql), 1);
+	assert_int_equal(pooled_runs(conn, "UPDATE"), 1);
 	pooled_round(s);
-	assert_int_equal(pgtest_long(conn, lease_runs), 2);
+	assert_int_equal(pooled_runs(conn, lease_sql), 2);
+	assert_int_equal(pooled_runs(conn, "UPDATE"), 2);
 	/* Thrown away, all of it: the next lease prepares both again. */
 	pgtest_exec(conn, "DEALLOCATE ALL");
 	pooled_round(s);
-	assert_int_equal(pgtest_long(conn, "SELECT count(*) %s", ours), 2);
-	assert_int_equal(pgtest_long(conn, lease_runs), 1);
+	assert_int_equal(pooled_runs(conn, lease_sql), 1);
+	assert_int_equal(pooled_runs(conn, "UPDATE"), 1);
 	/* The mark alone: the lease runs by name, the probe tells the mark
 	 * is gone, and it is prepared before its use. */
 	PGresult *r = PQexec(conn, "SELECT name FROM pg_prepared_statements "
-				   "WHERE statement NOT LIKE 'WITH lease AS%'");
+				   "WHERE statement LIKE 'UPDATE%'");
 	assert_int_equal(PQntuples(r), 1);
 	pgtest_exec(conn, "DEALLOCATE \"%s\"", PQgetvalue(r, 0, 0));
 	PQclear(r);
 	pooled_round(s);
-	assert_int_equal(pgtest_long(conn, lease_runs), 2);
-	assert_int_equal(pgtest_long(conn, "SELECT count(*) %s", ours), 2);
+	assert_int_equal(pooled_runs(conn, lease_sql), 2);
+	assert_int_equal(pooled_runs(conn, "UPDATE"), 1);
+	assert_int_equal(pgtest_long(conn, "SELECT count(*) FROM "
+					   "pg_prepared_statements WHERE name "
+					   "NOT LIKE 'outbox\\_p\\_%%'"),
+			 0);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s WHERE status = "
 				     "'sent'",
