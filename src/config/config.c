@@ -99,10 +99,9 @@ const struct setting config_core_rows[] = {
 		 pg_prepare_lookup,
 		 "named prepared statements, each prepared once a session "
 		 "(on); none (off); or, behind a transaction-mode pooler, "
-		 "the lease transaction's prepared once a server connection "
-		 "and asked for in each (pooled; a relay left on behind one "
-		 "turns to it itself, with an error); true and false say on "
-		 "and off"),
+		 "each prepared once a server connection and found there "
+		 "again (pooled; a relay left on behind one turns to it "
+		 "itself, with an error); true and false say on and off"),
     SETTING_DURATION(
 	C, "OUTBOX_STATEMENT_TIMEOUT", statement_timeout_ms, "10s", 100, HOUR,
 	0,

@@ -24,8 +24,8 @@ enum config_ordering { ORDERING_NONE, ORDERING_PARTITION };
 enum config_on_failure { ON_FAILURE_SKIP, ON_FAILURE_BLOCK };
 enum config_log_format { LOG_FORMAT_JSON, LOG_FORMAT_TEXT };
 /* OUTBOX_PG_PREPARE: named statements prepared once a session (on),
- * none (off), or, behind a transaction-mode pooler, the lease
- * transaction's prepared once a server connection (pooled). */
+ * none (off), or, behind a transaction-mode pooler, prepared once a
+ * server connection and found there again (pooled). */
 enum config_pg_prepare { PG_PREPARE_ON, PG_PREPARE_OFF, PG_PREPARE_POOLED };
 
 /*

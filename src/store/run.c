@@ -82,8 +82,10 @@ static atomic_bool prepare_refused;
  * settings), and prepares the others there before their first use; the
  * lease itself runs by name at once and, on a connection without it
  * (26000, the transaction then holds nothing), the transaction opens
- * again and asks first. Every other statement runs unnamed: outside a
- * transaction of ours nothing says which connection the next one gets.
+ * again and asks first. A statement outside any transaction cannot ask
+ * first (run_autocommit_pooled()); those of the other explicit
+ * transactions run unnamed, since a name found missing there would
+ * abort the whole transaction.
  */
 static bool pooled(const struct store *s)
 {

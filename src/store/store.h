@@ -78,9 +78,10 @@ struct store_options {
 	int64_t backoff_max_ms;
 	double backoff_factor;
 	bool prepare; /* named prepared statements (off: unnamed) */
-	/* Behind a transaction-mode pooler: only the lease transaction's,
-	 * each prepared once a server connection, which the transaction
-	 * asks for as it opens (run.c). */
+	/* Behind a transaction-mode pooler: each statement prepared once
+	 * a server connection, which the lease transaction asks for as it
+	 * opens and a statement outside a transaction tries by name; the
+	 * other transactions' run unnamed (run.c). */
 	bool prepare_pooled;
 	bool ordered;		 /* OUTBOX_ORDERING=partition */
 	bool block_on_failure;	 /* OUTBOX_ORDERING_ON_FAILURE=block */
