@@ -107,9 +107,9 @@ static void stop_preparing(const char *why)
 			  "Postgres session, as through a transaction-mode "
 			  "pooler (PgBouncer pool_mode = transaction), where "
 			  "OUTBOX_PG_PREPARE=on cannot work; the relay now "
-			  "prepares its lease transaction's statements once "
-			  "a server connection, as with "
-			  "OUTBOX_PG_PREPARE=pooled: set that to say so",
+			  "prepares its statements once a server connection, "
+			  "as with OUTBOX_PG_PREPARE=pooled: set that to say "
+			  "so",
 			  why);
 }
 
@@ -191,10 +191,10 @@ static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 	*rc = 0;
 	if (PQresultStatus(res) == want)
 		return res;
-	const char *failed =
+	const char *state =
 	    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 	snprintf(s->ses->failed_state, sizeof(s->ses->failed_state), "%s",
-		 failed ? failed : "");
+		 state ? state : "");
 	char why[768];
 	pgconn_error(s->ses->conn, res, why, sizeof(why));
 	if (what)
@@ -205,9 +205,7 @@ static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 		*rc = STORE_RECONNECT;
 	} else {
 		*rc = STORE_ERROR;
-		const char *state =
-		    res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-		if (prepared && state && preparing(s) && !pooled(s) &&
+		if (prepared && state && !pooled(s) && preparing(s) &&
 		    (strcmp(state, "26000") == 0 ||
 		     strcmp(state, "42P05") == 0))
 			stop_preparing(why);

@@ -59,7 +59,7 @@ t=$(insert_and_time 10)
 echo "through the pool, by polling: ${t}s"
 said=$(grep -c 'OUTBOX_PG_PREPARE=on cannot work' "$it_dir/$relay.log" || true)
 [ "$said" = 1 ] || it_fail "the prepared statements' error was said $said times"
-grep -q 'OUTBOX_PG_PREPARE=on cannot work; the relay now prepares its lease transaction.s statements once a server connection, as with OUTBOX_PG_PREPARE=pooled' \
+grep -q 'OUTBOX_PG_PREPARE=on cannot work; the relay now prepares its statements once a server connection, as with OUTBOX_PG_PREPARE=pooled' \
 	"$it_dir/$relay.log" || it_fail "the error does not say what the relay does"
 # Once said, the relay runs as with OUTBOX_PG_PREPARE=pooled: 50 events
 # more, and no prepared statement's error beyond the burst at its start.
