@@ -103,6 +103,7 @@ enum metric_counter {
 	MC_PUBLISHER_FAILURES, /* probes or opens that failed */
 	MC_RENEWALS,
 	MC_IN_DOUBT, /* handed to the broker, outcome unknown */
+	MC_PREPARED, /* statements prepared on a server session */
 	MC_COUNT
 };
 

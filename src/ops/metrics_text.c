@@ -57,6 +57,11 @@ static const struct counter_def counter_defs[MC_COUNT] = {
 			       "LISTEN sessions refused because their own "
 			       "test notification did not reach them (a "
 			       "transaction-mode pooler?)."},
+    [MC_PREPARED] = {"outbox_statements_prepared_total", "",
+		     "Statements prepared on a Postgres server session: "
+		     "once a session, or with OUTBOX_PG_PREPARE=pooled once "
+		     "a server connection of the pool (growing with every "
+		     "batch: the pool throws them away)."},
     [MC_PUBLISHER_FAILURES] = {"outbox_publisher_failures_total", "",
 			       "Publisher opens or health probes that "
 			       "failed."},

@@ -172,6 +172,7 @@ static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
 			return res;
 		PQclear(res);
+		metrics_add(MC_PREPARED, 1);
 		if (pool && pool_add(s, name.text) != 0)
 			return NULL; /* libpq's answer when out of memory */
 		s->prepared[st] = true;
@@ -424,9 +425,11 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 		const struct expect *e = &exp[k];
 		bool fine =
 		    status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
-		if (e->prepare)
+		if (e->prepare) {
 			*steps[e->step].prepared = status == PGRES_COMMAND_OK;
-		else if (lease && e->step == 0 && status == PGRES_COMMAND_OK)
+			if (status == PGRES_COMMAND_OK)
+				metrics_add(MC_PREPARED, 1);
+		} else if (lease && e->step == 0 && status == PGRES_COMMAND_OK)
 			s->ses->leasing = s;
 		if (!e->prepare && e->step == wanted && fine && !res) {
 			res = r;

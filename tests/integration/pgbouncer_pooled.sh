@@ -15,12 +15,15 @@
 #    would go out again), and the relay logs no error.
 #  - Afterwards the pool's server connections hold the relay's
 #    statements, and one of them has run more often than once: prepared
-#    once, executed by many transactions.
+#    once, executed by many transactions; and while the relay's empty
+#    leases go on, outbox_statements_prepared_total stays (at most 3
+#    more while at least 10 leases run).
 #  - Ordered mode the same way, with a fifth of the publishes nacked, so
 #    the retry mark's statement is prepared mid-transaction too: 1,000
 #    keyed events over 40 keys each delivered, each key in order.
 . "$(dirname "$0")/lib.sh"
 : "${RELAY_TEST_FLAKY_BIN:?run through meson test}"
+. "$(dirname "$0")/ops_lib.sh"
 . "$(dirname "$0")/pgbouncer_lib.sh"
 trap 'bouncer_stop_all; it_cleanup' EXIT
 
@@ -43,7 +46,7 @@ on_each_connection() {
 	wait "${clients[@]}" || it_fail "a client of the pool failed: $(cat "$it_dir"/conn-*.txt)"
 }
 
-it_relay pooled OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE=pooled \
+ops_relay pooled OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE=pooled \
 	OUTBOX_WORKERS=2 OUTBOX_BATCH_SIZE=50 OUTBOX_POLL_INTERVAL=100ms
 relay=$it_last_pid
 for r in $(seq "$rounds"); do
@@ -58,6 +61,13 @@ done
 sleep 1 # a few empty leases on each connection
 on_each_connection "SELECT count(*), coalesce(max(generic_plans + custom_plans), 0)
 	FROM pg_prepared_statements WHERE name LIKE 'outbox\_p\_%'"
+prepared=$(ops_metric outbox_statements_prepared_total)
+leases=$(ops_metric outbox_leases_total)
+[ "$prepared" -gt 0 ] 2>/dev/null || it_fail "outbox_statements_prepared_total is $prepared"
+ops_wait_metric 30 outbox_leases_total "v >= $((leases + 10))"
+more=$(($(ops_metric outbox_statements_prepared_total) - prepared))
+[ "$more" -le 3 ] ||
+	it_fail "$more statements prepared while $(($(ops_metric outbox_leases_total) - leases)) leases ran"
 it_stop "$relay"
 [ "$it_rc" = 0 ] || it_fail "the relay exited $it_rc"
 
@@ -78,7 +88,8 @@ done
 [ "$most" -gt 1 ] ||
 	it_fail "no statement of the relay ran more than once where it was prepared: $(cat "$it_dir"/conn-*.txt)"
 echo "$((rounds * per_round)) events delivered once each across $rounds rounds of DEALLOCATE ALL;" \
-	"$held of 3 server connections hold the relay's statements, the most run one $most times"
+	"$held of 3 server connections hold the relay's statements, the most run one $most times;" \
+	"$prepared statements prepared, $more more while 10 leases ran"
 
 # Ordered, with nacks: the key walk's lease and the retry mark, pooled.
 it_table pgbpooledord
