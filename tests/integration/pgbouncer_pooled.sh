@@ -16,8 +16,8 @@
 #  - Afterwards the pool's server connections hold the relay's
 #    statements, and one of them has run more often than once: prepared
 #    once, executed by many transactions; and while the relay's empty
-#    leases go on, outbox_statements_prepared_total stays (at most 3
-#    more while at least 10 leases run).
+#    leases go on, outbox_statements_prepared_total grows by fewer than
+#    the leases run (at least 40).
 #  - Ordered mode the same way, with a fifth of the publishes nacked, so
 #    the retry mark's statement is prepared mid-transaction too: 1,000
 #    keyed events over 40 keys each delivered, each key in order.
@@ -64,10 +64,13 @@ on_each_connection "SELECT count(*), coalesce(max(generic_plans + custom_plans),
 prepared=$(ops_metric outbox_statements_prepared_total)
 leases=$(ops_metric outbox_leases_total)
 [ "$prepared" -gt 0 ] 2>/dev/null || it_fail "outbox_statements_prepared_total is $prepared"
-ops_wait_metric 30 outbox_leases_total "v >= $((leases + 10))"
+# A connection the relay had not met since the last DEALLOCATE ALL gets
+# its statements once (a handful); a pool that threw them away after
+# every transaction would have the lease prepared again at each.
+ops_wait_metric 30 outbox_leases_total "v >= $((leases + 40))"
 more=$(($(ops_metric outbox_statements_prepared_total) - prepared))
-[ "$more" -le 3 ] ||
-	it_fail "$more statements prepared while $(($(ops_metric outbox_leases_total) - leases)) leases ran"
+ran=$(($(ops_metric outbox_leases_total) - leases))
+[ "$more" -lt "$ran" ] || it_fail "$more statements prepared while $ran leases ran"
 it_stop "$relay"
 [ "$it_rc" = 0 ] || it_fail "the relay exited $it_rc"
 
@@ -89,7 +92,7 @@ done
 	it_fail "no statement of the relay ran more than once where it was prepared: $(cat "$it_dir"/conn-*.txt)"
 echo "$((rounds * per_round)) events delivered once each across $rounds rounds of DEALLOCATE ALL;" \
 	"$held of 3 server connections hold the relay's statements, the most run one $most times;" \
-	"$prepared statements prepared, $more more while 10 leases ran"
+	"$prepared statements prepared, $more more while $ran leases ran"
 
 # Ordered, with nacks: the key walk's lease and the retry mark, pooled.
 it_table pgbpooledord
