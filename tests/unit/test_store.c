@@ -2427,6 +2427,25 @@ static void drain_batches(struct store *s, int n)
 		lease_types(s, 100, "test.event");
 }
 
+/* The late scan's floor is the previous lease's snapshot xmin, which a
+ * transaction of another test that took its xid before this table's rows
+ * were written lowers (the suite's tests share one cluster): the late
+ * scan then reads those rows' dead entries. Waits (at most 60 s) until
+ * no such transaction runs; a transaction that starts later has a newer
+ * xid and moves no floor below the rows. */
+static void wait_older_writers(PGconn *c, const char *table)
+{
+	for (int i = 0; i < 600; i++) {
+		if (pgtest_long(
+			c,
+			"SELECT (pg_snapshot_xmin(pg_current_snapshot()) "
+			"<= (SELECT min(written_by) FROM %s))::int",
+			table) == 0)
+			return;
+		usleep(100 * 1000);
+	}
+}
+
 /* 8b. Under a snapshot held by another session (a pg_dump, a report), the
  * index entries of every row finished since it was taken stay, neither
  * removable nor marked dead. The lease's due scan starts at its previous
@@ -2472,6 +2491,7 @@ static void floor_under_held_snapshot(bool ordered)
 		struct store *s = traced_store(&o, trace);
 		char *plans = NULL;
 		PQsetNoticeReceiver(store_conn(s), collect_notice, &plans);
+		wait_older_writers(c, table);
 		drain_batches(s, 25);
 		/* No mark reads the pending index, nor the whole table
 		 * (which the planner prefers for a table this small): each
