@@ -123,24 +123,17 @@ static bool pool_has(const struct store *s, const char *name)
 	return false;
 }
 
-/* Records the probe's answer (have: names, each followed by a space;
- * NULL: none read) for the lease transaction now open. */
-static int pool_learn(struct store *s, const char *have)
-{
-	free(s->pool_have);
-	s->pool_have = strdup(have ? have : "");
-	return s->pool_have ? 0 : -1;
-}
-
-/* Learns the probe's answer (its last column), which it frees; false
- * with *rc and err set when out of memory. */
+/* Learns the probe's answer (its last column: names, each followed by a
+ * space) for the lease transaction now open, and frees it; false with
+ * *rc and err set when out of memory. */
 static bool pool_learnt(struct store *s, PGresult *probe, int *rc, char *err,
 			size_t errlen)
 {
-	int learnt = pool_learn(
-	    s, probe ? PQgetvalue(probe, 0, PQnfields(probe) - 1) : NULL);
+	free(s->pool_have);
+	s->pool_have =
+	    strdup(probe ? PQgetvalue(probe, 0, PQnfields(probe) - 1) : "");
 	PQclear(probe);
-	if (learnt == 0)
+	if (s->pool_have)
 		return true;
 	snprintf(err, errlen, "lease: out of memory");
 	*rc = STORE_ERROR;
