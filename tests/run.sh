@@ -60,8 +60,14 @@ cleanup() {
 trap cleanup EXIT
 
 if [ "$services" -eq 1 ]; then
-	mkdir -p "$work/pg" "$work/rabbitmq" "$work/kafka"
-	# The three start in parallel; RabbitMQ takes the longest (about 8 s).
+	mkdir -p "$work/pg" "$work/rabbitmq" "$work/kafka" "$work/pgbouncer-later"
+	# The services start in parallel; RabbitMQ takes the longest (about 8 s).
+	# Beside them a later PgBouncer than Debian 12's is built from a later
+	# Debian release's source, set up as the packages are
+	# (tests/integration/pgbouncer_keeps_statements.sh; about 15 s).
+	bash "$root/tests/services/pgbouncer_build.sh" "$work/pgbouncer-later" \
+		>"$work/pgbouncer-later.out" 2>&1 &
+	later_pid=$!
 	bash "$root/tests/services/postgres.sh" start "$work/pg" >"$work/pg.out" 2>&1 &
 	pg_pid=$!
 	bash "$root/tests/services/rabbitmq.sh" start "$work/rabbitmq" >"$work/rabbitmq.out" 2>&1 &
@@ -72,7 +78,7 @@ if [ "$services" -eq 1 ]; then
 		"$build/tests/kafka_mock_broker" --honor-auto-create-flag \
 		>"$work/kafka.out" 2>&1 &
 	kafka_pid=$!
-	for svc in pg:$pg_pid rabbitmq:$rabbit_pid kafka:$kafka_pid; do
+	for svc in pg:$pg_pid rabbitmq:$rabbit_pid kafka:$kafka_pid pgbouncer-later:$later_pid; do
 		if ! wait "${svc#*:}"; then
 			cat "$work/${svc%%:*}.out" >&2
 			fail "could not start ${svc%%:*}"
@@ -91,6 +97,8 @@ if [ "$services" -eq 1 ]; then
 	export RELAY_TEST_PG_DIR="$work/pg"
 	export RELAY_TEST_RABBITMQ_DIR="$work/rabbitmq"
 	export RELAY_TEST_KAFKA_DIR="$work/kafka"
+	RELAY_TEST_PGBOUNCER_LATER=$(tail -n 1 "$work/pgbouncer-later.out")
+	export RELAY_TEST_PGBOUNCER_LATER
 fi
 
 # Suites that disturb a shared service (restarting Postgres, stopping the

@@ -16,7 +16,11 @@
 # PGBOUNCER_RESET_ALWAYS (1: server_reset_query_always, DISCARD ALL after
 # every transaction; default 0, the pool's default) and
 # PGBOUNCER_EXTRA_ADDR (an address to listen on besides 127.0.0.1, on the
-# same port: the host end of a test's network link).
+# same port: the host end of a test's network link), PGBOUNCER_BIN (the
+# pgbouncer to run; default the one on PATH) and
+# PGBOUNCER_MAX_PREPARED (max_prepared_statements, PgBouncer 1.21 and
+# later: the pool's own tracking of protocol-level prepared statements;
+# unset, the line is left out and the version's default holds).
 set -euo pipefail
 
 # shellcheck disable=SC2034 # read by lib.sh
@@ -45,12 +49,13 @@ running_pid() {
 }
 
 cmd_start() {
-	local dir="$1" port url
+	local dir="$1" port url bin
 	svc_check_dir "$dir"
 	[ ! -e "$dir/pgbouncer.ini" ] || svc_die "'$dir' already holds a pgbouncer; use a fresh directory"
 	: "${PGPORT:?PGPORT of the test PostgreSQL is not set (run through tests/run.sh)}"
-	command -v pgbouncer >/dev/null 2>&1 \
-		|| svc_die "pgbouncer not found (run deploy/install-deps.sh)"
+	bin=${PGBOUNCER_BIN:-pgbouncer}
+	command -v "$bin" >/dev/null 2>&1 \
+		|| svc_die "$bin not found (run deploy/install-deps.sh)"
 	if [ "$(id -u)" -eq 0 ]; then
 		# pgbouncer refuses to run as root.
 		chown "$run_user:" "$dir"
@@ -76,13 +81,14 @@ min_pool_size = 0
 reserve_pool_size = 0
 max_client_conn = 500
 server_reset_query_always = ${PGBOUNCER_RESET_ALWAYS:-0}
+${PGBOUNCER_MAX_PREPARED:+max_prepared_statements = $PGBOUNCER_MAX_PREPARED}
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 EOF
 	[ "$(id -u)" -ne 0 ] || chown "$run_user:" "$dir/pgbouncer.ini"
 	# shellcheck disable=SC2317 # called by svc_fail
 	svc_on_fail() { cmd_stop "$dir"; }
-	svc_as "$run_user" pgbouncer -d "$dir/pgbouncer.ini" >"$dir/start.log" 2>&1 \
+	svc_as "$run_user" "$bin" -d "$dir/pgbouncer.ini" >"$dir/start.log" 2>&1 \
 		|| svc_fail "pgbouncer did not start" "$dir/start.log" "$dir/pgbouncer.log"
 	url="postgresql://outbox@127.0.0.1:$port/outbox"
 	svc_wait "$start_timeout" psql -X -q -At -d "$url" -c 'SELECT 1' \
