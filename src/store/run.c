@@ -73,6 +73,21 @@ static void sync_prepared(struct store *s)
 static atomic_bool prepare_refused;
 
 /*
+ * Set once the pool ended a session for running a statement by a name it
+ * had not prepared (08P01, "prepared statement did not exist"), which is
+ * how pooled first runs each one: such a pool keeps each client's
+ * prepared statements itself (PgBouncer 1.21 and later with
+ * max_prepared_statements, on by default from 1.24) and prepares them on
+ * whichever server connection it hands out under names of its own, where
+ * the probe finds none of the relay's. It does for the relay what pooled
+ * does, so from then on every store of the process runs as with
+ * OUTBOX_PG_PREPARE=on, and the relay says so once. The refusal comes
+ * before the statement ran, and the pool closes the session, so each
+ * session meets it at most once.
+ */
+static atomic_bool pool_keeps_statements;
+
+/*
  * OUTBOX_PG_PREPARE=pooled (docs/design.md §7): a transaction-mode pooler
  * keeps a server connection for a transaction only, but what a
  * transaction prepares stays on that connection. So the lease
@@ -89,7 +104,7 @@ static atomic_bool prepare_refused;
  */
 static bool pooled(const struct store *s)
 {
-	return s->opt.prepare &&
+	return s->opt.prepare && !atomic_load(&pool_keeps_statements) &&
 	       (s->opt.prepare_pooled || atomic_load(&prepare_refused));
 }
 
@@ -110,6 +125,29 @@ static void stop_preparing(const char *why)
 			  "prepares its statements once a server connection, "
 			  "as with OUTBOX_PG_PREPARE=pooled: set that to say "
 			  "so",
+			  why);
+}
+
+/* Learns from res, a failure that closed s's session (why: as worded),
+ * whether the pool keeps prepared statements itself (see
+ * pool_keeps_statements). */
+static void notice_pool_keeps(const struct store *s, const PGresult *res,
+			      const char *why)
+{
+	if (!res || !pooled(s))
+		return;
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	if (!state || strcmp(state, "08P01") != 0 || !msg ||
+	    !strstr(msg, "prepared statement"))
+		return;
+	if (!atomic_exchange(&pool_keeps_statements, true))
+		log_error("%s: the pool keeps each client's prepared "
+			  "statements itself (PgBouncer 1.21 or later with "
+			  "max_prepared_statements), where "
+			  "OUTBOX_PG_PREPARE=pooled cannot work; the relay now "
+			  "prepares its statements once a session, as with "
+			  "OUTBOX_PG_PREPARE=on: set that to say so",
 			  why);
 }
 
@@ -196,6 +234,7 @@ static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 	else
 		snprintf(err, errlen, "%s", why);
 	if (pgconn_needs_reconnect(s->ses->conn, res)) {
+		notice_pool_keeps(s, res, why);
 		*rc = STORE_RECONNECT;
 	} else {
 		*rc = STORE_ERROR;
@@ -439,6 +478,7 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 	}
 	if (PQstatus(c) == CONNECTION_BAD || PQexitPipelineMode(c) != 1) {
 		pipeline_lost(c, failed, what, err, errlen);
+		notice_pool_keeps(s, failed, err);
 		PQclear(failed);
 		PQclear(res);
 		*rc = STORE_RECONNECT;
