@@ -11,7 +11,10 @@
 # each lane and one more) with unnamed statements (pooler:
 # OUTBOX_PG_PREPARE=off) and with the lease transaction's prepared once a
 # server connection (pooled: OUTBOX_PG_PREPARE=pooled, as the README
-# asks).
+# asks); and, with WAYS naming it, keeps: OUTBOX_PG_PREPARE=on through
+# PGBOUNCER_LATER, a PgBouncer 1.21 or later (tests/services/
+# pgbouncer_build.sh builds one) with max_prepared_statements = 200, a
+# pool that keeps each client's prepared statements itself.
 # Per event: WAL bytes, Postgres CPU (postmaster and backends, reaped
 # ones included) and, behind the pooler, PgBouncer's own CPU, rows/s; then
 # pg_stat_statements' planning and execution time of the relay's
@@ -20,7 +23,7 @@
 # by id first (migrate --partition and a partition of today's next
 # minutes, as the dbcost section makes them). POOL sets the pool's server
 # connections;
-# WAYS picks some of "direct unnamed pooler pooled" (POOL=4 WAYS=pooled: a pool
+# WAYS picks some of "direct unnamed pooler pooled keeps" (POOL=4 WAYS=pooled: a pool
 # with no connection to spare); KEEP=1 keeps the work directory.
 # Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/pooler_cost.sh [rows] [rounds]
 set -euo pipefail
@@ -37,7 +40,9 @@ read -ra ways <<<"${WAYS:-direct unnamed pooler pooled}"
 for way in "${ways[@]}"; do
 	case $way in
 	direct | unnamed | pooler | pooled) ;;
-	*) echo "pooler_cost.sh: WAYS: no way '$way' (direct, unnamed, pooler, pooled)" >&2; exit 2 ;;
+	keeps) [ -x "${PGBOUNCER_LATER:-}" ] ||
+		{ echo "pooler_cost.sh: the way keeps needs PGBOUNCER_LATER, a PgBouncer 1.21 or later" >&2; exit 2; } ;;
+	*) echo "pooler_cost.sh: WAYS: no way '$way' (direct, unnamed, pooler, pooled, keeps)" >&2; exit 2 ;;
 	esac
 done
 . "$root/tests/bench/experiment_lib.sh"
@@ -46,8 +51,15 @@ statements_on
 mkdir "$work/bouncer"
 PGBOUNCER_POOL_SIZE=${POOL:-9} bash "$root/tests/services/pgbouncer.sh" start "$work/bouncer" >/dev/null
 bouncer_url=$(sed -n 's/^PGBOUNCER_URL=//p' "$work/bouncer/env")
+mkdir "$work/later"
+if [[ " ${ways[*]} " == *" keeps "* ]]; then
+	PGBOUNCER_BIN=$PGBOUNCER_LATER PGBOUNCER_MAX_PREPARED=200 PGBOUNCER_POOL_SIZE=${POOL:-9} \
+		bash "$root/tests/services/pgbouncer.sh" start "$work/later" >/dev/null
+	later_url=$(sed -n 's/^PGBOUNCER_URL=//p' "$work/later/env")
+fi
 relay_pid=
 trap '[ -z "$relay_pid" ] || kill "$relay_pid" 2>/dev/null || true
+bash "$root/tests/services/pgbouncer.sh" stop "$work/later" >/dev/null 2>&1
 bash "$root/tests/services/pgbouncer.sh" stop "$work/bouncer" >/dev/null 2>&1
 bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 retention=0
@@ -55,17 +67,18 @@ retention=0
 # The CPU of one process, in clock ticks.
 proc_cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 port=$(bash -c '. "$1/tests/services/lib.sh"; svc_free_port' _ "$root")
-# drain WAY URL PREPARE: one drain; prints WAY, WAL bytes, Postgres CPU
-# us and PgBouncer CPU us per event, then the statements' planning and
-# execution ms per event.
+# drain WAY URL PREPARE [POOL_DIR]: one drain; prints WAY, WAL bytes,
+# Postgres CPU us and the CPU us of the PgBouncer in POOL_DIR (default
+# the first) per event, then the statements' planning and execution ms
+# per event.
 drain() {
-	local way=$1 url=$2 prepare=$3 bpid b0 sent deadline
+	local way=$1 url=$2 prepare=$3 pool_dir=${4:-$work/bouncer} bpid b0 sent deadline
 	q -c "TRUNCATE outbox_events" \
 		-c "INSERT INTO outbox_events (type, routing_key, payload) SELECT 'bench.event', 'bench',
 		    decode(repeat(md5(g::text), 64), 'hex') FROM generate_series(1, $ROWS) g" \
 		-c "VACUUM ANALYZE outbox_events" -c "CHECKPOINT" >/dev/null
 	q -c "SELECT pg_stat_statements_reset()" >/dev/null
-	bpid=$(cat "$work/bouncer/pgbouncer.pid")
+	bpid=$(cat "$pool_dir/pgbouncer.pid")
 	shapes_mark
 	b0=$(proc_cpu "$bpid")
 	t0=$(date +%s%N)
@@ -119,6 +132,7 @@ for r in $(seq "$ROUNDS"); do
 		unnamed) drain unnamed "$RELAY_TEST_DATABASE_URL" off ;;
 		pooler) drain pooler "$bouncer_url" off ;;
 		pooled) drain pooled "$bouncer_url" pooled ;;
+		keeps) drain keeps "$later_url" on "$work/later" ;;
 		esac
 	done
 done
