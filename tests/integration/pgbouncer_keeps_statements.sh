@@ -26,38 +26,17 @@ bouncer_start 0 PGBOUNCER_BIN="$bin" PGBOUNCER_MAX_PREPARED=200
 per_round=300
 keeps="the pool keeps each client's prepared statements itself"
 
-# on_each_connection SQL: SQL through the pool by 3 clients at once, one
-# on each server connection (each holds its own for a second).
-on_each_connection() {
-	local i clients=()
-	for i in 1 2 3; do
-		psql "$bouncer_url" -X -A -t -q -v ON_ERROR_STOP=1 \
-			-c "BEGIN" -c "$1" -c "SELECT pg_sleep(1)" -c "COMMIT" \
-			>"$it_dir/conn-$i.txt" 2>&1 &
-		clients+=($!)
-	done
-	wait "${clients[@]}" || it_fail "a client of the pool failed: $(cat "$it_dir"/conn-*.txt)"
-}
-
 # deliver NAME PREPARE: a relay of 2 workers with OUTBOX_PG_PREPARE=PREPARE
 # through the pool delivers two rounds of events, then runs at least 40
 # empty leases; each event printed once. Leaves the relay's log in
 # NAME.log and sets prepared_more and leases_ran for the empty leases.
 deliver() {
-	local name=$1 prepare=$2 r relay prepared leases dups
+	local name=$1 prepare=$2 relay prepared leases dups
 	it_table "pgbkeeps$name"
 	ops_relay "$name" OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE="$prepare" \
 		OUTBOX_WORKERS=2 OUTBOX_BATCH_SIZE=50 OUTBOX_POLL_INTERVAL=100ms
 	relay=$it_last_pid
-	for r in 1 2; do
-		it_psql "INSERT INTO $OUTBOX_TABLE (type, payload)
-		         SELECT 'pool.keeps', convert_to(json_build_object('r', $r, 'n', g)::text, 'UTF8')
-		         FROM generate_series(1, $per_round) g"
-		it_wait_lines 60 "$it_dir/$name.out" $((r * per_round))
-		it_wait_count 30 "status = 'sent'" -eq $((r * per_round))
-		kill -0 "$relay" 2>/dev/null || it_fail "the $name relay exited"
-		on_each_connection "DEALLOCATE ALL"
-	done
+	bouncer_rounds "$name" "$relay" 2 "$per_round"
 	prepared=$(ops_metric outbox_statements_prepared_total)
 	leases=$(ops_metric outbox_leases_total)
 	ops_wait_metric 30 outbox_leases_total "v >= $((leases + 40))"

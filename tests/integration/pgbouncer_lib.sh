@@ -2,7 +2,9 @@
 # PgBouncer in front of the suite's Postgres for the pooler tests (source
 # after lib.sh): bouncer_start starts one (tests/services/pgbouncer.sh,
 # pool_mode = transaction), bouncer_stop stops it, bouncer_stop_all stops
-# whatever is left (call it from the test's EXIT trap).
+# whatever is left (call it from the test's EXIT trap),
+# bouncer_on_each_connection runs SQL on each of its server connections,
+# bouncer_rounds delivers rounds of events through it.
 : "${RELAY_TEST_SOURCE_ROOT:?run through meson test}"
 : "${PGPORT:?run through tests/run.sh}"
 bouncer_sh="$RELAY_TEST_SOURCE_ROOT/tests/services/pgbouncer.sh"
@@ -35,4 +37,35 @@ bouncer_start() {
 
 bouncer_stop() {
 	bash "$bouncer_sh" stop "$bouncer_dir"
+}
+
+# bouncer_on_each_connection SQL: SQL through the pool by 3 clients at
+# once, one on each of its 3 server connections (each holds its own for a
+# second); their output to conn-1..3.txt.
+bouncer_on_each_connection() {
+	local i clients=()
+	for i in 1 2 3; do
+		psql "$bouncer_url" -X -A -t -q -v ON_ERROR_STOP=1 \
+			-c "BEGIN" -c "$1" -c "SELECT pg_sleep(1)" -c "COMMIT" \
+			>"$it_dir/conn-$i.txt" 2>&1 &
+		clients+=($!)
+	done
+	wait "${clients[@]}" || it_fail "a client of the pool failed: $(cat "$it_dir"/conn-*.txt)"
+}
+
+# bouncer_rounds NAME PID ROUNDS PER_ROUND: ROUNDS times PER_ROUND events
+# of type pool.NAME inserted into $OUTBOX_TABLE, waited for in NAME.out
+# (printed) and in the table (sent) while the relay PID runs, then
+# DEALLOCATE ALL on each server connection of the pool.
+bouncer_rounds() {
+	local name=$1 pid=$2 rounds=$3 per=$4 r
+	for r in $(seq "$rounds"); do
+		it_psql "INSERT INTO $OUTBOX_TABLE (type, payload)
+		         SELECT 'pool.$name', convert_to(json_build_object('r', $r, 'n', g)::text, 'UTF8')
+		         FROM generate_series(1, $per) g"
+		it_wait_lines 60 "$it_dir/$name.out" $((r * per))
+		it_wait_count 30 "status = 'sent'" -eq $((r * per))
+		kill -0 "$pid" 2>/dev/null || it_fail "the $name relay exited"
+		bouncer_on_each_connection "DEALLOCATE ALL"
+	done
 }

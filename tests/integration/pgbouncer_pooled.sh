@@ -32,34 +32,12 @@ bouncer_start 0
 rounds=5
 per_round=300
 
-# on_each_connection SQL: SQL through the pool by 3 clients at once, one
-# on each server connection (each holds its own for a second); their
-# output to conn-1..3.txt.
-on_each_connection() {
-	local i clients=()
-	for i in 1 2 3; do
-		psql "$bouncer_url" -X -A -t -q -v ON_ERROR_STOP=1 \
-			-c "BEGIN" -c "$1" -c "SELECT pg_sleep(1)" -c "COMMIT" \
-			>"$it_dir/conn-$i.txt" 2>&1 &
-		clients+=($!)
-	done
-	wait "${clients[@]}" || it_fail "a client of the pool failed: $(cat "$it_dir"/conn-*.txt)"
-}
-
 ops_relay pooled OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE=pooled \
 	OUTBOX_WORKERS=2 OUTBOX_BATCH_SIZE=50 OUTBOX_POLL_INTERVAL=100ms
 relay=$it_last_pid
-for r in $(seq "$rounds"); do
-	it_psql "INSERT INTO $OUTBOX_TABLE (type, payload)
-	         SELECT 'pool.pooled', convert_to(json_build_object('r', $r, 'n', g)::text, 'UTF8')
-	         FROM generate_series(1, $per_round) g"
-	it_wait_lines 60 "$it_dir/pooled.out" $((r * per_round))
-	it_wait_count 30 "status = 'sent'" -eq $((r * per_round))
-	kill -0 "$relay" 2>/dev/null || it_fail "the relay exited"
-	on_each_connection "DEALLOCATE ALL"
-done
+bouncer_rounds pooled "$relay" "$rounds" "$per_round"
 sleep 1 # a few empty leases on each connection
-on_each_connection "SELECT count(*), coalesce(max(generic_plans + custom_plans), 0)
+bouncer_on_each_connection "SELECT count(*), coalesce(max(generic_plans + custom_plans), 0)
 	FROM pg_prepared_statements WHERE name LIKE 'outbox\_p\_%'"
 prepared=$(ops_metric outbox_statements_prepared_total)
 leases=$(ops_metric outbox_leases_total)
@@ -103,7 +81,7 @@ relay=$it_last_pid
 for r in 1 2; do
 	it_psql "$(it_keyed_sql "$OUTBOX_TABLE" pool.ordered $(((r - 1) * 500 + 1)) $((r * 500)) 40 k)"
 	it_wait_count 90 "status = 'sent'" -eq $((r * 500))
-	on_each_connection "DEALLOCATE ALL"
+	bouncer_on_each_connection "DEALLOCATE ALL"
 done
 it_stop "$relay"
 [ "$it_rc" = 0 ] || it_fail "the ordered relay exited $it_rc"
