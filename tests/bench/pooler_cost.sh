@@ -23,6 +23,7 @@
 # by id first (migrate --partition and a partition of today's next
 # minutes, as the dbcost section makes them). POOL sets the pool's server
 # connections;
+# WORKERS sets the relay's workers (default 4);
 # WAYS picks some of "direct unnamed pooler pooled keeps" (POOL=4 WAYS=pooled: a pool
 # with no connection to spare); KEEP=1 keeps the work directory.
 # Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/pooler_cost.sh [rows] [rounds]
@@ -83,7 +84,7 @@ drain() {
 	b0=$(proc_cpu "$bpid")
 	t0=$(date +%s%N)
 	OUTBOX_DATABASE_URL=$url OUTBOX_PG_PREPARE=$prepare OUTBOX_RETENTION=$retention \
-		OUTBOX_PUBLISHER=stdout OUTBOX_WORKERS=4 OUTBOX_BATCH_SIZE=100 OUTBOX_LISTEN=off \
+		OUTBOX_PUBLISHER=stdout OUTBOX_WORKERS=${WORKERS:-4} OUTBOX_BATCH_SIZE=100 OUTBOX_LISTEN=off \
 		OUTBOX_HTTP_ADDR=127.0.0.1:$port OUTBOX_CE_SOURCE=/bench \
 		"$RELAY_TEST_BIN" run >/dev/null 2>"$work/relay-$way.log" &
 	relay_pid=$!
