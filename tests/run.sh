@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: MIT
 # The whole test suite on a fresh Debian machine: installs what it needs,
 # builds with ASan+UBSan, starts a throwaway PostgreSQL, RabbitMQ node and
-# Kafka test broker on loopback, runs `meson test`, stops everything and
-# prints, last, one summary line "N passed, N failed" counted from the
-# results meson logged for the tests that ran. Just above it: the harness
+# Kafka test broker on loopback (and builds a later PgBouncer than the
+# machine's, tests/services/pgbouncer_build.sh), runs `meson test`, stops
+# everything and prints, last, one summary line "N passed, N failed"
+# counted from the results meson logged for the tests that ran. Just above it: the harness
 # verdict lines ("VERDICT <test>: ...") the tests printed.
 #
 # Exits non-zero, naming the reason on stderr, when a test failed, when a
