@@ -15,6 +15,10 @@
 #    leases fewer statements are prepared than leases run.
 #  - OUTBOX_PG_PREPARE=on: the same rounds with no error at all (the
 #    relay does not take the pool for one that loses its statements).
+#  - The same PgBouncer with max_prepared_statements = 0 passes prepared
+#    statements through, as 1.18 does: pooled the same rounds with no
+#    error, and the relay's statements found on the server connections
+#    (it did not turn to on).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
 . "$(dirname "$0")/pgbouncer_lib.sh"
@@ -67,3 +71,14 @@ deliver on on
 	it_fail "on: $prepared_more statements prepared while $leases_ran leases ran"
 echo "on: 600 events delivered once each, no error;" \
 	"$prepared_more statements prepared while $leases_ran leases ran"
+
+bouncer_start 0 PGBOUNCER_BIN="$bin" PGBOUNCER_MAX_PREPARED=0
+deliver passed pooled
+! grep -q '"level":"error"' "$it_dir/passed.log" ||
+	it_fail "pooled behind a pool that passes statements through logged an error: $(grep '"level":"error"' "$it_dir/passed.log" | head -3)"
+bouncer_on_each_connection "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'outbox\_p\_%'"
+held=$(cat "$it_dir"/conn-*.txt | awk '$1 > 0' | wc -l)
+[ "$held" -ge 1 ] ||
+	it_fail "pooled with max_prepared_statements = 0: no server connection holds the relay's statements"
+echo "max_prepared_statements = 0, pooled: 600 events delivered once each, no error;" \
+	"$held of 3 server connections hold the relay's statements"

@@ -23,14 +23,14 @@ bouncer_stop_all() {
 # server_reset_query_always = RESET and pgbouncer.sh's other settings as
 # given. Sets bouncer_dir, bouncer_url and bouncer_port.
 bouncer_start() {
-	local reset="$1"
+	local reset="$1" n=${#bouncers[@]}
 	shift
-	bouncer_dir="$it_dir/pgbouncer-$reset"
+	bouncer_dir="$it_dir/pgbouncer-$n-$reset"
 	mkdir -p "$bouncer_dir"
 	bouncers+=("$bouncer_dir")
 	env PGBOUNCER_POOL_SIZE=3 PGBOUNCER_RESET_ALWAYS="$reset" "$@" \
-		bash "$bouncer_sh" start "$bouncer_dir" >"$it_dir/bouncer-$reset.log" 2>&1 ||
-		it_fail "pgbouncer did not start: $(cat "$it_dir/bouncer-$reset.log")"
+		bash "$bouncer_sh" start "$bouncer_dir" >"$it_dir/bouncer-$n.log" 2>&1 ||
+		it_fail "pgbouncer did not start: $(cat "$it_dir/bouncer-$n.log")"
 	bouncer_url=$(sed -n 's/^PGBOUNCER_URL=//p' "$bouncer_dir/env")
 	bouncer_port=$(sed -n 's/^PGBOUNCER_PORT=//p' "$bouncer_dir/env")
 }
