@@ -5,8 +5,8 @@
 # Kafka test broker on loopback (and builds a later PgBouncer than the
 # machine's, tests/services/pgbouncer_build.sh), runs `meson test`, stops
 # everything and prints, last, one summary line "N passed, N failed"
-# counted from the results meson logged for the tests that ran. Just above it: the harness
-# verdict lines ("VERDICT <test>: ...") the tests printed.
+# counted from the results meson logged for the tests that ran. Just above
+# it: the harness verdict lines ("VERDICT <test>: ...") the tests printed.
 #
 # Exits non-zero, naming the reason on stderr, when a test failed, when a
 # `meson test` invocation exited non-zero for any reason (125: it could
@@ -64,8 +64,8 @@ if [ "$services" -eq 1 ]; then
 	mkdir -p "$work/pg" "$work/rabbitmq" "$work/kafka" "$work/pgbouncer-later"
 	# The services start in parallel; RabbitMQ takes the longest (about 8 s).
 	# Beside them a later PgBouncer than Debian 12's is built from a later
-	# Debian release's source, set up as the packages are
-	# (tests/integration/pgbouncer_keeps_statements.sh; about 15 s).
+	# Debian release's source, fetched with apt as the packages are, for
+	# tests/integration/pgbouncer_keeps_statements.sh (about 15 s).
 	bash "$root/tests/services/pgbouncer_build.sh" "$work/pgbouncer-later" \
 		>"$work/pgbouncer-later.out" 2>&1 &
 	later_pid=$!

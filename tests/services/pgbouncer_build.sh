@@ -35,10 +35,11 @@ pkg-config --exists libevent || svc_die "libevent-dev is not installed (run depl
 mirror=$(apt-get indextargets --format '$(REPO_URI)' | sort -u | grep -v -- '-security/$' | head -n 1)
 [ -n "$mirror" ] || svc_die "apt is set up with no Debian mirror"
 
-mkdir -p "$dir/apt/lists/partial" "$dir/apt/archives/partial" "$dir/src"
+# apt's lists and caches of its own, so the machine's stay as they were.
+mkdir -p "$dir/apt/lists/partial" "$dir/apt/cache/archives/partial" "$dir/src"
 echo "deb-src [signed-by=$keyring] $mirror $suite main" >"$dir/apt/sources.list"
 apt_opts=(-o "Dir::Etc::SourceList=$dir/apt/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
-	-o "Dir::State::Lists=$dir/apt/lists" -o "Dir::Cache::Archives=$dir/apt/archives"
+	-o "Dir::State::Lists=$dir/apt/lists" -o "Dir::Cache=$dir/apt/cache"
 	-o "APT::Sandbox::User=root" -q)
 apt-get "${apt_opts[@]}" update >"$dir/apt.log" 2>&1 ||
 	svc_fail "apt could not read the $suite sources from $mirror" "$dir/apt.log"
