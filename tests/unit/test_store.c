@@ -919,12 +919,18 @@ static void test_unhanded_rows_uncharged(void **state)
 	PQfinish(c);
 }
 
-/* Claim statements still running on the server, but c's own. */
-static long claims_running(PGconn *c)
+/* Claim statements on table still running on the server, but c's own.
+ * Named by the table's schema: the suite's other tests share the cluster
+ * and run claims of their own. */
+static long claims_running(PGconn *c, const char *table)
 {
-	return pgtest_long(c, "SELECT count(*) FROM pg_stat_activity WHERE "
-			      "state = 'active' AND query LIKE 'WITH prev "
-			      "AS%%' AND pid <> pg_backend_pid()");
+	return pgtest_long(
+	    c,
+	    "SELECT count(*) FROM pg_stat_activity WHERE "
+	    "state = 'active' AND query LIKE 'WITH prev AS%%' "
+	    "AND position(split_part('%s', '.', 1) IN query) > 0 "
+	    "AND pid <> pg_backend_pid()",
+	    table);
 }
 
 /* Ends the transaction of the connection arg after a second. */
@@ -961,14 +967,17 @@ static void lease_given_up(struct store *s, struct store *sweeper, PGconn *c,
 		 * the same lock: ended here first, so that only the claim
 		 * is left to run, which LIVE alone must keep harmless. */
 		assert_true(took >= 3000);
-		pgtest_exec(c, "SELECT pg_terminate_backend(pid) FROM "
-			       "pg_stat_activity WHERE query LIKE 'UPDATE %%' "
-			       "AND query LIKE '%%SET ids = CASE%%'");
+		pgtest_exec(c,
+			    "SELECT pg_terminate_backend(pid) FROM "
+			    "pg_stat_activity WHERE query LIKE 'UPDATE %%' "
+			    "AND query LIKE '%%SET ids = CASE%%' AND "
+			    "position(split_part('%s', '.', 1) IN query) > 0",
+			    table);
 		pgtest_exec(locker, "COMMIT");
 	}
-	for (int i = 0; i < 100 && claims_running(c) > 0; i++)
+	for (int i = 0; i < 100 && claims_running(c, table) > 0; i++)
 		usleep(50 * 1000);
-	assert_int_equal(claims_running(c), 0);
+	assert_int_equal(claims_running(c, table), 0);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s_claims WHERE "
 				     "cardinality(ids) > 0",
@@ -1026,20 +1035,22 @@ static void test_late_claim_gives_lease_up(void **state)
 
 	/* The claim's commit held (a deferred trigger waits for a lock):
 	 * its LIVE test passed before the rollback; written after it, the
-	 * claim is emptied by the release. */
+	 * claim is emptied by the release. The lock's key is this process's,
+	 * the store_partitioned test running the same lines beside it. */
+	int key = (int)getpid();
 	pgtest_insert(c, table, 3);
 	pgtest_exec(c,
 		    "CREATE FUNCTION %s_hold() RETURNS trigger LANGUAGE "
 		    "plpgsql AS $$BEGIN PERFORM pg_advisory_xact_lock(1917, "
-		    "4242); RETURN NULL; END$$",
-		    table);
+		    "%d); RETURN NULL; END$$",
+		    table, key);
 	pgtest_exec(c,
 		    "CREATE CONSTRAINT TRIGGER hold AFTER INSERT ON %s_claims "
 		    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE "
 		    "FUNCTION %s_hold()",
 		    table, table);
 	pgtest_exec(locker, "BEGIN");
-	pgtest_exec(locker, "SELECT pg_advisory_xact_lock(1917, 4242)");
+	pgtest_exec(locker, "SELECT pg_advisory_xact_lock(1917, %d)", key);
 	lease_given_up(s, s2, c, locker, true, table);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM %s_claims WHERE "
@@ -2428,18 +2439,18 @@ static void drain_batches(struct store *s, int n)
 }
 
 /* The late scan's floor is the previous lease's snapshot xmin, which a
- * transaction of another test that took its xid before this table's rows
- * were written lowers (the suite's tests share one cluster): the late
- * scan then reads those rows' dead entries. Waits (at most 60 s) until
- * no such transaction runs; a transaction that starts later has a newer
- * xid and moves no floor below the rows. */
+ * transaction of another test that took its xid before the last of this
+ * table's rows was written lowers (the suite's tests share one cluster):
+ * the late scan then reads the entries of the rows written since. Waits
+ * (at most 60 s) until no such transaction runs; a transaction that
+ * starts later has a newer xid and moves no floor below the rows. */
 static void wait_older_writers(PGconn *c, const char *table)
 {
 	for (int i = 0; i < 600; i++) {
 		if (pgtest_long(
 			c,
 			"SELECT (pg_snapshot_xmin(pg_current_snapshot()) "
-			"<= (SELECT min(written_by) FROM %s))::int",
+			"<= (SELECT max(written_by) FROM %s))::int",
 			table) == 0)
 			return;
 		usleep(100 * 1000);
