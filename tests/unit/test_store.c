@@ -967,6 +967,9 @@ static void lease_given_up(struct store *s, struct store *sweeper, PGconn *c,
 		 * the same lock: ended here first, so that only the claim
 		 * is left to run, which LIVE alone must keep harmless. */
 		assert_true(took >= 3000);
+		/* The claim still waits on the server: what claims_running
+		 * must see, and then not. */
+		assert_int_equal(claims_running(c, table), 1);
 		pgtest_exec(c,
 			    "SELECT pg_terminate_backend(pid) FROM "
 			    "pg_stat_activity WHERE query LIKE 'UPDATE %%' "
