@@ -50,9 +50,11 @@ unit_log="$build.unit.log"
 if ! TSAN_OPTIONS="$tsan_options" meson test -C "$build" --no-rebuild \
 	--suite unit --suite postgres --print-errorlogs >"$unit_log" 2>&1; then
 	grep -E '^ *[0-9]+/[0-9]+ ' "$unit_log" | grep -v ' OK ' >&2 || true
-	# Which test and line failed (cmocka's words), and any race.
-	grep -E '^\[  (ERROR|FAILED) +\]|^\[   LINE   \]|^ERROR: ' \
-		"$unit_log" | head -n 40 >&2 || true
+	# Which test and line failed, in cmocka's words: from meson's full
+	# log, as --print-errorlogs shows only the last lines of a test's
+	# output. The sed below shows the races.
+	grep -E '^\[  (ERROR|FAILED) +\]|^ERROR: ' \
+		"$build/meson-logs/testlog.txt" | head -n 40 >&2 || true
 	sed -n '/Summary of Failures/,$p;/WARNING: ThreadSanitizer/,/^SUMMARY/p' \
 		"$unit_log" | head -n 200 >&2
 	echo "FAIL: the TSan build's unit and postgres tests (log: $unit_log)" >&2

@@ -919,18 +919,20 @@ static void test_unhanded_rows_uncharged(void **state)
 	PQfinish(c);
 }
 
-/* Claim statements on table still running on the server, but c's own.
- * Named by the table's schema: the suite's other tests share the cluster
- * and run claims of their own. */
+/* A pg_stat_activity condition: the statement names the schema of the
+ * table given as %s. The suite's other tests share the cluster and run
+ * statements of their own. */
+#define QUERY_IN_SCHEMA "position(split_part('%s', '.', 1) IN query) > 0"
+
+/* Claim statements on table still running on the server, but c's own. */
 static long claims_running(PGconn *c, const char *table)
 {
-	return pgtest_long(
-	    c,
-	    "SELECT count(*) FROM pg_stat_activity WHERE "
-	    "state = 'active' AND query LIKE 'WITH prev AS%%' "
-	    "AND position(split_part('%s', '.', 1) IN query) > 0 "
-	    "AND pid <> pg_backend_pid()",
-	    table);
+	return pgtest_long(c,
+			   "SELECT count(*) FROM pg_stat_activity WHERE "
+			   "state = 'active' AND query LIKE 'WITH prev AS%%' "
+			   "AND " QUERY_IN_SCHEMA " "
+			   "AND pid <> pg_backend_pid()",
+			   table);
 }
 
 /* Ends the transaction of the connection arg after a second. */
@@ -970,12 +972,12 @@ static void lease_given_up(struct store *s, struct store *sweeper, PGconn *c,
 		/* The claim still waits on the server: what claims_running
 		 * must see, and then not. */
 		assert_int_equal(claims_running(c, table), 1);
-		pgtest_exec(c,
-			    "SELECT pg_terminate_backend(pid) FROM "
-			    "pg_stat_activity WHERE query LIKE 'UPDATE %%' "
-			    "AND query LIKE '%%SET ids = CASE%%' AND "
-			    "position(split_part('%s', '.', 1) IN query) > 0",
-			    table);
+		pgtest_exec(
+		    c,
+		    "SELECT pg_terminate_backend(pid) FROM "
+		    "pg_stat_activity WHERE query LIKE 'UPDATE %%' "
+		    "AND query LIKE '%%SET ids = CASE%%' AND " QUERY_IN_SCHEMA,
+		    table);
 		pgtest_exec(locker, "COMMIT");
 	}
 	for (int i = 0; i < 100 && claims_running(c, table) > 0; i++)
@@ -2441,20 +2443,23 @@ static void drain_batches(struct store *s, int n)
 		lease_types(s, 100, "test.event");
 }
 
-/* The late scan's floor is the previous lease's snapshot xmin, which a
- * transaction of another test that took its xid before the last of this
- * table's rows was written lowers (the suite's tests share one cluster):
- * the late scan then reads the entries of the rows written since. Waits
- * (at most 60 s) until no such transaction runs; a transaction that
- * starts later has a newer xid and moves no floor below the rows. */
-static void wait_older_writers(PGconn *c, const char *table)
+/* A lease's floors (the late scan's, the claims read's) come from the
+ * previous lease's snapshot xmin, which a transaction of another test
+ * lowers when it took its xid before this test's last write (the suite's
+ * tests share one cluster; store and store_partitioned run side by side
+ * under TSan): the measured scan then reads the entries written since.
+ * Waits (at most 60 s) until every transaction older than a fresh xid has
+ * ended; one that starts later has a newer xid and moves no floor below
+ * what this test wrote. */
+static void wait_older_xacts(PGconn *c)
 {
+	long now = pgtest_long(c, "SELECT pg_current_xact_id()::text::bigint");
 	for (int i = 0; i < 600; i++) {
 		if (pgtest_long(
 			c,
 			"SELECT (pg_snapshot_xmin(pg_current_snapshot()) "
-			"<= (SELECT max(written_by) FROM %s))::int",
-			table) == 0)
+			"<= '%ld'::xid8)::int",
+			now) == 0)
 			return;
 		usleep(100 * 1000);
 	}
@@ -2505,7 +2510,7 @@ static void floor_under_held_snapshot(bool ordered)
 		struct store *s = traced_store(&o, trace);
 		char *plans = NULL;
 		PQsetNoticeReceiver(store_conn(s), collect_notice, &plans);
-		wait_older_writers(c, table);
+		wait_older_xacts(c);
 		drain_batches(s, 25);
 		/* No mark reads the pending index, nor the whole table
 		 * (which the planner prefers for a table this small): each
@@ -3267,7 +3272,14 @@ static void test_claims_floor_under_held_snapshot(void **state)
 			free(plans);
 			plans = NULL;
 		}
+		/* The measured lease's floor is what this one returns. */
+		wait_older_xacts(c);
 		struct lease_batch b;
+		lease(s, &b);
+		assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 10);
+		commit(s, &b);
+		free(plans);
+		plans = NULL;
 		lease(s, &b);
 		commit(s, &b);
 		buffers[floor_on] = claims_scan_buffers(plans);
@@ -3276,7 +3288,7 @@ static void test_claims_floor_under_held_snapshot(void **state)
 		free(plans);
 		store_close(s);
 	}
-	/* 200 (then 400) claims deleted under the snapshot, each with its
+	/* 201 (then 402) claims deleted under the snapshot, each with its
 	 * index entry. */
 	/* The snapshot ends before the verdict: left open, it would hold
 	 * every later CREATE INDEX CONCURRENTLY of this run's migrations. */
