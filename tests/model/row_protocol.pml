@@ -56,6 +56,10 @@
  *   NO_LIVE     a claim whose reply came too late, its lease given up
  *               and rolled back, is written when it runs at last (the C
  *               writes a claim only while its lease is in progress)
+ *   LATE_WINDOW the late claim's window: a claim that passed its LIVE
+ *               test before the rollback commits after it (a fault)
+ *   LATE_UNCOUNTED  with LATE_WINDOW, the window is not budgeted as a
+ *               crash: the sweep's charge in it is seen
  *   NO_P6       P6 is not checked (to see what EARLY_ONLY leads to)
  * The key lock, ordered mode's lease since the head marker
  * (docs/design.md §6):
@@ -380,10 +384,53 @@ bit kdisc[NRELAY];
 #else
 #define LATE_CLAIM skip
 #endif
+/* The late claim's window (docs/design.md §4, "A pool with no
+ * connection to spare"): the claim passed its LIVE test while M was in
+ * progress, M rolls back first, and the claim commits after: written,
+ * its xid aborted, naming rows never handed over. Its reply says so and
+ * the relay takes every row out of it at once; a sweep in between
+ * charges them once, as a crash would, so the window spends a fault and
+ * credits the batch as a crash does. Rows the release finds still in
+ * the claim were not charged: their credit goes with them.
+ * Only under LATE_WINDOW (its own runs: with a redrive, the sweep may
+ * charge a row another relay finished and the operator redrove in the
+ * window, docs/model.md). LATE_UNCOUNTED: no credit, to show that the
+ * sweep's charge is there. */
+#ifdef LATE_UNCOUNTED
+#define LATE_CREDIT skip
+#define LATE_UNCREDIT skip
+#else
+#define LATE_CREDIT CREDIT_BATCH
+#define UNCREDIT1(i)                                                       \
+	if                                                                 \
+	:: ISSET(cids[slot], i) && PENDING(i) && credit[i] > 0 &&          \
+	    credit[i] < CREDIT_MAX -> credit[i]--                          \
+	:: else -> skip                                                    \
+	fi
+#define LATE_UNCREDIT UNCREDIT1(0); UNCREDIT1(1); UNCREDIT1(2)
+#endif
+#ifdef NO_RELEASE
+#define LATE_RELEASE skip
+#else
+#define LATE_RELEASE d_step { LATE_UNCREDIT; cids[slot] = 0 }
+#endif
+#ifdef LATE_WINDOW
+#define LATE_WINDOW_BRANCH :: LATE_COMMIT; goto idle
+#else
+#define LATE_WINDOW_BRANCH
+#endif
+#define LATE_COMMIT                                                        \
+	d_step { alive && faults > 0 -> faults--; ABORT_QUIET };          \
+	d_step {                                                           \
+		cids[slot] = batch; claimed = 1; cst[slot] = C_DEAD;       \
+		LATE_CREDIT                                                \
+	};                                                                 \
+	LATE_RELEASE
 #define WRITE_CLAIM                                                        \
 	if                                                                 \
 	:: alive -> d_step { ABORT_QUIET }; goto idle /* K failed */       \
 	:: alive -> d_step { ABORT_QUIET }; LATE_CLAIM; goto idle          \
+	LATE_WINDOW_BRANCH                                                 \
 	:: d_step { alive && faults > 0 -> faults--; CLAIM_UPSERT };       \
 		RELEASE_ALL; /* committed, its reply lost */               \
 		d_step { ABORT_QUIET };                                    \
