@@ -1114,6 +1114,7 @@ static void test_databases(void **state)
 				sizeof(var));
 	assert_string_equal(var, "OUTBOX_LISTEN_DATABASE_URL_SHARD_1");
 	run_free(&r);
+	unlink(file);
 
 	static const struct {
 		const char *list, *why;
