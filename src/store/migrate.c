@@ -761,6 +761,9 @@ int store_migrate_watched(const struct store_options *opt, bool notify_trigger,
 	rc = migrate_run_watched(conn, &t, out, progress ? &w : NULL, err,
 				 errlen);
 	if (rc == 0)
+		rc =
+		    migrate_room(conn, &t, !opt->delete_sent, out, err, errlen);
+	if (rc == 0)
 		rc = migrate_notify_trigger(conn, &t, notify_trigger, err,
 					    errlen);
 	if (w.session)

@@ -132,4 +132,13 @@ int migrate_run_watched(PGconn *conn, const struct outbox_table *t, FILE *out,
 int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t, bool on,
 			   char *err, size_t errlen);
 
+/*
+ * Sets the room a plain table keeps in its pages by history
+ * (migrate_room.c): fillfactor 70 with history, the default without,
+ * printing to out (may be NULL) what it changed. Returns 0, or -1 with
+ * err.
+ */
+int migrate_room(PGconn *conn, const struct outbox_table *t, bool history,
+		 FILE *out, char *err, size_t errlen);
+
 #endif

@@ -397,9 +397,11 @@ int store_tables_activity(struct store *s, const char *const *tables, size_t n,
  * `outbox-relay migrate`: on its own session (statement_timeout off, so
  * index builds take their time; opt's table check is skipped: the table
  * may not exist yet) applies every migration of sql/ not yet recorded,
- * printing one line per migration to out (may be NULL), then creates
- * (notify_trigger) or drops the statement-level NOTIFY trigger so the
- * table matches OUTBOX_LISTEN. Concurrent runs both succeed.
+ * printing one line per migration to out (may be NULL), then sets the
+ * room a plain table keeps in its pages by opt's delete_sent
+ * (migrate_room.c) and creates (notify_trigger) or drops the
+ * statement-level NOTIFY trigger so the table matches OUTBOX_LISTEN.
+ * Concurrent runs both succeed.
  */
 int store_migrate(const struct store_options *opt, bool notify_trigger,
 		  FILE *out, char *err, size_t errlen);

@@ -490,13 +490,17 @@ static void test_partitions_by_the_day(void **state)
 			 1);
 	assert_int_equal(pgtest_lease_count(&o), 1);
 
-	/* Without history a day is made with the default's fill factor. */
+	/* Without history a day is made with no room (fill factor 100),
+	 * the default's other parameters kept. */
 	day_of(c, 3, lo, tag);
 	pgtest_exec(c, "DROP TABLE %s\"%s_p%s\"", t.prefix, t.name, tag);
 	assert_int_equal(tend(s, 0, 0).created, 1);
 	snprintf(part, sizeof(part), "%s\"%s_p%s\"", t.prefix, t.name, tag);
-	assert_true(pgtest_has_reloption(c, part, "fillfactor=70"));
+	assert_true(pgtest_has_reloption(c, dflt, "fillfactor=70"));
+	assert_false(pgtest_has_reloption(c, part, "fillfactor=70"));
 	assert_false(pgtest_has_reloption(c, part, "fillfactor=50"));
+	assert_true(
+	    pgtest_has_reloption(c, part, "autovacuum_vacuum_threshold=10000"));
 	store_close(s);
 	PQfinish(c);
 }

@@ -3943,6 +3943,55 @@ static void test_checks_and_migrations(void **state)
 	PQfinish(c);
 }
 
+/* 9b. migrate sets the room a plain table keeps in its pages by history
+ * (migrate_room.c): none without (OUTBOX_RETENTION=0), migration 008's 70
+ * with, and says so; a fill factor set by hand stays. A partitioned
+ * table has none of its own and is left as it is. */
+static void test_migrate_room_by_history(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_room", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	char *said = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&said, &len);
+	assert_non_null(out);
+	o.delete_sent = true;
+	assert_int_equal(store_migrate(&o, false, out, err, sizeof(err)), 0);
+	fflush(out);
+	if (pgtest_partitioned()) {
+		assert_int_equal(
+		    pgtest_long(c,
+				"SELECT count(*) FROM pg_class WHERE oid = "
+				"'%s'::regclass AND reloptions IS NULL",
+				table),
+		    1);
+		if (strstr(said, "fillfactor of"))
+			fail_msg("migrate said: %s", said);
+		goto done;
+	}
+	assert_false(pgtest_has_reloption(c, table, "fillfactor=70"));
+	if (!strstr(said, "fillfactor of") ||
+	    !strstr(said, ": 100 (OUTBOX_RETENTION=0, no history)"))
+		fail_msg("migrate said: %s", said);
+	o.delete_sent = false;
+	assert_int_equal(store_migrate(&o, false, out, err, sizeof(err)), 0);
+	assert_true(pgtest_has_reloption(c, table, "fillfactor=70"));
+	pgtest_exec(c, "ALTER TABLE %s SET (fillfactor = 60)", table);
+	for (int history = 0; history <= 1; history++) {
+		o.delete_sent = !history;
+		assert_int_equal(
+		    store_migrate(&o, false, out, err, sizeof(err)), 0);
+		assert_true(pgtest_has_reloption(c, table, "fillfactor=60"));
+	}
+done:
+	fclose(out);
+	free(said);
+	PQfinish(c);
+}
+
 /* 10. The listener: a quiet wait times out with nothing, an insert's
  * NOTIFY wakes a wait, and a terminated backend means reconnect. */
 static void test_listener(void **state)
@@ -4055,6 +4104,7 @@ int main(void)
 	    cmocka_unit_test(test_page_room_migrations_live),
 	    cmocka_unit_test(test_lease_pipeline_failure),
 	    cmocka_unit_test(test_checks_and_migrations),
+	    cmocka_unit_test(test_migrate_room_by_history),
 	    cmocka_unit_test(test_listener),
 	};
 	/* On tables partitioned by id (the store_partitioned test), every
