@@ -766,17 +766,20 @@ class Bench:
                     "-v", "ON_ERROR_STOP=1", "-c", text],
                    timeout=timeout).strip()
 
-    def table(self, name, listen=False, relay_bin=None):
+    def table(self, name, listen=False, relay_bin=None, history=True):
         """A fresh, migrated outbox table SCHEMA.outbox_events (with the
         NOTIFY trigger if listen), migrated by relay_bin (default the relay
-        under test)."""
+        under test) as for a relay that keeps history or not (migrate sets
+        the pages' room by OUTBOX_RETENTION)."""
         schema = "%s_%s" % (self.tag, name)
         self.sql("SET client_min_messages = warning; DROP SCHEMA IF EXISTS "
                  "%s CASCADE" % schema)
         t = schema + ".outbox_events"
-        run([relay_bin or self.relay_bin, "migrate"], env=dict(
-            os.environ, OUTBOX_DATABASE_URL=self.svc.db_url,
-            OUTBOX_TABLE=t, OUTBOX_LISTEN="on" if listen else "off"))
+        env = dict(os.environ, OUTBOX_DATABASE_URL=self.svc.db_url,
+                   OUTBOX_TABLE=t, OUTBOX_LISTEN="on" if listen else "off")
+        if not history:
+            env["OUTBOX_RETENTION"] = "0"
+        run([relay_bin or self.relay_bin, "migrate"], env=env)
         return t
 
     def drop_tables(self):

@@ -23,7 +23,9 @@ WAL written (pg_current_wal_lsn() difference) and rows/s.
                   deletes).
 
 Every variant starts from a freshly migrated table, filled, vacuumed and
-checkpointed. The deletes of history run in a second window that begins
+checkpointed, migrated as its relay's deployment would migrate it: for
+floor C and the relays without history with OUTBOX_RETENTION=0, so its
+pages keep no room for a next version (migrate_room.c). The deletes of history run in a second window that begins
 after a VACUUM and a CHECKPOINT (neither measured), as they would hours
 later in production; the two windows add up to the whole life of a row.
 The relay's variants also measure, each in a window of its own, a VACUUM
@@ -290,13 +292,15 @@ class DbCost:
         self.b.sql("ALTER TABLE %s RENAME TO %s" % (
             part, part.split(".")[-1][:-8] + past))
 
-    def fresh_table(self, keyed, partitioned=False):
+    def fresh_table(self, keyed, partitioned=False, history=True):
         """A freshly migrated table with n pending 1 KB rows (over KEYS
         partition keys if keyed), vacuumed, analyzed and checkpointed, so
         every variant starts from the same state and its first write to
-        each page pays the full-page image, as after any checkpoint."""
+        each page pays the full-page image, as after any checkpoint.
+        Migrated as for a relay with history or without, whose pages keep
+        room for a row's next version or not."""
         b = self.b
-        t = b.table("dbcost")
+        t = b.table("dbcost", history=history)
         self.part = self.partition(t) if partitioned else None
         key = "'k' || (g %% %d)" % KEYS if keyed else "NULL"
         b.sql("INSERT INTO %s (type, routing_key, partition_key, payload) "
@@ -334,7 +338,8 @@ class DbCost:
 
     def floor(self, name, script, delete):
         b = self.b
-        t = self.fresh_table(False)
+        # Floor C deletes, as a relay without history does.
+        t = self.fresh_table(False, history=script != "C")
         cols = set(b.sql("SELECT column_name FROM information_schema.columns"
                          " WHERE table_schema || '.' || table_name = '%s'"
                          % t).split())
@@ -375,7 +380,8 @@ class DbCost:
         b = self.b
         n = self.n
         partitioned = name.endswith("_partitioned")
-        t = self.fresh_table(name.startswith("relay_ordered"), partitioned)
+        t = self.fresh_table(name.startswith("relay_ordered"), partitioned,
+                             env.get("OUTBOX_RETENTION") != "0")
         # What retention takes away: rows one by one, or the partition.
         gone, want = ((PARTITIONS_METRIC, 1) if partitioned
                       else (CLEANED_METRIC, n))
