@@ -17,8 +17,10 @@
 #   and the metrics Service select the relay pods and not the migrate
 #   Job's; the Job uses its own Secret; images carry the binary's version;
 #   the NetworkPolicy admits only the HTTP port, from the cluster only,
-#   and lets the pods reach DNS, Postgres and the broker ports;
-# - compose relays are hardened like the pods and share one image;
+#   and lets the pods reach DNS, Postgres and the broker ports; the Job
+#   takes the relays' ConfigMap;
+# - compose relays are hardened like the pods and share one image, and
+#   the migrate service takes their settings;
 # - the systemd unit passes systemd-analyze verify and is hardened;
 # - every deploy/ path named in docs/deployment.md exists.
 set -euo pipefail
@@ -286,6 +288,12 @@ if secret_volumes(dep_pod) & secret_volumes(job_pod):
     problem("Job: shares a Secret with the relay; migrations run with the table owner's role")
 if get(job_pod, "spec", "containers", 0, "args") != ["migrate"]:
     problem("Job: the container does not run `migrate`")
+job_maps = {get(e, "configMapRef", "name")
+            for e in get(job_pod, "spec", "containers", 0, "envFrom", default=[])}
+relay_maps = {get(e, "configMapRef", "name") for e in relay.get("envFrom", [])}
+if not relay_maps or not relay_maps <= job_maps:
+    problem("Job: does not take the relays' ConfigMap; migrate makes the table "
+            "match their settings (OUTBOX_LISTEN, OUTBOX_RETENTION)")
 
 pdb = objs["PodDisruptionBudget"][0]
 if get(pdb, "spec", "minAvailable") != 1:
@@ -357,6 +365,10 @@ for n, s in relay_like.items():
         if s.get("read_only") is not True or s.get("cap_drop") != ["ALL"] \
                 or "no-new-privileges:true" not in s.get("security_opt", []):
             problem(f"docker-compose.yml: {n} is not hardened like the pods (read_only, cap_drop ALL, no-new-privileges)")
+envs = {n: s.get("environment") for n, s in relay_like.items()}
+if len({repr(e) for e in envs.values()}) != 1:
+    problem("docker-compose.yml: the migrate service does not take the relays' "
+            "settings; migrate makes the table match them (OUTBOX_LISTEN, OUTBOX_RETENTION)")
 for n in ("postgres", "rabbitmq"):
     if "healthcheck" not in services.get(n, {}):
         problem(f"docker-compose.yml: {n} has no healthcheck to wait on")
