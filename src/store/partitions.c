@@ -115,14 +115,13 @@ static int step_built(struct store *s, char *sql, bool *busy, char *err,
  * Whether the table is partitioned (*yes), and the storage parameters new
  * partitions take (into with, "" if none): the default partition's, but
  * a fill factor of 50 with history kept and none (100) without. A daily
- * partition's rows are
- * each inserted once and, with history, rewritten once to sent; at 50
- * every page keeps room for its rows' sent versions, so each lands beside
- * its row and logs only the bytes that changed, not the whole row: a
- * quarter less WAL an event than at the default partition's 70
- * (docs/design.md §11, "Partitions by the day"). Without history the
- * rows are deleted in place and the room would only spread them over
- * more pages, which each lease's scan reads (migrate_room.c).
+ * partition's rows are each inserted once and, with history, rewritten
+ * once to sent; at 50 every page keeps room for its rows' sent versions,
+ * so each lands beside its row and logs only the bytes that changed, not
+ * the whole row: a quarter less WAL an event than at the default
+ * partition's 70 (docs/design.md §11, "Partitions by the day"). Without
+ * history the rows are deleted in place and the room would only spread
+ * them over more pages, which each lease's scan reads (migrate_room.c).
  */
 static int shape(struct store *s, const char *dflt, bool history, bool *yes,
 		 char *with, size_t withlen, char *err, size_t errlen)
