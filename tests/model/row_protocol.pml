@@ -378,9 +378,9 @@ bit kdisc[NRELAY];
  * first, nothing handed over, and the claim runs after. It writes
  * nothing, its lease no longer in progress (LIVE); NO_LIVE: it writes a
  * claim whose xid is aborted, naming rows never handed over. */
+#define DEAD_CLAIM cids[slot] = batch; claimed = 1; cst[slot] = C_DEAD
 #ifdef NO_LIVE
-#define LATE_CLAIM                                                         \
-	d_step { cids[slot] = batch; claimed = 1; cst[slot] = C_DEAD }
+#define LATE_CLAIM d_step { DEAD_CLAIM }
 #else
 #define LATE_CLAIM skip
 #endif
@@ -421,10 +421,7 @@ bit kdisc[NRELAY];
 #endif
 #define LATE_COMMIT                                                        \
 	d_step { alive && faults > 0 -> faults--; ABORT_QUIET };          \
-	d_step {                                                           \
-		cids[slot] = batch; claimed = 1; cst[slot] = C_DEAD;       \
-		LATE_CREDIT                                                \
-	};                                                                 \
+	d_step { DEAD_CLAIM; LATE_CREDIT };                                \
 	LATE_RELEASE
 #define WRITE_CLAIM                                                        \
 	if                                                                 \
