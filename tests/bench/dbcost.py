@@ -25,9 +25,9 @@ WAL written (pg_current_wal_lsn() difference) and rows/s.
 Every variant starts from a freshly migrated table, filled, vacuumed and
 checkpointed, migrated as its relay's deployment would migrate it: for
 floor C and the relays without history with OUTBOX_RETENTION=0, so its
-pages keep no room for a next version (migrate_room.c). The deletes of history run in a second window that begins
-after a VACUUM and a CHECKPOINT (neither measured), as they would hours
-later in production; the two windows add up to the whole life of a row.
+pages keep no room for a next version (migrate_room.c). The deletes of
+history run in a second window that begins after a VACUUM and a
+CHECKPOINT (neither measured), as they would hours later in production; the two windows add up to the whole life of a row.
 The relay's variants also measure, each in a window of its own, a VACUUM
 of the table after the drain and after the deletes: what the dead rows
 they leave cost once (a deleted row, a row's version before its mark),
