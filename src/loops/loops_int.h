@@ -115,6 +115,9 @@ struct relay {
 	/* The workers' stores of each source rescan in turn (store.h);
 	 * one per source, moved by them. */
 	struct store_rescan_pace *rescan_pace;
+	/* And in ordered mode take their turns among its keys (store.h);
+	 * one per source, each under its own lock. */
+	struct store_key_turn *key_turn;
 	/* Per source: bumped by relay_wake_source() when rows may have come
 	 * (a notification, a sweep); the workers compare it with what they
 	 * saw last. */

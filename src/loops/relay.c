@@ -17,6 +17,20 @@
 
 /* ---- lifecycle ---- */
 
+/* Frees what relay_create() made before its locks, the first turns of
+ * key_turn having been set up, and r. */
+static void relay_free(struct relay *r, size_t turns)
+{
+	for (size_t i = 0; i < turns; i++)
+		store_key_turn_destroy(&r->key_turn[i]);
+	free(r->key_turn);
+	free(r->rescan_pace);
+	free(r->source_wake);
+	free(r->source_stats);
+	source_list_free(&r->sources);
+	free(r);
+}
+
 int relay_create(struct relay **out, const struct config *cfg,
 		 const struct publisher_ops *pub_ops, char *err, size_t errlen)
 {
@@ -44,18 +58,21 @@ int relay_create(struct relay **out, const struct config *cfg,
 	}
 	size_t sources = r->sources.cap;
 	r->rescan_pace = calloc(sources, sizeof(*r->rescan_pace));
+	r->key_turn = calloc(sources, sizeof(*r->key_turn));
 	r->source_wake = calloc(sources, sizeof(*r->source_wake));
 	r->source_stats = calloc(sources, sizeof(*r->source_stats));
-	if (!r->rescan_pace || !r->source_wake || !r->source_stats) {
-		free(r->rescan_pace);
-		free(r->source_wake);
-		free(r->source_stats);
-		source_list_free(&r->sources);
-		free(r);
+	if (!r->rescan_pace || !r->key_turn || !r->source_wake ||
+	    !r->source_stats) {
+		relay_free(r, 0);
 		snprintf(err, errlen, "out of memory for the relay");
 		return -1;
 	}
 	for (size_t i = 0; i < sources; i++) {
+		if (store_key_turn_init(&r->key_turn[i]) != 0) {
+			relay_free(r, i);
+			snprintf(err, errlen, "cannot create relay locks");
+			return -1;
+		}
 		atomic_init(&r->rescan_pace[i].due_ms, 0);
 		atomic_init(&r->source_wake[i], 0);
 		atomic_init(&r->source_stats[i].sent, 0);
@@ -77,11 +94,7 @@ int relay_create(struct relay **out, const struct config *cfg,
 	if (!cond) {
 		if (locks)
 			pthread_mutex_destroy(&r->lock);
-		free(r->rescan_pace);
-		free(r->source_wake);
-		free(r->source_stats);
-		source_list_free(&r->sources);
-		free(r);
+		relay_free(r, sources);
 		snprintf(err, errlen, "cannot create relay locks");
 		return -1;
 	}
@@ -203,11 +216,7 @@ void relay_destroy(struct relay *r)
 		return;
 	pthread_mutex_destroy(&r->lock);
 	pthread_cond_destroy(&r->wake);
-	free(r->rescan_pace);
-	free(r->source_wake);
-	free(r->source_stats);
-	source_list_free(&r->sources);
-	free(r);
+	relay_free(r, r->sources.cap);
 }
 
 bool relay_healthy(struct relay *r, char *out, size_t outlen)

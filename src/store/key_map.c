@@ -4,7 +4,8 @@
  * session's keys with a live row and their floors, kept sorted by key
  * (byte order), the window of it each lease walks, and the merge of what
  * the lease or the map's build returns. Owned by its store; only the
- * store's own thread touches it.
+ * store's own thread touches it. The key turn the process's stores may
+ * share (store.h) is read and moved under its lock.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,15 +210,51 @@ int key_map_replace(struct store *s, const PGresult *res, int keys, int floors)
 	return ok ? 0 : -1;
 }
 
-/* The first entry past the cursor in byte order (0 past the last). */
-static size_t window_start(const struct store *s)
+int store_key_turn_init(struct store_key_turn *t)
 {
-	if (!s->key_cursor)
+	t->cursor = NULL;
+	t->gen = 0;
+	return pthread_mutex_init(&t->lock, NULL) == 0 ? 0 : -1;
+}
+
+void store_key_turn_destroy(struct store_key_turn *t)
+{
+	pthread_mutex_destroy(&t->lock);
+	free(t->cursor);
+	t->cursor = NULL;
+}
+
+/* Moves the shared turn to key (a copy), when given one; out of memory,
+ * it stays where it was, which only costs a walk some steps. */
+static void turn_to(struct store_key_turn *t, const char *key)
+{
+	char *copy = key ? strdup(key) : NULL;
+	if (!copy)
+		return;
+	free(t->cursor);
+	t->cursor = copy;
+}
+
+void key_map_turn_taken(struct store *s)
+{
+	struct store_key_turn *t = s->opt.key_turn;
+	if (!t || !s->key_cursor)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (t->gen == s->key_turn_gen)
+		turn_to(t, s->key_cursor);
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* The first entry past cursor in byte order (0 past the last). */
+static size_t window_start(const struct store *s, const char *cursor)
+{
+	if (!cursor)
 		return 0;
 	size_t lo = 0, hi = s->key_map_n;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		if (strcmp(s->key_map[mid].key, s->key_cursor) <= 0)
+		if (strcmp(s->key_map[mid].key, cursor) <= 0)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -225,11 +262,24 @@ static size_t window_start(const struct store *s)
 	return lo == s->key_map_n ? 0 : lo;
 }
 
-static int key_map_window(const struct store *s, size_t want, char **keys,
-			  char **floors, bool *whole)
+/* The key a full batch taken from the first keys of the window of want
+ * keys from start would end on (NULL for an empty map). */
+static const char *window_ends_at(const struct store *s, size_t want,
+				  size_t start)
 {
 	size_t n = s->key_map_n < want ? s->key_map_n : want;
-	size_t start = window_start(s);
+	size_t batch = (size_t)s->opt.batch_size;
+	if (!n)
+		return NULL;
+	return s->key_map[(start + (batch < n ? batch : n) - 1) % s->key_map_n]
+	    .key;
+}
+
+/* The window of want keys from the map's entry start on. */
+static int key_map_window(const struct store *s, size_t want, size_t start,
+			  char **keys, char **floors, bool *whole)
+{
+	size_t n = s->key_map_n < want ? s->key_map_n : want;
 	const char **items = malloc((n + 1) * sizeof(*items));
 	char *fl = malloc(n * 21 + 3);
 	*keys = *floors = NULL;
@@ -323,8 +373,22 @@ int key_map_args(struct store *s, int64_t now_ms, struct key_map_args *a,
 		s->key_window = s->key_walk_cap;
 	snprintf(a->disc, sizeof(a->disc), "%llu",
 		 (unsigned long long)s->key_map_disc);
-	if (key_map_window(s, s->key_window, &a->keys, &a->floors, &a->whole) !=
-	    0) {
+	/* With a shared turn the walk begins past the key the latest lease
+	 * of any of the process's stores will end on, and this one takes
+	 * the turn on past its own batch at once. */
+	struct store_key_turn *t = s->opt.key_turn;
+	size_t start;
+	if (t) {
+		pthread_mutex_lock(&t->lock);
+		start = window_start(s, t->cursor ? t->cursor : s->key_cursor);
+		turn_to(t, window_ends_at(s, s->key_window, start));
+		s->key_turn_gen = ++t->gen;
+		pthread_mutex_unlock(&t->lock);
+	} else {
+		start = window_start(s, s->key_cursor);
+	}
+	if (key_map_window(s, s->key_window, start, &a->keys, &a->floors,
+			   &a->whole) != 0) {
 		snprintf(err, errlen, "lease: out of memory");
 		return STORE_ERROR;
 	}

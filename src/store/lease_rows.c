@@ -230,6 +230,8 @@ static int keep_key_cursor(struct store *s, const PGresult *res)
 		return -1;
 	free(s->key_cursor);
 	s->key_cursor = cursor;
+	if (store_key_map_on(s))
+		key_map_turn_taken(s);
 	return 0;
 }
 

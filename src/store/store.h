@@ -5,7 +5,8 @@
  * (docs/design.md §3, §4, §7). This header is all other parts see of it.
  *
  * One struct store owns one Postgres session and is used by one thread
- * (the rescan schedule it may share with other stores excepted, below).
+ * (the rescan schedule and the key turn it may share with other stores
+ * excepted, below).
  * Statements are autocommit, except: a lease, which opens a transaction
  * that holds its rows locked while they are published, takes their marks
  * and ends with store_lease_commit() or store_lease_abort() (the lock
@@ -25,6 +26,7 @@
 #define OUTBOX_STORE_H
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -58,6 +60,26 @@ struct store_rescan_pace {
 	atomic_llong due_ms; /* clock_ms() from which the next one is due */
 };
 
+/*
+ * Ordered mode's turn among the keys (docs/design.md §6, "The key
+ * turn"), which the leasing stores of one process and table share: the
+ * key after which the next lease's walk of the key map begins. Each
+ * store's own place put one relay's workers in a convoy, each lease
+ * starting behind the keys the others had just taken and stepping over
+ * their locked rows. A lease moves the turn to the key its batch will end
+ * on as it begins, and to the key it did end on if no lease began in
+ * between. Owned by whoever opens the stores; store_key_turn_init()
+ * before the first, store_key_turn_destroy() after the last. lock guards
+ * cursor and gen, which the stores read and move from their own threads.
+ */
+struct store_key_turn {
+	pthread_mutex_t lock;
+	char *cursor; /* owned; NULL: from the first key */
+	uint64_t gen; /* leases begun */
+};
+int store_key_turn_init(struct store_key_turn *t);
+void store_key_turn_destroy(struct store_key_turn *t);
+
 struct store_options {
 	const char *conninfo;  /* NULL: libpq's PG* variables */
 	const char *table;     /* "name" or "schema.name" */
@@ -90,6 +112,9 @@ struct store_options {
 	/* Shared with the process's other stores; NULL: this store keeps
 	 * a schedule of its own. */
 	struct store_rescan_pace *rescan_pace;
+	/* Shared likewise in ordered mode; NULL: this store's walk begins
+	 * where its own previous lease ended. */
+	struct store_key_turn *key_turn;
 };
 
 struct store;

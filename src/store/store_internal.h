@@ -288,6 +288,9 @@ struct store {
 	size_t key_window_used; /* by the open lease; 0: the whole map */
 	uint64_t key_map_disc;
 	uint64_t key_map_gen;
+	/* The shared key turn's gen as this store's latest lease began
+	 * (opt.key_turn). */
+	uint64_t key_turn_gen;
 	int64_t key_map_at_ms;
 	bool key_map_built;
 	/* The backlog count's floors (store_admin.c): the oldest
@@ -406,6 +409,9 @@ struct key_map_args {
 int key_map_args(struct store *s, int64_t now_ms, struct key_map_args *a,
 		 char *err, size_t errlen);
 void key_map_args_free(struct key_map_args *a);
+/* After a lease with the key map: the shared key turn (store.h) moves to
+ * where this store's walk ended, if no lease began since this one did. */
+void key_map_turn_taken(struct store *s);
 /* lease_rows.c: takes the lease statement's rows out of res into out (out
  * owns res from then on) and sets the session's scan and claim floors
  * from them; 0, or STORE_ERROR with err. */

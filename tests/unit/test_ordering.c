@@ -436,6 +436,50 @@ static void test_key_window_grows_when_nothing_is_due(void **state)
 	PQfinish(c);
 }
 
+/* The stores of one relay share a key turn (store.h): a lease's walk of
+ * the key map begins past the key the latest lease of any of them will
+ * end on, not behind its own previous batch, where the keys another
+ * store took since would be stepped over. Batches of 3, windows of 4
+ * keys (the cap), 16 keys of one row each, G, H and L in backoff. With a
+ * store's own place S2 would walk A-D past S1's locked a1-c1 to d1
+ * alone, and S1's next walk D-G past S2's d1-f1 to nothing. S1's second
+ * walk ends on J, past I where a full batch would have ended, and no
+ * lease began in between, so the turn moves on to J: S2 walks K-N, where
+ * from I it would walk J-M past S1's locked j1 and L to k1 and m1. */
+static void test_key_turn_shared(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_turn", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert_keys(c, table, "ABCDEFGHIJKLMNOP", 1);
+	pgtest_exec(c,
+		    "UPDATE %s SET next_attempt_at = now() + interval '1 "
+		    "hour' WHERE subject IN ('g1', 'h1', 'l1')",
+		    table);
+	struct store_key_turn turn;
+	assert_int_equal(store_key_turn_init(&turn), 0);
+	struct store_options o = ordered_options(table);
+	o.batch_size = 3;
+	o.key_turn = &turn;
+	struct store *s1 = pgtest_store(&o), *s2 = pgtest_store(&o);
+	store_set_key_walk_cap(s1, 4);
+	store_set_key_walk_cap(s2, 4);
+	struct lease_batch b1, b2;
+	lease_labels(s1, &b1, "a1,b1,c1");
+	lease_labels(s2, &b2, "d1,e1,f1");
+	mark_all(s1, MARK_SENT, &b1, NULL);
+	lease_labels(s1, &b1, "i1,j1");
+	mark_all(s2, MARK_SENT, &b2, NULL);
+	lease_labels(s2, &b2, "k1,m1,n1");
+	mark_all(s1, MARK_SENT, &b1, NULL);
+	mark_all(s2, MARK_SENT, &b2, NULL);
+	store_close(s1);
+	store_close(s2);
+	store_key_turn_destroy(&turn);
+	PQfinish(c);
+}
+
 /* Rows an older relay's head marker left (a rolling upgrade): head true
  * on a row behind its key's first, false on the first, an older relay's
  * row lease in flight. The key lock reads none of the markers: each
@@ -1022,6 +1066,7 @@ int main(void)
 	    cmocka_unit_test(test_walk_gives_every_key_its_turn),
 	    cmocka_unit_test(test_walk_stops_at_its_cap),
 	    cmocka_unit_test(test_key_window_grows_when_nothing_is_due),
+	    cmocka_unit_test(test_key_turn_shared),
 	    cmocka_unit_test(test_markers_of_older_relays_change_nothing),
 	    cmocka_unit_test(test_suspects_go_alone_in_key_order),
 	    cmocka_unit_test(test_late_rows_and_redrive_are_leased),
