@@ -407,6 +407,10 @@ def why_not(r, path, sections, baseline):
     if path[0].startswith("throughput") and path[1] not in r.get(
             "throughput", {}):
         return "no %s broker in this run" % path[1]
+    left_out = r.get("dbcost", {}).get("left_out", [])
+    if path[0] == "dbcost" and any(v in re.split(r"[/+.]", k)
+                                   for k in path for v in left_out):
+        return "a variant left out by --dbcost-variants"
     if path[0] in ("dbcost", "horizon") and any("nohistory" in k
                                                 for k in path):
         return "OUTBOX_RETENTION=0 not supported by this build"
@@ -725,6 +729,7 @@ class Bench:
             self.p["horizon_hold_s"] = args.horizon_hold
         self.p["horizon_keys"] = args.horizon_keys
         self.p["horizon_partitioned"] = args.horizon_partitioned
+        self.p["dbcost_variants"] = args.dbcost_variants
         self.sections = args.sections
         self.relay_bin = args.relay_bin
         self.build = os.path.dirname(self.relay_bin)
@@ -2091,6 +2096,10 @@ def main():
                    help="the horizon section's tables partitioned by the "
                    "day (migrate --partition, the day's partition made "
                    "ahead, as dbcost's relay_life_partitioned)")
+    p.add_argument("--dbcost-variants", default=None, metavar="LIST",
+                   help="the dbcost section's variants, comma-separated "
+                   "(default: all of them; the targets of variants left "
+                   "out read not measured)")
     p.add_argument("--no-kafka", action="store_true",
                    help="leave out the Kafka figures")
     p.add_argument("--keep", action="store_true",
@@ -2142,6 +2151,13 @@ def main():
                 "window)" % window)
     if a.horizon_keys < 0 or a.horizon_keys > 1000000:
         p.error("--horizon-keys must be 0..1000000")
+    if a.dbcost_variants is not None:
+        a.dbcost_variants = [v for v in a.dbcost_variants.split(",") if v]
+        bad = [v for v in a.dbcost_variants if v not in dbcost.VARIANTS]
+        if bad or not a.dbcost_variants:
+            p.error("--dbcost-variants takes some of " +
+                    ",".join(dbcost.VARIANTS) + (", not " + ",".join(bad)
+                                                 if bad else ""))
     if a.runs < 0 or a.runs > 20:
         p.error("--runs must be 1..20")
     if not a.relay_bin:

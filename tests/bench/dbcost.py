@@ -450,7 +450,9 @@ class DbCost:
     def measure(self):
         b = self.b
         ok, rng = retention_zero(b.relay_bin)
-        names = [v for v in VARIANTS if ok or "nohistory" not in v]
+        chosen = b.p.get("dbcost_variants") or list(VARIANTS)
+        names = [v for v in VARIANTS
+                 if v in chosen and (ok or "nohistory" not in v)]
         runs = {v: [] for v in names}
         self.full_page_writes("on")
         try:
@@ -470,6 +472,7 @@ class DbCost:
         out = {"rows": self.n, "batch": BATCH, "clients": CLIENTS,
                "keys": KEYS, "full_page_writes": "on",
                "retention_zero": {"supported": ok, "range": rng},
+               "left_out": [v for v in VARIANTS if v not in chosen],
                "variants": {}}
         for name in names:
             out["variants"][name] = {
@@ -570,6 +573,10 @@ def report_rows(res, row, rows):
                 "relay workers | | | |" % ("{:,}".format(res["rows"]),
                                           res["batch"], res["clients"]))
     for name, (kind, label, _, delete) in VARIANTS.items():
+        if name in res.get("left_out", []):
+            rows.append("| DB cost, %s | not run (--dbcost-variants) | | |"
+                        % label)
+            continue
         if name not in v:
             rows.append("| DB cost, %s | not supported by this build | | "
                         "OUTBOX_RETENTION takes %s |" % (

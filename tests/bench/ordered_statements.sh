@@ -9,16 +9,22 @@
 # event, and the WAL per event is read from the server. The drain is
 # awaited by polling the table, whose queries are left out.
 # Variants: ordered, unordered, ordered-nohistory, unordered-nohistory.
-# Usage: RELAY_TEST_BIN=build/outbox-relay tests/bench/ordered_statements.sh [workers] [variant...]
+# The table is migrated again before each variant with its OUTBOX_RETENTION,
+# as its deployment would migrate it (the pages' room, migrate_room.c).
+# Usage: [ROWS=N] RELAY_TEST_BIN=build/outbox-relay tests/bench/ordered_statements.sh [workers] [variant...]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WORKERS=${1:-1}
 shift || true
 VARIANTS=("$@")
 [ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(ordered unordered ordered unordered)
-ROWS=20000
+ROWS=${ROWS:-20000}
 [ "$WORKERS" -ge 1 ] && [ "$WORKERS" -le 16 ] ||
 	{ echo "ordered_statements.sh: workers must be 1..16" >&2; exit 2; }
+[[ "$ROWS" =~ ^[0-9]+$ ]] && [ "$ROWS" -ge 1000 ] && [ "$ROWS" -le 1000000 ] ||
+	{ echo "ordered_statements.sh: ROWS must be 1000..1000000" >&2; exit 2; }
+# The drain is awaited 0.1 s at a time, 120 s for each 20,000 rows.
+polls=$(((ROWS + 19999) / 20000 * 1200))
 for v in "${VARIANTS[@]}"; do
 	case $v in ordered | unordered | ordered-nohistory | unordered-nohistory) ;;
 	*) echo "ordered_statements.sh: unknown variant '$v'" >&2; exit 2 ;;
@@ -32,6 +38,8 @@ for v in "${VARIANTS[@]}"; do
 	ordering=none retention=7d
 	case $v in ordered*) ordering=partition ;; esac
 	case $v in *-nohistory) retention=0 ;; esac
+	OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_RETENTION=$retention \
+		"$RELAY_TEST_BIN" migrate >/dev/null
 	q -c "TRUNCATE outbox_events" >/dev/null
 	q -c "INSERT INTO outbox_events (type, routing_key, partition_key, payload)
 	  SELECT 'bench.event', 'bench', 'k' || (g % 1000), decode(repeat(md5(g::text), 32), 'hex')
@@ -45,7 +53,7 @@ for v in "${VARIANTS[@]}"; do
 		OUTBOX_BATCH_SIZE=100 OUTBOX_HTTP_ADDR='' OUTBOX_CE_SOURCE=/bench \
 		"$RELAY_TEST_BIN" run >/dev/null 2>"$work/relay.log" &
 	relay=$!
-	for _ in $(seq 1 1200); do
+	for _ in $(seq 1 $polls); do
 		[ "$(q -c "SELECT count(*) FROM outbox_events WHERE status = 'pending'")" = 0 ] && break
 		kill -0 $relay 2>/dev/null || { cat "$work/relay.log" >&2; exit 1; }
 		sleep 0.1
@@ -55,7 +63,7 @@ for v in "${VARIANTS[@]}"; do
 	wait $relay || true
 	relay=
 	left=$(q -c "SELECT count(*) FROM outbox_events WHERE status = 'pending'")
-	[ "$left" = 0 ] || { echo "ordered_statements.sh: $left rows left after 120 s" >&2; exit 1; }
+	[ "$left" = 0 ] || { echo "ordered_statements.sh: $left rows left after $((polls / 10)) s" >&2; exit 1; }
 	wal=$(q -c "SELECT pg_current_wal_lsn() - '$lsn'::pg_lsn")
 	echo "== $v, $WORKERS worker(s): drained in $(((t1 - t0) / 1000000)) ms, WAL $((wal / ROWS)) bytes an event"
 	echo "exec ms | plan ms | calls | buffers a call | exec µs an event | statement"
