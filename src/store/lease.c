@@ -366,8 +366,11 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
 
 /*
  * Where this lease's due scan starts (docs/design.md §4, "A held
- * snapshot"): at the oldest next_attempt_at of this session's previous
- * batch's due rows, or from the start of the index ("-infinity") when a
+ * snapshot"): at the lowest (next_attempt_at, seq), the due scan's key,
+ * of this session's previous batch's due rows (the key, not the time
+ * alone: rows one producer transaction wrote share their next_attempt_at,
+ * and a floor of the time alone stepped over every finished one of them
+ * at every lease), or from the start of the index ("-infinity") when a
  * rescan is due or the session was connected anew (a restore or a
  * failover behind a reconnect may have made rows pending again below
  * both floors). Below the floor are only rows this session has no
@@ -386,7 +389,9 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
  * rows' only: the keyed rows are the key walk's, which reads each key's
  * first live row at every lease (statements_lease.c).
  */
-/* The session's floor as the lease's $4: '-infinity' when it has none or
+/* The session's floor as the lease's $4 and, in floor_seq, the seq that
+ * goes with it (the parameter after the mode's others,
+ * LEASE_FLOOR_SEQ_PARAM): '-infinity' when it has none or
  * keeps none (OUTBOX_LEASE_RESCAN_INTERVAL=0), has no late scan floor yet
  * on a table with the column, or read its floors on a session that has
  * since been connected anew. */
@@ -530,12 +535,16 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	bool claims_full = claims_floor_of(s, started_ms, claims_floor);
 	/* A rescan reads from the start: no late scan ($6 NULL). */
 	s->scan_from_us = rescan ? INT64_MIN : s->floor_us;
+	s->scan_from_seq = rescan ? INT64_MIN : s->floor_seq;
+	char floor_seq[24];
+	snprintf(floor_seq, sizeof(floor_seq), "%lld",
+		 (long long)s->scan_from_seq);
 	snprintf(written_floor, sizeof(written_floor), "%llu",
 		 (unsigned long long)s->written_floor);
 	/* Ordered mode's walk takes where the last one stopped ($7), or
 	 * with the key map its window, the discovery floor and whether the
-	 * window is the whole map ($7-$10). */
-	const char *values[10] = {paused_arr,
+	 * window is the whole map ($7-$10). The floor's seq comes last. */
+	const char *values[11] = {paused_arr,
 				  default_destination ? default_destination
 						      : "",
 				  s->ce_source,
@@ -546,7 +555,8 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 				  map.floors,
 				  map.disc,
 				  map.whole ? "t" : "f"};
-	int n_values = keymap ? 10 : s->opt.ordered ? 7 : 6;
+	int n_values = store_lease_params(s);
+	values[n_values++] = floor_seq;
 	/* Binary results: text columns arrive as they are and the payload
 	 * needs no unescaping. */
 	enum stmt st = s->claims_missing ? ST_LEASE_BARE : ST_LEASE;

@@ -209,6 +209,12 @@ static bool event_of(PGresult *res, int i, struct time_cache *tc,
 	return true;
 }
 
+/* Whether (at, seq) comes before (at2, seq2) in the due scan's order. */
+static bool key_below(int64_t at, int64_t seq, int64_t at2, int64_t seq2)
+{
+	return at < at2 || (at == at2 && seq < seq2);
+}
+
 /* Insertion order: the rows come back in the order of their place in the
  * table (read by ctid), and a batch goes out in the order it was made. */
 static int by_seq(const void *a, const void *b)
@@ -299,20 +305,23 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	bool ok = store_col_be(res, 0, LC_XID, 8, &xid) &&
 		  col_uuid(res, 0, LC_LEASE_ID, lease_id);
 	struct time_cache tc = {.valid = false};
-	int64_t oldest = INT64_MAX;
+	int64_t oldest = INT64_MAX, oldest_seq = INT64_MAX;
 	for (int i = 0; ok && i < n; i++) {
-		uint64_t due;
+		uint64_t u;
 		ok = event_of(res, i, &tc, &text[i], &out->events[i]) &&
-		     store_col_be(res, i, LC_NEXT_ATTEMPT_AT, 8, &due);
+		     store_col_be(res, i, LC_NEXT_ATTEMPT_AT, 8, &u);
+		int64_t due = (int64_t)u, seq = out->events[i].seq;
 		/* A row below the scan the lease ran from came from the
 		 * late scan (or is a crash suspect, which has a scan of its
 		 * own): the floor stays where the due scan has been. In
 		 * ordered mode a keyed row came from the key walk, which
 		 * has no floor. */
-		if (ok && (int64_t)due < oldest &&
-		    (int64_t)due >= s->scan_from_us &&
-		    !(s->opt.ordered && out->events[i].partition_key))
-			oldest = (int64_t)due;
+		if (ok && key_below(due, seq, oldest, oldest_seq) &&
+		    !key_below(due, seq, s->scan_from_us, s->scan_from_seq) &&
+		    !(s->opt.ordered && out->events[i].partition_key)) {
+			oldest = due;
+			oldest_seq = seq;
+		}
 	}
 	if (!ok) {
 		snprintf(err, errlen,
@@ -327,6 +336,7 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	s->open_lease = rows;
 	if (oldest != INT64_MAX) {
 		s->floor_us = oldest;
+		s->floor_seq = oldest_seq;
 		s->floor_gen = s->ses->conn_gen;
 	}
 	uint64_t written_floor;

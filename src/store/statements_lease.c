@@ -44,9 +44,10 @@
  * branches' order, and so does the window over it). CTEs are read lazily, so
  * the due CTE locks only what fits.
  *
- * $4, the scan floor (docs/design.md §4, "A held snapshot"): the due scan
- * starts at the oldest next_attempt_at of the worker's previous batch, not
- * at the start of the index, because under an old snapshot the entries of
+ * $4, the scan floor (docs/design.md §4, "A held snapshot"), with its seq
+ * in the last parameter (store_lease_params()): the due scan starts at the
+ * lowest (next_attempt_at, seq) of the worker's previous batch, not at the
+ * start of the index, because under an old snapshot the entries of
  * every row finished since it was taken can be neither removed nor marked
  * dead, and a scan from the start steps over all of them. '-infinity' scans
  * from the start; lease.c says when.
@@ -383,6 +384,7 @@ static char *lease_sql(const struct store *s, bool claims)
 	 * snapshot: the rows that lease could not see yet (in ordered mode
 	 * unkeyed ones: keyed rows are the walk's, which has no floor). */
 	bool has_below = !s->written_missing;
+	int floor_seq = store_lease_params(s) + 1;
 	char *below =
 	    !has_below
 		? strdup("")
@@ -390,10 +392,12 @@ static char *lease_sql(const struct store *s, bool claims)
 		      "below AS MATERIALIZED (SELECT ctid AS tid, id AS rid, "
 		      "octet_length(payload) AS bytes, written_by AS w FROM "
 		      "%s WHERE status = 'pending' AND NOT suspect AND "
-		      "written_by >= " WRITTEN_FLOOR " AND next_attempt_at < "
-		      "$4::timestamptz AND next_attempt_at <= now() AND %s %s"
-		      "ORDER BY written_by LIMIT %d " GUARD_LEASE_LOCK "), ",
-		      T, not_paused, skip_crashed, n);
+		      "written_by >= " WRITTEN_FLOOR " AND next_attempt_at <= "
+		      "$4::timestamptz AND (next_attempt_at, seq) < "
+		      "($4::timestamptz, $%d::int8) AND next_attempt_at <= "
+		      "now() AND %s %sORDER BY written_by LIMIT "
+		      "%d " GUARD_LEASE_LOCK "), ",
+		      T, floor_seq, not_paused, skip_crashed, n);
 	/* What the byte window takes from, in order: a suspect first, then
 	 * the late rows, then the due ones. Ordered mode merges the keyed
 	 * rows with the unkeyed by next_attempt_at, so neither kind waits
@@ -470,8 +474,8 @@ static char *lease_sql(const struct store *s, bool claims)
 		      "due AS MATERIALIZED (SELECT ctid AS tid, id AS rid, "
 		      "octet_length(payload) AS bytes%s FROM %s "
 		      "WHERE status = 'pending' AND NOT suspect AND "
-		      "next_attempt_at <= now() AND next_attempt_at >= "
-		      "$4::timestamptz AND %s %s"
+		      "next_attempt_at <= now() AND (next_attempt_at, seq) >= "
+		      "($4::timestamptz, $%d::int8) AND %s %s"
 		      "ORDER BY next_attempt_at, seq LIMIT %d " GUARD_LEASE_LOCK
 		      "), "
 		      "picked AS (SELECT tid, rid, w FROM (SELECT tid, rid, w, "
@@ -490,7 +494,7 @@ static char *lease_sql(const struct store *s, bool claims)
 		      ordered && !keymap ? "RECURSIVE " : "", crashed, late, T,
 		      not_paused, skip_crashed, below, keyed,
 		      ordered ? ", next_attempt_at AS at, seq AS sq" : "", T,
-		      not_paused, skip_crashed, n, rows,
+		      floor_seq, not_paused, skip_crashed, n, rows,
 		      (long long)s->opt.batch_bytes, n,
 		      s->relay_source_missing ? "" : "t.relay_source, ",
 		      claims ? "(SELECT least(min(written_by), "

@@ -233,8 +233,9 @@ struct store {
 	 * prepared first where it last had to be (run.c). */
 	bool pool_parse[ST_COUNT];
 	/* The lease's scan floor (lease.c): where this session's next due
-	 * scan starts, the oldest next_attempt_at of its previous batch (in
-	 * microseconds since 2000, Postgres' epoch), unless a rescan is due
+	 * scan starts, the lowest (next_attempt_at, seq) of its previous
+	 * batch, the due scan's key (next_attempt_at in microseconds since
+	 * 2000, Postgres' epoch), unless a rescan is due
 	 * (clock_ms() past rescan_at_ms, or the paused list changed from
 	 * rescan_paused) or floor_gen is not the session's conn_gen. floor_gen:
 	 * the conn_gen of the session that returned the floor (0: none yet;
@@ -243,6 +244,7 @@ struct store {
 	 * restore, a failover) may have made rows pending again below this
 	 * floor and the late scan's. */
 	int64_t floor_us;
+	int64_t floor_seq;
 	uint64_t floor_gen;
 	int64_t rescan_at_ms;
 	char *rescan_paused;
@@ -256,13 +258,15 @@ struct store {
 	/* The late scan's floor, the lease's $6 (lease.c): a transaction id
 	 * at or below the writer of every row this session's last lease
 	 * could not see, returned by that lease (0: none yet). scan_from_us
-	 * is the $4 the open lease ran with (INT64_MIN for a rescan): rows
-	 * below it came from the late scan and do not move the scan floor.
+	 * and scan_from_seq are the floor the open lease ran with (INT64_MIN
+	 * for a rescan): rows below it came from the late scan and do not
+	 * move the scan floor.
 	 * written_missing: the table has no written_by column (made by
 	 * hand), so no late scan, and rows below the floor wait for a
 	 * rescan. */
 	uint64_t written_floor;
 	int64_t scan_from_us;
+	int64_t scan_from_seq;
 	bool written_missing;
 	/* The table has no relay_source column (made by hand before
 	 * migration 009): the marks pin the source into source. */
@@ -378,6 +382,13 @@ static inline bool store_key_map_on(const struct store *s)
 {
 	return s->opt.ordered && !s->written_missing &&
 	       s->opt.lease_rescan_ms > 0;
+}
+/* The lease statement's parameters but the last, the scan floor's seq
+ * ($7 unordered, $8 ordered, $11 with the key map; lease.c,
+ * statements_lease.c). */
+static inline int store_lease_params(const struct store *s)
+{
+	return store_key_map_on(s) ? 10 : s->opt.ordered ? 7 : 6;
 }
 /* key_map.c. A key of the map and the seq below which it had no live
  * row. */

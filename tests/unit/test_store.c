@@ -2473,18 +2473,23 @@ static void wait_older_xacts(PGconn *c)
  * through the pending index. Counted in buffers, not timed: with the floor
  * off (OUTBOX_LEASE_RESCAN_INTERVAL=0) the same scan reads every entry.
  * The late scan (migration 007) reads its index from the previous lease's
- * snapshot on: a buffer or two. */
-static void floor_under_held_snapshot(bool ordered)
+ * snapshot on: a buffer or two. With one_transaction the 6,000 rows are
+ * written by one statement, so all share a next_attempt_at: the floor is
+ * the due scan's whole key, (next_attempt_at, seq), and a floor of the time
+ * alone stepped over every finished row at every lease. */
+static void floor_under_held_snapshot(bool ordered, bool one_transaction)
 {
 	char table[128];
-	pgtest_fresh_table(ordered ? "store_floor_held_ord"
-				   : "store_floor_held",
+	pgtest_fresh_table(one_transaction ? "store_floor_held_one"
+			   : ordered	   ? "store_floor_held_ord"
+					   : "store_floor_held",
 			   table, sizeof(table));
 	PGconn *c = pgtest_connect();
 	PGconn *holder = pgtest_connect();
-	/* One transaction per 100 rows: each batch its own next_attempt_at. */
-	for (int i = 0; i < 60; i++)
-		pgtest_insert(c, table, 100);
+	/* One transaction per 100 rows: each batch its own next_attempt_at;
+	 * or one for them all. */
+	for (int i = 0; i < (one_transaction ? 1 : 60); i++)
+		pgtest_insert(c, table, one_transaction ? 6000 : 100);
 	pgtest_exec(c, "ANALYZE %s", table);
 	hold_snapshot(holder, table, 6000);
 	/* Ordered mode's unkeyed rows are in both indexes; on a partition
@@ -2565,7 +2570,13 @@ static void floor_under_held_snapshot(bool ordered)
 static void test_lease_floor_under_held_snapshot(void **state)
 {
 	(void)state;
-	floor_under_held_snapshot(false);
+	floor_under_held_snapshot(false, false);
+}
+
+static void test_lease_floor_rows_of_one_transaction(void **state)
+{
+	(void)state;
+	floor_under_held_snapshot(false, true);
 }
 
 /* The same in ordered mode, for its unkeyed rows: they have the floor
@@ -2574,7 +2585,7 @@ static void test_lease_floor_under_held_snapshot(void **state)
 static void test_ordered_floor_under_held_snapshot(void **state)
 {
 	(void)state;
-	floor_under_held_snapshot(true);
+	floor_under_held_snapshot(true, false);
 }
 
 /* 8b-vi. Ordered mode's keyed rows under a held snapshot: a lease walks
@@ -2902,7 +2913,8 @@ static size_t lease_count_type(struct store *s, const char *const *paused,
 /* 8b'. What lies below a lease's floor is leased all the same: a row
  * committed late by a transaction that began before the floor's rows, by
  * the next lease (the late scan, migration 007), as is a row redriven by
- * a transaction that began before the floor's rows; a row with no writer
+ * a transaction that began before the floor's rows, or with the floor's
+ * own next_attempt_at and a lower seq; a row with no writer
  * (written before migration 007, or let go by a relay that stopped), at
  * the next rescan; rows of a destination that was paused, as soon as the
  * pause ends. */
@@ -2959,6 +2971,24 @@ static void test_lease_floor_rows_below(void **state)
 			 1);
 	/* The pause ends: its row is leased at once, whatever its age. */
 	assert_int_equal(lease_count_type(s, NULL, 0, 1, "paused.event"), 1);
+	/* A row redriven with the next_attempt_at of the floor's rows and a
+	 * lower seq (the rows one statement writes share their
+	 * next_attempt_at): below the floor by the due scan's key, not by
+	 * its time alone. The late scan's bound is the key too: the next
+	 * lease has it. */
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, status, finished_at) "
+		    "VALUES ('tie.event', '\\x05', 'failed', now())",
+		    table);
+	pgtest_insert(c, table, 150);
+	assert_int_equal(lease_count_type(s, NULL, 0, 100, "test.event"), 100);
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'pending', attempts = 0, "
+		    "next_attempt_at = (SELECT max(next_attempt_at) FROM %s), "
+		    "finished_at = NULL, written_by = pg_current_xact_id() "
+		    "WHERE type = 'tie.event'",
+		    table, table);
+	assert_int_equal(lease_count_type(s, NULL, 0, 51, "tie.event"), 1);
 	/* A row with no writer below the floor waits for the next rescan. */
 	pgtest_exec(c,
 		    "INSERT INTO %s (type, payload, next_attempt_at, "
@@ -3342,9 +3372,10 @@ static void test_indexed_statements_generic_plans(void **state)
 	if (count_of(claims, "(holder = $6)") < 2 ||
 	    strstr(claims, "(holder = '"))
 		fail_msg("the claim ran a custom plan: %.2000s", claims);
-	/* The lease's due scan starts at its floor, $4; next-due's at $1. */
+	/* The lease's due scan starts at its floor, $4 with its seq, $7;
+	 * next-due's at $1. */
 	assert_int_equal(count_of(plans, "Query Text: WITH lease"), 3);
-	if (count_of(plans, "(next_attempt_at >= $4)") < 3)
+	if (count_of(plans, "(ROW(next_attempt_at, seq) >= ROW($4, $7))") < 3)
 		fail_msg("a lease ran a custom plan: %.3000s", plans);
 	free(plans);
 	free(claims);
@@ -4088,6 +4119,7 @@ int main(void)
 	    cmocka_unit_test(test_generic_plans_use_indexes),
 	    cmocka_unit_test(test_lease_walks_the_index),
 	    cmocka_unit_test(test_lease_floor_under_held_snapshot),
+	    cmocka_unit_test(test_lease_floor_rows_of_one_transaction),
 	    cmocka_unit_test(test_lease_floors_after_reconnect),
 	    cmocka_unit_test(test_ordered_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_below),
