@@ -389,12 +389,11 @@ static int write_claim(struct store *s, const struct lease_batch *b, char *err,
  * rows' only: the keyed rows are the key walk's, which reads each key's
  * first live row at every lease (statements_lease.c).
  */
-/* The session's floor as the lease's $4 and, in floor_seq, the seq that
- * goes with it (the parameter after the mode's others,
- * LEASE_FLOOR_SEQ_PARAM): '-infinity' when it has none or
- * keeps none (OUTBOX_LEASE_RESCAN_INTERVAL=0), has no late scan floor yet
- * on a table with the column, or read its floors on a session that has
- * since been connected anew. */
+/* The time of the session's floor as the lease's $4 (its seq, floor_seq,
+ * goes in the lease's last parameter, store_lease()): '-infinity' when it
+ * has none or keeps none (OUTBOX_LEASE_RESCAN_INTERVAL=0), has no late
+ * scan floor yet on a table with the column, or read its floors on a
+ * session that has since been connected anew. */
 static bool floor_of(const struct store *s, char floor[40])
 {
 	if (s->floor_gen != 0 && s->floor_gen == s->ses->conn_gen &&
