@@ -307,7 +307,7 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	struct time_cache tc = {.valid = false};
 	int64_t oldest = INT64_MAX, oldest_seq = INT64_MAX;
 	for (int i = 0; ok && i < n; i++) {
-		uint64_t u;
+		uint64_t u = 0;
 		ok = event_of(res, i, &tc, &text[i], &out->events[i]) &&
 		     store_col_be(res, i, LC_NEXT_ATTEMPT_AT, 8, &u);
 		int64_t due = (int64_t)u, seq = out->events[i].seq;

@@ -887,9 +887,11 @@ class Bench:
         # first lease does (the cycle cannot carry a floor across
         # transactions the way a relay's session does).
         # $6, the late scan's floor: NULL, no late scan, as in a rescan.
+        # $7, the scan floor's seq: the lowest, as in a rescan.
         lease = bind(lease, {"1": "'{}'", "2": "''", "3": "'/bench'",
                              "4": "'-infinity'", "5": "'0'",
-                             "6": "NULL"})
+                             "6": "NULL",
+                             "7": "'-9223372036854775808'"})
         # The claim is a new row named holder#xid, replacing the client's
         # previous one ($6, which the claim's RETURNING sets through \gset;
         # pgbench() starts every client with holder=none).
