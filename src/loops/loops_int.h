@@ -118,6 +118,8 @@ struct relay {
 	/* And in ordered mode take their turns among its keys (store.h);
 	 * one per source, each under its own lock. */
 	struct store_key_turn *key_turn;
+	/* And unordered, among its due rows (store.h); the same. */
+	struct store_due_turn *due_turn;
 	/* Per source: bumped by relay_wake_source() when rows may have come
 	 * (a notification, a sweep); the workers compare it with what they
 	 * saw last. */

@@ -18,12 +18,15 @@
 /* ---- lifecycle ---- */
 
 /* Frees what relay_create() made before its locks, the first turns of
- * key_turn having been set up, and r. */
+ * key_turn and due_turn having been set up, and r. */
 static void relay_free(struct relay *r, size_t turns)
 {
-	for (size_t i = 0; i < turns; i++)
+	for (size_t i = 0; i < turns; i++) {
 		store_key_turn_destroy(&r->key_turn[i]);
+		store_due_turn_destroy(&r->due_turn[i]);
+	}
 	free(r->key_turn);
+	free(r->due_turn);
 	free(r->rescan_pace);
 	free(r->source_wake);
 	free(r->source_stats);
@@ -59,16 +62,23 @@ int relay_create(struct relay **out, const struct config *cfg,
 	size_t sources = r->sources.cap;
 	r->rescan_pace = calloc(sources, sizeof(*r->rescan_pace));
 	r->key_turn = calloc(sources, sizeof(*r->key_turn));
+	r->due_turn = calloc(sources, sizeof(*r->due_turn));
 	r->source_wake = calloc(sources, sizeof(*r->source_wake));
 	r->source_stats = calloc(sources, sizeof(*r->source_stats));
-	if (!r->rescan_pace || !r->key_turn || !r->source_wake ||
-	    !r->source_stats) {
+	if (!r->rescan_pace || !r->key_turn || !r->due_turn ||
+	    !r->source_wake || !r->source_stats) {
 		relay_free(r, 0);
 		snprintf(err, errlen, "out of memory for the relay");
 		return -1;
 	}
 	for (size_t i = 0; i < sources; i++) {
 		if (store_key_turn_init(&r->key_turn[i]) != 0) {
+			relay_free(r, i);
+			snprintf(err, errlen, "cannot create relay locks");
+			return -1;
+		}
+		if (store_due_turn_init(&r->due_turn[i]) != 0) {
+			store_key_turn_destroy(&r->key_turn[i]);
 			relay_free(r, i);
 			snprintf(err, errlen, "cannot create relay locks");
 			return -1;

@@ -265,6 +265,7 @@ static bool try_open(struct relay_thread *th, struct source_stores *ss,
 	o.conninfo = config_database_url(r->cfg, db);
 	o.rescan_pace = &r->rescan_pace[i];
 	o.key_turn = &r->key_turn[i];
+	o.due_turn = &r->due_turn[i];
 	int rc =
 	    store_open_sharing(&ss->at[i].store, &o,
 			       store_of_db(r, ss, db, false), err, sizeof(err));

@@ -535,11 +535,21 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	/* A rescan reads from the start: no late scan ($6 NULL). */
 	s->scan_from_us = rescan ? INT64_MIN : s->floor_us;
 	s->scan_from_seq = rescan ? INT64_MIN : s->floor_seq;
+	/* Unordered, the relay's stores start where the latest of them
+	 * ended (due_turn.c), with the late scan's floor that goes with it. */
+	uint64_t late_floor = s->written_floor;
+	if (due_turn_begin(s, rescan, &s->scan_from_us, &s->scan_from_seq,
+			   &late_floor) &&
+	    !store_floor_text(s->scan_from_us, floor)) {
+		snprintf(floor, sizeof(floor), "%s", "-infinity");
+		s->scan_from_us = INT64_MIN;
+		s->scan_from_seq = INT64_MIN;
+	}
 	char floor_seq[24];
 	snprintf(floor_seq, sizeof(floor_seq), "%lld",
 		 (long long)s->scan_from_seq);
 	snprintf(written_floor, sizeof(written_floor), "%llu",
-		 (unsigned long long)s->written_floor);
+		 (unsigned long long)late_floor);
 	/* Ordered mode's walk takes where the last one stopped ($7), or
 	 * with the key map its window, the discovery floor and whether the
 	 * window is the whole map ($7-$10). The floor's seq comes last. */

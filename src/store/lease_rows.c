@@ -34,6 +34,7 @@ enum lease_col {
 	LC_NEXT_ATTEMPT_AT,
 	LC_CLAIMS_FLOOR,
 	LC_WRITTEN_FLOOR,
+	LC_SUSPECT,
 	LC_KEY_CURSOR,	  /* ordered mode only */
 	LC_WALKED_KEYS,	  /* ordered mode with the key map only */
 	LC_WALKED_FLOORS, /* the same */
@@ -306,21 +307,41 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 		  col_uuid(res, 0, LC_LEASE_ID, lease_id);
 	struct time_cache tc = {.valid = false};
 	int64_t oldest = INT64_MAX, oldest_seq = INT64_MAX;
+	struct due_taken d = {.n = (size_t)n,
+			      .rescan = s->scan_from_us == INT64_MIN,
+			      .reach_us = INT64_MIN,
+			      .reach_seq = INT64_MIN,
+			      .low_us = INT64_MAX,
+			      .low_seq = INT64_MAX};
+	int64_t bytes = 0;
 	for (int i = 0; ok && i < n; i++) {
-		uint64_t u = 0;
+		uint64_t u = 0, sus = 0;
 		ok = event_of(res, i, &tc, &text[i], &out->events[i]) &&
-		     store_col_be(res, i, LC_NEXT_ATTEMPT_AT, 8, &u);
+		     store_col_be(res, i, LC_NEXT_ATTEMPT_AT, 8, &u) &&
+		     store_col_be(res, i, LC_SUSPECT, 1, &sus);
 		int64_t due = (int64_t)u, seq = out->events[i].seq;
+		bytes += (int64_t)out->events[i].payload_len;
+		if (ok && key_below(due, seq, d.low_us, d.low_seq)) {
+			d.low_us = due;
+			d.low_seq = seq;
+		}
 		/* A row below the scan the lease ran from came from the
-		 * late scan (or is a crash suspect, which has a scan of its
-		 * own): the floor stays where the due scan has been. In
-		 * ordered mode a keyed row came from the key walk, which
-		 * has no floor. */
-		if (ok && key_below(due, seq, oldest, oldest_seq) &&
-		    !key_below(due, seq, s->scan_from_us, s->scan_from_seq) &&
-		    !(s->opt.ordered && out->events[i].partition_key)) {
+		 * late scan, and a crash suspect from a scan of its own:
+		 * the floor stays where the due scan has been. In ordered
+		 * mode a keyed row came from the key walk, which has no
+		 * floor. */
+		if (!ok || sus ||
+		    key_below(due, seq, s->scan_from_us, s->scan_from_seq) ||
+		    (s->opt.ordered && out->events[i].partition_key))
+			continue;
+		if (key_below(due, seq, oldest, oldest_seq)) {
 			oldest = due;
 			oldest_seq = seq;
+		}
+		if (key_below(d.reach_us, d.reach_seq, due, seq)) {
+			d.reach_us = due;
+			d.reach_seq = seq;
+			d.found_due = true;
 		}
 	}
 	if (!ok) {
@@ -340,8 +361,15 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 		s->floor_gen = s->ses->conn_gen;
 	}
 	uint64_t written_floor;
-	if (store_col_be(res, 0, LC_WRITTEN_FLOOR, 8, &written_floor))
+	if (store_col_be(res, 0, LC_WRITTEN_FLOOR, 8, &written_floor)) {
 		s->written_floor = written_floor;
+		d.written_floor = written_floor;
+		d.written_floor_ok = true;
+	}
+	/* The window stops adding rows once the bytes before a row reach
+	 * the budget, so rows it left locked mean these reached it. */
+	d.cut = s->opt.batch_bytes > 0 && bytes >= s->opt.batch_bytes;
+	due_turn_taken(s, &d);
 	if (keep_key_cursor(s, res) != 0) {
 		snprintf(err, errlen, "lease: out of memory");
 		return STORE_ERROR;

@@ -108,6 +108,10 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 	if (n == 0)
 		return 0;
 	int st = mark_stmt(s, kind);
+	/* A row released or retried is pending again once the lease
+	 * ends, maybe below a due turn others moved past it (due_turn.c). */
+	if (kind != MARK_SENT && kind != MARK_FAILED)
+		s->due_turn_let_go = true;
 	if (st < 0 && s->open_lease) {
 		/* Rows never handed over leave the claim, even of a lease
 		 * that already ended: they owe no attempt (§4). A claim that

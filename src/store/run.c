@@ -784,5 +784,6 @@ int store_lease_end(struct store *s, enum tx_end end, char *err, size_t errlen)
 			 "back");
 		rc = STORE_ERROR;
 	}
+	due_turn_ended(s, end == TX_COMMIT && rc == 0);
 	return rc;
 }

@@ -42,7 +42,10 @@
  * of the table; the lease id is made once in its own CTE; a crash suspect is
  * leased at most one per batch, ahead of the due rows (UNION ALL keeps its
  * branches' order, and so does the window over it). CTEs are read lazily, so
- * the due CTE locks only what fits.
+ * the due CTE locks only what fits; the batch's LIMIT comes before the
+ * window, which reads a row ahead of the one it returns: after it, a
+ * full batch held one row more than it took, one the due turn could pass
+ * (due_turn.c).
  *
  * $4, the scan floor (docs/design.md §4, "A held snapshot"), with its seq
  * in the last parameter (store_lease_params()): the due scan starts at the
@@ -481,21 +484,21 @@ static char *lease_sql(const struct store *s, bool claims)
 		      "picked AS (SELECT tid, rid, w FROM (SELECT tid, rid, w, "
 		      "sum(bytes) "
 		      "OVER (ROWS UNBOUNDED PRECEDING) - bytes AS before FROM "
-		      "(%s) u) q WHERE before < %lld LIMIT %d) "
+		      "(%s LIMIT %d) u) q WHERE before < %lld) "
 		      "SELECT t.id, t.seq, t.type, coalesce(t.source, %s$3), "
 		      "t.subject, t.content_type, t.exchange, t.routing_key, "
 		      "t.partition_key, t.payload, t.headers::text, "
 		      "t.created_at, t.attempts + 1, t.max_attempts, (SELECT "
 		      "lease_id FROM lease), pg_current_xact_id_if_assigned(), "
-		      "t.ctid, t.next_attempt_at, %s, %s%s FROM %s"
+		      "t.ctid, t.next_attempt_at, %s, %s, t.suspect%s FROM %s"
 		      "t.ctid = ANY(ARRAY(SELECT tid FROM picked)) AND t.id = "
 		      "ANY(ARRAY(SELECT rid FROM picked))" ROW_ID_RANGE(
 			  "rid", "picked") "%s",
 		      ordered && !keymap ? "RECURSIVE " : "", crashed, late, T,
 		      not_paused, skip_crashed, below, keyed,
 		      ordered ? ", next_attempt_at AS at, seq AS sq" : "", T,
-		      floor_seq, not_paused, skip_crashed, n, rows,
-		      (long long)s->opt.batch_bytes, n,
+		      floor_seq, not_paused, skip_crashed, n, rows, n,
+		      (long long)s->opt.batch_bytes,
 		      s->relay_source_missing ? "" : "t.relay_source, ",
 		      claims ? "(SELECT least(min(written_by), "
 			       "pg_snapshot_xmin(pg_current_snapshot())) FROM "

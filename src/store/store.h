@@ -80,6 +80,31 @@ struct store_key_turn {
 int store_key_turn_init(struct store_key_turn *t);
 void store_key_turn_destroy(struct store_key_turn *t);
 
+/*
+ * The unordered lease's turn among the due rows (docs/design.md §4, "The
+ * due turn"), which the leasing stores of one process and table share:
+ * the due scan's key (next_attempt_at, seq) the next lease starts at, and
+ * the late scan's floor below it. Each store starting at its own previous
+ * batch stepped over the rows every other lane of the relay held locked,
+ * a lock attempt each. A lease moves it on to the last due row it took,
+ * unless it ran under a turn moved back since it began; a lease that let
+ * rows go without moving them on (released, retried, rolled back, cut by
+ * the byte budget) moves it back to its lowest row once they are free; a
+ * rescan sets it (none when it found no row). Owned by whoever opens the
+ * stores; store_due_turn_init() before the first,
+ * store_due_turn_destroy() after the last. lock guards the rest, which
+ * the stores read and move from their own threads.
+ */
+struct store_due_turn {
+	pthread_mutex_t lock;
+	int64_t at_us;		/* INT64_MIN: no turn, each store its own */
+	int64_t seq;		/* with at_us, the due scan's key */
+	uint64_t written_floor; /* the late scan's floor below the key */
+	uint64_t gen;		/* moves back */
+};
+int store_due_turn_init(struct store_due_turn *t);
+void store_due_turn_destroy(struct store_due_turn *t);
+
 struct store_options {
 	const char *conninfo;  /* NULL: libpq's PG* variables */
 	const char *table;     /* "name" or "schema.name" */
@@ -115,6 +140,9 @@ struct store_options {
 	/* Shared likewise in ordered mode; NULL: this store's walk begins
 	 * where its own previous lease ended. */
 	struct store_key_turn *key_turn;
+	/* Shared likewise in unordered mode; NULL: this store's due scan
+	 * starts at its own previous batch. */
+	struct store_due_turn *due_turn;
 };
 
 struct store;

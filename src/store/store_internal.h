@@ -295,6 +295,16 @@ struct store {
 	/* The shared key turn's gen as this store's latest lease began
 	 * (opt.key_turn). */
 	uint64_t key_turn_gen;
+	/* The shared due turn (opt.due_turn, due_turn.c): its gen as this
+	 * store's latest lease began; whether that lease took rows and has
+	 * not ended yet, the lowest key of any of them, and whether it let
+	 * rows go that the turn may have passed (a release, a retry: the
+	 * marks say so; rows cut by the byte budget). */
+	uint64_t due_turn_gen;
+	bool due_turn_open;
+	bool due_turn_let_go;
+	int64_t due_turn_low_us;
+	int64_t due_turn_low_seq;
 	int64_t key_map_at_ms;
 	bool key_map_built;
 	/* The backlog count's floors (store_admin.c): the oldest
@@ -329,6 +339,29 @@ struct lease_rows {
 	char lease_id[37]; /* recorded on the rows its marks charge */
 	struct outbox_event events[];
 };
+
+/* due_turn.c (docs/design.md §4, "The due turn"), for unordered leases
+ * on a store with opt.due_turn. due_turn_begin(), as a lease starts:
+ * notes the turn's gen; false for a rescan, in ordered mode or without a
+ * turn, else sets *at_us, *seq and *written_floor to the turn's, where
+ * the lease starts. due_turn_taken(), once its rows are read: a rescan
+ * sets the turn to the last due row it took (reach, none if found_due
+ * is false) and the late scan's floor written_floor; any other lease
+ * moves it on to reach if it began under this turn's gen. low: the
+ * lowest key of every row it took (n of them), cut: the byte budget may
+ * have cut the batch. due_turn_ended(), after its COMMIT or ROLLBACK:
+ * moves the turn back to low unless the lease committed (committed)
+ * with nothing let go. */
+struct due_taken {
+	size_t n;
+	bool rescan, found_due, cut, written_floor_ok;
+	int64_t reach_us, reach_seq, low_us, low_seq;
+	uint64_t written_floor;
+};
+bool due_turn_begin(struct store *s, bool rescan, int64_t *at_us, int64_t *seq,
+		    uint64_t *written_floor);
+void due_turn_taken(struct store *s, const struct due_taken *d);
+void due_turn_ended(struct store *s, bool committed);
 
 /* lease.c, for the store's tests (store_test.h, which the relay does not
  * include): ends the lease keeping its claim, as a lease lost after the

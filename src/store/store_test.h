@@ -30,6 +30,13 @@ int store_open_traced(struct store **out, const struct store_options *opt,
 int store_lease_rollback_charged(struct store *s, struct lease_batch *b,
 				 char *err, size_t errlen);
 
+/* The due turn's moves (due_turn.c), for its unit test: on to (at_us,
+ * seq) with the late scan's floor written_floor if no move back came
+ * since gen (true when it moved), and back to (at_us, seq). */
+bool store_due_turn_on(struct store_due_turn *t, uint64_t gen, int64_t at_us,
+		       int64_t seq, uint64_t written_floor);
+void store_due_turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq);
+
 /* The keys one ordered lease's walk steps to at most (at least 1;
  * KEY_WALK_CAP by default), so a test reaches the cap with a few keys.
  * Before the store's first lease: it rebuilds the lease statement. */

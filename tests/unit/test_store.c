@@ -3047,6 +3047,182 @@ static void test_lease_floors_after_reconnect(void **state)
 	PQfinish(c);
 }
 
+/* 8b-iv. The due turn (docs/design.md §4, "The due turn"): the unordered
+ * stores of one relay and table start their due scans where the latest
+ * lease of any of them ended, not at their own previous batch, behind
+ * the rows the others hold. 50 rows of one statement (one
+ * next_attempt_at, seqs base+1..base+50), batches of 10. */
+struct turn_stores {
+	PGconn *c;
+	struct store_due_turn turn;
+	struct store *s1, *s2;
+	long base;
+};
+
+static void turn_stores_open(struct turn_stores *t, const char *name,
+			     char *table, size_t len)
+{
+	pgtest_fresh_table(name, table, len);
+	t->c = pgtest_connect();
+	pgtest_insert(t->c, table, 50);
+	t->base = pgtest_long(t->c, "SELECT min(seq) - 1 FROM %s", table);
+	assert_int_equal(store_due_turn_init(&t->turn), 0);
+	struct store_options o = pgtest_store_options(table);
+	o.batch_size = 10;
+	o.lease_rescan_ms = 3600 * 1000;
+	o.due_turn = &t->turn;
+	t->s1 = pgtest_store(&o);
+	t->s2 = pgtest_store(&o);
+}
+
+static void turn_stores_close(struct turn_stores *t)
+{
+	store_close(t->s1);
+	store_close(t->s2);
+	store_due_turn_destroy(&t->turn);
+	PQfinish(t->c);
+}
+
+/* Leases on s and checks it took the rows lo..hi (seqs past t->base). */
+static void lease_run(struct turn_stores *t, struct store *s,
+		      struct lease_batch *b, long lo, long hi)
+{
+	if (store_lease(s, NULL, 0, "", b, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	if (b->n != (size_t)(hi - lo + 1) || b->events[0].seq != t->base + lo)
+		fail_msg("leased %zu rows from %lld, want %ld..%ld", b->n,
+			 b->n ? (long long)(b->events[0].seq - t->base) : 0LL,
+			 lo, hi);
+	for (size_t k = 1; k < b->n; k++)
+		assert_int_equal(b->events[k].seq, b->events[k - 1].seq + 1);
+}
+
+static void sent(struct store *s, struct lease_batch *b)
+{
+	assert_int_equal(mark(s, MARK_SENT, b, NULL).marked, b->n);
+	commit(s, b);
+}
+
+/* A store starts at the turn: rows another transaction held when the
+ * turn passed them and let go unchanged (a relay of another process, an
+ * operator's lock) wait for the next rescan, as below a store's own
+ * floor. */
+static void test_due_turn_shared(void **state)
+{
+	(void)state;
+	char table[128];
+	struct turn_stores t;
+	turn_stores_open(&t, "store_due_turn", table, sizeof(table));
+	PGconn *holder = pgtest_connect();
+	struct lease_batch b1, b2;
+	lease_run(&t, t.s1, &b1, 1, 10);
+	lease_run(&t, t.s2, &b2, 11, 20);
+	pgtest_exec(holder, "BEGIN");
+	pgtest_exec(holder,
+		    "SELECT 1 FROM %s WHERE seq BETWEEN %ld AND %ld FOR "
+		    "UPDATE",
+		    table, t.base + 21, t.base + 25);
+	sent(t.s1, &b1);
+	lease_run(&t, t.s1, &b1, 26, 35);
+	sent(t.s1, &b1);
+	pgtest_exec(holder, "ROLLBACK");
+	sent(t.s2, &b2);
+	/* From its own batch, 11, s2 would take 21-25 first. */
+	lease_run(&t, t.s2, &b2, 36, 45);
+	sent(t.s2, &b2);
+	const char *none[1] = {"none"};
+	if (store_lease(t.s2, none, 1, "", &b2, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	assert_int_equal(b2.n, 10);
+	assert_int_equal(b2.events[0].seq, t.base + 21);
+	assert_int_equal(b2.events[5].seq, t.base + 46);
+	sent(t.s2, &b2);
+	PQfinish(holder);
+	turn_stores_close(&t);
+}
+
+/* A full batch holds its rows and no more, with a crash suspect ahead of
+ * its due rows too (the byte budget's window reads a row ahead): the one
+ * more would be let go at its end below a turn others moved past it. */
+static void test_full_batch_holds_its_rows(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_batch_holds", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 20);
+	pgtest_exec(c,
+		    "UPDATE %s SET suspect = true WHERE seq = (SELECT max(seq) "
+		    "FROM %s)",
+		    table, table);
+	struct store_options o = pgtest_store_options(table);
+	o.batch_size = 10;
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 10);
+	pgtest_exec(c, "BEGIN");
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM (SELECT 1 FROM %s "
+				     "FOR UPDATE SKIP LOCKED) f",
+				     table),
+			 10);
+	pgtest_exec(c, "ROLLBACK");
+	abandon(s, &b);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* A lease that lets its rows go where they were moves the turn back to
+ * them once they are free: released uncharged (store_lease_abort()),
+ * released by the mark, cut by the byte budget (s2's budget takes 5 rows
+ * of 10 bytes and holds the next 5). Each time the other store's next
+ * lease has them, where the turn had gone past. */
+static void test_due_turn_back(void **state)
+{
+	(void)state;
+	char table[128];
+	struct turn_stores t;
+	turn_stores_open(&t, "store_due_turn_back", table, sizeof(table));
+	pgtest_exec(t.c, "UPDATE %s SET payload = '\\x00112233445566778899'",
+		    table);
+	struct lease_batch b1, b2;
+	lease_run(&t, t.s1, &b1, 1, 10);
+	lease_run(&t, t.s2, &b2, 11, 20);
+	if (store_lease_abort(t.s1, &b1, err, sizeof(err)) != 0)
+		fail_msg("abort: %s", err);
+	lease_batch_release(&b1);
+	sent(t.s2, &b2);
+	lease_run(&t, t.s2, &b2, 1, 10);
+	lease_run(&t, t.s1, &b1, 21, 30);
+	assert_int_equal(mark(t.s2, MARK_RELEASE, &b2, NULL).marked, b2.n);
+	commit(t.s2, &b2);
+	sent(t.s1, &b1);
+	lease_run(&t, t.s1, &b1, 1, 10);
+	sent(t.s1, &b1);
+	store_close(t.s2);
+	struct store_options o = pgtest_store_options(table);
+	o.batch_size = 10;
+	o.batch_bytes = 50;
+	o.lease_rescan_ms = 3600 * 1000;
+	o.due_turn = &t.turn;
+	t.s2 = pgtest_store(&o);
+	/* A rescan (its first lease) from the start: 31-35 of 31-40. */
+	lease_run(&t, t.s2, &b2, 31, 35);
+	lease_run(&t, t.s1, &b1, 41, 50);
+	sent(t.s2, &b2);
+	sent(t.s1, &b1);
+	lease_run(&t, t.s1, &b1, 36, 40);
+	sent(t.s1, &b1);
+	/* A lease that began before a move back does not move the turn
+	 * on when it ends: it stepped over the rows let go as held. */
+	uint64_t began = t.turn.gen;
+	store_due_turn_back(&t.turn, t.turn.at_us, t.turn.seq);
+	assert_false(store_due_turn_on(&t.turn, began, INT64_MAX, 0, 1));
+	assert_true(store_due_turn_on(&t.turn, began + 1, INT64_MAX, 0, 1));
+	turn_stores_close(&t);
+}
+
 /* 8b-iv. The stores of one process share their rescan schedule: once a
  * rescan is due, the first store to lease makes it, and the others do not
  * rescan until the next is due (one rescan per interval for the process,
@@ -4121,6 +4297,9 @@ int main(void)
 	    cmocka_unit_test(test_lease_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_of_one_transaction),
 	    cmocka_unit_test(test_lease_floors_after_reconnect),
+	    cmocka_unit_test(test_due_turn_shared),
+	    cmocka_unit_test(test_due_turn_back),
+	    cmocka_unit_test(test_full_batch_holds_its_rows),
 	    cmocka_unit_test(test_ordered_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_below),
 	    cmocka_unit_test(test_lease_rescans_shared),
