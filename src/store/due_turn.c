@@ -21,11 +21,6 @@
 #include "store_internal.h"
 #include "store_test.h"
 
-static bool key_below(int64_t at, int64_t seq, int64_t at2, int64_t seq2)
-{
-	return at < at2 || (at == at2 && seq < seq2);
-}
-
 int store_due_turn_init(struct store_due_turn *t)
 {
 	t->at_us = INT64_MIN;
@@ -45,7 +40,7 @@ static bool turn_on(struct store_due_turn *t, uint64_t gen, int64_t at_us,
 		    int64_t seq, uint64_t written_floor)
 {
 	if (t->gen != gen || t->at_us == INT64_MIN ||
-	    !key_below(t->at_us, t->seq, at_us, seq))
+	    !due_key_below(t->at_us, t->seq, at_us, seq))
 		return false;
 	t->at_us = at_us;
 	t->seq = seq;
@@ -55,7 +50,8 @@ static bool turn_on(struct store_due_turn *t, uint64_t gen, int64_t at_us,
 
 static void turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq)
 {
-	if (t->at_us != INT64_MIN && key_below(at_us, seq, t->at_us, t->seq)) {
+	if (t->at_us != INT64_MIN &&
+	    due_key_below(at_us, seq, t->at_us, t->seq)) {
 		t->at_us = at_us;
 		t->seq = seq;
 	}

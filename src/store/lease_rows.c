@@ -210,12 +210,6 @@ static bool event_of(PGresult *res, int i, struct time_cache *tc,
 	return true;
 }
 
-/* Whether (at, seq) comes before (at2, seq2) in the due scan's order. */
-static bool key_below(int64_t at, int64_t seq, int64_t at2, int64_t seq2)
-{
-	return at < at2 || (at == at2 && seq < seq2);
-}
-
 /* Insertion order: the rows come back in the order of their place in the
  * table (read by ctid), and a batch goes out in the order it was made. */
 static int by_seq(const void *a, const void *b)
@@ -321,7 +315,7 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 		     store_col_be(res, i, LC_SUSPECT, 1, &sus);
 		int64_t due = (int64_t)u, seq = out->events[i].seq;
 		bytes += (int64_t)out->events[i].payload_len;
-		if (ok && key_below(due, seq, d.low_us, d.low_seq)) {
+		if (ok && due_key_below(due, seq, d.low_us, d.low_seq)) {
 			d.low_us = due;
 			d.low_seq = seq;
 		}
@@ -331,14 +325,15 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 		 * mode a keyed row came from the key walk, which has no
 		 * floor. */
 		if (!ok || sus ||
-		    key_below(due, seq, s->scan_from_us, s->scan_from_seq) ||
+		    due_key_below(due, seq, s->scan_from_us,
+				  s->scan_from_seq) ||
 		    (s->opt.ordered && out->events[i].partition_key))
 			continue;
-		if (key_below(due, seq, oldest, oldest_seq)) {
+		if (due_key_below(due, seq, oldest, oldest_seq)) {
 			oldest = due;
 			oldest_seq = seq;
 		}
-		if (key_below(d.reach_us, d.reach_seq, due, seq)) {
+		if (due_key_below(d.reach_us, d.reach_seq, due, seq)) {
 			d.reach_us = due;
 			d.reach_seq = seq;
 			d.found_due = true;

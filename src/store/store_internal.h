@@ -351,7 +351,13 @@ struct lease_rows {
  * lowest key of every row it took (n of them), cut: the byte budget may
  * have cut the batch. due_turn_ended(), after its COMMIT or ROLLBACK:
  * moves the turn back to low unless the lease committed (committed)
- * with nothing let go. */
+ * with nothing let go. due_key_below(): whether (at, seq) comes before
+ * (at2, seq2) in the due scan's order. */
+static inline bool due_key_below(int64_t at, int64_t seq, int64_t at2,
+				 int64_t seq2)
+{
+	return at < at2 || (at == at2 && seq < seq2);
+}
 struct due_taken {
 	size_t n;
 	bool rescan, found_due, cut, written_floor_ok;
