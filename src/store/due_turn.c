@@ -16,7 +16,8 @@
  * turn that others moved past while they were held. So such a lease moves
  * the turn back to its lowest row once its transaction has ended, and a
  * lease that began before a move back does not move the turn on (it
- * stepped over the rows as held).
+ * stepped over the rows as held), nor does one that began at its own
+ * floor.
  */
 #include "store_internal.h"
 #include "store_test.h"
@@ -92,6 +93,7 @@ bool due_turn_begin(struct store *s, bool rescan, int64_t *at_us, int64_t *seq,
 	pthread_mutex_lock(&t->lock);
 	s->due_turn_gen = t->gen;
 	bool use = !rescan && t->at_us != INT64_MIN;
+	s->due_turn_used = use;
 	if (use) {
 		*at_us = t->at_us;
 		*seq = t->seq;
@@ -121,7 +123,10 @@ void due_turn_taken(struct store *s, const struct due_taken *d)
 		t->at_us = set ? d->reach_us : INT64_MIN;
 		t->seq = set ? d->reach_seq : INT64_MIN;
 		t->written_floor = set ? d->written_floor : 0;
-	} else if (found) {
+	} else if (found && s->due_turn_used) {
+		/* A lease from its own floor (there was no turn as it
+		 * began) says nothing of the rows between a turn set since
+		 * and that floor. */
 		turn_on(t, s->due_turn_gen, d->reach_us, d->reach_seq,
 			d->written_floor);
 	}

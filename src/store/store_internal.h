@@ -301,6 +301,7 @@ struct store {
 	 * rows go that the turn may have passed (a release, a retry: the
 	 * marks say so; rows cut by the byte budget). */
 	uint64_t due_turn_gen;
+	bool due_turn_used; /* that lease started at the turn */
 	bool due_turn_open;
 	bool due_turn_let_go;
 	int64_t due_turn_low_us;
