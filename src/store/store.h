@@ -86,11 +86,12 @@ void store_key_turn_destroy(struct store_key_turn *t);
  * the due scan's key (next_attempt_at, seq) the next lease starts at, and
  * the late scan's floor below it. Each store starting at its own previous
  * batch stepped over the rows every other lane of the relay held locked,
- * a lock attempt each. A lease moves it on to the last due row it took,
- * unless it ran under a turn moved back since it began; a lease that let
- * rows go without moving them on (released, retried, rolled back, cut by
- * the byte budget) moves it back to its lowest row once they are free; a
- * rescan sets it (none when it found no row). Owned by whoever opens the
+ * a lock attempt each. A lease that started at it moves it on to the
+ * last due row it took, unless it ran under a turn moved back since it
+ * began; a lease that let rows go without moving them on (released,
+ * retried, rolled back, cut by the byte budget) moves it back to its
+ * lowest row once they are free; a rescan sets it (none when it found no
+ * row, or a move back came while it ran). Owned by whoever opens the
  * stores; store_due_turn_init() before the first,
  * store_due_turn_destroy() after the last. lock guards the rest, which
  * the stores read and move from their own threads.

@@ -347,8 +347,9 @@ struct lease_rows {
  * turn, else sets *at_us, *seq and *written_floor to the turn's, where
  * the lease starts. due_turn_taken(), once its rows are read: a rescan
  * sets the turn to the last due row it took (reach, none if found_due
- * is false) and the late scan's floor written_floor; any other lease
- * moves it on to reach if it began under this turn's gen. low: the
+ * is false) and the late scan's floor written_floor, when no move back
+ * came while it ran (else no turn); any other lease that started at the
+ * turn moves it on to reach if it began under this turn's gen. low: the
  * lowest key of every row it took (n of them), cut: the byte budget may
  * have cut the batch. due_turn_ended(), after its COMMIT or ROLLBACK:
  * moves the turn back to low unless the lease committed (committed)
