@@ -3223,6 +3223,94 @@ static void test_due_turn_back(void **state)
 	turn_stores_close(&t);
 }
 
+/* A lease on its own, for a thread: its rc and error. */
+struct turn_leaser {
+	struct store *s;
+	struct lease_batch b;
+	int rc;
+	char error[512];
+};
+
+static void *turn_leaser_main(void *arg)
+{
+	struct turn_leaser *l = arg;
+	l->rc =
+	    store_lease(l->s, NULL, 0, "", &l->b, l->error, sizeof(l->error));
+	return NULL;
+}
+
+/* The turn's key and late floor, written as a rescan of another store
+ * would write them, under the turn's lock (the leaser thread reads it). */
+static void turn_set(struct store_due_turn *t, int64_t at_us, int64_t seq,
+		     uint64_t written_floor)
+{
+	pthread_mutex_lock(&t->lock);
+	t->at_us = at_us;
+	t->seq = seq;
+	t->written_floor = written_floor;
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* A lease that began at its own floor (there was no turn) does not move
+ * the turn on: a turn another store set while it ran may be below that
+ * floor, with free rows between that the lease never scanned. Here s1's
+ * floor is 21, rows 11-20 are free (s2 let them go), and the turn comes
+ * back at 10 while s1's lease waits behind a table lock, already begun;
+ * s1 takes 31-40, and s2's next lease from the turn must still have
+ * 11-20. */
+static void test_due_turn_own_floor(void **state)
+{
+	(void)state;
+	char table[128];
+	struct turn_stores t;
+	turn_stores_open(&t, "store_due_turn_own", table, sizeof(table));
+	struct lease_batch b1, b2;
+	lease_run(&t, t.s1, &b1, 1, 10);
+	sent(t.s1, &b1);
+	int64_t at10_us = t.turn.at_us, seq10 = t.turn.seq;
+	uint64_t floor10 = t.turn.written_floor;
+	assert_int_equal(seq10, t.base + 10);
+	lease_run(&t, t.s2, &b2, 11, 20);
+	lease_run(&t, t.s1, &b1, 21, 30);
+	sent(t.s1, &b1);
+	if (store_lease_abort(t.s2, &b2, err, sizeof(err)) != 0)
+		fail_msg("abort: %s", err);
+	lease_batch_release(&b2);
+	/* No turn, as after a rescan that found no due row. */
+	turn_set(&t.turn, INT64_MIN, INT64_MIN, 0);
+	PGconn *holder = pgtest_connect();
+	pgtest_exec(holder, "BEGIN");
+	pgtest_exec(holder, "LOCK TABLE %s IN EXCLUSIVE MODE", table);
+	struct turn_leaser l = {.s = t.s1};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, turn_leaser_main, &l), 0);
+	/* The lease statement waits for the lock once its lease has begun
+	 * (the store sends nothing before it); bounded by its lock timeout. */
+	long waiting = 0;
+	for (int i = 0; i < 400 && !waiting; i++) {
+		usleep(10 * 1000);
+		waiting = pgtest_long(t.c,
+				      "SELECT count(*) FROM pg_locks WHERE NOT "
+				      "granted AND relation = '%s'::regclass",
+				      table);
+	}
+	turn_set(&t.turn, at10_us, seq10, floor10);
+	pgtest_exec(holder, "ROLLBACK");
+	pthread_join(th, NULL);
+	assert_int_equal(waiting, 1);
+	if (l.rc != 0)
+		fail_msg("lease: %s", l.error);
+	b1 = l.b;
+	assert_int_equal(b1.n, 10);
+	assert_int_equal(b1.events[0].seq, t.base + 31);
+	sent(t.s1, &b1);
+	assert_int_equal(t.turn.seq, seq10);
+	lease_run(&t, t.s2, &b2, 11, 20);
+	sent(t.s2, &b2);
+	PQfinish(holder);
+	turn_stores_close(&t);
+}
+
 /* 8b-iv. The stores of one process share their rescan schedule: once a
  * rescan is due, the first store to lease makes it, and the others do not
  * rescan until the next is due (one rescan per interval for the process,
@@ -4299,6 +4387,7 @@ int main(void)
 	    cmocka_unit_test(test_lease_floors_after_reconnect),
 	    cmocka_unit_test(test_due_turn_shared),
 	    cmocka_unit_test(test_due_turn_back),
+	    cmocka_unit_test(test_due_turn_own_floor),
 	    cmocka_unit_test(test_full_batch_holds_its_rows),
 	    cmocka_unit_test(test_ordered_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_below),
