@@ -8,9 +8,12 @@
 # statement's execution and planning ms, calls, buffers a call and µs per
 # event, and the WAL per event is read from the server. The drain is
 # awaited by polling the table, whose queries are left out.
-# Variants: ordered, unordered, ordered-nohistory, unordered-nohistory.
-# The table is migrated again before each variant with its OUTBOX_RETENTION,
-# as its deployment would migrate it (the pages' room, migrate_room.c).
+# Variants: ordered, unordered, ordered-nohistory, unordered-nohistory,
+# and any of them with -partitioned: the table made partitioned by the
+# day as the dbcost section makes it (partitioned_today, a table of its
+# own each time). The table is migrated again before each variant with its
+# OUTBOX_RETENTION, as its deployment would migrate it (the pages' room,
+# migrate_room.c).
 # Usage: [ROWS=N] RELAY_TEST_BIN=build/outbox-relay tests/bench/ordered_statements.sh [workers] [variant...]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -26,7 +29,7 @@ ROWS=${ROWS:-20000}
 # The drain is awaited 0.1 s at a time, 120 s for each 20,000 rows.
 polls=$(((ROWS + 19999) / 20000 * 1200))
 for v in "${VARIANTS[@]}"; do
-	case $v in ordered | unordered | ordered-nohistory | unordered-nohistory) ;;
+	case ${v%-partitioned} in ordered | unordered | ordered-nohistory | unordered-nohistory) ;;
 	*) echo "ordered_statements.sh: unknown variant '$v'" >&2; exit 2 ;;
 	esac
 done
@@ -34,27 +37,30 @@ done
 statements_on
 relay=
 trap 'kill $relay 2>/dev/null || true; wait 2>/dev/null || true; bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
+cell=0
 for v in "${VARIANTS[@]}"; do
-	ordering=none retention=7d
+	ordering=none retention=7d tbl=outbox_events
 	case $v in ordered*) ordering=partition ;; esac
-	case $v in *-nohistory) retention=0 ;; esac
+	case ${v%-partitioned} in *-nohistory) retention=0 ;; esac
+	case $v in *-partitioned) cell=$((cell + 1)) tbl=outbox_parted$cell ;; esac
 	OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_RETENTION=$retention \
-		"$RELAY_TEST_BIN" migrate >/dev/null
-	q -c "TRUNCATE outbox_events" >/dev/null
-	q -c "INSERT INTO outbox_events (type, routing_key, partition_key, payload)
+		OUTBOX_TABLE=$tbl "$RELAY_TEST_BIN" migrate >/dev/null
+	case $v in *-partitioned) OUTBOX_RETENTION=$retention partitioned_today $tbl ;; esac
+	q -c "TRUNCATE $tbl" >/dev/null
+	q -c "INSERT INTO $tbl (type, routing_key, partition_key, payload)
 	  SELECT 'bench.event', 'bench', 'k' || (g % 1000), decode(repeat(md5(g::text), 32), 'hex')
 	  FROM generate_series(1, $ROWS) g" >/dev/null
-	q -c "VACUUM ANALYZE outbox_events" -c "CHECKPOINT" >/dev/null
+	q -c "VACUUM ANALYZE $tbl" -c "CHECKPOINT" >/dev/null
 	q -c "SELECT pg_stat_statements_reset()" >/dev/null
 	lsn=$(q -c "SELECT pg_current_wal_lsn()")
 	t0=$(date +%s%N)
 	OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_PUBLISHER=stdout \
 		OUTBOX_WORKERS="$WORKERS" OUTBOX_ORDERING=$ordering OUTBOX_RETENTION=$retention \
-		OUTBOX_BATCH_SIZE=100 OUTBOX_HTTP_ADDR='' OUTBOX_CE_SOURCE=/bench \
+		OUTBOX_BATCH_SIZE=100 OUTBOX_HTTP_ADDR='' OUTBOX_CE_SOURCE=/bench OUTBOX_TABLE=$tbl \
 		"$RELAY_TEST_BIN" run >/dev/null 2>"$work/relay.log" &
 	relay=$!
 	for _ in $(seq 1 $polls); do
-		[ "$(q -c "SELECT count(*) FROM outbox_events WHERE status = 'pending'")" = 0 ] && break
+		[ "$(q -c "SELECT count(*) FROM $tbl WHERE status = 'pending'")" = 0 ] && break
 		kill -0 $relay 2>/dev/null || { cat "$work/relay.log" >&2; exit 1; }
 		sleep 0.1
 	done
@@ -62,7 +68,7 @@ for v in "${VARIANTS[@]}"; do
 	kill $relay
 	wait $relay || true
 	relay=
-	left=$(q -c "SELECT count(*) FROM outbox_events WHERE status = 'pending'")
+	left=$(q -c "SELECT count(*) FROM $tbl WHERE status = 'pending'")
 	[ "$left" = 0 ] || { echo "ordered_statements.sh: $left rows left after $((polls / 10)) s" >&2; exit 1; }
 	wal=$(q -c "SELECT pg_current_wal_lsn() - '$lsn'::pg_lsn")
 	echo "== $v, $WORKERS worker(s): drained in $(((t1 - t0) / 1000000)) ms, WAL $((wal / ROWS)) bytes an event"
@@ -71,7 +77,7 @@ for v in "${VARIANTS[@]}"; do
 	  (shared_blks_hit + shared_blks_read) / greatest(calls, 1),
 	  round((total_exec_time * 1000 / $ROWS)::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 60)
 	  FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'
-	  AND query NOT LIKE 'SELECT count(*) FROM outbox_events WHERE status%'
-	  AND query NOT LIKE 'TRUNCATE%' AND query NOT LIKE 'INSERT INTO outbox_events%'
-	  ORDER BY total_exec_time DESC LIMIT 6"
+	  AND query NOT LIKE 'SELECT count(*) FROM $tbl WHERE status%'
+	  AND query NOT LIKE 'TRUNCATE%' AND query NOT LIKE 'INSERT INTO $tbl%'
+	  ORDER BY total_exec_time DESC LIMIT 8"
 done
