@@ -110,6 +110,12 @@ struct relay {
 	atomic_int stopping;	  /* 1 once shutdown began */
 	atomic_int marks_failed;  /* 1 if a mark could not be written */
 	atomic_int workers_ready; /* workers with a healthy publisher */
+	/* Set by a thread whose session was connected anew
+	 * (sources_reconnect()), taken by the sweeper: what ended the
+	 * session (a restart, a failover) may have ended leases with it,
+	 * whose rows wait for a sweep, and the sweeper's interval would
+	 * keep them waiting for its whole length. */
+	atomic_bool sweep_asked;
 	/* The sources; see struct source_list for how it is shared. */
 	struct source_list sources;
 	/* The workers' stores of each source rescan in turn (store.h);

@@ -400,6 +400,7 @@ int sources_reconnect(struct relay_thread *th, struct source_stores *ss,
 		if (got == 0) {
 			metrics_add(MC_DB_RECONNECTS, 1);
 			log_info("reconnected to postgres");
+			atomic_store(&r->sweep_asked, true);
 			return 0;
 		}
 		if (got != STORE_RECONNECT) {

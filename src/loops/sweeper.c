@@ -82,6 +82,26 @@ static int sweep_source(struct relay_thread *th, struct source_stores *ss,
 	return 0;
 }
 
+/* Sleeps the sweep interval, or less when a session was connected anew
+ * (struct relay's sweep_asked): looked at every second, so leases that
+ * ended with a session are swept within about one, and the sweeper's own
+ * failed sweep is followed by another once it is connected again. Only
+ * that, time or shutdown ends the sleep: relay_wake() is for workers,
+ * and with LISTEN on it comes with every inserting commit, which would
+ * make a sweep per commit. */
+static void sweeper_idle(struct relay_thread *th)
+{
+	struct relay *r = th->relay;
+	int64_t until = clock_ms() + r->cfg->sweep_interval_ms;
+	while (!relay_stopping(r) && !atomic_exchange(&r->sweep_asked, false)) {
+		int64_t left = until - clock_ms();
+		if (left <= 0)
+			break;
+		relay_idle_since(th, NULL, left < 1000 ? left : 1000, NULL,
+				 NULL);
+	}
+}
+
 void *sweeper_main(void *arg)
 {
 	struct relay_thread *th = arg;
@@ -111,11 +131,7 @@ void *sweeper_main(void *arg)
 			if (sweep_source(th, &ss, i, &st[i], a) != 0)
 				break;
 		}
-		/* Only time (or shutdown) ends the sleep: relay_wake() is
-		 * for workers, and with LISTEN on it comes with every
-		 * inserting commit, which would make a sweep per commit. */
-		relay_idle_since(th, NULL, r->cfg->sweep_interval_ms, NULL,
-				 NULL);
+		sweeper_idle(th);
 	}
 	sources_close(r, &ss);
 	free(st);
