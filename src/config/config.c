@@ -169,8 +169,9 @@ const struct setting config_core_rows[] = {
 		     "publish timeout plus statement timeout"),
     SETTING_DURATION(C, "OUTBOX_SWEEP_INTERVAL", sweep_interval_ms, "30s", 100,
 		     HOUR, 0,
-		     "how often expired leases are returned; must be below the "
-		     "lease timeout"),
+		     "how often expired leases are returned, and within about "
+		     "a second of any of the relay's sessions being connected "
+		     "again; must be below the lease timeout"),
     SETTING_DURATION(C, "OUTBOX_CLEAN_INTERVAL", clean_interval_ms, "1h",
 		     SECOND, DAY, 0,
 		     "how often old sent and failed rows are deleted"),
