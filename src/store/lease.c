@@ -25,11 +25,18 @@ bool store_lease_held(struct store *s, const struct lease_batch *b)
 {
 	if (!b->rows || b->rows->s != s || !lease_open(b->rows))
 		return false;
-	/* A session the server ended (killed, past the lease timeout) has
-	 * said so with an error and closed its socket: reading what arrived
-	 * tells, without a round trip (libpq's socket never blocks). */
-	return PQconsumeInput(s->ses->conn) == 1 &&
-	       PQstatus(s->ses->conn) == CONNECTION_OK;
+	/* A session the server ended (killed, restarted, past the lease
+	 * timeout) has said so with a FATAL and closed its socket: reading
+	 * what arrived tells, without a round trip (libpq's socket never
+	 * blocks). One read may bring the FATAL alone, the connection still
+	 * OK until a later read finds the socket's end: parsing it
+	 * (PQisBusy) hands it to the session's notice receiver, which marks
+	 * the session ended. */
+	PGconn *conn = s->ses->conn;
+	if (PQconsumeInput(conn) != 1)
+		return false;
+	(void)PQisBusy(conn);
+	return !s->ses->server_ended && PQstatus(conn) == CONNECTION_OK;
 }
 
 void lease_batch_release(struct lease_batch *b)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "config/config.h"
 #include "guards.h"
 
@@ -42,6 +43,32 @@ void pgconn_error(PGconn *conn, const PGresult *res, char *err, size_t errlen)
 	snprintf(err, errlen, "%s%s%s", state ? state : "", state ? ": " : "",
 		 msg);
 	trim_newlines(err);
+}
+
+static void heard(void *arg, const PGresult *res)
+{
+	const char *sev =
+	    PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	bool ends =
+	    sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0);
+	enum log_level level = LOG_INFO;
+	if (ends && arg)
+		*(bool *)arg = true;
+	if (ends ||
+	    (sev && (strcmp(sev, "ERROR") == 0 || strcmp(sev, "WARNING") == 0)))
+		level = LOG_WARN;
+	else if (sev && strncmp(sev, "DEBUG", 5) == 0)
+		level = LOG_DEBUG;
+	log_fields(level, ends ? "postgres ended the session" : "postgres said",
+		   "severity", sev, "sqlstate",
+		   PQresultErrorField(res, PG_DIAG_SQLSTATE), "message",
+		   msg ? msg : PQresultErrorMessage(res), NULL);
+}
+
+void pgconn_hear(PGconn *conn, bool *ended)
+{
+	PQsetNoticeReceiver(conn, heard, ended);
 }
 
 /* Runs sql, which must succeed; err says "what on where failed: why". */
@@ -250,6 +277,7 @@ PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 		snprintf(err, errlen, "connect to postgres: out of memory");
 		return NULL;
 	}
+	pgconn_hear(conn, NULL);
 	pgconn_describe(conn, where, sizeof(where));
 	if (PQstatus(conn) != CONNECTION_OK) {
 		char why[512];

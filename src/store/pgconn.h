@@ -77,6 +77,15 @@ PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 		       size_t errlen);
 
 /*
+ * Sends what the server says outside a statement's reply to the relay's
+ * log instead of libpq's raw stderr line: a NOTICE, or the FATAL it sends
+ * before it ends the session (a restart, pg_terminate_backend, the idle
+ * transaction timeout). Such a FATAL sets *ended when ended is not NULL;
+ * ended must live as long as conn. pgconn_connect() installs it with NULL.
+ */
+void pgconn_hear(PGconn *conn, bool *ended);
+
+/*
  * Applies opt's session settings to conn, opened with PGCONN_TRANSACTION:
  * for a session that proved first that it is a session of its own (the
  * listener's probe), so that nothing was set on a pooler's shared server

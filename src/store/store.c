@@ -399,9 +399,11 @@ static int connect_session(struct store *s, char *err, size_t errlen)
 	memset(ses->tx_prepared, 0, sizeof(ses->tx_prepared));
 	ses->leasing = NULL;
 	ses->conn_gen++;
+	ses->server_ended = false;
 	ses->conn = pgconn_connect(&po, err, errlen);
 	if (!ses->conn)
 		return STORE_RECONNECT;
+	pgconn_hear(ses->conn, &ses->server_ended);
 	return check_on_session(s, err, errlen);
 }
 

@@ -148,6 +148,9 @@ struct store_session {
 	/* The SQLSTATE of the last statement that failed with one ("" when
 	 * none did), set by the runner (run.c). */
 	char failed_state[6];
+	/* Whether the server said it ends the connection (a FATAL between
+	 * statements, heard by pgconn_hear()); reset by every connect. */
+	bool server_ended;
 };
 
 /* The highest seq among the table's newest rows by id (%s: the table,

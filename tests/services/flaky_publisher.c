@@ -10,6 +10,9 @@
  *   RELAY_TEST_FLAKY_FILE     the delivery log (required)
  *   RELAY_TEST_FLAKY_PERCENT  share of events nacked (PUB_EVENT), 0-100
  *   RELAY_TEST_FLAKY_DELAY_MS pause before each event, to widen windows
+ *   RELAY_TEST_FLAKY_ACK_DELAY_MS pause after each event is delivered,
+ *                             before it is acknowledged: a broker slow to
+ *                             confirm what it already has
  *   RELAY_TEST_FLAKY_SHUFFLE  1: each batch is delivered and acknowledged
  *                             in a random order, as a broker confirming
  *                             out of order would
@@ -28,6 +31,7 @@ struct flaky {
 	int fd;
 	int percent;
 	int delay_ms;
+	int ack_delay_ms;
 	int shuffle;
 	unsigned int seed;
 };
@@ -64,6 +68,8 @@ static int flaky_open(const struct config *cfg, void **state, char *err,
 	const char *sh = getenv("RELAY_TEST_FLAKY_SHUFFLE");
 	f->percent = p ? atoi(p) : 0;
 	f->delay_ms = d ? atoi(d) : 0;
+	d = getenv("RELAY_TEST_FLAKY_ACK_DELAY_MS");
+	f->ack_delay_ms = d ? atoi(d) : 0;
 	f->shuffle = sh ? atoi(sh) : 0;
 	f->seed = (unsigned int)(getpid() ^ time(NULL));
 	*state = f;
@@ -117,6 +123,10 @@ static int flaky_publish(void *state, const struct outbox_event *events,
 			r->outcome = PUB_TRANSPORT;
 			snprintf(r->reason, sizeof(r->reason), "flaky: write");
 			continue;
+		}
+		if (f->ack_delay_ms > 0) {
+			clock_sleep_ms(f->ack_delay_ms);
+			ctx->tick(ctx);
 		}
 		r->outcome = PUB_ACKED;
 	}

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "base/base.h"
+#include "capture.h"
 #include "ops/http.h"
 
 static void echo_handler(void *arg, const char *path, struct http_reply *r)
@@ -92,29 +93,6 @@ static void test_warn_limit(void **state)
 	t += 5 * HTTP_WARN_WINDOW_MS;
 	assert_int_equal(http_warn_admit(&l, t, &admit), 0);
 	assert_true(admit);
-}
-
-/* stderr of fn() into a buffer (the log writes there). */
-static char *capture_stderr(void (*fn)(void *), void *arg)
-{
-	char path[] = "/tmp/outbox-http-XXXXXX";
-	int fd = mkstemp(path);
-	assert_true(fd >= 0);
-	fflush(stderr);
-	int saved = dup(2);
-	dup2(fd, 2);
-	fn(arg);
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
-	off_t size = lseek(fd, 0, SEEK_END);
-	lseek(fd, 0, SEEK_SET);
-	char *buf = calloc(1, (size_t)size + 1);
-	assert_non_null(buf);
-	assert_int_equal(read(fd, buf, (size_t)size), (ssize_t)size);
-	close(fd);
-	unlink(path);
-	return buf;
 }
 
 #define FLOOD 200

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "base/base.h"
+#include "capture.h"
 #include "config/config.h"
 #include "publishers/amqp_map.h"
 #include "publishers/kafka.h"
@@ -113,31 +114,7 @@ static void test_postgres_plaintext(void **state)
 	assert_true(strlen(hosts) < 8);
 }
 
-/* What fn writes to stderr (the log), as a malloc'd string. */
-static char *stderr_of(void (*fn)(const void *), const void *arg)
-{
-	char path[] = "/tmp/test_links.XXXXXX";
-	int fd = mkstemp(path), saved = dup(2);
-	char *text = calloc(1, 8192);
-	FILE *f;
-
-	assert_true(fd >= 0 && saved >= 0 && text);
-	fflush(stderr);
-	assert_int_equal(dup2(fd, 2), 2);
-	fn(arg);
-	fflush(stderr);
-	assert_int_equal(dup2(saved, 2), 2);
-	close(saved);
-	close(fd);
-	f = fopen(path, "r");
-	assert_non_null(f);
-	assert_true(fread(text, 1, 8191, f) < 8191);
-	fclose(f);
-	unlink(path);
-	return text;
-}
-
-static void amqp_warn(const void *as)
+static void amqp_warn(void *as)
 {
 	rmq_settings_warn(as);
 }
@@ -164,7 +141,7 @@ static void test_amqp_warnings(void **state)
 	(void)state;
 	log_setup(LOG_INFO, true);
 	as = amqp("amqp://u:secret@rabbit.example:5672/v");
-	out = stderr_of(amqp_warn, &as);
+	out = capture_stderr(amqp_warn, &as);
 	assert_int_equal(lines(out), 1);
 	assert_non_null(strstr(out, "plaintext"));
 	assert_non_null(strstr(out, "\"broker\":\"rabbit.example:5672\""));
@@ -172,26 +149,26 @@ static void test_amqp_warnings(void **state)
 	free(out);
 
 	as = amqp("amqp://u:secret@127.0.0.1:5672");
-	out = stderr_of(amqp_warn, &as);
+	out = capture_stderr(amqp_warn, &as);
 	assert_string_equal(out, "");
 	free(out);
 
 	as = amqp("amqps://u:secret@rabbit.example");
-	out = stderr_of(amqp_warn, &as);
+	out = capture_stderr(amqp_warn, &as);
 	assert_string_equal(out, "");
 	free(out);
 
 	/* Verification off is warned about whatever the host. */
 	as = amqp("amqps://u:secret@127.0.0.1");
 	as.tls_verify = false;
-	out = stderr_of(amqp_warn, &as);
+	out = capture_stderr(amqp_warn, &as);
 	assert_int_equal(lines(out), 1);
 	assert_non_null(strstr(out, "OUTBOX_AMQP_TLS_VERIFY=off"));
 	assert_null(strstr(out, "secret"));
 	free(out);
 }
 
-static void kafka_warn(const void *cfg)
+static void kafka_warn(void *cfg)
 {
 	kafka_settings_warn(cfg);
 }
@@ -214,13 +191,13 @@ static void test_kafka_warnings(void **state)
 
 	(void)state;
 	log_setup(LOG_INFO, true);
-	out = stderr_of(kafka_warn, &cfg);
+	out = capture_stderr(kafka_warn, &cfg);
 	assert_int_equal(lines(out), 1);
 	assert_non_null(strstr(out, "\"brokers\":\"k1.example,2001:db8::1\""));
 	free(out);
 
 	ks.brokers = (char *)"127.0.0.1:9092,localhost:9093";
-	out = stderr_of(kafka_warn, &cfg);
+	out = capture_stderr(kafka_warn, &cfg);
 	assert_string_equal(out, "");
 	free(out);
 
@@ -228,13 +205,13 @@ static void test_kafka_warnings(void **state)
 	ks.brokers = (char *)"k1.example:9093";
 	ks.props = &props[1];
 	ks.n_props = 1;
-	out = stderr_of(kafka_warn, &cfg);
+	out = capture_stderr(kafka_warn, &cfg);
 	assert_string_equal(out, "");
 	free(out);
 	/* ...unless verification is off. */
 	ks.props = props;
 	ks.n_props = 2;
-	out = stderr_of(kafka_warn, &cfg);
+	out = capture_stderr(kafka_warn, &cfg);
 	assert_int_equal(lines(out), 1);
 	assert_non_null(strstr(out, "verification is off"));
 	free(out);

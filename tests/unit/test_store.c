@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "store/migrate.h"
+#include "capture.h"
 #include "pgtest.h"
 #include "store/store.h"
 #include "store/store_test.h"
@@ -212,6 +213,18 @@ static void terminate(PGconn *c, const char *app)
 	fail_msg("session %s did not end", app);
 }
 
+struct held_ask {
+	struct store *s;
+	const struct lease_batch *b;
+	bool held;
+};
+
+static void ask_held(void *arg)
+{
+	struct held_ask *a = arg;
+	a->held = store_lease_held(a->s, a->b);
+}
+
 /* 2. Fencing: rows are locked, not written, while leased; a lease whose
  * transaction ended (session killed, idle past the lease) can mark
  * nothing, and its rows are leasable again at once. */
@@ -281,6 +294,16 @@ static void test_lock_lease_fencing(void **state)
 	 * wait for the sweeper, which charges the attempt, and come back
 	 * one per batch as crash suspects. */
 	terminate(c, app);
+	/* The worker asks before it hands each row over: the server's
+	 * FATAL, read alone before the socket's end, already says no, and
+	 * reaches the log as a line of its own. */
+	struct held_ask ask = {s, &b, true};
+	char *said = capture_stderr(ask_held, &ask);
+	assert_false(ask.held);
+	assert_non_null(strstr(said, "\"msg\":\"postgres ended the session\""));
+	assert_non_null(strstr(said, "\"sqlstate\":\"57P01\""));
+	assert_null(strstr(said, "FATAL:  "));
+	free(said);
 	struct mark_result r;
 	const char **ids = batch_ids(&b);
 	assert_int_not_equal(
