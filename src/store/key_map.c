@@ -13,6 +13,7 @@
 
 #include "base/base.h"
 #include "store_internal.h"
+#include "store_test.h"
 
 /* Postgres's type ids of the arrays' elements. */
 #define OID_TEXT 25
@@ -193,6 +194,45 @@ int key_map_merge(struct store *s, const PGresult *res, int walked_keys,
 	}
 	free_updates(ups, n);
 	return ok ? 0 : -1;
+}
+
+static int key_is(const void *key, const void *entry)
+{
+	return strcmp(key, ((const struct key_floor *)entry)->key);
+}
+
+/*
+ * A lease takes a key's first live row only, and the walk left the key's
+ * floor at that row's seq; once the lease's marks of it as sent or failed
+ * commit, no live row of the key is below the next seq but rows its
+ * snapshot could not see, which the next lease's discovery finds (their
+ * writers are at or above its floor, the xmin of this lease's snapshot).
+ * Moved past it, the next descent of the key does not fetch the finished
+ * row again (docs/design.md §6, "The key map"). A floor other than the
+ * row's seq (lowered by a discovery since) stays.
+ */
+void key_map_passed(struct store *s, const struct lease_rows *rows)
+{
+	if (!store_key_map_on(s))
+		return;
+	for (size_t k = 0; k < rows->n; k++) {
+		const struct outbox_event *e = &rows->events[k];
+		const struct lease_text *row = lease_row_of(rows, e->id);
+		if (!row || !row->finished || !e->partition_key)
+			continue;
+		struct key_floor *f =
+		    bsearch(e->partition_key, s->key_map, s->key_map_n,
+			    sizeof(*s->key_map), key_is);
+		if (f && f->floor == e->seq)
+			f->floor = e->seq + 1;
+	}
+}
+
+int64_t store_key_map_floor(const struct store *s, const char *key)
+{
+	const struct key_floor *f =
+	    bsearch(key, s->key_map, s->key_map_n, sizeof(*s->key_map), key_is);
+	return f ? f->floor : -1;
 }
 
 int key_map_replace(struct store *s, const PGresult *res, int keys, int floors)

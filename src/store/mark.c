@@ -39,11 +39,10 @@ static int mark_stmt(const struct store *s, enum mark_kind kind)
 	return -1;
 }
 
-/* Where row `id` of the open lease is: its ctid text, or NULL when the
- * lease has no such row. The worker passes the ids the lease gave it, which
- * point into the lease's own text, so finding one is pointer arithmetic;
- * an id copied elsewhere is looked up by value. */
-static const char *tid_of(const struct lease_rows *rows, const char *id)
+/* The worker passes the ids the lease gave it, which point into the
+ * lease's own text, so finding one is pointer arithmetic; an id copied
+ * elsewhere is looked up by value. */
+struct lease_text *lease_row_of(const struct lease_rows *rows, const char *id)
 {
 	/* As integers: relational comparison of pointers into different
 	 * objects is undefined. */
@@ -53,11 +52,11 @@ static const char *tid_of(const struct lease_rows *rows, const char *id)
 	if (at >= first && at < end) {
 		size_t k = (size_t)(at - first) / sizeof(rows->text[0]);
 		if (id == rows->text[k].id)
-			return rows->text[k].tid;
+			return &rows->text[k];
 	}
 	for (size_t k = 0; k < rows->n; k++)
 		if (strcmp(rows->text[k].id, id) == 0)
-			return rows->text[k].tid;
+			return &rows->text[k];
 	return NULL;
 }
 
@@ -74,7 +73,9 @@ static char *tid_array(const struct store *s, const char *const *ids, size_t n,
 		return NULL;
 	}
 	for (size_t i = 0; i < n; i++) {
-		tids[i] = rows ? tid_of(rows, ids[i]) : NULL;
+		const struct lease_text *row =
+		    rows ? lease_row_of(rows, ids[i]) : NULL;
+		tids[i] = row ? row->tid : NULL;
 		if (!tids[i]) {
 			snprintf(err, errlen,
 				 "mark: row %s is not one of the open lease's",
@@ -175,6 +176,15 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 	 * session can change a row the lease holds locked. */
 	r->missing = n - r->marked;
 	PQclear(res);
+	/* Once the lease commits, the keys' floors move past these rows
+	 * (key_map_passed). */
+	for (size_t i = 0; s->open_lease && i < n &&
+			   (kind == MARK_SENT || kind == MARK_FAILED);
+	     i++) {
+		struct lease_text *row = lease_row_of(s->open_lease, ids[i]);
+		if (row)
+			row->finished = true;
+	}
 	ret = 0;
 out:
 	free(tid_arr);
@@ -231,14 +241,18 @@ int store_lease_commit(struct store *s, struct lease_batch *b, char *err,
 		return STORE_RECONNECT;
 	}
 	int rc = store_lease_end(s, TX_COMMIT, err, errlen);
+	if (rc == 0)
+		key_map_passed(s, b->rows);
 	if (rc != STORE_RECONNECT)
 		return rc;
 	/* The reply was lost, maybe after the commit. */
 	char why[512];
 	snprintf(why, sizeof(why), "%s", err);
 	int done = committed_after_all(s, b->rows->xid, err, errlen);
-	if (done == 1)
+	if (done == 1) {
+		key_map_passed(s, b->rows);
 		return 0;
+	}
 	if (done == 0)
 		snprintf(err, errlen,
 			 "%s; the lease transaction did not commit", why);

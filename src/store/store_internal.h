@@ -331,7 +331,13 @@ struct lease_text {
 	char id[37];   /* uuid */
 	char time[40]; /* created_at, RFC 3339 UTC */
 	char tid[24];  /* ctid, "(block,offset)": where the locked row is */
+	bool finished; /* marked sent or failed by the open lease */
 };
+/* Row id of rows (its text: where it is, whether its marks finished it),
+ * or NULL when rows has no such row (mark.c). rows->events are sorted by
+ * seq, rows->text is in the result's order: an event's text is found by
+ * its id. */
+struct lease_text *lease_row_of(const struct lease_rows *rows, const char *id);
 
 struct lease_rows {
 	PGresult *res;
@@ -451,6 +457,9 @@ int key_map_replace(struct store *s, const PGresult *res, int keys, int floors);
 int key_map_merge(struct store *s, const PGresult *res, int walked_keys,
 		  int walked_floors, int found_keys, int found_floors,
 		  size_t *walked);
+/* After rows' lease committed: a key whose first live row (its floor)
+ * the lease finished has its floor moved past that row. */
+void key_map_passed(struct store *s, const struct lease_rows *rows);
 /* What an ordered lease with the key map takes ($7-$10): the window of
  * the map it walks (at most key_window keys from the first past the
  * cursor, round from the first) as array literals, whether that is the

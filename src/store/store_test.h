@@ -9,6 +9,7 @@
 
 #include <libpq-fe.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "store.h"
@@ -41,6 +42,10 @@ void store_due_turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq);
  * KEY_WALK_CAP by default), so a test reaches the cap with a few keys.
  * Before the store's first lease: it rebuilds the lease statement. */
 void store_set_key_walk_cap(struct store *s, size_t keys);
+
+/* The floor of key in s's key map (the seq below which the key had no
+ * live row), or -1 when the key is not in it. */
+int64_t store_key_map_floor(const struct store *s, const char *key);
 
 /* store_contract() waiting settle_ms, not STORE_CONTRACT_SETTLE_MS, for
  * the heartbeats of relays that opened the table before a step's record. */

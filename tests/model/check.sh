@@ -54,6 +54,7 @@ runs=(
 	"key_early:fail:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DKEY_EARLY"
 	"redrive_no_write:fail:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DREDRIVE_NO_WRITE"
 	"keymap_no_disc:fail:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DKEYMAP_NO_DISC"
+	"keymap_eager_floor:fail:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DKEYMAP_EAGER_FLOOR"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-model.XXXXXX")

@@ -72,7 +72,12 @@
  *               had none), and lowers it to row 0 when row 0 was made
  *               live since that statement began (the discovery of rows
  *               written since its snapshot's xmin)
+ *               and, once its marks commit, moves it past the key's
+ *               first live row when it finished that row (sent,
+ *               deleted, failed)
  *   KEYMAP_NO_DISC  the map without the discovery
+ *   KEYMAP_EAGER_FLOOR  the floor moves past a row the lease marked,
+ *               finished or not (a nack too)
  *   KEY_EARLY   the snapshot's look only (its known race with a redrive)
  *   REDRIVE_NO_WRITE  the redrive locks row 1 but leaves it as it is, so
  *               the lock's version check has nothing to see
@@ -197,13 +202,28 @@ bit kdisc[NRELAY];
 	first1 = (kfl[r] == 1);                                            \
 	seen1 = ver1;                                                      \
 	kdisc[r] = 0
+/* At the COMMIT of its marks: past row i when it was the floor and this
+ * lease finished it (handed over, no longer pending). */
+#ifdef KEYMAP_EAGER_FLOOR
+#define PASSED(i) ISSET(handed, i)
+#else
+#define PASSED(i) (ISSET(handed, i) && !PENDING(i))
+#endif
+#define FLOOR_PAST                                                         \
+	if                                                                 \
+	:: kfl[r] == 0 && PASSED(0) -> kfl[r] = 1                          \
+	:: kfl[r] == 1 && PASSED(1) -> kfl[r] = 2                          \
+	:: else -> skip                                                    \
+	fi
 #else
 #define SNAP_OLD ((!first1 && !PENDING(0)) || (first1 && seen1 != ver1))
 #define SNAP1 first1 = !PENDING(0); seen1 = ver1
+#define FLOOR_PAST skip
 #endif
 #else
 #define SNAP_OLD 0
 #define SNAP1 skip
+#define FLOOR_PAST skip
 #define ELIG(i) (PENDING(i) && UNLOCKED(i) && (i == 2 || head[i]))
 #endif
 #define ALLDONE (!PENDING(0) && !PENDING(1) && !PENDING(2))
@@ -698,7 +718,7 @@ commit:
 			MARK(1);
 			MARK(2);
 			if
-			:: alive -> UNLOCK_ALL; CLAIM_DONE; alive = 0
+			:: alive -> UNLOCK_ALL; CLAIM_DONE; FLOOR_PAST; alive = 0
 			:: else -> skip
 			fi
 		}

@@ -1054,6 +1054,88 @@ static void test_hot_key_does_not_starve_others(void **state)
 	PQfinish(c);
 }
 
+/* A key's floor moves past its first live row once the lease that took
+ * it commits it sent or failed, so the key's next descent starts past the
+ * finished row; a row retried, or marked by a lease that then did not
+ * commit, keeps it (docs/design.md §6, "The key map"). */
+static void test_floor_passes_finished_heads(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_floor_past", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert_keys(c, table, "A", 4);
+	long seq[5];
+	for (int i = 1; i <= 4; i++)
+		seq[i] = pgtest_long(c,
+				     "SELECT seq FROM %s WHERE subject = "
+				     "'a%d'",
+				     table, i);
+	struct store_options o = ordered_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease_labels(s, &b, "a1");
+	assert_int_equal(store_key_map_floor(s, "A"), seq[1]);
+	mark_all(s, MARK_SENT, &b, NULL);
+	assert_int_equal(store_key_map_floor(s, "A"), seq[1] + 1);
+	lease_labels(s, &b, "a2");
+	mark_all(s, MARK_RETRY, &b, "nack");
+	assert_int_equal(store_key_map_floor(s, "A"), seq[2]);
+	pgtest_exec(c, "UPDATE %s SET next_attempt_at = now()", table);
+	lease_labels(s, &b, "a2");
+	mark_all(s, MARK_FAILED, &b, "permanent");
+	assert_int_equal(store_key_map_floor(s, "A"), seq[2] + 1);
+	lease_labels(s, &b, "a3");
+	const char *ids[1] = {b.events[0].id};
+	struct mark_result r;
+	assert_int_equal(
+	    store_mark(s, MARK_SENT, ids, NULL, 1, &r, err, sizeof(err)), 0);
+	assert_int_equal(store_lease_rollback_charged(s, &b, err, sizeof(err)),
+			 0);
+	lease_batch_release(&b);
+	assert_int_equal(store_key_map_floor(s, "A"), seq[3]);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* Two keys in one batch, one row sent and one retried: each key's floor
+ * moves by its own row's marks only. */
+static void test_floor_passes_per_key_in_a_batch(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_floor_keys", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	struct store_options o = ordered_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	struct lease_batch b;
+	struct mark_result r;
+	insert(c, table, "b1", "Z");
+	insert(c, table, "c1", "C");
+	insert(c, table, "c2", "C");
+	long b1 =
+	    pgtest_long(c, "SELECT seq FROM %s WHERE subject = 'b1'", table);
+	long c1 =
+	    pgtest_long(c, "SELECT seq FROM %s WHERE subject = 'c1'", table);
+	struct store *s = pgtest_store(&o);
+	lease_labels(s, &b, "b1,c1");
+	const char *sent[1], *nacked[1], *why[1] = {"nack"};
+	for (size_t i = 0; i < b.n; i++)
+		*(strcmp(b.events[i].subject, "b1") == 0 ? sent : nacked) =
+		    b.events[i].id;
+	assert_int_equal(
+	    store_mark(s, MARK_SENT, sent, NULL, 1, &r, err, sizeof(err)), 0);
+	assert_int_equal(
+	    store_mark(s, MARK_RETRY, nacked, why, 1, &r, err, sizeof(err)), 0);
+	assert_int_equal(store_lease_commit(s, &b, err, sizeof(err)), 0);
+	lease_batch_release(&b);
+	assert_int_equal(store_key_map_floor(s, "Z"), b1 + 1);
+	assert_int_equal(store_key_map_floor(s, "C"), c1);
+	store_close(s);
+	PQfinish(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1082,6 +1164,8 @@ int main(void)
 	    cmocka_unit_test(test_refused_rows_fail_alone),
 	    cmocka_unit_test(test_refused_row_blocks_its_key),
 	    cmocka_unit_test(test_hot_key_does_not_starve_others),
+	    cmocka_unit_test(test_floor_passes_finished_heads),
+	    cmocka_unit_test(test_floor_passes_per_key_in_a_batch),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
