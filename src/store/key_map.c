@@ -201,6 +201,13 @@ static int key_is(const void *key, const void *entry)
 	return strcmp(key, ((const struct key_floor *)entry)->key);
 }
 
+/* key's entry in the map (sorted by key), or NULL. */
+static struct key_floor *key_entry(const struct store *s, const char *key)
+{
+	return bsearch(key, s->key_map, s->key_map_n, sizeof(*s->key_map),
+		       key_is);
+}
+
 /*
  * A lease takes a key's first live row only, and the walk left the key's
  * floor at that row's seq; once the lease's marks of it as sent or failed
@@ -220,9 +227,7 @@ void key_map_passed(struct store *s, const struct lease_rows *rows)
 		const struct lease_text *row = lease_row_of(rows, e->id);
 		if (!row || !row->finished || !e->partition_key)
 			continue;
-		struct key_floor *f =
-		    bsearch(e->partition_key, s->key_map, s->key_map_n,
-			    sizeof(*s->key_map), key_is);
+		struct key_floor *f = key_entry(s, e->partition_key);
 		if (f && f->floor == e->seq)
 			f->floor = e->seq + 1;
 	}
@@ -230,8 +235,7 @@ void key_map_passed(struct store *s, const struct lease_rows *rows)
 
 int64_t store_key_map_floor(const struct store *s, const char *key)
 {
-	const struct key_floor *f =
-	    bsearch(key, s->key_map, s->key_map_n, sizeof(*s->key_map), key_is);
+	const struct key_floor *f = key_entry(s, key);
 	return f ? f->floor : -1;
 }
 

@@ -178,13 +178,13 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 	PQclear(res);
 	/* Once the lease commits, the keys' floors move past these rows
 	 * (key_map_passed). */
-	for (size_t i = 0; s->open_lease && i < n &&
-			   (kind == MARK_SENT || kind == MARK_FAILED);
-	     i++) {
-		struct lease_text *row = lease_row_of(s->open_lease, ids[i]);
-		if (row)
-			row->finished = true;
-	}
+	if (s->open_lease && (kind == MARK_SENT || kind == MARK_FAILED))
+		for (size_t i = 0; i < n; i++) {
+			struct lease_text *row =
+			    lease_row_of(s->open_lease, ids[i]);
+			if (row)
+				row->finished = true;
+		}
 	ret = 0;
 out:
 	free(tid_arr);

@@ -299,6 +299,13 @@ static void test_unblock_redrive(void **state)
 	PQfinish(c);
 }
 
+/* The seq of the row labelled label. */
+static long seq_of(PGconn *c, const char *table, const char *label)
+{
+	return pgtest_long(c, "SELECT seq FROM %s WHERE subject = '%s'", table,
+			   label);
+}
+
 /* A row's place in the table, as one number: a row written anew moves. */
 static long row_place(PGconn *c, const char *table, const char *label)
 {
@@ -1066,11 +1073,11 @@ static void test_floor_passes_finished_heads(void **state)
 	PGconn *c = pgtest_connect();
 	insert_keys(c, table, "A", 4);
 	long seq[5];
-	for (int i = 1; i <= 4; i++)
-		seq[i] = pgtest_long(c,
-				     "SELECT seq FROM %s WHERE subject = "
-				     "'a%d'",
-				     table, i);
+	for (int i = 1; i <= 4; i++) {
+		char label[8];
+		snprintf(label, sizeof(label), "a%d", i);
+		seq[i] = seq_of(c, table, label);
+	}
 	struct store_options o = ordered_options(table);
 	o.lease_rescan_ms = 3600 * 1000;
 	struct store *s = pgtest_store(&o);
@@ -1114,10 +1121,7 @@ static void test_floor_passes_per_key_in_a_batch(void **state)
 	insert(c, table, "b1", "Z");
 	insert(c, table, "c1", "C");
 	insert(c, table, "c2", "C");
-	long b1 =
-	    pgtest_long(c, "SELECT seq FROM %s WHERE subject = 'b1'", table);
-	long c1 =
-	    pgtest_long(c, "SELECT seq FROM %s WHERE subject = 'c1'", table);
+	long b1 = seq_of(c, table, "b1"), c1 = seq_of(c, table, "c1");
 	struct store *s = pgtest_store(&o);
 	lease_labels(s, &b, "b1,c1");
 	const char *sent[1], *nacked[1], *why[1] = {"nack"};
