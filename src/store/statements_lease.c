@@ -249,6 +249,14 @@ static char *keyed_sql(const struct store *s, bool claims)
  * Postgres, left to choose, read the whole pending index for it (54,302
  * buffers a lease 40 s into a held snapshot, 1,000 events/s).
  *
+ * The walk reads the window straight from its arrays, in their order
+ * (the unnest's, then the new keys'), and a key's discovered floor from
+ * one JSON object of the discoveries, looked up by key: a join of the
+ * window to the discoveries built a hash of the whole window at every
+ * lease and sorted it back into order, a fifth of the lease's time
+ * before its first descent (docs/benchmark.md, "Ordered mode: the
+ * window read in its order").
+ *
  * The descents are pulled a key at a time by the lock, as the walk along
  * the index was. What comes back, on the first row, is what the session
  * merges into its map (lease_rows.c): each key walked with its first live
@@ -264,20 +272,22 @@ static char *keyed_map_sql(const struct store *s, bool claims)
 	if (!not_blocked)
 		return NULL;
 	char *sql = store_asprintf(
-	    "win AS MATERIALIZED (SELECT k, f, n FROM unnest($7::text[], "
-	    "$8::int8[]) WITH ORDINALITY AS m(k, f, n)), "
 	    "disc AS MATERIALIZED (SELECT partition_key AS k, min(seq) AS f "
 	    "FROM (SELECT partition_key, seq FROM %1$s WHERE status = "
 	    "'pending' AND written_by IS NOT NULL AND written_by "
 	    ">= " KEY_MAP_FLOOR
 	    " AND partition_key IS NOT NULL ORDER BY written_by) d GROUP BY "
 	    "partition_key), "
-	    "kord AS MATERIALIZED (SELECT w.k, least(w.f, d.f) AS f, w.n FROM "
-	    "win w LEFT JOIN disc d ON d.k = w.k UNION ALL SELECT d.k, d.f, "
-	    "%2$zu + row_number() OVER () FROM disc d WHERE $10::bool AND NOT "
-	    "EXISTS (SELECT 1 FROM win w WHERE w.k = d.k)), "
-	    "walk AS (SELECT m.k AS pk, m.n, d.* FROM (SELECT k, f, n FROM "
-	    "kord ORDER BY n) m LEFT JOIN LATERAL (SELECT o.ctid AS tid, "
+	    "dj AS MATERIALIZED (SELECT jsonb_object_agg(k, f) AS j FROM "
+	    "disc), "
+	    "fresh AS MATERIALIZED (SELECT d.k, d.f, %2$zu + row_number() "
+	    "OVER () AS n FROM disc d WHERE $10::bool AND d.k NOT IN (SELECT "
+	    "unnest($7::text[]))), "
+	    "walk AS (SELECT m.k AS pk, m.n, d.* FROM (SELECT w.k, "
+	    "least(w.f, ((SELECT j FROM dj) ->> w.k)::int8) AS f, w.n FROM "
+	    "unnest($7::text[], $8::int8[]) WITH ORDINALITY AS w(k, f, n) "
+	    "UNION ALL SELECT k, f, n FROM fresh) m LEFT JOIN LATERAL (SELECT "
+	    "o.ctid AS tid, "
 	    "o.xmin AS xm, o.seq AS sq, o.next_attempt_at AS at, o.status AS "
 	    "st, o.suspect AS sus, o.exchange AS ex, o.routing_key AS rk, o.id "
 	    "FROM %1$s o WHERE o.status IN ('pending', 'in_flight') AND "
@@ -296,9 +306,11 @@ static char *keyed_map_sql(const struct store *s, bool claims)
 	    "'pending' " GUARD_LEASE_LOCK ") l WHERE NOT c.sus OR (c.ns = 1 "
 	    "AND NOT EXISTS (SELECT 1 FROM suspect)) LIMIT %5$d), "
 	    "upd AS MATERIALIZED (SELECT pk AS k, sq AS f FROM walk LIMIT "
-	    "(SELECT count(*) FROM kord WHERE n <= (CASE WHEN (SELECT "
+	    "(SELECT least(x, cardinality($7::text[])) + (SELECT count(*) "
+	    "FROM fresh WHERE n <= x) FROM (SELECT CASE WHEN (SELECT "
 	    "count(*) FROM keyed) >= %5$d THEN (SELECT max(n) FROM keyed) "
-	    "ELSE (SELECT max(n) FROM kord) END))), "
+	    "ELSE coalesce((SELECT max(n) FROM fresh), "
+	    "cardinality($7::text[])) END AS x) l)), "
 	    "found AS MATERIALIZED (SELECT k, f FROM disc WHERE NOT EXISTS "
 	    "(SELECT 1 FROM upd u WHERE u.k = disc.k)), "
 	    "next_map AS MATERIALIZED (SELECT (SELECT array_agg(k) FROM "
@@ -441,8 +453,11 @@ static char *lease_sql(const struct store *s, bool claims)
 			 ", CASE WHEN (SELECT count(*) FROM keyed) >= %d THEN "
 			 "(SELECT k.pk FROM keyed k WHERE k.rid = "
 			 "ANY(ARRAY(SELECT rid FROM picked)) ORDER BY k.n "
-			 "DESC LIMIT 1) ELSE (SELECT k FROM kord ORDER BY n "
-			 "DESC LIMIT 1) END, CASE WHEN row_number() OVER () = "
+			 "DESC LIMIT 1) ELSE "
+			 "coalesce((SELECT k FROM fresh "
+			 "ORDER BY n DESC LIMIT 1), "
+			 "($7::text[])[cardinality($7::text[])]) END, CASE "
+			 "WHEN row_number() OVER () = "
 			 "1 THEN (SELECT wk FROM next_map) END, CASE WHEN "
 			 "row_number() OVER () = 1 THEN (SELECT wf FROM "
 			 "next_map) END, CASE WHEN row_number() OVER () = 1 "
