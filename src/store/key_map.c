@@ -222,6 +222,7 @@ void key_map_passed(struct store *s, const struct lease_rows *rows)
 {
 	if (!store_key_map_on(s))
 		return;
+	struct store_key_turn *t = s->opt.key_turn;
 	for (size_t k = 0; k < rows->n; k++) {
 		const struct outbox_event *e = &rows->events[k];
 		const struct lease_text *row = lease_row_of(rows, e->id);
@@ -230,7 +231,77 @@ void key_map_passed(struct store *s, const struct lease_rows *rows)
 		struct key_floor *f = key_entry(s, e->partition_key);
 		if (f && f->floor == e->seq)
 			f->floor = e->seq + 1;
+		char *key =
+		    t && row->from >= 0 ? strdup(e->partition_key) : NULL;
+		if (!key)
+			continue; /* out of memory: the others' floors stay */
+		pthread_mutex_lock(&t->lock);
+		if (!t->passes)
+			t->passes = calloc(KEY_PASSES, sizeof(*t->passes));
+		if (t->passes) {
+			struct key_pass *p =
+			    &t->passes[t->n_passes++ % KEY_PASSES];
+			free(p->key);
+			*p = (struct key_pass){key, row->from, e->seq,
+					       s->key_map_disc};
+		} else {
+			free(key); /* out of memory: nothing shared */
+		}
+		pthread_mutex_unlock(&t->lock);
 	}
+}
+
+/*
+ * The floors' moves the process's other stores shared since this one
+ * last looked (docs/design.md §6, "The key map", *Shared moves*). Another
+ * store's lease walked a key from a floor `from` in its window and took
+ * the key's first live row at `seq`, as its snapshot saw it, and its marks
+ * finishing that row committed: every row of the key live now in [from,
+ * seq] was one its snapshot could not see, or made live since, so its
+ * writer is at or above that lease's discovery floor. A floor of this
+ * store in [from, seq] moves past seq, and its discovery floor comes down
+ * to that lease's, so that its next discovery reads those writers. A
+ * floor below from may stand on a row that lease's snapshot saw live
+ * below its own floor, and stays.
+ */
+static void key_map_catch_up(struct store *s)
+{
+	struct store_key_turn *t = s->opt.key_turn;
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->lock);
+	uint64_t j = s->key_passes_read;
+	if (t->n_passes - j > KEY_PASSES)
+		j = t->n_passes - KEY_PASSES;
+	for (; j < t->n_passes; j++) {
+		const struct key_pass *p = &t->passes[j % KEY_PASSES];
+		struct key_floor *f = key_entry(s, p->key);
+		if (!f || f->floor < p->from || f->floor > p->seq)
+			continue;
+		f->floor = p->seq + 1;
+		if (p->written < s->key_map_disc)
+			s->key_map_disc = p->written;
+	}
+	s->key_passes_read = t->n_passes;
+	pthread_mutex_unlock(&t->lock);
+}
+
+void key_map_note_from(struct store *s, struct lease_rows *rows)
+{
+	for (size_t k = 0; k < rows->n; k++) {
+		const struct outbox_event *e = &rows->events[k];
+		struct lease_text *row = lease_row_of(rows, e->id);
+		if (!row)
+			continue;
+		const struct key_floor *f =
+		    e->partition_key ? key_entry(s, e->partition_key) : NULL;
+		row->from = f ? f->floor : -1;
+	}
+}
+
+void store_key_map_catch_up(struct store *s)
+{
+	key_map_catch_up(s);
 }
 
 int64_t store_key_map_floor(const struct store *s, const char *key)
@@ -258,6 +329,8 @@ int store_key_turn_init(struct store_key_turn *t)
 {
 	t->cursor = NULL;
 	t->gen = 0;
+	t->passes = NULL;
+	t->n_passes = 0;
 	return pthread_mutex_init(&t->lock, NULL) == 0 ? 0 : -1;
 }
 
@@ -266,6 +339,11 @@ void store_key_turn_destroy(struct store_key_turn *t)
 	pthread_mutex_destroy(&t->lock);
 	free(t->cursor);
 	t->cursor = NULL;
+	for (size_t i = 0; t->passes && i < KEY_PASSES; i++)
+		free(t->passes[i].key);
+	free(t->passes);
+	t->passes = NULL;
+	t->n_passes = 0;
 }
 
 /* Moves the shared turn to key (a copy), when given one; out of memory,
@@ -394,6 +472,13 @@ static int key_map_build(struct store *s, char *err, size_t errlen)
 	s->key_map_disc = disc;
 	s->key_map_gen = s->ses->conn_gen;
 	s->key_map_built = true;
+	/* A map just walked is at least as far as the moves before it. */
+	struct store_key_turn *t = s->opt.key_turn;
+	if (t) {
+		pthread_mutex_lock(&t->lock);
+		s->key_passes_read = t->n_passes;
+		pthread_mutex_unlock(&t->lock);
+	}
 	int64_t ended_ms = clock_ms();
 	s->key_map_at_ms = store_rescan_due(s, ended_ms, ended_ms - started_ms);
 	return 0;
@@ -408,6 +493,7 @@ int key_map_args(struct store *s, int64_t now_ms, struct key_map_args *a,
 		if (rc != 0)
 			return rc;
 	}
+	key_map_catch_up(s);
 	/* Four batches of keys at least, the cap at most (lease_rows.c
 	 * sizes it after each lease). */
 	size_t least = 4 * (size_t)s->opt.batch_size;

@@ -369,6 +369,8 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 		snprintf(err, errlen, "lease: out of memory");
 		return STORE_ERROR;
 	}
+	if (store_key_map_on(s))
+		key_map_note_from(s, rows);
 	keep_key_map(s, res);
 	uint64_t claims_floor;
 	if (store_col_be(res, 0, LC_CLAIMS_FLOOR, 8, &claims_floor)) {

@@ -60,6 +60,20 @@ struct store_rescan_pace {
 	atomic_llong due_ms; /* clock_ms() from which the next one is due */
 };
 
+/* A key's floor moved past a row one of the stores finished, for the
+ * others (docs/design.md §6, "The key map", *Shared moves*): the key
+ * (owned), the floor its lease's window read the key from, the row's seq
+ * and that lease's discovery floor. */
+struct key_pass {
+	char *key;
+	int64_t from;
+	int64_t seq;
+	uint64_t written;
+};
+/* The newest KEY_PASSES moves are kept; a store further behind skips
+ * the older ones, which only leaves its floors lower. */
+#define KEY_PASSES 4096
+
 /*
  * Ordered mode's turn among the keys (docs/design.md §6, "The key
  * turn"), which the leasing stores of one process and table share: the
@@ -68,14 +82,19 @@ struct store_rescan_pace {
  * starting behind the keys the others had just taken and stepping over
  * their locked rows. A lease moves the turn to the key its batch will end
  * on as it begins, and to the key it did end on if no lease began in
- * between. Owned by whoever opens the stores; store_key_turn_init()
+ * between. It also carries the floors' moves past finished rows from
+ * store to store. Owned by whoever opens the stores; store_key_turn_init()
  * before the first, store_key_turn_destroy() after the last. lock guards
- * cursor and gen, which the stores read and move from their own threads.
+ * every field, which the stores read and move from their own threads.
  */
 struct store_key_turn {
 	pthread_mutex_t lock;
 	char *cursor; /* owned; NULL: from the first key */
 	uint64_t gen; /* leases begun */
+	/* A ring of KEY_PASSES, passes[n % size], allocated by the first
+	 * move (ordered mode only); NULL before. */
+	struct key_pass *passes;
+	uint64_t n_passes; /* moves ever added */
 };
 int store_key_turn_init(struct store_key_turn *t);
 void store_key_turn_destroy(struct store_key_turn *t);

@@ -296,8 +296,10 @@ struct store {
 	uint64_t key_map_disc;
 	uint64_t key_map_gen;
 	/* The shared key turn's gen as this store's latest lease began
-	 * (opt.key_turn). */
+	 * (opt.key_turn), and how many of its floors' moves this store has
+	 * read. */
 	uint64_t key_turn_gen;
+	uint64_t key_passes_read;
 	/* The shared due turn (opt.due_turn, due_turn.c): its gen as this
 	 * store's latest lease began; whether that lease took rows and has
 	 * not ended yet, the lowest key of any of them, and whether it let
@@ -332,6 +334,9 @@ struct lease_text {
 	char time[40]; /* created_at, RFC 3339 UTC */
 	char tid[24];  /* ctid, "(block,offset)": where the locked row is */
 	bool finished; /* marked sent or failed by the open lease */
+	/* Ordered mode with the key map: the floor the lease's window read
+	 * the row's key from (-1: not in the window). */
+	int64_t from;
 };
 /* Row id of rows (its text: where it is, whether its marks finished it),
  * or NULL when rows has no such row (mark.c). rows->events are sorted by
@@ -458,8 +463,13 @@ int key_map_merge(struct store *s, const PGresult *res, int walked_keys,
 		  int walked_floors, int found_keys, int found_floors,
 		  size_t *walked);
 /* After rows' lease committed: a key whose first live row (its floor)
- * the lease finished has its floor moved past that row. */
+ * the lease finished has its floor moved past that row, and the move is
+ * shared with the process's other stores (opt.key_turn), which make it
+ * at their next lease where it is safe. */
 void key_map_passed(struct store *s, const struct lease_rows *rows);
+/* Before a lease's merge: each keyed row's key's floor in the window the
+ * lease read, for the move its finish shares. */
+void key_map_note_from(struct store *s, struct lease_rows *rows);
 /* What an ordered lease with the key map takes ($7-$10): the window of
  * the map it walks (at most key_window keys from the first past the
  * cursor, round from the first) as array literals, whether that is the

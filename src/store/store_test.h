@@ -47,6 +47,10 @@ void store_set_key_walk_cap(struct store *s, size_t keys);
  * live row), or -1 when the key is not in it. */
 int64_t store_key_map_floor(const struct store *s, const char *key);
 
+/* Makes the floors' moves the process's other stores shared since s
+ * last looked, as s's next ordered lease does first. */
+void store_key_map_catch_up(struct store *s);
+
 /* store_contract() waiting settle_ms, not STORE_CONTRACT_SETTLE_MS, for
  * the heartbeats of relays that opened the table before a step's record. */
 int store_contract_settled(const struct store_options *opt, int settle_ms,

@@ -55,6 +55,8 @@ runs=(
 	"redrive_no_write:fail:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DREDRIVE_NO_WRITE"
 	"keymap_no_disc:fail:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DKEYMAP_NO_DISC"
 	"keymap_eager_floor:fail:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DKEYMAP_EAGER_FLOOR"
+	"keyshare:pass:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DKEYSHARE"
+	"keyshare_eager:fail:-DFAULTS=1 -DKEYLOCK -DKEYMAP -DREDRIVE -DKEYSHARE -DKEYSHARE_EAGER"
 )
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-model.XXXXXX")

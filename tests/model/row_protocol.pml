@@ -76,6 +76,21 @@
  *               first live row when it finished that row (sent,
  *               deleted, failed)
  *   KEYMAP_NO_DISC  the map without the discovery
+ *   KEYSHARE    with KEYMAP, the two relays are sessions of one process,
+ *               which share the floors' moves: a relay that finished the
+ *               key's row i queues for the other (from: the floor its
+ *               statement read from; i; whether row 0 was made live
+ *               since that statement began), and the other, before its
+ *               next statement, moves its floor past i when it lies in
+ *               [from, i], lowering its discovery to the finisher's
+ *               (the newest move only: older ones are dropped)
+ *   KEYSHARE_NO_DISC  a shared move without the finisher's discovery
+ *   KEYSHARE_ANY_FROM  a shared move from any floor at or below i
+ *               (neither is caught here: row 0 becomes live again only
+ *               by a redrive, which every relay's discovery sees; they
+ *               guard rows committed late, which the model has not)
+ *   KEYSHARE_EAGER  a move shared for a row handed over, finished or
+ *               not (a nack too)
  *   KEYMAP_EAGER_FLOOR  the floor moves past a row the lease marked,
  *               finished or not (a nack too)
  *   KEY_EARLY   the snapshot's look only (its known race with a redrive)
@@ -150,6 +165,16 @@ bit ver1;
  * harder case. */
 byte kfl[NRELAY];
 bit kdisc[NRELAY];
+#ifdef KEYSHARE
+/* The floor each relay's last statement read from, and the move queued
+ * for relay o (the newest): from, row, and whether row 0 was made live
+ * since the finisher's statement began. */
+byte kfrom[NRELAY];
+bit rq_n[NRELAY];
+byte rq_from[NRELAY];
+bit rq_i[NRELAY];
+bit rq_disc[NRELAY];
+#endif
 
 #ifdef NO_G2
 #define UNLOCKED(i) 1
@@ -197,7 +222,39 @@ bit kdisc[NRELAY];
 #define SNAP_OLD                                                           \
 	((kfl[r] == 0 && !first1 && !PENDING(0)) ||                        \
 	 (first1 && seen1 != ver1) || kdisc[r])
+#ifdef KEYSHARE
+#ifdef KEYSHARE_ANY_FROM
+#define SHARE_FROM_OK(j) 1
+#else
+#define SHARE_FROM_OK(j) (rq_from[j] <= kfl[r])
+#endif
+#ifdef KEYSHARE_NO_DISC
+#define SHARE_DISC(j) skip
+#else
+#define SHARE_DISC(j) kdisc[r] = kdisc[r] | rq_disc[j]
+#endif
+#define APPLY_ONE(j)                                                       \
+	if                                                                 \
+	:: SHARE_FROM_OK(j) && kfl[r] <= rq_i[j] ->                        \
+		kfl[r] = rq_i[j] + 1;                                      \
+		SHARE_DISC(j)                                              \
+	:: else -> skip                                                    \
+	fi
+#define APPLY_SHARED                                                       \
+	if                                                                 \
+	:: rq_n[r] == 1 -> APPLY_ONE(r)                                    \
+	:: else -> skip                                                    \
+	fi;                                                                \
+	rq_n[r] = 0;                                                       \
+	rq_from[r] = 0;                                                    \
+	rq_i[r] = 0;                                                       \
+	rq_disc[r] = 0;                                                    \
+	kfrom[r] = KFROM;
+#else
+#define APPLY_SHARED skip;
+#endif
 #define SNAP1                                                              \
+	APPLY_SHARED                                                       \
 	kfl[r] = KFIRST;                                                   \
 	first1 = (kfl[r] == 1);                                            \
 	seen1 = ver1;                                                      \
@@ -209,7 +266,29 @@ bit kdisc[NRELAY];
 #else
 #define PASSED(i) (ISSET(handed, i) && !PENDING(i))
 #endif
+#ifdef KEYSHARE
+#ifdef KEYSHARE_EAGER
+#define SHARED(i) ISSET(handed, i)
+#else
+#define SHARED(i) PASSED(i)
+#endif
+/* Queued for the other relay, 1 - r: the newest move only, as a store
+ * further behind than the C's ring skips the older ones. */
+#define SHARE_PAST(i)                                                      \
+	if                                                                 \
+	:: SHARED(i) ->                                                    \
+		rq_from[1 - r] = kfrom[r];                                 \
+		rq_i[1 - r] = i;                                           \
+		rq_disc[1 - r] = kdisc[r];                                 \
+		rq_n[1 - r] = 1                                            \
+	:: else -> skip                                                    \
+	fi
+#else
+#define SHARE_PAST(i) skip
+#endif
 #define FLOOR_PAST                                                         \
+	SHARE_PAST(0);                                                     \
+	SHARE_PAST(1);                                                     \
 	if                                                                 \
 	:: kfl[r] == 0 && PASSED(0) -> kfl[r] = 1                          \
 	:: kfl[r] == 1 && PASSED(1) -> kfl[r] = 2                          \
@@ -781,6 +860,11 @@ proctype redrive()
 		 * statement began after it, so its discovery reads it. */
 		kdisc[0] = 1;
 		kdisc[1] = 1;
+#endif
+#ifdef KEYSHARE
+		/* and so does the discovery a shared move lowers to. */
+		rq_disc[0] = rq_n[0];
+		rq_disc[1] = rq_n[1];
 #endif
 		head[0] = 1;
 		st[0] = PEND;

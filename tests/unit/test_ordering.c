@@ -1106,6 +1106,60 @@ static void test_floor_passes_finished_heads(void **state)
 	PQfinish(c);
 }
 
+/* Two stores of one process (one key turn): the floor a store moves past
+ * a row it finished moves in the other too, at its next lease, when the
+ * other's floor lies between the floor the finisher's lease read the key
+ * from and that row; move after move, as the rows of a key go. A lease
+ * rolled back shares nothing. */
+static void test_floor_passes_between_stores(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_floor_shared", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert_keys(c, table, "A", 4);
+	long seq[5];
+	for (int i = 1; i <= 4; i++) {
+		char label[8];
+		snprintf(label, sizeof(label), "a%d", i);
+		seq[i] = seq_of(c, table, label);
+	}
+	struct store_key_turn turn;
+	assert_int_equal(store_key_turn_init(&turn), 0);
+	struct store_options o = ordered_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	o.key_turn = &turn;
+	struct store *s1 = pgtest_store(&o), *s2 = pgtest_store(&o);
+	struct lease_batch b;
+	lease_labels(s2, &b, "a1");
+	mark_all(s2, MARK_RELEASE, &b, NULL);
+	assert_int_equal(store_key_map_floor(s2, "A"), seq[1]);
+	lease_labels(s1, &b, "a1");
+	mark_all(s1, MARK_SENT, &b, NULL);
+	store_key_map_catch_up(s2);
+	assert_int_equal(store_key_map_floor(s2, "A"), seq[1] + 1);
+	lease_labels(s1, &b, "a2");
+	mark_all(s1, MARK_SENT, &b, NULL);
+	lease_labels(s1, &b, "a3");
+	mark_all(s1, MARK_SENT, &b, NULL);
+	store_key_map_catch_up(s2);
+	assert_int_equal(store_key_map_floor(s2, "A"), seq[3] + 1);
+	lease_labels(s1, &b, "a4");
+	const char *ids[1] = {b.events[0].id};
+	struct mark_result r;
+	assert_int_equal(
+	    store_mark(s1, MARK_SENT, ids, NULL, 1, &r, err, sizeof(err)), 0);
+	assert_int_equal(store_lease_rollback_charged(s1, &b, err, sizeof(err)),
+			 0);
+	lease_batch_release(&b);
+	store_key_map_catch_up(s2);
+	assert_int_equal(store_key_map_floor(s2, "A"), seq[3] + 1);
+	store_close(s1);
+	store_close(s2);
+	store_key_turn_destroy(&turn);
+	PQfinish(c);
+}
+
 /* Two keys in one batch, one row sent and one retried: each key's floor
  * moves by its own row's marks only. */
 static void test_floor_passes_per_key_in_a_batch(void **state)
@@ -1170,6 +1224,7 @@ int main(void)
 	    cmocka_unit_test(test_hot_key_does_not_starve_others),
 	    cmocka_unit_test(test_floor_passes_finished_heads),
 	    cmocka_unit_test(test_floor_passes_per_key_in_a_batch),
+	    cmocka_unit_test(test_floor_passes_between_stores),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
