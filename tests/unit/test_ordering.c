@@ -306,6 +306,29 @@ static long seq_of(PGconn *c, const char *table, const char *label)
 			   label);
 }
 
+/* The seqs of key A's rows a1..a4 (insert_keys), in seq[1..4]. */
+static void key_a_seqs(PGconn *c, const char *table, long seq[5])
+{
+	for (int i = 1; i <= 4; i++) {
+		char label[8];
+		snprintf(label, sizeof(label), "a%d", i);
+		seq[i] = seq_of(c, table, label);
+	}
+}
+
+/* b's one row marked sent, then its lease rolled back (its attempt
+ * charged): a mark that never commits. */
+static void sent_then_rolled_back(struct store *s, struct lease_batch *b)
+{
+	const char *ids[1] = {b->events[0].id};
+	struct mark_result r;
+	assert_int_equal(
+	    store_mark(s, MARK_SENT, ids, NULL, 1, &r, err, sizeof(err)), 0);
+	assert_int_equal(store_lease_rollback_charged(s, b, err, sizeof(err)),
+			 0);
+	lease_batch_release(b);
+}
+
 /* A row's place in the table, as one number: a row written anew moves. */
 static long row_place(PGconn *c, const char *table, const char *label)
 {
@@ -1073,11 +1096,7 @@ static void test_floor_passes_finished_heads(void **state)
 	PGconn *c = pgtest_connect();
 	insert_keys(c, table, "A", 4);
 	long seq[5];
-	for (int i = 1; i <= 4; i++) {
-		char label[8];
-		snprintf(label, sizeof(label), "a%d", i);
-		seq[i] = seq_of(c, table, label);
-	}
+	key_a_seqs(c, table, seq);
 	struct store_options o = ordered_options(table);
 	o.lease_rescan_ms = 3600 * 1000;
 	struct store *s = pgtest_store(&o);
@@ -1094,13 +1113,7 @@ static void test_floor_passes_finished_heads(void **state)
 	mark_all(s, MARK_FAILED, &b, "permanent");
 	assert_int_equal(store_key_map_floor(s, "A"), seq[2] + 1);
 	lease_labels(s, &b, "a3");
-	const char *ids[1] = {b.events[0].id};
-	struct mark_result r;
-	assert_int_equal(
-	    store_mark(s, MARK_SENT, ids, NULL, 1, &r, err, sizeof(err)), 0);
-	assert_int_equal(store_lease_rollback_charged(s, &b, err, sizeof(err)),
-			 0);
-	lease_batch_release(&b);
+	sent_then_rolled_back(s, &b);
 	assert_int_equal(store_key_map_floor(s, "A"), seq[3]);
 	store_close(s);
 	PQfinish(c);
@@ -1119,11 +1132,7 @@ static void test_floor_passes_between_stores(void **state)
 	PGconn *c = pgtest_connect();
 	insert_keys(c, table, "A", 4);
 	long seq[5];
-	for (int i = 1; i <= 4; i++) {
-		char label[8];
-		snprintf(label, sizeof(label), "a%d", i);
-		seq[i] = seq_of(c, table, label);
-	}
+	key_a_seqs(c, table, seq);
 	struct store_key_turn turn;
 	assert_int_equal(store_key_turn_init(&turn), 0);
 	struct store_options o = ordered_options(table);
@@ -1145,13 +1154,7 @@ static void test_floor_passes_between_stores(void **state)
 	store_key_map_catch_up(s2);
 	assert_int_equal(store_key_map_floor(s2, "A"), seq[3] + 1);
 	lease_labels(s1, &b, "a4");
-	const char *ids[1] = {b.events[0].id};
-	struct mark_result r;
-	assert_int_equal(
-	    store_mark(s1, MARK_SENT, ids, NULL, 1, &r, err, sizeof(err)), 0);
-	assert_int_equal(store_lease_rollback_charged(s1, &b, err, sizeof(err)),
-			 0);
-	lease_batch_release(&b);
+	sent_then_rolled_back(s1, &b);
 	store_key_map_catch_up(s2);
 	assert_int_equal(store_key_map_floor(s2, "A"), seq[3] + 1);
 	store_close(s1);
