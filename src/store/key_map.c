@@ -7,6 +7,7 @@
  * store's own thread touches it. The key turn the process's stores may
  * share (store.h) is read and moved under its lock.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,6 +224,7 @@ void key_map_passed(struct store *s, const struct lease_rows *rows)
 	if (!store_key_map_on(s))
 		return;
 	struct store_key_turn *t = s->opt.key_turn;
+	bool locked = false; /* the turn's lock, taken once for the lease */
 	for (size_t k = 0; k < rows->n; k++) {
 		const struct outbox_event *e = &rows->events[k];
 		const struct lease_text *row = lease_row_of(rows, e->id);
@@ -231,24 +233,24 @@ void key_map_passed(struct store *s, const struct lease_rows *rows)
 		struct key_floor *f = key_entry(s, e->partition_key);
 		if (f && f->floor == e->seq)
 			f->floor = e->seq + 1;
-		char *key =
-		    t && row->from >= 0 ? strdup(e->partition_key) : NULL;
+		if (!t || row->from < 0)
+			continue;
+		if (!locked) {
+			pthread_mutex_lock(&t->lock);
+			locked = true;
+			if (!t->passes)
+				t->passes =
+				    calloc(KEY_PASSES, sizeof(*t->passes));
+		}
+		char *key = t->passes ? strdup(e->partition_key) : NULL;
 		if (!key)
 			continue; /* out of memory: the others' floors stay */
-		pthread_mutex_lock(&t->lock);
-		if (!t->passes)
-			t->passes = calloc(KEY_PASSES, sizeof(*t->passes));
-		if (t->passes) {
-			struct key_pass *p =
-			    &t->passes[t->n_passes++ % KEY_PASSES];
-			free(p->key);
-			*p = (struct key_pass){key, row->from, e->seq,
-					       s->key_map_disc};
-		} else {
-			free(key); /* out of memory: nothing shared */
-		}
-		pthread_mutex_unlock(&t->lock);
+		struct key_pass *p = &t->passes[t->n_passes++ % KEY_PASSES];
+		free(p->key);
+		*p = (struct key_pass){key, row->from, e->seq, s->key_map_disc};
 	}
+	if (locked)
+		pthread_mutex_unlock(&t->lock);
 }
 
 /*
