@@ -471,6 +471,8 @@ class DbCost:
             self.full_page_writes(None)
         out = {"rows": self.n, "batch": BATCH, "clients": CLIENTS,
                "keys": KEYS, "full_page_writes": "on",
+               # The keys' index compares text in it (PG_LOCALE).
+               "collation": b.sql("SHOW lc_collate"),
                "retention_zero": {"supported": ok, "range": rng},
                "left_out": [v for v in VARIANTS if v not in chosen],
                "variants": {}}

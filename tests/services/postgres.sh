@@ -15,6 +15,9 @@
 # Role `outbox` (superuser, password outbox-test-secret) owns database
 # `outbox`; TCP logins need the password (SCRAM), socket logins are trusted.
 # PG_BIN may be set to choose a server version; the newest one is the default.
+# PG_LOCALE may be set to make the cluster in a locale of the machine's
+# (`locale -a`), as a user's database often is (en_US.UTF-8); without it
+# the cluster has none (C), the tests' default.
 set -euo pipefail
 
 # shellcheck disable=SC2034 # read by lib.sh
@@ -85,7 +88,15 @@ cmd_start() {
 			|| svc_die "user $pg_user cannot write '$dir' (is a parent directory private?)"
 	fi
 
-	svc_as "$pg_user" "$pg_bin/initdb" -D "$pg_data" -U "$pg_user" -E UTF8 --no-locale \
+	locale_arg=--no-locale
+	if [ -n "${PG_LOCALE:-}" ]; then
+		# locale -a spells UTF-8 as utf8.
+		want=$(printf '%s' "$PG_LOCALE" | sed 's/UTF-8$/utf8/')
+		locale -a | grep -qx -- "$want" \
+			|| svc_die "PG_LOCALE '$PG_LOCALE' is not a locale of this machine (locale -a)"
+		locale_arg=--locale=$PG_LOCALE
+	fi
+	svc_as "$pg_user" "$pg_bin/initdb" -D "$pg_data" -U "$pg_user" -E UTF8 "$locale_arg" \
 		--auth-local=trust --auth-host=scram-sha-256 --no-sync --no-instructions \
 		>"$dir/initdb.log" 2>&1 \
 		|| svc_fail "initdb failed" "$dir/initdb.log"
