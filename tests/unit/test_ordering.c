@@ -1163,6 +1163,104 @@ static void test_floor_passes_between_stores(void **state)
 	PQfinish(c);
 }
 
+/* A shared move lowers the catching-up store's discovery floor to the
+ * finisher's. Row w of key A is written by a producer transaction that
+ * commits late: the finisher's lease (s1, reading A from past a0) could
+ * not see it and took a1, above it; s2 meanwhile found w as A's first
+ * live row (held, so not taken) with a discovery floor above w's writer.
+ * Once a1 is sent, s2's floor moves past a1, and only the lowered
+ * discovery finds w again: without it s2 would take a2 and w would wait
+ * for the map's next build (docs/design.md §6, "The key map", *Shared
+ * moves*). */
+static void test_shared_move_lowers_discovery(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_floor_late", table, sizeof(table));
+	PGconn *c = pgtest_connect(), *w = pgtest_connect(),
+	       *h = pgtest_connect();
+	struct store_key_turn turn;
+	assert_int_equal(store_key_turn_init(&turn), 0);
+	struct store_options o = ordered_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	o.key_turn = &turn;
+	struct store *s1 = pgtest_store(&o), *s2 = pgtest_store(&o);
+	struct lease_batch b1, b2;
+	insert(c, table, "a0", "A");
+	expect_batch(s1, "a0");
+	pgtest_exec(w, "BEGIN");
+	insert(w, table, "w", "A");
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	long a0 = seq_of(c, table, "a0"), a1 = seq_of(c, table, "a1");
+	lease_labels(s1, &b1, "a1");
+	pgtest_exec(w, "COMMIT");
+	long sw = seq_of(c, table, "w");
+	assert_true(a0 < sw && sw < a1);
+	pgtest_exec(h, "BEGIN");
+	pgtest_exec(h, "SELECT 1 FROM %s WHERE subject = 'w' FOR UPDATE",
+		    table);
+	lease_labels(s2, &b2, "");
+	mark_all(s2, MARK_SENT, &b2, NULL);
+	assert_int_equal(store_key_map_floor(s2, "A"), sw);
+	pgtest_exec(h, "ROLLBACK");
+	mark_all(s1, MARK_SENT, &b1, NULL);
+	expect_batch(s2, "w");
+	expect_batch(s2, "a2");
+	store_close(s1);
+	store_close(s2);
+	store_key_turn_destroy(&turn);
+	PQfinish(h);
+	PQfinish(w);
+	PQfinish(c);
+}
+
+/* A shared move leaves a floor below the one the finisher's lease read
+ * the key from. An operator set a0, sent, back to pending by hand: its
+ * writer is old, so no discovery finds it, and s1, whose floor had passed
+ * it, goes on to a1 (rows made live by hand wait for the map's next build,
+ * docs/design.md §6); s2, built since, has A's floor at a0 (held, so not
+ * taken). Once a1 is sent, s2 keeps that floor and takes a0: a floor moved
+ * past a1 would have taken a2, and a0 would have waited for a build. */
+static void test_shared_move_keeps_a_floor_below_its_from(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_floor_from", table, sizeof(table));
+	PGconn *c = pgtest_connect(), *h = pgtest_connect();
+	struct store_key_turn turn;
+	assert_int_equal(store_key_turn_init(&turn), 0);
+	struct store_options o = ordered_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	o.key_turn = &turn;
+	struct store *s1 = pgtest_store(&o), *s2 = pgtest_store(&o);
+	struct lease_batch b1, b2;
+	insert(c, table, "a0", "A");
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	expect_batch(s1, "a0");
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'pending', finished_at = NULL "
+		    "WHERE subject = 'a0'",
+		    table);
+	pgtest_exec(h, "BEGIN");
+	pgtest_exec(h, "SELECT 1 FROM %s WHERE subject = 'a0' FOR UPDATE",
+		    table);
+	lease_labels(s2, &b2, "");
+	mark_all(s2, MARK_SENT, &b2, NULL);
+	assert_int_equal(store_key_map_floor(s2, "A"), seq_of(c, table, "a0"));
+	lease_labels(s1, &b1, "a1");
+	pgtest_exec(h, "ROLLBACK");
+	mark_all(s1, MARK_SENT, &b1, NULL);
+	expect_batch(s2, "a0");
+	expect_batch(s2, "a2");
+	store_close(s1);
+	store_close(s2);
+	store_key_turn_destroy(&turn);
+	PQfinish(h);
+	PQfinish(c);
+}
+
 /* Two keys in one batch, one row sent and one retried: each key's floor
  * moves by its own row's marks only. */
 static void test_floor_passes_per_key_in_a_batch(void **state)
@@ -1228,6 +1326,8 @@ int main(void)
 	    cmocka_unit_test(test_floor_passes_finished_heads),
 	    cmocka_unit_test(test_floor_passes_per_key_in_a_batch),
 	    cmocka_unit_test(test_floor_passes_between_stores),
+	    cmocka_unit_test(test_shared_move_lowers_discovery),
+	    cmocka_unit_test(test_shared_move_keeps_a_floor_below_its_from),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
