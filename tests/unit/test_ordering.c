@@ -329,6 +329,31 @@ static void sent_then_rolled_back(struct store *s, struct lease_batch *b)
 	lease_batch_release(b);
 }
 
+/* Two stores of one process on one table (one key turn), their maps'
+ * next builds an hour away: a floor one moves past a row it finished
+ * moves in the other (docs/design.md §6, "The key map", *Shared moves*). */
+struct store_pair {
+	struct store_key_turn turn;
+	struct store *s1, *s2;
+};
+
+static void pair_open(struct store_pair *p, const char *table)
+{
+	assert_int_equal(store_key_turn_init(&p->turn), 0);
+	struct store_options o = ordered_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	o.key_turn = &p->turn;
+	p->s1 = pgtest_store(&o);
+	p->s2 = pgtest_store(&o);
+}
+
+static void pair_close(struct store_pair *p)
+{
+	store_close(p->s1);
+	store_close(p->s2);
+	store_key_turn_destroy(&p->turn);
+}
+
 /* A row's place in the table, as one number: a row written anew moves. */
 static long row_place(PGconn *c, const char *table, const char *label)
 {
@@ -1133,12 +1158,9 @@ static void test_floor_passes_between_stores(void **state)
 	insert_keys(c, table, "A", 4);
 	long seq[5];
 	key_a_seqs(c, table, seq);
-	struct store_key_turn turn;
-	assert_int_equal(store_key_turn_init(&turn), 0);
-	struct store_options o = ordered_options(table);
-	o.lease_rescan_ms = 3600 * 1000;
-	o.key_turn = &turn;
-	struct store *s1 = pgtest_store(&o), *s2 = pgtest_store(&o);
+	struct store_pair pair;
+	pair_open(&pair, table);
+	struct store *s1 = pair.s1, *s2 = pair.s2;
 	struct lease_batch b;
 	lease_labels(s2, &b, "a1");
 	mark_all(s2, MARK_RELEASE, &b, NULL);
@@ -1157,9 +1179,7 @@ static void test_floor_passes_between_stores(void **state)
 	sent_then_rolled_back(s1, &b);
 	store_key_map_catch_up(s2);
 	assert_int_equal(store_key_map_floor(s2, "A"), seq[3] + 1);
-	store_close(s1);
-	store_close(s2);
-	store_key_turn_destroy(&turn);
+	pair_close(&pair);
 	PQfinish(c);
 }
 
@@ -1179,12 +1199,9 @@ static void test_shared_move_lowers_discovery(void **state)
 	pgtest_fresh_table("ord_floor_late", table, sizeof(table));
 	PGconn *c = pgtest_connect(), *w = pgtest_connect(),
 	       *h = pgtest_connect();
-	struct store_key_turn turn;
-	assert_int_equal(store_key_turn_init(&turn), 0);
-	struct store_options o = ordered_options(table);
-	o.lease_rescan_ms = 3600 * 1000;
-	o.key_turn = &turn;
-	struct store *s1 = pgtest_store(&o), *s2 = pgtest_store(&o);
+	struct store_pair pair;
+	pair_open(&pair, table);
+	struct store *s1 = pair.s1, *s2 = pair.s2;
 	struct lease_batch b1, b2;
 	insert(c, table, "a0", "A");
 	expect_batch(s1, "a0");
@@ -1207,9 +1224,7 @@ static void test_shared_move_lowers_discovery(void **state)
 	mark_all(s1, MARK_SENT, &b1, NULL);
 	expect_batch(s2, "w");
 	expect_batch(s2, "a2");
-	store_close(s1);
-	store_close(s2);
-	store_key_turn_destroy(&turn);
+	pair_close(&pair);
 	PQfinish(h);
 	PQfinish(w);
 	PQfinish(c);
@@ -1228,12 +1243,9 @@ static void test_shared_move_keeps_a_floor_below_its_from(void **state)
 	char table[128];
 	pgtest_fresh_table("ord_floor_from", table, sizeof(table));
 	PGconn *c = pgtest_connect(), *h = pgtest_connect();
-	struct store_key_turn turn;
-	assert_int_equal(store_key_turn_init(&turn), 0);
-	struct store_options o = ordered_options(table);
-	o.lease_rescan_ms = 3600 * 1000;
-	o.key_turn = &turn;
-	struct store *s1 = pgtest_store(&o), *s2 = pgtest_store(&o);
+	struct store_pair pair;
+	pair_open(&pair, table);
+	struct store *s1 = pair.s1, *s2 = pair.s2;
 	struct lease_batch b1, b2;
 	insert(c, table, "a0", "A");
 	insert(c, table, "a1", "A");
@@ -1254,9 +1266,7 @@ static void test_shared_move_keeps_a_floor_below_its_from(void **state)
 	mark_all(s1, MARK_SENT, &b1, NULL);
 	expect_batch(s2, "a0");
 	expect_batch(s2, "a2");
-	store_close(s1);
-	store_close(s2);
-	store_key_turn_destroy(&turn);
+	pair_close(&pair);
 	PQfinish(h);
 	PQfinish(c);
 }
