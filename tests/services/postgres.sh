@@ -92,7 +92,10 @@ cmd_start() {
 	if [ -n "${PG_LOCALE:-}" ]; then
 		# locale -a spells UTF-8 as utf8.
 		want=$(printf '%s' "$PG_LOCALE" | sed 's/UTF-8$/utf8/')
-		locale -a | grep -qx -- "$want" \
+		# Read whole first: grep -q stops early, and under pipefail
+		# locale -a's broken pipe would read as no match.
+		locales=$(locale -a)
+		grep -qx -- "$want" <<<"$locales" \
 			|| svc_die "PG_LOCALE '$PG_LOCALE' is not a locale of this machine (locale -a)"
 		locale_arg=--locale=$PG_LOCALE
 	fi
