@@ -156,20 +156,30 @@ static int apply(struct store *s, struct update *ups, size_t n)
 			continue;
 		}
 		struct update *u = &ups[j++];
-		int64_t floor = u->floor;
-		char *key = u->key;
+		struct key_floor e = {.key = u->key, .floor = u->floor};
 		u->key = NULL;
 		if (c == 0) {
-			int64_t had = s->key_map[i].floor;
-			free(s->key_map[i++].key);
-			if (u->min && had < floor)
-				floor = had;
+			struct key_floor *had = &s->key_map[i++];
+			free(had->key);
+			e.passed = had->passed;
+			e.spacing = had->spacing;
+			e.gap = had->gap;
+			if (u->min && had->floor < e.floor)
+				e.floor = had->floor;
+			/* A walk past a finished row: how far on the key's
+			 * next row was. */
+			if (!u->min && e.passed > 0 && e.floor > e.passed) {
+				int64_t d = e.floor - e.passed;
+				if (e.spacing > 0)
+					e.gap = d > e.spacing ? d : e.spacing;
+				e.spacing = d;
+				e.passed = 0;
+			}
 		}
-		if (floor < 0)
-			free(key);
+		if (e.floor < 0)
+			free(e.key);
 		else
-			out[m++] =
-			    (struct key_floor){.key = key, .floor = floor};
+			out[m++] = e;
 	}
 	free(s->key_map);
 	s->key_map = out;
@@ -231,8 +241,10 @@ void key_map_passed(struct store *s, const struct lease_rows *rows)
 		if (!row || !row->finished || !e->partition_key)
 			continue;
 		struct key_floor *f = key_entry(s, e->partition_key);
-		if (f && f->floor == e->seq)
+		if (f && f->floor == e->seq) {
 			f->floor = e->seq + 1;
+			f->passed = e->seq;
+		}
 		if (!t || row->from < 0)
 			continue;
 		if (!locked) {
@@ -281,6 +293,7 @@ static void key_map_catch_up(struct store *s)
 		if (!f || f->floor < p->from || f->floor > p->seq)
 			continue;
 		f->floor = p->seq + 1;
+		f->passed = p->seq;
 		if (p->written < s->key_map_disc)
 			s->key_map_disc = p->written;
 	}
@@ -310,6 +323,31 @@ int64_t store_key_map_floor(const struct store *s, const char *key)
 {
 	const struct key_floor *f = key_entry(s, key);
 	return f ? f->floor : -1;
+}
+
+/*
+ * The seq a key's next descent looks up to first (docs/design.md §6,
+ * "The key map", *The descent's bound*), -1 for none: a descent of
+ * key_idx reads every entry of its key on the leaf page it lands on, a
+ * hundred or more under a backlog, though it wants the first; bounded,
+ * it reads those up to the bound. Four of the larger of the key's last
+ * two spacings past its floor: a key's rows come about as far apart as
+ * the last three. A key whose next row lies further, or that has none,
+ * is read again unbounded, a second descent: so the bound waits for two
+ * spacings, and a key of two rows or fewer never has one. The bound
+ * changes what a descent costs, never what it finds.
+ */
+static int64_t key_map_bound(const struct key_floor *f)
+{
+	if (f->gap <= 0 || f->gap > (INT64_MAX - f->floor) / 4)
+		return -1;
+	return f->floor + 4 * f->gap;
+}
+
+int64_t store_key_map_bound(const struct store *s, const char *key)
+{
+	const struct key_floor *f = key_entry(s, key);
+	return f ? key_map_bound(f) : -1;
 }
 
 int key_map_replace(struct store *s, const PGresult *res, int keys, int floors)
@@ -399,38 +437,46 @@ static const char *window_ends_at(const struct store *s, size_t want,
 	    .key;
 }
 
-/* The window of want keys from the map's entry start on. */
+/* The window of want keys from the map's entry start on: its keys, their
+ * floors and their bounds (NULL: none), as array literals. */
 static int key_map_window(const struct store *s, size_t want, size_t start,
-			  char **keys, char **floors, bool *whole)
+			  struct key_map_args *a)
 {
 	size_t n = s->key_map_n < want ? s->key_map_n : want;
 	const char **items = malloc((n + 1) * sizeof(*items));
-	char *fl = malloc(n * 21 + 3);
-	*keys = *floors = NULL;
-	if (!items || !fl) {
+	char *fl = malloc(n * 21 + 3), *bo = malloc(n * 21 + 3);
+	if (!items || !fl || !bo) {
 		free(items);
 		free(fl);
+		free(bo);
 		return -1;
 	}
-	size_t at = 0;
-	fl[at++] = '{';
+	size_t at = 0, bt = 0;
+	fl[at++] = bo[bt++] = '{';
 	for (size_t i = 0; i < n; i++) {
 		const struct key_floor *e =
 		    &s->key_map[(start + i) % s->key_map_n];
+		const char *sep = i ? "," : "";
+		int64_t bound = key_map_bound(e);
 		items[i] = e->key;
-		at += (size_t)snprintf(fl + at, 22, "%s%lld", i ? "," : "",
+		at += (size_t)snprintf(fl + at, 22, "%s%lld", sep,
 				       (long long)e->floor);
+		bt += (size_t)(bound < 0 ? snprintf(bo + bt, 22, "%sNULL", sep)
+					 : snprintf(bo + bt, 22, "%s%lld", sep,
+						    (long long)bound));
 	}
-	fl[at++] = '}';
-	fl[at] = '\0';
-	*keys = store_pg_array(items, n, PG_ARRAY_QUOTED, SIZE_MAX);
+	fl[at++] = bo[bt++] = '}';
+	fl[at] = bo[bt] = '\0';
+	a->keys = store_pg_array(items, n, PG_ARRAY_QUOTED, SIZE_MAX);
 	free(items);
-	if (!*keys) {
+	if (!a->keys) {
 		free(fl);
+		free(bo);
 		return -1;
 	}
-	*floors = fl;
-	*whole = n == s->key_map_n;
+	a->floors = fl;
+	a->bounds = bo;
+	a->whole = n == s->key_map_n;
 	return 0;
 }
 
@@ -519,8 +565,7 @@ int key_map_args(struct store *s, int64_t now_ms, struct key_map_args *a,
 	} else {
 		start = window_start(s, s->key_cursor);
 	}
-	if (key_map_window(s, s->key_window, start, &a->keys, &a->floors,
-			   &a->whole) != 0) {
+	if (key_map_window(s, s->key_window, start, a) != 0) {
 		snprintf(err, errlen, "lease: out of memory");
 		return STORE_ERROR;
 	}
@@ -532,5 +577,6 @@ void key_map_args_free(struct key_map_args *a)
 {
 	free(a->keys);
 	free(a->floors);
-	a->keys = a->floors = NULL;
+	free(a->bounds);
+	a->keys = a->floors = a->bounds = NULL;
 }

@@ -558,9 +558,10 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	snprintf(written_floor, sizeof(written_floor), "%llu",
 		 (unsigned long long)late_floor);
 	/* Ordered mode's walk takes where the last one stopped ($7), or
-	 * with the key map its window, the discovery floor and whether the
-	 * window is the whole map ($7-$10). The floor's seq comes last. */
-	const char *values[11] = {paused_arr,
+	 * with the key map its window, the discovery floor, whether the
+	 * window is the whole map and the keys' bounds ($7-$11). The
+	 * floor's seq comes last. */
+	const char *values[12] = {paused_arr,
 				  default_destination ? default_destination
 						      : "",
 				  s->ce_source,
@@ -570,7 +571,8 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 				  keymap ? map.keys : s->key_cursor,
 				  map.floors,
 				  map.disc,
-				  map.whole ? "t" : "f"};
+				  map.whole ? "t" : "f",
+				  map.bounds};
 	int n_values = store_lease_params(s);
 	values[n_values++] = floor_seq;
 	/* Binary results: text columns arrive as they are and the payload

@@ -231,14 +231,14 @@ static char *keyed_sql(const struct store *s, bool claims)
 /*
  * Ordered mode's keyed rows with the key map (docs/design.md §6, "The key
  * map"), on a table with written_by: the walk steps from key to key of a
- * window of the session's map ($7, $8: keys in the walk's order, each
- * with the seq below which it had no live row as this session's
- * previous lease or the map's build saw it), each one descent of key_idx
- * from the key's floor. key_idx's entries below a floor are of rows
- * finished before it, and a held snapshot keeps every one of them: the
- * walk along the index read them all at every lease. Here a descent
- * steps over the rows of its key finished since the previous lease, and
- * the step to the next key reads no index at all.
+ * window of the session's map ($7, $8, $11: keys in the walk's order,
+ * each with the seq below which it had no live row as this session's
+ * previous lease or the map's build saw it, and the bound its descent
+ * reads up to first), each one descent of key_idx from the key's floor.
+ * key_idx's entries below a floor are of rows finished before it, and a held
+ * snapshot keeps every one of them: the walk along the index read them all at
+ * every lease. Here a descent steps over the rows of its key finished since the
+ * previous lease, and the step to the next key reads no index at all.
  *
  * The discovery: the keyed rows written by a transaction at or after $9
  * (the xmin of the previous lease's snapshot, so every row it could not
@@ -265,12 +265,33 @@ static char *keyed_sql(const struct store *s, bool claims)
  * filled, the walk stopped at its last row's key, so the keys up to it
  * are the ones walked; otherwise it was read whole.
  */
+/* A descent of key_idx to key m.k's first live row of seq %2$s. */
+#define KEY_DESCENT                                                            \
+	"SELECT o.ctid AS tid, o.xmin AS xm, o.seq AS sq, o.next_attempt_at "  \
+	"AS at, o.status AS st, o.suspect AS sus, o.exchange AS ex, "          \
+	"o.routing_key AS rk, o.id FROM %1$s o WHERE o.status IN ('pending', " \
+	"'in_flight') AND o.partition_key IS NOT NULL AND o.partition_key = "  \
+	"m.k AND o.seq %2$s ORDER BY o.seq LIMIT 1"
+
 static char *keyed_map_sql(const struct store *s, bool claims)
 {
 	const char *T = s->table.quoted;
 	char *not_blocked = not_blocked_sql(s);
-	if (!not_blocked)
+	/* The key's descent up to its bound (m.b; NULL: none) first, then
+	 * past it only when that found nothing: one search, in two parts
+	 * (key_map.c, key_map_bound). A key without a bound runs the first
+	 * alone: an index scan of a NULL bound starts no descent, but
+	 * starting it for every key cost as much as the bound saved. */
+	char *near = store_asprintf(
+	    KEY_DESCENT, T,
+	    ">= m.f AND o.seq <= coalesce(m.b, 9223372036854775807)");
+	char *past = store_asprintf(KEY_DESCENT, T, ">= m.f AND o.seq > m.b");
+	if (!not_blocked || !near || !past) {
+		free(not_blocked);
+		free(near);
+		free(past);
 		return NULL;
+	}
 	char *sql = store_asprintf(
 	    "disc AS MATERIALIZED (SELECT partition_key AS k, min(seq) AS f "
 	    "FROM (SELECT partition_key, seq FROM %1$s WHERE status = "
@@ -284,15 +305,11 @@ static char *keyed_map_sql(const struct store *s, bool claims)
 	    "OVER () AS n FROM disc d WHERE $10::bool AND d.k NOT IN (SELECT "
 	    "unnest($7::text[]))), "
 	    "walk AS (SELECT m.k AS pk, m.n, d.* FROM (SELECT w.k, "
-	    "least(w.f, ((SELECT j FROM dj) ->> w.k)::int8) AS f, w.n FROM "
-	    "unnest($7::text[], $8::int8[]) WITH ORDINALITY AS w(k, f, n) "
-	    "UNION ALL SELECT k, f, n FROM fresh) m LEFT JOIN LATERAL (SELECT "
-	    "o.ctid AS tid, "
-	    "o.xmin AS xm, o.seq AS sq, o.next_attempt_at AS at, o.status AS "
-	    "st, o.suspect AS sus, o.exchange AS ex, o.routing_key AS rk, o.id "
-	    "FROM %1$s o WHERE o.status IN ('pending', 'in_flight') AND "
-	    "o.partition_key IS NOT NULL AND o.partition_key = m.k AND o.seq "
-	    ">= m.f ORDER BY o.seq LIMIT 1) d ON true), "
+	    "least(w.f, ((SELECT j FROM dj) ->> w.k)::int8) AS f, w.b, w.n "
+	    "FROM unnest($7::text[], $8::int8[], $11::int8[]) WITH "
+	    "ORDINALITY AS w(k, f, b, n) UNION ALL SELECT k, f, NULL::int8, n "
+	    "FROM fresh) m LEFT JOIN LATERAL ((%6$s) UNION ALL (%7$s) LIMIT "
+	    "1) d ON true), "
 	    "cand AS (SELECT c.*, count(*) FILTER (WHERE c.sus) OVER (ROWS "
 	    "UNBOUNDED PRECEDING) AS ns FROM walk c WHERE c.st = 'pending' "
 	    "AND c.at <= now() AND NOT (coalesce(c.ex, $2) = ANY($1::text[]) "
@@ -319,8 +336,10 @@ static char *keyed_map_sql(const struct store *s, bool claims)
 	    "AS df), ",
 	    T, s->key_walk_cap,
 	    claims ? "AND NOT c.id = ANY(ARRAY(SELECT x FROM crashed))" : "",
-	    not_blocked, s->opt.batch_size);
+	    not_blocked, s->opt.batch_size, near, past);
 	free(not_blocked);
+	free(near);
+	free(past);
 	return sql;
 }
 

@@ -439,17 +439,24 @@ static inline bool store_key_map_on(const struct store *s)
 	       s->opt.lease_rescan_ms > 0;
 }
 /* The lease statement's parameters but the last, the scan floor's seq
- * ($7 unordered, $8 ordered, $11 with the key map; lease.c,
+ * ($7 unordered, $8 ordered, $12 with the key map; lease.c,
  * statements_lease.c). */
 static inline int store_lease_params(const struct store *s)
 {
-	return store_key_map_on(s) ? 10 : s->opt.ordered ? 7 : 6;
+	return store_key_map_on(s) ? 11 : s->opt.ordered ? 7 : 6;
 }
 /* key_map.c. A key of the map and the seq below which it had no live
- * row. */
+ * row; and, for the bound of its next descent (key_map_bound), the seq of
+ * the finished row its floor last moved past (0: none since the walk
+ * last read the key), the spacing from it to the next live row the walk
+ * found last (0: none seen), and the larger of the last two such (0:
+ * fewer than two seen). */
 struct key_floor {
 	char *key;
 	int64_t floor;
+	int64_t passed;
+	int64_t spacing;
+	int64_t gap;
 };
 void key_map_clear(struct store *s);
 /* The map as the build returned it: text[] and int8[] columns of row 0,
@@ -470,13 +477,13 @@ void key_map_passed(struct store *s, const struct lease_rows *rows);
 /* Before a lease's merge: each keyed row's key's floor in the window the
  * lease read, for the move its finish shares. */
 void key_map_note_from(struct store *s, struct lease_rows *rows);
-/* What an ordered lease with the key map takes ($7-$10): the window of
+/* What an ordered lease with the key map takes ($7-$11): the window of
  * the map it walks (at most key_window keys from the first past the
  * cursor, round from the first) as array literals, whether that is the
- * whole map, and the discovery floor. key_map_args builds the map first
- * when it is due; 0, or an error with err set. */
+ * whole map, the discovery floor, and each key's bound. key_map_args
+ * builds the map first when it is due; 0, or an error with err set. */
 struct key_map_args {
-	char *keys, *floors; /* malloc'd */
+	char *keys, *floors, *bounds; /* malloc'd */
 	char disc[24];
 	bool whole;
 };

@@ -47,6 +47,10 @@ void store_set_key_walk_cap(struct store *s, size_t keys);
  * live row), or -1 when the key is not in it. */
 int64_t store_key_map_floor(const struct store *s, const char *key);
 
+/* The seq up to which key's next descent looks first (the key's floor and
+ * four of its rows' last seen spacing), or -1 for none. */
+int64_t store_key_map_bound(const struct store *s, const char *key);
+
 /* Makes the floors' moves the process's other stores shared since s
  * last looked, as s's next ordered lease does first. */
 void store_key_map_catch_up(struct store *s);

@@ -1305,6 +1305,70 @@ static void test_floor_passes_per_key_in_a_batch(void **state)
 	PQfinish(c);
 }
 
+/* A key's rows' spacing, learned each time the walk goes past a row the
+ * store finished, bounds the key's next descent once two are seen: four
+ * of the larger past the floor (docs/design.md §6, *The descent's
+ * bound*). */
+static void test_descent_bound_learned(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_bound", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	for (int i = 1; i <= 4; i++) {
+		char a[8], b[8];
+		snprintf(a, sizeof(a), "a%d", i);
+		snprintf(b, sizeof(b), "b%d", i);
+		insert(c, table, a, "A");
+		insert(c, table, b, "B");
+	}
+	long a2 = seq_of(c, table, "a2"), a3 = seq_of(c, table, "a3");
+	struct store_options o = ordered_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease_labels(s, &b, "a1,b1");
+	assert_int_equal(store_key_map_bound(s, "A"), -1);
+	mark_all(s, MARK_SENT, &b, NULL);
+	lease_labels(s, &b, "a2,b2");
+	assert_int_equal(store_key_map_bound(s, "A"), -1);
+	mark_all(s, MARK_SENT, &b, NULL);
+	lease_labels(s, &b, "a3,b3");
+	assert_int_equal(store_key_map_bound(s, "A"), a3 + 4 * (a3 - a2));
+	mark_all(s, MARK_SENT, &b, NULL);
+	assert_int_equal(store_key_map_bound(s, "A"), a3 + 1 + 4 * (a3 - a2));
+	store_close(s);
+	PQfinish(c);
+}
+
+/* A key whose next row lies past its descent's bound: the descent reads
+ * on past the bound and finds it, and the bound takes the new spacing. */
+static void test_descent_reads_past_its_bound(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_bound_past", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert_keys(c, table, "A", 3);
+	insert_keys(c, table, "Z", 20);
+	insert(c, table, "a4", "A");
+	long a3 = seq_of(c, table, "a3"), a4 = seq_of(c, table, "a4");
+	struct store_options o = ordered_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	struct store *s = pgtest_store(&o);
+	expect_batch(s, "a1,z1");
+	expect_batch(s, "a2,z2");
+	expect_batch(s, "a3,z3");
+	assert_int_equal(store_key_map_bound(s, "A"), a3 + 1 + 4);
+	assert_true(a4 > a3 + 1 + 4);
+	struct lease_batch b;
+	lease_labels(s, &b, "a4,z4");
+	assert_int_equal(store_key_map_bound(s, "A"), a4 + 4 * (a4 - a3));
+	mark_all(s, MARK_SENT, &b, NULL);
+	store_close(s);
+	PQfinish(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1338,6 +1402,8 @@ int main(void)
 	    cmocka_unit_test(test_floor_passes_between_stores),
 	    cmocka_unit_test(test_shared_move_lowers_discovery),
 	    cmocka_unit_test(test_shared_move_keeps_a_floor_below_its_from),
+	    cmocka_unit_test(test_descent_bound_learned),
+	    cmocka_unit_test(test_descent_reads_past_its_bound),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
