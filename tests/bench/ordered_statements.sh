@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Where the relay's Postgres time goes, statement by statement, ordered
 # and unordered (docs/benchmark.md, "Ordered mode: where the lease's reads
-# go"). An experiment, not a target: ROWS pending 1 KB rows of 1,000 keys
-# are drained by WORKERS workers (publisher stdout, batches of 100), once
+# go"). An experiment, not a target: ROWS pending 1 KB rows of KEYS keys
+# (1,000 by default, the rows spread evenly) are drained by WORKERS workers (publisher stdout, batches of 100), once
 # per variant; pg_stat_statements (planning tracked) gives each
 # statement's execution and planning ms, calls, buffers a call and µs per
 # event, and the WAL per event is read from the server. The drain is
@@ -14,7 +14,7 @@
 # own each time). The table is migrated again before each variant with its
 # OUTBOX_RETENTION, as its deployment would migrate it (the pages' room,
 # migrate_room.c).
-# Usage: [ROWS=N] RELAY_TEST_BIN=build/outbox-relay tests/bench/ordered_statements.sh [workers] [variant...]
+# Usage: [ROWS=N] [KEYS=N] RELAY_TEST_BIN=build/outbox-relay tests/bench/ordered_statements.sh [workers] [variant...]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WORKERS=${1:-1}
@@ -22,10 +22,13 @@ shift || true
 VARIANTS=("$@")
 [ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(ordered unordered ordered unordered)
 ROWS=${ROWS:-20000}
+KEYS=${KEYS:-1000}
 [ "$WORKERS" -ge 1 ] && [ "$WORKERS" -le 16 ] ||
 	{ echo "ordered_statements.sh: workers must be 1..16" >&2; exit 2; }
 [[ "$ROWS" =~ ^[0-9]+$ ]] && [ "$ROWS" -ge 1000 ] && [ "$ROWS" -le 1000000 ] ||
 	{ echo "ordered_statements.sh: ROWS must be 1000..1000000" >&2; exit 2; }
+[[ "$KEYS" =~ ^[0-9]+$ ]] && [ "$KEYS" -ge 1 ] && [ "$KEYS" -le "$ROWS" ] ||
+	{ echo "ordered_statements.sh: KEYS must be 1..ROWS" >&2; exit 2; }
 # The drain is awaited 0.1 s at a time, 120 s for each 20,000 rows.
 polls=$(((ROWS + 19999) / 20000 * 1200))
 for v in "${VARIANTS[@]}"; do
@@ -48,7 +51,7 @@ for v in "${VARIANTS[@]}"; do
 	case $v in *-partitioned) OUTBOX_RETENTION=$retention partitioned_today $tbl ;; esac
 	q -c "TRUNCATE $tbl" >/dev/null
 	q -c "INSERT INTO $tbl (type, routing_key, partition_key, payload)
-	  SELECT 'bench.event', 'bench', 'k' || (g % 1000), decode(repeat(md5(g::text), 32), 'hex')
+	  SELECT 'bench.event', 'bench', 'k' || (g % $KEYS), decode(repeat(md5(g::text), 32), 'hex')
 	  FROM generate_series(1, $ROWS) g" >/dev/null
 	q -c "VACUUM ANALYZE $tbl" -c "CHECKPOINT" >/dev/null
 	q -c "SELECT pg_stat_statements_reset()" >/dev/null
