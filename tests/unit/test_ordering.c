@@ -43,6 +43,15 @@ static struct store *ordered_store(const char *table, bool block)
 	return pgtest_store(&o);
 }
 
+/* An ordered store whose key map is built once in a test: the next build
+ * is an hour on. */
+static struct store *map_store(const char *table)
+{
+	struct store_options o = ordered_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	return pgtest_store(&o);
+}
+
 static void lease(struct store *s, struct lease_batch *b)
 {
 	if (store_lease(s, NULL, 0, "", b, err, sizeof(err)) != 0)
@@ -609,9 +618,7 @@ static void test_late_rows_and_redrive_are_leased(void **state)
 	insert(late, table, "u0", NULL);
 	insert(c, table, "c1", "C");
 	insert(c, table, "u1", NULL);
-	struct store_options o = ordered_options(table);
-	o.lease_rescan_ms = 3600 * 1000;
-	struct store *s = pgtest_store(&o);
+	struct store *s = map_store(table);
 	expect_batch(s, "c1,u1");
 	pgtest_exec(late, "COMMIT");
 	expect_batch(s, "k1,u0");
@@ -703,9 +710,7 @@ static void test_late_row_below_a_keys_floor(void **state)
 	insert(late, table, "k1", "K");
 	insert(c, table, "k2", "K");
 	insert(c, table, "k3", "K");
-	struct store_options o = ordered_options(table);
-	o.lease_rescan_ms = 3600 * 1000;
-	struct store *s = pgtest_store(&o);
+	struct store *s = map_store(table);
 	expect_batch(s, "k2");
 	pgtest_exec(late, "COMMIT");
 	expect_batch(s, "k1");
@@ -735,9 +740,7 @@ static void test_rows_live_again_by_hand_wait_for_a_build(void **state)
 	pgtest_fresh_table("ord_by_hand", table, sizeof(table));
 	PGconn *c = pgtest_connect();
 	insert_keys(c, table, "A", 3);
-	struct store_options o = ordered_options(table);
-	o.lease_rescan_ms = 3600 * 1000;
-	struct store *s = pgtest_store(&o);
+	struct store *s = map_store(table);
 	expect_batch(s, "a1");
 	expect_released(s, "a2");
 	pgtest_exec(c,
@@ -745,7 +748,7 @@ static void test_rows_live_again_by_hand_wait_for_a_build(void **state)
 		    "WHERE subject = 'a1'",
 		    table);
 	store_close(s);
-	s = pgtest_store(&o);
+	s = map_store(table);
 	expect_batch(s, "a1");
 	expect_batch(s, "a2");
 	store_close(s);
@@ -1122,9 +1125,7 @@ static void test_floor_passes_finished_heads(void **state)
 	insert_keys(c, table, "A", 4);
 	long seq[5];
 	key_a_seqs(c, table, seq);
-	struct store_options o = ordered_options(table);
-	o.lease_rescan_ms = 3600 * 1000;
-	struct store *s = pgtest_store(&o);
+	struct store *s = map_store(table);
 	struct lease_batch b;
 	lease_labels(s, &b, "a1");
 	assert_int_equal(store_key_map_floor(s, "A"), seq[1]);
@@ -1323,9 +1324,7 @@ static void test_descent_bound_learned(void **state)
 		insert(c, table, b, "B");
 	}
 	long a2 = seq_of(c, table, "a2"), a3 = seq_of(c, table, "a3");
-	struct store_options o = ordered_options(table);
-	o.lease_rescan_ms = 3600 * 1000;
-	struct store *s = pgtest_store(&o);
+	struct store *s = map_store(table);
 	struct lease_batch b;
 	lease_labels(s, &b, "a1,b1");
 	assert_int_equal(store_key_map_bound(s, "A"), -1);
@@ -1353,9 +1352,7 @@ static void test_descent_reads_past_its_bound(void **state)
 	insert_keys(c, table, "Z", 20);
 	insert(c, table, "a4", "A");
 	long a3 = seq_of(c, table, "a3"), a4 = seq_of(c, table, "a4");
-	struct store_options o = ordered_options(table);
-	o.lease_rescan_ms = 3600 * 1000;
-	struct store *s = pgtest_store(&o);
+	struct store *s = map_store(table);
 	expect_batch(s, "a1,z1");
 	expect_batch(s, "a2,z2");
 	expect_batch(s, "a3,z3");
