@@ -228,6 +228,14 @@ static char *keyed_sql(const struct store *s, bool claims)
 	"(CASE WHEN $9::xid8 > pg_snapshot_xmax(pg_current_snapshot()) THEN "  \
 	"'0'::xid8 ELSE $9::xid8 END)"
 
+/* A descent of key_idx to key m.k's first live row of seq %2$s. */
+#define KEY_DESCENT                                                            \
+	"SELECT o.ctid AS tid, o.xmin AS xm, o.seq AS sq, o.next_attempt_at "  \
+	"AS at, o.status AS st, o.suspect AS sus, o.exchange AS ex, "          \
+	"o.routing_key AS rk, o.id FROM %1$s o WHERE o.status IN ('pending', " \
+	"'in_flight') AND o.partition_key IS NOT NULL AND o.partition_key = "  \
+	"m.k AND o.seq %2$s ORDER BY o.seq LIMIT 1"
+
 /*
  * Ordered mode's keyed rows with the key map (docs/design.md §6, "The key
  * map"), on a table with written_by: the walk steps from key to key of a
@@ -265,14 +273,6 @@ static char *keyed_sql(const struct store *s, bool claims)
  * filled, the walk stopped at its last row's key, so the keys up to it
  * are the ones walked; otherwise it was read whole.
  */
-/* A descent of key_idx to key m.k's first live row of seq %2$s. */
-#define KEY_DESCENT                                                            \
-	"SELECT o.ctid AS tid, o.xmin AS xm, o.seq AS sq, o.next_attempt_at "  \
-	"AS at, o.status AS st, o.suspect AS sus, o.exchange AS ex, "          \
-	"o.routing_key AS rk, o.id FROM %1$s o WHERE o.status IN ('pending', " \
-	"'in_flight') AND o.partition_key IS NOT NULL AND o.partition_key = "  \
-	"m.k AND o.seq %2$s ORDER BY o.seq LIMIT 1"
-
 static char *keyed_map_sql(const struct store *s, bool claims)
 {
 	const char *T = s->table.quoted;
@@ -280,8 +280,10 @@ static char *keyed_map_sql(const struct store *s, bool claims)
 	/* The key's descent up to its bound (m.b; NULL: none) first, then
 	 * past it only when that found nothing: one search, in two parts
 	 * (key_map.c, key_map_bound). A key without a bound runs the first
-	 * alone: an index scan of a NULL bound starts no descent, but
-	 * starting it for every key cost as much as the bound saved. */
+	 * alone, unbounded: an index scan of a NULL bound starts no descent,
+	 * but starting one for every key made a lease of keys without
+	 * bounds dearer (docs/benchmark.md, "Ordered mode: the descent's
+	 * bound"). */
 	char *near = store_asprintf(
 	    KEY_DESCENT, T,
 	    ">= m.f AND o.seq <= coalesce(m.b, 9223372036854775807)");
