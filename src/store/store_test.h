@@ -48,7 +48,8 @@ void store_set_key_walk_cap(struct store *s, size_t keys);
 int64_t store_key_map_floor(const struct store *s, const char *key);
 
 /* The seq up to which key's next descent looks first (the key's floor and
- * four of its rows' last seen spacing), or -1 for none. */
+ * four of the larger of its rows' last two spacings), or -1 for none
+ * (fewer than two seen, or the key not in the map). */
 int64_t store_key_map_bound(const struct store *s, const char *key);
 
 /* Makes the floors' moves the process's other stores shared since s

@@ -3,8 +3,8 @@
 # Where the relay's Postgres time goes, statement by statement, ordered
 # and unordered (docs/benchmark.md, "Ordered mode: where the lease's reads
 # go"). An experiment, not a target: ROWS pending 1 KB rows of KEYS keys
-# (1,000 by default, the rows spread evenly) are drained by WORKERS workers (publisher stdout, batches of 100), once
-# per variant; pg_stat_statements (planning tracked) gives each
+# (1,000 by default, the rows spread evenly) are drained by WORKERS
+# workers (publisher stdout, batches of 100), once per variant; pg_stat_statements (planning tracked) gives each
 # statement's execution and planning ms, calls, buffers a call and µs per
 # event, and the WAL per event is read from the server. The drain is
 # awaited by polling the table, whose queries are left out.
