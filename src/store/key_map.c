@@ -139,6 +139,20 @@ static void free_updates(struct update *ups, size_t n)
 	free(ups);
 }
 
+/* A walk read e's key: when its floor last moved past a finished row, how
+ * far on the key's next live row was. A floor a discovery lowered below
+ * that row measures nothing. */
+static void learn_spacing(struct key_floor *e)
+{
+	int64_t d = e->floor - e->passed;
+	if (e->passed > 0 && d > 0) {
+		if (e->spacing > 0)
+			e->gap = d > e->spacing ? d : e->spacing;
+		e->spacing = d;
+	}
+	e->passed = 0;
+}
+
 /* Applies ups (sorted by key) to the map in one pass. */
 static int apply(struct store *s, struct update *ups, size_t n)
 {
@@ -166,15 +180,8 @@ static int apply(struct store *s, struct update *ups, size_t n)
 			e.gap = had->gap;
 			if (u->min && had->floor < e.floor)
 				e.floor = had->floor;
-			/* A walk past a finished row: how far on the key's
-			 * next row was. */
-			if (!u->min && e.passed > 0 && e.floor > e.passed) {
-				int64_t d = e.floor - e.passed;
-				if (e.spacing > 0)
-					e.gap = d > e.spacing ? d : e.spacing;
-				e.spacing = d;
-				e.passed = 0;
-			}
+			if (!u->min)
+				learn_spacing(&e);
 		}
 		if (e.floor < 0)
 			free(e.key);
@@ -212,9 +219,12 @@ static int key_is(const void *key, const void *entry)
 	return strcmp(key, ((const struct key_floor *)entry)->key);
 }
 
-/* key's entry in the map (sorted by key), or NULL. */
+/* key's entry in the map (sorted by key), or NULL. An empty map has no
+ * array at all, which bsearch() may not be given. */
 static struct key_floor *key_entry(const struct store *s, const char *key)
 {
+	if (s->key_map_n == 0)
+		return NULL;
 	return bsearch(key, s->key_map, s->key_map_n, sizeof(*s->key_map),
 		       key_is);
 }
@@ -350,19 +360,46 @@ int64_t store_key_map_bound(const struct store *s, const char *key)
 	return f ? key_map_bound(f) : -1;
 }
 
+/*
+ * The build's map replaces the old one, floors and all, but a key keeps
+ * the spacings its rows came at (not the finished row its floor passed:
+ * the build's floor is the key's first live row). The bound changes only
+ * what a descent costs (key_map_bound), and a rescan comes every few
+ * seconds: with the spacings forgotten, a key would wait for three more
+ * of its rows after each before its descents were bounded again.
+ */
 int key_map_replace(struct store *s, const PGresult *res, int keys, int floors)
 {
 	size_t room = array_len(res, keys);
 	struct update *ups = calloc(room + 1, sizeof(*ups));
 	size_t n = 0;
 	bool ok = ups && read_pairs(res, keys, floors, false, ups, &n, room);
-	if (ok) {
-		key_map_clear(s);
+	struct key_floor *out = ok ? malloc((n + 1) * sizeof(*out)) : NULL;
+	if (out) {
 		qsort(ups, n, sizeof(*ups), by_key);
-		ok = apply(s, ups, n) == 0;
+		size_t m = 0;
+		for (size_t j = 0; j < n; j++) {
+			if (ups[j].floor < 0)
+				continue;
+			const struct key_floor *had = key_entry(s, ups[j].key);
+			out[m++] = (struct key_floor){
+			    .key = ups[j].key,
+			    .floor = ups[j].floor,
+			    .spacing = had ? had->spacing : 0,
+			    .gap = had ? had->gap : 0};
+			ups[j].key = NULL;
+		}
+		key_map_clear(s);
+		s->key_map = out;
+		s->key_map_n = m;
 	}
 	free_updates(ups, n);
-	return ok ? 0 : -1;
+	return out ? 0 : -1;
+}
+
+void store_key_map_expire(struct store *s)
+{
+	s->key_map_at_ms = INT64_MIN;
 }
 
 int store_key_turn_init(struct store_key_turn *t)

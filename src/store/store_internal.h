@@ -450,7 +450,7 @@ static inline int store_lease_params(const struct store *s)
  * the finished row its floor last moved past (0: none since the walk
  * last read the key), the spacing from it to the next live row the walk
  * found last (0: none seen), and the larger of the last two such (0:
- * fewer than two seen). */
+ * fewer than two seen). The spacings outlive the map's builds. */
 struct key_floor {
 	char *key;
 	int64_t floor;

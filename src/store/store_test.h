@@ -56,6 +56,10 @@ int64_t store_key_map_bound(const struct store *s, const char *key);
  * last looked, as s's next ordered lease does first. */
 void store_key_map_catch_up(struct store *s);
 
+/* Makes s's next ordered lease build its key map anew first, as a rescan
+ * does. */
+void store_key_map_expire(struct store *s);
+
 /* store_contract() waiting settle_ms, not STORE_CONTRACT_SETTLE_MS, for
  * the heartbeats of relays that opened the table before a step's record. */
 int store_contract_settled(const struct store_options *opt, int settle_ms,

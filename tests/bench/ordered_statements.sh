@@ -4,9 +4,10 @@
 # and unordered (docs/benchmark.md, "Ordered mode: where the lease's reads
 # go"). An experiment, not a target: ROWS pending 1 KB rows of KEYS keys
 # (1,000 by default, the rows spread evenly) are drained by WORKERS
-# workers (publisher stdout, batches of 100), once per variant; pg_stat_statements (planning tracked) gives each
-# statement's execution and planning ms, calls, buffers a call and µs per
-# event, and the WAL per event is read from the server. The drain is
+# workers (publisher stdout, batches of 100), once per variant;
+# pg_stat_statements (planning tracked) gives each statement's execution
+# and planning ms, calls, buffers a call and µs per event, and the WAL
+# per event is read from the server. The drain is
 # awaited by polling the table, whose queries are left out.
 # Variants: ordered, unordered, ordered-nohistory, unordered-nohistory,
 # and any of them with -partitioned: the table made partitioned by the

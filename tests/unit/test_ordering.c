@@ -1351,16 +1351,49 @@ static void test_descent_reads_past_its_bound(void **state)
 	insert_keys(c, table, "A", 3);
 	insert_keys(c, table, "Z", 20);
 	insert(c, table, "a4", "A");
-	long a3 = seq_of(c, table, "a3"), a4 = seq_of(c, table, "a4");
+	long a2 = seq_of(c, table, "a2"), a3 = seq_of(c, table, "a3"),
+	     a4 = seq_of(c, table, "a4");
 	struct store *s = map_store(table);
 	expect_batch(s, "a1,z1");
 	expect_batch(s, "a2,z2");
 	expect_batch(s, "a3,z3");
-	assert_int_equal(store_key_map_bound(s, "A"), a3 + 1 + 4);
-	assert_true(a4 > a3 + 1 + 4);
+	long bound = a3 + 1 + 4 * (a3 - a2);
+	assert_int_equal(store_key_map_bound(s, "A"), bound);
+	assert_true(a4 > bound);
 	struct lease_batch b;
 	lease_labels(s, &b, "a4,z4");
 	assert_int_equal(store_key_map_bound(s, "A"), a4 + 4 * (a4 - a3));
+	mark_all(s, MARK_SENT, &b, NULL);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* A build of the map (a rescan, a reconnect) keeps what a key's rows
+ * taught its bound: its descents stay bounded from the build's floor. */
+static void test_descent_bound_kept_by_a_build(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_bound_build", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	for (int i = 1; i <= 4; i++) {
+		char a[8], b[8];
+		snprintf(a, sizeof(a), "a%d", i);
+		snprintf(b, sizeof(b), "b%d", i);
+		insert(c, table, a, "A");
+		insert(c, table, b, "B");
+	}
+	long a2 = seq_of(c, table, "a2"), a3 = seq_of(c, table, "a3"),
+	     a4 = seq_of(c, table, "a4");
+	struct store *s = map_store(table);
+	expect_batch(s, "a1,b1");
+	expect_batch(s, "a2,b2");
+	expect_batch(s, "a3,b3");
+	store_key_map_expire(s);
+	struct lease_batch b;
+	lease_labels(s, &b, "a4,b4");
+	assert_int_equal(store_key_map_floor(s, "A"), a4);
+	assert_int_equal(store_key_map_bound(s, "A"), a4 + 4 * (a3 - a2));
 	mark_all(s, MARK_SENT, &b, NULL);
 	store_close(s);
 	PQfinish(c);
@@ -1401,6 +1434,7 @@ int main(void)
 	    cmocka_unit_test(test_shared_move_keeps_a_floor_below_its_from),
 	    cmocka_unit_test(test_descent_bound_learned),
 	    cmocka_unit_test(test_descent_reads_past_its_bound),
+	    cmocka_unit_test(test_descent_bound_kept_by_a_build),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
