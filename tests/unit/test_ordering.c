@@ -146,6 +146,19 @@ static void insert_keys(PGconn *c, const char *table, const char *keys, int per)
 		}
 }
 
+/* rounds rows of each key of keys, a row of each in turn: a key's rows
+ * come strlen(keys) apart in seq. */
+static void insert_rounds(PGconn *c, const char *table, const char *keys,
+			  int rounds)
+{
+	for (int i = 1; i <= rounds; i++)
+		for (const char *k = keys; *k; k++) {
+			char label[8], key[2] = {*k, '\0'};
+			snprintf(label, sizeof(label), "%c%d", *k + 32, i);
+			insert(c, table, label, key);
+		}
+}
+
 static void test_one_row_per_key_in_seq_order(void **state)
 {
 	(void)state;
@@ -1316,13 +1329,7 @@ static void test_descent_bound_learned(void **state)
 	char table[128];
 	pgtest_fresh_table("ord_bound", table, sizeof(table));
 	PGconn *c = pgtest_connect();
-	for (int i = 1; i <= 4; i++) {
-		char a[8], b[8];
-		snprintf(a, sizeof(a), "a%d", i);
-		snprintf(b, sizeof(b), "b%d", i);
-		insert(c, table, a, "A");
-		insert(c, table, b, "B");
-	}
+	insert_rounds(c, table, "AB", 4);
 	long a2 = seq_of(c, table, "a2"), a3 = seq_of(c, table, "a3");
 	struct store *s = map_store(table);
 	struct lease_batch b;
@@ -1376,13 +1383,7 @@ static void test_descent_bound_kept_by_a_build(void **state)
 	char table[128];
 	pgtest_fresh_table("ord_bound_build", table, sizeof(table));
 	PGconn *c = pgtest_connect();
-	for (int i = 1; i <= 4; i++) {
-		char a[8], b[8];
-		snprintf(a, sizeof(a), "a%d", i);
-		snprintf(b, sizeof(b), "b%d", i);
-		insert(c, table, a, "A");
-		insert(c, table, b, "B");
-	}
+	insert_rounds(c, table, "AB", 4);
 	long a2 = seq_of(c, table, "a2"), a3 = seq_of(c, table, "a3"),
 	     a4 = seq_of(c, table, "a4");
 	struct store *s = map_store(table);
