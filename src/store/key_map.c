@@ -364,9 +364,10 @@ int64_t store_key_map_bound(const struct store *s, const char *key)
  * The build's map replaces the old one, floors and all, but a key keeps
  * the spacings its rows came at (not the finished row its floor passed:
  * the build's floor is the key's first live row). The bound changes only
- * what a descent costs (key_map_bound), and a rescan comes every few
- * seconds: with the spacings forgotten, a key would wait for three more
- * of its rows after each before its descents were bounded again.
+ * what a descent costs (key_map_bound), and where a build is cheap one
+ * comes every OUTBOX_LEASE_RESCAN_INTERVAL: with the spacings forgotten,
+ * a key would wait for three more of its rows after each before its
+ * descents were bounded again.
  */
 int key_map_replace(struct store *s, const PGresult *res, int keys, int floors)
 {

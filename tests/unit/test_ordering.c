@@ -134,20 +134,9 @@ static void insert(PGconn *c, const char *table, const char *label,
 			    table, label);
 }
 
-/* per rows of each one-letter key in keys, labelled by the lower-case
- * letter and their place: "a1", "a2", "b1"... */
-static void insert_keys(PGconn *c, const char *table, const char *keys, int per)
-{
-	for (const char *k = keys; *k; k++)
-		for (int i = 1; i <= per; i++) {
-			char label[8], key[2] = {*k, '\0'};
-			snprintf(label, sizeof(label), "%c%d", *k + 32, i);
-			insert(c, table, label, key);
-		}
-}
-
-/* rounds rows of each key of keys, a row of each in turn: a key's rows
- * come strlen(keys) apart in seq. */
+/* rounds rows of each one-letter key in keys, a row of each in turn (a
+ * key's rows come strlen(keys) apart in seq), labelled by the lower-case
+ * letter and their place: "a1", "b1", "a2"... */
 static void insert_rounds(PGconn *c, const char *table, const char *keys,
 			  int rounds)
 {
@@ -157,6 +146,16 @@ static void insert_rounds(PGconn *c, const char *table, const char *keys,
 			snprintf(label, sizeof(label), "%c%d", *k + 32, i);
 			insert(c, table, label, key);
 		}
+}
+
+/* per rows of each one-letter key in keys, a key's rows one after the
+ * other: "a1", "a2", "b1"... */
+static void insert_keys(PGconn *c, const char *table, const char *keys, int per)
+{
+	for (const char *k = keys; *k; k++) {
+		char key[2] = {*k, '\0'};
+		insert_rounds(c, table, key, per);
+	}
 }
 
 static void test_one_row_per_key_in_seq_order(void **state)
