@@ -43,12 +43,18 @@ static struct store *ordered_store(const char *table, bool block)
 	return pgtest_store(&o);
 }
 
-/* An ordered store whose key map is built once in a test: the next build
- * is an hour on. */
-static struct store *map_store(const char *table)
+/* Options of an ordered store whose key map is built once in a test: the
+ * next build is an hour on. */
+static struct store_options map_options(const char *table)
 {
 	struct store_options o = ordered_options(table);
 	o.lease_rescan_ms = 3600 * 1000;
+	return o;
+}
+
+static struct store *map_store(const char *table)
+{
+	struct store_options o = map_options(table);
 	return pgtest_store(&o);
 }
 
@@ -361,8 +367,7 @@ struct store_pair {
 static void pair_open(struct store_pair *p, const char *table)
 {
 	assert_int_equal(store_key_turn_init(&p->turn), 0);
-	struct store_options o = ordered_options(table);
-	o.lease_rescan_ms = 3600 * 1000;
+	struct store_options o = map_options(table);
 	o.key_turn = &p->turn;
 	p->s1 = pgtest_store(&o);
 	p->s2 = pgtest_store(&o);
@@ -1292,15 +1297,13 @@ static void test_floor_passes_per_key_in_a_batch(void **state)
 	char table[128];
 	pgtest_fresh_table("ord_floor_keys", table, sizeof(table));
 	PGconn *c = pgtest_connect();
-	struct store_options o = ordered_options(table);
-	o.lease_rescan_ms = 3600 * 1000;
 	struct lease_batch b;
 	struct mark_result r;
 	insert(c, table, "b1", "Z");
 	insert(c, table, "c1", "C");
 	insert(c, table, "c2", "C");
 	long b1 = seq_of(c, table, "b1"), c1 = seq_of(c, table, "c1");
-	struct store *s = pgtest_store(&o);
+	struct store *s = map_store(table);
 	lease_labels(s, &b, "b1,c1");
 	const char *sent[1], *nacked[1], *why[1] = {"nack"};
 	for (size_t i = 0; i < b.n; i++)
