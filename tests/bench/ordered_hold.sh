@@ -4,8 +4,8 @@
 # (docs/benchmark.md, "Ordered mode: the key lock"). An experiment, not a
 # target: the relay (2 workers, OUTBOX_ORDERING=partition, publisher
 # stdout) drains producers at RATE events/s (pgbench, 512-byte payloads,
-# each event one of KEYS partition keys at random; KEYS 0 runs the relay
-# unordered, its events without a key); pg_stat_statements
+# each event one of KEYS partition keys at random; with KEYS 0 the events
+# have no key and the relay runs unordered); pg_stat_statements
 # shows the relay's statements over WINDOW seconds before a REPEATABLE
 # READ snapshot is taken, over the last WINDOW seconds of a HOLD-second
 # hold, and over WINDOW seconds from 30 s after its release (where the
