@@ -1254,7 +1254,11 @@ static void test_shared_move_lowers_discovery(void **state)
  * it, goes on to a1 (rows made live by hand wait for the map's next build,
  * docs/design.md §6); s2, built since, has A's floor at a0 (held, so not
  * taken). Once a1 is sent, s2 keeps that floor and takes a0: a floor moved
- * past a1 would have taken a2, and a0 would have waited for a build. */
+ * past a1 would have taken a2, and a0 would have waited for a build.
+ * The update also gives a0 the oldest writer there is: its own insert's
+ * would be at or above s1's discovery floor whenever a transaction older
+ * than it, anywhere in the cluster (another test's), was still running
+ * when s1 took its snapshot, and the discovery would find a0. */
 static void test_shared_move_keeps_a_floor_below_its_from(void **state)
 {
 	(void)state;
@@ -1270,8 +1274,8 @@ static void test_shared_move_keeps_a_floor_below_its_from(void **state)
 	insert(c, table, "a2", "A");
 	expect_batch(s1, "a0");
 	pgtest_exec(c,
-		    "UPDATE %s SET status = 'pending', finished_at = NULL "
-		    "WHERE subject = 'a0'",
+		    "UPDATE %s SET status = 'pending', finished_at = NULL, "
+		    "written_by = '3' WHERE subject = 'a0'",
 		    table);
 	pgtest_exec(h, "BEGIN");
 	pgtest_exec(h, "SELECT 1 FROM %s WHERE subject = 'a0' FOR UPDATE",
