@@ -351,7 +351,8 @@ class Harness(chaos.Harness):
         try:
             eps = [{"kind": kind, "slot": i, "pid": self.relays[i].proc.pid,
                     "links": links, "held": [], "release_s": None,
-                    "must_abort": must_abort} for i in slots]
+                    "committed_in_cut": 0, "must_abort": must_abort}
+                   for i in slots]
             if kind == "flap":
                 t_end = time.monotonic() + hold
                 up = False
@@ -499,7 +500,7 @@ class Harness(chaos.Harness):
             who = "%s relay %d (pid %d)" % (ep["kind"], ep["slot"], ep["pid"])
             committed = self.committed(self.db, ep)
             ep["committed"] = committed
-            late = committed - ep.get("committed_in_cut", 0)
+            late = committed - ep["committed_in_cut"]
             if ep["must_abort"] and late:
                 stale_accepted += late
                 problems.append("%s: %d lease(s) held at the cut committed "
@@ -557,7 +558,7 @@ class Harness(chaos.Harness):
                   "%d (%d in the cut), server let go %s, publishing %s after "
                   "the return (window %.1fs)" % (
                       ep["kind"], ep["slot"], ep["pid"], len(ep["held"]),
-                      ep["committed"], ep.get("committed_in_cut", 0),
+                      ep["committed"], ep["committed_in_cut"],
                       "-" if rel is None else "%.1fs after the cut" % rel,
                       "never" if rec is None else "%.1fs" % rec,
                       self.window_s(ep["links"])))
