@@ -14,8 +14,10 @@
 # day as the dbcost section makes it (partitioned_today, a table of its
 # own each time). The table is migrated again before each variant with its
 # OUTBOX_RETENTION, as its deployment would migrate it (the pages' room,
-# migrate_room.c).
-# Usage: [ROWS=N] [KEYS=N] RELAY_TEST_BIN=build/outbox-relay tests/bench/ordered_statements.sh [workers] [variant...]
+# migrate_room.c). With PERF=1, perf samples every CPU during each drain
+# and the Postgres processes' functions with the most samples are listed
+# (sample counts compare across variants: the same frequency).
+# Usage: [ROWS=N] [KEYS=N] [PERF=1] RELAY_TEST_BIN=build/outbox-relay tests/bench/ordered_statements.sh [workers] [variant...]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WORKERS=${1:-1}
@@ -24,12 +26,15 @@ VARIANTS=("$@")
 [ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(ordered unordered ordered unordered)
 ROWS=${ROWS:-20000}
 KEYS=${KEYS:-1000}
+PERF=${PERF:-0}
 [ "$WORKERS" -ge 1 ] && [ "$WORKERS" -le 16 ] ||
 	{ echo "ordered_statements.sh: workers must be 1..16" >&2; exit 2; }
 [[ "$ROWS" =~ ^[0-9]+$ ]] && [ "$ROWS" -ge 1000 ] && [ "$ROWS" -le 1000000 ] ||
 	{ echo "ordered_statements.sh: ROWS must be 1000..1000000" >&2; exit 2; }
 [[ "$KEYS" =~ ^[0-9]+$ ]] && [ "$KEYS" -ge 1 ] && [ "$KEYS" -le "$ROWS" ] ||
 	{ echo "ordered_statements.sh: KEYS must be 1..ROWS" >&2; exit 2; }
+[ "$PERF" = 0 ] || { [ "$PERF" = 1 ] && command -v perf >/dev/null; } ||
+	{ echo "ordered_statements.sh: PERF=1 needs perf (PERF is 0 or 1)" >&2; exit 2; }
 # The drain is awaited 0.1 s at a time, 120 s for each 20,000 rows.
 polls=$(((ROWS + 19999) / 20000 * 1200))
 for v in "${VARIANTS[@]}"; do
@@ -39,8 +44,8 @@ for v in "${VARIANTS[@]}"; do
 done
 . "$root/tests/bench/experiment_lib.sh"
 statements_on
-relay=
-trap 'kill $relay 2>/dev/null || true; wait 2>/dev/null || true; bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
+relay= sampler=
+trap 'kill $relay $sampler 2>/dev/null || true; wait 2>/dev/null || true; bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1; rm -rf "$work"' EXIT
 cell=0
 for v in "${VARIANTS[@]}"; do
 	ordering=none retention=7d tbl=outbox_events
@@ -57,6 +62,10 @@ for v in "${VARIANTS[@]}"; do
 	q -c "VACUUM ANALYZE $tbl" -c "CHECKPOINT" >/dev/null
 	q -c "SELECT pg_stat_statements_reset()" >/dev/null
 	lsn=$(q -c "SELECT pg_current_wal_lsn()")
+	if [ "$PERF" = 1 ]; then
+		perf record -a -F 999 -o "$work/perf.data" >/dev/null 2>&1 &
+		sampler=$!
+	fi
 	t0=$(date +%s%N)
 	OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_PUBLISHER=stdout \
 		OUTBOX_WORKERS="$WORKERS" OUTBOX_ORDERING=$ordering OUTBOX_RETENTION=$retention \
@@ -72,6 +81,11 @@ for v in "${VARIANTS[@]}"; do
 	kill $relay
 	wait $relay || true
 	relay=
+	if [ -n "$sampler" ]; then
+		kill -INT $sampler
+		wait $sampler || true
+		sampler=
+	fi
 	left=$(q -c "SELECT count(*) FROM $tbl WHERE status = 'pending'")
 	[ "$left" = 0 ] || { echo "ordered_statements.sh: $left rows left after $((polls / 10)) s" >&2; exit 1; }
 	wal=$(q -c "SELECT pg_current_wal_lsn() - '$lsn'::pg_lsn")
@@ -84,4 +98,10 @@ for v in "${VARIANTS[@]}"; do
 	  AND query NOT LIKE 'SELECT count(*) FROM $tbl WHERE status%'
 	  AND query NOT LIKE 'TRUNCATE%' AND query NOT LIKE 'INSERT INTO $tbl%'
 	  ORDER BY total_exec_time DESC LIMIT 8"
+	[ "$PERF" = 1 ] || continue
+	echo "samples | function (Postgres processes, perf at 999 Hz; all of them: $(perf report \
+		-i "$work/perf.data" --comm postgres --sort comm -n --stdio 2>/dev/null |
+		awk '/^ +[0-9]/ {print $2}'))"
+	perf report -i "$work/perf.data" --comm postgres --sort sym -n --stdio \
+		--percent-limit 0.7 2>/dev/null | awk '/^ +[0-9]/ {print $2 " | " $NF}' | head -30
 done
