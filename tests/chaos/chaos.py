@@ -576,12 +576,13 @@ class Harness:
             "split_part(holder, '/', 2) = '%d' AND pg_xact_status(xid) = "
             "'in progress'" % (self.table, pid), retry_s=10)
 
-    def committed_xids(self, xids):
-        """How many of the transactions xids (xid8 text) committed."""
-        return int(self.db.value(
+    def committed_xids(self, xids, db=None):
+        """How many of the transactions xids (xid8 text) committed, asked
+        on db (a thread's own session) or the harness's."""
+        return int((db or self.db).value(
             "SELECT count(*) FROM unnest(ARRAY[%s]::xid8[]) x WHERE "
             "pg_xact_status(x) = 'committed'" % ",".join(
-                "'%s'" % x for x in xids), retry_s=10))
+                "'%s'" % x for x in xids)))
 
     def fault_sigstop(self, rng):
         # A relay may be idle just then (waiting out its rate or probing

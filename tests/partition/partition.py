@@ -485,12 +485,7 @@ class Harness(chaos.Harness):
         """How many of the transactions ep's relay held its rows in at the
         cut have committed, asked on db."""
         xids = sorted({r[2] for r in ep["held"]})
-        if not xids:
-            return 0
-        return int(db.value(
-            "SELECT count(*) FROM unnest(ARRAY[%s]::xid8[]) x WHERE "
-            "pg_xact_status(x) = 'committed'" % ",".join(
-                "'%s'" % x for x in xids)))
+        return self.committed_xids(xids, db) if xids else 0
 
     def verdict(self, counts, codes, consumed):
         problems, lost, dups = self.delivery(counts, consumed)
