@@ -248,10 +248,18 @@ void lanes_pass(struct lanes *l, uint64_t ticket, struct publish_ctx *ctx)
 
 int lanes_publish(struct lanes *l, uint64_t ticket,
 		  const struct outbox_event *events, size_t n,
-		  struct publish_ctx *ctx, struct pub_result *results)
+		  int64_t timeout_ms, struct publish_ctx *ctx,
+		  struct pub_result *results)
 {
 	lock_publisher(l, ctx);
 	await_ticket(l, ticket, ctx);
+	/* The publish's own time starts with its turn: the lanes before it
+	 * may have taken most of a publish timeout each (a broker slow to
+	 * confirm), and a deadline counted from the lease would report
+	 * this batch's confirms in doubt before they were due. */
+	int64_t own = clock_ms() + timeout_ms;
+	if (own < ctx->deadline_ms)
+		ctx->deadline_ms = own;
 	int rc = -1;
 	/* Another lane may have found the broker gone while this one
 	 * waited: its rows were never handed over. */

@@ -393,12 +393,15 @@ bool lanes_publisher_ready(struct lanes *l, const struct config *cfg,
 void lanes_publisher_service(void *lanes);
 /* Publishes on the worker's publisher when ticket's turn comes (batches go
  * out in lease order); ctx->tick runs on this thread while it waits, and
- * ctx's callbacks run on it during the publish. An unhealthy publisher
+ * ctx's callbacks run on it during the publish, whose deadline is then
+ * timeout_ms from the turn or ctx->deadline_ms (the lease's), whichever
+ * comes first. An unhealthy publisher
  * hands nothing over (PUB_NOT_WRITTEN). Returns what publisher_publish()
  * did, -1 when it was not called. */
 int lanes_publish(struct lanes *l, uint64_t ticket,
 		  const struct outbox_event *events, size_t n,
-		  struct publish_ctx *ctx, struct pub_result *results);
+		  int64_t timeout_ms, struct publish_ctx *ctx,
+		  struct pub_result *results);
 /* Gives up ticket's turn, in its order, for a batch with nothing to
  * publish, calling ctx->tick (unless ctx is NULL) while it waits, as
  * lanes_publish() does. Every ticket goes through lanes_publish() or this,

@@ -313,11 +313,10 @@ static void validate_rows(struct batch *b, const struct config *cfg)
 static void publish_valid_rows(struct worker *w)
 {
 	struct batch *b = &w->batch;
-	int64_t publish_deadline = clock_ms() + w->cfg->publish_timeout_ms;
+	/* Never past the lease's own deadline; the publish timeout is
+	 * counted from the batch's turn (lanes_publish()). */
 	struct publish_ctx ctx = {
-	    .deadline_ms = publish_deadline < b->local_deadline_ms
-			       ? publish_deadline
-			       : b->local_deadline_ms,
+	    .deadline_ms = b->local_deadline_ms,
 	    .may_send = ctx_may_send,
 	    .tick = ctx_tick,
 	    .opaque = w,
@@ -335,8 +334,8 @@ static void publish_valid_rows(struct worker *w)
 		    .reason = "the publisher reported no outcome"};
 	/* A publisher that failed is probed before the next batch (lanes.c);
 	 * the rows say what became of them either way. */
-	(void)lanes_publish(w->lanes, b->ticket, b->valid, b->n_valid, &ctx,
-			    b->results);
+	(void)lanes_publish(w->lanes, b->ticket, b->valid, b->n_valid,
+			    w->cfg->publish_timeout_ms, &ctx, b->results);
 }
 
 static void destination_key(const struct worker *w,

@@ -34,10 +34,11 @@ static struct {
 	int64_t published[MAX_CALLS]; /* seq of each batch's first event */
 	int n_published;
 	int opens, closes;
-	int busy;	  /* publishes under way at once, now */
-	int max_busy;	  /* and at most */
-	int delay_ms;	  /* each publish takes this long */
-	int64_t fail_seq; /* the batch with this first seq fails */
+	int busy;		      /* publishes under way at once, now */
+	int max_busy;		      /* and at most */
+	int delay_ms;		      /* each publish takes this long */
+	int64_t budget_ms[MAX_CALLS]; /* each publish's deadline - its start */
+	int64_t fail_seq;	      /* the batch with this first seq fails */
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static int fake_open(const struct config *cfg, void **state, char *err,
@@ -58,14 +59,16 @@ static int fake_publish(void *state, const struct outbox_event *events,
 			struct pub_result *results)
 {
 	(void)state;
-	(void)ctx;
 	pthread_mutex_lock(&fake.lock);
 	int delay = fake.delay_ms;
 	bool fail = events[0].seq == fake.fail_seq;
 	if (++fake.busy > fake.max_busy)
 		fake.max_busy = fake.busy;
-	if (fake.n_published < MAX_CALLS)
+	if (fake.n_published < MAX_CALLS) {
+		fake.budget_ms[fake.n_published] =
+		    ctx->deadline_ms - clock_ms();
 		fake.published[fake.n_published++] = events[0].seq;
+	}
 	pthread_mutex_unlock(&fake.lock);
 	if (delay > 0)
 		clock_sleep_ms(delay);
@@ -127,6 +130,7 @@ static struct fixture *fixture_new(int per_worker)
 	f->per_worker = per_worker;
 	pthread_mutex_lock(&fake.lock);
 	memset(fake.published, 0, sizeof(fake.published));
+	memset(fake.budget_ms, 0, sizeof(fake.budget_ms));
 	fake.n_published = fake.opens = fake.closes = 0;
 	fake.busy = fake.max_busy = fake.delay_ms = 0;
 	fake.fail_seq = -1;
@@ -165,6 +169,8 @@ struct lane {
 	bool pass;	    /* give the turn up instead of publishing */
 	bool pass_ticking;  /* and tick meanwhile, as a worker does */
 	int start_after_ms; /* sleep before asking for the turn */
+	int timeout_ms;	    /* the publish timeout; 0: 10 s */
+	int deadline_ms;    /* the lease's deadline from the start; 0: 10 s */
 	int rc;		    /* what lanes_publish() returned */
 	atomic_int ticks;   /* ctx->tick calls */
 	struct outbox_event event;
@@ -191,7 +197,9 @@ static void *lane_main(void *arg)
 	struct lane *l = arg;
 	if (l->start_after_ms > 0)
 		clock_sleep_ms(l->start_after_ms);
-	struct publish_ctx ctx = {.deadline_ms = clock_ms() + 10000,
+	struct publish_ctx ctx = {.deadline_ms =
+				      clock_ms() +
+				      (l->deadline_ms ? l->deadline_ms : 10000),
 				  .may_send = lane_may_send,
 				  .tick = lane_tick,
 				  .opaque = l};
@@ -202,7 +210,8 @@ static void *lane_main(void *arg)
 	}
 	/* The batch's first seq names its ticket in the fake's record. */
 	l->event.seq = (int64_t)l->ticket;
-	l->rc = lanes_publish(l->f->lanes, l->ticket, &l->event, 1, &ctx,
+	l->rc = lanes_publish(l->f->lanes, l->ticket, &l->event, 1,
+			      l->timeout_ms ? l->timeout_ms : 10000, &ctx,
 			      &l->result);
 	return NULL;
 }
@@ -230,12 +239,14 @@ static void lease_lanes(struct fixture *f, struct lane *l, size_t n)
  * leave the lock held for the next test. */
 static struct fake_record {
 	int64_t published[MAX_CALLS];
+	int64_t budget_ms[MAX_CALLS];
 	int n_published, opens, closes, max_busy;
 } fake_seen(void)
 {
 	struct fake_record r;
 	pthread_mutex_lock(&fake.lock);
 	memcpy(r.published, fake.published, sizeof(r.published));
+	memcpy(r.budget_ms, fake.budget_ms, sizeof(r.budget_ms));
 	r.n_published = fake.n_published;
 	r.opens = fake.opens;
 	r.closes = fake.closes;
@@ -268,6 +279,40 @@ static void test_tickets_publish_in_lease_order(void **state)
 		assert_int_equal(l[i].rc, 0);
 		assert_int_equal(l[i].result.outcome, PUB_ACKED);
 	}
+	fixture_free(f);
+}
+
+/* A publish's timeout counts from its turn, not from its lease: the lane
+ * behind a publish that took 400 ms of a 1 s timeout still has its whole
+ * second for its own confirms (a deadline from the lease would leave it
+ * 600 ms and report them in doubt); the lease's deadline still caps it. */
+static void test_publish_timeout_counts_from_its_turn(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(3);
+	struct lane l[3] = {0};
+	lease_lanes(f, l, 3);
+	pthread_mutex_lock(&fake.lock);
+	fake.delay_ms = 400;
+	pthread_mutex_unlock(&fake.lock);
+	for (int i = 0; i < 3; i++)
+		l[i].timeout_ms = 1000;
+	/* The last lane's lease ends 1 s after it starts: before its turn
+	 * (800 ms on) plus its timeout. */
+	l[2].deadline_ms = 1000;
+	l[1].start_after_ms = 20;
+	l[2].start_after_ms = 40;
+	lanes_run(l, 3);
+	struct fake_record seen = fake_seen();
+	assert_int_equal(seen.n_published, 3);
+	for (int i = 0; i < 2; i++)
+		if (seen.budget_ms[i] < 900 || seen.budget_ms[i] > 1000)
+			fail_msg("publish %d had %lld ms of its 1000", i,
+				 (long long)seen.budget_ms[i]);
+	if (seen.budget_ms[2] > 300)
+		fail_msg("the lease's deadline gave the last publish %lld ms "
+			 "of the 200 or so left",
+			 (long long)seen.budget_ms[2]);
 	fixture_free(f);
 }
 
@@ -433,6 +478,7 @@ int main(void)
 	log_setup(LOG_ERROR, false);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_tickets_publish_in_lease_order),
+	    cmocka_unit_test(test_publish_timeout_counts_from_its_turn),
 	    cmocka_unit_test(test_a_lane_passes_its_turn),
 	    cmocka_unit_test(test_unhealthy_publisher_releases_later_lanes),
 	    cmocka_unit_test(test_last_lane_closes_the_publisher),
