@@ -355,7 +355,7 @@ void source_turns_read_activity(struct source_turns *t, struct relay *r,
 				const struct source_stores *ss,
 				int64_t every_ms);
 /* Keeps a source's operator pauses, keys[0..n), for the reads between
- * refreshes; false when out of memory (none kept then). */
+ * refreshes; false when out of memory (the pauses kept before stay). */
 bool source_turn_keep_control(struct source_turn *t,
 			      char (*keys)[PAUSE_KEY_MAX], size_t n);
 /* Any store ss has open in database db, one not set aside if there is;

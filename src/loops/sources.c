@@ -607,15 +607,15 @@ void source_turns_read_activity(struct source_turns *t, struct relay *r,
 bool source_turn_keep_control(struct source_turn *t,
 			      char (*keys)[PAUSE_KEY_MAX], size_t n)
 {
+	char(*kept)[PAUSE_KEY_MAX] = NULL;
+	if (n > 0) {
+		kept = malloc(n * sizeof(*kept));
+		if (!kept)
+			return false;
+		memcpy(kept, keys, n * sizeof(*kept));
+	}
 	free(t->control);
-	t->control = NULL;
-	t->n_control = 0;
-	if (n == 0)
-		return true;
-	t->control = malloc(n * sizeof(*t->control));
-	if (!t->control)
-		return false;
-	memcpy(t->control, keys, n * sizeof(*t->control));
+	t->control = kept;
 	t->n_control = n;
 	return true;
 }

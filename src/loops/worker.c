@@ -537,27 +537,25 @@ static void pause_keys_release(struct pause_keys *pk)
 	*pk = (struct pause_keys){0};
 }
 
-static bool read_control(struct worker *w, char (*keys)[PAUSE_KEY_MAX],
-			 size_t max, size_t *n)
+/* The operator pauses into keys[0..*n) and *global; 0, or the store's
+ * error (the source's failure recorded). */
+static int read_control(struct worker *w, char (*keys)[PAUSE_KEY_MAX],
+			size_t max, size_t *n, bool *global)
 {
-	bool global = false;
 	char err[512];
-	int rc = store_read_pauses(w->store, &global, keys, max, n, err,
-				   sizeof(err));
-	if (rc != 0) {
+	int rc =
+	    store_read_pauses(w->store, global, keys, max, n, err, sizeof(err));
+	if (rc != 0)
 		sources_failed(w->th, &w->src, w->source, rc,
 			       "reading operator pauses", err);
-		*n = 0;
-		return false;
-	}
-	return global;
+	return rc;
 }
 
-/* Fills pk with the keys the next lease skips. Returns true when an
- * operator paused everything (pk is then left unfilled). The operator
- * pauses are read once per poll interval (at most a second), not each
- * loop: a statement per batch is a share of the database's cost per
- * event. */
+/* Fills pk with the keys the next lease skips. Returns true when the turn
+ * leases nothing: an operator paused everything (pk is then left
+ * unfilled), or the pauses could not be read. The operator pauses are
+ * read once per poll interval (at most a second), not each loop: a
+ * statement per batch is a share of the database's cost per event. */
 static bool read_pauses(struct worker *w, struct pause_keys *pk)
 {
 	struct source_turns *turns = w->turns;
@@ -568,9 +566,18 @@ static bool read_pauses(struct worker *w, struct pause_keys *pk)
 			      : CONTROL_REFRESH_MS;
 	if (t->control_read_ms == 0 || now - t->control_read_ms >= refresh) {
 		size_t n = 0;
-		bool global = read_control(w, pk->keys, RELAY_MAX_PAUSES, &n);
-		if (!source_turn_keep_control(t, pk->keys, n))
+		bool global = false;
+		/* Pauses not read are not known to be lifted: the turn
+		 * leases nothing rather than rows an operator may have
+		 * paused (a failover, a lock on the control table). Those
+		 * read before stay, and the next turn reads again. */
+		if (read_control(w, pk->keys, RELAY_MAX_PAUSES, &n, &global) !=
+		    0)
+			return true;
+		if (!source_turn_keep_control(t, pk->keys, n)) {
 			log_error("out of memory for the operator pauses");
+			return true;
+		}
 		t->control_read_ms = now;
 		if (global != t->control_global)
 			turns->n_paused += global ? 1 : (size_t)-1;

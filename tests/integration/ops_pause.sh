@@ -2,14 +2,17 @@
 # SPDX-License-Identifier: MIT
 # `outbox-relay pause` / `resume` with two running replicas: a global pause
 # stops all leasing within a poll interval and resume restarts it; a
-# destination pause holds back only that destination's rows.
+# destination pause holds back only that destination's rows, and holds
+# while the pauses cannot be read.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
 it_table opspause
 
-it_relay a
+# A lock wait of 1 s (half the statement timeout) for the reads of the
+# pauses below.
+it_relay a OUTBOX_STATEMENT_TIMEOUT=2s
 pid_a=$it_last_pid
-it_relay b
+it_relay b OUTBOX_STATEMENT_TIMEOUT=2s
 pid_b=$it_last_pid
 it_psql "INSERT INTO $OUTBOX_TABLE (type, payload) SELECT 'ops.pause', '{}' FROM generate_series(1, 10)"
 it_wait_count 20 "status = 'sent'" -eq 10
@@ -50,6 +53,28 @@ jq -e '.paused | length == 1 and .[0].destination == "held" and .[0].reason == "
 ops_cli resume --destination held
 grep -q "^resumed destination 'held'" "$it_dir/cli.out" || it_fail "resume said: $(cat "$it_dir/cli.out")"
 it_wait_count 10 "status = 'sent'" -eq 40
+
+# Pauses that cannot be read are not lifted: with the control table
+# locked, each worker's read of the pauses gives up after its lock wait
+# and the turn leases nothing (an earlier version leased as if nothing
+# were paused); read again, the pause holds as before.
+ops_cli pause --destination held --reason "consumer down"
+[ "$ops_rc" = 0 ] || it_fail "pause --destination exited $ops_rc: $(cat "$it_dir/cli.err")"
+sleep 0.4
+psql "$RELAY_TEST_DATABASE_URL" -q -c "BEGIN; LOCK TABLE ${OUTBOX_TABLE}_control
+  IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3.5); COMMIT" >/dev/null 2>&1 &
+locker=$!
+sleep 0.3
+it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, exchange)
+  SELECT 'ops.pause', '{}', 'held' FROM generate_series(1, 5)"
+wait "$locker" || it_fail "the lock on the control table was not held"
+sleep 1
+grep -q 'reading operator pauses failed' "$it_dir/a.log" "$it_dir/b.log" ||
+	it_fail "no read of the pauses failed under the lock"
+[ "$(it_count "exchange = 'held' AND status = 'pending'")" = 5 ] ||
+	it_fail "rows of the paused destination were leased while the pauses could not be read: $(it_psql "SELECT status, count(*) FROM $OUTBOX_TABLE WHERE exchange = 'held' GROUP BY 1")"
+ops_cli resume --destination held
+it_wait_count 10 "status = 'sent'" -eq 45
 
 it_stop "$pid_a"
 [ "$it_rc" = 0 ] || it_fail "a exited $it_rc"
