@@ -412,6 +412,11 @@ static int run_steps(const struct store_options *opt, int settle_ms,
 				c->name, c->protocol,
 				had ? "recorded before, done" : "done");
 	}
+	/* A table just partitioned gets the partitioned shape's index of
+	 * finished rows now, not at the next migrate. */
+	if (!record_only &&
+	    migrate_terminal(conn, &t, out, NULL, err, errlen) != 0)
+		goto unlock;
 	rc = STORE_OK;
 unlock:
 	migrate_unlock(conn, &t);
@@ -474,5 +479,7 @@ int store_partition_unrecorded(PGconn *conn, const struct outbox_table *t,
 	}
 	int rc = migrate_exec_retrying(conn, sql, DDL_WAIT_SHORT, err, errlen);
 	free(sql);
+	if (rc == 0)
+		rc = migrate_terminal(conn, t, NULL, NULL, err, errlen);
 	return rc == 0 ? STORE_OK : STORE_ERROR;
 }

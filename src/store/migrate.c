@@ -393,17 +393,27 @@ static int run_body(PGconn *conn, const struct outbox_table *t, char *body,
 	return 0;
 }
 
-int store_migration_unrecorded(PGconn *conn, const struct outbox_table *t,
-			       const char *sql, char *err, size_t errlen)
+int migrate_body(PGconn *conn, const struct outbox_table *t, const char *sql,
+		 FILE *out, struct migrate_watch *w, const char *name,
+		 char *err, size_t errlen)
 {
 	char *body = migrate_expand(sql, t);
 	if (!body) {
-		snprintf(err, errlen, "out of memory");
-		return STORE_ERROR;
+		snprintf(err, errlen, "%s: out of memory", name);
+		return -1;
 	}
-	int rc = run_body(conn, t, body, NULL, NULL, "(test)", err, errlen);
+	int rc = run_body(conn, t, body, out, w, name, err, errlen);
 	free(body);
-	return rc == 0 ? STORE_OK : STORE_ERROR;
+	return rc;
+}
+
+int store_migration_unrecorded(PGconn *conn, const struct outbox_table *t,
+			       const char *sql, char *err, size_t errlen)
+{
+	return migrate_body(conn, t, sql, NULL, NULL, "(test)", err, errlen) ==
+		       0
+		   ? STORE_OK
+		   : STORE_ERROR;
 }
 
 static int apply_without_transaction(PGconn *conn, const struct outbox_table *t,
@@ -645,6 +655,8 @@ int migrate_run_watched(PGconn *conn, const struct outbox_table *t, FILE *out,
 		ret = validate_left_constraints(conn, t, out, err, errlen);
 	if (ret == 0)
 		ret = catch_up_seq(conn, t, out, err, errlen);
+	if (ret == 0)
+		ret = migrate_terminal(conn, t, out, w, err, errlen);
 	migrate_unlock(conn, t);
 out:
 	free(applied);

@@ -100,6 +100,17 @@ int migrate_statement(PGconn *conn, const struct outbox_table *t,
 		      size_t errlen);
 
 /*
+ * The statements of sql (a migration's body, not yet expanded, its
+ * statements cut at "-- outbox:next") outside a transaction, each by
+ * migrate_statement(), after dropping the invalid indexes a run cut short
+ * left on t and its partitions. Errors name the body as name. 0, or -1
+ * with err.
+ */
+int migrate_body(PGconn *conn, const struct outbox_table *t, const char *sql,
+		 FILE *out, struct migrate_watch *w, const char *name,
+		 char *err, size_t errlen);
+
+/*
  * Applies every migration not yet recorded, printing one line per
  * migration to out (may be NULL). conn must not be inside a transaction.
  * Returns 0, or -1 with err saying which migration failed and why.
@@ -140,5 +151,15 @@ int migrate_notify_trigger(PGconn *conn, const struct outbox_table *t, bool on,
  */
 int migrate_room(PGconn *conn, const struct outbox_table *t, bool history,
 		 FILE *out, char *err, size_t errlen);
+
+/*
+ * A table partitioned by `migrate --partition`: the index of finished rows
+ * split by status (migrate_terminal.c), each part built without blocking
+ * writers, the old index dropped last, printing to out (may be NULL) what
+ * it did. Nothing on a plain table or once done. Under the migration
+ * lock. Returns 0, or -1 with err.
+ */
+int migrate_terminal(PGconn *conn, const struct outbox_table *t, FILE *out,
+		     struct migrate_watch *w, char *err, size_t errlen);
 
 #endif

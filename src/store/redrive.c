@@ -3,9 +3,11 @@
  * Operator changes to rows: redrive (and replay) of finished rows, and
  * lifting the block of a partition key.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pgconn.h"
 #include "store_internal.h"
@@ -28,12 +30,13 @@ static int count_later(struct store *s, enum stmt st, int nparams,
 	return 0;
 }
 
-static int check_order(struct store *s, const char *const *values, char *err,
-		       size_t errlen)
+static int check_order(struct store *s, bool sent, const char *const *values,
+		       char *err, size_t errlen)
 {
 	long later = 0;
-	int rc =
-	    count_later(s, ST_REDRIVE_CHECK, 5, values, &later, err, errlen);
+	int rc = count_later(
+	    s, sent ? ST_REDRIVE_CHECK_SENT : ST_REDRIVE_CHECK_FAILED, 4,
+	    values, &later, err, errlen);
 	if (rc != 0 || later == 0)
 		return rc;
 	snprintf(err, errlen,
@@ -137,41 +140,140 @@ fail : {
 }
 }
 
+/* One batch of at most REDRIVE_BATCH rows, its own autocommit statement
+ * (ordered mode: its own transaction), so what is done stays done; *n
+ * counts the rows it moved. */
+static int redrive_batch(struct store *s, const struct redrive_filter *f,
+			 const char *const *values, size_t *n, char *err,
+			 size_t errlen)
+{
+	int rc;
+	if (s->opt.ordered)
+		return redrive_ordered_batch(s, f, values, n, err, errlen);
+	PGresult *res =
+	    store_run(s, f->sent ? ST_REDRIVE_SENT : ST_REDRIVE_FAILED, 4,
+		      values, PGRES_COMMAND_OK, 0, &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	*n = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
+	PQclear(res);
+	return 0;
+}
+
+/* Adds a batch's n to *count and asks the watcher (total 0: unknown)
+ * whether to go on. */
+static bool batch_done(const struct redrive_filter *f, size_t n, size_t total,
+		       size_t *count)
+{
+	*count += n;
+	struct store_progress_info p = {.what = "redrive",
+					.done = (int64_t)*count,
+					.total = (int64_t)total};
+	return !f->progress || f->progress->fn(f->progress->ctx, &p);
+}
+
 /* Redrives batch after batch until one comes back short, or the watcher
- * asks to stop: each batch is its own autocommit statement (ordered
- * mode: its own transaction), so what is done stays done. total (0:
- * unknown) is for the watcher. */
+ * asks to stop. */
 static int redrive_batches(struct store *s, const struct redrive_filter *f,
 			   const char *const *values, size_t total,
 			   size_t *count, char *err, size_t errlen)
 {
-	bool sent = f->sent;
 	for (;;) {
-		int rc;
 		size_t n = 0;
-		if (s->opt.ordered) {
-			rc = redrive_ordered_batch(s, f, values, &n, err,
-						   errlen);
-			if (rc != 0)
-				return rc;
-		} else {
-			PGresult *res = store_run(
-			    s, sent ? ST_REDRIVE_SENT : ST_REDRIVE_FAILED, 4,
-			    values, PGRES_COMMAND_OK, 0, &rc, err, errlen);
-			if (!res)
-				return store_public_rc(rc);
-			n = (size_t)strtoull(PQcmdTuples(res), NULL, 10);
-			PQclear(res);
-		}
-		*count += n;
-		if (n < REDRIVE_BATCH)
-			return 0;
-		struct store_progress_info p = {.what = "redrive",
-						.done = (int64_t)*count,
-						.total = (int64_t)total};
-		if (f->progress && !f->progress->fn(f->progress->ctx, &p))
+		int rc = redrive_batch(s, f, values, &n, err, errlen);
+		if (rc != 0)
+			return rc;
+		if (!batch_done(f, n, total, count) || n < REDRIVE_BATCH)
 			return 0;
 	}
+}
+
+/* The first slice's width; each slice after is twice or half the one
+ * before. */
+#define SLICE_US INT64_C(1000000)
+
+/* us microseconds of the epoch as a timestamptz in UTC; false outside the
+ * years 1970-9999. */
+static bool us_text(int64_t us, char *out, size_t len)
+{
+	if (us < 0 || us >= INT64_C(253402300800000000))
+		return false;
+	time_t t = (time_t)(us / 1000000);
+	struct tm tm;
+	if (!gmtime_r(&t, &tm))
+		return false;
+	size_t n = strftime(out, len, "%Y-%m-%d %H:%M:%S", &tm);
+	return n > 0 && snprintf(out + n, len - n, ".%06lld+00",
+				 (long long)(us % 1000000)) < (int)(len - n);
+}
+
+/* The matching sent rows' span of finished_at, [*lo, *hi) in
+ * microseconds; *lo == *hi when none matches. */
+static int span_sent(struct store *s, const char *const *values, int64_t *lo,
+		     int64_t *hi, char *err, size_t errlen)
+{
+	int rc;
+	PGresult *res = store_run(s, ST_SPAN_SENT, 4, values, PGRES_TUPLES_OK,
+				  0, &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	*lo = *hi = 0;
+	if (!PQgetisnull(res, 0, 0)) {
+		*lo = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+		*hi = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+	}
+	PQclear(res);
+	return 0;
+}
+
+/*
+ * Sent rows, batch after batch through their span of finished_at in
+ * slices. On a partitioned table the daily partitions index sent rows
+ * with a BRIN (migrate_terminal.c), which gives neither an order nor an
+ * early stop: a batch statement's `ORDER BY finished_at LIMIT` over the
+ * whole range would read every page of it for each batch. So each batch
+ * gets a slice of the span as its range, sized to about one batch: a
+ * slice that fills its batch may hold more and is taken again, halved
+ * (down to a microsecond: rows of one mark share their finished_at, and
+ * each full batch moves its rows out of sent, so the slice empties); one
+ * that does not is passed, and the next doubled. A slice cut short by
+ * rows another session holds (SKIP LOCKED) is passed as a short batch
+ * ends the unsliced loop. Rows finished after the span was read are not
+ * in it.
+ */
+static int redrive_sliced(struct store *s, const struct redrive_filter *f,
+			  const char *const *values, size_t total,
+			  size_t *count, char *err, size_t errlen)
+{
+	int64_t at, end, width = SLICE_US;
+	int rc = span_sent(s, values, &at, &end, err, errlen);
+	if (rc != 0)
+		return rc;
+	char from[48], to[48];
+	if (at < end &&
+	    (!us_text(at, from, sizeof(from)) || !us_text(end, to, sizeof(to))))
+		/* Written by hand out of the years a slice can name. */
+		return redrive_batches(s, f, values, total, count, err, errlen);
+	while (at < end) {
+		int64_t next = end - at > width ? at + width : end;
+		us_text(at, from, sizeof(from));
+		us_text(next, to, sizeof(to));
+		const char *slice[4] = {values[0], values[1], from, to};
+		size_t n = 0;
+		rc = redrive_batch(s, f, slice, &n, err, errlen);
+		if (rc != 0)
+			return rc;
+		if (!batch_done(f, n, total, count))
+			return 0;
+		if (n == REDRIVE_BATCH) {
+			width = width > 1 ? width / 2 : 1;
+			continue;
+		}
+		at = next;
+		if (width < INT64_MAX / 2)
+			width *= 2;
+	}
+	return 0;
 }
 
 int store_redrive(struct store *s, const struct redrive_filter *f,
@@ -187,15 +289,16 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
 			return STORE_ERROR;
 		}
 	}
-	const char *values[5] = {ids, f->type, f->since, f->until,
-				 f->sent ? "{sent}" : "{failed}"};
+	const char *values[4] = {ids, f->type, f->since, f->until};
 	if (s->opt.ordered && !f->force)
-		rc = check_order(s, values, err, errlen);
+		rc = check_order(s, f->sent, values, err, errlen);
 	size_t total = 0;
 	if (rc == 0 && (f->dry_run || f->progress))
 		rc = count_matching(s, f->sent, values, &total, err, errlen);
 	if (rc == 0 && f->dry_run)
 		*count = total;
+	else if (rc == 0 && f->sent)
+		rc = redrive_sliced(s, f, values, total, count, err, errlen);
 	else if (rc == 0)
 		rc = redrive_batches(s, f, values, total, count, err, errlen);
 	free(ids);

@@ -130,6 +130,24 @@ char *sql_count_sent(const struct store *s)
 	return sql_count(s, "sent");
 }
 
+/* The matching sent rows' first finished_at and one past their last, in
+ * microseconds of the epoch (empty when none): the span redrive's slices
+ * cover (redrive.c). */
+char *sql_span_sent(const struct store *s)
+{
+	char *where = redrive_where("sent");
+	char *sql =
+	    where
+		? store_asprintf("SELECT (extract(epoch FROM min(finished_at)) "
+				 "* 1000000)::bigint::text, "
+				 "(extract(epoch FROM max(finished_at)) * "
+				 "1000000 + 1)::bigint::text FROM %s WHERE %s",
+				 s->table.quoted, where)
+		: NULL;
+	free(where);
+	return sql;
+}
+
 char *sql_control(const struct store *s)
 {
 	char control[160];
@@ -201,20 +219,33 @@ char *sql_fail_refused(const struct store *s)
 	return sql;
 }
 
-/* Redrive in ordered mode: rows whose key already went further. */
-char *sql_redrive_check(const struct store *s)
+/* Redrive in ordered mode: rows whose key already went further. The
+ * status is written in, not a parameter: a partitioned table's indexes of
+ * finished rows each serve one status (migrate_terminal.c), and only a
+ * plan that knows which can pick its index. */
+static char *sql_redrive_check(const struct store *s, const char *status)
 {
 	const char *T = s->table.quoted;
 	return store_asprintf(
-	    "SELECT count(*)::text FROM %s r WHERE r.status = ANY($5::text[]) "
-	    "AND ($1::uuid[] IS NULL OR r.id = ANY($1::uuid[])) AND ($2::text "
+	    "SELECT count(*)::text FROM %s r WHERE r.status = '%s' AND "
+	    "($1::uuid[] IS NULL OR r.id = ANY($1::uuid[])) AND ($2::text "
 	    "IS NULL OR r.type = $2) AND r.finished_at >= "
 	    "coalesce($3::timestamptz, '-infinity') AND r.finished_at < "
 	    "coalesce($4::timestamptz, 'infinity') AND r.partition_key IS "
 	    "NOT NULL AND EXISTS (SELECT 1 FROM %s x WHERE x.partition_key "
 	    "= r.partition_key AND x.seq > r.seq AND x.status IN ('sent', "
 	    "'in_flight'))",
-	    T, T);
+	    T, status, T);
+}
+
+char *sql_redrive_check_sent(const struct store *s)
+{
+	return sql_redrive_check(s, "sent");
+}
+
+char *sql_redrive_check_failed(const struct store *s)
+{
+	return sql_redrive_check(s, "failed");
 }
 
 /* The same inside a redrive batch's transaction, for the rows it just

@@ -47,8 +47,10 @@ enum stmt {
 	ST_REDRIVE_SENT,
 	ST_COUNT_FAILED,
 	ST_COUNT_SENT,
+	ST_SPAN_SENT,
 	ST_CONTROL,
-	ST_REDRIVE_CHECK,
+	ST_REDRIVE_CHECK_SENT,
+	ST_REDRIVE_CHECK_FAILED,
 	ST_UNBLOCK,
 	ST_UNBLOCK_SKIP,
 	ST_UNBLOCK_REDRIVE,
@@ -414,7 +416,9 @@ char *sql_redrive_sent(const struct store *s);
 char *sql_count_failed(const struct store *s);
 char *sql_count_sent(const struct store *s);
 char *sql_control(const struct store *s);
-char *sql_redrive_check(const struct store *s);
+char *sql_redrive_check_sent(const struct store *s);
+char *sql_span_sent(const struct store *s);
+char *sql_redrive_check_failed(const struct store *s);
 char *sql_redrive_recheck(const struct store *s);
 char *sql_fail_refused(const struct store *s);
 char *sql_unblock(const struct store *s);

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cJSON.h>
 #include <cmocka.h>
 
 #include "pgtest.h"
@@ -185,9 +186,23 @@ static void test_live_table_becomes_partitioned(void **state)
 				     table),
 			 1);
 	assert_int_equal(count(c, dflt, "type <> 'produced'"), 31);
-	char after[1024];
+	/* Every index under its name, but the one of finished rows, split
+	 * by status (test_finished_index_split_live). */
+	char after[1024], expected[1024];
 	indexes_of(c, table, after, sizeof(after));
-	assert_string_equal(after, before);
+	char sql[1600];
+	snprintf(sql, sizeof(sql),
+		 "SELECT string_agg(x, ',' ORDER BY x) FROM unnest("
+		 "string_to_array('%s', ',') || ARRAY['%s_failed_idx', "
+		 "'%s_sent_brin']) x WHERE x <> '%s_terminal_idx'",
+		 before, t.name, t.name, t.name);
+	PGresult *res = PQexec(c, sql);
+	assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+	snprintf(expected, sizeof(expected), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	assert_string_equal(after, expected);
+	if (!strstr(m.text, "indexed by status"))
+		fail_msg("said: %s", m.text);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT count(*) FROM pg_index WHERE "
 				     "indrelid = '%s'::regclass AND NOT "
@@ -738,6 +753,167 @@ static void test_later_index_beside_writers(void **state)
 	PQfinish(c);
 }
 
+/* migrate on a live table */
+static void *migrate_live(void *arg)
+{
+	struct migration *m = arg;
+	FILE *out = fmemopen(m->text, sizeof(m->text), "w");
+	m->rc = store_migrate(&m->o, false, out, m->why, sizeof(m->why));
+	if (out)
+		fclose(out);
+	return NULL;
+}
+
+/* The finished rows' index split by status (docs/design.md §11): a table
+ * partitioned before it, with its one B-tree of sent and failed rows on
+ * the parent, rows in every state in the default partition and in a
+ * day's, a lease open and a producer writing, gets the split from
+ * migrate: the failed rows' B-tree and the sent rows' BRIN on every
+ * partition, the default's own B-tree of both, the old index gone, no
+ * insert refused; watch and redrive then read the rows of both
+ * partitions; a rerun has nothing to do. */
+static void test_finished_index_split_live(void **state)
+{
+	(void)state;
+	char table[128], lo[40], tag[16], old[200], failed[200], brin[200],
+	    dfin[200];
+	struct outbox_table t;
+	pgtest_fresh_table("part_split", table, sizeof(table));
+	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
+	snprintf(old, sizeof(old), "%s\"%s_terminal_idx\"", t.prefix, t.name);
+	snprintf(failed, sizeof(failed), "%s\"%s_failed_idx\"", t.prefix,
+		 t.name);
+	snprintf(brin, sizeof(brin), "%s\"%s_sent_brin\"", t.prefix, t.name);
+	snprintf(dfin, sizeof(dfin), "%s\"%s_d_finished_idx\"", t.prefix,
+		 t.name);
+	PGconn *c = pgtest_connect();
+	if (store_partition_unrecorded(c, &t, err, sizeof(err)) != 0)
+		fail_msg("partition: %s", err);
+	assert_true(index_valid(c, failed) && index_valid(c, brin) &&
+		    index_valid(c, dfin));
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_class WHERE "
+				     "oid = to_regclass('%s')",
+				     old),
+			 0);
+	/* The shape of a table partitioned before the split. */
+	pgtest_exec(c,
+		    "DROP INDEX %s, %s; DROP INDEX %s; CREATE INDEX "
+		    "\"%s_terminal_idx\" ON %s (status, finished_at) WHERE "
+		    "status IN ('sent', 'failed')",
+		    failed, brin, dfin, t.name, table);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	tend(s, DAY_MS, 0);
+	long parts = pgtest_long(
+	    c, "SELECT count(*) FROM pg_partition_tree('%s') WHERE level = 1",
+	    table);
+	assert_true(parts >= 4);
+
+	/* Rows in every state: in the default partition (ids of now) due,
+	 * sent, failed, a retry in backoff; in tomorrow's sent, failed and
+	 * due; and 4 leased below. */
+	pgtest_insert(c, table, 20);
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'sent', finished_at = now() - "
+		    "interval '1 minute' WHERE seq <= 5; UPDATE %s SET status "
+		    "= 'failed', finished_at = now(), attempts = 10, "
+		    "last_error = 'x' WHERE seq BETWEEN 6 AND 8; UPDATE %s SET "
+		    "next_attempt_at = now() + interval '1 hour', attempts = 2 "
+		    "WHERE seq = 9",
+		    table, table, table);
+	day_of(c, 1, lo, tag);
+	for (int i = 1; i <= 4; i++)
+		insert_in_day(c, table, lo, i, "sent",
+			      "now() - interval '1 minute'");
+	insert_in_day(c, table, lo, 5, "failed", "now()");
+	insert_in_day(c, table, lo, 6, "pending", "NULL");
+
+	o.batch_size = 4;
+	struct store *relay = pgtest_store(&o);
+	struct lease_batch b;
+	if (store_lease(relay, NULL, 0, "", &b, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	assert_int_equal(b.n, 4);
+	struct producer p = {.table = table};
+	pthread_t producer, migrating;
+	assert_int_equal(pthread_create(&producer, NULL, produce, &p), 0);
+	struct migration m = {.o = pgtest_store_options(table)};
+	assert_int_equal(pthread_create(&migrating, NULL, migrate_live, &m), 0);
+	/* The builds wait for the open lease's transaction. */
+	usleep(800 * 1000);
+	const char **ids = calloc(b.n, sizeof(*ids));
+	assert_non_null(ids);
+	for (size_t i = 0; i < b.n; i++)
+		ids[i] = b.events[i].id;
+	struct mark_result r;
+	if (store_mark(relay, MARK_SENT, ids, NULL, b.n, &r, err,
+		       sizeof(err)) != 0 ||
+	    store_lease_commit(relay, &b, err, sizeof(err)) != 0)
+		fail_msg("the open lease's marks: %s", err);
+	free(ids);
+	lease_batch_release(&b);
+	store_close(relay);
+	pthread_join(migrating, NULL);
+	usleep(200 * 1000);
+	atomic_store(&p.stop, 1);
+	pthread_join(producer, NULL);
+	if (m.rc != 0)
+		fail_msg("migrate: %s", m.why);
+	if (!strstr(m.text, "indexed by status"))
+		fail_msg("said: %s", m.text);
+	if (p.refused)
+		fail_msg("%d of the producer's inserts refused: %s", p.refused,
+			 p.why);
+	assert_true(p.inserted > 0);
+
+	/* The shape: both new indexes valid on every partition, the
+	 * default's own, the old one gone. */
+	assert_true(index_valid(c, failed) && index_valid(c, brin) &&
+		    index_valid(c, dfin));
+	assert_int_equal(attached(c, failed), parts);
+	assert_int_equal(attached(c, brin), parts);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_class WHERE "
+				     "oid = to_regclass('%s')",
+				     old),
+			 0);
+
+	/* watch counts the finished rows of both partitions; redrive moves
+	 * every one back to pending. */
+	cJSON *doc = NULL;
+	assert_int_equal(store_admin_watch(s, 600000, &doc, err, sizeof(err)),
+			 0);
+	assert_int_equal(cJSON_GetObjectItem(doc, "sent")->valuedouble,
+			 5 + 4 + 4);
+	assert_int_equal(
+	    cJSON_GetObjectItem(doc, "failed_attempts_spent")->valuedouble +
+		cJSON_GetObjectItem(doc, "failed_permanent")->valuedouble,
+	    3 + 1);
+	cJSON_Delete(doc);
+	size_t moved = 0;
+	struct redrive_filter f = {.sent = true};
+	if (store_redrive(s, &f, &moved, err, sizeof(err)) != 0)
+		fail_msg("redrive sent: %s", err);
+	assert_int_equal(moved, 5 + 4 + 4);
+	f.sent = false;
+	if (store_redrive(s, &f, &moved, err, sizeof(err)) != 0)
+		fail_msg("redrive failed: %s", err);
+	assert_int_equal(moved, 3 + 1);
+	assert_int_equal(count(c, table, "status IN ('sent', 'failed')"), 0);
+	assert_int_equal(count(c, table, "status = 'pending'"),
+			 20 + 6 + p.inserted);
+
+	/* Done before: nothing to do. */
+	struct migration again = {.o = pgtest_store_options(table)};
+	migrate_live(&again);
+	if (again.rc != 0)
+		fail_msg("migrate again: %s", again.why);
+	assert_null(strstr(again.text, "indexed by status"));
+	store_close(s);
+	PQfinish(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -747,6 +923,7 @@ int main(void)
 	    cmocka_unit_test(test_tend_behind_another_cleaner),
 	    cmocka_unit_test(test_later_migration_index),
 	    cmocka_unit_test(test_later_index_beside_writers),
+	    cmocka_unit_test(test_finished_index_split_live),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2138,6 +2138,17 @@ static struct store *traced_store(const struct store_options *o,
 	return s;
 }
 
+/* On a partitioned table the relay's cleaner tends the partitions before
+ * it deletes, which sends its deletes to the default partition (the
+ * daily ones leave whole): so here, with no day made or dropped. */
+static void clean_as_relay(struct store *s)
+{
+	struct partition_result r;
+	if (pgtest_partitioned() &&
+	    store_partitions_tend(s, 0, 86400000, 0, &r, err, sizeof(err)) != 0)
+		fail_msg("tend: %s", err);
+}
+
 /* 8. No sequential scan on the outbox table in any store statement under
  * forced generic plans (auto_explain reports every executed plan). */
 static void test_generic_plans_use_indexes(void **state)
@@ -2160,6 +2171,16 @@ static void test_generic_plans_use_indexes(void **state)
 		    "lease_expires_at = now() - interval '1 hour' "
 		    "FROM x WHERE t.id = x.id",
 		    table, table);
+	if (pgtest_partitioned())
+		/* Rows of ids of no day (a producer's own) in the default
+		 * partition, where the cleaner deletes (2 days old). */
+		pgtest_exec(c,
+			    "INSERT INTO %s (id, type, payload, status, "
+			    "finished_at) SELECT ('00000000-0000-4000-8000-' "
+			    "|| lpad(g::text, 12, '0'))::uuid, 'test.event', "
+			    "'\\x00', 'sent', now() - interval '2 days' FROM "
+			    "generate_series(1, 2000) g",
+			    table);
 	pgtest_exec(c, "VACUUM ANALYZE %s", table);
 
 	struct store_options o = pgtest_store_options(table);
@@ -2201,6 +2222,7 @@ static void test_generic_plans_use_indexes(void **state)
 	assert_int_equal(store_sweep(s, 100000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_pending, 300);
 	struct clean_result cl;
+	clean_as_relay(s);
 	assert_int_equal(
 	    store_clean(s, 86400000, 86400000, 500, 0, &cl, err, sizeof(err)),
 	    0);
@@ -2241,6 +2263,7 @@ static void test_generic_plans_use_indexes(void **state)
 	free(ids);
 	commit(so, &b);
 	assert_int_equal(store_sweep(so, 100000, &sw, err, sizeof(err)), 0);
+	clean_as_relay(so);
 	assert_int_equal(
 	    store_clean(so, 86400000, 86400000, 500, 0, &cl, err, sizeof(err)),
 	    0);
@@ -2277,6 +2300,176 @@ static void test_generic_plans_use_indexes(void **state)
 					    "the cleaner's batch is sorted");
 	}
 	free(plans);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* The statements that read finished rows by finished_at (status --watch's
+ * window, redrive's count, span and batches, the ordered redrive's check)
+ * read them by index under forced generic plans: on a partitioned table
+ * failed and sent rows each have their own index (the B-tree and the BRIN
+ * of migrate_terminal.c), which only a statement that names one status
+ * where it reads can use. */
+static void test_finished_rows_read_by_index(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_finished", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 20000);
+	/* Finished over two days, a row each 8.6 s, in the order rows were
+	 * written (as marks finish them); 400 due. */
+	pgtest_exec(c,
+		    "UPDATE %s SET status = CASE WHEN seq %% 40 = 0 THEN "
+		    "'failed' ELSE 'sent' END, finished_at = now() - (m + "
+		    "19600 - seq) * interval '8.6 s', last_error = CASE WHEN "
+		    "seq %% 40 = 0 THEN 'x' END FROM (SELECT min(seq) AS m "
+		    "FROM %s) x WHERE seq < m + 19600",
+		    table, table);
+	pgtest_exec(c, "VACUUM ANALYZE %s", table);
+	const char *explain =
+	    "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+	    "SET auto_explain.log_analyze = on; "
+	    "SET auto_explain.log_level = notice; "
+	    "SET auto_explain.log_nested_statements = on; "
+	    "SET plan_cache_mode = force_generic_plan; "
+	    "SET client_min_messages = notice";
+	struct store_options o = pgtest_store_options(table);
+	o.ordered = true;
+	struct store *s = traced_store(&o, explain);
+	char *plans = NULL;
+	PQsetNoticeReceiver(store_conn(s), collect_notice, &plans);
+
+	cJSON *doc = NULL;
+	assert_int_equal(store_admin_watch(s, 600000, &doc, err, sizeof(err)),
+			 0);
+	double sent = cJSON_GetObjectItem(doc, "sent")->valuedouble;
+	double failed =
+	    cJSON_GetObjectItem(doc, "failed_permanent")->valuedouble +
+	    cJSON_GetObjectItem(doc, "failed_attempts_spent")->valuedouble;
+	cJSON_Delete(doc);
+	/* Within 10 minutes: about 70 rows, one in 40 failed. */
+	if (sent < 60 || sent > 75 || failed < 1 || failed > 3)
+		fail_msg("watch: %.0f sent, %.0f failed in 10 minutes", sent,
+			 failed);
+	size_t n = 0;
+	struct redrive_filter f = {
+	    .sent = true, .dry_run = true, .since = "-infinity", .until = NULL};
+	char since[64];
+	PGresult *res = PQexec(c, "SELECT (now() - interval '1 hour')::text");
+	snprintf(since, sizeof(since), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	f.since = since;
+	assert_int_equal(store_redrive(s, &f, &n, err, sizeof(err)), 0);
+	size_t hour = n;
+	if (hour < 400 || hour > 430)
+		fail_msg("%zu sent rows in the hour", hour);
+	f.sent = false;
+	assert_int_equal(store_redrive(s, &f, &n, err, sizeof(err)), 0);
+	if (n < 9 || n > 12)
+		fail_msg("%zu failed rows in the hour", n);
+	/* The batches, in slices of the hour. */
+	f.sent = true;
+	f.dry_run = false;
+	assert_int_equal(store_redrive(s, &f, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, hour);
+	store_close(s);
+
+	assert_non_null(plans);
+	assert_true(count_of(plans, "Query Text") >= 6);
+	expect_no_plan_with(plans, "Seq Scan on outbox_events ",
+			    "sequential scan reading finished rows");
+	expect_no_plan_with(plans, "Seq Scan on outbox_events_now ",
+			    "sequential scan of a partition reading finished "
+			    "rows");
+	free(plans);
+	PQfinish(c);
+}
+
+/* A watcher of redrive's batches: how many, the last report. */
+struct slices_seen {
+	int batches;
+	int64_t done, total;
+	int stop_after; /* 0: never asks to stop */
+};
+
+static bool see_batch(void *ctx, const struct store_progress_info *p)
+{
+	struct slices_seen *w = ctx;
+	w->batches++;
+	w->done = p->done;
+	w->total = p->total;
+	return w->stop_after == 0 || w->batches < w->stop_after;
+}
+
+/* redrive --status sent goes through its rows' span of finished_at in
+ * slices (redrive.c): 2,500 rows finished at one instant (more than a
+ * batch, so their slice is halved to a microsecond and taken again until
+ * it empties) between rows a second apart and a day apart, each row
+ * moved once, none left; with --since/--until the bounds are kept to
+ * the microsecond; a watcher's stop ends it after that batch. */
+static void test_redrive_sent_in_slices(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_slices", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 3000);
+	pgtest_exec(
+	    c,
+	    "UPDATE %s SET status = 'sent', finished_at = CASE WHEN "
+	    "seq - m < 2500 THEN timestamptz '2026-01-02 03:04:05.5+00' "
+	    "WHEN seq - m < 2900 THEN timestamptz '2026-01-02 "
+	    "03:04:05.5+00' + (seq - m - 2499) * interval '1 s' ELSE "
+	    "timestamptz '2026-01-02 03:04:05.5+00' - (seq - m - 2899) * "
+	    "interval '1 day' END FROM (SELECT min(seq) AS m FROM %s) x",
+	    table, table);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	size_t n = 0;
+	/* [the instant, 10 s after): the 2,500 and 9 of those a second
+	 * apart, not the one 10 s after nor any of the days before. */
+	struct slices_seen w = {0};
+	struct store_progress watch = {.fn = see_batch, .ctx = &w};
+	struct redrive_filter f = {.sent = true,
+				   .since = "2026-01-02 03:04:05.5+00",
+				   .until = "2026-01-02 03:04:15.5+00",
+				   .progress = &watch};
+	assert_int_equal(store_redrive(s, &f, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 2509);
+	assert_int_equal(w.total, 2509);
+	assert_int_equal(w.done, 2509);
+	/* Unsliced, three batches of up to 1,000 would take them; the
+	 * slices of the rows a second apart take more. */
+	assert_true(w.batches > 3);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'pending' AND finished_at IS NULL AND "
+				     "attempts = 0",
+				     table),
+			 2509);
+	/* A watcher that stops after its first batch. */
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'sent', finished_at = now() - "
+		    "interval '1 minute' WHERE status = 'pending'",
+		    table);
+	struct slices_seen stop = {.stop_after = 1};
+	struct store_progress stopping = {.fn = see_batch, .ctx = &stop};
+	f = (struct redrive_filter){.sent = true, .progress = &stopping};
+	assert_int_equal(store_redrive(s, &f, &n, err, sizeof(err)), 0);
+	assert_int_equal(stop.batches, 1);
+	assert_true(n <= 1000);
+	/* The rest: every row left, once. */
+	long left = pgtest_long(
+	    c, "SELECT count(*) FROM %s WHERE status = 'sent'", table);
+	f = (struct redrive_filter){.sent = true};
+	assert_int_equal(store_redrive(s, &f, &n, err, sizeof(err)), 0);
+	assert_int_equal((long)n, left);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'sent'",
+				     table),
+			 0);
 	store_close(s);
 	PQfinish(c);
 }
@@ -4417,6 +4610,8 @@ int main(void)
 	    cmocka_unit_test(test_cleaner_passes_blocking_runs),
 	    cmocka_unit_test(test_seq_and_uuidv7),
 	    cmocka_unit_test(test_generic_plans_use_indexes),
+	    cmocka_unit_test(test_finished_rows_read_by_index),
+	    cmocka_unit_test(test_redrive_sent_in_slices),
 	    cmocka_unit_test(test_lease_walks_the_index),
 	    cmocka_unit_test(test_lease_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_of_one_transaction),
