@@ -366,9 +366,12 @@ static void route_outcomes(struct worker *w)
 		b->outcomes[res->outcome]++;
 		if (rule->in_doubt)
 			metrics_add(MC_IN_DOUBT, 1);
+		/* Unsigned: a created_at of '-infinity' lies further back
+		 * than a signed difference reaches. */
 		if (rule->observes_latency && now_us > e->created_at_us)
 			metrics_observe(MH_END_TO_END_SECONDS,
-					(uint64_t)(now_us - e->created_at_us));
+					(uint64_t)now_us -
+					    (uint64_t)e->created_at_us);
 		if (rule->pauses_destination) {
 			char key[PAUSE_KEY_MAX];
 			destination_key(w, e, res->route_scoped, key,

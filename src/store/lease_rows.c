@@ -190,7 +190,12 @@ static bool event_of(PGresult *res, int i, struct time_cache *tc,
 	e->payload = (const unsigned char *)PQgetvalue(res, i, LC_PAYLOAD);
 	e->payload_len = (size_t)PQgetlength(res, i, LC_PAYLOAD);
 	e->headers_json = col(res, i, LC_HEADERS);
-	e->created_at_us = (int64_t)created + PG_EPOCH_US;
+	/* 'infinity' (the largest value) and times near it would overflow
+	 * the move to the Unix epoch: they stay at the range's end, a year
+	 * format_time() cannot write, as it cannot write '-infinity's. */
+	int64_t pg_us = (int64_t)created;
+	e->created_at_us =
+	    pg_us > INT64_MAX - PG_EPOCH_US ? INT64_MAX : pg_us + PG_EPOCH_US;
 	format_time(e->created_at_us, tc, text->time);
 	e->time = text->time;
 	e->attempts = (int)(int32_t)(uint32_t)attempts;

@@ -2474,6 +2474,45 @@ static void test_redrive_sent_in_slices(void **state)
 	PQfinish(c);
 }
 
+/* A created_at RFC 3339 cannot write ('infinity', '-infinity', a year
+ * past 9999: a table made by hand has no CHECK against them) is leased
+ * with no time and an age at the end of the range, with no overflow
+ * (UBSan stops the test on one). */
+static void test_lease_created_at_out_of_range(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_infinite", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, created_at) VALUES ('far', "
+		    "'\\x00', 'infinity'), ('far', '\\x00', '-infinity'), "
+		    "('far', '\\x00', '12000-01-01'), ('near', '\\x00', "
+		    "'2026-12-06 01:02:03.456789+00')",
+		    table);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 4);
+	int ends = 0;
+	for (size_t i = 0; i < b.n; i++) {
+		const struct outbox_event *e = &b.events[i];
+		if (strcmp(e->type, "near") == 0) {
+			assert_string_equal(e->time,
+					    "2026-12-06T01:02:03.456789Z");
+			continue;
+		}
+		assert_string_equal(e->time, "");
+		ends += e->created_at_us == INT64_MAX ||
+			e->created_at_us < -INT64_C(9000000000000000000);
+	}
+	assert_int_equal(ends, 2);
+	commit(s, &b);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* The leaf indexes of table's index <table>_<suffix>, space-separated:
  * the index itself on a plain table; on a partitioned one each
  * partition's, which Postgres names after the partition's columns. */
@@ -4612,6 +4651,7 @@ int main(void)
 	    cmocka_unit_test(test_generic_plans_use_indexes),
 	    cmocka_unit_test(test_finished_rows_read_by_index),
 	    cmocka_unit_test(test_redrive_sent_in_slices),
+	    cmocka_unit_test(test_lease_created_at_out_of_range),
 	    cmocka_unit_test(test_lease_walks_the_index),
 	    cmocka_unit_test(test_lease_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_of_one_transaction),
