@@ -290,6 +290,7 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	if (!rows || !text) {
 		free(rows);
 		free(text);
+		PQclear(res);
 		snprintf(err, errlen, "lease: out of memory for %d rows", n);
 		return STORE_ERROR;
 	}

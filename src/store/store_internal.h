@@ -498,8 +498,9 @@ void key_map_args_free(struct key_map_args *a);
  * where this store's walk ended, if no lease began since this one did. */
 void key_map_turn_taken(struct store *s);
 /* lease_rows.c: takes the lease statement's rows out of res into out (out
- * owns res from then on) and sets the session's scan and claim floors
- * from them; 0, or STORE_ERROR with err. */
+ * owns res from then on; out of memory, res is cleared) and sets the
+ * session's scan and claim floors from them; 0, or STORE_ERROR with
+ * err. */
 int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 		    char *err, size_t errlen);
 /* A scan floor (microseconds since 2000-01-01) as a timestamptz literal;
