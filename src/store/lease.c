@@ -317,7 +317,8 @@ static int write_claim_now(struct store *s, const struct lease_batch *b,
 	} else {
 		free(key);
 	}
-	if (!res && store_err_undefined_table(err)) {
+	if (!res && store_err_undefined_table(err) &&
+	    store_claims_table_gone(s)) {
 		no_claims(s, err);
 		return 0;
 	}
@@ -582,12 +583,15 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 					  PGRES_TUPLES_OK, 1, &rc, err, errlen);
 	if (!res && rc != STORE_RECONNECT && st == ST_LEASE &&
 	    store_err_undefined_table(err)) {
-		/* A table made by hand: lease without claims. */
-		no_claims(s, err);
 		if (s->ses->leasing == s)
 			store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
-		res = store_run_leasing(s, ST_LEASE_BARE, n_values, values,
-					PGRES_TUPLES_OK, 1, &rc, err, errlen);
+		/* A table made by hand: lease without claims. */
+		if (store_claims_table_gone(s)) {
+			no_claims(s, err);
+			res = store_run_leasing(s, ST_LEASE_BARE, n_values,
+						values, PGRES_TUPLES_OK, 1, &rc,
+						err, errlen);
+		}
 	}
 	free(paused_arr);
 	key_map_args_free(&map);

@@ -322,6 +322,14 @@ static int adapt_to_side_tables(struct store *s, char *err, size_t errlen)
 	return 0;
 }
 
+bool store_claims_table_gone(struct store *s)
+{
+	unsigned present = 0;
+	char why[256];
+	return store_admin_side_tables(s, &present, why, sizeof(why)) == 0 &&
+	       !(present & STORE_SIDE_CLAIMS);
+}
+
 /* How the store's sessions connect: the settings of pgconn_options go
  * into each transaction (s->tx_settings), never on the session. */
 static struct pgconn_options session_options(const struct store *s)

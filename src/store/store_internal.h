@@ -637,6 +637,14 @@ static inline bool store_err_undefined_table(const char *err)
 	return strncmp(err, "42P01", 5) == 0;
 }
 
+/* After a statement that names the claims table failed with a relation
+ * missing (store_err_undefined_table()), outside an aborted transaction:
+ * true when the claims table is what is missing (a table made by hand:
+ * leases go on without claims), false when it is there (the outbox
+ * table itself was dropped, to be made again: claims must not be given
+ * up for good) or the catalog could not be read. */
+bool store_claims_table_gone(struct store *s);
+
 /*
  * refused.c: fails, with the reason, the rows the table's destination
  * CHECK refuses while it is NOT VALID (old rows, migration 004); *n counts

@@ -47,9 +47,15 @@ static int sweep_batch_once(struct store *s, enum stmt st,
 	PGresult *res =
 	    store_run(s, st, 0, NULL, PGRES_TUPLES_OK, 0, &rc, err, errlen);
 	if (!res && st != ST_SWEEP && store_err_undefined_table(err)) {
-		/* A table made by hand, without claims: nothing to sweep. */
-		s->claims_missing = true;
-		return store_finish_tx(s, TX_ROLLBACK, err, errlen);
+		char why[256];
+		if (store_finish_tx(s, TX_ROLLBACK, why, sizeof(why)) == 0 &&
+		    store_claims_table_gone(s)) {
+			/* A table made by hand, without claims: nothing to
+			 * sweep. */
+			s->claims_missing = true;
+			return 0;
+		}
+		return store_public_rc(rc);
 	}
 	if (!res)
 		return abandon_batch(s, rc);

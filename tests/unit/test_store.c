@@ -2513,6 +2513,61 @@ static void test_lease_created_at_out_of_range(void **state)
 	PQfinish(c);
 }
 
+/* The outbox table gone from under a running relay for a while (renamed
+ * away and back here; a restore, a swap) while its claims table stays
+ * (§10: the relay goes on once the table exists): leases and sweeps fail
+ * while it is missing, and once it is back the leases write their claims
+ * again and the sweeps settle them. An earlier version took the missing
+ * outbox table for a missing claims table (both SQLSTATE 42P01) and
+ * leased without claims from then on, so that a crash charged no
+ * attempt. */
+static void test_outbox_dropped_keeps_claims(void **state)
+{
+	(void)state;
+	char table[128], claims[160];
+	struct outbox_table t;
+	pgtest_fresh_table("store_dropped", table, sizeof(table));
+	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
+	table_derived(&t, "_claims", claims, sizeof(claims));
+	PGconn *c = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	pgtest_insert(c, table, 1);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	commit(s, &b);
+
+	pgtest_exec(c, "ALTER TABLE %s RENAME TO outbox_events_away", table);
+	assert_int_not_equal(store_lease(s, NULL, 0, "", &b, err, sizeof(err)),
+			     0);
+	lease_batch_release(&b);
+	struct sweep_result sw;
+	assert_int_not_equal(store_sweep(s, 100000, &sw, err, sizeof(err)), 0);
+	pgtest_exec(c, "ALTER TABLE %s\"outbox_events_away\" RENAME TO %s",
+		    t.prefix, t.name);
+	pgtest_insert(c, table, 1);
+	/* The first row, let go unmarked, and the new one. */
+	lease(s, &b);
+	assert_int_equal(b.n, 2);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE lease_id = "
+				     "'%s' AND cardinality(ids) = 2",
+				     claims, b.lease_id),
+			 1);
+	abandon(s, &b);
+	/* The sweep settles the abandoned lease's claim: the row owes its
+	 * attempt. */
+	assert_int_equal(store_sweep(s, 100000, &sw, err, sizeof(err)), 0);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'pending' AND attempts = 1",
+				     table),
+			 2);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* The leaf indexes of table's index <table>_<suffix>, space-separated:
  * the index itself on a plain table; on a partitioned one each
  * partition's, which Postgres names after the partition's columns. */
@@ -4652,6 +4707,7 @@ int main(void)
 	    cmocka_unit_test(test_finished_rows_read_by_index),
 	    cmocka_unit_test(test_redrive_sent_in_slices),
 	    cmocka_unit_test(test_lease_created_at_out_of_range),
+	    cmocka_unit_test(test_outbox_dropped_keeps_claims),
 	    cmocka_unit_test(test_lease_walks_the_index),
 	    cmocka_unit_test(test_lease_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_of_one_transaction),
