@@ -290,11 +290,12 @@ static int write_claim_now(struct store *s, const struct lease_batch *b,
 			PQclear(res);
 			res = NULL;
 			got = CLAIM_NOT_WRITTEN;
-			snprintf(
-			    err, errlen,
-			    "claim: this worker's previous lease is held "
-			    "by a transaction still in progress (a session "
-			    "lost half-open); leasing again once it ends");
+			snprintf(err, errlen,
+				 "claim: this worker's previous lease is not "
+				 "settled yet: its transaction is still in "
+				 "progress (a session lost half-open), or a "
+				 "sweep is settling it now; leasing again once "
+				 "it is");
 			rc = STORE_ERROR;
 		}
 	}
