@@ -139,13 +139,15 @@ static void set_healthy(struct lanes *l, bool healthy)
 	metrics_gauge_add(MG_PUBLISHERS_UNHEALTHY, healthy ? -1 : 1);
 }
 
-/* Opens or probes the publisher when it is due. */
+/* Opens or probes the publisher when it is due, and not once shutdown
+ * began: a probe or a reconnect takes seconds that a lane closing behind
+ * it, with acknowledged rows to mark, would wait out. */
 static bool ensure_publisher(struct lanes *l, const struct config *cfg)
 {
 	if (l->pub.healthy)
 		return true;
 	int64_t now = clock_ms();
-	if (now < l->next_probe_ms)
+	if (now < l->next_probe_ms || relay_stopping(l->r))
 		return false;
 	char err[512] = "";
 	int rc = l->pub.open ? publisher_probe(&l->pub, err, sizeof(err))

@@ -33,7 +33,7 @@ static struct {
 	pthread_mutex_t lock;
 	int64_t published[MAX_CALLS]; /* seq of each batch's first event */
 	int n_published;
-	int opens, closes;
+	int opens, closes, probes;
 	int busy;		      /* publishes under way at once, now */
 	int max_busy;		      /* and at most */
 	int delay_ms;		      /* each publish takes this long */
@@ -85,6 +85,9 @@ static int fake_probe(void *state, char *err, size_t errlen)
 	(void)state;
 	(void)err;
 	(void)errlen;
+	pthread_mutex_lock(&fake.lock);
+	fake.probes++;
+	pthread_mutex_unlock(&fake.lock);
 	return 0;
 }
 
@@ -131,7 +134,7 @@ static struct fixture *fixture_new(int per_worker)
 	pthread_mutex_lock(&fake.lock);
 	memset(fake.published, 0, sizeof(fake.published));
 	memset(fake.budget_ms, 0, sizeof(fake.budget_ms));
-	fake.n_published = fake.opens = fake.closes = 0;
+	fake.n_published = fake.opens = fake.closes = fake.probes = 0;
 	fake.busy = fake.max_busy = fake.delay_ms = 0;
 	fake.fail_seq = -1;
 	pthread_mutex_unlock(&fake.lock);
@@ -240,7 +243,7 @@ static void lease_lanes(struct fixture *f, struct lane *l, size_t n)
 static struct fake_record {
 	int64_t published[MAX_CALLS];
 	int64_t budget_ms[MAX_CALLS];
-	int n_published, opens, closes, max_busy;
+	int n_published, opens, closes, probes, max_busy;
 } fake_seen(void)
 {
 	struct fake_record r;
@@ -250,6 +253,7 @@ static struct fake_record {
 	r.n_published = fake.n_published;
 	r.opens = fake.opens;
 	r.closes = fake.closes;
+	r.probes = fake.probes;
 	r.max_busy = fake.max_busy;
 	pthread_mutex_unlock(&fake.lock);
 	return r;
@@ -358,6 +362,31 @@ static void test_unhealthy_publisher_releases_later_lanes(void **state)
 		assert_non_null(strstr(l[i].result.reason, "unhealthy"));
 	}
 	assert_false(relay_publisher_ready(f->r));
+	fixture_free(f);
+}
+
+/* Once shutdown began, a publisher gone unhealthy is not probed again:
+ * a lane closing with acknowledged rows to mark would wait for it. Before,
+ * it is, when its probe is due. */
+static void test_no_probe_after_shutdown_began(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(2);
+	struct lane l[1] = {0};
+	lease_lanes(f, l, 1);
+	fake.fail_seq = (int64_t)l[0].ticket;
+	lanes_run(l, 1);
+	assert_false(relay_publisher_ready(f->r));
+	/* Due at once after a failed publish. */
+	int64_t next_probe = 0;
+	assert_true(lanes_publisher_ready(f->lanes, &f->cfg, &next_probe));
+	assert_int_equal(fake_seen().probes, 1);
+	lease_lanes(f, l, 1);
+	fake.fail_seq = (int64_t)l[0].ticket;
+	lanes_run(l, 1);
+	relay_stop(f->r);
+	assert_false(lanes_publisher_ready(f->lanes, &f->cfg, &next_probe));
+	assert_int_equal(fake_seen().probes, 1);
 	fixture_free(f);
 }
 
@@ -481,6 +510,7 @@ int main(void)
 	    cmocka_unit_test(test_publish_timeout_counts_from_its_turn),
 	    cmocka_unit_test(test_a_lane_passes_its_turn),
 	    cmocka_unit_test(test_unhealthy_publisher_releases_later_lanes),
+	    cmocka_unit_test(test_no_probe_after_shutdown_began),
 	    cmocka_unit_test(test_last_lane_closes_the_publisher),
 	    cmocka_unit_test(test_waiting_lane_keeps_ticking),
 	    cmocka_unit_test(test_passing_lane_keeps_ticking),
