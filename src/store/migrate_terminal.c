@@ -98,9 +98,9 @@ int migrate_terminal(PGconn *conn, const struct outbox_table *t, FILE *out,
 	}
 	if (out)
 		fprintf(out,
-			"finished rows of %s: indexed by status (failed: "
+			"finished rows of %s%s%s: indexed by status (failed: "
 			"B-tree, sent: BRIN; the default partition keeps "
 			"both in one B-tree)\n",
-			t->literal);
+			t->schema, t->schema[0] ? "." : "", t->name);
 	return 0;
 }
