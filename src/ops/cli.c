@@ -209,6 +209,15 @@ static int bad_option(const struct subcommand *c, int opt, char **argv)
 	const char *arg = argv[optind - 1];
 	if (opt == ':')
 		return usage_error(c, "option '%s' needs a value", arg);
+	/* A long option: getopt_long's optopt is its short twin, which is
+	 * not what was written. */
+	if (strncmp(arg, "--", 2) == 0) {
+		const char *eq = strchr(arg, '=');
+		if (eq && optopt && optopt != '?')
+			return usage_error(c, "option '%.*s' takes no value",
+					   (int)(eq - arg), arg);
+		return usage_error(c, "unknown option '%s'", arg);
+	}
 	if (optopt && optopt != '?') {
 		char shown[3] = {'-', (char)optopt, '\0'};
 		return usage_error(c, "unknown option '%s'", shown);

@@ -38,6 +38,14 @@ int cli_take_source(const char *cmd, int argc, char **argv)
 			argv[out++] = argv[i];
 			continue;
 		}
+		/* Empty, it would read as no --source: every table. */
+		if (v[0] == '\0' || strlen(v) >= sizeof(cli_source)) {
+			fprintf(stderr,
+				"outbox-relay %s: --source needs a table%s\n",
+				cmd,
+				v[0] ? " name shorter than 128 bytes" : "");
+			return -1;
+		}
 		snprintf(cli_source, sizeof(cli_source), "%s", v);
 	}
 	argv[out] = NULL;
@@ -110,10 +118,22 @@ const char *cli_source_table(const struct config *cfg, const char *cmd,
 			if (strcmp(cfg->tables[i], t) == 0 &&
 			    !table_is_pattern(t))
 				return cfg->tables[i];
-		for (size_t i = 0; i < cfg->n_tables; i++)
-			if (table_is_pattern(cfg->tables[i]) &&
-			    table_pattern_match(cfg->tables[i], t))
-				return t;
+		for (size_t i = 0; i < cfg->n_tables; i++) {
+			if (!table_is_pattern(cfg->tables[i]) ||
+			    !table_pattern_match(cfg->tables[i], t))
+				continue;
+			/* A pattern's * matches any text, not only a
+			 * name. */
+			struct outbox_table parsed;
+			char why[256];
+			if (table_parse(t, &parsed, why, sizeof(why)) != 0) {
+				fprintf(stderr,
+					"outbox-relay %s: --source %s: %s\n",
+					cmd, cli_source, why);
+				return NULL;
+			}
+			return t;
+		}
 		fprintf(stderr,
 			"outbox-relay %s: --source %s is not one of "
 			"OUTBOX_TABLE's tables (%s)\n",

@@ -132,4 +132,17 @@ if grep -q 'wrong-Secret-42' "$it_dir/check.out"; then
 fi
 ops_cli check --bogus
 [ "$ops_rc" = 2 ] || it_fail "check --bogus exited $ops_rc"
+ops_cli redrive --bogus
+[ "$ops_rc" = 2 ] || it_fail "redrive --bogus exited $ops_rc"
+grep -q "unknown option '--bogus'" "$it_dir/cli.err" || it_fail "redrive --bogus said: $(cat "$it_dir/cli.err")"
+# A long option given a value it does not take is named as written, not
+# by its one-letter twin.
+ops_cli redrive --dry-run=yes
+[ "$ops_rc" = 2 ] || it_fail "redrive --dry-run=yes exited $ops_rc"
+grep -q "option '--dry-run' takes no value" "$it_dir/cli.err" ||
+	it_fail "redrive --dry-run=yes said: $(cat "$it_dir/cli.err")"
+# An empty --source is no table, not every table.
+ops_cli redrive --source= --dry-run
+[ "$ops_rc" = 2 ] || it_fail "redrive --source= exited $ops_rc"
+grep -q -- '--source needs a table' "$it_dir/cli.err" || it_fail "redrive --source= said: $(cat "$it_dir/cli.err")"
 echo ok
