@@ -475,8 +475,11 @@ static void *ops_main(void *arg)
 			beat(&o, &so, draining);
 		if (o.connected && clock_ms() >= o.next_gauges)
 			refresh_gauges(&o);
+		/* No source yet (a pattern that matches no table so far):
+		 * look again in a second, not at once. */
 		int64_t until = o.connected ? min64(o.next_beat, o.next_gauges)
-					    : o.next_connect;
+				: o.has_source ? o.next_connect
+					       : now + 1000;
 		if (draining && !o.draining_sent && o.connected)
 			until = clock_ms();
 		ops_sleep(until);

@@ -23,6 +23,21 @@ run_cli() {
 	env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$pattern" OUTBOX_LISTEN=on \
 		"$RELAY_TEST_BIN" "$@"
 }
+# A pattern that matches no table yet: the relay waits for one without
+# spinning (an earlier version's ops thread looked again at once, a core's
+# worth of CPU until the first table came).
+OUTBOX_TABLE="$pattern" it_relay empty OUTBOX_DISCOVERY_INTERVAL=1s
+pid=$it_last_pid
+sleep 1
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+a=$(cpu_ticks "$pid")
+sleep 3
+b=$(cpu_ticks "$pid")
+cpu_ms=$(((b - a) * 1000 / $(getconf CLK_TCK)))
+[ "$cpu_ms" -lt 1000 ] || it_fail "a relay with no table yet spent $cpu_ms ms of CPU in 3 s"
+it_stop "$pid"
+[ "$it_rc" = 0 ] || it_fail "the relay with no table exited $it_rc"
+
 # A new tenant's table: `migrate --source` names it (a table the pattern
 # matches); `migrate` alone then upgrades every table it matches.
 for i in $(seq 1 50); do
@@ -33,6 +48,11 @@ run_cli migrate --quiet >"$it_dir/migrate.out" 2>&1 || it_fail "migrate of the p
 grep -qF "pattern $pattern matches 50 tables" "$it_dir/migrate.out" || it_fail "migrate did not find the 50 tables: $(head -3 "$it_dir/migrate.out")"
 [ "$(grep -c 'is at schema version' "$it_dir/migrate.out")" = 50 ] || it_fail "migrate did not do 50 tables"
 run_cli migrate --source "other.outbox_events" >"$it_dir/bad.out" 2>&1 && it_fail "migrate --source of a table the pattern does not match succeeded"
+# The pattern's * matches any text: a --source it matches that is no
+# table name is a usage error (2), named.
+rc=0
+run_cli redrive --dry-run --source "${schema}_t1-x.outbox_events" >"$it_dir/bad.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] || it_fail "redrive --source of no table name exited $rc: $(cat "$it_dir/bad.out")"
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 leases() { curl -sf "http://127.0.0.1:$port/metrics" | awk '/^outbox_leases_total /{print $2}'; }
