@@ -9,6 +9,11 @@
 
 #include "base/base.h"
 
+/* A rate near 0 (OUTBOX_MAX_RATE=1e-15 is in range) puts the next batch
+ * further off than int64 milliseconds reach: the wait is cut to a day,
+ * after which the worker asks again and waits on. */
+#define RATE_WAIT_MAX_MS (24 * 3600 * 1000.0)
+
 int64_t rate_reserve(struct relay *r, double n)
 {
 	double rate = r->cfg->max_rate;
@@ -19,7 +24,8 @@ int64_t rate_reserve(struct relay *r, double n)
 	double start = r->rate_next_ms > now ? r->rate_next_ms : now;
 	r->rate_next_ms = start + n * 1000.0 / rate;
 	pthread_mutex_unlock(&r->lock);
-	return (int64_t)(start - now);
+	double wait = start - now;
+	return (int64_t)(wait < RATE_WAIT_MAX_MS ? wait : RATE_WAIT_MAX_MS);
 }
 
 void rate_refund(struct relay *r, double n)

@@ -390,6 +390,21 @@ static void test_no_probe_after_shutdown_began(void **state)
 	fixture_free(f);
 }
 
+/* OUTBOX_MAX_RATE near 0: the second batch's wait is at most a day (then
+ * asked again), not a conversion out of int64's range that read as no
+ * wait at all. */
+static void test_rate_near_zero_waits(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(1);
+	f->cfg.max_rate = 1e-15;
+	assert_int_equal(rate_reserve(f->r, 100), 0);
+	int64_t wait = rate_reserve(f->r, 100);
+	if (wait <= 0 || wait > 24 * 3600 * 1000LL)
+		fail_msg("waits %lld ms", (long long)wait);
+	fixture_free(f);
+}
+
 /* The publisher lives until the last lane leaves. */
 static void test_last_lane_closes_the_publisher(void **state)
 {
@@ -511,6 +526,7 @@ int main(void)
 	    cmocka_unit_test(test_a_lane_passes_its_turn),
 	    cmocka_unit_test(test_unhealthy_publisher_releases_later_lanes),
 	    cmocka_unit_test(test_no_probe_after_shutdown_began),
+	    cmocka_unit_test(test_rate_near_zero_waits),
 	    cmocka_unit_test(test_last_lane_closes_the_publisher),
 	    cmocka_unit_test(test_waiting_lane_keeps_ticking),
 	    cmocka_unit_test(test_passing_lane_keeps_ticking),
