@@ -71,7 +71,8 @@ const struct setting config_core_rows[] = {
 	C, "OUTBOX_DATABASES", databases_list, NULL, config_check_databases,
 	SETTING_NULLABLE,
 	"several databases, by name, comma-separated (at most 64; a name is "
-	"lower-case letters, digits and _): each has its URL in "
+	"lower-case letters, digits and _, not file nor ending in _file): "
+	"each has its URL in "
 	"OUTBOX_DATABASE_URL_<NAME> (or _FILE) and may have a LISTEN URL in "
 	"OUTBOX_LISTEN_DATABASE_URL_<NAME>; OUTBOX_TABLE is relayed in each. "
 	"Unset: one database, OUTBOX_DATABASE_URL"),

@@ -38,6 +38,16 @@ static int check_name(const char *p, size_t len, size_t at, char *why,
 			 at);
 		return -1;
 	}
+	if (len > 5 && strncmp(p + len - 5, "_file", 5) == 0) {
+		/* OUTBOX_DATABASE_URL_<NAME>_FILE would read as the file of
+		 * <NAME>'s URL. */
+		snprintf(why, whylen,
+			 "database %zu of the list: a name ending in _file is "
+			 "not one a database can have here (its URL's "
+			 "variable would read as another's file)",
+			 at);
+		return -1;
+	}
 	for (size_t i = 0; i < len; i++)
 		if (!(islower((unsigned char)p[i]) ||
 		      isdigit((unsigned char)p[i]) || p[i] == '_')) {

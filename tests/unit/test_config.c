@@ -1124,6 +1124,7 @@ static void test_databases(void **state)
 	    {"a,B", "database 2 of the list: a name is lower-case"},
 	    {"a,,b", "an empty database name in the list"},
 	    {"a,file", "file is not a name"},
+	    {"a,audit_file", "a name ending in _file is not one"},
 	    {"a,b/c", "database 2 of the list"},
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
