@@ -245,7 +245,7 @@ static int redrive_sliced(struct store *s, const struct redrive_filter *f,
 			  const char *const *values, size_t total,
 			  size_t *count, char *err, size_t errlen)
 {
-	int64_t at, end, width = SLICE_US;
+	int64_t at = 0, end = 0, width = SLICE_US;
 	int rc = span_sent(s, values, &at, &end, err, errlen);
 	if (rc != 0)
 		return rc;
