@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cJSON.h>
 
@@ -229,6 +230,42 @@ static int destination_check(const struct outbox_event *ev, char *reason,
 	return 0;
 }
 
+/* A character of an RFC 2045 token: printable ASCII but the space and
+ * the tspecials. */
+static bool is_token_char(char c)
+{
+	return c > 0x20 && c < 0x7f && !strchr("()<>@,;:\\\"/[]?=", c);
+}
+
+/* datacontenttype is an RFC 2046 media type: type "/" subtype, then its
+ * parameters (not checked). NULL when s is one, else why. */
+static const char *media_type_problem(const char *s)
+{
+	static const char not_one[] =
+	    "is not a media type (type/subtype, RFC 2046)";
+	const char *p = s;
+	while (is_token_char(*p))
+		p++;
+	if (p == s || *p != '/')
+		return not_one;
+	const char *subtype = ++p;
+	while (is_token_char(*p))
+		p++;
+	if (p == subtype)
+		return not_one;
+	p += strspn(p, " \t");
+	if (*p != '\0' && *p != ';')
+		return not_one;
+	/* The CloudEvents bindings read a message of this content type as
+	 * a whole event in structured mode, ignoring the binary mode's
+	 * attribute headers. */
+	if (strncasecmp(s, "application/cloudevents", 23) == 0)
+		return "is application/cloudevents, which a consumer reads as "
+		       "a whole event (structured mode): give the payload's "
+		       "own type";
+	return NULL;
+}
+
 /* Checks the row's own attributes (everything but the headers). */
 static int attributes_check(const struct outbox_event *ev, char *reason,
 			    size_t reasonlen)
@@ -266,6 +303,13 @@ static int attributes_check(const struct outbox_event *ev, char *reason,
 				   problem);
 			return -1;
 		}
+	}
+	const char *problem = is_set(ev->content_type)
+				  ? media_type_problem(ev->content_type)
+				  : NULL;
+	if (problem) {
+		set_reason(reason, reasonlen, "content_type %s", problem);
+		return -1;
 	}
 	return destination_check(ev, reason, reasonlen);
 }
@@ -329,6 +373,19 @@ static int header_check(const cJSON *first, const cJSON *h, char *reason,
 	return 0;
 }
 
+/* Whether JSON text s holds the escape \u0000, which cJSON decodes into a
+ * NUL that ends the name or value early: jsonb refuses it, but a json or
+ * text column of a table made by hand keeps it. */
+static bool has_nul_escape(const char *s)
+{
+	for (const char *p = s; (p = strchr(p, '\\'));) {
+		if (p[1] == 'u' && strncmp(p + 2, "0000", 4) == 0)
+			return true;
+		p += p[1] ? 2 : 1;
+	}
+	return false;
+}
+
 /*
  * Parses and checks ev->headers_json into *out (the caller deletes it;
  * NULL when the row has no headers: the column NULL or the empty object,
@@ -345,6 +402,11 @@ static int headers_parse(const struct outbox_event *ev, cJSON **out,
 	*out = NULL;
 	if (!ev->headers_json || strcmp(ev->headers_json, "{}") == 0)
 		return 0;
+	if (has_nul_escape(ev->headers_json)) {
+		set_reason(reason, reasonlen,
+			   "headers contain a NUL character (\\u0000)");
+		return -1;
+	}
 	obj = cJSON_ParseWithOpts(ev->headers_json, NULL, 1);
 	if (!obj) {
 		set_reason(reason, reasonlen, "headers are not valid json");

@@ -145,6 +145,22 @@ static const struct vcase vcases[] = {
     {"tab in id", .id = "a\tb", .want = "id contains a control character"},
     {"newline in content type", .content_type = "application/json\r\n",
      .want = "content_type contains a control character"},
+    /* datacontenttype is an RFC 2046 media type */
+    {"content type without subtype", .content_type = "json",
+     .want = "content_type is not a media type (type/subtype, RFC 2046)"},
+    {"space in content type", .content_type = "application json",
+     .want = "content_type is not a media type (type/subtype, RFC 2046)"},
+    {"empty subtype", .content_type = "text/",
+     .want = "content_type is not a media type (type/subtype, RFC 2046)"},
+    {"junk after subtype", .content_type = "text/plain charset=utf-8",
+     .want = "content_type is not a media type (type/subtype, RFC 2046)"},
+    {"cloudevents content type", .content_type = "Application/CloudEvents+json",
+     .want = "content_type is application/cloudevents, which a consumer "
+	     "reads as a whole event (structured mode): give the payload's "
+	     "own type"},
+    /* \u0000 in headers (json or text columns of tables made by hand) */
+    {"nul in a header value", .headers = "{\"x-a\":\"b\\u0000c\"}",
+     .want = "headers contain a NUL character (\\u0000)"},
     {"invalid utf-8 subject", .subject = "\xff",
      .want = "subject is not valid utf-8"},
     {"overlong utf-8 type", .type = "\xc0\xaf",
@@ -225,6 +241,10 @@ static const struct vcase vcases[] = {
     {"unicode", .subject = "bestellung/\xc3\xbc\xf0\x9f\x93\xa6",
      .headers = "{\"x-name\":\"\xc3\xa9t\xc3\xa9\"}"},
     {"unknown content type", .content_type = ""},
+    {"content type with parameters",
+     .content_type = "text/plain; charset=utf-8"},
+    {"vendor content type", .content_type = "application/vnd.acme.order+json"},
+    {"escaped backslash before u0000", .headers = "{\"x-a\":\"b\\\\u0000c\"}"},
 };
 
 static const char *pick(const char *override, const char *fallback)
