@@ -90,7 +90,9 @@ int migrate_exec_watched(PGconn *conn, const char *sql, enum ddl_wait wait,
 
 /*
  * One statement of a migration outside a transaction, with
- * DDL_WAIT_UNBOUNDED, except that a CREATE INDEX CONCURRENTLY IF NOT
+ * DDL_WAIT_UNBOUNDED when it takes no lock a writer waits for (a
+ * concurrent index build or drop, a VALIDATE) and DDL_WAIT_SHORT
+ * otherwise, except that a CREATE INDEX CONCURRENTLY IF NOT
  * EXISTS on t, when t is partitioned, is built on the parent alone and
  * then concurrently on each partition, each attached as it is built
  * (migrate_index.c). 0, or -1 with err.

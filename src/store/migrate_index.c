@@ -210,6 +210,28 @@ out:
 	return rc;
 }
 
+/* Whether stmt takes no lock a writer waits for (SHARE UPDATE EXCLUSIVE:
+ * an index built or dropped concurrently, a VALIDATE): those wait as long
+ * as it takes. Anything else (ADD COLUMN, ADD CONSTRAINT ... NOT VALID,
+ * SET DEFAULT, DROP CONSTRAINT: ACCESS EXCLUSIVE) waits at most the short
+ * lock wait at a time, retried, since the producers' inserts queue behind
+ * it while it waits, for as long as a report or a dump holds the table. */
+static bool writers_never_wait(const char *stmt)
+{
+	/* Line by line, past the comments (a migration's first statement
+	 * carries its file's, which may well say CONCURRENTLY). */
+	for (const char *line = stmt; *line;) {
+		size_t len = strcspn(line, "\n");
+		const char *text = line + strspn(line, " \t");
+		if (strncmp(text, "--", 2) != 0 &&
+		    (memmem(line, len, "CONCURRENTLY", 12) ||
+		     memmem(line, len, "VALIDATE CONSTRAINT", 19)))
+			return true;
+		line += len + (line[len] == '\n');
+	}
+	return false;
+}
+
 int migrate_statement(PGconn *conn, const struct outbox_table *t,
 		      const char *stmt, struct migrate_watch *w, char *err,
 		      size_t errlen)
@@ -225,6 +247,8 @@ int migrate_statement(PGconn *conn, const struct outbox_table *t,
 		if (p == 1)
 			return build(conn, t, &s, w, err, errlen);
 	}
-	return migrate_exec_watched(conn, stmt, DDL_WAIT_UNBOUNDED, w, err,
-				    errlen);
+	return migrate_exec_watched(
+	    conn, stmt,
+	    writers_never_wait(stmt) ? DDL_WAIT_UNBOUNDED : DDL_WAIT_SHORT, w,
+	    err, errlen);
 }

@@ -4184,6 +4184,72 @@ static void test_claims_migration_006_live(void **state)
 	PQfinish(c);
 }
 
+/* A migration's step that takes the table's ACCESS EXCLUSIVE lock (007's
+ * ADD COLUMN) beside a report reading the table for seconds: it waits for
+ * its lock at most the short lock wait at a time, retried, so that the
+ * producers' inserts, which queue behind a waiting lock, go on within a
+ * second each (an earlier version waited with no timeout, and every
+ * insert with it, for the whole report); once the report ends it is
+ * applied. */
+static void test_migration_step_beside_a_report(void **state)
+{
+	(void)state;
+	char table[128], schema[64];
+	pgtest_fresh_table("store_migreport", table, sizeof(table));
+	snprintf(schema, sizeof(schema), "%.*s",
+		 (int)(strchr(table, '.') - table), table);
+	PGconn *c = pgtest_connect(), *report = pgtest_connect();
+	/* The table as version 006 left it. */
+	pgtest_exec(c, "DROP INDEX %s.outbox_events_written_idx", schema);
+	pgtest_exec(c, "ALTER TABLE %s DROP COLUMN written_by", table);
+	pgtest_exec(c,
+		    "DELETE FROM %s.outbox_events_schema_version WHERE "
+		    "version = 7",
+		    schema);
+	pgtest_insert(c, table, 10);
+	pgtest_exec(report, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	assert_int_equal(pgtest_long(report, "SELECT count(*) FROM %s", table),
+			 10);
+	struct migrator m = {.rc = -1};
+	assert_int_equal(table_parse(table, &m.t, err, sizeof(err)), 0);
+	pthread_t th;
+	pthread_create(&th, NULL, migrator_main, &m);
+	/* For 2.5 s of the report, an insert each 100 ms, none waiting a
+	 * second for its lock. */
+	pgtest_exec(c, "SET lock_timeout = '1s'");
+	for (int i = 0; i < 25; i++) {
+		char sql[256];
+		snprintf(sql, sizeof(sql),
+			 "INSERT INTO %s (type, payload) VALUES ('during', "
+			 "'\\x01')",
+			 table);
+		PGresult *res = PQexec(c, sql);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+			char why[512];
+			snprintf(why, sizeof(why), "%s", PQerrorMessage(c));
+			PQclear(res);
+			pgtest_exec(report, "COMMIT");
+			pthread_join(th, NULL);
+			fail_msg("insert %d behind the migration: %s", i, why);
+		}
+		PQclear(res);
+		usleep(100 * 1000);
+	}
+	pgtest_exec(c, "RESET lock_timeout");
+	pgtest_exec(report, "COMMIT");
+	pthread_join(th, NULL);
+	if (m.rc != 0)
+		fail_msg("migrate after the report: %s", m.error);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_attribute WHERE "
+				     "attrelid = '%s'::regclass AND attname = "
+				     "'written_by' AND NOT attisdropped",
+				     table),
+			 1);
+	PQfinish(report);
+	PQfinish(c);
+}
+
 /* A live table for a migration: pending test rows and rows in every
  * other state (sent, failed, a retried row whose first attempt pinned
  * source '/old', a crash suspect); 10 of the pending ones held by a lease
@@ -4708,6 +4774,7 @@ int main(void)
 	    cmocka_unit_test(test_redrive_sent_in_slices),
 	    cmocka_unit_test(test_lease_created_at_out_of_range),
 	    cmocka_unit_test(test_outbox_dropped_keeps_claims),
+	    cmocka_unit_test(test_migration_step_beside_a_report),
 	    cmocka_unit_test(test_lease_walks_the_index),
 	    cmocka_unit_test(test_lease_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_of_one_transaction),
