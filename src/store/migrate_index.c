@@ -140,6 +140,70 @@ static int next_partition(PGconn *conn, const struct outbox_table *t,
 	return rc;
 }
 
+/* What one pass of build() needs beside its index statement. */
+struct build_pass {
+	PGconn *conn;
+	const struct outbox_table *t;
+	const struct index_stmt *s;
+	struct migrate_watch *w;
+	char *sql; /* a buffer of sql_len bytes */
+	size_t sql_len;
+	const char *parent_index; /* qualified, quoted */
+};
+
+/* Makes the parent's index (ON ONLY), then builds each partition's that
+ * is missing and attaches it: 1 when the parent's is then valid, 0 when
+ * not, -1 with err. */
+static int build_pass(const struct build_pass *b, char *err, size_t errlen)
+{
+	const struct index_stmt *s = b->s;
+	/* The parent's SHARE lock for a catalog entry only: a short wait. */
+	snprintf(b->sql, b->sql_len,
+		 "CREATE INDEX IF NOT EXISTS \"%s\" ON ONLY %s%s", s->name,
+		 b->t->quoted, s->rest);
+	if (migrate_exec_watched(b->conn, b->sql, DDL_WAIT_SHORT, NULL, err,
+				 errlen) != 0)
+		return -1;
+	for (int round = 1;; round++) {
+		struct part_names p;
+		int found = next_partition(b->conn, b->t, s->name,
+					   b->parent_index, &p, err, errlen);
+		if (found < 0)
+			return -1;
+		if (found == 0)
+			break;
+		if (round > MAX_ROUNDS) {
+			snprintf(err, errlen,
+				 "index %s: partitions kept coming under its "
+				 "build (%d built or looked up again)",
+				 s->name, MAX_ROUNDS);
+			return -1;
+		}
+		snprintf(b->sql, b->sql_len,
+			 "CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s%s",
+			 p.index, p.table, s->rest);
+		if (migrate_exec_watched(b->conn, b->sql, DDL_WAIT_UNBOUNDED,
+					 b->w, err, errlen) != 0) {
+			/* The cleaner dropped the partition meanwhile. */
+			if (strncmp(err, "42P01", 5) == 0)
+				continue;
+			return -1;
+		}
+		snprintf(b->sql, b->sql_len,
+			 "ALTER INDEX %s ATTACH PARTITION %s", b->parent_index,
+			 p.index_qualified);
+		if (migrate_exec_watched(b->conn, b->sql, DDL_WAIT_SHORT, NULL,
+					 err, errlen) != 0 &&
+		    strncmp(err, "42P01", 5) != 0)
+			return -1;
+	}
+	/* Valid once every partition's is attached. */
+	return ask(b->conn,
+		   "SELECT indisvalid FROM pg_index WHERE indexrelid = "
+		   "to_regclass($1)",
+		   b->parent_index, err, errlen);
+}
+
 /* Builds s on t's partitions and attaches each to the parent's index. */
 static int build(PGconn *conn, const struct outbox_table *t,
 		 const struct index_stmt *s, struct migrate_watch *w, char *err,
@@ -154,60 +218,27 @@ static int build(PGconn *conn, const struct outbox_table *t,
 		snprintf(err, errlen, "index %s: out of memory", s->name);
 		return -1;
 	}
-	int rc = -1;
-	/* The parent's SHARE lock for a catalog entry only: a short wait. */
-	snprintf(sql, sql_len, "CREATE INDEX IF NOT EXISTS \"%s\" ON ONLY %s%s",
-		 s->name, t->quoted, s->rest);
-	if (migrate_exec_watched(conn, sql, DDL_WAIT_SHORT, NULL, err,
-				 errlen) != 0)
-		goto out;
-	for (int round = 1;; round++) {
-		struct part_names p;
-		int found = next_partition(conn, t, s->name, parent_index, &p,
-					   err, errlen);
-		if (found < 0)
-			goto out;
-		if (found == 0)
-			break;
-		if (round > MAX_ROUNDS) {
-			snprintf(err, errlen,
-				 "index %s: partitions kept coming under its "
-				 "build (%d built or looked up again)",
-				 s->name, MAX_ROUNDS);
-			goto out;
-		}
-		snprintf(sql, sql_len,
-			 "CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s%s",
-			 p.index, p.table, s->rest);
-		if (migrate_exec_watched(conn, sql, DDL_WAIT_UNBOUNDED, w, err,
-					 errlen) != 0) {
-			/* The cleaner dropped the partition meanwhile. */
-			if (strncmp(err, "42P01", 5) == 0)
-				continue;
-			goto out;
-		}
-		snprintf(sql, sql_len, "ALTER INDEX %s ATTACH PARTITION %s",
-			 parent_index, p.index_qualified);
-		if (migrate_exec_watched(conn, sql, DDL_WAIT_SHORT, NULL, err,
-					 errlen) != 0 &&
-		    strncmp(err, "42P01", 5) != 0)
-			goto out;
+	struct build_pass b = {conn, t, s, w, sql, sql_len, parent_index};
+	int valid = build_pass(&b, err, errlen);
+	if (valid == 0) {
+		/* Postgres makes the parent's valid only as the last
+		 * partition's is attached. A run cut short, whose partitions
+		 * without it were dropped since (past retention), left
+		 * nothing to attach: the parent's is dropped, with its
+		 * partitions', and built again. */
+		snprintf(sql, sql_len, "DROP INDEX IF EXISTS %s", parent_index);
+		valid = migrate_exec_watched(conn, sql, DDL_WAIT_SHORT, NULL,
+					     err, errlen) == 0
+			    ? build_pass(&b, err, errlen)
+			    : -1;
 	}
-	/* Valid once every partition's is attached. */
-	int valid = ask(conn,
-			"SELECT indisvalid FROM pg_index WHERE indexrelid = "
-			"to_regclass($1)",
-			parent_index, err, errlen);
 	if (valid == 0)
 		snprintf(err, errlen,
 			 "index %s: every partition's index is attached, yet "
 			 "the parent's is not valid",
 			 s->name);
-	if (valid == 1)
-		rc = 0;
-out:
 	free(sql);
-	return rc;
+	return valid == 1 ? 0 : -1;
 }
 
 /* Whether stmt takes no lock a writer waits for (SHARE UPDATE EXCLUSIVE:

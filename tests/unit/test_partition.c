@@ -679,6 +679,63 @@ static void test_later_migration_index(void **state)
 	PQfinish(c);
 }
 
+/* A later migration's index cut short on the partitioned table, its
+ * partitions without it dropped since (the cleaner's retention): nothing
+ * is left to attach, and Postgres makes the parent's index valid only
+ * when the last partition's is attached. The next run drops it and builds
+ * it again, valid. */
+static void test_later_index_after_its_partitions_dropped(void **state)
+{
+	(void)state;
+	static const char later[] =
+	    "CREATE INDEX CONCURRENTLY IF NOT EXISTS \"{{n}}_gone_idx\"\n"
+	    "  ON {{table}} (type, seq) WHERE status = 'pending'";
+	char table[128], index[200], dflt[200];
+	struct outbox_table t;
+	PGconn *c = pgtest_connect();
+	pgtest_fresh_table("part_gone", table, sizeof(table));
+	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	if (store_partition_unrecorded(c, &t, err, sizeof(err)) != 0)
+		fail_msg("partition: %s", err);
+	tend(s, DAY_MS, 0);
+	snprintf(index, sizeof(index), "%s\"%s_gone_idx\"", t.prefix, t.name);
+	snprintf(dflt, sizeof(dflt), "%s\"%s_default\"", t.prefix, t.name);
+	/* Cut short: the parent's and the default's, attached; the days
+	 * without, then dropped. */
+	pgtest_exec(c,
+		    "CREATE INDEX \"%s_gone_idx\" ON ONLY %s (type, seq) WHERE "
+		    "status = 'pending'",
+		    t.name, table);
+	pgtest_exec(c,
+		    "CREATE INDEX \"%s_default_gone_idx\" ON %s (type, seq) "
+		    "WHERE status = 'pending'; ALTER INDEX %s ATTACH PARTITION "
+		    "%s\"%s_default_gone_idx\"",
+		    t.name, dflt, index, t.prefix, t.name);
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "SELECT string_agg('DROP TABLE ' || relid::regclass::text, "
+		 "'; ') FROM pg_partition_tree('%s') WHERE level = 1 AND relid "
+		 "<> '%s'::regclass",
+		 table, dflt);
+	PGresult *res = PQexec(c, sql);
+	assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+	char drops[1024];
+	snprintf(drops, sizeof(drops), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	pgtest_exec(c, "%s", drops);
+	assert_false(index_valid(c, index));
+
+	if (store_migration_unrecorded(c, &t, later, err, sizeof(err)) != 0)
+		fail_msg("the index after its partitions were dropped: %s",
+			 err);
+	assert_true(index_valid(c, index));
+	assert_int_equal(attached(c, index), 1);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* A later migration's index build on its own session, for a thread. */
 struct later_build {
 	const struct outbox_table *t;
@@ -924,6 +981,7 @@ int main(void)
 	    cmocka_unit_test(test_later_migration_index),
 	    cmocka_unit_test(test_later_index_beside_writers),
 	    cmocka_unit_test(test_finished_index_split_live),
+	    cmocka_unit_test(test_later_index_after_its_partitions_dropped),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
