@@ -64,6 +64,16 @@ static const char partition_sql[] =
     "SELECT quote_ident(n.nspname), c.relowner::regrole INTO nsp, owner "
     "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE c.oid = old; "
+    /* LIKE copies a CHECK as valid, and ATTACH then refuses the old
+     * table's NOT VALID one (004's while older rows break it). */
+    "SELECT string_agg(conname, ', ' ORDER BY conname) INTO why FROM "
+    "pg_constraint WHERE conrelid = old AND contype = 'c' AND NOT "
+    "convalidated; "
+    "IF why IS NOT NULL THEN RAISE EXCEPTION USING ERRCODE = '55000', "
+    "MESSAGE = format('%s cannot become partitioned while its CHECK %s "
+    "is not valid: rows written before it break it; the relay fails each "
+    "as it meets it, `outbox-relay migrate` validates the CHECK once none "
+    "is left, and then this can run', {{lit}}, why); END IF; "
     /* What names the table by oid would stay with the default partition
      * or cannot be carried over: refused, named. */
     "SELECT string_agg(what, ', ' ORDER BY what) INTO why FROM ("
