@@ -101,6 +101,11 @@ int migrate_statement(PGconn *conn, const struct outbox_table *t,
 		      const char *stmt, struct migrate_watch *w, char *err,
 		      size_t errlen);
 
+/* The truth of sql's one boolean, asked with its n parameter values: 1
+ * or 0 (0 too when no row came), or -1 with err. */
+int migrate_ask_n(PGconn *conn, const char *sql, int n,
+		  const char *const *values, char *err, size_t errlen);
+
 /*
  * The statements of sql (a migration's body, not yet expanded, its
  * statements cut at "-- outbox:next") outside a transaction, each by

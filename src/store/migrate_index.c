@@ -66,13 +66,10 @@ static bool parse(const char *stmt, const struct outbox_table *t,
 	return true;
 }
 
-/* The truth of sql's one boolean, asked with the one parameter value:
- * 1 or 0 (0 too when no row came), or -1 with err. */
-static int ask(PGconn *conn, const char *sql, const char *value, char *err,
-	       size_t errlen)
+int migrate_ask_n(PGconn *conn, const char *sql, int n,
+		  const char *const *values, char *err, size_t errlen)
 {
-	const char *values[] = {value};
-	PGresult *res = PQexecParams(conn, sql, 1, NULL, values, NULL, NULL, 0);
+	PGresult *res = PQexecParams(conn, sql, n, NULL, values, NULL, NULL, 0);
 	int rc = -1;
 	if (PQresultStatus(res) == PGRES_TUPLES_OK)
 		rc = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
@@ -80,6 +77,14 @@ static int ask(PGconn *conn, const char *sql, const char *value, char *err,
 		pgconn_error(conn, res, err, errlen);
 	PQclear(res);
 	return rc;
+}
+
+/* migrate_ask_n() with the one parameter value. */
+static int ask(PGconn *conn, const char *sql, const char *value, char *err,
+	       size_t errlen)
+{
+	const char *values[] = {value};
+	return migrate_ask_n(conn, sql, 1, values, err, errlen);
 }
 
 /* Names of one partition's part of the build, each quoted: the

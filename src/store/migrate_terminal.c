@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "migrate.h"
-#include "pgconn.h"
 
 static const char split_sql[] =
     "CREATE INDEX CONCURRENTLY IF NOT EXISTS \"{{n}}_d_finished_idx\" ON "
@@ -49,7 +48,7 @@ static int needed(PGconn *conn, const struct outbox_table *t, char *err,
 	table_derived(t, "_sent_brin", brin, sizeof(brin));
 	table_derived(t, "_d_finished_idx", dfin, sizeof(dfin));
 	const char *values[6] = {t->quoted, dflt, old, failed, brin, dfin};
-	PGresult *res = PQexecParams(
+	return migrate_ask_n(
 	    conn,
 	    "SELECT c.relkind = 'p' AND EXISTS (SELECT 1 FROM pg_inherits "
 	    "WHERE inhparent = c.oid AND inhrelid = to_regclass($2)) AND "
@@ -59,14 +58,7 @@ static int needed(PGconn *conn, const struct outbox_table *t, char *err,
 	    "indexrelid = to_regclass($5)) OR NOT EXISTS (SELECT 1 FROM "
 	    "pg_index WHERE indisvalid AND indexrelid = to_regclass($6))) "
 	    "FROM pg_class c WHERE c.oid = to_regclass($1)",
-	    6, NULL, values, NULL, NULL, 0);
-	int rc = -1;
-	if (PQresultStatus(res) == PGRES_TUPLES_OK)
-		rc = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
-	else
-		pgconn_error(conn, res, err, errlen);
-	PQclear(res);
-	return rc;
+	    6, values, err, errlen);
 }
 
 int migrate_terminal(PGconn *conn, const struct outbox_table *t, FILE *out,

@@ -95,6 +95,42 @@ static void *partition(void *arg)
 	return NULL;
 }
 
+/* Marks every row of the open lease b of relay sent and commits it. */
+static void mark_all_sent(struct store *relay, struct lease_batch *b,
+			  const char *what)
+{
+	const char **ids = calloc(b->n ? b->n : 1, sizeof(*ids));
+	assert_non_null(ids);
+	for (size_t i = 0; i < b->n; i++)
+		ids[i] = b->events[i].id;
+	struct mark_result r;
+	if (store_mark(relay, MARK_SENT, ids, NULL, b->n, &r, err,
+		       sizeof(err)) != 0 ||
+	    store_lease_commit(relay, b, err, sizeof(err)) != 0)
+		fail_msg("%s: %s", what, err);
+	free(ids);
+	lease_batch_release(b);
+}
+
+/* Runs step (a migration, for a thread) on m beside the producer p and
+ * the open lease b of relay: 800 ms in, the lease marks its rows sent
+ * and commits (the step's locks and builds wait for its transaction);
+ * then the step is waited for, and the producer stopped 200 ms after. */
+static void beside_lease_and_producer(void *(*step)(void *),
+				      struct migration *m, struct store *relay,
+				      struct lease_batch *b, struct producer *p)
+{
+	pthread_t producer, migrating;
+	assert_int_equal(pthread_create(&producer, NULL, produce, p), 0);
+	assert_int_equal(pthread_create(&migrating, NULL, step, m), 0);
+	usleep(800 * 1000);
+	mark_all_sent(relay, b, "the open lease's marks");
+	pthread_join(migrating, NULL);
+	usleep(200 * 1000);
+	atomic_store(&p->stop, 1);
+	pthread_join(producer, NULL);
+}
+
 static long count(PGconn *c, const char *table, const char *where)
 {
 	return pgtest_long(c, "SELECT count(*) FROM %s WHERE %s", table, where);
@@ -148,26 +184,8 @@ static void test_live_table_becomes_partitioned(void **state)
 	assert_int_equal(b.n, 4);
 
 	struct producer p = {.table = table};
-	pthread_t producer, migrating;
-	assert_int_equal(pthread_create(&producer, NULL, produce, &p), 0);
 	struct migration m = {.o = pgtest_store_options(table)};
-	assert_int_equal(pthread_create(&migrating, NULL, partition, &m), 0);
-	usleep(800 * 1000);
-	const char **ids = calloc(b.n, sizeof(*ids));
-	assert_non_null(ids);
-	for (size_t i = 0; i < b.n; i++)
-		ids[i] = b.events[i].id;
-	struct mark_result r;
-	if (store_mark(relay, MARK_SENT, ids, NULL, b.n, &r, err,
-		       sizeof(err)) != 0 ||
-	    store_lease_commit(relay, &b, err, sizeof(err)) != 0)
-		fail_msg("the open lease's marks: %s", err);
-	free(ids);
-	lease_batch_release(&b);
-	pthread_join(migrating, NULL);
-	usleep(200 * 1000);
-	atomic_store(&p.stop, 1);
-	pthread_join(producer, NULL);
+	beside_lease_and_producer(partition, &m, relay, &b, &p);
 	if (m.rc != 0)
 		fail_msg("partition: %s", m.why);
 	if (!strstr(m.text, "contract step partition_by_id (protocol 1): "
@@ -253,17 +271,8 @@ static void test_live_table_becomes_partitioned(void **state)
 			lease_batch_release(&b);
 			break;
 		}
-		ids = calloc(b.n, sizeof(*ids));
-		assert_non_null(ids);
-		for (size_t k = 0; k < b.n; k++)
-			ids[k] = b.events[k].id;
-		if (store_mark(relay, MARK_SENT, ids, NULL, b.n, &r, err,
-			       sizeof(err)) != 0 ||
-		    store_lease_commit(relay, &b, err, sizeof(err)) != 0)
-			fail_msg("marks after: %s", err);
 		delivered += (long)b.n;
-		free(ids);
-		lease_batch_release(&b);
+		mark_all_sent(relay, &b, "marks after");
 	}
 	assert_int_equal(delivered, due);
 	assert_int_equal(count(c, table, "status = 'sent'"), 5 + 4 + due);
@@ -927,28 +936,9 @@ static void test_finished_index_split_live(void **state)
 		fail_msg("lease: %s", err);
 	assert_int_equal(b.n, 4);
 	struct producer p = {.table = table};
-	pthread_t producer, migrating;
-	assert_int_equal(pthread_create(&producer, NULL, produce, &p), 0);
 	struct migration m = {.o = pgtest_store_options(table)};
-	assert_int_equal(pthread_create(&migrating, NULL, migrate_live, &m), 0);
-	/* The builds wait for the open lease's transaction. */
-	usleep(800 * 1000);
-	const char **ids = calloc(b.n, sizeof(*ids));
-	assert_non_null(ids);
-	for (size_t i = 0; i < b.n; i++)
-		ids[i] = b.events[i].id;
-	struct mark_result r;
-	if (store_mark(relay, MARK_SENT, ids, NULL, b.n, &r, err,
-		       sizeof(err)) != 0 ||
-	    store_lease_commit(relay, &b, err, sizeof(err)) != 0)
-		fail_msg("the open lease's marks: %s", err);
-	free(ids);
-	lease_batch_release(&b);
+	beside_lease_and_producer(migrate_live, &m, relay, &b, &p);
 	store_close(relay);
-	pthread_join(migrating, NULL);
-	usleep(200 * 1000);
-	atomic_store(&p.stop, 1);
-	pthread_join(producer, NULL);
 	if (m.rc != 0)
 		fail_msg("migrate: %s", m.why);
 	if (!strstr(m.text, "indexed by status"))
