@@ -295,6 +295,23 @@ static void test_live_table_becomes_partitioned(void **state)
 	PQfinish(c);
 }
 
+/* The partition step on table must be refused with an error holding
+ * both why and what, the table left plain. */
+static void expect_partition_refused(PGconn *c, const char *table,
+				     const char *why, const char *what)
+{
+	struct store_options o = pgtest_store_options(table);
+	assert_int_not_equal(
+	    store_partition_settled(&o, 50, NULL, err, sizeof(err)), 0);
+	if (!strstr(err, why) || !strstr(err, what))
+		fail_msg("refused for: %s", err);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_class WHERE oid "
+				     "= '%s'::regclass AND relkind = 'r'",
+				     table),
+			 1);
+}
+
 /* Something that names the table by oid (here a view) would stay with
  * the old table: refused, the table left as it was. */
 static void test_dependents_refused(void **state)
@@ -311,17 +328,8 @@ static void test_dependents_refused(void **state)
 		    "'pending'",
 		    view, table);
 	pgtest_insert(c, table, 3);
-	struct store_options o = pgtest_store_options(table);
-	assert_int_not_equal(
-	    store_partition_settled(&o, 50, NULL, err, sizeof(err)), 0);
-	if (!strstr(err, "cannot become partitioned") ||
-	    !strstr(err, "_pending_view"))
-		fail_msg("refused for: %s", err);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM pg_class WHERE oid "
-				     "= '%s'::regclass AND relkind = 'r'",
-				     table),
-			 1);
+	expect_partition_refused(c, table, "cannot become partitioned",
+				 "_pending_view");
 	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s", view), 3);
 	PQfinish(c);
 }
@@ -346,17 +354,9 @@ static void test_not_valid_check_refused(void **state)
 	    "CONSTRAINT \"%s_destination_text\" CHECK (status <> "
 	    "'pending' OR routing_key !~ '[\\x01-\\x1f\\x7f]') NOT VALID",
 	    table, t.name, table, table, t.name);
-	struct store_options o = pgtest_store_options(table);
-	assert_int_not_equal(
-	    store_partition_settled(&o, 50, NULL, err, sizeof(err)), 0);
-	if (!strstr(err, "cannot become partitioned while its CHECK") ||
-	    !strstr(err, "_destination_text is not valid"))
-		fail_msg("refused for: %s", err);
-	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM pg_class WHERE oid "
-				     "= '%s'::regclass AND relkind = 'r'",
-				     table),
-			 1);
+	expect_partition_refused(c, table,
+				 "cannot become partitioned while its CHECK",
+				 "_destination_text is not valid");
 	PQfinish(c);
 }
 
