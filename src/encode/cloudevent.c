@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <cJSON.h>
 
@@ -230,42 +229,6 @@ static int destination_check(const struct outbox_event *ev, char *reason,
 	return 0;
 }
 
-/* A character of an RFC 2045 token: printable ASCII but the space and
- * the tspecials. */
-static bool is_token_char(char c)
-{
-	return c > 0x20 && c < 0x7f && !strchr("()<>@,;:\\\"/[]?=", c);
-}
-
-/* datacontenttype is an RFC 2046 media type: type "/" subtype, then its
- * parameters (not checked). NULL when s is one, else why. */
-static const char *media_type_problem(const char *s)
-{
-	static const char not_one[] =
-	    "is not a media type (type/subtype, RFC 2046)";
-	const char *p = s;
-	while (is_token_char(*p))
-		p++;
-	if (p == s || *p != '/')
-		return not_one;
-	const char *subtype = ++p;
-	while (is_token_char(*p))
-		p++;
-	if (p == subtype)
-		return not_one;
-	p += strspn(p, " \t");
-	if (*p != '\0' && *p != ';')
-		return not_one;
-	/* The CloudEvents bindings read a message of this content type as
-	 * a whole event in structured mode, ignoring the binary mode's
-	 * attribute headers. */
-	if (strncasecmp(s, "application/cloudevents", 23) == 0)
-		return "is application/cloudevents, which a consumer reads as "
-		       "a whole event (structured mode): give the payload's "
-		       "own type";
-	return NULL;
-}
-
 /* Checks the row's own attributes (everything but the headers). */
 static int attributes_check(const struct outbox_event *ev, char *reason,
 			    size_t reasonlen)
@@ -304,9 +267,10 @@ static int attributes_check(const struct outbox_event *ev, char *reason,
 			return -1;
 		}
 	}
-	const char *problem = is_set(ev->content_type)
-				  ? media_type_problem(ev->content_type)
-				  : NULL;
+	const char *problem =
+	    is_set(ev->content_type)
+		? cloudevent_media_type_problem(ev->content_type)
+		: NULL;
 	if (problem) {
 		set_reason(reason, reasonlen, "content_type %s", problem);
 		return -1;

@@ -48,6 +48,15 @@
 const char *cloudevent_uri_reference_problem(const char *s, char *why,
 					     size_t whylen);
 
+/*
+ * datacontenttype's syntax: an RFC 2046 media type, type "/" subtype,
+ * then parameters (not checked); and not application/cloudevents..., the
+ * type of a whole event, with which a binary-mode message reads as
+ * structured mode. Returns NULL when s is fine, or why ("is not a media
+ * type ...").
+ */
+const char *cloudevent_media_type_problem(const char *s);
+
 /* The longest OUTBOX_CE_SOURCE accepted, in bytes. */
 #define CLOUDEVENT_SOURCE_MAX 1024
 
