@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pgconn.h"
 #include "store_internal.h"
@@ -192,23 +191,8 @@ static int redrive_batches(struct store *s, const struct redrive_filter *f,
  * before. */
 #define SLICE_US INT64_C(1000000)
 
-/* us microseconds of the epoch as a timestamptz in UTC; false outside the
- * years 1970-9999. */
-static bool us_text(int64_t us, char *out, size_t len)
-{
-	if (us < 0 || us >= INT64_C(253402300800000000))
-		return false;
-	time_t t = (time_t)(us / 1000000);
-	struct tm tm;
-	if (!gmtime_r(&t, &tm))
-		return false;
-	size_t n = strftime(out, len, "%Y-%m-%d %H:%M:%S", &tm);
-	return n > 0 && snprintf(out + n, len - n, ".%06lld+00",
-				 (long long)(us % 1000000)) < (int)(len - n);
-}
-
 /* The matching sent rows' span of finished_at, [*lo, *hi) in
- * microseconds; *lo == *hi when none matches. */
+ * microseconds since 2000-01-01; *lo == *hi when none matches. */
 static int span_sent(struct store *s, const char *const *values, int64_t *lo,
 		     int64_t *hi, char *err, size_t errlen)
 {
@@ -249,15 +233,15 @@ static int redrive_sliced(struct store *s, const struct redrive_filter *f,
 	int rc = span_sent(s, values, &at, &end, err, errlen);
 	if (rc != 0)
 		return rc;
-	char from[48], to[48];
+	char from[40], to[40];
 	if (at < end &&
-	    (!us_text(at, from, sizeof(from)) || !us_text(end, to, sizeof(to))))
+	    (!store_floor_text(at, from) || !store_floor_text(end, to)))
 		/* Written by hand out of the years a slice can name. */
 		return redrive_batches(s, f, values, total, count, err, errlen);
 	while (at < end) {
 		int64_t next = end - at > width ? at + width : end;
-		us_text(at, from, sizeof(from));
-		us_text(next, to, sizeof(to));
+		store_floor_text(at, from);
+		store_floor_text(next, to);
 		const char *slice[4] = {values[0], values[1], from, to};
 		size_t n = 0;
 		rc = redrive_batch(s, f, slice, &n, err, errlen);

@@ -131,17 +131,18 @@ char *sql_count_sent(const struct store *s)
 }
 
 /* The matching sent rows' first finished_at and one past their last, in
- * microseconds of the epoch (empty when none): the span redrive's slices
- * cover (redrive.c). */
+ * microseconds since 2000-01-01 (empty when none): the span redrive's
+ * slices cover (redrive.c). */
 char *sql_span_sent(const struct store *s)
 {
 	char *where = redrive_where("sent");
 	char *sql =
 	    where
 		? store_asprintf("SELECT (extract(epoch FROM min(finished_at)) "
-				 "* 1000000)::bigint::text, "
+				 "* 1000000 - 946684800000000)::bigint::text, "
 				 "(extract(epoch FROM max(finished_at)) * "
-				 "1000000 + 1)::bigint::text FROM %s WHERE %s",
+				 "1000000 - 946684799999999)::bigint::text "
+				 "FROM %s WHERE %s",
 				 s->table.quoted, where)
 		: NULL;
 	free(where);

@@ -503,8 +503,9 @@ void key_map_turn_taken(struct store *s);
  * err. */
 int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 		    char *err, size_t errlen);
-/* A scan floor (microseconds since 2000-01-01) as a timestamptz literal;
- * false when the year cannot be written (an infinite next_attempt_at). */
+/* A time in microseconds since 2000-01-01 (a scan floor, a redrive
+ * slice's bound) as a timestamptz literal; false when the year cannot be
+ * written (an infinite next_attempt_at, a finished_at made by hand). */
 bool store_floor_text(int64_t pg_us, char out[40]);
 
 /* A scan from the start of the pending index (a rescan, the backlog count
