@@ -5,6 +5,7 @@
  */
 #include "loops_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +97,12 @@ static struct store_listener *listen_connect(struct relay_thread *th,
 			/* Rows inserted while nobody listened would otherwise
 			 * wait for the poll interval. */
 			relay_wake_sources(r);
+			/* Said at every (re)connect: from here a table's
+			 * insert wakes it, not the poll interval. */
+			char tables[32];
+			snprintf(tables, sizeof(tables), "%zu", c->n);
+			log_fields(LOG_INFO, "listening for inserts", "tables",
+				   tables, NULL);
 			return l;
 		}
 		store_listener_close(l);
