@@ -107,7 +107,10 @@ static int stdout_publish(void *state, const struct outbox_event *events,
 		}
 		if (cloudevent_validate(&events[i], r->reason,
 					sizeof(r->reason)) != 0) {
-			r->outcome = PUB_PERMANENT;
+			r->outcome =
+			    strcmp(r->reason, CLOUDEVENT_NO_MEMORY) == 0
+				? PUB_NOT_WRITTEN
+				: PUB_PERMANENT;
 			r->route_scoped = false;
 			continue;
 		}

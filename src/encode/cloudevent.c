@@ -353,9 +353,8 @@ static bool has_nul_escape(const char *s)
 /*
  * Parses and checks ev->headers_json into *out (the caller deletes it;
  * NULL when the row has no headers: the column NULL or the empty object,
- * its default, which needs no parsing). 0, or -1 with reason set. cJSON
- * cannot tell running out of memory from bad input; the first is reported
- * as the second, which only costs that row its retries.
+ * its default, which needs no parsing). 0, or -1 with reason set: the
+ * row's fault, or OOM_REASON when memory ran out inside cJSON.
  */
 static int headers_parse(const struct outbox_event *ev, cJSON **out,
 			 char *reason, size_t reasonlen)
@@ -371,9 +370,13 @@ static int headers_parse(const struct outbox_event *ev, cJSON **out,
 			   "headers contain a NUL character (\\u0000)");
 		return -1;
 	}
+	encode_json_memory_watch();
 	obj = cJSON_ParseWithOpts(ev->headers_json, NULL, 1);
 	if (!obj) {
-		set_reason(reason, reasonlen, "headers are not valid json");
+		set_reason(reason, reasonlen, "%s",
+			   encode_json_memory_ran_out()
+			       ? OOM_REASON
+			       : "headers are not valid json");
 		return -1;
 	}
 	if (!cJSON_IsObject(obj)) {
@@ -566,8 +569,9 @@ static bool starts_integer(const char *dst, size_t o)
  * RFC 8259 does not, so that what we embed is strict JSON: invalid UTF-8,
  * a byte-order mark, control characters (raw inside strings, or anything
  * but the four JSON blanks outside them), and the number forms "01",
- * "1." and "-.5". The structure is checked by cJSON (json_parses()); this
- * only has to be right for text cJSON accepts. cJSON_Minify() is not used:
+ * "1." and "-.5". The structure is checked by cJSON
+ * (encode_json_value_parses()); this only has to be right for text cJSON
+ * accepts. cJSON_Minify() is not used:
  * it takes the quote after an escaped backslash ("a\\") as escaped too and
  * then strips the spaces inside the strings that follow.
  *
@@ -639,23 +643,6 @@ static size_t json_compact(const unsigned char *src, size_t n, char *dst)
 		i++;
 	}
 	return in_string ? SIZE_MAX : o;
-}
-
-/* True when cJSON parses all of p[0..n) as one JSON value. */
-static bool json_parses(const unsigned char *p, size_t n)
-{
-	const char *end = NULL;
-	cJSON *doc = cJSON_ParseWithLengthOpts((const char *)p, n, &end, 0);
-	bool ok = doc != NULL;
-
-	/* Without require_null_terminated cJSON stops after the first
-	 * value (with it, it wants a NUL inside the n bytes), so the rest
-	 * is checked here. json_compact() already refused other blanks. */
-	for (; ok && end < (const char *)p + n; end++)
-		ok =
-		    *end == ' ' || *end == '\t' || *end == '\n' || *end == '\r';
-	cJSON_Delete(doc);
-	return ok;
 }
 
 static size_t base64_encode(const unsigned char *src, size_t n, char *dst)
@@ -764,7 +751,11 @@ char *cloudevent_structured(const struct outbox_event *ev, size_t *len,
 		size_t at = pos + sizeof(data_json) - 1;
 		size_t m = json_compact(payload, n, buf + at);
 
-		if (m != SIZE_MAX && json_parses(payload, n)) {
+		int parses =
+		    m != SIZE_MAX ? encode_json_value_parses(payload, n) : 0;
+		if (parses < 0)
+			goto oom;
+		if (parses) {
 			memcpy(buf + pos, data_json, sizeof(data_json) - 1);
 			pos = at + m;
 			goto close;

@@ -72,6 +72,19 @@ int cloudevent_source_check(const char *v, char *why, size_t whylen);
 #define CLOUDEVENT_NO_MEMORY "out of memory"
 
 /*
+ * cJSON allocates through the encoder's hooks (json_memory.c), which note
+ * per thread when memory ran out: watch() clears the note, ran_out() says
+ * whether an allocation failed since. A cJSON call that returned NULL
+ * with the note set failed for memory, not for its input.
+ */
+void encode_json_memory_watch(void);
+bool encode_json_memory_ran_out(void);
+
+/* 1 when cJSON parses all of p[0..n) as one JSON value (blanks may
+ * follow it), 0 when not, -1 when memory ran out. */
+int encode_json_value_parses(const unsigned char *p, size_t n);
+
+/*
  * Checks that ev can be encoded. Returns 0, or -1 with a short lowercase
  * reason (fit for last_error, always valid UTF-8) in reason, e.g.
  * `header "ce-id" collides with a CloudEvents attribute`. reason may be

@@ -286,27 +286,30 @@ static bool event_too_large(const struct outbox_event *e,
 }
 
 /* Picks the rows that can be encoded and are within
- * OUTBOX_MAX_EVENT_SIZE; the others are marked failed with their
- * reason. */
+ * OUTBOX_MAX_EVENT_SIZE; the others are marked failed with their reason,
+ * or released when memory ran out while checking them. */
 static void validate_rows(struct batch *b, const struct config *cfg)
 {
 	b->n_valid = 0;
 	for (size_t i = 0; i < b->lease.n; i++) {
 		const struct outbox_event *e = &b->lease.events[i];
-		/* A row that can never be encoded fails with its reason and
-		 * never stops the batch (docs/design.md §10). */
-		if (cloudevent_validate(e, b->invalid[i],
-					sizeof(b->invalid[i])) != 0 ||
-		    event_too_large(e, cfg, b->invalid[i],
-				    sizeof(b->invalid[i]))) {
-			batch_add_mark(b, MARK_FAILED, e->id, b->invalid[i]);
-			b->outcomes[PUB_PERMANENT]++;
-			log_fields(LOG_WARN, "event cannot be encoded", "id",
-				   e->id, "reason", b->invalid[i], NULL);
+		char *why = b->invalid[i];
+		if (cloudevent_validate(e, why, sizeof(b->invalid[i])) == 0 &&
+		    !event_too_large(e, cfg, why, sizeof(b->invalid[i]))) {
+			b->valid[b->n_valid] = *e;
+			b->valid_row[b->n_valid++] = i;
 			continue;
 		}
-		b->valid[b->n_valid] = *e;
-		b->valid_row[b->n_valid++] = i;
+		/* A row that can never be encoded fails and never stops the
+		 * batch (docs/design.md §10); memory is not its fault. */
+		bool memory = strcmp(why, CLOUDEVENT_NO_MEMORY) == 0;
+		batch_add_mark(b, memory ? MARK_RELEASE : MARK_FAILED, e->id,
+			       memory ? NULL : why);
+		b->outcomes[memory ? PUB_NOT_WRITTEN : PUB_PERMANENT]++;
+		log_fields(LOG_WARN,
+			   memory ? "event not encoded; released"
+				  : "event cannot be encoded",
+			   "id", e->id, "reason", why, NULL);
 	}
 }
 

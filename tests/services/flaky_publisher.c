@@ -16,6 +16,10 @@
  *   RELAY_TEST_FLAKY_SHUFFLE  1: each batch is delivered and acknowledged
  *                             in a random order, as a broker confirming
  *                             out of order would
+ *   RELAY_TEST_FLAKY_JSON_OOM N: once the publisher opened, cJSON's next N
+ *                             allocations in the process fail
+ *                             (encode_test.h): the worker's check of a
+ *                             row's headers meets no memory
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -25,6 +29,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "encode/encode_test.h"
 #include "publishers/publisher.h"
 
 struct flaky {
@@ -71,6 +76,9 @@ static int flaky_open(const struct config *cfg, void **state, char *err,
 	d = getenv("RELAY_TEST_FLAKY_ACK_DELAY_MS");
 	f->ack_delay_ms = d ? atoi(d) : 0;
 	f->shuffle = sh ? atoi(sh) : 0;
+	const char *oom = getenv("RELAY_TEST_FLAKY_JSON_OOM");
+	if (oom)
+		encode_test_json_fail(0, atoi(oom));
 	f->seed = (unsigned int)(getpid() ^ time(NULL));
 	*state = f;
 	return 0;

@@ -12,6 +12,7 @@
 #include <cJSON.h>
 
 #include "encode/encode.h"
+#include "encode/encode_test.h"
 
 #define EV_ID "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 #define EV_TIME "2024-05-01T12:34:56.789000Z"
@@ -775,6 +776,60 @@ static void test_structured_invalid_json_is_base64(void **state)
 	fixture_release(&f);
 }
 
+/* Memory running out inside cJSON at each of its allocations in turn
+ * (encode_test.h) is never taken for the row's fault: the row is
+ * refused as "out of memory" (the caller retries it) or encoded right.
+ * cJSON returns NULL for both; an earlier version failed the row for
+ * good as "headers are not valid json", or sent a JSON payload as
+ * data_base64. */
+static void test_out_of_memory_is_not_the_rows(void **state)
+{
+	static const char payload[] = "{\"orderId\":42,\"lines\":[1,2]}";
+	struct fixture f;
+	char reason[256];
+	int refused = 0;
+
+	(void)state;
+	fixture_init(&f);
+	f.ev.headers_json =
+	    "{\"x-tenant\":\"t1\",\"traceparent\":\"" TRACEPARENT "\"}";
+	fixture_payload(&f, payload, strlen(payload));
+	for (int after = 0; after < 64; after++) {
+		struct ce_headers h = {0};
+		size_t len = 0;
+
+		encode_test_json_fail(after, 1000);
+		int valid = cloudevent_validate(&f.ev, reason, sizeof(reason));
+		encode_test_json_fail(0, 0);
+		if (valid != 0) {
+			assert_string_equal(reason, CLOUDEVENT_NO_MEMORY);
+			refused++;
+		}
+		encode_test_json_fail(after, 1000);
+		int binary = cloudevent_binary_headers(&f.ev, "ce-", &h, reason,
+						       sizeof(reason));
+		encode_test_json_fail(0, 0);
+		if (binary != 0)
+			assert_string_equal(reason, CLOUDEVENT_NO_MEMORY);
+		ce_headers_release(&h);
+		encode_test_json_fail(after, 1000);
+		char *line =
+		    cloudevent_structured(&f.ev, &len, reason, sizeof(reason));
+		encode_test_json_fail(0, 0);
+		if (!line) {
+			assert_string_equal(reason, CLOUDEVENT_NO_MEMORY);
+			refused++;
+			continue;
+		}
+		assert_non_null(strstr(line, ",\"data\":{\"orderId\":42"));
+		assert_null(strstr(line, "data_base64"));
+		free(line);
+	}
+	/* Memory did run out: at the headers' parse and at the payload's. */
+	assert_true(refused >= 3);
+	fixture_release(&f);
+}
+
 static void test_structured_binary_roundtrip(void **state)
 {
 	unsigned char bytes[256];
@@ -955,6 +1010,7 @@ int main(void)
 	    cmocka_unit_test(test_structured_json_values),
 	    cmocka_unit_test(test_structured_json_compacted),
 	    cmocka_unit_test(test_structured_invalid_json_is_base64),
+	    cmocka_unit_test(test_out_of_memory_is_not_the_rows),
 	    cmocka_unit_test(test_structured_binary_roundtrip),
 	    cmocka_unit_test(test_structured_base64_vectors),
 	    cmocka_unit_test(test_structured_empty_payload),

@@ -16,6 +16,7 @@
 
 #include <cJSON.h>
 
+#include "encode/encode_test.h"
 #include "publishers/amqp_map.h"
 #include "publishers/backends.h"
 #include "publishers/kafka.h"
@@ -244,6 +245,42 @@ static void test_publish_bad_event_permanent(void **state)
 	assert_line_is_event(lines[1], ids[2]);
 	free(text);
 	publisher_stdout.close(r.state);
+}
+
+/* Memory running out inside cJSON at each of its allocations in turn
+ * (encode_test.h): the event is written, or handed back unwritten for
+ * another try, never failed for good as a bad row. */
+static void test_publish_out_of_memory_not_permanent(void **state)
+{
+	struct outbox_event ev[1];
+	int unwritten = 0;
+
+	(void)state;
+	events_init(ev, 1);
+	ev[0].headers_json = "{\"x-tenant\":\"t1\"}";
+	for (int after = 0; after < 32; after++) {
+		struct capture cap;
+		struct run r;
+
+		run_init(&r);
+		capture_start(&cap);
+		encode_test_json_fail(after, 1000);
+		int rc =
+		    publisher_stdout.publish(r.state, ev, 1, &r.ctx, r.results);
+		encode_test_json_fail(0, 0);
+		char *text = capture_end(&cap);
+		assert_int_equal(rc, 0);
+		if (r.results[0].outcome == PUB_ACKED) {
+			assert_line_is_event(strtok(text, "\n"), ids[0]);
+		} else {
+			assert_int_equal(r.results[0].outcome, PUB_NOT_WRITTEN);
+			assert_string_equal(text, "");
+			unwritten++;
+		}
+		free(text);
+		publisher_stdout.close(r.state);
+	}
+	assert_true(unwritten >= 2);
 }
 
 static void test_publish_may_send_false(void **state)
@@ -548,6 +585,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_publish_one_line_per_event),
 	    cmocka_unit_test(test_publish_bad_event_permanent),
+	    cmocka_unit_test(test_publish_out_of_memory_not_permanent),
 	    cmocka_unit_test(test_publish_may_send_false),
 	    cmocka_unit_test(test_publish_holds_stdout_for_the_batch),
 	    cmocka_unit_test(test_publish_write_error_transport),
