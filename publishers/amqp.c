@@ -319,10 +319,11 @@ static bool slot_build(struct batch *b, size_t i)
 		if (rmq_msg_build(b->st->cfg, &b->events[i], &s->msg, r->reason,
 				  sizeof(r->reason))) {
 			/* Only memory can fail a row the relay validated:
-			 * let it retry. */
+			 * retried with backoff, charged, so that a row
+			 * that always needs more ends at max_attempts. */
 			rmq_settle(fl, i,
 				   strcmp(r->reason, CLOUDEVENT_NO_MEMORY) == 0
-				       ? PUB_NOT_WRITTEN
+				       ? PUB_EVENT
 				       : PUB_PERMANENT,
 				   RMQ_SCOPE_DESTINATION, r->reason);
 			return false;

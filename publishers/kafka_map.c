@@ -193,15 +193,16 @@ int kafka_msg_build(const struct config *cfg, const struct outbox_event *ev,
 	}
 	/* The encoder checks the row as cloudevent_validate() does (the
 	 * worker has, so this is the second and last look at it): a refusal
-	 * is the row's, unless memory ran out. */
+	 * is the row's, unless memory ran out: retried with backoff, charged,
+	 * so that a row that always needs more ends at max_attempts. */
 	if (cloudevent_binary_headers(ev, CE_PREFIX, &ce, reason, reasonlen) !=
 	    0) {
 		if (strcmp(reason, CLOUDEVENT_NO_MEMORY) == 0)
-			*fail = PUB_NOT_WRITTEN;
+			*fail = PUB_EVENT;
 		goto out;
 	}
 	/* The row is valid, so every failure from here on is memory. */
-	*fail = PUB_NOT_WRITTEN;
+	*fail = PUB_EVENT;
 
 	msg->topic = topic;
 	key = ks->key_from == KEY_FROM_ROUTING_KEY ? ev->routing_key

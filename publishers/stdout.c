@@ -107,9 +107,11 @@ static int stdout_publish(void *state, const struct outbox_event *events,
 		}
 		if (cloudevent_validate(&events[i], r->reason,
 					sizeof(r->reason)) != 0) {
+			/* Memory: retried with backoff (worker.c,
+			 * validate_rows). */
 			r->outcome =
 			    strcmp(r->reason, CLOUDEVENT_NO_MEMORY) == 0
-				? PUB_NOT_WRITTEN
+				? PUB_EVENT
 				: PUB_PERMANENT;
 			r->route_scoped = false;
 			continue;
@@ -117,8 +119,9 @@ static int stdout_publish(void *state, const struct outbox_event *events,
 		line = cloudevent_structured(&events[i], &len, r->reason,
 					     sizeof(r->reason));
 		if (!line) {
-			/* Valid row, so memory ran out: nothing written. */
-			r->outcome = PUB_NOT_WRITTEN;
+			/* Valid row, so memory ran out: nothing written,
+			 * retried with backoff. */
+			r->outcome = PUB_EVENT;
 			r->route_scoped = false;
 			continue;
 		}

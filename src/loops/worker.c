@@ -287,7 +287,7 @@ static bool event_too_large(const struct outbox_event *e,
 
 /* Picks the rows that can be encoded and are within
  * OUTBOX_MAX_EVENT_SIZE; the others are marked failed with their reason,
- * or released when memory ran out while checking them. */
+ * or for a retry when memory ran out while checking them. */
 static void validate_rows(struct batch *b, const struct config *cfg)
 {
 	b->n_valid = 0;
@@ -300,14 +300,14 @@ static void validate_rows(struct batch *b, const struct config *cfg)
 			b->valid_row[b->n_valid++] = i;
 			continue;
 		}
-		/* A row that can never be encoded fails and never stops the
-		 * batch (docs/design.md §10); memory is not its fault. */
+		/* A row that can never be encoded fails, never stopping the
+		 * batch (docs/design.md §10); memory is a charged retry. */
 		bool memory = strcmp(why, CLOUDEVENT_NO_MEMORY) == 0;
-		batch_add_mark(b, memory ? MARK_RELEASE : MARK_FAILED, e->id,
-			       memory ? NULL : why);
-		b->outcomes[memory ? PUB_NOT_WRITTEN : PUB_PERMANENT]++;
+		batch_add_mark(b, memory ? MARK_RETRY : MARK_FAILED, e->id,
+			       why);
+		b->outcomes[memory ? PUB_EVENT : PUB_PERMANENT]++;
 		log_fields(LOG_WARN,
-			   memory ? "event not encoded; released"
+			   memory ? "event not encoded; retried"
 				  : "event cannot be encoded",
 			   "id", e->id, "reason", why, NULL);
 	}

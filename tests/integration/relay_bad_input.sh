@@ -106,20 +106,24 @@ if grep -l -- "$secret" "$it_dir"/*.log "$it_dir"/*.out "$it_dir"/*.err 2>/dev/n
 	it_fail "the password appeared in the output"
 fi
 # Memory that runs out while the worker checks a row is not the row's
-# fault: the row goes back and is sent at the next lease, never failed.
+# fault: the row is retried with backoff (charged, so that a row that
+# always needs more ends at max_attempts) and sent, never failed at once.
 # (An earlier version failed it for good as "headers are not valid json":
 # cJSON returns NULL for both.) The test backend makes cJSON's next
 # allocation fail once it opened.
 it_psql "DELETE FROM $OUTBOX_TABLE" >/dev/null
 it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, headers) VALUES ('oom.headers', '{}', '{\"x-tenant\": \"t1\"}')" >/dev/null
 RELAY_TEST_BIN="$RELAY_TEST_FLAKY_BIN" it_relay oom OUTBOX_PUBLISHER=flaky OUTBOX_WORKERS=1 \
-	RELAY_TEST_FLAKY_FILE="$it_dir/oom.delivered" RELAY_TEST_FLAKY_JSON_OOM=1
+	RELAY_TEST_FLAKY_FILE="$it_dir/oom.delivered" RELAY_TEST_FLAKY_JSON_OOM=1 \
+	OUTBOX_BACKOFF_BASE=100ms
 pid=$it_last_pid
 it_wait 20 "the row checked without memory to be sent" \
 	bash -c "[ \"\$(psql '$RELAY_TEST_DATABASE_URL' -XAtc \"SELECT status FROM $OUTBOX_TABLE WHERE type = 'oom.headers'\")\" = sent ]"
 it_stop "$pid"
-grep -q '"event not encoded; released".*"reason":"out of memory"' "$it_dir/oom.log" ||
-	it_fail "the worker did not say it released the row it had no memory to check"
+grep -q '"event not encoded; retried".*"reason":"out of memory"' "$it_dir/oom.log" ||
+	it_fail "the worker did not say it retries the row it had no memory to check"
+attempts=$(psql "$RELAY_TEST_DATABASE_URL" -XAtc "SELECT attempts FROM $OUTBOX_TABLE WHERE type = 'oom.headers'")
+[ "$attempts" = 2 ] || it_fail "the retry for memory was not charged: attempts $attempts, want 2"
 [ "$(wc -l <"$it_dir/oom.delivered")" = 1 ] || it_fail "the row was not delivered once"
 
 # Without OUTBOX_DATABASE_URL, libpq's own PG* variables apply.

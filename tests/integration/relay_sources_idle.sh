@@ -116,8 +116,10 @@ pg_port=$(printf '%s' "$RELAY_TEST_DATABASE_URL" | sed -E 's|^.*@[^:/]+:([0-9]+)
 gate_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 python3 "$(dirname "$0")/tcp_gate.py" "$gate_port" "$pg_port" "$it_dir/gate" 2>"$it_dir/gate.log" &
 it_pids+=("$!")
+listen_url="${RELAY_TEST_DATABASE_URL/:$pg_port\//:$gate_port/}"
+[ "$listen_url" != "$RELAY_TEST_DATABASE_URL" ] || it_fail "cannot point the LISTEN URL at the gate: $RELAY_TEST_DATABASE_URL"
 OUTBOX_TABLE="$pattern" it_relay listen OUTBOX_HTTP_ADDR="127.0.0.1:$port" OUTBOX_LISTEN=on \
-	OUTBOX_LISTEN_DATABASE_URL="${RELAY_TEST_DATABASE_URL/:$pg_port\//:$gate_port/}"
+	OUTBOX_LISTEN_DATABASE_URL="$listen_url"
 pid=$it_last_pid
 # Settled: the count of leases is at least $1 and stands still for a second.
 settled() {
