@@ -16,6 +16,7 @@
 
 #include <cJSON.h>
 
+#include "encode/encode_test.h"
 #include "publishers/backends.h"
 #include "publishers/kafka.h"
 
@@ -296,6 +297,40 @@ static void test_invalid_row(void **unused)
 	assert_null(m.headers);
 }
 
+/* Memory running out inside cJSON at each of its allocations in turn
+ * (encode_test.h), in both modes: the record is built, or the row is a
+ * charged retry (PUB_EVENT), never failed at once as a bad row nor
+ * released uncharged to come back at once. */
+static void test_out_of_memory_is_a_retry(void **unused)
+{
+	struct outbox_event ev = event_base();
+	int retried = 0;
+
+	(void)unused;
+	for (int mode = 0; mode < 2; mode++) {
+		struct config cfg = cfg_base();
+		cfg.ce_mode = mode ? CE_MODE_STRUCTURED : CE_MODE_BINARY;
+		for (int after = 0; after < 48; after++) {
+			struct kafka_msg m;
+			enum pub_outcome fail = PUB_ACKED;
+			char reason[256] = "";
+
+			encode_test_json_fail(after, 1000);
+			int rc = kafka_msg_build(&cfg, &ev, &m, &fail, reason,
+						 sizeof(reason));
+			encode_test_json_fail(0, 0);
+			if (rc == 0) {
+				kafka_msg_release(&m);
+				continue;
+			}
+			assert_int_equal(fail, PUB_EVENT);
+			assert_string_equal(reason, "out of memory");
+			retried++;
+		}
+	}
+	assert_true(retried >= 4);
+}
+
 struct outcome_case {
 	rd_kafka_resp_err_t err;
 	rd_kafka_msg_status_t status;
@@ -492,6 +527,7 @@ int main(void)
 	    cmocka_unit_test(test_structured_mode),
 	    cmocka_unit_test(test_topic_choice),
 	    cmocka_unit_test(test_invalid_row),
+	    cmocka_unit_test(test_out_of_memory_is_a_retry),
 	    cmocka_unit_test(test_delivery_outcomes),
 	    cmocka_unit_test(test_produce_outcomes),
 	    cmocka_unit_test(test_reason_text),
