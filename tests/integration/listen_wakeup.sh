@@ -15,7 +15,9 @@ grep -q "NOTIFY trigger present" "$it_dir/migrate-on.out" || it_fail "migrate di
 
 ops_relay relay OUTBOX_LISTEN=on OUTBOX_POLL_INTERVAL=10s OUTBOX_SWEEP_INTERVAL=5s
 pid=$it_last_pid
-sleep 1.5 # past the first poll
+# Past the probe (the listener says so once it LISTENs) and the first poll.
+it_wait 30 "the listener" grep -q '"listening for inserts"' "$it_dir/relay.log"
+sleep 0.5
 
 # insert_and_time SECONDS: seconds from commit to the event's line.
 insert_and_time() {
@@ -46,7 +48,9 @@ awk -v t="$t" 'BEGIN { exit !(t >= 1) }' || it_fail "without the trigger the eve
 OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_LISTEN=on "$RELAY_TEST_BIN" migrate >/dev/null 2>&1
 bash "$RELAY_TEST_SOURCE_ROOT/tests/services/postgres.sh" restart "$RELAY_TEST_PG_DIR" >/dev/null
 it_wait 30 "listener reconnect" grep -q '"listener lost its connection' "$it_dir/relay.log"
-sleep 3
+listening_again() { [ "$(grep -c '"listening for inserts"' "$it_dir/relay.log")" -ge 2 ]; }
+it_wait 30 "the listener to LISTEN again" listening_again
+sleep 0.5
 t=$(insert_and_time 12)
 awk -v t="$t" 'BEGIN { exit !(t < 1) }' || it_fail "after the restart the event took ${t}s"
 it_stop "$pid"

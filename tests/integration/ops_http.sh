@@ -9,9 +9,10 @@
 command -v promtool >/dev/null || it_fail "promtool not found (Debian package prometheus)"
 it_table opshttp
 
-# A 10s statement timeout gives workers a 5s lock timeout: long enough to
-# watch the shutdown while a worker waits on a table lock.
-ops_relay relay OUTBOX_STATEMENT_TIMEOUT=10s
+# A 20s statement timeout gives workers a 10s lock timeout: long enough to
+# watch the shutdown while a worker waits on a table lock, on a loaded
+# machine too (5 s was the steps below and little more).
+ops_relay relay OUTBOX_STATEMENT_TIMEOUT=20s
 pid=$it_last_pid
 ops_wait_code 20 /healthz 200
 [ "$ops_body" = ok ] || it_fail "healthz body: $ops_body"
@@ -84,7 +85,7 @@ case "$ops_body" in
 esac
 ops_get /healthz
 [ "$ops_code" = 200 ] || it_fail "healthz during shutdown: $ops_code $ops_body"
-it_wait 4 "the registry row to say draining" registry_state draining
+it_wait 10 "the registry row to say draining" registry_state draining
 kill -0 "$pid" 2>/dev/null || it_fail "the relay exited before the registry was checked"
 ops_session_send "COMMIT;"
 ops_wait_exit "$pid" 20

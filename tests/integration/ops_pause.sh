@@ -20,8 +20,10 @@ it_wait_count 20 "status = 'sent'" -eq 10
 ops_cli pause --reason "maintenance"
 [ "$ops_rc" = 0 ] || it_fail "pause exited $ops_rc: $(cat "$it_dir/cli.err")"
 grep -q '^paused all leasing' "$it_dir/cli.out" || it_fail "pause said: $(cat "$it_dir/cli.out")"
-# Poll interval 200 ms: every worker has read the pause after 400 ms.
-sleep 0.4
+# Poll interval 200 ms: every worker reads the pauses at each turn 200 ms
+# after its last read, and a turn leases right after its read; 1 s leaves
+# room for a turn slowed by a loaded machine.
+sleep 1
 it_psql "INSERT INTO $OUTBOX_TABLE (type, payload) SELECT 'ops.pause', '{}' FROM generate_series(1, 20)"
 sleep 2
 [ "$(it_count "status = 'pending'")" = 20 ] ||
@@ -39,7 +41,7 @@ grep -q '^nothing to resume' "$it_dir/cli.out" || it_fail "second resume said: $
 # One destination: rows for 'held' wait, rows for 'open' go on.
 ops_cli pause --destination held --reason "consumer down"
 [ "$ops_rc" = 0 ] || it_fail "pause --destination exited $ops_rc: $(cat "$it_dir/cli.err")"
-sleep 0.4
+sleep 1
 it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, exchange)
   SELECT 'ops.pause', '{}', CASE WHEN g % 2 = 0 THEN 'held' ELSE 'open' END
   FROM generate_series(1, 10) g"
@@ -60,7 +62,7 @@ it_wait_count 10 "status = 'sent'" -eq 40
 # were paused); read again, the pause holds as before.
 ops_cli pause --destination held --reason "consumer down"
 [ "$ops_rc" = 0 ] || it_fail "pause --destination exited $ops_rc: $(cat "$it_dir/cli.err")"
-sleep 0.4
+sleep 1
 psql "$RELAY_TEST_DATABASE_URL" -q -c "BEGIN; LOCK TABLE ${OUTBOX_TABLE}_control
   IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3.5); COMMIT" >/dev/null 2>&1 &
 locker=$!

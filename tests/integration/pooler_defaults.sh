@@ -93,7 +93,9 @@ ops_relay "$relay" OUTBOX_DATABASE_URL="$bouncer_url" OUTBOX_PG_PREPARE=off \
 	OUTBOX_LISTEN=on OUTBOX_LISTEN_DATABASE_URL="$RELAY_TEST_DATABASE_URL" \
 	OUTBOX_POLL_INTERVAL=10s
 pid=$it_last_pid
-sleep 1.5 # past the first poll and the probe
+# Past the probe (the listener says so once it LISTENs) and the first poll.
+it_wait 30 "the listener" grep -q '"listening for inserts"' "$it_dir/$relay.log"
+sleep 0.5
 t=$(insert_and_time 12)
 awk -v t="$t" 'BEGIN { exit !(t < 1) }' || it_fail "with a direct LISTEN URL the event took ${t}s"
 [ "$(ops_metric outbox_listen_probes_lost_total)" = 0 ] ||
