@@ -45,9 +45,10 @@ last=$(it_psql "SELECT extract(epoch FROM max(state_change)) $lease_sessions")
 # Each look says, on the server's clock, whether the session is still
 # there: the end lies between the last look that saw it and the first
 # that did not, however slow the looks themselves are.
-seen=$last gone=""
+seen=0 gone=""
 for _ in $(seq 300); do
-	look=$(it_psql "SELECT count(*) || ' ' || round(extract(epoch FROM now()) - $last, 2) $lease_sessions")
+	look=$(it_psql "SELECT count(*) || ' ' || round(extract(epoch FROM now()) - $last, 2) $lease_sessions") ||
+		{ sleep 0.05; continue; }
 	if [ "${look%% *}" = 0 ]; then
 		gone=${look#* }
 		break

@@ -137,6 +137,10 @@ insert it_psql 20 during
 it_wait 15 "the main database's events while the second is down" printed during 20
 it_wait 15 "the ops session to move" grep -q '"the ops session moves to another source"' "$it_dir/dbs.log"
 it_wait 15 "ready with one of two databases down" curl -sf "http://127.0.0.1:$port/readyz" -o /dev/null
+for _ in 1 2 3 4 5; do
+	sleep 0.3
+	curl -sf "http://127.0.0.1:$port/readyz" -o /dev/null || it_fail "not ready with one of two databases down"
+done
 grep -q '"source failing; the others go on"' "$it_dir/dbs.log" || it_fail "no warning for the stopped database's source"
 [ "$(failing_of second)" = 1 ] || it_fail "the stopped database's source is not failing in /metrics: '$(failing_of second)'"
 [ "$(failing_of main)" = 0 ] || it_fail "the main source is failing in /metrics"
