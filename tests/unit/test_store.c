@@ -4092,6 +4092,12 @@ static void lease_as_005(PGconn *conn, const char *table, int n, char *ids,
 	PQclear(res);
 }
 
+/* The schema of a fresh table's "schema.table" name. */
+static void schema_of(const char *table, char *schema, size_t len)
+{
+	snprintf(schema, len, "%.*s", (int)(strchr(table, '.') - table), table);
+}
+
 /* 8d. Migration 006 on a live table, beside relays of version 005 (a
  * rolling upgrade: migrate first, then the relays one by one). Their
  * claims in every state (running through the migration, dead, settled,
@@ -4104,8 +4110,7 @@ static void test_claims_migration_006_live(void **state)
 	(void)state;
 	char table[128], schema[64];
 	pgtest_fresh_table("store_mig006", table, sizeof(table));
-	snprintf(schema, sizeof(schema), "%.*s",
-		 (int)(strchr(table, '.') - table), table);
+	schema_of(table, schema, sizeof(schema));
 	PGconn *c = pgtest_connect();
 	pgtest_insert(c, table, 40);
 	/* The table as version 005 left it. */
@@ -4196,8 +4201,7 @@ static void test_migration_step_beside_a_report(void **state)
 	(void)state;
 	char table[128], schema[64];
 	pgtest_fresh_table("store_migreport", table, sizeof(table));
-	snprintf(schema, sizeof(schema), "%.*s",
-		 (int)(strchr(table, '.') - table), table);
+	schema_of(table, schema, sizeof(schema));
 	PGconn *c = pgtest_connect(), *report = pgtest_connect();
 	/* The table as version 006 left it. */
 	pgtest_exec(c, "DROP INDEX %s.outbox_events_written_idx", schema);
@@ -4291,8 +4295,7 @@ static void test_written_migration_007_live(void **state)
 	(void)state;
 	char table[128], schema[64];
 	pgtest_fresh_table("store_mig007", table, sizeof(table));
-	snprintf(schema, sizeof(schema), "%.*s",
-		 (int)(strchr(table, '.') - table), table);
+	schema_of(table, schema, sizeof(schema));
 	PGconn *c = pgtest_connect();
 	/* The table as version 006 left it. */
 	pgtest_exec(c, "DROP INDEX %s.outbox_events_written_idx", schema);
@@ -4372,8 +4375,7 @@ static void test_page_room_migrations_live(void **state)
 	(void)state;
 	char table[128], schema[64];
 	pgtest_fresh_table("store_mig009", table, sizeof(table));
-	snprintf(schema, sizeof(schema), "%.*s",
-		 (int)(strchr(table, '.') - table), table);
+	schema_of(table, schema, sizeof(schema));
 	PGconn *c = pgtest_connect();
 	/* The table as version 007 left it. */
 	pgtest_exec(c, "ALTER TABLE %s RESET (fillfactor)", table);
