@@ -395,6 +395,19 @@ fail:
 	return -1;
 }
 
+static size_t text_bytes(const char *s)
+{
+	return s ? strlen(s) : 0;
+}
+
+size_t cloudevent_row_bytes(const struct outbox_event *ev)
+{
+	return ev->payload_len + text_bytes(ev->headers_json) +
+	       text_bytes(ev->type) + text_bytes(ev->source) +
+	       text_bytes(ev->subject) + text_bytes(ev->content_type) +
+	       text_bytes(ev->partition_key);
+}
+
 int cloudevent_validate(const struct outbox_event *ev, char *reason,
 			size_t reasonlen)
 {

@@ -85,6 +85,15 @@ bool encode_json_memory_ran_out(void);
 int encode_json_value_parses(const unsigned char *p, size_t n);
 
 /*
+ * Bytes the row puts into its event: the payload, the headers' JSON text
+ * and the attributes it carries (type, source, subject, content type,
+ * partition key); what OUTBOX_MAX_EVENT_SIZE bounds. Brokers count
+ * headers and attributes in their message limits too. Reads no more than
+ * the lengths, so a row too large is refused before it is parsed.
+ */
+size_t cloudevent_row_bytes(const struct outbox_event *ev);
+
+/*
  * Checks that ev can be encoded. Returns 0, or -1 with a short lowercase
  * reason (fit for last_error, always valid UTF-8) in reason, e.g.
  * `header "ce-id" collides with a CloudEvents attribute`. reason may be

@@ -267,21 +267,21 @@ static bool ctx_tick(struct publish_ctx *ctx)
 
 /* ---- one batch: validate, publish, route outcomes, mark ---- */
 
-/* A payload over OUTBOX_MAX_EVENT_SIZE can never be sent: it fails before
- * anything is, so no broker and no encoder buffer sees it. */
+/* An event over OUTBOX_MAX_EVENT_SIZE can never be sent: it fails before
+ * anything is, so no broker, no JSON parser and no encoder buffer sees it. */
 static bool event_too_large(const struct outbox_event *e,
 			    const struct config *cfg, char *reason, size_t len)
 {
 	char limit[32];
+	size_t bytes = cloudevent_row_bytes(e);
 
-	if (cfg->max_event_size <= 0 ||
-	    e->payload_len <= (size_t)cfg->max_event_size)
+	if (cfg->max_event_size <= 0 || bytes <= (size_t)cfg->max_event_size)
 		return false;
 	config_format_size(cfg->max_event_size, limit, sizeof(limit));
 	snprintf(reason, len,
-		 "too large: payload of %zu bytes is over "
+		 "too large: event of %zu bytes (payload %zu) is over "
 		 "OUTBOX_MAX_EVENT_SIZE (%s)",
-		 e->payload_len, limit);
+		 bytes, e->payload_len, limit);
 	return true;
 }
 
@@ -294,8 +294,8 @@ static void validate_rows(struct batch *b, const struct config *cfg)
 	for (size_t i = 0; i < b->lease.n; i++) {
 		const struct outbox_event *e = &b->lease.events[i];
 		char *why = b->invalid[i];
-		if (cloudevent_validate(e, why, sizeof(b->invalid[i])) == 0 &&
-		    !event_too_large(e, cfg, why, sizeof(b->invalid[i]))) {
+		if (!event_too_large(e, cfg, why, sizeof(b->invalid[i])) &&
+		    cloudevent_validate(e, why, sizeof(b->invalid[i])) == 0) {
 			b->valid[b->n_valid] = *e;
 			b->valid_row[b->n_valid++] = i;
 			continue;
