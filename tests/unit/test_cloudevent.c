@@ -326,6 +326,31 @@ static void test_validate_null_reason(void **state)
 	fixture_release(&f);
 }
 
+/* What OUTBOX_MAX_EVENT_SIZE counts: payload, headers and every attribute
+ * the row carries; an absent one counts nothing, and the destination
+ * (exchange, routing key) is not the event's. */
+static void test_row_bytes(void **state)
+{
+	struct fixture f;
+
+	(void)state;
+	fixture_init(&f);
+	size_t want = strlen("{\"orderId\":42}") + strlen("{}") +
+		      strlen("com.example.order.created.v1") +
+		      strlen("urn:example:orders") + strlen("order/42") +
+		      strlen("application/json") + strlen("order-42");
+	assert_int_equal(cloudevent_row_bytes(&f.ev), want);
+	f.ev.subject = NULL;
+	f.ev.partition_key = NULL;
+	f.ev.exchange = "x";
+	f.ev.routing_key = "a much longer routing key";
+	f.ev.headers_json = "{\"traceparent\":\"00-ab\"}";
+	want += strlen("{\"traceparent\":\"00-ab\"}") - strlen("{}") -
+		strlen("order/42") - strlen("order-42");
+	assert_int_equal(cloudevent_row_bytes(&f.ev), want);
+	fixture_release(&f);
+}
+
 /* ---- binary mode --------------------------------------------------- */
 
 struct kv {
@@ -1000,6 +1025,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_validate_table),
 	    cmocka_unit_test(test_validate_null_reason),
+	    cmocka_unit_test(test_row_bytes),
 	    cmocka_unit_test(test_binary_amqp_ce_dash),
 	    cmocka_unit_test(test_binary_amqp_cloudevents_prefix),
 	    cmocka_unit_test(test_binary_kafka),
