@@ -284,7 +284,7 @@ struct config {
 	enum config_ordering ordering;
 	enum config_on_failure on_failure;
 	double max_rate;	/* events/s per replica, 0 = unlimited */
-	int64_t max_event_size; /* bytes of payload; larger rows fail */
+	int64_t max_event_size; /* bytes of an event; larger rows fail */
 	int64_t shutdown_timeout_ms;
 
 	/* Operations */
