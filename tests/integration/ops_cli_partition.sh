@@ -69,7 +69,12 @@ while grep -q '(some locks were taken: run it again)$' "$it_dir/cli.out"; do
 	OUTBOX_LISTEN=on ops_cli migrate --partition
 	[ "$ops_rc" = 0 ] || it_fail "migrate --partition again exited $ops_rc: $(cat "$it_dir/cli.err")"
 done
-sleep 1
+# Writes after the partitioning too, counted rather than timed: a slow
+# machine's producer may write a few a second (it stops at 400).
+want=$(($(it_count "type = 'during.keyed'") + 10))
+[ "$want" -ge 51 ] || want=51
+[ "$want" -le 400 ] || want=400
+it_wait_count 30 "type = 'during.keyed'" -ge "$want"
 touch "$it_dir/stop"
 wait "$producer"
 [ ! -s "$it_dir/producer.err" ] ||

@@ -71,19 +71,23 @@ snapshot_held() {
 	[ "$(it_psql "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'progress-snapshot-$$' AND state = 'idle in transaction'")" = 1 ]
 }
 it_wait 10 "the old snapshot" snapshot_held
-script -q -e -c "$env_cli migrate" "$it_dir/migrate.tty" >/dev/null &
+script -q -e -f -c "$env_cli migrate" "$it_dir/migrate.tty" >/dev/null &
 mpid=$!
 it_pids+=("$mpid")
+progress_line='migrate: index outbox_events_key_idx: waiting for [a-z ]+(, [0-9]+ of [0-9]+ \([0-9]+%\))?, [0-9]+s so far'
 building() {
 	[ "$(it_psql "SELECT count(*) FROM pg_stat_progress_create_index p JOIN pg_class c ON c.oid = p.relid WHERE c.relname = 'outbox_events' AND c.relnamespace = '$schema'::regnamespace")" = 1 ]
 }
 it_wait 20 "the index build" building
-sleep 2.5
+# The snapshot is let go once the build's wait for it was reported: a
+# fixed time could end before a slow build reached that wait.
+progress_shown() {
+	grep -qE "$progress_line" "$it_dir/migrate.tty"
+}
+it_wait 30 "a progress line of the build" progress_shown
 ops_session_send "COMMIT;"
 ops_wait_exit "$mpid" 60
 [ "$it_rc" = 0 ] || it_fail "migrate exited $it_rc: $(tail -c 800 "$it_dir/migrate.tty")"
-grep -qE 'migrate: index outbox_events_key_idx: waiting for [a-z ]+(, [0-9]+ of [0-9]+ \([0-9]+%\))?, [0-9]+s so far' "$it_dir/migrate.tty" ||
-	it_fail "no build progress: $(tail -c 800 "$it_dir/migrate.tty")"
 grep -qE 'migrate: index outbox_events_key_idx: built, [0-9]+s' "$it_dir/migrate.tty" ||
 	it_fail "no line for the finished build: $(tail -c 800 "$it_dir/migrate.tty")"
 grep -qF '002_ordering.sql: applied' "$it_dir/migrate.tty" || it_fail "migrate's own report is gone"

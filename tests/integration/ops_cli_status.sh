@@ -94,8 +94,8 @@ want "^  alive +$id_a "
 want '^  pending +3 \(due now 2'
 want '^IN FLIGHT  3 rows, 1 expired lease'
 want "^  $id_c +NO +1 "
-want "held\.alive +$id_a/worker-0 +yes +1/10 +in (1m[45][0-9]s|2m00s)"
-want 'held\.expired .* EXPIRED 1m0[0-9]s ago'
+want "held\.alive +$id_a/worker-0 +yes +1/10 +in (1m[345][0-9]s|2m00s)"
+want 'held\.expired .* EXPIRED 1m[0-2][0-9]s ago'
 want '^FAILED  3 rows'
 want '^  2 +order\.created .* newest error: exchange orders missing'
 want 'ALL LEASING .* status test'

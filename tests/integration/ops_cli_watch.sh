@@ -77,7 +77,7 @@ ops_wait_exit "$watch_pid" 10
 
 # A terminal: the frame is redrawn in place, with its sections.
 script -q -e -c "env OUTBOX_DATABASE_URL='$RELAY_TEST_DATABASE_URL' OUTBOX_TABLE='$OUTBOX_TABLE' \
-	timeout --preserve-status -s INT 2 '$RELAY_TEST_BIN' status --watch 500ms" "$it_dir/tty.out" >/dev/null ||
+	timeout --preserve-status -s INT 5 '$RELAY_TEST_BIN' status --watch 500ms" "$it_dir/tty.out" >/dev/null ||
 	it_fail "the terminal watch did not end with exit 0 on SIGINT: $(tail -c 500 "$it_dir/tty.out")"
 frames=$(grep -o $'\033\\[H\033\\[2J' "$it_dir/tty.out" | wc -l)
 [ "$frames" -ge 2 ] || it_fail "the terminal view was drawn $frames times, want redraws"
