@@ -41,16 +41,25 @@ bouncer_stop() {
 
 # bouncer_on_each_connection SQL: SQL through the pool by 3 clients at
 # once, one on each of its 3 server connections (each holds its own for a
-# second); their output to conn-1..3.txt.
+# second); their output to conn-1..3.txt. Clients that did not land on
+# three server backends (one started a second late) run again, three
+# tries at most.
 bouncer_on_each_connection() {
-	local i clients=()
-	for i in 1 2 3; do
-		psql "$bouncer_url" -X -A -t -q -v ON_ERROR_STOP=1 \
-			-c "BEGIN" -c "$1" -c "SELECT pg_sleep(1)" -c "COMMIT" \
-			>"$it_dir/conn-$i.txt" 2>&1 &
-		clients+=($!)
+	local i try backends clients
+	for try in 1 2 3; do
+		clients=()
+		for i in 1 2 3; do
+			psql "$bouncer_url" -X -A -t -q -v ON_ERROR_STOP=1 \
+				-c "BEGIN" -c "$1" -c "\\o $it_dir/conn-$i.pid" \
+				-c "SELECT pg_backend_pid(), pg_sleep(1)" -c "COMMIT" \
+				>"$it_dir/conn-$i.txt" 2>&1 &
+			clients+=($!)
+		done
+		wait "${clients[@]}" || it_fail "a client of the pool failed: $(cat "$it_dir"/conn-*.txt)"
+		backends=$(sort -u "$it_dir"/conn-[123].pid | grep -c . || true)
+		[ "$backends" = 3 ] && return 0
 	done
-	wait "${clients[@]}" || it_fail "a client of the pool failed: $(cat "$it_dir"/conn-*.txt)"
+	it_fail "3 clients at once never held the pool's 3 server connections ($backends backends, 3 tries)"
 }
 
 # bouncer_rounds NAME PID ROUNDS PER_ROUND: ROUNDS times PER_ROUND events

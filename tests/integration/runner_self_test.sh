@@ -17,7 +17,9 @@ trap 'rm -rf "$work"' EXIT
 
 # The fixture: one test per kind of suite the runner treats apart;
 # "chaos" is one of the runner's serial suites, run in an invocation of
-# its own. serial_d depends on a target that fails to build under
+# its own. maybe_fail runs alone (is_parallel false), after pass_a and
+# pass_b, so that the order of the verdicts, which is the order the tests
+# finish in, is known. serial_d depends on a target that fails to build under
 # FIXTURE_UNBUILDABLE=1, which meson test reports by exiting 125.
 mkdir -p "$work/src" "$work/empty" "$work/bin"
 cat >"$work/src/meson.build" <<'MESON'
@@ -27,7 +29,7 @@ test('pass_a', sh, suite : 'one',
   args : ['-c', 'echo "VERDICT pass_a: PASS n=1"'])
 test('pass_b', sh, suite : 'two',
   args : ['-c', 'echo "not a VERDICT line"; echo "  VERDICT indented"'])
-test('maybe_fail', sh, suite : 'two',
+test('maybe_fail', sh, suite : 'two', is_parallel : false,
   args : ['-c', 'echo "VERDICT maybe_fail: PASS"; exit ${FIXTURE_FAIL:-0}'])
 stamp = custom_target('stamp', output : 'stamp', build_by_default : false,
   build_always_stale : true,

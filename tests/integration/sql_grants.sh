@@ -13,8 +13,19 @@ trap 'it_psql "DROP OWNED BY $app, $relay; DROP ROLE IF EXISTS $app; DROP ROLE I
 psql "$RELAY_TEST_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -v app_role="$app" -v relay_role="$relay" \
 	-v schema="$schema" -v table=outbox_events -f "$RELAY_TEST_SOURCE_ROOT/sql/grants.sql" >/dev/null ||
 	it_fail "grants.sql failed"
-as() { # ROLE SQL: runs SQL as ROLE; prints ok or the SQLSTATE class
-	psql "$RELAY_TEST_DATABASE_URL" -X -A -t -q -c "SET ROLE $1; $2" >/dev/null 2>&1 && echo ok || echo denied
+# as ROLE SQL: runs SQL as ROLE; prints ok, denied (SQLSTATE 42501,
+# insufficient privilege) or what else went wrong, which no check takes
+# for a refusal.
+as() {
+	local out
+	if out=$(psql "$RELAY_TEST_DATABASE_URL" -X -A -t -q -v VERBOSITY=sqlstate \
+		-c "SET ROLE $1; $2" 2>&1 >/dev/null); then
+		echo ok
+	elif [ "$out" = "ERROR:  42501" ]; then
+		echo denied
+	else
+		echo "error: $out"
+	fi
 }
 [ "$(as "$app" "INSERT INTO $OUTBOX_TABLE (type, payload) VALUES ('t', 'x')")" = ok ] || it_fail "app cannot insert"
 [ "$(as "$app" "SELECT $schema.outbox_events_enqueue_json('t', '{}', 'k')")" = ok ] || it_fail "app cannot use the helper"
