@@ -309,8 +309,11 @@ static void test_publish_timeout_counts_from_its_turn(void **state)
 	lanes_run(l, 3);
 	struct fake_record seen = fake_seen();
 	assert_int_equal(seen.n_published, 3);
+	/* A deadline from the lease would leave the second about 620 ms;
+	 * 700 leaves a loaded machine's scheduler 300 ms before the fake
+	 * publish reads its clock. */
 	for (int i = 0; i < 2; i++)
-		if (seen.budget_ms[i] < 900 || seen.budget_ms[i] > 1000)
+		if (seen.budget_ms[i] < 700 || seen.budget_ms[i] > 1000)
 			fail_msg("publish %d had %lld ms of its 1000", i,
 				 (long long)seen.budget_ms[i]);
 	if (seen.budget_ms[2] > 300)
