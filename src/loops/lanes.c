@@ -13,12 +13,16 @@
  * serves tickets in order, so one worker keeps a key's rows in order as
  * the serial worker did (and as Kafka's per-key partitions show).
  *
- * Locks: pub_lock guards pub, the health fields and the ticket being
- * served; lease_lock guards the lease cadence and the tickets issued. A
- * lane never holds both, and never holds lease_lock over a statement (it
- * takes the turn, leases, and gives it back). The publisher is thus used
- * by one lane at a time, on whichever lane's thread holds pub_lock; a
- * publish's callbacks (struct publish_ctx) run on that thread.
+ * Locks: pub_lock guards pub and the health fields; turn_lock the ticket
+ * being served; lease_lock the lease cadence and the tickets issued. A
+ * lane holds pub_lock and lease_lock never together, turn_lock only over
+ * the ticket (never while it waits for another lock), and lease_lock
+ * over no statement (it takes the turn, leases, and gives it back). The
+ * publisher is thus used by one lane at a time, on whichever lane's
+ * thread holds pub_lock; a publish's callbacks (struct publish_ctx) run
+ * on that thread. A lane waits for its turn without pub_lock: waiting on
+ * a condition of the lock the publishing lane holds, its wait could not
+ * end, nor its lease be renewed, until that whole publish was over.
  */
 #include "loops_int.h"
 
@@ -47,9 +51,11 @@ struct lanes {
 	struct publisher pub;
 	int64_t next_probe_ms;
 	int64_t probe_backoff_ms;
-	int lanes_left;	  /* the last lane out closes the publisher */
-	uint64_t serving; /* the ticket whose batch publishes next */
-	pthread_cond_t publish_turn; /* with pub_lock, on CLOCK_MONOTONIC */
+	int lanes_left; /* the last lane out closes the publisher */
+
+	pthread_mutex_t turn_lock;
+	uint64_t serving;	     /* the ticket whose batch publishes next */
+	pthread_cond_t publish_turn; /* with turn_lock, on CLOCK_MONOTONIC */
 
 	pthread_mutex_t lease_lock;
 	pthread_cond_t lease_done; /* on CLOCK_MONOTONIC */
@@ -85,6 +91,7 @@ struct lanes *lanes_create(struct relay *r, int n, int per_worker, char *err,
 		/* Counted unhealthy until the first open. */
 		metrics_gauge_add(MG_PUBLISHERS_UNHEALTHY, 1);
 		pthread_mutex_init(&l->pub_lock, NULL);
+		pthread_mutex_init(&l->turn_lock, NULL);
 		pthread_mutex_init(&l->lease_lock, NULL);
 		pthread_cond_init(&l->lease_done, &ca);
 		pthread_cond_init(&l->publish_turn, &ca);
@@ -120,6 +127,7 @@ void lanes_destroy(struct lanes *all, int n)
 		struct lanes *l = &all[i];
 		publisher_close(&l->pub);
 		pthread_mutex_destroy(&l->pub_lock);
+		pthread_mutex_destroy(&l->turn_lock);
 		pthread_mutex_destroy(&l->lease_lock);
 		pthread_cond_destroy(&l->lease_done);
 		pthread_cond_destroy(&l->publish_turn);
@@ -192,7 +200,8 @@ void lanes_publisher_service(void *arg)
 }
 
 /* Takes pub_lock, calling ctx->tick (lease renewal, health tick) at least
- * every few hundred milliseconds while another lane publishes. */
+ * every few hundred milliseconds while another lane holds it (a probe, the
+ * publisher's service, a close). */
 static void lock_publisher(struct lanes *l, struct publish_ctx *ctx)
 {
 	for (;;) {
@@ -211,41 +220,40 @@ static void lock_publisher(struct lanes *l, struct publish_ctx *ctx)
 	}
 }
 
-/* With pub_lock held: waits until ticket is served, calling ctx->tick (if
- * ctx) at least every few hundred milliseconds meanwhile, whether the wait
- * timed out or another lane's turn woke it (the tick renews the lease only
- * when due), and without pub_lock: a renewal is a round trip to the
- * database that the other lanes need not wait for. */
+/* Waits until ticket is served, calling ctx->tick (if ctx) at least every
+ * few hundred milliseconds meanwhile, whether the wait timed out or another
+ * lane's turn woke it (the tick renews the lease only when due), and
+ * without turn_lock: a renewal is a round trip to the database that the
+ * other lanes need not wait for. */
 static void await_ticket(struct lanes *l, uint64_t ticket,
 			 struct publish_ctx *ctx)
 {
+	pthread_mutex_lock(&l->turn_lock);
 	while (l->serving != ticket) {
 		struct timespec at = clock_monotonic_after(WAIT_SLICE_MS);
-		pthread_cond_timedwait(&l->publish_turn, &l->pub_lock, &at);
+		pthread_cond_timedwait(&l->publish_turn, &l->turn_lock, &at);
 		if (ctx && l->serving != ticket) {
-			pthread_mutex_unlock(&l->pub_lock);
+			pthread_mutex_unlock(&l->turn_lock);
 			ctx->tick(ctx);
-			pthread_mutex_lock(&l->pub_lock);
+			pthread_mutex_lock(&l->turn_lock);
 		}
 	}
+	pthread_mutex_unlock(&l->turn_lock);
 }
 
-/* With pub_lock held: the next ticket's turn. */
+/* The next ticket's turn. */
 static void next_ticket(struct lanes *l)
 {
+	pthread_mutex_lock(&l->turn_lock);
 	l->serving++;
 	pthread_cond_broadcast(&l->publish_turn);
+	pthread_mutex_unlock(&l->turn_lock);
 }
 
 void lanes_pass(struct lanes *l, uint64_t ticket, struct publish_ctx *ctx)
 {
-	if (ctx)
-		lock_publisher(l, ctx);
-	else
-		pthread_mutex_lock(&l->pub_lock);
 	await_ticket(l, ticket, ctx);
 	next_ticket(l);
-	pthread_mutex_unlock(&l->pub_lock);
 }
 
 int lanes_publish(struct lanes *l, uint64_t ticket,
@@ -253,8 +261,8 @@ int lanes_publish(struct lanes *l, uint64_t ticket,
 		  int64_t timeout_ms, struct publish_ctx *ctx,
 		  struct pub_result *results)
 {
-	lock_publisher(l, ctx);
 	await_ticket(l, ticket, ctx);
+	lock_publisher(l, ctx);
 	/* The publish's own time starts with its turn: the lanes before it
 	 * may have taken most of a publish timeout each (a broker slow to
 	 * confirm), and a deadline counted from the lease would report
@@ -286,8 +294,8 @@ int lanes_publish(struct lanes *l, uint64_t ticket,
 	if (rc != 0 || in_doubt)
 		set_healthy(l, false);
 out:
-	next_ticket(l);
 	pthread_mutex_unlock(&l->pub_lock);
+	next_ticket(l);
 	return rc;
 }
 

@@ -34,11 +34,12 @@ static struct {
 	int64_t published[MAX_CALLS]; /* seq of each batch's first event */
 	int n_published;
 	int opens, closes, probes;
-	int busy;		      /* publishes under way at once, now */
-	int max_busy;		      /* and at most */
-	int delay_ms;		      /* each publish takes this long */
-	int64_t budget_ms[MAX_CALLS]; /* each publish's deadline - its start */
-	int64_t fail_seq;	      /* the batch with this first seq fails */
+	int busy;		       /* publishes under way at once, now */
+	int max_busy;		       /* and at most */
+	int delay_ms;		       /* each publish takes this long */
+	int64_t budget_ms[MAX_CALLS];  /* each publish's deadline - its start */
+	int64_t started_ms[MAX_CALLS]; /* when each publish began */
+	int64_t fail_seq;	       /* the batch with this first seq fails */
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static int fake_open(const struct config *cfg, void **state, char *err,
@@ -65,6 +66,7 @@ static int fake_publish(void *state, const struct outbox_event *events,
 	if (++fake.busy > fake.max_busy)
 		fake.max_busy = fake.busy;
 	if (fake.n_published < MAX_CALLS) {
+		fake.started_ms[fake.n_published] = clock_ms();
 		fake.budget_ms[fake.n_published] =
 		    ctx->deadline_ms - clock_ms();
 		fake.published[fake.n_published++] = events[0].seq;
@@ -176,6 +178,10 @@ struct lane {
 	int deadline_ms;    /* the lease's deadline from the start; 0: 10 s */
 	int rc;		    /* what lanes_publish() returned */
 	atomic_int ticks;   /* ctx->tick calls */
+	/* On the lane's own thread: its last tick (or the start of its wait)
+	 * and the longest time between two. */
+	int64_t last_tick_ms, max_gap_ms;
+	int64_t passed_ms; /* when lanes_pass() returned */
 	struct outbox_event event;
 	struct pub_result result;
 	pthread_t tid;
@@ -185,6 +191,10 @@ static bool lane_tick(struct publish_ctx *ctx)
 {
 	struct lane *l = ctx->opaque;
 	atomic_fetch_add(&l->ticks, 1);
+	int64_t now = clock_ms();
+	if (now - l->last_tick_ms > l->max_gap_ms)
+		l->max_gap_ms = now - l->last_tick_ms;
+	l->last_tick_ms = now;
 	return false;
 }
 
@@ -206,9 +216,11 @@ static void *lane_main(void *arg)
 				  .may_send = lane_may_send,
 				  .tick = lane_tick,
 				  .opaque = l};
+	l->last_tick_ms = clock_ms();
 	if (l->pass) {
 		lanes_pass(l->f->lanes, l->ticket,
 			   l->pass_ticking ? &ctx : NULL);
+		l->passed_ms = clock_ms();
 		return NULL;
 	}
 	/* The batch's first seq names its ticket in the fake's record. */
@@ -243,6 +255,7 @@ static void lease_lanes(struct fixture *f, struct lane *l, size_t n)
 static struct fake_record {
 	int64_t published[MAX_CALLS];
 	int64_t budget_ms[MAX_CALLS];
+	int64_t started_ms[MAX_CALLS];
 	int n_published, opens, closes, probes, max_busy;
 } fake_seen(void)
 {
@@ -250,6 +263,7 @@ static struct fake_record {
 	pthread_mutex_lock(&fake.lock);
 	memcpy(r.published, fake.published, sizeof(r.published));
 	memcpy(r.budget_ms, fake.budget_ms, sizeof(r.budget_ms));
+	memcpy(r.started_ms, fake.started_ms, sizeof(r.started_ms));
 	r.n_published = fake.n_published;
 	r.opens = fake.opens;
 	r.closes = fake.closes;
@@ -426,48 +440,75 @@ static void test_last_lane_closes_the_publisher(void **state)
 	assert_int_equal(fake_seen().closes, 1);
 }
 
-/* A lane waiting while another publishes keeps calling ctx->tick, which
- * renews its lease, at least every WAIT_SLICE_MS (200 ms). */
+/* The longest a lane went without a tick while it waited: between two,
+ * or from the last to the end of its wait (ended_ms). */
+static int64_t wait_gap(const struct lane *l, int64_t ended_ms)
+{
+	int64_t last = ended_ms - l->last_tick_ms;
+	return last > l->max_gap_ms ? last : l->max_gap_ms;
+}
+
+/* A lane waiting while another publishes (900 ms) keeps calling
+ * ctx->tick, which renews its lease, every WAIT_SLICE_MS (200 ms), whether
+ * it came to wait before the publish began or after: 600 ms between two
+ * leaves a slow machine room, where a lane that waited on the publishing
+ * lane's lock went 900 ms without one. Its batch goes next. */
 static void test_waiting_lane_keeps_ticking(void **state)
 {
 	(void)state;
-	struct fixture *f = fixture_new(2);
-	struct lane l[2] = {0};
-	lease_lanes(f, l, 2);
-	fake.delay_ms = 900;
-	l[1].start_after_ms = 50;
-	lanes_run(l, 2);
-	/* About 850 ms of waiting: four slices; three leave room for a slow
-	 * machine. */
-	assert_true(atomic_load(&l[1].ticks) >= 3);
-	assert_int_equal(fake_seen().published[1], (int64_t)l[1].ticket);
-	fixture_free(f);
+	for (int before = 0; before < 2; before++) {
+		struct fixture *f = fixture_new(2);
+		struct lane l[2] = {0};
+		lease_lanes(f, l, 2);
+		fake.delay_ms = 900;
+		if (before)
+			l[0].start_after_ms = 100;
+		else
+			l[1].start_after_ms = 50;
+		lanes_run(l, 2);
+		struct fake_record seen = fake_seen();
+		assert_int_equal(seen.published[1], (int64_t)l[1].ticket);
+		int64_t gap = wait_gap(&l[1], seen.started_ms[1]);
+		if (gap >= 600 || atomic_load(&l[1].ticks) < 1)
+			fail_msg("waiting %s the publish: %d ticks, %lld ms "
+				 "without one",
+				 before ? "before" : "after",
+				 atomic_load(&l[1].ticks), (long long)gap);
+		fixture_free(f);
+	}
 }
 
 /* A lane with nothing to publish (every row of its batch failed
  * validation) still holds its lease while it waits for its turn to pass:
- * it keeps ticking, so its lease is renewed, and the lanes after it go
- * once it passed. */
+ * it keeps ticking, so its lease is renewed, whether it came before the
+ * publish ahead of it began or after, and the lanes after it go once it
+ * passed. */
 static void test_passing_lane_keeps_ticking(void **state)
 {
 	(void)state;
-	struct fixture *f = fixture_new(3);
-	struct lane l[3] = {0};
-	for (int i = 0; i < 3; i++) {
-		l[i].f = f;
-		l[i].ticket = lease_turn(f);
+	for (int before = 0; before < 2; before++) {
+		struct fixture *f = fixture_new(3);
+		struct lane l[3] = {0};
+		lease_lanes(f, l, 3);
+		fake.delay_ms = 900;
+		l[1].pass = l[1].pass_ticking = true;
+		if (before)
+			l[0].start_after_ms = 100;
+		else
+			l[1].start_after_ms = 50;
+		l[2].start_after_ms = 150;
+		lanes_run(l, 3);
+		struct fake_record seen = fake_seen();
+		assert_int_equal(seen.n_published, 2);
+		assert_int_equal(seen.published[1], (int64_t)l[2].ticket);
+		int64_t gap = wait_gap(&l[1], l[1].passed_ms);
+		if (gap >= 600 || atomic_load(&l[1].ticks) < 1)
+			fail_msg("passing, waiting %s the publish: %d ticks, "
+				 "%lld ms without one",
+				 before ? "before" : "after",
+				 atomic_load(&l[1].ticks), (long long)gap);
+		fixture_free(f);
 	}
-	fake.delay_ms = 900;
-	l[1].pass = l[1].pass_ticking = true;
-	l[1].start_after_ms = 50;
-	l[2].start_after_ms = 100;
-	lanes_run(l, 3);
-	assert_true(atomic_load(&l[1].ticks) >= 3);
-	pthread_mutex_lock(&fake.lock);
-	assert_int_equal(fake.n_published, 2);
-	assert_int_equal(fake.published[1], (int64_t)l[2].ticket);
-	pthread_mutex_unlock(&fake.lock);
-	fixture_free(f);
 }
 
 /* A lease turn sets when the next may start: a lane asking earlier
