@@ -3181,13 +3181,16 @@ static void test_sweep_under_held_snapshot(void **state)
 	PQfinish(c);
 }
 
-/* Leases s every 100 ms until a batch of one row of type want comes
- * (within 40 s: a rescan is due once the interval and 1,000 times the
- * last one's duration passed, longer under sanitizers), and marks it
- * sent. */
-static void lease_until(struct store *s, const char *want)
+/* Leases s every 100 ms until a batch of one row of type want comes, and
+ * marks it sent. A rescan is due once the interval and 1,000 times the
+ * last one's duration passed: a rescan that took 40 ms on a loaded
+ * machine's sanitized build puts the next 40 s away, so the wait follows
+ * pace, the schedule s shares, with 10 s to spare. */
+static void lease_until(struct store *s, struct store_rescan_pace *pace,
+			const char *want)
 {
-	for (int i = 0; i < 400; i++) {
+	int64_t until = 0;
+	for (;;) {
 		struct lease_batch b;
 		lease(s, &b);
 		if (b.n > 0) {
@@ -3199,9 +3202,20 @@ static void lease_until(struct store *s, const char *want)
 			return;
 		}
 		commit(s, &b);
+		int64_t now = clock_ms();
+		if (until == 0) {
+			int64_t due = atomic_load(&pace->due_ms);
+			until = (due > now ? due : now) + 10000;
+			if (until - now > 180000)
+				fail_msg("the next rescan is due in %lld s",
+					 (long long)(until - now) / 1000);
+		}
+		if (now > until)
+			fail_msg("no rescan leased the %s row by 10 s after "
+				 "the one due",
+				 want);
 		usleep(100 * 1000);
 	}
-	fail_msg("no rescan leased the %s row within 40 s", want);
 }
 
 /* Leases one batch of n rows and marks them sent; returns how many were
@@ -3237,8 +3251,13 @@ static void test_lease_floor_rows_below(void **state)
 	pgtest_fresh_table("store_floor_below", table, sizeof(table));
 	PGconn *c = pgtest_connect();
 	PGconn *producer = pgtest_connect();
+	/* The schedule a process's stores share; one store keeps it as it
+	 * would keep its own, and lease_until() reads it. */
+	struct store_rescan_pace pace;
+	atomic_init(&pace.due_ms, 0);
 	struct store_options o = pgtest_store_options(table);
 	o.lease_rescan_ms = 1000;
+	o.rescan_pace = &pace;
 	struct store *s = pgtest_store(&o);
 	pgtest_exec(c,
 		    "INSERT INTO %s (type, exchange, payload) VALUES "
@@ -3310,7 +3329,7 @@ static void test_lease_floor_rows_below(void **state)
 	pgtest_insert(c, table, 1);
 	assert_int_equal(lease_count_type(s, NULL, 0, 1, "test.event"), 1);
 	assert_int_equal(lease_count_type(s, NULL, 0, 0, "x"), 0);
-	lease_until(s, "nowriter.event");
+	lease_until(s, &pace, "nowriter.event");
 	assert_int_equal(
 	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'pending'",
 			table),
@@ -3672,10 +3691,10 @@ static void test_lease_rescans_shared(void **state)
 	/* a rescans once one is due (a batch of one: the older row below);
 	 * b's lease right after is no rescan, so the other row below waits
 	 * for the next, which b makes. */
-	lease_until(a, "below.event");
+	lease_until(a, &pace, "below.event");
 	pgtest_insert(c, table, 3);
 	lease_types(b, 3, "test.event");
-	lease_until(b, "below.event");
+	lease_until(b, &pace, "below.event");
 	assert_int_equal(
 	    pgtest_long(c, "SELECT count(*) FROM %s WHERE status = 'pending'",
 			table),
