@@ -30,8 +30,17 @@ static char err[1024];
 /* Leases one batch and fails the test on error. */
 static void lease(struct store *s, struct lease_batch *b)
 {
-	if (store_lease(s, NULL, 0, "", b, err, sizeof(err)) != 0)
-		fail_msg("lease: %s", err);
+	/* A claim must reply within a twentieth of the lease timeout (at
+	 * least 250 ms, drawn down to half): with the short timeouts of
+	 * some tests, a cold session's first claim on a loaded machine may
+	 * not. A lease given up hands nothing over and owes nothing; the
+	 * next is tried. */
+	for (int tries = 1;; tries++) {
+		if (store_lease(s, NULL, 0, "", b, err, sizeof(err)) == 0)
+			return;
+		if (tries == 3 || !strstr(err, "lease given up"))
+			fail_msg("lease: %s", err);
+	}
 }
 
 /* Commits the lease: its marks take effect, unmarked rows go back. */
