@@ -967,11 +967,22 @@ static long claims_running(PGconn *c, const char *table)
 			   table);
 }
 
-/* Ends the transaction of the connection arg after a second. */
+/* Ends the locker's transaction a second after a claim on table is seen
+ * waiting (on watch, a connection of its own: pg_stat_activity holds
+ * still within the locker's transaction), so that the claim has waited
+ * past its 250 ms however late it came. */
+struct commit_later {
+	PGconn *locker, *watch;
+	const char *table;
+};
+
 static void *commit_later(void *arg)
 {
+	struct commit_later *l = arg;
+	for (int i = 0; i < 200 && claims_running(l->watch, l->table) == 0; i++)
+		usleep(50 * 1000);
 	usleep(1000 * 1000);
-	pgtest_exec(arg, "COMMIT");
+	pgtest_exec(l->locker, "COMMIT");
 	return NULL;
 }
 
@@ -982,11 +993,14 @@ static void lease_given_up(struct store *s, struct store *sweeper, PGconn *c,
 			   PGconn *locker, bool wait, const char *table)
 {
 	pthread_t t;
-	if (wait)
-		assert_int_equal(pthread_create(&t, NULL, commit_later, locker),
-				 0);
-	struct lease_batch b;
+	struct commit_later later = {locker, NULL, table};
 	int64_t t0 = clock_ms();
+	if (wait) {
+		later.watch = pgtest_connect();
+		assert_int_equal(pthread_create(&t, NULL, commit_later, &later),
+				 0);
+	}
+	struct lease_batch b;
 	int rc = store_lease(s, NULL, 0, "", &b, err, sizeof(err));
 	int64_t took = clock_ms() - t0;
 	assert_int_equal(rc, STORE_ERROR);
@@ -994,7 +1008,9 @@ static void lease_given_up(struct store *s, struct store *sweeper, PGconn *c,
 	assert_int_equal(b.n, 0);
 	if (wait) {
 		pthread_join(t, NULL);
-		/* Rolled back at 250 ms; the claim's reply came at 1 s. */
+		PQfinish(later.watch);
+		/* Rolled back at 250 ms; the claim's reply came a second
+		 * after it was seen waiting. */
 		assert_true(took >= 900 && took < 3000);
 	} else {
 		/* The claim's wait ended; so does the release's, behind
@@ -1058,6 +1074,9 @@ static void test_late_claim_gives_lease_up(void **state)
 	pgtest_insert(c, table, 3);
 	struct store_options o = pgtest_store_options(table);
 	o.lease_timeout_ms = 3000; /* a claim waits 250 ms, then 3 s */
+	/* The server's lock wait (half of it) outlasts the test's look at
+	 * the claim still waiting there, after the client's 3 s. */
+	o.statement_timeout_ms = 30000;
 	struct store *s = pgtest_store(&o);
 	struct store_options o2 = pgtest_store_options(table);
 	o2.leased_by = "test/2/w0";
