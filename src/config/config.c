@@ -202,9 +202,9 @@ const struct setting config_core_rows[] = {
 		   "events per second per process, 0 = unlimited"),
     SETTING_SIZE(C, "OUTBOX_MAX_EVENT_SIZE", max_event_size, "16MiB",
 		 SETTING_KIB, SETTING_GIB,
-		 "largest event relayed (payload, headers and attributes, as "
-		 "brokers count them); a larger row fails at once with the "
-		 "reason, before anything is sent or parsed"),
+		 "largest event relayed (payload, headers and the row's "
+		 "attributes); a larger row fails at once with the reason, "
+		 "before anything is sent or parsed"),
     SETTING_DURATION(
 	C, "OUTBOX_SHUTDOWN_TIMEOUT", shutdown_timeout_ms, "25s", SECOND, HOUR,
 	0, "graceful shutdown budget; must exceed the statement timeout"),

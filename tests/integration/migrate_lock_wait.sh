@@ -25,7 +25,9 @@ mkfifo "$it_dir/lease.fifo"
 PGAPPNAME=held-lease psql "$RELAY_TEST_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 \
 	-f "$it_dir/lease.fifo" >"$it_dir/lease.out" 2>&1 &
 it_pids+=("$!")
-exec {lease_fd}>"$it_dir/lease.fifo"
+# Read-write: the open does not wait for psql, so a psql that never ran
+# shows as no held lease below, not as a hang.
+exec {lease_fd}<>"$it_dir/lease.fifo"
 printf '%s\n' "BEGIN;" "SELECT id FROM $OUTBOX_TABLE WHERE status = 'pending' FOR UPDATE SKIP LOCKED LIMIT 2;" >&"$lease_fd"
 count_is() {
 	test "$(it_psql "$1")" "$2" "$3"

@@ -48,6 +48,7 @@ bouncer_on_each_connection() {
 	local i try backends clients
 	for try in 1 2 3; do
 		clients=()
+		rm -f "$it_dir"/conn-[123].pid
 		for i in 1 2 3; do
 			psql "$bouncer_url" -X -A -t -q -v ON_ERROR_STOP=1 \
 				-c "BEGIN" -c "$1" -c "\\o $it_dir/conn-$i.pid" \
@@ -55,8 +56,10 @@ bouncer_on_each_connection() {
 				>"$it_dir/conn-$i.txt" 2>&1 &
 			clients+=($!)
 		done
-		wait "${clients[@]}" || it_fail "a client of the pool failed: $(cat "$it_dir"/conn-*.txt)"
-		backends=$(sort -u "$it_dir"/conn-[123].pid | grep -c . || true)
+		for i in "${clients[@]}"; do
+			wait "$i" || it_fail "a client of the pool failed: $(cat "$it_dir"/conn-*.txt)"
+		done
+		backends=$(cat "$it_dir"/conn-[123].pid 2>/dev/null | sort -u | grep -c . || true)
 		[ "$backends" = 3 ] && return 0
 	done
 	it_fail "3 clients at once never held the pool's 3 server connections ($backends backends, 3 tries)"

@@ -327,8 +327,9 @@ static void test_validate_null_reason(void **state)
 }
 
 /* What OUTBOX_MAX_EVENT_SIZE counts: payload, headers and every attribute
- * the row carries; an absent one counts nothing, and the destination
- * (exchange, routing key) is not the event's. */
+ * the row supplies (not the id and time, of fixed size); an absent one
+ * counts nothing, and the destination (exchange, routing key) is not the
+ * event's. */
 static void test_row_bytes(void **state)
 {
 	struct fixture f;
