@@ -440,12 +440,20 @@ static void test_last_lane_closes_the_publisher(void **state)
 	assert_int_equal(fake_seen().closes, 1);
 }
 
-/* The longest a lane went without a tick while it waited: between two,
- * or from the last to the end of its wait (ended_ms). */
-static int64_t wait_gap(const struct lane *l, int64_t ended_ms)
+/* Fails unless lane l ticked, and never went 600 ms without a tick while
+ * it waited: between two, or from the last to the end of its wait
+ * (ended_ms). what and before name the case. */
+static void assert_kept_ticking(const struct lane *l, int64_t ended_ms,
+				const char *what, bool before)
 {
-	int64_t last = ended_ms - l->last_tick_ms;
-	return last > l->max_gap_ms ? last : l->max_gap_ms;
+	int64_t gap = ended_ms - l->last_tick_ms;
+	if (l->max_gap_ms > gap)
+		gap = l->max_gap_ms;
+	if (gap >= 600 || atomic_load(&l->ticks) < 1)
+		fail_msg("%s, waiting %s the publish: %d ticks, %lld ms "
+			 "without one",
+			 what, before ? "before" : "after",
+			 atomic_load(&l->ticks), (long long)gap);
 }
 
 /* A lane waiting while another publishes (900 ms) keeps calling
@@ -468,12 +476,8 @@ static void test_waiting_lane_keeps_ticking(void **state)
 		lanes_run(l, 2);
 		struct fake_record seen = fake_seen();
 		assert_int_equal(seen.published[1], (int64_t)l[1].ticket);
-		int64_t gap = wait_gap(&l[1], seen.started_ms[1]);
-		if (gap >= 600 || atomic_load(&l[1].ticks) < 1)
-			fail_msg("waiting %s the publish: %d ticks, %lld ms "
-				 "without one",
-				 before ? "before" : "after",
-				 atomic_load(&l[1].ticks), (long long)gap);
+		assert_kept_ticking(&l[1], seen.started_ms[1], "publishing",
+				    before);
 		fixture_free(f);
 	}
 }
@@ -501,12 +505,7 @@ static void test_passing_lane_keeps_ticking(void **state)
 		struct fake_record seen = fake_seen();
 		assert_int_equal(seen.n_published, 2);
 		assert_int_equal(seen.published[1], (int64_t)l[2].ticket);
-		int64_t gap = wait_gap(&l[1], l[1].passed_ms);
-		if (gap >= 600 || atomic_load(&l[1].ticks) < 1)
-			fail_msg("passing, waiting %s the publish: %d ticks, "
-				 "%lld ms without one",
-				 before ? "before" : "after",
-				 atomic_load(&l[1].ticks), (long long)gap);
+		assert_kept_ticking(&l[1], l[1].passed_ms, "passing", before);
 		fixture_free(f);
 	}
 }
