@@ -46,29 +46,16 @@ clients() {
 }
 
 # every_server URL BASELINE: one client on each of the pool's 3 server
-# connections at once (sequential clients get the one the last let go);
-# prints how many saw settings other than BASELINE. Three clients that
-# did not land on three server backends (one started a second late) are
-# tried again; three tries that never did print "3 unchecked".
+# connections at once (sequential clients get the one the last let go;
+# URL is the pool's, bouncer_on_each_connection's); prints how many saw
+# settings other than BASELINE.
 every_server() {
-	local url="$1" baseline="$2" i try backends leaked=0
-	for try in 1 2 3; do
-		for i in 1 2 3; do
-			psql "$url" -X -A -t -q -c "$settings_sql, pg_backend_pid(), pg_sleep(1)" \
-				>"$it_dir/every-$i.txt" 2>&1 &
-		done
-		wait
-		backends=$(cut -s -d'|' -f2 "$it_dir"/every-[123].txt | sort -u | grep -c . || true)
-		[ "$backends" = 3 ] && break
-	done
-	if [ "$backends" != 3 ]; then
-		echo "3 unchecked"
-		return
-	fi
+	local baseline="$2" i leaked=0
+	bouncer_on_each_connection "$settings_sql"
 	for i in 1 2 3; do
-		if [ "$(cut -d'|' -f1 "$it_dir/every-$i.txt")" != "$baseline" ]; then
+		if [ "$(cat "$it_dir/conn-$i.txt")" != "$baseline" ]; then
 			leaked=$((leaked + 1))
-			cat "$it_dir/every-$i.txt" >>"$it_dir/leaks.txt"
+			cat "$it_dir/conn-$i.txt" >>"$it_dir/leaks.txt"
 		fi
 	done
 	echo "$leaked"
