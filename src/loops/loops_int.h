@@ -452,6 +452,11 @@ size_t active_pauses(struct relay *r, char (*keys)[PAUSE_KEY_MAX], size_t max);
  * them (0 without a max rate). */
 int64_t rate_reserve(struct relay *r, double n);
 
+/* Reserves n events and sleeps until they may be used: only shutdown ends
+ * the sleep early (service as for relay_idle()). */
+void rate_wait(struct relay_thread *th, double n, void (*service)(void *),
+	       void *state);
+
 /* Gives back n reserved events that were not used. */
 void rate_refund(struct relay *r, double n);
 

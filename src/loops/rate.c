@@ -28,6 +28,18 @@ int64_t rate_reserve(struct relay *r, double n)
 	return (int64_t)(wait < RATE_WAIT_MAX_MS ? wait : RATE_WAIT_MAX_MS);
 }
 
+void rate_wait(struct relay_thread *th, double n, void (*service)(void *),
+	       void *state)
+{
+	int64_t wait = rate_reserve(th->relay, n);
+	/* Only shutdown ends it early: a notification did, and with LISTEN
+	 * on a steady stream of them let every lease through at once, past
+	 * the rate, while each reservation pushed the schedule further
+	 * ahead (a long wait once the stream stopped). */
+	if (wait > 0)
+		relay_idle_since(th, NULL, wait, service, state);
+}
+
 void rate_refund(struct relay *r, double n)
 {
 	if (r->cfg->max_rate <= 0 || n <= 0)

@@ -697,9 +697,7 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 				 lanes_publisher_service, w->lanes);
 		return;
 	}
-	int64_t wait = rate_reserve(r, cfg->batch_size);
-	if (wait > 0)
-		relay_idle(w->th, wait, lanes_publisher_service, w->lanes);
+	rate_wait(w->th, cfg->batch_size, lanes_publisher_service, w->lanes);
 	if (relay_stopping(r) || !lanes_take_turn(w->lanes, w->th)) {
 		rate_refund(r, cfg->batch_size);
 		return;

@@ -422,6 +422,43 @@ static void test_rate_near_zero_waits(void **state)
 	fixture_free(f);
 }
 
+static atomic_bool waking;
+
+/* Wakes the relay every 5 ms, as LISTEN does under a steady stream. */
+static void *wake_often(void *arg)
+{
+	struct relay *r = arg;
+	while (atomic_load(&waking)) {
+		relay_wake(r);
+		clock_sleep_ms(5);
+	}
+	return NULL;
+}
+
+/* OUTBOX_MAX_RATE holds under wake-ups: 10 events/s, batches of 5, so the
+ * second batch waits 500 ms however often the relay is woken (a wake-up
+ * ended the wait, and the rate went as fast as notifications came). */
+static void test_rate_wait_outlasts_wakeups(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(1);
+	f->cfg.max_rate = 10;
+	struct relay_thread th = {.relay = f->r};
+	int64_t t0 = clock_ms();
+	rate_wait(&th, 5, NULL, NULL);
+	atomic_store(&waking, true);
+	pthread_t waker;
+	assert_int_equal(pthread_create(&waker, NULL, wake_often, f->r), 0);
+	rate_wait(&th, 5, NULL, NULL);
+	int64_t waited = clock_ms() - t0;
+	atomic_store(&waking, false);
+	pthread_join(waker, NULL);
+	if (waited < 450)
+		fail_msg("the second batch went after %lld ms, want 500",
+			 (long long)waited);
+	fixture_free(f);
+}
+
 /* The publisher lives until the last lane leaves. */
 static void test_last_lane_closes_the_publisher(void **state)
 {
@@ -570,6 +607,7 @@ int main(void)
 	    cmocka_unit_test(test_unhealthy_publisher_releases_later_lanes),
 	    cmocka_unit_test(test_no_probe_after_shutdown_began),
 	    cmocka_unit_test(test_rate_near_zero_waits),
+	    cmocka_unit_test(test_rate_wait_outlasts_wakeups),
 	    cmocka_unit_test(test_last_lane_closes_the_publisher),
 	    cmocka_unit_test(test_waiting_lane_keeps_ticking),
 	    cmocka_unit_test(test_passing_lane_keeps_ticking),
