@@ -353,12 +353,14 @@ bool lanes_take_turn(struct lanes *l, struct relay_thread *th)
 		}
 		int64_t wait = l->next_lease_ms - now;
 		if (!l->idle) {
-			/* Paced after a partial batch (at most
-			 * OUTBOX_LEASE_INTERVAL): only time ends it, so it
+			/* Paced after a partial batch (OUTBOX_LEASE_INTERVAL)
+			 * or a skipped turn (a pause, a source set aside: up
+			 * to OUTBOX_POLL_INTERVAL): only time ends it, so it
 			 * waits here, where the wake-ups of LISTEN do not
-			 * reach. */
+			 * reach; in slices, since neither does shutdown. */
 			loop_tick(th);
-			lease_wait(l, wait);
+			lease_wait(l,
+				   wait < TURN_WAIT_MS ? wait : TURN_WAIT_MS);
 			continue;
 		}
 		uint64_t gen = l->idle_gen;

@@ -422,6 +422,45 @@ static void test_rate_near_zero_waits(void **state)
 	fixture_free(f);
 }
 
+struct turn_asker {
+	struct fixture *f;
+	bool took;
+	int64_t returned_ms;
+};
+
+static void *ask_turn(void *arg)
+{
+	struct turn_asker *a = arg;
+	struct relay_thread th = {.relay = a->f->r};
+	a->took = lanes_take_turn(a->f->lanes, &th);
+	a->returned_ms = clock_ms();
+	return NULL;
+}
+
+/* A lane waiting out a skipped turn (a pause: up to the poll interval, 10 s
+ * here) sees shutdown at once; it slept the wait out, and the process was
+ * killed at its shutdown timeout with nothing in flight. */
+static void test_skipped_turn_sees_shutdown(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(1);
+	struct relay_thread th = {.relay = f->r};
+	assert_true(lanes_take_turn(f->lanes, &th));
+	lanes_end_turn(f->lanes, TURN_SKIPPED, clock_ms() + 10000, 0);
+	struct turn_asker a = {.f = f};
+	pthread_t tid;
+	assert_int_equal(pthread_create(&tid, NULL, ask_turn, &a), 0);
+	clock_sleep_ms(100);
+	int64_t stopped = clock_ms();
+	relay_stop(f->r);
+	pthread_join(tid, NULL);
+	assert_false(a.took);
+	if (a.returned_ms - stopped > 5000)
+		fail_msg("the lane saw shutdown after %lld ms",
+			 (long long)(a.returned_ms - stopped));
+	fixture_free(f);
+}
+
 static atomic_bool waking;
 
 /* Wakes the relay every 5 ms, as LISTEN does under a steady stream. */
@@ -608,6 +647,7 @@ int main(void)
 	    cmocka_unit_test(test_no_probe_after_shutdown_began),
 	    cmocka_unit_test(test_rate_near_zero_waits),
 	    cmocka_unit_test(test_rate_wait_outlasts_wakeups),
+	    cmocka_unit_test(test_skipped_turn_sees_shutdown),
 	    cmocka_unit_test(test_last_lane_closes_the_publisher),
 	    cmocka_unit_test(test_waiting_lane_keeps_ticking),
 	    cmocka_unit_test(test_passing_lane_keeps_ticking),
