@@ -165,8 +165,13 @@ void source_note_lag(struct relay *r, size_t i, const struct lease_batch *b)
 	for (size_t k = 0; k < b->n; k++)
 		if (b->events[k].created_at_us < oldest)
 			oldest = b->events[k].created_at_us;
-	int64_t lag = b->n ? (clock_wall_us() - oldest) / 1000 : 0;
-	atomic_store(&r->source_stats[i].lag_ms, lag > 0 ? lag : 0);
+	int64_t now = clock_wall_us();
+	/* Unsigned: a created_at of '-infinity' lies further back
+	 * than a signed difference reaches (undefined); in ms it fits. */
+	int64_t lag = b->n && now > oldest
+			  ? (int64_t)(((uint64_t)now - (uint64_t)oldest) / 1000)
+			  : 0;
+	atomic_store(&r->source_stats[i].lag_ms, lag);
 }
 
 void relay_source_stats(struct relay *r, size_t i,

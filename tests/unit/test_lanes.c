@@ -5,8 +5,9 @@
  * order the lanes arrive in, a lane passing its turn lets the next one go,
  * a publisher gone unhealthy hands later lanes' rows back unwritten, the
  * last lane out closes the publisher, a lane waiting for the publisher
- * or passing its turn keeps ticking (its lease renewal), and the lease cadence
- * holds a lane until the time the last turn set.
+ * or passing its turn keeps ticking (its lease renewal), the lease cadence
+ * holds a lane until the time the last turn set and lets shutdown through,
+ * the max rate outlasts wake-ups, and a batch's lag reaches any past.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -422,6 +423,31 @@ static void test_rate_near_zero_waits(void **state)
 	fixture_free(f);
 }
 
+/* A batch's lag with a created_at of '-infinity' (a table made by hand has
+ * no CHECK against it): the longest, where the signed difference overflowed
+ * (undefined) and read as no lag. */
+static void test_lag_of_the_infinite_past(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(1);
+	struct outbox_event e[2] = {
+	    {.created_at_us = clock_wall_us() - 5000000},
+	    {.created_at_us = INT64_MIN + INT64_C(946684800000000)},
+	};
+	struct lease_batch b = {.events = e, .n = 1};
+	struct relay_source_stats st;
+	source_note_lag(f->r, 0, &b);
+	relay_source_stats(f->r, 0, &st);
+	assert_true(st.lag_ms >= 5000 && st.lag_ms < 60000);
+	b.n = 2;
+	source_note_lag(f->r, 0, &b);
+	relay_source_stats(f->r, 0, &st);
+	/* Over 200,000 years. */
+	if (st.lag_ms < INT64_C(6000000000000000))
+		fail_msg("lag %lld ms", (long long)st.lag_ms);
+	fixture_free(f);
+}
+
 struct turn_asker {
 	struct fixture *f;
 	bool took;
@@ -647,6 +673,7 @@ int main(void)
 	    cmocka_unit_test(test_no_probe_after_shutdown_began),
 	    cmocka_unit_test(test_rate_near_zero_waits),
 	    cmocka_unit_test(test_rate_wait_outlasts_wakeups),
+	    cmocka_unit_test(test_lag_of_the_infinite_past),
 	    cmocka_unit_test(test_skipped_turn_sees_shutdown),
 	    cmocka_unit_test(test_last_lane_closes_the_publisher),
 	    cmocka_unit_test(test_waiting_lane_keeps_ticking),
