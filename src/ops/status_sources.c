@@ -231,6 +231,16 @@ int cli_status_sources(const struct config *cfg, bool json)
 	ret = json ? print_json(&r) : (print_text(&r), 0);
 	if (ret == 0)
 		ret = fflush(stdout) == 0 ? 0 : 1;
+	/* Some sources read is a status (the others' lines say why not);
+	 * none read is a runtime failure, as for one source. */
+	size_t read = 0;
+	for (size_t i = 0; i < r.n; i++)
+		read += r.at[i].rank > 0;
+	if (ret == 0 && r.n > 0 && read == 0) {
+		fprintf(stderr, "outbox-relay status: no source could be "
+				"read (each line says why)\n");
+		ret = 1;
+	}
 out:
 	free(r.at);
 	return ret;

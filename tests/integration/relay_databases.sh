@@ -153,6 +153,13 @@ assert [r["source"] for r in rows] == ["second/" + t, "main/" + t], rows
 assert rows[0]["state"] == "unreachable" and "error" in rows[0], rows[0]
 assert rows[1]["state"] == "ok" and rows[1]["pending"] >= 0, rows[1]
 PY
+# No source read (the second down, no such table in the main one): the
+# lines still print, and the exit status says it.
+run_cli_missing() { env "${dbs_env[@]}" OUTBOX_TABLE="${table}_none" "$RELAY_TEST_BIN" "$@"; }
+run_cli_missing status >"$it_dir/status_none.out" 2>"$it_dir/status_none.err" &&
+	it_fail "status with no source read exited 0: $(cat "$it_dir/status_none.out")"
+grep -q "^main/${table}_none  *missing" "$it_dir/status_none.out" || it_fail "status with no source read: $(cat "$it_dir/status_none.out")"
+grep -q 'no source could be read' "$it_dir/status_none.err" || it_fail "status with no source read does not say so: $(cat "$it_dir/status_none.err")"
 
 # Back: its rows go out without a restart of the relay.
 sleep 3
