@@ -300,6 +300,9 @@ static void use_source(struct ops_session *o, struct store_options *so,
 	struct relay *r = o->relay;
 	o->source = i;
 	o->has_source = true;
+	/* The last refresh's index counters were another table's: the
+	 * difference to this one's would be one arbitrary sample. */
+	o->idx_known = false;
 	so->table = relay_source_table(r, i);
 	so->conninfo =
 	    config_database_url(relay_config(r), relay_source_db(r, i));
