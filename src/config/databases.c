@@ -119,14 +119,14 @@ static void var_of(const char *prefix, const char *name, char *out,
 	out[k < outlen ? k : outlen - 1] = '\0';
 }
 
-/* Reads one URL variable of database d into *out, checked; a problem is
- * reported. */
-static void read_url(struct config_loader *ld, const char *var,
+/* Reads one URL variable of database d into *out, checked. False when a
+ * problem was reported. */
+static bool read_url(struct config_loader *ld, const char *var,
 		     int (*check)(const char *, char *, size_t), char **out)
 {
 	char why[256];
 	if (config_env_read(ld, var, out) < 0)
-		return;
+		return false;
 	if (*out && **out == '\0') {
 		free(*out);
 		*out = NULL;
@@ -135,7 +135,9 @@ static void read_url(struct config_loader *ld, const char *var,
 		config_problem(ld, var, true, *out, "%s", why);
 		config_free_secret(*out, true);
 		*out = NULL;
+		return false;
 	}
+	return true;
 }
 
 /* A variable of prefix naming a database not listed is a mistake the
@@ -181,6 +183,9 @@ void config_databases_load(struct config_loader *ld, struct config *cfg,
 {
 	char why[256];
 	if (!cfg->databases_list || !*cfg->databases_list) {
+		/* A list refused (said already) is not one unset. */
+		if (!config_loader_ok(ld, "OUTBOX_DATABASES"))
+			return;
 		check_strays(ld, cfg, URL_PREFIX);
 		check_strays(ld, cfg, LISTEN_PREFIX);
 		return;
@@ -211,8 +216,8 @@ void config_databases_load(struct config_loader *ld, struct config *cfg,
 		struct config_database *db = &cfg->databases[d];
 		char var[128];
 		var_of(URL_PREFIX, db->name, var, sizeof(var));
-		read_url(ld, var, check_conninfo, &db->url);
-		if (!db->url && config_loader_ok(ld, var))
+		/* A URL refused (said already) is not one missing. */
+		if (read_url(ld, var, check_conninfo, &db->url) && !db->url)
 			config_problem(ld, var, false, NULL,
 				       "not set: database %s of "
 				       "OUTBOX_DATABASES needs its URL",

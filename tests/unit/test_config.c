@@ -1156,6 +1156,24 @@ static void test_databases(void **state)
 	assert_null(strstr(r.errs, "secret"));
 	run_free(&r);
 
+	/* A URL refused, and a list refused: each said once, not also as a
+	 * URL missing or a URL naming no database of an unset list. */
+	env_clear();
+	env_set("OUTBOX_DATABASES", "a,b");
+	env_set("OUTBOX_DATABASE_URL_A", "host=a bogus=1");
+	env_set("OUTBOX_DATABASE_URL_B", "host=b");
+	run_load(&r);
+	if (r.problems != 1 || !strstr(r.errs, "OUTBOX_DATABASE_URL_A: "))
+		fail_msg("a URL refused: %s", r.errs);
+	run_free(&r);
+	env_clear();
+	env_set("OUTBOX_DATABASES", "one");
+	env_set("OUTBOX_DATABASE_URL_ONE", "host=a");
+	run_load(&r);
+	if (r.problems != 1 || !strstr(r.errs, "names at least two"))
+		fail_msg("a list refused: %s", r.errs);
+	run_free(&r);
+
 	/* A per-database URL without the list is not silently unused. */
 	env_clear();
 	env_set("OUTBOX_LISTEN_DATABASE_URL_X", "host=x");
