@@ -72,6 +72,23 @@ static int check_shortstr(const char *what, const char *s, char *reason,
 	return -1;
 }
 
+/* RabbitMQ reads headers CC and BCC (those names exactly) as extra routing
+ * keys and closes the channel on one that is not an array, which a row's
+ * header (a string) never is: the broker's reason names no message, so
+ * every row of the batch was in doubt and retried, this one for ever. */
+static int check_routing_header(const char *name, char *reason,
+				size_t reasonlen)
+{
+	if (strcmp(name, "CC") != 0 && strcmp(name, "BCC") != 0)
+		return 0;
+	set_reason(reason, reasonlen,
+		   "header %s: RabbitMQ reads CC and BCC as extra routing "
+		   "keys (an array) and refuses a string there; give the "
+		   "header another name",
+		   name);
+	return -1;
+}
+
 /* True for names cloudevent_binary_headers() put under the prefix (the
  * row's own headers cannot start with it: validation refuses them). */
 static bool has_prefix(const char *name, const char *prefix)
@@ -179,7 +196,9 @@ int rmq_msg_build(const struct config *cfg, const struct outbox_event *ev,
 		goto fail;
 	for (size_t i = 0; i < m->ce.n; i++)
 		if (check_shortstr("header name", m->ce.items[i].name, reason,
-				   reasonlen))
+				   reasonlen) ||
+		    check_routing_header(m->ce.items[i].name, reason,
+					 reasonlen))
 			goto fail;
 	if (msg_headers(m, structured, prefix) != 0) {
 		set_reason(reason, reasonlen, "out of memory");

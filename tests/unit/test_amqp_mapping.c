@@ -328,6 +328,23 @@ static void test_refused_rows(void **unused)
 	assert_build_fails(&cfg, &ev, "header name");
 	free(json);
 
+	/* RabbitMQ's routing headers, by their exact names only. */
+	ev = event();
+	ev.headers_json = "{\"CC\":\"k.other\"}";
+	assert_build_fails(&cfg, &ev, "header CC: RabbitMQ reads CC and BCC");
+	ev.headers_json = "{\"BCC\":\"k.other\"}";
+	assert_build_fails(&cfg, &ev, "header BCC:");
+	ev.headers_json = "{\"cc\":\"k.other\",\"CCX\":\"v\"}";
+	{
+		struct rmq_msg m;
+		char reason[256];
+
+		assert_int_equal(
+		    rmq_msg_build(&cfg, &ev, &m, reason, sizeof(reason)), 0);
+		assert_header(&m, "cc", "k.other");
+		rmq_msg_release(&m);
+	}
+
 	/* What cloudevent_validate() refuses, with its reason. */
 	ev = event();
 	ev.type = "";
