@@ -287,8 +287,22 @@ static void rpc_failed(struct rmq_state *st, amqp_rpc_reply_t r,
 int rmq_channel_open(struct rmq_state *st, char *err, size_t errlen)
 {
 	amqp_rpc_reply_t r;
+	amqp_channel_t next =
+	    (amqp_channel_t)(st->channel % st->channel_max + 1);
 
-	st->channel = (amqp_channel_t)(st->channel % st->channel_max + 1);
+	/* The channel closed without waiting may still have acks on the
+	 * way, which librabbitmq would hand over as the new channel's: they
+	 * would settle its messages unconfirmed. A broker allowing one
+	 * channel (or few) comes round to that number at once. */
+	if (next == st->closing) {
+		rmq_set_reason(err, errlen,
+			       "amqp broker %s: no channel to open: the broker "
+			       "has not confirmed closing channel %u",
+			       st->where, (unsigned)next);
+		rmq_conn_drop(st, err);
+		return -1;
+	}
+	st->channel = next;
 	rmq_watchdog_arm(st, clock_ms() + 2 * rmq_timeout_ms(st->cfg));
 	amqp_channel_open(st->conn, st->channel);
 	r = amqp_get_rpc_reply(st->conn);
@@ -307,7 +321,9 @@ int rmq_channel_open(struct rmq_state *st, char *err, size_t errlen)
 }
 
 /* Closes the channel without waiting: its late frames are dropped since
- * the next channel has another number. */
+ * the next channel has another number, and that number is not used again
+ * before the close is confirmed; a second channel to close before the
+ * first is means a broker not answering: the connection goes. */
 void rmq_channel_abandon(struct rmq_state *st)
 {
 	amqp_channel_close_t c = {
@@ -319,6 +335,12 @@ void rmq_channel_abandon(struct rmq_state *st)
 	if (!st->conn || !st->channel_open)
 		return;
 	st->channel_open = false;
+	if (st->closing) {
+		rmq_conn_drop(st, "a channel to close while the broker has "
+				  "not confirmed closing the last one");
+		return;
+	}
+	st->closing = st->channel;
 	rmq_watchdog_arm(st, clock_ms() + CLOSE_TIMEOUT_MS);
 	rc = amqp_send_method(st->conn, st->channel, AMQP_CHANNEL_CLOSE_METHOD,
 			      &c);
@@ -539,6 +561,7 @@ int rmq_conn_open(struct rmq_state *st, char *err, size_t errlen)
 	st->frame_max = (size_t)amqp_get_frame_max(st->conn);
 	st->blocked = false;
 	st->channel_open = false;
+	st->closing = 0;
 	if (rmq_channel_open(st, err, errlen) != 0)
 		goto fail;
 	if (rmq_settings_of(st->cfg)->declare_exchange &&

@@ -119,6 +119,9 @@ struct rmq_state {
 	amqp_connection_state_t conn; /* NULL while disconnected */
 	amqp_channel_t channel;	      /* current channel number */
 	bool channel_open;	      /* open and in confirm mode */
+	/* A channel the relay closed whose close-ok has not come: its number
+	 * is not opened again until it has (0: none). */
+	amqp_channel_t closing;
 	uint16_t channel_max;
 	uint64_t next_tag; /* delivery tag of the next publish on channel */
 	size_t frame_max;

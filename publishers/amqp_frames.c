@@ -445,6 +445,11 @@ static void handle_frame(struct rmq_state *st, const amqp_frame_t *f)
 		}
 		return;
 	}
+	if (f->channel == st->closing &&
+	    f->payload.method.id == AMQP_CHANNEL_CLOSE_OK_METHOD) {
+		st->closing = 0; /* no frame of it can follow */
+		return;
+	}
 	if (f->channel != st->channel || !st->channel_open)
 		return; /* a channel we closed: its late frames mean nothing */
 	switch (f->payload.method.id) {
