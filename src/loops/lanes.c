@@ -256,6 +256,36 @@ void lanes_pass(struct lanes *l, uint64_t ticket, struct publish_ctx *ctx)
 	next_ticket(l);
 }
 
+/* What the backend gets for one publish: the lane's context with the
+ * deadline capped by the publish's own. */
+struct turn_ctx {
+	struct publish_ctx pub; /* the backend's; opaque: this */
+	struct publish_ctx *lane;
+	int64_t own_deadline_ms;
+};
+
+static int64_t turn_deadline(const struct turn_ctx *t)
+{
+	return t->own_deadline_ms < t->lane->deadline_ms ? t->own_deadline_ms
+							 : t->lane->deadline_ms;
+}
+
+static bool turn_may_send(struct publish_ctx *ctx, size_t i)
+{
+	struct turn_ctx *t = ctx->opaque;
+	return t->lane->may_send(t->lane, i);
+}
+
+/* A renewal moves the lane's deadline (its lease's); the publish follows
+ * it up to its own. */
+static bool turn_tick(struct publish_ctx *ctx)
+{
+	struct turn_ctx *t = ctx->opaque;
+	bool stopping = t->lane->tick(t->lane);
+	t->pub.deadline_ms = turn_deadline(t);
+	return stopping;
+}
+
 int lanes_publish(struct lanes *l, uint64_t ticket,
 		  const struct outbox_event *events, size_t n,
 		  int64_t timeout_ms, struct publish_ctx *ctx,
@@ -266,10 +296,15 @@ int lanes_publish(struct lanes *l, uint64_t ticket,
 	/* The publish's own time starts with its turn: the lanes before it
 	 * may have taken most of a publish timeout each (a broker slow to
 	 * confirm), and a deadline counted from the lease would report
-	 * this batch's confirms in doubt before they were due. */
-	int64_t own = clock_ms() + timeout_ms;
-	if (own < ctx->deadline_ms)
-		ctx->deadline_ms = own;
+	 * this batch's confirms in doubt before they were due. The lease's
+	 * deadline is read now, as the renewals of the wait left it, not as
+	 * it was when the lane began to wait. */
+	struct turn_ctx turn = {
+	    .pub = {.may_send = turn_may_send, .tick = turn_tick},
+	    .lane = ctx,
+	    .own_deadline_ms = clock_ms() + timeout_ms};
+	turn.pub.opaque = &turn;
+	turn.pub.deadline_ms = turn_deadline(&turn);
 	int rc = -1;
 	/* Another lane may have found the broker gone while this one
 	 * waited: its rows were never handed over. */
@@ -284,7 +319,7 @@ int lanes_publish(struct lanes *l, uint64_t ticket,
 	}
 	/* The publish alone: the wait for the turn is the lanes'. */
 	int64_t t0 = clock_ms();
-	rc = publisher_publish(&l->pub, events, n, ctx, results);
+	rc = publisher_publish(&l->pub, events, n, &turn.pub, results);
 	metrics_observe(MH_PUBLISH_SECONDS, (uint64_t)(clock_ms() - t0) * 1000);
 	bool in_doubt = false;
 	for (size_t i = 0; i < n; i++)

@@ -262,6 +262,8 @@ static bool ctx_tick(struct publish_ctx *ctx)
 	if (!w->batch.lease_lost &&
 	    clock_ms() - w->batch.last_renew_ms >= w->cfg->lease_timeout_ms / 3)
 		renew(w);
+	/* Read by lanes_publish() at the batch's turn and at each tick. */
+	ctx->deadline_ms = w->batch.local_deadline_ms;
 	return relay_stopping(w->r);
 }
 
@@ -316,8 +318,8 @@ static void validate_rows(struct batch *b, const struct config *cfg)
 static void publish_valid_rows(struct worker *w)
 {
 	struct batch *b = &w->batch;
-	/* Never past the lease's own deadline; the publish timeout is
-	 * counted from the batch's turn (lanes_publish()). */
+	/* Never past the lease's local deadline as renewals move it; the
+	 * publish timeout counts from the batch's turn (lanes_publish()). */
 	struct publish_ctx ctx = {
 	    .deadline_ms = b->local_deadline_ms,
 	    .may_send = ctx_may_send,

@@ -13,6 +13,10 @@
  *   RELAY_TEST_FLAKY_ACK_DELAY_MS pause after each event is delivered,
  *                             before it is acknowledged: a broker slow to
  *                             confirm what it already has
+ *   RELAY_TEST_FLAKY_DEADLINE 1: an event not acknowledged by the
+ *                             publish's deadline (ctx->deadline_ms, read at
+ *                             each event) is in doubt (PUB_TRANSPORT), as a
+ *                             broker's confirm that came too late
  *   RELAY_TEST_FLAKY_SHUFFLE  1: each batch is delivered and acknowledged
  *                             in a random order, as a broker confirming
  *                             out of order would
@@ -38,6 +42,7 @@ struct flaky {
 	int delay_ms;
 	int ack_delay_ms;
 	int shuffle;
+	int deadline;
 	unsigned int seed;
 };
 
@@ -76,6 +81,8 @@ static int flaky_open(const struct config *cfg, void **state, char *err,
 	d = getenv("RELAY_TEST_FLAKY_ACK_DELAY_MS");
 	f->ack_delay_ms = d ? atoi(d) : 0;
 	f->shuffle = sh ? atoi(sh) : 0;
+	d = getenv("RELAY_TEST_FLAKY_DEADLINE");
+	f->deadline = d ? atoi(d) : 0;
 	const char *oom = getenv("RELAY_TEST_FLAKY_JSON_OOM");
 	if (oom)
 		encode_test_json_fail(0, atoi(oom));
@@ -135,6 +142,12 @@ static int flaky_publish(void *state, const struct outbox_event *events,
 		if (f->ack_delay_ms > 0) {
 			clock_sleep_ms(f->ack_delay_ms);
 			ctx->tick(ctx);
+		}
+		if (f->deadline && clock_ms() >= ctx->deadline_ms) {
+			r->outcome = PUB_TRANSPORT;
+			snprintf(r->reason, sizeof(r->reason),
+				 "flaky: no confirm by the deadline");
+			continue;
 		}
 		r->outcome = PUB_ACKED;
 	}

@@ -41,6 +41,8 @@ static struct {
 	int64_t budget_ms[MAX_CALLS];  /* each publish's deadline - its start */
 	int64_t started_ms[MAX_CALLS]; /* when each publish began */
 	int64_t fail_seq;	       /* the batch with this first seq fails */
+	bool tick_first;	       /* each publish ticks once first, */
+	int64_t ticked_budget_ms[MAX_CALLS]; /* and its deadline after */
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static int fake_open(const struct config *cfg, void **state, char *err,
@@ -72,7 +74,15 @@ static int fake_publish(void *state, const struct outbox_event *events,
 		    ctx->deadline_ms - clock_ms();
 		fake.published[fake.n_published++] = events[0].seq;
 	}
+	bool tick_first = fake.tick_first;
+	int k = fake.n_published - 1;
 	pthread_mutex_unlock(&fake.lock);
+	if (tick_first && k < MAX_CALLS) {
+		ctx->tick(ctx);
+		pthread_mutex_lock(&fake.lock);
+		fake.ticked_budget_ms[k] = ctx->deadline_ms - clock_ms();
+		pthread_mutex_unlock(&fake.lock);
+	}
 	if (delay > 0)
 		clock_sleep_ms(delay);
 	for (size_t i = 0; i < n; i++)
@@ -140,6 +150,7 @@ static struct fixture *fixture_new(int per_worker)
 	fake.n_published = fake.opens = fake.closes = fake.probes = 0;
 	fake.busy = fake.max_busy = fake.delay_ms = 0;
 	fake.fail_seq = -1;
+	fake.tick_first = false;
 	pthread_mutex_unlock(&fake.lock);
 	assert_int_equal(
 	    relay_create(&f->r, &f->cfg, &fake_ops, err, sizeof(err)), 0);
@@ -177,8 +188,9 @@ struct lane {
 	int start_after_ms; /* sleep before asking for the turn */
 	int timeout_ms;	    /* the publish timeout; 0: 10 s */
 	int deadline_ms;    /* the lease's deadline from the start; 0: 10 s */
-	int rc;		    /* what lanes_publish() returned */
-	atomic_int ticks;   /* ctx->tick calls */
+	bool renews;	  /* each tick moves it deadline_ms on, as a renewal */
+	int rc;		  /* what lanes_publish() returned */
+	atomic_int ticks; /* ctx->tick calls */
 	/* On the lane's own thread: its last tick (or the start of its wait)
 	 * and the longest time between two. */
 	int64_t last_tick_ms, max_gap_ms;
@@ -193,6 +205,8 @@ static bool lane_tick(struct publish_ctx *ctx)
 	struct lane *l = ctx->opaque;
 	atomic_fetch_add(&l->ticks, 1);
 	int64_t now = clock_ms();
+	if (l->renews)
+		ctx->deadline_ms = now + l->deadline_ms;
 	if (now - l->last_tick_ms > l->max_gap_ms)
 		l->max_gap_ms = now - l->last_tick_ms;
 	l->last_tick_ms = now;
@@ -335,6 +349,60 @@ static void test_publish_timeout_counts_from_its_turn(void **state)
 		fail_msg("the lease's deadline gave the last publish %lld ms "
 			 "of the 200 or so left",
 			 (long long)seen.budget_ms[2]);
+	fixture_free(f);
+}
+
+/* The lease's deadline a publish gets is the one the renewals of its wait
+ * for the turn left: a lane whose lease ends 500 ms after each renewal,
+ * waiting 900 ms behind another publish, has about 500 ms when its turn
+ * comes, where the deadline read before the wait had passed 400 ms ago
+ * (its confirms reported in doubt at once, its rows sent again). */
+static void test_publish_deadline_follows_renewals(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(2);
+	struct lane l[2] = {0};
+	lease_lanes(f, l, 2);
+	pthread_mutex_lock(&fake.lock);
+	fake.delay_ms = 900;
+	pthread_mutex_unlock(&fake.lock);
+	l[1].deadline_ms = 500;
+	l[1].renews = true;
+	l[1].start_after_ms = 20;
+	lanes_run(l, 2);
+	struct fake_record seen = fake_seen();
+	assert_int_equal(seen.n_published, 2);
+	/* At most a wait slice (200 ms) since the last renewal, and a
+	 * loaded machine's scheduling. */
+	if (seen.budget_ms[1] < 100)
+		fail_msg("the publish had %lld ms of its lease",
+			 (long long)seen.budget_ms[1]);
+	fixture_free(f);
+}
+
+/* A renewal during the publish moves the lease's deadline, never past the
+ * publish's own: a lease 10 s long, renewed at the publish's first tick,
+ * leaves the publish its 1 s timeout. */
+static void test_publish_renewal_keeps_its_timeout(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new(1);
+	struct lane l[1] = {0};
+	lease_lanes(f, l, 1);
+	pthread_mutex_lock(&fake.lock);
+	fake.tick_first = true;
+	pthread_mutex_unlock(&fake.lock);
+	l[0].deadline_ms = 10000;
+	l[0].renews = true;
+	l[0].timeout_ms = 1000;
+	lanes_run(l, 1);
+	pthread_mutex_lock(&fake.lock);
+	int64_t budget = fake.ticked_budget_ms[0];
+	pthread_mutex_unlock(&fake.lock);
+	if (budget > 1000 || budget < 500)
+		fail_msg("after a renewal the publish had %lld ms, want its "
+			 "1000",
+			 (long long)budget);
 	fixture_free(f);
 }
 
@@ -673,6 +741,8 @@ int main(void)
 	    cmocka_unit_test(test_no_probe_after_shutdown_began),
 	    cmocka_unit_test(test_rate_near_zero_waits),
 	    cmocka_unit_test(test_rate_wait_outlasts_wakeups),
+	    cmocka_unit_test(test_publish_deadline_follows_renewals),
+	    cmocka_unit_test(test_publish_renewal_keeps_its_timeout),
 	    cmocka_unit_test(test_lag_of_the_infinite_past),
 	    cmocka_unit_test(test_skipped_turn_sees_shutdown),
 	    cmocka_unit_test(test_last_lane_closes_the_publisher),
