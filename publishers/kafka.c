@@ -54,6 +54,9 @@ enum slot_state {
 	SLOT_OPEN,   /* not handed to librdkafka: results[i] is final */
 	SLOT_QUEUED, /* handed over, no delivery report yet */
 	SLOT_DONE,   /* delivery report received */
+	/* Its report: refused as too large, maybe for its record batch's
+	 * size (retry_refused_alone()); results[i] says PUB_PERMANENT. */
+	SLOT_TOO_LARGE,
 };
 
 struct kafka_state {
@@ -173,6 +176,9 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m,
 		return;
 	}
 	r->outcome = kafka_delivery_outcome(m->err, rd_kafka_message_status(m));
+	if (m->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+	    m->err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE)
+		st->slots[i] = SLOT_TOO_LARGE;
 	if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE && st->purge_reason) {
 		if (r->outcome == PUB_NOT_WRITTEN) {
 			kafka_ascii_copy(r->reason, sizeof(r->reason),
@@ -464,6 +470,51 @@ static void await_reports(struct run *run)
 				"publish deadline; outcome unknown");
 }
 
+/*
+ * A broker holds a topic's max.message.bytes against a whole record batch,
+ * and librdkafka 2.0.2 does not split a batch it refused: every record in
+ * it is reported too large, the small ones too. When more than one record
+ * was, each goes again alone (its own batch, as the producer carries
+ * nothing else), and only a record refused alone fails for its size.
+ */
+static void retry_refused_alone(struct run *run,
+				const struct outbox_event *events, size_t n)
+{
+	struct kafka_state *st = run->st;
+	size_t refused = 0;
+
+	for (size_t i = 0; i < n; i++)
+		refused += st->slots[i] == SLOT_TOO_LARGE;
+	if (refused < 2)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		const char *why = NULL;
+
+		if (st->slots[i] != SLOT_TOO_LARGE)
+			continue;
+		if (run->stopping)
+			why = "the relay is shutting down";
+		else if (clock_ms() >= run->deadline_ms)
+			why = "the publish deadline passed";
+		else if (run->ctx && run->ctx->may_send &&
+			 !run->ctx->may_send(run->ctx, i))
+			why = "the lease no longer allows it";
+		if (why) {
+			char reason[300];
+
+			snprintf(reason, sizeof(reason),
+				 "refused with its record batch as too large, "
+				 "not sent again alone: %s",
+				 why);
+			result_set(&st->results[i], PUB_EVENT, reason);
+			continue;
+		}
+		st->slots[i] = SLOT_OPEN;
+		produce_one(run, &events[i], i);
+		await_reports(run);
+	}
+}
+
 static int slots_reserve(struct kafka_state *st, size_t n)
 {
 	unsigned char *grown;
@@ -531,6 +582,7 @@ static int kafka_publish(void *state, const struct outbox_event *events,
 		produce_one(&run, &events[i], i);
 	}
 	await_reports(&run);
+	retry_refused_alone(&run, events, n);
 
 	st->collecting = false;
 	st->results = NULL;

@@ -343,6 +343,41 @@ static void test_broker_refuses_size(void **unused)
 	fixture_done(&f);
 }
 
+/* The broker refuses a whole record batch as too large (a topic's
+ * max.message.bytes below what the producer batched): every record of it
+ * is reported so, and each goes again alone, where they all pass. Failing
+ * them all failed rows that fit. */
+static void test_batch_refused_as_too_large(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+
+	(void)unused;
+	/* A long linger and one key: nothing leaves before the flush, and
+	 * the records are one partition's batch, one request. */
+	fixture_init(&f, 10000, "linger.ms", "5000");
+	for (size_t i = 0; i < 6; i++)
+		f.ev[i].partition_key = "k1";
+	rd_kafka_mock_push_request_errors(cluster(&f), API_PRODUCE, 1,
+					  RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+	t = tctx_new(f.pub, 10000);
+	assert_int_equal(publish(&f, 6, &t), 0);
+	for (size_t i = 0; i < 6; i++)
+		if (f.res[i].outcome != PUB_ACKED)
+			fail_msg("record %zu: outcome %d, %s", i,
+				 (int)f.res[i].outcome, f.res[i].reason);
+	/* Refused again alone: that one fails, for its own size. */
+	rd_kafka_mock_push_request_errors(cluster(&f), API_PRODUCE, 2,
+					  RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE,
+					  RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+	t = tctx_new(f.pub, 10000);
+	assert_int_equal(publish(&f, 2, &t), 0);
+	assert_int_equal(f.res[0].outcome, PUB_PERMANENT);
+	assert_non_null(strstr(f.res[0].reason, "MSG_SIZE_TOO_LARGE"));
+	assert_int_equal(f.res[1].outcome, PUB_ACKED);
+	fixture_done(&f);
+}
+
 static void test_local_size_limit(void **unused)
 {
 	struct fixture f;
@@ -612,6 +647,7 @@ int main(void)
 	    cmocka_unit_test(test_batch_not_lingered),
 	    cmocka_unit_test(test_retryable_errors),
 	    cmocka_unit_test(test_broker_refuses_size),
+	    cmocka_unit_test(test_batch_refused_as_too_large),
 	    cmocka_unit_test(test_local_size_limit),
 	    cmocka_unit_test(test_destinations),
 	    cmocka_unit_test(test_brokers_down),
