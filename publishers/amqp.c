@@ -179,7 +179,9 @@ static void state_free(struct rmq_state *st)
 	rmq_conn_close(st);
 	rmq_watchdog_stop(&st->wd);
 	if (st->url) {
-		explicit_bzero(st->url, strlen(st->url));
+		/* amqp_parse_url() cut the copy with NULs: the password lies
+		 * past the first. */
+		explicit_bzero(st->url, st->url_len);
 		free(st->url);
 	}
 	free(st);
@@ -200,6 +202,7 @@ static int rmq_open(const struct config *cfg, void **state, char *err,
 	if (rmq_validate(cfg, err, errlen) != 0)
 		goto fail;
 	st->url = strdup(rmq_settings_of(cfg)->url);
+	st->url_len = st->url ? strlen(st->url) : 0;
 	if (!st->url) {
 		rmq_set_reason(err, errlen, "amqp: out of memory");
 		goto fail;

@@ -112,7 +112,8 @@ struct flight {
 
 struct rmq_state {
 	const struct config *cfg;
-	char *url; /* private copy: amqp_parse_url() points ci into it */
+	char *url;	/* private copy: amqp_parse_url() points ci into it */
+	size_t url_len; /* its length before the parse cut it */
 	struct amqp_connection_info ci;
 	char where[200]; /* "host:port, vhost '/'" for messages */
 	char conn_name[160];

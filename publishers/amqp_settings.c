@@ -136,10 +136,12 @@ static int url_info(const char *url, char **copy,
 	return amqp_parse_url(*copy, ci) == AMQP_STATUS_OK ? 0 : -1;
 }
 
-static void url_free(char *copy)
+/* The copy's length is the URL's: amqp_parse_url() cut it with NULs, and
+ * the password lies past the first. */
+static void url_free(char *copy, const char *url)
 {
 	if (copy) {
-		explicit_bzero(copy, strlen(copy));
+		explicit_bzero(copy, strlen(url));
 		free(copy);
 	}
 }
@@ -183,7 +185,7 @@ int rmq_settings_check(const struct rmq_settings *as, char *err, size_t errlen)
 	}
 	ret = 0;
 out:
-	url_free(copy);
+	url_free(copy, as->url);
 	return ret;
 }
 
@@ -209,7 +211,7 @@ void rmq_settings_warn(const struct rmq_settings *as)
 			   "the network unencrypted; use amqps://",
 			   "link", "amqp", "broker", where, NULL);
 out:
-	url_free(copy);
+	url_free(copy, as->url);
 }
 
 const struct config_group rmq_settings_group = {
