@@ -510,7 +510,12 @@ static int redrive_times(const struct subcommand *c, struct store *s,
 			 char *until_at)
 {
 	char err[1024];
-	const char *times[2] = {a->since, a->until};
+	/* Replayed rows are sent again, finished after now: a second run
+	 * of the command must not take them again, so a range ends now. */
+	const char *times[2] = {a->since, a->until ? a->until
+					  : strcmp(a->status, "sent") == 0
+					      ? "now"
+					      : NULL};
 	char *resolved[2] = {since_at, until_at};
 	for (int i = 0; i < 2; i++) {
 		if (!times[i])
@@ -533,8 +538,7 @@ static void redrive_report(const struct redrive_args *a, size_t count,
 	char range[200] = "";
 	if (a->since)
 		snprintf(range, sizeof(range), ", finished from %s%s%s",
-			 since_at, a->until ? " until " : "",
-			 a->until ? until_at : "");
+			 since_at, until_at[0] ? " until " : "", until_at);
 	if (a->dry_run)
 		printf("dry run: %zu %s row%s match%s; nothing changed\n",
 		       count, a->status, count == 1 ? "" : "s", range);
@@ -576,7 +580,7 @@ static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
 	    .n_ids = a.n_ids,
 	    .type = a.type,
 	    .since = a.since ? since_at : NULL,
-	    .until = a.until ? until_at : NULL,
+	    .until = until_at[0] ? until_at : NULL,
 	    .sent = strcmp(a.status, "sent") == 0,
 	    .dry_run = a.dry_run,
 	    .force = a.force,
@@ -592,17 +596,18 @@ static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
 	ret = 1;
 	int rc = store_redrive(s, &f, &count, err, sizeof(err));
 	cli_progress_end(&p);
-	if (rc != 0) {
+	char rest[160] = "the same command";
+	if (f.sent)
+		snprintf(rest, sizeof(rest), "it with --until '%s'", until_at);
+	if (rc != 0)
 		fprintf(stderr, "outbox-relay redrive: %s\n", err);
+	if ((rc != 0 && !a.dry_run) || cli_interrupted)
+		printf("%s: %zu %s row%s redriven before the %s are pending "
+		       "again with attempts reset; run %s again for the rest\n",
+		       rc ? "stopped" : "interrupted", count, a.status,
+		       count == 1 ? "" : "s", rc ? "error" : "stop", rest);
+	if (rc != 0 || cli_interrupted)
 		goto out;
-	}
-	if (cli_interrupted) {
-		printf("interrupted: %zu %s row%s redriven before the stop "
-		       "are pending again with attempts reset; run the same "
-		       "command again for the rest\n",
-		       count, a.status, count == 1 ? "" : "s");
-		goto out;
-	}
 	redrive_report(&a, count, since_at, until_at);
 	ret = 0;
 out:
