@@ -300,8 +300,8 @@ static bool flight_ready(struct batch *b)
 		b->unsent_why = b->why;
 		return false;
 	}
-	if (!st->channel_open &&
-	    rmq_channel_open(st, b->why, sizeof(b->why)) != 0) {
+	if (!st->channel_open && rmq_channel_open(st, b->fl->deadline, b->why,
+						  sizeof(b->why)) != 0) {
 		b->fl->lost = false;
 		b->unsent_why = b->why;
 		return false;
@@ -341,6 +341,8 @@ static bool slot_build(struct batch *b, size_t i)
 	return true;
 }
 
+static const char *write_stop(struct batch *b, int64_t now);
+
 /* Writes slot i (reopening the channel if the broker closed it). false
  * when the flight must stop writing. */
 static bool slot_send(struct batch *b, size_t i)
@@ -364,7 +366,13 @@ static bool slot_send(struct batch *b, size_t i)
 		return true;
 	if (!st->channel_open) {
 		rmq_cork(st, false);
-		if (rmq_channel_open(st, b->why, sizeof(b->why)) != 0) {
+		/* The loop's write_stop() says why nothing more goes. */
+		if (clock_ms() >= fl->deadline) {
+			b->cursor = i;
+			return true;
+		}
+		if (rmq_channel_open(st, fl->deadline, b->why,
+				     sizeof(b->why)) != 0) {
 			b->cursor = i;
 			if (!fl->lost) {
 				fl->lost = true;
@@ -376,6 +384,15 @@ static bool slot_send(struct batch *b, size_t i)
 		}
 		fl->base_tag = fl->low_tag = st->next_tag;
 		fl->ntags = 0;
+		/* The reopen took time: the deadline or the lease may no
+		 * longer allow the row (asked again at the loop's next
+		 * turn). */
+		if (write_stop(b, clock_ms()) ||
+		    (b->ctx && b->ctx->may_send &&
+		     !b->ctx->may_send(b->ctx, i))) {
+			b->cursor = i;
+			return true;
+		}
 	}
 	rmq_cork(st, true);
 	if (write_slot(st, i) != 0)
@@ -519,7 +536,8 @@ static int rmq_probe(void *state, char *err, size_t errlen)
 	}
 	if (!st->conn && rmq_conn_open(st, err, errlen) != 0)
 		return -1;
-	if (!st->channel_open && rmq_channel_open(st, err, errlen) != 0)
+	if (!st->channel_open &&
+	    rmq_channel_open(st, fl.deadline, err, errlen) != 0)
 		return -1;
 
 	slot.msg.exchange = amqp_cstring_bytes("");

@@ -283,12 +283,25 @@ static void rpc_failed(struct rmq_state *st, amqp_rpc_reply_t r,
 	rmq_conn_drop(st, err);
 }
 
-/* Opens a fresh channel in confirm mode. 0, or -1 with err set. */
-int rmq_channel_open(struct rmq_state *st, char *err, size_t errlen)
+/* Opens a fresh channel in confirm mode, waiting for the broker until
+ * `until` (clock_ms()) at most. 0, or -1 with err set. */
+int rmq_channel_open(struct rmq_state *st, int64_t until, char *err,
+		     size_t errlen)
 {
 	amqp_rpc_reply_t r;
 	amqp_channel_t next =
 	    (amqp_channel_t)(st->channel % st->channel_max + 1);
+	int64_t left = until - clock_ms();
+	struct timeval tv;
+
+	if (left <= 0) {
+		rmq_set_reason(err, errlen,
+			       "amqp broker %s: no time left to open a channel",
+			       st->where);
+		return -1;
+	}
+	if (left > rmq_timeout_ms(st->cfg))
+		left = rmq_timeout_ms(st->cfg);
 
 	/* The channel closed without waiting may still have acks on the
 	 * way, which librabbitmq would hand over as the new channel's: they
@@ -303,7 +316,11 @@ int rmq_channel_open(struct rmq_state *st, char *err, size_t errlen)
 		return -1;
 	}
 	st->channel = next;
-	rmq_watchdog_arm(st, clock_ms() + 2 * rmq_timeout_ms(st->cfg));
+	/* A publish's deadline bounds the wait: reopened mid-batch, with the
+	 * whole publish timeout, a publish ran up to twice its timeout. */
+	tv = rmq_tv_of(left);
+	amqp_set_rpc_timeout(st->conn, &tv);
+	rmq_watchdog_arm(st, clock_ms() + 2 * left);
 	amqp_channel_open(st->conn, st->channel);
 	r = amqp_get_rpc_reply(st->conn);
 	if (r.reply_type == AMQP_RESPONSE_NORMAL) {
@@ -311,6 +328,10 @@ int rmq_channel_open(struct rmq_state *st, char *err, size_t errlen)
 		r = amqp_get_rpc_reply(st->conn);
 	}
 	rmq_watchdog_disarm(st);
+	if (st->conn) {
+		tv = rmq_tv_of(rmq_timeout_ms(st->cfg));
+		amqp_set_rpc_timeout(st->conn, &tv);
+	}
 	if (r.reply_type != AMQP_RESPONSE_NORMAL) {
 		rpc_failed(st, r, "opening a channel", err, errlen);
 		return -1;
@@ -562,7 +583,8 @@ int rmq_conn_open(struct rmq_state *st, char *err, size_t errlen)
 	st->blocked = false;
 	st->channel_open = false;
 	st->closing = 0;
-	if (rmq_channel_open(st, err, errlen) != 0)
+	if (rmq_channel_open(st, clock_ms() + rmq_timeout_ms(st->cfg), err,
+			     errlen) != 0)
 		goto fail;
 	if (rmq_settings_of(st->cfg)->declare_exchange &&
 	    exchange_declare(st, err, errlen) != 0)

@@ -150,7 +150,8 @@ void rmq_watchdog_arm(struct rmq_state *st, int64_t deadline);
 bool rmq_watchdog_disarm(struct rmq_state *st);
 void rmq_describe_status(int status, char *buf, size_t len);
 void rmq_conn_drop(struct rmq_state *st, const char *why);
-int rmq_channel_open(struct rmq_state *st, char *err, size_t errlen);
+int rmq_channel_open(struct rmq_state *st, int64_t until, char *err,
+		     size_t errlen);
 void rmq_channel_abandon(struct rmq_state *st);
 int rmq_conn_open(struct rmq_state *st, char *err, size_t errlen);
 void rmq_conn_close(struct rmq_state *st);
