@@ -291,11 +291,12 @@ static int migrate_of_many(const char *cmd, const struct config *cfg, size_t d,
 }
 
 /* `migrate` of every table pattern matches now in database d; how many
- * failed. */
+ * failed. *tables grows by the tables matched (by one for a pattern whose
+ * lookup failed, which counts as one failure, once across the passes). */
 static int migrate_pattern(const char *cmd, const struct config *cfg, size_t d,
 			   const char *pattern, const struct cli_migrate *m,
 			   enum migrate_pass pass,
-			   struct migrate_failed *failed)
+			   struct migrate_failed *failed, size_t *tables)
 {
 	char err[1024];
 	struct store_options o =
@@ -304,11 +305,25 @@ static int migrate_pattern(const char *cmd, const struct config *cfg, size_t d,
 	o.conninfo = config_database_url(cfg, d);
 	char **names = NULL;
 	size_t n = 0;
+	char *key = failed_key(d, pattern);
+	(*tables)++;
+	if (pass == PASS_CONTRACT && failed_before(failed, key)) {
+		printf("pattern %s: (skipped: it failed above)\n", pattern);
+		free(key);
+		return 0;
+	}
 	if (store_catalog_match(&o, pattern, &names, &n, err, sizeof(err)) !=
 	    0) {
 		fprintf(stderr, "outbox-relay: pattern %s: %s\n", pattern, err);
+		if (pass == PASS_EXPAND)
+			failed_add(failed, key);
+		else
+			free(key);
 		return 1;
 	}
+	free(key);
+	(*tables)--;
+	*tables += n;
 	/* A pattern creates nothing: it names the tables there are. */
 	printf("pattern %s matches %zu tables%s\n", pattern, n,
 	       pass == PASS_CONTRACT ? ": their contract steps" : "");
@@ -337,12 +352,12 @@ static int migrate_all(const char *cmd, const struct config *cfg,
 			       config_database_name(cfg, d), d + 1, dbs);
 		for (size_t i = 0; i < cfg->n_tables; i++) {
 			const char *table = cfg->tables[i];
-			(*tables)++;
 			if (table_is_pattern(table)) {
 				fails += migrate_pattern(cmd, cfg, d, table, m,
-							 pass, failed);
+							 pass, failed, tables);
 				continue;
 			}
+			(*tables)++;
 			if (cfg->n_tables > 1)
 				printf("table %s (%zu of %zu):\n", table, i + 1,
 				       cfg->n_tables);

@@ -90,6 +90,13 @@ for t in x y z; do
 done
 [ "$(it_psql "SELECT count(*) FROM contract_y_$$.outbox_events_contract")" = 0 ] ||
 	it_fail "the refused table's step is recorded"
+# The same three as one pattern: the summary counts the tables it matched
+# (it counted the pattern as one table, and said nothing).
+list="contract_*_$$.outbox_events"
+list_cli migrate --contract
+[ "$ops_rc" = 1 ] || it_fail "migrate --contract of the pattern exited $ops_rc with an older relay of y alive"
+grep -q '1 of 3 tables failed to migrate' "$it_dir/cli.err" ||
+	it_fail "the pattern's refusal: $(cat "$it_dir/cli.err")"
 for t in x y z; do
 	it_psql "SET client_min_messages = warning; DROP SCHEMA contract_${t}_$$ CASCADE" >/dev/null
 done
