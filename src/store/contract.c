@@ -54,7 +54,7 @@ static const char partition_sql[] =
     "DO $step$ DECLARE "
     "old regclass := to_regclass('{{table}}'); nsp text; owner regrole; "
     "dflt text := '{{n}}_default'; r record; renamed text; def text; "
-    "indexes int; why text; seq text; next bigint; "
+    "indexes int; why text; seq text; next bigint; called boolean; "
     "BEGIN "
     "IF old IS NULL THEN RAISE EXCEPTION 'table % does not exist', "
     "{{lit}}; END IF; "
@@ -133,12 +133,15 @@ static const char partition_sql[] =
     "'index % of %: cannot rewrite its definition %', r.relname, "
     "{{lit}}, def; END IF; EXECUTE def; END IF; END LOOP; "
     /* Its identity is a sequence of its own, which would start at 1
-     * below every seq of the old rows: seq is every ordering's "older". */
+     * below every seq of the old rows: seq is every ordering's "older".
+     * It takes the old one's state whole: a RESTART left it unused, read
+     * as 0 by ordered mode's check of the rows against it, which refused
+     * the table until the first insert. */
     "seq := pg_get_serial_sequence(format('%s.%I', nsp, dflt), 'seq'); "
-    "EXECUTE format('SELECT CASE WHEN is_called THEN last_value + 1 ELSE "
-    "last_value END FROM %s', seq) INTO next; "
-    "EXECUTE format('ALTER TABLE {{table}} ALTER seq RESTART WITH %s', "
-    "next); "
+    "EXECUTE format('SELECT last_value, is_called FROM %s', seq) INTO "
+    "next, called; "
+    "PERFORM setval(pg_get_serial_sequence('{{table}}', 'seq'), next, "
+    "called); "
     "IF owner <> current_user::regrole THEN EXECUTE format('ALTER TABLE "
     "{{table}} OWNER TO %s', owner); END IF; "
     "FOR r IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM "

@@ -147,26 +147,42 @@ static int shape(struct store *s, const char *dflt, bool history, bool *yes,
 	return 0;
 }
 
+/* Drops the CHECK of the days ahead from the default partition, when no
+ * partition follows it: left there, it would refuse every insert of those
+ * days once they come (their ids would have no partition but the
+ * default). Its lock is waited for longer than a step's; false when even
+ * that did not get it. */
+static bool drop_ahead(struct store *s, const char *dflt, const char *check)
+{
+	char err[512];
+	bool busy = false;
+	int rc = begin(s, &busy, err, sizeof(err));
+	if (rc != 0 || busy)
+		return false;
+	char *sql = store_asprintf(
+	    "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", dflt, check);
+	if (sql &&
+	    store_exec_cmd(s, "partitions", "SET LOCAL lock_timeout = '5s'", 0,
+			   NULL, NULL, err, sizeof(err)) == 0 &&
+	    store_exec_cmd(s, "partitions", sql, 0, NULL, NULL, err,
+			   sizeof(err)) == 0) {
+		free(sql);
+		return store_finish_tx(s, TX_COMMIT, err, sizeof(err)) == 0;
+	}
+	free(sql);
+	store_finish_tx(s, TX_ROLLBACK, err, sizeof(err));
+	return false;
+}
+
 /* A row of the default partition has an id of the days ahead (a
- * producer's clock ahead, or a UUIDv4 that looks like one): the CHECK,
- * which would refuse such inserts while it stays, is dropped and no
- * partition made; an error that says so. */
+ * producer's clock ahead, or a UUIDv4 that looks like one): the CHECK is
+ * dropped and no partition made; an error that says so. */
 static int refuse_ahead(struct store *s, const char *dflt, const char *check,
 			char *err, size_t errlen)
 {
 	char why[512];
 	snprintf(why, sizeof(why), "%s", err);
-	bool busy = false;
-	int rc = begin(s, &busy, err, errlen);
-	char *sql = store_asprintf(
-	    "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", dflt, check);
-	if (rc == 0 && !busy && sql &&
-	    store_exec_cmd(s, "partitions", sql, 0, NULL, NULL, err, errlen) ==
-		0)
-		store_finish_tx(s, TX_COMMIT, err, errlen);
-	else if (rc == 0 && !busy)
-		store_finish_tx(s, TX_ROLLBACK, err, errlen);
-	free(sql);
+	drop_ahead(s, dflt, check);
 	snprintf(err, errlen,
 		 "partitions of %s: no partition made for the next days, "
 		 "since the default partition holds a row with an id of "
@@ -181,8 +197,12 @@ static int refuse_ahead(struct store *s, const char *dflt, const char *check,
  * VALID (no scan), then validated (a scan under SHARE UPDATE EXCLUSIVE,
  * which no writer waits for), after which each creation is implied by
  * it and scans nothing (docs/design.md §11, measured 15 ms against 306
- * ms at 719 MB). The CHECK stays until the next days are made: ids of
- * days with a partition never go to the default.
+ * ms at 719 MB). The CHECK stays once the days are made (ids of days with
+ * a partition never go to the default), and goes if they are not: left
+ * behind a validation or a creation that did not end, it refused every
+ * producer's insert of the next day from its midnight until the next
+ * round (measured: a validation past the statement timeout on a large
+ * default partition, each round).
  */
 static int make_ahead(struct store *s, const char *dflt, const char *with,
 		      int days, struct partition_result *r, char *err,
@@ -221,12 +241,18 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 	if (rc == 0 && !busy) {
 		rc = begin(s, &busy, err, errlen);
 		if (rc == 0 && !busy) {
-			rc = step_built(
-			    s,
-			    store_asprintf(
-				"ALTER TABLE %s VALIDATE CONSTRAINT %s", dflt,
-				check),
-			    &busy, err, errlen);
+			/* A scan of the whole default partition under a lock
+			 * no writer waits for: not bounded by the statement
+			 * timeout, which a large one outlasts. */
+			rc = step(s, "SET LOCAL statement_timeout = 0", &busy,
+				  err, errlen);
+			if (rc == 0 && !busy)
+				rc = step_built(
+				    s,
+				    store_asprintf("ALTER TABLE %s VALIDATE "
+						   "CONSTRAINT %s",
+						   dflt, check),
+				    &busy, err, errlen);
 			if (rc == 0 && !busy)
 				rc = store_finish_tx(s, TX_COMMIT, err, errlen);
 			else if (rc != 0 && strstr(err, "23514"))
@@ -254,6 +280,14 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 			if (rc == 0)
 				r->created += (size_t)n;
 		}
+	}
+	if ((rc != 0 || busy) && !drop_ahead(s, dflt, check) && rc == 0) {
+		snprintf(err, errlen,
+			 "partitions of %s: the check of the days ahead on "
+			 "the default partition could not be dropped after "
+			 "their partitions were not made",
+			 s->table.literal);
+		rc = STORE_ERROR;
 	}
 	PQclear(res);
 	r->busy |= busy;
@@ -350,9 +384,13 @@ int store_partitions_tend(struct store *s, int days_ahead, int64_t retention_ms,
 	s->clean_default = r->partitioned;
 	if (!r->partitioned)
 		return 0;
-	rc = make_ahead(s, dflt, with, days_ahead, r, err, errlen);
-	if (rc != 0)
-		return rc;
+	/* The days past retention go whatever the days ahead did: a day
+	 * not made (a producer's id of it in the default partition) must
+	 * not keep every old day's rows. The first error is the one told. */
+	int made = make_ahead(s, dflt, with, days_ahead, r, err, errlen);
+	char made_err[1024] = "";
+	if (made != 0)
+		snprintf(made_err, sizeof(made_err), "%s", err);
 
 	/* A day's sent rows are deletable once it ended more than
 	 * retention ago; what is not then goes to the default. */
@@ -363,12 +401,18 @@ int store_partitions_tend(struct store *s, int days_ahead, int64_t retention_ms,
 	const char *values[3] = {s->table.quoted, part_prefix, ret};
 	PGresult *res = store_exec(s, "partitions", sql_old, 3, values,
 				   PGRES_TUPLES_OK, &rc, err, errlen);
-	if (!res)
-		return store_public_rc(rc);
-	const char *retentions[2] = {ret, fret};
-	for (int i = 0; rc == 0 && i < PQntuples(res); i++)
-		rc = drop_day(s, PQgetvalue(res, i, 0), retentions, r, err,
-			      errlen);
-	PQclear(res);
+	if (res) {
+		const char *retentions[2] = {ret, fret};
+		for (int i = 0; rc == 0 && i < PQntuples(res); i++)
+			rc = drop_day(s, PQgetvalue(res, i, 0), retentions, r,
+				      err, errlen);
+		PQclear(res);
+	} else {
+		rc = store_public_rc(rc);
+	}
+	if (made != 0) {
+		snprintf(err, errlen, "%s", made_err);
+		return made;
+	}
 	return rc;
 }

@@ -601,6 +601,91 @@ static void test_tend_behind_another_cleaner(void **state)
 	PQfinish(c);
 }
 
+/* A table just partitioned, its sequence where the old one was; the days
+ * ahead not made (their creation waited past its lock wait: a
+ * session holds the table): the CHECK on the default partition that none
+ * of its rows lies in them goes too, so an insert of tomorrow's id lands
+ * in the default. It stayed, and refused every insert of the day from its
+ * midnight until a round made its partition or moved the check on. */
+static void test_days_not_made_leave_no_check(void **state)
+{
+	(void)state;
+	char table[128], dflt[160], lo[40], tag[16];
+	struct outbox_table t;
+	pgtest_fresh_table("part_nocheck", table, sizeof(table));
+	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
+	table_derived(&t, "_default", dflt, sizeof(dflt));
+	PGconn *c = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	pgtest_insert(c, table, 3);
+	if (store_partition_unrecorded(c, &t, err, sizeof(err)) != 0)
+		fail_msg("partition: %s", err);
+	/* The new identity's sequence as the old one left it, used: with
+	 * nothing inserted since, ordered mode's check of the rows against
+	 * it (check_seq) read it as 0, below them, and refused the table
+	 * until the first insert. */
+	long seq_last = pgtest_long(c,
+				    "SELECT coalesce(pg_sequence_last_value("
+				    "pg_get_serial_sequence('%s', 'seq')), 0)",
+				    table);
+	long seq_max = pgtest_long(c, "SELECT max(seq) FROM %s", table);
+	if (seq_last < seq_max)
+		fail_msg("the sequence is at %ld, the rows' seq at %ld",
+			 seq_last, seq_max);
+
+	/* The parent alone: the check and its validation (the default
+	 * partition's) go by, the creation (the parent's) waits. */
+	pgtest_exec(c, "BEGIN");
+	pgtest_exec(c, "LOCK TABLE ONLY %s IN ACCESS SHARE MODE", table);
+	struct partition_result r;
+	if (store_partitions_tend(s, 3, DAY_MS, 0, &r, err, sizeof(err)) != 0)
+		fail_msg("tend: %s", err);
+	assert_true(r.busy);
+	assert_int_equal(r.created, 0);
+	pgtest_exec(c, "COMMIT");
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_constraint "
+				     "WHERE conrelid = '%s'::regclass AND "
+				     "conname = '%s_ahead'",
+				     dflt, t.name),
+			 0);
+	day_of(c, 1, lo, tag);
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s (id, type, payload) VALUES ('%s'::uuid, "
+		 "'tomorrow', '{}')",
+		 table, lo);
+	PGresult *res = PQexec(c, sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		fail_msg("an insert of tomorrow's id: %s",
+			 PQresultErrorMessage(res));
+	PQclear(res);
+
+	/* While tomorrow's row stays in the default partition no day is
+	 * made (refused, said); a day past retention goes all the same,
+	 * where every old day stayed while one ahead could not be made. */
+	char old_lo[40], old_tag[16], old_hi[40], old_hi_tag[16];
+	day_of(c, -3, old_lo, old_tag);
+	day_of(c, -2, old_hi, old_hi_tag);
+	pgtest_exec(c,
+		    "CREATE TABLE %s\"%s_p%s\" PARTITION OF %s FOR VALUES "
+		    "FROM ('%s') TO ('%s')",
+		    t.prefix, t.name, old_tag, table, old_lo, old_hi);
+	if (store_partitions_tend(s, 3, DAY_MS, 0, &r, err, sizeof(err)) == 0)
+		fail_msg("a day ahead made with tomorrow's row in the default");
+	if (!strstr(err, "no partition made for the next days"))
+		fail_msg("tend: %s", err);
+	assert_int_equal(r.created, 0);
+	assert_int_equal(r.dropped, 1);
+
+	/* The next round makes the days once that row is gone. */
+	pgtest_exec(c, "DELETE FROM %s WHERE type = 'tomorrow'", table);
+	assert_int_equal(tend(s, DAY_MS, 0).created, 3);
+	store_close(s);
+	PQfinish(c);
+}
+
 static bool index_valid(PGconn *c, const char *index)
 {
 	return pgtest_long(c,
@@ -1003,6 +1088,7 @@ int main(void)
 	    cmocka_unit_test(test_not_valid_check_refused),
 	    cmocka_unit_test(test_partitions_by_the_day),
 	    cmocka_unit_test(test_tend_behind_another_cleaner),
+	    cmocka_unit_test(test_days_not_made_leave_no_check),
 	    cmocka_unit_test(test_later_migration_index),
 	    cmocka_unit_test(test_later_index_beside_writers),
 	    cmocka_unit_test(test_finished_index_split_live),
