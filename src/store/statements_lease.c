@@ -457,11 +457,16 @@ static char *lease_sql(const struct store *s, bool claims)
 				     has_below ? "UNION ALL SELECT tid, rid, "
 						 "bytes, w FROM below "
 					       : "");
+	/* The next late scan's floor: the lowest writer of every late row
+	 * read, taken or not (a suspect filling the batch, the byte budget,
+	 * ordered mode's ties); those its LIMIT left have writers above
+	 * them. From the picked rows alone it passed a late row left out,
+	 * which then waited for the next rescan. */
 	const char *written_floor =
 	    !has_below
 		? "$6::xid8" /* unused, but every lease takes it */
 		: "(SELECT least(pg_snapshot_xmin(pg_current_snapshot()), "
-		  "min(w)) FROM picked)";
+		  "min(w)) FROM below)";
 	/* Where the next keyed lease's walk starts: after the last key this
 	 * one took, in the walk's order, when the batch filled; otherwise
 	 * the walk ended (at the cap, or having come round) and was read

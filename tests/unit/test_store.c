@@ -3365,6 +3365,43 @@ static void test_lease_floor_rows_below(void **state)
 	PQfinish(c);
 }
 
+/* 8b''. A late row the lease did not take keeps the late scan's floor at
+ * its writer: here a crash suspect fills a batch of one ahead of it. The
+ * floor moved to the lease's snapshot past the late row's writer, and the
+ * row waited for the next rescan (an hour here). */
+static void test_late_row_left_keeps_the_floor(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_late_left", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	PGconn *producer = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	o.batch_size = 1;
+	struct store *s = pgtest_store(&o);
+	pgtest_exec(producer, "BEGIN");
+	pgtest_exec(producer,
+		    "INSERT INTO %s (type, payload) VALUES ('late.event', "
+		    "'\\x02')",
+		    table);
+	pgtest_insert(c, table, 2);
+	/* The first lease scans from the start; the second has floors,
+	 * the producer's transaction open below them. */
+	assert_int_equal(lease_count_type(s, NULL, 0, 1, "test.event"), 1);
+	assert_int_equal(lease_count_type(s, NULL, 0, 1, "test.event"), 1);
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, suspect) VALUES "
+		    "('suspect.event', '\\x03', true)",
+		    table);
+	pgtest_exec(producer, "COMMIT");
+	assert_int_equal(lease_count_type(s, NULL, 0, 1, "suspect.event"), 1);
+	assert_int_equal(lease_count_type(s, NULL, 0, 1, "late.event"), 1);
+	store_close(s);
+	PQfinish(producer);
+	PQfinish(c);
+}
+
 /* 8b-iii'. A session connected anew scans from the start at its next
  * lease: its floors were read on the session that ended, and what ended
  * it (the database restored, or failed over to a standby that lacked the
@@ -4832,6 +4869,7 @@ int main(void)
 	    cmocka_unit_test(test_full_batch_holds_its_rows),
 	    cmocka_unit_test(test_ordered_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_below),
+	    cmocka_unit_test(test_late_row_left_keeps_the_floor),
 	    cmocka_unit_test(test_lease_rescans_shared),
 	    cmocka_unit_test(test_sweep_under_held_snapshot),
 	    cmocka_unit_test(test_key_map_under_held_snapshot),
