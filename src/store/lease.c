@@ -430,15 +430,16 @@ static bool rescan_scheduled(const struct store *s, int64_t now_ms)
 		   (long long)(now_ms + s->opt.lease_rescan_ms));
 }
 
+/* The paused list changed since the last lease that ran: rows left
+ * behind the floor while their destination was paused are due now. It is
+ * taken as seen only once a lease's statement ran (store_lease()): a
+ * lease that failed would have used the change up, and the resumed rows
+ * waited for the next rescan. */
 static bool lease_rescans(struct store *s, const char *paused_arr,
 			  int64_t now_ms, char floor[40])
 {
 	bool paused_changed =
 	    !s->rescan_paused || strcmp(s->rescan_paused, paused_arr) != 0;
-	if (paused_changed) {
-		free(s->rescan_paused);
-		s->rescan_paused = strdup(paused_arr);
-	}
 	if (!floor_of(s, floor) || paused_changed ||
 	    rescan_scheduled(s, now_ms)) {
 		snprintf(floor, 40, "-infinity");
@@ -593,6 +594,12 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 						values, PGRES_TUPLES_OK, 1, &rc,
 						err, errlen);
 		}
+	}
+	if (res &&
+	    (!s->rescan_paused || strcmp(s->rescan_paused, paused_arr) != 0)) {
+		free(s->rescan_paused);
+		s->rescan_paused = paused_arr;
+		paused_arr = NULL;
 	}
 	free(paused_arr);
 	key_map_args_free(&map);

@@ -3402,6 +3402,44 @@ static void test_late_row_left_keeps_the_floor(void **state)
 	PQfinish(c);
 }
 
+/* 8b-ii. A lease that fails once a destination's pause ended (here its
+ * lock not had in time) leaves the change to the next lease, which
+ * rescans and has the resumed row at once; the failed one used the change
+ * up, and the row waited for the next rescan (an hour here). */
+static void test_resume_outlives_a_failed_lease(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_resume_failed", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	PGconn *locker = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	o.lock_timeout_ms = 200;
+	struct store *s = pgtest_store(&o);
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, exchange, payload) VALUES "
+		    "('paused.event', 'px', '\\x01')",
+		    table);
+	pgtest_insert(c, table, 2);
+	const char *paused[1] = {"px"};
+	/* The first lease scans from the start; the second has floors, the
+	 * paused row behind them. */
+	assert_int_equal(lease_count_type(s, paused, 1, 2, "test.event"), 2);
+	pgtest_insert(c, table, 1);
+	assert_int_equal(lease_count_type(s, paused, 1, 1, "test.event"), 1);
+	pgtest_exec(locker, "BEGIN");
+	pgtest_exec(locker, "LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", table);
+	struct lease_batch b;
+	if (store_lease(s, NULL, 0, "", &b, err, sizeof(err)) == 0)
+		fail_msg("a lease of a locked table went through");
+	pgtest_exec(locker, "COMMIT");
+	assert_int_equal(lease_count_type(s, NULL, 0, 1, "paused.event"), 1);
+	store_close(s);
+	PQfinish(locker);
+	PQfinish(c);
+}
+
 /* 8b-iii'. A session connected anew scans from the start at its next
  * lease: its floors were read on the session that ended, and what ended
  * it (the database restored, or failed over to a standby that lacked the
@@ -4870,6 +4908,7 @@ int main(void)
 	    cmocka_unit_test(test_ordered_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_below),
 	    cmocka_unit_test(test_late_row_left_keeps_the_floor),
+	    cmocka_unit_test(test_resume_outlives_a_failed_lease),
 	    cmocka_unit_test(test_lease_rescans_shared),
 	    cmocka_unit_test(test_sweep_under_held_snapshot),
 	    cmocka_unit_test(test_key_map_under_held_snapshot),
