@@ -147,31 +147,36 @@ static int shape(struct store *s, const char *dflt, bool history, bool *yes,
 	return 0;
 }
 
-/* Drops the CHECK of the days ahead from the default partition, when no
- * partition follows it: left there, it would refuse every insert of those
- * days once they come (their ids would have no partition but the
- * default). Its lock is waited for longer than a step's; false when even
- * that did not get it. */
+/* Drops this round's CHECK of the days ahead from the default partition
+ * when their partitions were not made: left there, it would refuse every
+ * insert of those days once they come (their ids would have no partition
+ * but the default). A few tries, each waiting at most a step's lock wait;
+ * another replica tending meanwhile (the cleaner's lock) makes a check of
+ * its own in place of this one, and is left to. False when no try got
+ * the table's lock (the next round's check replaces it). */
 static bool drop_ahead(struct store *s, const char *dflt, const char *check)
 {
 	char err[512];
-	bool busy = false;
-	int rc = begin(s, &busy, err, sizeof(err));
-	if (rc != 0 || busy)
-		return false;
 	char *sql = store_asprintf(
 	    "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", dflt, check);
-	if (sql &&
-	    store_exec_cmd(s, "partitions", "SET LOCAL lock_timeout = '5s'", 0,
-			   NULL, NULL, err, sizeof(err)) == 0 &&
-	    store_exec_cmd(s, "partitions", sql, 0, NULL, NULL, err,
-			   sizeof(err)) == 0) {
-		free(sql);
-		return store_finish_tx(s, TX_COMMIT, err, sizeof(err)) == 0;
+	bool done = false;
+	for (int i = 0; sql && !done && i < 5; i++) {
+		bool busy = false;
+		if (i > 0)
+			clock_sleep_ms(100);
+		if (begin(s, &busy, err, sizeof(err)) != 0)
+			break;
+		if (busy) { /* another replica tends: its check replaces */
+			done = true;
+			break;
+		}
+		if (step(s, sql, &busy, err, sizeof(err)) != 0)
+			break;
+		done = !busy &&
+		       store_finish_tx(s, TX_COMMIT, err, sizeof(err)) == 0;
 	}
 	free(sql);
-	store_finish_tx(s, TX_ROLLBACK, err, sizeof(err));
-	return false;
+	return done;
 }
 
 /* A row of the default partition has an id of the days ahead (a
@@ -182,7 +187,11 @@ static int refuse_ahead(struct store *s, const char *dflt, const char *check,
 {
 	char why[512];
 	snprintf(why, sizeof(why), "%s", err);
-	drop_ahead(s, dflt, check);
+	if (!drop_ahead(s, dflt, check))
+		log_warn("partitions of %s: the check of the days ahead on the "
+			 "default partition could not be dropped; the next "
+			 "round replaces it",
+			 s->table.literal);
 	snprintf(err, errlen,
 		 "partitions of %s: no partition made for the next days, "
 		 "since the default partition holds a row with an id of "
@@ -238,6 +247,8 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 	    &busy, err, errlen);
 	if (rc == 0 && !busy)
 		rc = store_finish_tx(s, TX_COMMIT, err, errlen);
+	/* From here this round's check is on the default partition. */
+	bool added = rc == 0 && !busy, refused = false;
 	if (rc == 0 && !busy) {
 		rc = begin(s, &busy, err, errlen);
 		if (rc == 0 && !busy) {
@@ -255,8 +266,10 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 				    &busy, err, errlen);
 			if (rc == 0 && !busy)
 				rc = store_finish_tx(s, TX_COMMIT, err, errlen);
-			else if (rc != 0 && strstr(err, "23514"))
+			else if (rc != 0 && strstr(err, "23514")) {
 				rc = refuse_ahead(s, dflt, check, err, errlen);
+				refused = true;
+			}
 		}
 	}
 	if (rc == 0 && !busy) {
@@ -281,14 +294,12 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 				r->created += (size_t)n;
 		}
 	}
-	if ((rc != 0 || busy) && !drop_ahead(s, dflt, check) && rc == 0) {
-		snprintf(err, errlen,
-			 "partitions of %s: the check of the days ahead on "
-			 "the default partition could not be dropped after "
-			 "their partitions were not made",
+	if (added && !refused && (rc != 0 || busy) &&
+	    !drop_ahead(s, dflt, check))
+		log_warn("partitions of %s: the check of the days ahead on the "
+			 "default partition could not be dropped; the next "
+			 "round replaces it",
 			 s->table.literal);
-		rc = STORE_ERROR;
-	}
 	PQclear(res);
 	r->busy |= busy;
 	return rc;
