@@ -502,11 +502,13 @@ static void retry_refused_alone(struct run *run,
 		if (why) {
 			char reason[300];
 
+			/* The broker wrote none of it: given back, to go
+			 * again (alone, if refused again) next time. */
 			snprintf(reason, sizeof(reason),
 				 "refused with its record batch as too large, "
 				 "not sent again alone: %s",
 				 why);
-			result_set(&st->results[i], PUB_EVENT, reason);
+			result_set(&st->results[i], PUB_NOT_WRITTEN, reason);
 			continue;
 		}
 		st->slots[i] = SLOT_OPEN;
