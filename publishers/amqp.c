@@ -366,9 +366,13 @@ static bool slot_send(struct batch *b, size_t i)
 		return true;
 	if (!st->channel_open) {
 		rmq_cork(st, false);
-		/* The loop's write_stop() says why nothing more goes. */
-		if (clock_ms() >= fl->deadline) {
-			b->cursor = i;
+		/* Too little time to wait for the broker's answer: an RPC
+		 * that times out costs the connection. */
+		if (fl->deadline - clock_ms() < REOPEN_MIN_MS) {
+			rmq_settle_unsent(fl, i,
+					  "not sent: too little time left "
+					  "before the publish deadline to "
+					  "open a channel");
 			return true;
 		}
 		if (rmq_channel_open(st, fl->deadline, b->why,

@@ -45,6 +45,10 @@
 #define PUMP_EVERY 32
 #define PROBE_ROUTING_KEY "outbox-relay.probe"
 #define CLOSE_TIMEOUT_MS 2000
+/* The least time left before a publish's deadline for a channel to be
+ * reopened mid-batch: an answer that comes too late costs the connection
+ * (librabbitmq closes the socket on an RPC timeout). */
+#define REOPEN_MIN_MS 250
 
 /* Breaks a socket call stuck past its deadline: librabbitmq 0.11 writes
  * with an infinite timeout, so a broker that stops reading (a resource
