@@ -61,6 +61,11 @@ until=$(sed -nE 's/^replayed 3 sent rows, finished from .* until (.*): pending.*
 it_psql "UPDATE $OUTBOX_TABLE SET status = 'sent', finished_at = now() + interval '1 second' WHERE type = 'new.sent'"
 ops_cli redrive --status sent --since 1h --until "$until" --dry-run
 grep -q '^dry run: 0 sent rows match' "$it_dir/cli.out" || it_fail "the range again took the replayed rows: $(cat "$it_dir/cli.out")"
+# And a run without --until ends its range at its own start: rows
+# finished after it (an hour on here) are not in it.
+it_psql "UPDATE $OUTBOX_TABLE SET finished_at = now() + interval '1 hour' WHERE type = 'new.sent'"
+ops_cli redrive --status sent --since 1h --dry-run
+grep -q '^dry run: 0 sent rows match' "$it_dir/cli.out" || it_fail "a range without --until took rows finished after it began: $(cat "$it_dir/cli.out")"
 it_psql "UPDATE $OUTBOX_TABLE SET status = 'pending', finished_at = NULL, attempts = 0 WHERE type = 'new.sent'"
 [ "$(it_count "type = 'old.sent' AND status = 'sent'")" = 4 ] || it_fail "old.sent replayed outside the range"
 # An explicit range around the old ones.

@@ -352,11 +352,11 @@ static void test_publish_timeout_counts_from_its_turn(void **state)
 	fixture_free(f);
 }
 
-/* The lease's deadline a publish gets is the one the renewals of its wait
- * for the turn left: a lane whose lease ends 500 ms after each renewal,
- * waiting 900 ms behind another publish, has about 500 ms when its turn
- * comes, where the deadline read before the wait had passed 400 ms ago
- * (its confirms reported in doubt at once, its rows sent again). */
+/* The lanes read the lane's deadline when its turn comes, as the ticks of
+ * its wait (renewals) left it: a lane whose lease ends 500 ms after each
+ * renewal, waiting 900 ms behind another publish, has about 500 ms at its
+ * turn, not a deadline read before the wait and past 400 ms ago. (That
+ * the worker's tick moves the deadline is lanes_deadline.sh's.) */
 static void test_publish_deadline_follows_renewals(void **state)
 {
 	(void)state;
