@@ -152,9 +152,9 @@ static int shape(struct store *s, const char *dflt, bool history, bool *yes,
  * insert of those days once they come (their ids would have no partition
  * but the default). A few tries, each waiting at most a step's lock wait;
  * another replica tending meanwhile (the cleaner's lock) makes a check of
- * its own in place of this one, and is left to. False when no try got
- * the table's lock (the next round's check replaces it). */
-static bool drop_ahead(struct store *s, const char *dflt, const char *check)
+ * its own in place of this one, and is left to. When no try gets the
+ * table's lock it says so, and the next round's check replaces it. */
+static void drop_ahead(struct store *s, const char *dflt, const char *check)
 {
 	char err[512];
 	char *sql = store_asprintf(
@@ -176,7 +176,11 @@ static bool drop_ahead(struct store *s, const char *dflt, const char *check)
 		       store_finish_tx(s, TX_COMMIT, err, sizeof(err)) == 0;
 	}
 	free(sql);
-	return done;
+	if (!done)
+		log_warn("partitions of %s: the check of the days ahead on the "
+			 "default partition could not be dropped; the next "
+			 "round replaces it",
+			 s->table.literal);
 }
 
 /* A row of the default partition has an id of the days ahead (a
@@ -187,11 +191,7 @@ static int refuse_ahead(struct store *s, const char *dflt, const char *check,
 {
 	char why[512];
 	snprintf(why, sizeof(why), "%s", err);
-	if (!drop_ahead(s, dflt, check))
-		log_warn("partitions of %s: the check of the days ahead on the "
-			 "default partition could not be dropped; the next "
-			 "round replaces it",
-			 s->table.literal);
+	drop_ahead(s, dflt, check);
 	snprintf(err, errlen,
 		 "partitions of %s: no partition made for the next days, "
 		 "since the default partition holds a row with an id of "
@@ -294,12 +294,8 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 				r->created += (size_t)n;
 		}
 	}
-	if (added && !refused && (rc != 0 || busy) &&
-	    !drop_ahead(s, dflt, check))
-		log_warn("partitions of %s: the check of the days ahead on the "
-			 "default partition could not be dropped; the next "
-			 "round replaces it",
-			 s->table.literal);
+	if (added && !refused && (rc != 0 || busy))
+		drop_ahead(s, dflt, check);
 	PQclear(res);
 	r->busy |= busy;
 	return rc;
