@@ -306,8 +306,8 @@ static int migrate_pattern(const char *cmd, const struct config *cfg, size_t d,
 	char **names = NULL;
 	size_t n = 0;
 	char *key = failed_key(d, pattern);
-	(*tables)++;
 	if (pass == PASS_CONTRACT && failed_before(failed, key)) {
+		(*tables)++;
 		printf("pattern %s: (skipped: it failed above)\n", pattern);
 		free(key);
 		return 0;
@@ -315,6 +315,7 @@ static int migrate_pattern(const char *cmd, const struct config *cfg, size_t d,
 	if (store_catalog_match(&o, pattern, &names, &n, err, sizeof(err)) !=
 	    0) {
 		fprintf(stderr, "outbox-relay: pattern %s: %s\n", pattern, err);
+		(*tables)++;
 		if (pass == PASS_EXPAND)
 			failed_add(failed, key);
 		else
@@ -322,7 +323,6 @@ static int migrate_pattern(const char *cmd, const struct config *cfg, size_t d,
 		return 1;
 	}
 	free(key);
-	(*tables)--;
 	*tables += n;
 	/* A pattern creates nothing: it names the tables there are. */
 	printf("pattern %s matches %zu tables%s\n", pattern, n,
