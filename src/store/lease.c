@@ -430,16 +430,14 @@ static bool rescan_scheduled(const struct store *s, int64_t now_ms)
 		   (long long)(now_ms + s->opt.lease_rescan_ms));
 }
 
-/* The paused list changed since the last lease that ran: rows left
- * behind the floor while their destination was paused are due now. It is
- * taken as seen only once a lease's statement ran (store_lease()): a
- * lease that failed would have used the change up, and the resumed rows
- * waited for the next rescan. */
-static bool lease_rescans(struct store *s, const char *paused_arr,
-			  int64_t now_ms, char floor[40])
+/* paused_changed: the paused list changed since the last lease that ran,
+ * and rows left behind the floor while their destination was paused are
+ * due now. The change is taken as seen only once a lease's statement ran
+ * (store_lease()): a lease that failed would have used it up, and the
+ * resumed rows waited for the next rescan. */
+static bool lease_rescans(struct store *s, bool paused_changed, int64_t now_ms,
+			  char floor[40])
 {
-	bool paused_changed =
-	    !s->rescan_paused || strcmp(s->rescan_paused, paused_arr) != 0;
 	if (!floor_of(s, floor) || paused_changed ||
 	    rescan_scheduled(s, now_ms)) {
 		snprintf(floor, 40, "-infinity");
@@ -534,7 +532,9 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	}
 	char floor[40], claims_floor[24], written_floor[24];
 	int64_t started_ms = clock_ms();
-	bool rescan = lease_rescans(s, paused_arr, started_ms, floor);
+	bool paused_changed =
+	    !s->rescan_paused || strcmp(s->rescan_paused, paused_arr) != 0;
+	bool rescan = lease_rescans(s, paused_changed, started_ms, floor);
 	bool keymap = store_key_map_on(s);
 	struct key_map_args map = {0};
 	if (keymap && (rc = key_map_args(s, started_ms, &map, err, errlen))) {
@@ -595,8 +595,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 						err, errlen);
 		}
 	}
-	if (res &&
-	    (!s->rescan_paused || strcmp(s->rescan_paused, paused_arr) != 0)) {
+	if (res && paused_changed) {
 		free(s->rescan_paused);
 		s->rescan_paused = paused_arr;
 		paused_arr = NULL;
