@@ -573,51 +573,6 @@ static int validate_left_constraints(PGconn *conn, const struct outbox_table *t,
 	return 0;
 }
 
-/*
- * seq's sequence brought up to the table's rows. A copy made by logical
- * replication (a blue-green upgrade) carries the rows and not the
- * sequence, so producers on the copy would write seqs below those of rows
- * already there, and ordered mode would send their keys' new events
- * before the old ones (docs/design.md §6). The newest rows by id (UUIDv7:
- * time order) tell cheaply; no row of a table whose sequence made its
- * seqs can be past it, so a healthy table is never touched. Only then is
- * every row read, once, for the highest seq. setval() never moves the
- * sequence back: it takes the greater of that and where it is now.
- */
-static int catch_up_seq(PGconn *conn, const struct outbox_table *t, FILE *out,
-			char *err, size_t errlen)
-{
-	char seq[300], sql[1200];
-	snprintf(seq, sizeof(seq), "pg_get_serial_sequence('%s', 'seq')",
-		 t->quoted);
-	snprintf(sql, sizeof(sql),
-		 "WITH s AS MATERIALIZED (SELECT coalesce(pg_sequence_last_"
-		 "value(%s), 0) AS was) SELECT setval(%s, greatest((SELECT "
-		 "max(seq) FROM %s), was)), was FROM s WHERE " SQL_NEWEST_SEQ
-		 " > was",
-		 seq, seq, t->quoted, t->quoted);
-	PGresult *res = PQexec(conn, sql);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		char why[512];
-		pgconn_error(conn, res, why, sizeof(why));
-		snprintf(err, errlen,
-			 "migrate: bringing seq's sequence up to the rows of "
-			 "%s: %s",
-			 t->literal, why);
-		PQclear(res);
-		return -1;
-	}
-	if (PQntuples(res) == 1 && out)
-		fprintf(out,
-			"seq: its sequence was at %s, behind rows up to %s (a "
-			"copy whose sequence did not come along, as by logical "
-			"replication); moved to %s\n",
-			PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 0),
-			PQgetvalue(res, 0, 0));
-	PQclear(res);
-	return 0;
-}
-
 void migrate_unlock(PGconn *conn, const struct outbox_table *t)
 {
 	char sql[256], why[256];
@@ -654,7 +609,7 @@ int migrate_run_watched(PGconn *conn, const struct outbox_table *t, FILE *out,
 	if (ret == 0)
 		ret = validate_left_constraints(conn, t, out, err, errlen);
 	if (ret == 0)
-		ret = catch_up_seq(conn, t, out, err, errlen);
+		ret = migrate_catch_up_seq(conn, t, out, err, errlen);
 	if (ret == 0)
 		ret = migrate_terminal(conn, t, out, w, err, errlen);
 	migrate_unlock(conn, t);

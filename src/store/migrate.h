@@ -169,4 +169,12 @@ int migrate_room(PGconn *conn, const struct outbox_table *t, bool history,
 int migrate_terminal(PGconn *conn, const struct outbox_table *t, FILE *out,
 		     struct migrate_watch *w, char *err, size_t errlen);
 
+/*
+ * seq's sequence moved past the table's rows where a copy left it behind
+ * them (migrate_seq.c), printing to out (may be NULL) what it moved.
+ * Under the migration lock. Returns 0, or -1 with err.
+ */
+int migrate_catch_up_seq(PGconn *conn, const struct outbox_table *t, FILE *out,
+			 char *err, size_t errlen);
+
 #endif

@@ -710,6 +710,60 @@ static void test_seq_behind_its_rows_refused(void **state)
 	PQfinish(c);
 }
 
+/* migrate's move of seq's sequence on a copy (docs/design.md §6) takes
+ * the rows' highest seq under a lock that waits for the table's writers:
+ * a row replication was still writing when migrate first read the table
+ * (its seq 40, its own; committed 600 ms later) is counted, so the
+ * sequence ends past it, not at the 6 of the rows committed before, and
+ * the next row's seq comes after it. */
+static void test_seq_moved_past_a_row_in_flight(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_seq_flight", table, sizeof(table));
+	PGconn *c = pgtest_connect(), *apply = pgtest_connect();
+	insert_keys(c, table, "AB", 3);
+	pgtest_exec(c, "SELECT setval(pg_get_serial_sequence('%s', 'seq'), 2)",
+		    table);
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "BEGIN; INSERT INTO %s (seq, type, subject, partition_key, "
+		 "payload) OVERRIDING SYSTEM VALUE VALUES (40, 't', 'c1', 'C', "
+		 "'x'); SELECT pg_sleep(0.6); COMMIT",
+		 table);
+	assert_int_equal(PQsendQuery(apply, sql), 1);
+	/* Migrate starts once the insert holds its lock. */
+	for (int i = 0; i < 100 && pgtest_long(c,
+					       "SELECT count(*) FROM pg_locks "
+					       "WHERE pid = %d AND relation = "
+					       "'%s'::regclass AND mode = "
+					       "'RowExclusiveLock'",
+					       PQbackendPID(apply), table) == 0;
+	     i++)
+		clock_sleep_ms(10);
+	struct store_options o = ordered_options(table);
+	assert_int_equal(store_migrate(&o, false, NULL, err, sizeof(err)), 0);
+	PGresult *r;
+	while ((r = PQgetResult(apply)) != NULL) {
+		if (PQresultStatus(r) == PGRES_FATAL_ERROR)
+			fail_msg("the replication's insert: %s",
+				 PQresultErrorMessage(r));
+		PQclear(r);
+	}
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT pg_sequence_last_value(pg_get_serial_sequence("
+			"'%s', 'seq'))",
+			table),
+	    40);
+	insert(c, table, "c2", "C");
+	assert_int_equal(
+	    pgtest_long(c, "SELECT seq FROM %s WHERE subject = 'c2'", table),
+	    41);
+	PQfinish(apply);
+	PQfinish(c);
+}
+
 /* The key map (docs/design.md §6): a row committed late below its key's
  * floor, by a producer transaction that took its seq before rows of the
  * key already delivered and committed after them, is found by the
@@ -1424,6 +1478,7 @@ int main(void)
 	    cmocka_unit_test(test_late_rows_and_redrive_are_leased),
 	    cmocka_unit_test(test_late_row_below_a_keys_floor),
 	    cmocka_unit_test(test_seq_behind_its_rows_refused),
+	    cmocka_unit_test(test_seq_moved_past_a_row_in_flight),
 	    cmocka_unit_test(test_rows_live_again_by_hand_wait_for_a_build),
 	    cmocka_unit_test(test_redrive_refuses_to_reorder),
 	    cmocka_unit_test(test_redrive_sees_later_row_held),
