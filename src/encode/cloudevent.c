@@ -31,11 +31,6 @@ static void set_reason(char *reason, size_t reasonlen, const char *fmt, ...)
 	va_end(ap);
 }
 
-static bool is_digit(unsigned char c)
-{
-	return c >= '0' && c <= '9';
-}
-
 static unsigned char ascii_lower(unsigned char c)
 {
 	return c >= 'A' && c <= 'Z' ? (unsigned char)(c - 'A' + 'a') : c;
@@ -284,9 +279,8 @@ static bool is_trace_header(const char *name)
 	       strcmp(name, "tracestate") == 0;
 }
 
-/* Checks one header; the earlier ones are in [first, h). */
-static int header_check(const cJSON *first, const cJSON *h, char *reason,
-			size_t reasonlen)
+/* Checks one header but for its name's uniqueness (headers_unique()). */
+static int header_check(const cJSON *h, char *reason, size_t reasonlen)
 {
 	char quoted[REASON_NAME_MAX + 4];
 	const char *name = h->string;
@@ -325,29 +319,48 @@ static int header_check(const cJSON *first, const cJSON *h, char *reason,
 			   problem);
 		return -1;
 	}
-	/* jsonb cannot hold duplicate keys, but JSON text can, and a
-	 * transport header table must not. */
-	for (const cJSON *o = first; o != h; o = o->next) {
-		if (strcmp(o->string, name) == 0) {
-			set_reason(reason, reasonlen, "duplicate header \"%s\"",
-				   quoted);
-			return -1;
-		}
-	}
 	return 0;
 }
 
-/* Whether JSON text s holds the escape \u0000, which cJSON decodes into a
- * NUL that ends the name or value early: jsonb refuses it, but a json or
- * text column of a table made by hand keeps it. */
-static bool has_nul_escape(const char *s)
+static int name_cmp(const void *a, const void *b)
 {
-	for (const char *p = s; (p = strchr(p, '\\'));) {
-		if (p[1] == 'u' && strncmp(p + 2, "0000", 4) == 0)
-			return true;
-		p += p[1] ? 2 : 1;
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/*
+ * jsonb cannot hold duplicate keys, but JSON text can, and a transport
+ * header table must not. Sorted, not compared pairwise: a row of a million
+ * headers took each check minutes that way, its lease running out. 0, or
+ * -1 with reason set (OOM_REASON when memory ran out).
+ */
+static int headers_unique(const cJSON *obj, char *reason, size_t reasonlen)
+{
+	size_t n = 0, k = 0;
+	const cJSON *h;
+	int rc = 0;
+
+	cJSON_ArrayForEach(h, obj) n++;
+	if (n < 2)
+		return 0;
+	const char **names = malloc(n * sizeof(*names));
+	if (!names) {
+		set_reason(reason, reasonlen, "%s", OOM_REASON);
+		return -1;
 	}
-	return false;
+	cJSON_ArrayForEach(h, obj) names[k++] = h->string;
+	qsort(names, n, sizeof(*names), name_cmp);
+	for (k = 1; k < n && rc == 0; k++) {
+		if (strcmp(names[k - 1], names[k]) == 0) {
+			char quoted[REASON_NAME_MAX + 4];
+			cloudevent_quote(quoted, sizeof(quoted), names[k],
+					 strlen(names[k]), REASON_NAME_MAX);
+			set_reason(reason, reasonlen, "duplicate header \"%s\"",
+				   quoted);
+			rc = -1;
+		}
+	}
+	free(names);
+	return rc;
 }
 
 /*
@@ -365,9 +378,9 @@ static int headers_parse(const struct outbox_event *ev, cJSON **out,
 	*out = NULL;
 	if (!ev->headers_json || strcmp(ev->headers_json, "{}") == 0)
 		return 0;
-	if (has_nul_escape(ev->headers_json)) {
-		set_reason(reason, reasonlen,
-			   "headers contain a NUL character (\\u0000)");
+	const char *escape = encode_json_u_escape_problem(ev->headers_json);
+	if (escape) {
+		set_reason(reason, reasonlen, "%s", escape);
 		return -1;
 	}
 	encode_json_memory_watch();
@@ -385,9 +398,11 @@ static int headers_parse(const struct outbox_event *ev, cJSON **out,
 	}
 	cJSON_ArrayForEach(h, obj)
 	{
-		if (header_check(obj->child, h, reason, reasonlen) != 0)
+		if (header_check(h, reason, reasonlen) != 0)
 			goto fail;
 	}
+	if (headers_unique(obj, reason, reasonlen) != 0)
+		goto fail;
 	*out = obj;
 	return 0;
 fail:
@@ -561,103 +576,6 @@ bool cloudevent_is_json_type(const char *content_type)
 	return sublen > 5 && equal_ci_n(end - 5, 5, "+json");
 }
 
-/* True when the JSON digit about to be written at dst[o] starts the
- * integer part of a number (so a '0' there must stand alone). */
-static bool starts_integer(const char *dst, size_t o)
-{
-	char p;
-
-	if (o == 0)
-		return true;
-	p = dst[o - 1];
-	if (p == '-')
-		return o < 2 || (dst[o - 2] != 'e' && dst[o - 2] != 'E');
-	return !(is_digit((unsigned char)p) || p == '.' || p == 'e' ||
-		 p == 'E' || p == '+');
-}
-
-/*
- * Copies the JSON text src[0..n) to dst (room for n bytes) without the
- * whitespace between tokens, and refuses what cJSON 1.7 accepts but
- * RFC 8259 does not, so that what we embed is strict JSON: invalid UTF-8,
- * a byte-order mark, control characters (raw inside strings, or anything
- * but the four JSON blanks outside them), and the number forms "01",
- * "1." and "-.5". The structure is checked by cJSON
- * (encode_json_value_parses()); this only has to be right for text cJSON
- * accepts. cJSON_Minify() is not used:
- * it takes the quote after an escaped backslash ("a\\") as escaped too and
- * then strips the spaces inside the strings that follow.
- *
- * Returns the length written, or SIZE_MAX when src is not strict JSON.
- */
-static size_t json_compact(const unsigned char *src, size_t n, char *dst)
-{
-	bool in_string = false;
-	size_t i = 0, o = 0;
-
-	while (i < n) {
-		unsigned char c = src[i];
-
-		if (c >= 0x80) {
-			uint32_t cp;
-			size_t k = cloudevent_utf8_decode(src + i, n - i, &cp);
-
-			/* Outside strings JSON is ASCII (this also refuses
-			 * a byte-order mark). */
-			if (k == 0 || !in_string)
-				return SIZE_MAX;
-			memcpy(dst + o, src + i, k);
-			o += k;
-			i += k;
-			continue;
-		}
-		if (in_string) {
-			if (c < 0x20)
-				return SIZE_MAX;
-			dst[o++] = (char)c;
-			i++;
-			if (c == '"') {
-				in_string = false;
-			} else if (c == '\\') {
-				/* The escaped byte is ASCII in valid JSON;
-				 * copying it here keeps \" inside. */
-				if (i >= n || src[i] < 0x20 || src[i] >= 0x80)
-					return SIZE_MAX;
-				dst[o++] = (char)src[i++];
-			}
-			continue;
-		}
-		switch (c) {
-		case ' ':
-		case '\t':
-		case '\n':
-		case '\r':
-			i++;
-			continue;
-		case '"':
-			in_string = true;
-			break;
-		case '.':
-			if (o == 0 || !is_digit((unsigned char)dst[o - 1]) ||
-			    i + 1 >= n || !is_digit(src[i + 1]))
-				return SIZE_MAX;
-			break;
-		case '0':
-			if (starts_integer(dst, o) && i + 1 < n &&
-			    is_digit(src[i + 1]))
-				return SIZE_MAX;
-			break;
-		default:
-			if (c < 0x20 || c == 0x7F)
-				return SIZE_MAX;
-			break;
-		}
-		dst[o++] = (char)c;
-		i++;
-	}
-	return in_string ? SIZE_MAX : o;
-}
-
 static size_t base64_encode(const unsigned char *src, size_t n, char *dst)
 {
 	static const char tbl[] =
@@ -762,7 +680,7 @@ char *cloudevent_structured(const struct outbox_event *ev, size_t *len,
 
 	if (n > 0 && cloudevent_is_json_type(ev->content_type)) {
 		size_t at = pos + sizeof(data_json) - 1;
-		size_t m = json_compact(payload, n, buf + at);
+		size_t m = encode_json_compact(payload, n, buf + at);
 
 		int parses =
 		    m != SIZE_MAX ? encode_json_value_parses(payload, n) : 0;

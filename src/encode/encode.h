@@ -84,6 +84,15 @@ bool encode_json_memory_ran_out(void);
  * follow it), 0 when not, -1 when memory ran out. */
 int encode_json_value_parses(const unsigned char *p, size_t n);
 
+/* src[0..n) without the blanks between tokens into dst (room for n
+ * bytes): its length, or SIZE_MAX when the text is not strict JSON in a
+ * way cJSON lets through (json_text.c). */
+size_t encode_json_compact(const unsigned char *src, size_t n, char *dst);
+
+/* What is wrong with JSON text s's \u escapes (one cJSON would decode
+ * into a NUL, or not four hex digits), or NULL (json_text.c). */
+const char *encode_json_u_escape_problem(const char *s);
+
 /*
  * Bytes the row puts into its event: the payload, the headers' JSON text
  * and the attributes it carries (type, source, subject, content type,

@@ -125,6 +125,9 @@ static const struct vcase vcases[] = {
 	     "relay writes"},
     {"duplicate header", .headers = "{\"a\":\"1\",\"a\":\"2\"}",
      .want = "duplicate header \"a\""},
+    {"duplicate header apart",
+     .headers = "{\"b\":\"1\",\"c\":\"2\",\"a\":\"3\",\"b\":\"4\"}",
+     .want = "duplicate header \"b\""},
     {"newline in header name", .headers = "{\"a\\nb\":\"x\"}",
      .want = "header name \"a?b\" contains a control character"},
     {"invalid utf-8 header name", .headers = "{\"x-\xff\":\"v\"}",
@@ -162,6 +165,13 @@ static const struct vcase vcases[] = {
     /* \u0000 in headers (json or text columns of tables made by hand) */
     {"nul in a header value", .headers = "{\"x-a\":\"b\\u0000c\"}",
      .want = "headers contain a NUL character (\\u0000)"},
+    /* cJSON reads a \u without four hex digits as \u0000 */
+    {"bad u escape in a header", .headers = "{\"x-a\":\"ab\\uzzzzcd\"}",
+     .want = "headers are not valid json (\\u not followed by four hex "
+	     "digits)"},
+    {"u escape cut short", .headers = "{\"x-a\":\"\\u12\"}",
+     .want = "headers are not valid json (\\u not followed by four hex "
+	     "digits)"},
     {"invalid utf-8 subject", .subject = "\xff",
      .want = "subject is not valid utf-8"},
     {"overlong utf-8 type", .type = "\xc0\xaf",
@@ -733,9 +743,11 @@ static void test_structured_json_compacted(void **state)
 	doc = EMBED(&f,
 		    "{\n\t\"a\": \"x\\\\\",\r\n  \"b\" : \"hello "
 		    "world\",\n  \"q\": \"say \\\"hi there\\\"\",\n"
-		    "  \"u\": \"\xc3\xbc \\u00fc\"\n}\n",
+		    "  \"u\": \"\xc3\xbc \\u00fc\",\n  \"e\": "
+		    "\"\\/\\b\\f\\n\\r\\t\\u00E9\"\n}\n",
 		    "{\"a\":\"x\\\\\",\"b\":\"hello world\",\"q\":\"say "
-		    "\\\"hi there\\\"\",\"u\":\"\xc3\xbc \\u00fc\"}");
+		    "\\\"hi there\\\"\",\"u\":\"\xc3\xbc "
+		    "\\u00fc\",\"e\":\"\\/\\b\\f\\n\\r\\t\\u00E9\"}");
 	d = cJSON_GetObjectItemCaseSensitive(doc, "data");
 	assert_string_equal(
 	    cJSON_GetObjectItemCaseSensitive(d, "a")->valuestring, "x\\");
@@ -795,6 +807,10 @@ static void test_structured_invalid_json_is_base64(void **state)
 	EXPECT_B64(&f, "{\"a\":\"\xff\"}");    /* invalid UTF-8 */
 	EXPECT_B64(&f, "\xef\xbb\xbf{}");      /* byte-order mark */
 	EXPECT_B64(&f, "{\"a\":\"\\x\"}");     /* bad escape */
+	EXPECT_B64(&f, "{\"k\":\"\\uZZZZ\"}"); /* cJSON: \u0000 */
+	EXPECT_B64(&f, "{\"k\":\"\\u12\"}");   /* cut short */
+	EXPECT_B64(&f, "[\"\\u00e\"]");
+	EXPECT_B64(&f, "{\"a\":\"\\a\"}");     /* no such escape */
 	EXPECT_B64(&f, "{\"a\":\"\\ud800\"}"); /* lone surrogate */
 	EXPECT_B64(&f, "{\"a\":\"\0\"}");      /* NUL byte */
 	EXPECT_B64(&f, "\"unterminated");
