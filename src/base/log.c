@@ -42,18 +42,51 @@ bool log_enabled(enum log_level level)
 	return level >= log_threshold;
 }
 
+/* What a line's end needs whatever came before: a JSON string's closing
+ * quote, the object's brace, the newline. */
+#define LINE_END_ROOM 4
+
 struct line {
 	char buf[4096];
 	size_t len;
+	/* A piece did not fit: nothing more is written but the ends. */
+	bool cut;
 };
 
+/* The piece s[0..n) whole, or (in JSON) nothing: a piece is one escape or
+ * one UTF-8 character at most, so a long line cut short stays valid
+ * JSON and UTF-8. Text keeps what fits. */
 static void line_put(struct line *l, const char *s, size_t n)
 {
-	size_t room = sizeof(l->buf) - 1 - l->len;
-	if (n > room)
+	size_t room = sizeof(l->buf) - LINE_END_ROOM - l->len;
+	if (l->cut)
+		return;
+	if (n > room) {
+		l->cut = true;
+		if (log_json)
+			return;
 		n = room;
+	}
 	memcpy(l->buf + l->len, s, n);
 	l->len += n;
+}
+
+/* One of the line's ends, into the room kept for it. */
+static void line_end(struct line *l, char c)
+{
+	if (l->len < sizeof(l->buf))
+		l->buf[l->len++] = c;
+}
+
+/* The length of the UTF-8 sequence s starts (1 for anything else, cut
+ * short by the string's end). */
+static size_t utf8_piece(const char *s)
+{
+	unsigned char c = (unsigned char)s[0];
+	size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1, n = 1;
+	while (n < want && ((unsigned char)s[n] & 0xC0) == 0x80)
+		n++;
+	return n;
 }
 
 static void line_puts(struct line *l, const char *s)
@@ -61,11 +94,14 @@ static void line_puts(struct line *l, const char *s)
 	line_put(l, s, strlen(s));
 }
 
-/* JSON string escaping (RFC 8259: every C0 control character). */
+/* JSON string escaping (RFC 8259: every C0 control character). A string
+ * begun is closed, cut short or not. */
 static void line_json_string(struct line *l, const char *s)
 {
 	line_put(l, "\"", 1);
-	for (; *s; s++) {
+	if (l->cut)
+		return;
+	for (; *s && !l->cut; s++) {
 		unsigned char c = (unsigned char)*s;
 		char esc[8];
 		switch (c) {
@@ -89,11 +125,13 @@ static void line_json_string(struct line *l, const char *s)
 				snprintf(esc, sizeof(esc), "\\u%04x", c);
 				line_puts(l, esc);
 			} else {
-				line_put(l, s, 1);
+				size_t n = utf8_piece(s);
+				line_put(l, s, n);
+				s += n - 1;
 			}
 		}
 	}
-	line_put(l, "\"", 1);
+	line_end(l, '"');
 }
 
 /*
@@ -136,6 +174,12 @@ static void line_text(struct line *l, const char *s)
 static void line_field(struct line *l, const char *key, const char *value)
 {
 	if (log_json) {
+		/* A field whose name does not fit is left out whole. */
+		if (l->cut ||
+		    l->len + strlen(key) + 6 + LINE_END_ROOM > sizeof(l->buf)) {
+			l->cut = true;
+			return;
+		}
 		line_put(l, ",", 1);
 		line_json_string(l, key);
 		line_put(l, ":", 1);
@@ -184,9 +228,8 @@ static void log_write(enum log_level level, const char *msg, va_list fields)
 		line_field(&l, key, value ? value : "");
 	}
 	if (log_json)
-		line_put(&l, "}", 1);
-	/* Reserve the newline even when the line was truncated. */
-	l.buf[l.len++] = '\n';
+		line_end(&l, '}');
+	line_end(&l, '\n');
 	fwrite(l.buf, 1, l.len, stderr);
 }
 

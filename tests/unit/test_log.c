@@ -121,6 +121,61 @@ static void test_text_escapes_controls(void **state)
 	free(out);
 }
 
+/* A JSON line longer than the line's buffer: cut short, but still one
+ * valid JSON object of valid UTF-8 (an escape or a character is never
+ * split, the string and the object closed), the cut value a prefix of the
+ * value, the fields after it left out. Each shift moves the cut across a
+ * different byte of the value's three-piece pattern. */
+static int shift;
+
+static void emit_long_json(void)
+{
+	char value[16000];
+	size_t n = 0;
+	for (int i = 0; i < shift; i++)
+		value[n++] = 'a';
+	while (n + 5 < sizeof(value)) {
+		memcpy(value + n, "\"\xc3\xa9\x01", 4);
+		n += 4;
+	}
+	value[n] = '\0';
+	log_setup(LOG_INFO, true);
+	log_set_thread("worker-1");
+	log_fields(LOG_ERROR, "store failed", "error", value, "table", "t1",
+		   NULL);
+	log_info("after");
+}
+
+static void test_long_json_line_cut_valid(void **state)
+{
+	(void)state;
+	for (shift = 0; shift < 8; shift++) {
+		char *out = capture(emit_long_json);
+		char *nl = strchr(out, '\n');
+		assert_non_null(nl);
+		assert_true(nl - out < 4096);
+		*nl = '\0';
+		cJSON *line = cJSON_Parse(out);
+		if (!line)
+			fail_msg("shift %d: not JSON: ...%s", shift,
+				 nl - 40 > out ? nl - 40 : out);
+		const char *cut =
+		    cJSON_GetObjectItem(line, "error")->valuestring;
+		assert_true(strlen(cut) > 1000);
+		for (size_t i = 0; i < (size_t)shift; i++)
+			assert_int_equal(cut[i], 'a');
+		for (size_t i = (size_t)shift; cut[i]; i++)
+			assert_int_equal(
+			    cut[i], "\"\xc3\xa9\x01"[(i - (size_t)shift) % 4]);
+		assert_null(cJSON_GetObjectItem(line, "table"));
+		cJSON_Delete(line);
+		cJSON *next = cJSON_Parse(nl + 1);
+		assert_non_null(next);
+		cJSON_Delete(next);
+		free(out);
+	}
+}
+
 static void test_level_parse(void **state)
 {
 	(void)state;
@@ -135,6 +190,7 @@ int main(void)
 	    cmocka_unit_test(test_json_lines),
 	    cmocka_unit_test(test_text_lines),
 	    cmocka_unit_test(test_text_escapes_controls),
+	    cmocka_unit_test(test_long_json_line_cut_valid),
 	    cmocka_unit_test(test_level_parse),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
