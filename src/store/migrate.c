@@ -326,19 +326,23 @@ int migrate_exec_retrying(PGconn *conn, const char *sql, enum ddl_wait wait,
 static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
 				FILE *out, char *err, size_t errlen)
 {
-	char sql[512];
+	char sql[1024], claims[160];
+	table_derived(t, "_claims", claims, sizeof(claims));
 	snprintf(sql, sizeof(sql),
 		 "SELECT format('%%I.%%I', n.nspname, c.relname) "
 		 "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
 		 "JOIN pg_namespace n ON n.oid = c.relnamespace "
-		 "WHERE NOT i.indisvalid AND i.indrelid IN (SELECT relid "
+		 "WHERE NOT i.indisvalid AND (i.indrelid IN (SELECT relid "
 		 "FROM pg_partition_tree('%s'::regclass)) "
+		 /* The claims' side table has one built concurrently too
+		  * (006). */
+		 "OR i.indrelid = to_regclass('%s')) "
 		 /* The table's and, when it is partitioned, its partitions'
 		  * (a per-partition build cut short). A partitioned table's
 		  * own index is invalid until each partition's is attached:
 		  * migrate_statement() ends it. */
 		 "AND c.relkind = 'i'",
-		 t->quoted);
+		 t->quoted, claims);
 	PGresult *res = PQexec(conn, sql);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		pgconn_error(conn, res, err, errlen);

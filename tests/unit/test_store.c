@@ -4820,6 +4820,47 @@ done:
 	PQfinish(c);
 }
 
+/* 9c. An index build on the claims' side table cut short (006's, made
+ * concurrently) left an invalid index that IF NOT EXISTS took for built,
+ * for good: migrate drops it first, as it drops the table's own, and
+ * builds it again. Here a unique build that failed on duplicates left
+ * it. */
+static void test_migrate_drops_invalid_claims_index(void **state)
+{
+	(void)state;
+	char table[128], schema[96];
+	pgtest_fresh_table("store_claims_invalid", table, sizeof(table));
+	snprintf(schema, sizeof(schema), "%.*s",
+		 (int)(strchr(table, '.') - table), table);
+	PGconn *c = pgtest_connect();
+	pgtest_exec(c, "DROP INDEX %s.outbox_events_claims_written_idx",
+		    schema);
+	pgtest_exec(c,
+		    "INSERT INTO %s_claims (holder, lease_id, xid, ids, "
+		    "source, leased_at, expires_at, written_by) SELECT h, "
+		    "gen_random_uuid(), '1', '{}', 's', now(), now(), '7' "
+		    "FROM unnest(ARRAY['a', 'b']) h",
+		    table);
+	char sql[256];
+	snprintf(sql, sizeof(sql),
+		 "CREATE UNIQUE INDEX CONCURRENTLY "
+		 "outbox_events_claims_written_idx ON %s_claims (written_by)",
+		 table);
+	PGresult *r = PQexec(c, sql);
+	assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
+	PQclear(r);
+	const char *count = "SELECT count(*) FROM pg_index WHERE indisvalid = "
+			    "%s AND indisunique = %s AND indexrelid = "
+			    "'%s.outbox_events_claims_written_idx'::regclass";
+	assert_int_equal(pgtest_long(c, count, "false", "true", schema), 1);
+	pgtest_exec(c, "DELETE FROM %s_schema_version WHERE version = 6",
+		    table);
+	struct store_options o = pgtest_store_options(table);
+	assert_int_equal(store_migrate(&o, false, NULL, err, sizeof(err)), 0);
+	assert_int_equal(pgtest_long(c, count, "true", "false", schema), 1);
+	PQfinish(c);
+}
+
 /* 10. The listener: a quiet wait times out with nothing, an insert's
  * NOTIFY wakes a wait, and a terminated backend means reconnect. */
 static void test_listener(void **state)
@@ -4945,6 +4986,7 @@ int main(void)
 	    cmocka_unit_test(test_lease_pipeline_failure),
 	    cmocka_unit_test(test_checks_and_migrations),
 	    cmocka_unit_test(test_migrate_room_by_history),
+	    cmocka_unit_test(test_migrate_drops_invalid_claims_index),
 	    cmocka_unit_test(test_listener),
 	};
 	/* On tables partitioned by id (the store_partitioned test), every
