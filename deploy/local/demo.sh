@@ -43,7 +43,10 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-demo.XXXXXX")
 chmod 755 "$work"
 relay_pid=""
 cleanup() {
-	[ -n "$relay_pid" ] && kill -9 "$relay_pid" 2>/dev/null
+	# Under errexit a failing test here would end the trap early.
+	if [ -n "$relay_pid" ]; then
+		kill -9 "$relay_pid" 2>/dev/null || true
+	fi
 	bash "$root/tests/services/kafka.sh" stop "$work/kafka" >/dev/null 2>&1 || true
 	bash "$root/tests/services/rabbitmq.sh" stop "$work/rabbitmq" >/dev/null 2>&1 || true
 	bash "$root/tests/services/postgres.sh" stop "$work/pg" >/dev/null 2>&1 || true
@@ -118,7 +121,14 @@ for _ in $(seq 1 100); do
 	[ "$left" = 0 ] && break
 	sleep 0.1
 done
-kill -TERM "$relay_pid"
+if ! kill -TERM "$relay_pid" 2>/dev/null; then
+	rc=0
+	wait "$relay_pid" || rc=$?
+	relay_pid=""
+	sed 's/^/  relay: /' "$work/relay.log" >&2
+	echo "demo: the relay exited by itself (status $rc) before the events were out" >&2
+	exit 1
+fi
 wait "$relay_pid" || true
 relay_pid=""
 sed 's/^/  relay: /' "$work/relay.log"
