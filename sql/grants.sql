@@ -20,11 +20,27 @@ FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE n.nspname = :'schema'
   AND p.proname IN (:'table' || '_enqueue', :'table' || '_enqueue_json', :'table' || '_uuidv7')
 \gexec
+-- Both: the headers' CHECK calls this function on every insert, and on
+-- every update of a row's headers or status back to pending (the relay's
+-- retries and redrives), where EXECUTE was revoked from PUBLIC.
+SELECT format('GRANT EXECUTE ON FUNCTION %I.%I(%s) TO %I, %I', :'schema', p.proname,
+              pg_get_function_identity_arguments(p.oid), :'app_role', :'relay_role')
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = :'schema' AND p.proname = :'table' || '_headers_ok'
+\gexec
 
 -- Relay: SELECT, UPDATE, DELETE on the table; its side tables (replica
 -- registry, operator pauses, schema version, contract steps) for status
 -- and pause.
 GRANT SELECT, UPDATE, DELETE ON :"schema".:"table" TO :"relay_role";
+-- A table partitioned by `migrate --partition`: the cleaner reads and
+-- deletes the default partition's finished rows by its own name, which
+-- takes privileges on it (the day partitions are the relay's own).
+SELECT format('GRANT SELECT, UPDATE, DELETE ON %I.%I TO %I', :'schema', c.relname, :'relay_role')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = :'schema' AND c.relkind = 'r' AND c.relispartition
+  AND c.relname = :'table' || '_default'
+\gexec
 SELECT format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I.%I TO %I', :'schema', c.relname, :'relay_role')
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = :'schema' AND c.relkind = 'r'
