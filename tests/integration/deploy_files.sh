@@ -298,6 +298,9 @@ if not relay_maps or not relay_maps <= job_maps:
 pdb = objs["PodDisruptionBudget"][0]
 if get(pdb, "spec", "minAvailable") != 1:
     problem("PodDisruptionBudget: minAvailable is not 1")
+if get(pdb, "spec", "unhealthyPodEvictionPolicy") != "AlwaysAllow":
+    problem("PodDisruptionBudget: replicas made unready by a database "
+            "outage would block node drains (unhealthyPodEvictionPolicy)")
 pdb_sel = get(pdb, "spec", "selector", "matchLabels")
 if not selects(pdb_sel, dep_labels) or selects(pdb_sel, job_labels):
     problem("PodDisruptionBudget: must select the relay pods and not the migrate Job's")
