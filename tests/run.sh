@@ -45,7 +45,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/outbox-tests.XXXXXX")
 chmod 755 "$work"
 # Printed last whatever happens: a run that stops early ran nothing.
 summary="0 passed, 0 failed"
+skipped_line=""
 cleanup() {
+	# The start scripts first: a service one of them was still starting
+	# would outlive the stop below (RabbitMQ and Kafka are not the
+	# runner's children).
+	wait 2>/dev/null || true
 	if [ "$services" -eq 1 ]; then
 		{
 			bash "$root/tests/services/kafka.sh" stop "$work/kafka" || true
@@ -55,7 +60,9 @@ cleanup() {
 	fi
 	wait 2>/dev/null || true
 	rm -rf "$work"
-	# Last, so nothing the services print on their way out follows it.
+	# Last, so nothing the services print on their way out follows it;
+	# the summary keeps its form, skips said on the line above it.
+	[ -z "$skipped_line" ] || echo "$skipped_line"
 	echo "$summary"
 }
 trap cleanup EXIT
@@ -271,7 +278,7 @@ elif [ $((passed + failed)) -eq 0 ]; then
 fi
 
 summary="$passed passed, $failed failed"
-[ "$skipped" -eq 0 ] || summary="$summary, $skipped skipped"
+[ "$skipped" -eq 0 ] || skipped_line="$skipped skipped"
 for r in "${reasons[@]}"; do
 	fail "$r"
 done
