@@ -21,30 +21,10 @@
 
 static bool pooled(const struct store *s);
 
-/* The name statement st of s, whose text is sql, is prepared under on
- * its session; pooled, on a server connection, where a store of another
- * relay may have prepared it: the name says the text (FNV-1a, 64 bits),
- * so a name found there is this text, and two texts never share one. */
-struct stmt_name {
-	char text[64];
-};
-
-static struct stmt_name stmt_name(const struct store *s, enum stmt st,
+static struct stmt_name stmt_name(const struct store *s, const char *what,
 				  const char *sql)
 {
-	struct stmt_name n;
-	if (pooled(s)) {
-		uint64_t h = UINT64_C(14695981039346656037);
-		for (const unsigned char *p = (const unsigned char *)sql; *p;
-		     p++)
-			h = (h ^ *p) * UINT64_C(1099511628211);
-		snprintf(n.text, sizeof(n.text), "%s%016" PRIx64,
-			 STORE_POOLED_PREFIX, h);
-	} else {
-		snprintf(n.text, sizeof(n.text), "%s%s", s->tag,
-			 store_stmt_names[st]);
-	}
-	return n;
+	return store_stmt_name(pooled(s) ? NULL : s->tag, what, sql);
 }
 
 /* What s prepared belongs to the session's generation it was prepared
@@ -54,6 +34,7 @@ static void sync_prepared(struct store *s)
 {
 	if (s->prepared_gen != s->ses->conn_gen) {
 		memset(s->prepared, 0, sizeof(s->prepared));
+		memset(s->tx_prepared, 0, sizeof(s->tx_prepared));
 		s->prepared_gen = s->ses->conn_gen;
 	}
 }
@@ -195,7 +176,7 @@ static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 {
 	/* Built by the caller (run_sql, store_run_leasing). */
 	const char *sql = store_sql(s, st);
-	struct stmt_name name = stmt_name(s, st, sql);
+	struct stmt_name name = stmt_name(s, store_stmt_names[st], sql);
 	bool pool = pooled(s);
 	if (pool ? !pool_has(s, name.text) : !s->prepared[st]) {
 		PGresult *res =
@@ -276,7 +257,7 @@ static struct step step_of(struct store *s, int st, const char *sql,
 			 .values = values,
 			 .result_format = result_format};
 	if (st >= 0) {
-		p.own = stmt_name(s, (enum stmt)st, sql);
+		p.own = stmt_name(s, store_stmt_names[st], sql);
 		p.prepared = &s->prepared[st];
 	}
 	return p;
@@ -296,8 +277,8 @@ static struct step settings_step(struct store *s, enum pgconn_tx tx)
 	static const char *const names[] = {
 	    "outbox_tx_statement", "outbox_tx_explicit", "outbox_tx_lease",
 	    "outbox_tx_indexed"};
-	struct step p = {.name = names[tx],
-			 .prepared = &s->ses->tx_prepared[tx],
+	struct step p = {.own = stmt_name(s, names[tx], s->tx_settings[tx]),
+			 .prepared = &s->tx_prepared[tx],
 			 .sql = s->tx_settings[tx]};
 	return p;
 }
@@ -330,6 +311,8 @@ static bool queue_steps(struct store *s, const struct step *steps, size_t n,
 			if (PQsendPrepare(c, name, p->sql, p->nparams, NULL) !=
 			    1)
 				return false;
+			log_fields(LOG_DEBUG, "preparing a statement", "name",
+				   name, NULL);
 			exp[(*sent)++] = (struct expect){i, true};
 		}
 		queued =

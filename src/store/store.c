@@ -404,7 +404,6 @@ static int connect_session(struct store *s, char *err, size_t errlen)
 		PQfinish(ses->conn);
 		ses->conn = NULL;
 	}
-	memset(ses->tx_prepared, 0, sizeof(ses->tx_prepared));
 	ses->leasing = NULL;
 	ses->conn_gen++;
 	ses->server_ended = false;

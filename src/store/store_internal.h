@@ -129,7 +129,6 @@ struct store_session {
 	/* The lock lease (docs/design.md §4): the store whose lease
 	 * transaction is open on this session; NULL when none is. */
 	const struct store *leasing;
-	bool tx_prepared[4];
 	int users;     /* stores holding a reference */
 	unsigned tags; /* statement-name prefixes handed out */
 	/* The claim session its stores' claim stores share (lease.c), with
@@ -162,6 +161,15 @@ struct store_session {
 #define SQL_NEWEST_SEQ                                                         \
 	"(SELECT max(seq) FROM (SELECT seq FROM %s ORDER BY id DESC LIMIT "    \
 	"100) n)"
+
+/* The name a statement of text sql is prepared under (stmt_name.c):
+ * pooled (tag NULL), STORE_POOLED_PREFIX and a hash of the text;
+ * otherwise tag, what (the statement's kind) and the hash. */
+struct stmt_name {
+	char text[64];
+};
+struct stmt_name store_stmt_name(const char *tag, const char *what,
+				 const char *sql);
 
 /* OUTBOX_PG_PREPARE=pooled: a statement's name is this prefix and 16 hex
  * digits of a hash of its text, so a name on a server connection means
@@ -219,6 +227,10 @@ struct store {
 	bool control_off;
 	char *sql[ST_COUNT]; /* NULL until first used (store_sql) */
 	bool prepared[ST_COUNT];
+	/* Each kind of transaction's settings (tx_settings), prepared as
+	 * the statements are, by this store: another store of the session
+	 * may have other settings. */
+	bool tx_prepared[4];
 	/* conn_gen of the session that failed the rows the destination
 	 * CHECK refuses before its first ordered lease (lease.c). */
 	uint64_t refused_gen;

@@ -37,11 +37,21 @@ insert_and_time() {
 
 # Through the pool at the defaults (OUTBOX_PG_PREPARE unset, so on):
 # the listener refused, said, counted; the prepared statements given up,
-# said once; polling delivers. A client of the pool prepares the relay's
-# first statement's name on each server connection first, as a relay
-# before this one would have left it.
+# said once; polling delivers. A client of the pool prepares the names
+# the relay's statements go by on each server connection first, as a
+# relay before this one would have left them. A name says its text, so
+# they are learnt from a relay of the same settings on a direct
+# connection, which says each at debug level.
+ops_relay names OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_LISTEN=on \
+	OUTBOX_POLL_INTERVAL=2s OUTBOX_LOG_LEVEL=debug
+kill -TERM "$it_last_pid"
+wait "$it_last_pid" 2>/dev/null || true
+prepare=$(grep '"msg":"preparing a statement"' "$it_dir/names.log" |
+	grep -o '"name":"outbox_[a-z_]*_[0-9a-f]\{16\}"' | cut -d'"' -f4 | sort -u |
+	sed 's/.*/PREPARE "&" AS SELECT 1;/' | tr '\n' ' ')
+[ -n "$prepare" ] || it_fail "the relay said no statement it prepares: $(head -5 "$it_dir/names.log")"
 for i in 1 2 3; do
-	psql "$bouncer_url" -X -q -c "PREPARE outbox_tx_statement AS SELECT 1; SELECT pg_sleep(1)" \
+	psql "$bouncer_url" -X -q -c "$prepare SELECT pg_sleep(1)" \
 		>"$it_dir/prepare-$i.txt" 2>&1 &
 	clients+=($!)
 done

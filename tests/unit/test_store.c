@@ -1528,6 +1528,74 @@ static void pooled_round(struct store *s)
 	commit(s, &b);
 }
 
+/* Leases one row of s, of type want, and marks it sent. */
+static void lease_one_of(struct store *s, const char *want)
+{
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 1);
+	if (strcmp(b.events[0].type, want) != 0)
+		fail_msg("leased a row of type %s, want %s", b.events[0].type,
+			 want);
+	assert_int_equal(mark(s, MARK_SENT, &b, NULL).marked, 1);
+	commit(s, &b);
+}
+
+/* OUTBOX_PG_PREPARE=on names each statement by its text too (run.c).
+ * Behind a transaction-mode pooler, until a relay learns it is behind
+ * one from a name missing or taken, its statements run by name on
+ * whichever server connection, where another relay may have left its
+ * own. Here relay b's session stands for a server connection on which
+ * relay a (another table) left every statement it prepared, each under
+ * its own name, in place of b's of that name: b's next lease still runs
+ * b's text. Under names without the text, b leased a's rows. */
+static void test_prepared_names_say_their_text(void **state)
+{
+	(void)state;
+	char ta[128], tb[128];
+	pgtest_fresh_table("store_names_a", ta, sizeof(ta));
+	pgtest_fresh_table("store_names_b", tb, sizeof(tb));
+	PGconn *c = pgtest_connect();
+	for (int i = 0; i < 2; i++) {
+		pgtest_exec(c,
+			    "INSERT INTO %s (type, payload) VALUES ('a.event', "
+			    "'x')",
+			    ta);
+		pgtest_exec(c,
+			    "INSERT INTO %s (type, payload) VALUES ('b.event', "
+			    "'x')",
+			    tb);
+	}
+	struct store_options oa = pgtest_store_options(ta);
+	struct store_options ob = pgtest_store_options(tb);
+	oa.batch_size = ob.batch_size = 1;
+	struct store *a = pgtest_store(&oa), *b = pgtest_store(&ob);
+	lease_one_of(a, "a.event");
+	lease_one_of(b, "b.event");
+	PGresult *left = PQexec(store_conn(a),
+				"SELECT name, array_to_string(parameter_types, "
+				"', '), statement FROM pg_prepared_statements");
+	assert_int_equal(PQresultStatus(left), PGRES_TUPLES_OK);
+	assert_true(PQntuples(left) > 0);
+	for (int i = 0; i < PQntuples(left); i++) {
+		const char *name = PQgetvalue(left, i, 0);
+		const char *types = PQgetvalue(left, i, 1);
+		if (pgtest_long(store_conn(b),
+				"SELECT count(*) FROM pg_prepared_statements "
+				"WHERE name = '%s'",
+				name) > 0)
+			pgtest_exec(store_conn(b), "DEALLOCATE \"%s\"", name);
+		pgtest_exec(store_conn(b), "PREPARE \"%s\"%s%s%s AS %s", name,
+			    types[0] ? " (" : "", types, types[0] ? ")" : "",
+			    PQgetvalue(left, i, 2));
+	}
+	PQclear(left);
+	lease_one_of(b, "b.event");
+	store_close(a);
+	store_close(b);
+	PQfinish(c);
+}
+
 /* How often the pooled statement whose text begins with start ran where
  * it was prepared on conn; 0 when it is not there. */
 static long pooled_runs(PGconn *conn, const char *start)
@@ -4948,6 +5016,7 @@ int main(void)
 	    cmocka_unit_test(test_dead_peer_window),
 	    cmocka_unit_test(test_settings_per_transaction),
 	    cmocka_unit_test(test_pooled_statements_found_again),
+	    cmocka_unit_test(test_prepared_names_say_their_text),
 	    cmocka_unit_test(test_retry_backoff_permanent),
 	    cmocka_unit_test(test_release),
 	    cmocka_unit_test(test_partitioned_rows_named_by_id),
