@@ -389,6 +389,12 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 bool store_floor_text(int64_t pg_us, char out[40])
 {
 	struct time_cache tc = {.valid = false};
+	/* Past what Unix time holds (a time written by hand near the end
+	 * of Postgres's range): no text, as for any year RFC 3339 lacks. */
+	if (pg_us > INT64_MAX - PG_EPOCH_US) {
+		out[0] = '\0';
+		return false;
+	}
 	format_time(pg_us + PG_EPOCH_US, &tc, out);
 	return out[0] != '\0';
 }

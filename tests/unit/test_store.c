@@ -2566,6 +2566,19 @@ static void test_redrive_sent_in_slices(void **state)
 				     "'sent'",
 				     table),
 			 0);
+	/* A span that ends in the year 294270 (a row edited by hand),
+	 * past what a slice can name: the batches go unsliced, with no
+	 * overflow (UBSan stops the test on one). */
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'sent', finished_at = CASE WHEN "
+		    "seq %% 2 = 0 THEN '294270-01-01 00:00+00' ELSE now() - "
+		    "interval '1 minute' END WHERE seq IN (SELECT seq FROM %s "
+		    "ORDER BY seq LIMIT 4)",
+		    table, table);
+	f = (struct redrive_filter){.sent = true,
+				    .until = "294276-01-01 00:00+00"};
+	assert_int_equal(store_redrive(s, &f, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 4);
 	store_close(s);
 	PQfinish(c);
 }
