@@ -22,9 +22,9 @@
 static bool pooled(const struct store *s);
 
 static struct stmt_name stmt_name(const struct store *s, const char *what,
-				  const char *sql)
+				  uint64_t hash)
 {
-	return store_stmt_name(pooled(s) ? NULL : s->tag, what, sql);
+	return store_stmt_name(pooled(s) ? NULL : s->tag, what, hash);
 }
 
 /* What s prepared belongs to the session's generation it was prepared
@@ -176,7 +176,8 @@ static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 {
 	/* Built by the caller (run_sql, store_run_leasing). */
 	const char *sql = store_sql(s, st);
-	struct stmt_name name = stmt_name(s, store_stmt_names[st], sql);
+	struct stmt_name name =
+	    stmt_name(s, store_stmt_names[st], store_sql_hash(s, st));
 	bool pool = pooled(s);
 	if (pool ? !pool_has(s, name.text) : !s->prepared[st]) {
 		PGresult *res =
@@ -257,7 +258,8 @@ static struct step step_of(struct store *s, int st, const char *sql,
 			 .values = values,
 			 .result_format = result_format};
 	if (st >= 0) {
-		p.own = stmt_name(s, store_stmt_names[st], sql);
+		p.own = stmt_name(s, store_stmt_names[st],
+				  store_sql_hash(s, (enum stmt)st));
 		p.prepared = &s->prepared[st];
 	}
 	return p;
@@ -277,7 +279,7 @@ static struct step settings_step(struct store *s, enum pgconn_tx tx)
 	static const char *const names[] = {
 	    "outbox_tx_statement", "outbox_tx_explicit", "outbox_tx_lease",
 	    "outbox_tx_indexed"};
-	struct step p = {.own = stmt_name(s, names[tx], s->tx_settings[tx]),
+	struct step p = {.own = stmt_name(s, names[tx], s->tx_hash[tx]),
 			 .prepared = &s->tx_prepared[tx],
 			 .sql = s->tx_settings[tx]};
 	return p;

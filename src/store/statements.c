@@ -585,7 +585,18 @@ const char *store_sql(struct store *s, enum stmt st)
 	/* Built on first use: a store of the sweeper or the cleaner runs a
 	 * few of them, and a relay of many tables has a store of each
 	 * table in every thread (docs/design.md §13). */
-	if (!s->sql[st])
+	if (!s->sql[st]) {
 		s->sql[st] = builders[st](s);
+		if (s->sql[st])
+			s->sql_hash[st] = store_text_hash(s->sql[st]);
+	}
 	return s->sql[st];
+}
+
+uint64_t store_sql_hash(struct store *s, enum stmt st)
+{
+	const char *sql = store_sql(s, st);
+	if (sql != s->sql[st])
+		return sql ? store_text_hash(sql) : 0;
+	return s->sql_hash[st];
 }

@@ -15,7 +15,7 @@
 
 #include "store_internal.h"
 
-static uint64_t text_hash(const char *sql)
+uint64_t store_text_hash(const char *sql)
 {
 	uint64_t h = UINT64_C(14695981039346656037);
 	for (const unsigned char *p = (const unsigned char *)sql; *p; p++)
@@ -24,14 +24,14 @@ static uint64_t text_hash(const char *sql)
 }
 
 struct stmt_name store_stmt_name(const char *tag, const char *what,
-				 const char *sql)
+				 uint64_t hash)
 {
 	struct stmt_name n;
 	if (!tag)
 		snprintf(n.text, sizeof(n.text), "%s%016" PRIx64,
-			 STORE_POOLED_PREFIX, text_hash(sql));
+			 STORE_POOLED_PREFIX, hash);
 	else
 		snprintf(n.text, sizeof(n.text), "%s%s_%016" PRIx64, tag, what,
-			 text_hash(sql));
+			 hash);
 	return n;
 }

@@ -368,9 +368,11 @@ static int build_tx_settings(struct store *s)
 	if (!s->lease_probe_sql)
 		return -1;
 	for (size_t i = 0; i < sizeof(s->tx_settings) / sizeof(*s->tx_settings);
-	     i++)
+	     i++) {
 		if (!s->tx_settings[i])
 			return -1;
+		s->tx_hash[i] = store_text_hash(s->tx_settings[i]);
+	}
 	return 0;
 }
 

@@ -162,14 +162,16 @@ struct store_session {
 	"(SELECT max(seq) FROM (SELECT seq FROM %s ORDER BY id DESC LIMIT "    \
 	"100) n)"
 
-/* The name a statement of text sql is prepared under (stmt_name.c):
- * pooled (tag NULL), STORE_POOLED_PREFIX and a hash of the text;
- * otherwise tag, what (the statement's kind) and the hash. */
+/* The name a statement is prepared under (stmt_name.c), hash the
+ * store_text_hash() of its text: pooled (tag NULL), STORE_POOLED_PREFIX
+ * and the hash; otherwise tag, what (the statement's kind) and the hash.
+ * A store hashes each text once, as it builds it (sql_hash, tx_hash). */
 struct stmt_name {
 	char text[64];
 };
 struct stmt_name store_stmt_name(const char *tag, const char *what,
-				 const char *sql);
+				 uint64_t hash);
+uint64_t store_text_hash(const char *sql);
 
 /* OUTBOX_PG_PREPARE=pooled: a statement's name is this prefix and 16 hex
  * digits of a hash of its text, so a name on a server connection means
@@ -225,7 +227,8 @@ struct store {
 	bool clean_default;
 	/* The table has no control table: ST_CONTROL reads no pauses. */
 	bool control_off;
-	char *sql[ST_COUNT]; /* NULL until first used (store_sql) */
+	char *sql[ST_COUNT];	     /* NULL until first used (store_sql) */
+	uint64_t sql_hash[ST_COUNT]; /* of sql[st], set with it */
 	bool prepared[ST_COUNT];
 	/* Each kind of transaction's settings (tx_settings), prepared as
 	 * the statements are, by this store: another store of the session
@@ -239,6 +242,7 @@ struct store {
 	 * a transaction-mode pooler each transaction has what it needs and
 	 * leaves nothing behind. */
 	char *tx_settings[4];
+	uint64_t tx_hash[4]; /* of tx_settings[tx] */
 	/* OUTBOX_PG_PREPARE=pooled (run.c): the lease transaction's
 	 * settings that also ask which of the relay's statements its
 	 * server connection has prepared, and, while that transaction is
@@ -540,6 +544,8 @@ int64_t store_rescan_due(const struct store *s, int64_t ended_ms,
 /* statements.c: the text of statement st, built into s->sql[] on first
  * use; NULL when out of memory. */
 const char *store_sql(struct store *s, enum stmt st);
+/* store_text_hash() of store_sql(s, st), hashed once as it was built. */
+uint64_t store_sql_hash(struct store *s, enum stmt st);
 /* ST_CONTROL's text for a table without a control table. */
 #define STORE_NO_PAUSES_SQL "SELECT NULL::text AS destination WHERE false"
 extern const char *const store_stmt_names[ST_COUNT];
