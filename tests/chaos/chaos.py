@@ -313,9 +313,14 @@ class Relay:
         return p is not None and not p.expected_exit and p.poll() is not None
 
     def kill9(self):
+        """SIGKILL; False when the relay had already exited by itself
+        (a crash the kill must not hide: check_crashes reports it)."""
+        if self.proc.poll() is not None:
+            return False
         self.proc.expected_exit = True
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+        return True
 
     def stop(self, timeout=20):
         """SIGTERM and wait; returns the exit code (None: had to kill)."""
@@ -383,6 +388,8 @@ class Harness:
         self.failed = False
         self.stop_faults = threading.Event()
         self.faults = collections.Counter()
+        self.big_faults_planned = 0
+        self.big_faults_done = 0
         self.fault_log = []
         self.errors = []
         self.episodes = []  # SIGSTOP episodes
@@ -503,7 +510,8 @@ class Harness:
                 continue
             try:
                 self.scrape_into_total(relay)
-                relay.kill9()
+                if not relay.kill9():
+                    continue
                 self.note("kill-9", "relay %d gen %d" % (relay.slot,
                                                          relay.gen))
                 relay.start()
@@ -520,6 +528,17 @@ class Harness:
                 self.errors.append("fault %s: %s" % (kind, e))
                 self.stop_faults.set()
                 return
+            with self.lock:
+                self.big_faults_done += 1
+
+    def guarded(self, target, *args):
+        """Runs a fault thread's target; whatever it raises is an error of
+        the run, not a thread that ends in silence with faults unrun."""
+        try:
+            target(*args)
+        except Exception as e:  # noqa: BLE001 - reported, not swallowed
+            self.errors.append("fault thread %s: %r" % (target.__name__, e))
+            self.stop_faults.set()
 
     def fault_broker_stop(self, rng):
         hold = rng.uniform(2, 4)
@@ -734,10 +753,12 @@ class Harness:
             self.relays.append(r)
         self.t_faults = time.monotonic()
         end = self.t_faults + self.window
+        self.big_faults_planned = len(plan)
         threads = [
-            threading.Thread(target=self.kill_loop, args=(rng_kill, end)),
-            threading.Thread(target=self.big_fault_loop,
-                             args=(rng_big, plan)),
+            threading.Thread(target=self.guarded,
+                             args=(self.kill_loop, rng_kill, end)),
+            threading.Thread(target=self.guarded,
+                             args=(self.big_fault_loop, rng_big, plan)),
         ]
         for t in threads:
             t.start()
@@ -873,6 +894,14 @@ class Harness:
                             % stale_accepted)
         if not self.episodes:
             problems.append("no SIGSTOP caught a relay holding rows")
+        # A PASS says the faults happened: every one planned ran, and the
+        # kill loop (every 1-2 s) killed.
+        if self.big_faults_done < self.big_faults_planned:
+            problems.append("%d of %d planned faults ran"
+                            % (self.big_faults_done,
+                               self.big_faults_planned))
+        if self.faults["kill-9"] < 1:
+            problems.append("no relay was killed")
         for ep in self.episodes:
             if not ep["swept"]:
                 problems.append("rows of stopped relay pid %d were not swept "
