@@ -104,9 +104,12 @@ it_all_printed() {
 
 # it_order_violations LOG: of the events the flaky test publisher logged
 # to LOG (JSON lines, in delivery order), the first deliveries that came
-# at or below the seq of the previous first delivery of their key.
+# at or below the seq of the previous first delivery of their key. A log
+# jq cannot read ends the test: called inside $(...), where errexit is
+# off, a cut list would count as none.
 it_order_violations() {
-	jq -r '[.id, .key, (.seq | tostring)] | @tsv' "$1" >"$it_dir/deliveries.tsv"
+	jq -r '[.id, .key, (.seq | tostring)] | @tsv' "$1" >"$it_dir/deliveries.tsv" ||
+		{ echo unreadable; it_fail "the delivery log $1 could not be read"; }
 	awk -F'\t' '!seen[$1]++ { if (($2 in last) && $3 + 0 <= last[$2]) bad++; last[$2] = $3 + 0 }
 		END { print bad + 0 }' "$it_dir/deliveries.tsv"
 }
