@@ -82,4 +82,11 @@ pid=$it_last_pid
 it_wait_count 60 "status = 'sent'" -eq 4000
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
+# Every row of the second phase on the topic too: a purged record marked
+# sent would be missing there.
+timeout 60 kcat -C -q -b "$kafka_brokers" -t "$topic" -o beginning -e -f '%s\n' |
+	sort -u >"$it_dir/values-all.txt"
+seq 1 4000 | sort >"$it_dir/want.txt"
+missing=$(comm -13 "$it_dir/values-all.txt" "$it_dir/want.txt" | wc -l)
+[ "$missing" = 0 ] || it_fail "$missing rows marked sent are not on the topic: $(comm -13 "$it_dir/values-all.txt" "$it_dir/want.txt" | head -3)"
 echo "ok: 3000 sent across a 10 s outage of all brokers (down at $down_at, $((total - 3000)) duplicates), max attempts $max; SIGTERM during an outage exits 0"

@@ -89,6 +89,12 @@ it_wait_count 20 "type = 'during.keyed' AND status = 'sent'" -eq "$during"
 published=$(cat "$it_dir/a.out" "$it_dir/b.out" | grep -c '"type":"during.keyed"')
 [ "$published" = "$during" ] ||
 	it_fail "$published publications of $during events"
+# ...and each of them: a lost event and one sent twice would count alike.
+cat "$it_dir/a.out" "$it_dir/b.out" | grep '"type":"during.keyed"' |
+	jq -r .id | sort -u >"$it_dir/during.printed"
+it_psql "SELECT id FROM $OUTBOX_TABLE WHERE type = 'during.keyed'" | sort >"$it_dir/during.ids"
+cmp -s "$it_dir/during.printed" "$it_dir/during.ids" ||
+	it_fail "the events published are not the table's: $(comm -3 "$it_dir/during.printed" "$it_dir/during.ids" | head -3)"
 for r in a b; do
 	grep '"type":"during.keyed"' "$it_dir/$r.out" |
 		sed -E 's/.*"partitionkey":"(k[0-9])".*"n":([0-9]+).*/\1 \2/' |
