@@ -231,13 +231,12 @@ static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 	return NULL;
 }
 
-/* One statement of a pipeline: prepared as name when the options say so
- * (*prepared: it is, on this session), or unnamed (name NULL). Pooled,
+/* One statement of a pipeline: prepared under its name when the options
+ * say so (*prepared: it is, on this session), or unnamed. Pooled,
  * the lease runs by name unprepared (by_name: the connection is taken to
  * have it), and the probe's result is kept (in *keep). */
 struct step {
-	const char *name;
-	struct stmt_name own; /* name, for the store's own statements */
+	struct stmt_name own; /* its name; "" for an ad hoc statement */
 	bool *prepared;
 	const char *sql;
 	int nparams;
@@ -268,7 +267,7 @@ static struct step step_of(struct store *s, int st, const char *sql,
 /* The name p is prepared under; NULL for an ad hoc statement. */
 static const char *step_name(const struct step *p)
 {
-	return p->name ? p->name : p->own.text[0] ? p->own.text : NULL;
+	return p->own.text[0] ? p->own.text : NULL;
 }
 
 /* The settings of a transaction of kind tx, prepared like the statements
