@@ -1,8 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/*
- * seq's sequence brought up to the table's rows, the last of migrate's
- * repairs (docs/design.md §6, "A copy's sequence").
- */
+/* The last of migrate's repairs: seq's sequence and a copy's rows. */
 #include <stdio.h>
 
 #include "migrate.h"
