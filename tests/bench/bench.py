@@ -833,13 +833,14 @@ class Bench:
         try:
             with open(self.svc.pg_log, errors="replace") as f:
                 f.seek(start)
+                # A statement's name is its kind and a hash of its text
+                # (src/store/stmt_name.c).
+                execute = re.compile(r"execute (outbox_lease|outbox_claim|"
+                                     r"outbox_sent)_[0-9a-f]{16}: ")
                 for line in f:
-                    for name in ("outbox_lease", "outbox_claim",
-                                 "outbox_sent"):
-                        key = "execute %s: " % name
-                        i = line.find(key)
-                        if i >= 0 and quoted in line and name not in found:
-                            found[name] = line[i + len(key):].rstrip("\n")
+                    m = execute.search(line)
+                    if m and quoted in line and m.group(1) not in found:
+                        found[m.group(1)] = line[m.end():].rstrip("\n")
         except OSError as e:
             raise BenchError("cannot read the server log %s: %s"
                              % (self.svc.pg_log, e))
