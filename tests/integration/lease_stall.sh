@@ -71,5 +71,12 @@ ops_wait_metric 20 outbox_lost_leases_total 'v >= 1'
 ops_wait_metric 10 outbox_oldest_lease_transaction_seconds 'v == 0'
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
+# Marked sent is not delivered: each row's event came out of the pipe
+# (read to its end: the reader holds a write end too, so no EOF comes).
+printed_ids() {
+	[ "$(jq -R -r 'fromjson? | .id' "$it_dir/stall.printed" | sort -u | wc -l)" -ge 200 ]
+}
+it_wait 10 "every event read from the pipe" printed_ids
+it_all_printed "a stalled relay" "$it_dir/stall.printed"
 exec 3<&-
 echo "ok: lease age $age1 -> ${age2}s while stuck; stopped, its transaction ended between ${seen}s and ${gone}s after its last statement"

@@ -90,13 +90,19 @@ it_keyed_sql() {
 # unless every row of the test's table has its id among the events the
 # stdout publisher printed to FILEs (a line a kill cut short is skipped).
 it_all_printed() {
-	local what="$1" f
-	shift
+	it_all_printed_from it_psql "$@"
+}
+
+# it_all_printed_from PSQL WHAT FILE...: it_all_printed for the table of
+# that name in the database PSQL (a function like it_psql) reaches.
+it_all_printed_from() {
+	local query="$1" what="$2" f
+	shift 2
 	for f in "$@"; do
 		cat "$f"
 		echo
 	done | jq -R -r 'fromjson? | .id' | sort -u >"$it_dir/printed.ids"
-	it_psql "SELECT id FROM $OUTBOX_TABLE ORDER BY 1" | sort >"$it_dir/table.ids"
+	$query "SELECT id FROM $OUTBOX_TABLE ORDER BY 1" | sort >"$it_dir/table.ids"
 	comm -13 "$it_dir/printed.ids" "$it_dir/table.ids" >"$it_dir/missing.ids"
 	[ ! -s "$it_dir/missing.ids" ] ||
 		it_fail "$what: $(wc -l <"$it_dir/missing.ids") events never printed: $(head -3 "$it_dir/missing.ids")"

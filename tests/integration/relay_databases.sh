@@ -180,10 +180,12 @@ it_wait 60 "every row of both databases to be sent" all_sent
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exited $it_rc"
 
-# Nothing lost, nothing left: every row of both databases is sent.
+# Nothing lost, nothing left: every row of both databases is sent, and
+# its event was printed (a mark alone is no delivery).
 for q in psql2 it_psql; do
 	left=$($q "SELECT count(*) FROM $table WHERE status <> 'sent'")
 	[ "$left" = 0 ] || it_fail "$left rows not sent in ($q): $($q "SELECT type, status, attempts, created_at, next_attempt_at FROM $table WHERE status <> 'sent'")"
+	it_all_printed_from "$q" "two databases ($q)" "$it_dir/dbs.out"
 done
 
 # 50 tenant schemas over the two databases, served by one pattern: each
