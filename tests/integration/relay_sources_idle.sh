@@ -106,6 +106,24 @@ it_psql "INSERT INTO ${schema}_t13.outbox_events (type, payload) VALUES ('after'
 it_wait 10 "an event after a tenant was dropped" printed after poll 1
 [ "$(grep -c '"a table is gone; no longer relayed".*_t12' "$it_dir/poll.log")" = 1 ] ||
 	it_fail "want one warning for the dropped tenant: $(grep -c _t12 "$it_dir/poll.log") lines name it"
+# The next source's pending index has read far more than the first's
+# (bitmap scans of 1,000 entries that fetch nothing, rows due in a year
+# the relay leaves alone): its dead-entries gauge must start over when
+# the ops session moves there, where an earlier version's first sample
+# took the difference to the first table's counters, about 1,000 a scan.
+t10="${schema}_t10.outbox_events"
+it_psql "INSERT INTO $t10 (type, payload, next_attempt_at) SELECT 'later', '\\x7b7d', now() + interval '1 year' FROM generate_series(1, 1000)" >/dev/null
+idx_reads() { it_psql "SELECT idx_scan || ' ' || idx_tup_read FROM pg_stat_user_indexes WHERE indexrelid = '${schema}_t10.outbox_events_pending_idx'::regclass"; }
+reads0=$(idx_reads)
+{
+	echo "SET enable_seqscan = off; SET enable_indexscan = off; SET enable_indexonlyscan = off;"
+	for _ in $(seq 50); do
+		echo "SELECT count(*) FROM $t10 WHERE status = 'pending' AND next_attempt_at > now() + interval '300 days';"
+	done
+} | psql "$RELAY_TEST_DATABASE_URL" -X -q >/dev/null || it_fail "the reads of the next source's index failed"
+reads_grew() { [ "$(idx_reads | awk -v r="$reads0" '{ split(r, a, " "); print ($2 - a[2] >= 40000) }')" = 1 ]; }
+it_wait 10 "the next source's index reads counted" reads_grew
+dead_per_scan() { curl -sf "http://127.0.0.1:$port/metrics" | awk '$1 == "outbox_lease_dead_index_entries_per_scan" { print $2 }'; }
 # The first tenant holds the ops session (registry, gauges, readiness):
 # dropped, the session moves on and the relay stays ready.
 it_psql "DROP SCHEMA ${schema}_t1 CASCADE" >/dev/null
@@ -113,6 +131,16 @@ it_wait 15 "the ops session to move on" grep -q '"the ops session moves to anoth
 sleep 1
 curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || it_fail "not ready after the first tenant was dropped"
 it_wait 10 "a heartbeat from the next source" bash -c "[ \$(psql '$RELAY_TEST_DATABASE_URL' -XAtc 'SELECT count(*) FROM ${schema}_t10.outbox_events_replicas') -ge 1 ]"
+# Two gauge intervals (5 s each) on the next source: no sample there may
+# carry the first table's counters.
+for _ in $(seq 24); do
+	v=$(dead_per_scan)
+	[ -n "$v" ] || it_fail "no outbox_lease_dead_index_entries_per_scan in /metrics"
+	awk -v v="$v" 'BEGIN { exit !(v < 100) }' ||
+		it_fail "the dead-entries gauge read $v entries a scan after the ops session moved (the two tables' counters mixed)"
+	sleep 0.5
+done
+it_psql "DELETE FROM $t10 WHERE type = 'later'" >/dev/null
 it_stop "$pid"
 
 # LISTEN: the notification wakes its table alone. The LISTEN session goes
