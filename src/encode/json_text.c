@@ -6,20 +6,11 @@
  */
 #include "encode/encode.h"
 
+#include <ctype.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-
-static bool is_digit(unsigned char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-static bool is_hex(unsigned char c)
-{
-	return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
 
 /* Whether p, just past a backslash and a 'u', holds four hex digits. */
 static bool four_hex(const unsigned char *p, size_t left)
@@ -27,7 +18,7 @@ static bool four_hex(const unsigned char *p, size_t left)
 	if (left < 4)
 		return false;
 	for (int i = 0; i < 4; i++)
-		if (!is_hex(p[i]))
+		if (!isxdigit(p[i]))
 			return false;
 	return true;
 }
@@ -66,7 +57,7 @@ static bool starts_integer(const char *dst, size_t o)
 	p = dst[o - 1];
 	if (p == '-')
 		return o < 2 || (dst[o - 2] != 'e' && dst[o - 2] != 'E');
-	return !(is_digit((unsigned char)p) || p == '.' || p == 'e' ||
+	return !(isdigit((unsigned char)p) || p == '.' || p == 'e' ||
 		 p == 'E' || p == '+');
 }
 
@@ -138,13 +129,13 @@ size_t encode_json_compact(const unsigned char *src, size_t n, char *dst)
 			in_string = true;
 			break;
 		case '.':
-			if (o == 0 || !is_digit((unsigned char)dst[o - 1]) ||
-			    i + 1 >= n || !is_digit(src[i + 1]))
+			if (o == 0 || !isdigit((unsigned char)dst[o - 1]) ||
+			    i + 1 >= n || !isdigit(src[i + 1]))
 				return SIZE_MAX;
 			break;
 		case '0':
 			if (starts_integer(dst, o) && i + 1 < n &&
-			    is_digit(src[i + 1]))
+			    isdigit(src[i + 1]))
 				return SIZE_MAX;
 			break;
 		default:

@@ -7,6 +7,7 @@
  */
 #include "encode/encode.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,19 +16,9 @@ static bool is_alpha(unsigned char c)
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-static bool is_digit(unsigned char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-static bool is_hex(unsigned char c)
-{
-	return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
 static bool is_unreserved(unsigned char c)
 {
-	return is_alpha(c) || is_digit(c) || c == '-' || c == '.' || c == '_' ||
+	return is_alpha(c) || isdigit(c) || c == '-' || c == '.' || c == '_' ||
 	       c == '~';
 }
 
@@ -50,8 +41,8 @@ static const char *chars_problem(const char *s, size_t n, const char *extra,
 		if (c == '%') {
 			if (i + 2 >= n)
 				goto bad_pct;
-			if (!is_hex((unsigned char)s[i + 1]) ||
-			    !is_hex((unsigned char)s[i + 2]))
+			if (!isxdigit((unsigned char)s[i + 1]) ||
+			    !isxdigit((unsigned char)s[i + 2]))
 				goto bad_pct;
 			i += 2;
 			continue;
@@ -125,7 +116,7 @@ static const char *authority_problem(const char *s, size_t n, char *why,
 		port = colon + 1;
 		hostlen = (size_t)(colon - host);
 		for (const char *p = port; p < s + n; p++) {
-			if (!is_digit((unsigned char)*p)) {
+			if (!isdigit((unsigned char)*p)) {
 				snprintf(why, whylen,
 					 "a port that is not a number");
 				return why;
@@ -153,7 +144,7 @@ const char *cloudevent_uri_reference_problem(const char *s, char *why,
 		}
 		for (size_t i = 1; i < colon; i++) {
 			unsigned char c = (unsigned char)s[i];
-			if (!is_alpha(c) && !is_digit(c) && c != '+' &&
+			if (!is_alpha(c) && !isdigit(c) && c != '+' &&
 			    c != '-' && c != '.') {
 				snprintf(why, whylen, "an invalid scheme");
 				return why;
