@@ -20,6 +20,7 @@
 #include <cJSON.h>
 
 #include "publishers/amqp_map.h"
+#include "publishers/publisher.h"
 
 #define EV_ID "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 #define EV_TIME "2024-05-01T12:34:56.789000Z"
@@ -613,6 +614,52 @@ static void test_describe_reply(void **unused)
 	assert_string_equal(out, "404 NOT_FOUND - no?exchange");
 }
 
+/* The test is linked with --wrap=explicit_bzero: each wipe of a copy of
+ * the broker's URL (it still starts with the scheme) is counted when it
+ * covers the whole URL. amqp_parse_url() cuts its copy with NULs, so a
+ * wipe of strlen(copy) bytes stops before the password. */
+#define SECRET_URL "amqp://relay:s3cret-password@127.0.0.1:1/vh"
+static int whole_url_wipes, short_url_wipes;
+
+void __real_explicit_bzero(void *p, size_t n);
+void __wrap_explicit_bzero(void *p, size_t n);
+void __wrap_explicit_bzero(void *p, size_t n)
+{
+	if (n >= 4 && memcmp(p, "amqp", 4) == 0) {
+		if (n >= strlen(SECRET_URL))
+			whole_url_wipes++;
+		else
+			short_url_wipes++;
+	}
+	__real_explicit_bzero(p, n);
+}
+
+static void test_url_copies_wiped_whole(void **unused)
+{
+	(void)unused;
+	char err[256];
+	struct config cfg = config();
+	settings.url = (char *)SECRET_URL;
+	settings.tls_verify = true;
+
+	/* The settings' check parses a copy and wipes it. */
+	whole_url_wipes = short_url_wipes = 0;
+	assert_int_equal(rmq_settings_check(&settings, err, sizeof(err)), 0);
+	assert_int_equal(whole_url_wipes, 1);
+	assert_int_equal(short_url_wipes, 0);
+
+	/* The publisher keeps a parsed copy; freed when its open fails (no
+	 * broker listens on port 1), it is wiped whole too. */
+	struct publisher pub;
+	publisher_init(&pub, publisher_find("amqp"));
+	assert_non_null(pub.ops);
+	whole_url_wipes = short_url_wipes = 0;
+	assert_int_equal(publisher_open(&pub, &cfg, err, sizeof(err)), -1);
+	assert_true(whole_url_wipes >= 2); /* the check's copy, the state's */
+	assert_int_equal(short_url_wipes, 0);
+	assert_null(strstr(err, "s3cret"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -625,6 +672,7 @@ int main(void)
 	    cmocka_unit_test(test_refusal_parse),
 	    cmocka_unit_test(test_quote),
 	    cmocka_unit_test(test_describe_reply),
+	    cmocka_unit_test(test_url_copies_wiped_whole),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
