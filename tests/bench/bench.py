@@ -57,6 +57,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -302,6 +303,75 @@ def proc_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class RelaySessionsCpu:
+    """CPU seconds the relay's own Postgres sessions (those
+    pg_stat_activity names outbox-relay/...) spend from now to total().
+    A read at each end alone would miss a session that began in between
+    and count one that ended as a negative figure: every session is read
+    from /proc each half second (one that ends counts up to its last
+    read, at most half a second of it lost) and the sessions are listed
+    again every five seconds (one found later counts from zero, its
+    start). Listing them costs a psql session, so it is kept rare, and
+    list_s=None lists them once, for a window whose cluster CPU is small
+    enough for the psql sessions to show in it."""
+
+    READ_S = 0.5
+
+    def __init__(self, bench, list_s=5.0):
+        self.bench = bench
+        self.list_s = list_s
+        self.first = {p: proc_cpu_s(p) for p in self.list()}
+        self.last = dict(self.first)
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.error = None
+        self.thread = threading.Thread(target=self.follow, daemon=True)
+        self.thread.start()
+
+    def list(self):
+        return [int(p) for p in self.bench.sql(
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE "
+            "'outbox-relay/%' AND datname = current_database()").split()]
+
+    def read(self):
+        with self.lock:
+            for p in self.last:
+                c = proc_cpu_s(p)
+                if c > 0.0:  # 0: gone; its last read stands
+                    self.last[p] = c
+
+    def follow(self):
+        listed = time.monotonic()
+        try:
+            while not self.done.wait(self.READ_S):
+                self.read()
+                if self.list_s and time.monotonic() - listed >= self.list_s:
+                    listed = time.monotonic()
+                    found = self.list()
+                    with self.lock:
+                        for p in found:
+                            self.last.setdefault(p, 0.0)
+        except Exception as e:  # told by total(), not lost in a thread
+            self.error = e
+
+    def stop(self):
+        """Stops following (a run cut short does not leave the thread
+        listing sessions into the next run's figures)."""
+        self.done.set()
+        self.thread.join()
+
+    def total(self):
+        """Stops following; the sessions' CPU seconds since the start, and
+        each session's (pid: seconds)."""
+        self.stop()
+        if self.error:
+            raise BenchError("listing the relay's sessions failed: %s"
+                             % self.error)
+        self.read()
+        by_pid = {p: c - self.first.get(p, 0.0) for p, c in self.last.items()}
+        return sum(by_pid.values()), by_pid
+
+
 def cpu_snapshot(groups):
     """CPU seconds so far of every pid of each group, plus the machine's
     busy and total seconds (/proc/stat)."""
@@ -485,13 +555,8 @@ class HorizonWindow:
         self.sent = self.sent_count()
         self.relay_cpu = relay.cpu_s()
         self.cluster = dbcost.pg_cpu_s(bench)
-        self.cpu = self.sessions()
+        self.cpu = RelaySessionsCpu(bench)
         self.t0 = time.monotonic()
-
-    def sessions(self):
-        return {int(pid): proc_cpu_s(int(pid)) for pid in self.bench.sql(
-            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE "
-            "'outbox-relay/%' AND datname = current_database()").split()}
 
     def stats(self):
         # Postgres keeps no counts for a partitioned table: its
@@ -511,13 +576,11 @@ class HorizonWindow:
         return v
 
     def end(self):
-        after = self.sessions()
+        cpu = self.cpu.total()[0]
         secs = time.monotonic() - self.t0
         cluster = dbcost.pg_cpu_s(self.bench) - self.cluster
         relay_cpu = self.relay.cpu_s() - self.relay_cpu
         n = self.sent_count() - self.sent
-        # Sessions that began in the window count from zero.
-        cpu = sum(c - self.cpu.get(pid, 0.0) for pid, c in after.items())
         pending = int(self.bench.sql(
             "SELECT count(*) FROM %s WHERE status IN ('pending', "
             "'in_flight')" % self.t))
@@ -1185,18 +1248,12 @@ class Bench:
             self.sql("VACUUM ANALYZE %s" % t)
             relay = Relay(self, t, "amqp", 1, extra, log_name="latency",
                           relay_bin=relay_bin)
+            sessions = None
             try:
                 time.sleep(0.5)
                 # What the relay costs Postgres: the CPU of its own
                 # sessions (not the producers'), and its leases.
-                backends = dict(
-                    (int(line.split("|")[0]), line.split("|")[1])
-                    for line in self.sql(
-                        "SELECT pid, application_name FROM "
-                        "pg_stat_activity WHERE application_name LIKE "
-                        "'outbox-relay/%%' AND datname = current_database()"
-                    ).splitlines())
-                cpu0 = {b: proc_cpu_s(b) for b in backends}
+                sessions = RelaySessionsCpu(self)
                 leases0 = relay.counts().get("lease_count", 0)
                 t_start = time.time()
                 cons = self.consumer(0, idle=5, since=t_start + warm)
@@ -1205,19 +1262,27 @@ class Bench:
                      "-f", script, self.svc.db_url],
                     timeout=secs + warm + 120)
                 got = self.consumer_result(cons, 120)
-                by_session = {b: proc_cpu_s(b) - cpu0[b] for b in backends}
-                cpu = sum(by_session.values())
+                cpu, by_session = sessions.total()
                 top = max(by_session, key=by_session.get, default=None)
+                backends = dict(
+                    (int(line.split("|")[0]), line.split("|")[1])
+                    for line in self.sql(
+                        "SELECT pid, application_name FROM "
+                        "pg_stat_activity WHERE application_name LIKE "
+                        "'outbox-relay/%%' AND datname = current_database()"
+                    ).splitlines())
                 leases = relay.counts().get("lease_count", 0) - leases0
                 events = int(self.sql("SELECT count(*) FROM %s" % t))
             finally:
+                if sessions:
+                    sessions.stop()
                 relay.stop()
             lat = got["latency_ms"]
             lat["pg_us_per_event"] = 1e6 * cpu / max(events, 1)
             lat["leases_per_1000"] = 1000.0 * leases / max(events, 1)
             if top is not None:
                 say("  busiest relay session: %s, %.1f us per event" % (
-                    backends[top].rsplit("/", 1)[-1],
+                    backends.get(top, "ended").rsplit("/", 1)[-1],
                     1e6 * by_session[top] / max(events, 1)))
             # Below the base rate's samples something broke; at the high
             # rate the producers (or the relay) may fall short of it,
@@ -1540,7 +1605,7 @@ class Bench:
         name = "horizon-%s-%s" % (label, mode)
         relay = Relay(self, t, "stdout", 2, env, log_name=name,
                       relay_bin=relay_bin)
-        producers = holder = None
+        producers = holder = w = None
         res = {}
         try:
             # The producers run for the whole cell; they are stopped at
@@ -1583,6 +1648,8 @@ class Bench:
             pause(time.monotonic() + win)
             res["after"] = w.end()
         finally:
+            if w:
+                w.cpu.stop()
             if holder:
                 self.release_snapshot(holder)
             if producers and producers.poll() is None:

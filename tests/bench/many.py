@@ -48,10 +48,10 @@ QUIET_WINDOW_S = {"full": 30, "quick": 15}
 
 
 def bind(bench_module):
-    global BenchError, Relay, say, spread, proc_cpu_s
+    global BenchError, Relay, say, spread, RelaySessionsCpu
     BenchError = bench_module.BenchError
     Relay = bench_module.Relay
-    proc_cpu_s = bench_module.proc_cpu_s
+    RelaySessionsCpu = bench_module.RelaySessionsCpu
     say = bench_module.say
     spread = bench_module.spread
     dbcost.bind(bench_module)
@@ -106,27 +106,22 @@ class Many:
             "SELECT count(*) FROM pg_stat_activity WHERE application_name "
             "LIKE 'outbox-relay/%'"))
 
-    def backends_cpu_s(self, pids):
-        total = 0.0
-        for pid in pids:
-            total += proc_cpu_s(pid)
-        return total
-
     def idle(self, relay):
         """Postgres CPU ms/s (the relay's sessions, the cluster) and
         leases/s of an idle relay, after it settled."""
         time.sleep(SETTLE_S)
-        pids = [int(p) for p in self.b.sql(
-            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE "
-            "'outbox-relay/%'").split()]
         l0 = dbcost.metric(relay, LEASES)
         c0 = dbcost.pg_cpu_s(self.b)
-        r0 = self.backends_cpu_s(pids)
+        # An idle relay keeps its sessions: listed once, where a psql
+        # session every few seconds would show in the cluster's figure.
+        sessions = RelaySessionsCpu(self.b, list_s=None)
         t0 = time.monotonic()
-        time.sleep(self.idle_s)
+        try:
+            time.sleep(self.idle_s)
+        finally:
+            own = sessions.total()[0]
         secs = time.monotonic() - t0
         cpu = dbcost.pg_cpu_s(self.b) - c0
-        own = self.backends_cpu_s(pids) - r0
         leases = dbcost.metric(relay, LEASES) - l0
         return {"pg_cpu_ms_per_s": 1000.0 * cpu / secs,
                 "relay_pg_cpu_ms_per_s": 1000.0 * own / secs,
