@@ -253,6 +253,11 @@ struct ops_session {
 	bool idx_known;
 	size_t source; /* the source whose table and database it uses */
 	bool has_source;
+	/* Moves to another source since a heartbeat last worked: once
+	 * every source was tried, the next round waits RECONNECT_MS, and
+	 * its moves are not told again (quiet). */
+	size_t moves;
+	bool quiet;
 	char err[1024];
 };
 
@@ -332,6 +337,38 @@ static bool next_source(struct ops_session *o, struct store_options *so,
 	return false;
 }
 
+/* Moves to the next source (next_source()) unless every source has been
+ * tried since a heartbeat last worked: sources that all fail must not
+ * spin the thread through them, each try a connection, a log line and a
+ * backend fork for a recovering server. */
+static bool move_on(struct ops_session *o, struct store_options *so,
+		    bool other_db)
+{
+	if (o->moves + 1 >= relay_sources_n(o->relay) ||
+	    !next_source(o, so, other_db))
+		return false;
+	o->moves++;
+	if (!o->quiet)
+		log_fields(LOG_WARN, "the ops session moves to another source",
+			   "error", o->err, "source",
+			   relay_source_name(o->relay, o->source), NULL);
+	store_close(o->s);
+	o->s = NULL;
+	o->connected = false;
+	o->next_connect = clock_ms();
+	return true;
+}
+
+/* No source served in a whole round: not ready, and the next round after
+ * RECONNECT_MS. */
+static void round_failed(struct ops_session *o)
+{
+	set_db(false, o->err);
+	o->moves = 0;
+	o->quiet = true;
+	o->next_connect = clock_ms() + RECONNECT_MS;
+}
+
 static void try_connect(struct ops_session *o, struct store_options *so,
 			int64_t now)
 {
@@ -343,22 +380,13 @@ static void try_connect(struct ops_session *o, struct store_options *so,
 		o->next_beat = now;
 		return;
 	}
+	/* Postgres answered about this table, or this database is out of
+	 * reach: another may serve. */
 	bool several_dbs = config_n_databases(relay_config(o->relay)) > 1;
-	if ((rc != STORE_RECONNECT && next_source(o, so, false)) ||
-	    (rc == STORE_RECONNECT && several_dbs &&
-	     next_source(o, so, true))) {
-		/* Postgres answered about this table, or this database is
-		 * out of reach: another serves. */
-		log_fields(LOG_WARN, "the ops session moves to another source",
-			   "error", o->err, "source",
-			   relay_source_name(o->relay, o->source), NULL);
-		store_close(o->s);
-		o->s = NULL;
-		o->next_connect = now;
+	if ((rc != STORE_RECONNECT && move_on(o, so, false)) ||
+	    (rc == STORE_RECONNECT && several_dbs && move_on(o, so, true)))
 		return;
-	}
-	set_db(false, o->err);
-	o->next_connect = now + RECONNECT_MS;
+	round_failed(o);
 }
 
 static void beat(struct ops_session *o, struct store_options *so, bool draining)
@@ -375,28 +403,27 @@ static void beat(struct ops_session *o, struct store_options *so, bool draining)
 	/* A failed draining heartbeat is retried with the regular ones, not
 	 * in a tight loop. */
 	o->draining_sent = draining;
+	bool table_gone = rc != 0 && strstr(o->err, "42P01");
 	if (rc == 0) {
 		o->starting = false;
+		o->moves = 0;
+		o->quiet = false;
 		if (o->beat_failing)
 			log_info("registry heartbeat ok again");
 		o->beat_failing = false;
 		set_db(true, NULL);
 	} else if (rc == STORE_RECONNECT) {
 		lose_session(o);
-	} else if (strstr(o->err, "42P01") && next_source(o, so, false)) {
+	} else if (table_gone && move_on(o, so, false)) {
 		/* Its table is gone (dropped with its tenant, say): the
 		 * registry, the gauges and readiness move to another
 		 * source instead of failing with this one. */
-		log_fields(LOG_WARN, "the ops session moves to another source",
-			   "error", o->err, "source",
-			   relay_source_name(o->relay, o->source), NULL);
-		store_close(o->s);
-		o->s = NULL;
-		o->connected = false;
-		o->next_connect = clock_ms();
 	} else {
 		/* Postgres answered: readiness stays, the error (a missing
-		 * grant, a timeout) is told once. */
+		 * grant, a timeout) is told once. A table gone from every
+		 * source this round: the next beat starts another. */
+		if (table_gone)
+			o->moves = 0;
 		if (!o->beat_failing)
 			log_fields(LOG_WARN, "registry heartbeat failed",
 				   "error", o->err, NULL);
