@@ -494,6 +494,9 @@ static void retry_refused_alone(struct run *run,
 			continue;
 		if (run->stopping)
 			why = "the relay is shutting down";
+		else if (!st->rk)
+			/* A fatal error's recreate failed (await_reports()). */
+			why = "the kafka producer could not be recreated";
 		else if (clock_ms() >= run->deadline_ms)
 			why = "the publish deadline passed";
 		else if (run->ctx && run->ctx->may_send &&
