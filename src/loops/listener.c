@@ -109,11 +109,11 @@ static struct store_listener *listen_connect(struct relay_thread *th,
 		if (rc == STORE_REFUSED) {
 			metrics_add(MC_LISTEN_PROBES_LOST, 1);
 			log_probe_lost(cfg, db, err);
-			relay_idle(th, LISTEN_PROBE_RETRY_MS, NULL, NULL);
+			relay_backoff(th, LISTEN_PROBE_RETRY_MS);
 			continue;
 		}
 		log_warn("listener: %s", err);
-		relay_idle(th, backoff, NULL, NULL);
+		relay_backoff(th, backoff);
 		backoff = loop_backoff_grow(backoff, RECONNECT_MAX_MS);
 	}
 	return NULL;

@@ -85,11 +85,9 @@ void relay_idle_since(struct relay_thread *th, const uint64_t *gen, int64_t ms,
 	loop_tick(th);
 }
 
-void relay_idle(struct relay_thread *th, int64_t ms, void (*service)(void *),
-		void *state)
+void relay_backoff(struct relay_thread *th, int64_t ms)
 {
-	uint64_t gen = relay_wake_generation(th->relay);
-	relay_idle_since(th, &gen, ms, service, state);
+	relay_idle_since(th, NULL, ms, NULL, NULL);
 }
 
 void relay_app_name(const struct relay *r, const char *who, char *out,

@@ -188,16 +188,18 @@ uint64_t relay_wake_generation(struct relay *r);
  * reconnects and of a source set aside. */
 int64_t loop_backoff_grow(int64_t backoff, int64_t max);
 
-/* Sleeps up to ms, returning early on relay_wake() or shutdown; keeps the
- * thread's health tick fresh and calls service (if not NULL) every
- * second so broker connections keep their heartbeats. */
-void relay_idle(struct relay_thread *th, int64_t ms, void (*service)(void *),
-		void *state);
-
-/* Sleeps like relay_idle(), but returns at once when a wake-up came after
- * generation *gen was read. gen NULL: only shutdown ends the sleep early. */
+/* Sleeps up to ms, returning early on shutdown or when a wake-up
+ * (relay_wake()) came after generation *gen was read (gen NULL: only
+ * shutdown ends it early); keeps the thread's health tick fresh and calls
+ * service (if not NULL) every second so broker connections keep their
+ * heartbeats. */
 void relay_idle_since(struct relay_thread *th, const uint64_t *gen, int64_t ms,
 		      void (*service)(void *), void *state);
+
+/* A reconnect's or a retry's wait: only shutdown ends it early, not the
+ * wake-ups of other threads (with LISTEN on, one a notification), which
+ * would turn the backoff into a try each. */
+void relay_backoff(struct relay_thread *th, int64_t ms);
 
 /* Writes the application_name of thread `who` into out. */
 void relay_app_name(const struct relay *r, const char *who, char *out,
@@ -388,8 +390,8 @@ void lanes_destroy(struct lanes *all, int n);
  * when healthy, else *next_probe_ms says when to ask again. */
 bool lanes_publisher_ready(struct lanes *l, const struct config *cfg,
 			   int64_t *next_probe_ms);
-/* Keeps an idle publisher's connection serviced (heartbeats); a relay_idle
- * service callback taking the lanes. */
+/* Keeps an idle publisher's connection serviced (heartbeats); a
+ * relay_idle_since() service callback taking the lanes. */
 void lanes_publisher_service(void *lanes);
 /* Publishes on the worker's publisher when ticket's turn comes (batches go
  * out in lease order); ctx->tick runs on this thread while it waits, and
@@ -453,7 +455,7 @@ size_t active_pauses(struct relay *r, char (*keys)[PAUSE_KEY_MAX], size_t max);
 int64_t rate_reserve(struct relay *r, double n);
 
 /* Reserves n events and sleeps until they may be used: only shutdown ends
- * the sleep early (service as for relay_idle()). */
+ * the sleep early (service as for relay_idle_since()). */
 void rate_wait(struct relay_thread *th, double n, void (*service)(void *),
 	       void *state);
 

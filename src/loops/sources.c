@@ -318,7 +318,7 @@ bool sources_open(struct relay_thread *th, const char *who,
 		 * sources', paces the tries. */
 		for (size_t i = 0; i < ss->n; i++)
 			ss->at[i].retry_ms = 0;
-		relay_idle(th, backoff, NULL, NULL);
+		relay_backoff(th, backoff);
 		backoff = loop_backoff_grow(backoff, RECONNECT_MAX_MS);
 	}
 	return false;
@@ -420,7 +420,7 @@ int sources_reconnect(struct relay_thread *th, struct source_stores *ss,
 			return 0;
 		}
 		log_warn("postgres reconnect failed: %s", why);
-		relay_idle(th, backoff, NULL, NULL);
+		relay_backoff(th, backoff);
 		backoff = loop_backoff_grow(backoff, RECONNECT_MAX_MS);
 	}
 	return -1;
