@@ -30,8 +30,9 @@
  * and discovery. */
 #define RELAY_MAX_THREADS (72 + CONFIG_DATABASES_MAX)
 #define RELAY_MAX_PAUSES 256
-/* The length of a destination pause key (see struct relay_pause). */
-#define PAUSE_KEY_MAX 300
+/* The size of a destination pause key (see struct relay_pause): a key
+ * cut short would match no row, so the lease would skip none. */
+#define PAUSE_KEY_MAX STORE_PAUSE_KEY_MAX
 
 /* What the lanes of one worker share (lanes.c). */
 struct lanes;
@@ -86,7 +87,7 @@ struct relay_thread {
 /* A destination (or destination + chr(31) + routing key) refusing events.
  * Lives in relay.pauses: only touched with relay.lock held. */
 struct relay_pause {
-	char key[300];
+	char key[PAUSE_KEY_MAX];
 	int64_t until_ms;   /* clock_ms() */
 	int64_t backoff_ms; /* doubles each time it refuses again */
 };

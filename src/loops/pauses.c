@@ -15,15 +15,30 @@
 #define PAUSE_MIN_MS 1000
 #define PAUSE_MAX_MS 60000
 
-/* Call with r->lock held. */
-static struct relay_pause *find_or_add_pause(struct relay *r, const char *key)
+/* Call with r->lock held. A full table gives up the slot whose pause
+ * ended first (long over, usually; else the one due to end soonest): a
+ * refusal that found no slot would leave its rows unpaused, leased again
+ * and refused again at once, for as long as the table stayed full. */
+static struct relay_pause *find_or_add_pause(struct relay *r, const char *key,
+					     int64_t now)
 {
 	for (size_t i = 0; i < r->n_pauses; i++)
 		if (strcmp(r->pauses[i].key, key) == 0)
 			return &r->pauses[i];
-	if (r->n_pauses >= RELAY_MAX_PAUSES)
-		return NULL;
-	struct relay_pause *p = &r->pauses[r->n_pauses++];
+	struct relay_pause *p;
+	if (r->n_pauses < RELAY_MAX_PAUSES) {
+		p = &r->pauses[r->n_pauses++];
+	} else {
+		p = &r->pauses[0];
+		for (size_t i = 1; i < r->n_pauses; i++)
+			if (r->pauses[i].until_ms < p->until_ms)
+				p = &r->pauses[i];
+		if (p->until_ms > now)
+			log_fields(LOG_WARN,
+				   "destination pauses full: the one ending "
+				   "soonest ends now",
+				   "destination", p->key, NULL);
+	}
 	snprintf(p->key, sizeof(p->key), "%s", key);
 	p->backoff_ms = 0;
 	p->until_ms = 0;
@@ -46,10 +61,10 @@ void pause_destination(struct relay *r, const char *key, const char *reason)
 {
 	int64_t now = clock_ms();
 	pthread_mutex_lock(&r->lock);
-	struct relay_pause *p = find_or_add_pause(r, key);
+	struct relay_pause *p = find_or_add_pause(r, key, now);
 	/* A refusal during the pause comes from a batch leased before it:
 	 * it says nothing new. */
-	if (p && p->until_ms <= now) {
+	if (p->until_ms <= now) {
 		/* Refused again after its pause: wait longer next time. */
 		p->backoff_ms =
 		    p->backoff_ms ? p->backoff_ms * 2 : PAUSE_MIN_MS;

@@ -67,7 +67,7 @@ static void row_read(struct source_row *row, struct store_options *o,
 	}
 	int rc = store_open_sharing(&s, o, *first, err, sizeof(err));
 	if (rc == STORE_OK) {
-		char keys[1][300];
+		char keys[1][STORE_PAUSE_KEY_MAX];
 		size_t n = 0;
 		rc = store_admin_gauges(s, &row->g, err, sizeof(err));
 		if (rc == STORE_OK)

@@ -709,8 +709,9 @@ int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen)
 	return 0;
 }
 
-int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
-		      size_t max_keys, size_t *n, char *err, size_t errlen)
+int store_read_pauses(struct store *s, bool *global,
+		      char (*keys)[STORE_PAUSE_KEY_MAX], size_t max_keys,
+		      size_t *n, char *err, size_t errlen)
 {
 	int rc;
 	*global = false;
@@ -724,7 +725,7 @@ int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
 		if (strcmp(d, "*") == 0)
 			*global = true;
 		else if (*n < max_keys)
-			snprintf(keys[(*n)++], 300, "%s", d);
+			snprintf(keys[(*n)++], STORE_PAUSE_KEY_MAX, "%s", d);
 	}
 	PQclear(res);
 	return 0;

@@ -426,13 +426,19 @@ struct redrive_filter {
 int store_redrive(struct store *s, const struct redrive_filter *f,
 		  size_t *count, char *err, size_t errlen);
 
+/* The size of a destination key the lease skips: a destination, or a
+ * destination, chr(31) and a routing key (an AMQP exchange and routing
+ * key are short strings, 255 bytes each). */
+#define STORE_PAUSE_KEY_MAX (255 + 1 + 255 + 1)
+
 /*
  * Reads the operator pauses (the control table): *global is set when all
  * leasing is paused; the paused destinations are written to keys[] (at
- * most max_keys, each copied into key_len-byte slots) and counted in *n.
+ * most max_keys) and counted in *n.
  */
-int store_read_pauses(struct store *s, bool *global, char (*keys)[300],
-		      size_t max_keys, size_t *n, char *err, size_t errlen);
+int store_read_pauses(struct store *s, bool *global,
+		      char (*keys)[STORE_PAUSE_KEY_MAX], size_t max_keys,
+		      size_t *n, char *err, size_t errlen);
 
 /*
  * Lifts the block of key: with redrive the failed blocking row returns to

@@ -730,6 +730,35 @@ static void test_batch_end_sees_leases_begun_since(void **state)
 	fixture_free(f);
 }
 
+/* A full table of destination pauses still pauses a new destination (the
+ * slot whose pause ends first goes), and a key as long as an AMQP
+ * exchange and routing key can be comes back whole: a key left out or
+ * cut short matches no row, and the refused rows would be leased again
+ * at once, again and again. */
+static void test_pauses_full_and_long_keys(void **unused)
+{
+	(void)unused;
+	struct fixture *f = fixture_new(1);
+	char key[255 + 1 + 255 + 1];
+	for (int i = 0; i < RELAY_MAX_PAUSES; i++) {
+		snprintf(key, sizeof(key), "exchange-%d", i);
+		pause_destination(f->r, key, "refused");
+	}
+	memset(key, 'e', 255);
+	key[255] = '\x1f';
+	memset(key + 256, 'r', 255);
+	key[511] = '\0';
+	pause_destination(f->r, key, "refused");
+	static char keys[RELAY_MAX_PAUSES][PAUSE_KEY_MAX];
+	size_t n = active_pauses(f->r, keys, RELAY_MAX_PAUSES);
+	assert_int_equal(n, RELAY_MAX_PAUSES);
+	size_t found = 0;
+	for (size_t i = 0; i < n; i++)
+		found += strcmp(keys[i], key) == 0;
+	assert_int_equal(found, 1);
+	fixture_free(f);
+}
+
 int main(void)
 {
 	log_setup(LOG_ERROR, false);
@@ -750,6 +779,7 @@ int main(void)
 	    cmocka_unit_test(test_passing_lane_keeps_ticking),
 	    cmocka_unit_test(test_cadence_holds_the_next_lease),
 	    cmocka_unit_test(test_batch_end_sees_leases_begun_since),
+	    cmocka_unit_test(test_pauses_full_and_long_keys),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

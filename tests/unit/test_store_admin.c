@@ -471,7 +471,7 @@ static void test_pause_resume(void **state)
 {
 	struct fixture *f = *state;
 	bool was = true, global = false;
-	char keys[4][300];
+	char keys[4][STORE_PAUSE_KEY_MAX];
 	size_t n = 99;
 	char control[160];
 	table_derived(&f->t, "_control", control, sizeof(control));
