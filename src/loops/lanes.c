@@ -27,6 +27,7 @@
 #include "loops_int.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -49,6 +50,9 @@ struct lanes {
 
 	pthread_mutex_t pub_lock;
 	struct publisher pub;
+	/* pub.healthy as last set (under pub_lock), for a lane that finds
+	 * the lock taken by another lane's publish. */
+	atomic_bool healthy;
 	int64_t next_probe_ms;
 	int64_t probe_backoff_ms;
 	int lanes_left; /* the last lane out closes the publisher */
@@ -143,6 +147,7 @@ static void set_healthy(struct lanes *l, bool healthy)
 	if (healthy == l->pub.healthy)
 		return;
 	l->pub.healthy = healthy;
+	atomic_store(&l->healthy, healthy);
 	atomic_fetch_add(&l->r->workers_ready, healthy ? 1 : -1);
 	metrics_gauge_add(MG_PUBLISHERS_UNHEALTHY, healthy ? -1 : 1);
 }
@@ -180,7 +185,14 @@ static bool ensure_publisher(struct lanes *l, const struct config *cfg)
 bool lanes_publisher_ready(struct lanes *l, const struct config *cfg,
 			   int64_t *next_probe_ms)
 {
-	pthread_mutex_lock(&l->pub_lock);
+	/* Taken by a lane publishing with a healthy publisher: ready, and
+	 * this lane's lease runs beside that publish rather than after it.
+	 * Taken otherwise (a probe, a close), wait for its verdict. */
+	if (pthread_mutex_trylock(&l->pub_lock) != 0) {
+		if (atomic_load(&l->healthy))
+			return true;
+		pthread_mutex_lock(&l->pub_lock);
+	}
 	bool ok = ensure_publisher(l, cfg);
 	if (ok)
 		publisher_service(&l->pub);

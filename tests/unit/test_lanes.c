@@ -730,6 +730,39 @@ static void test_batch_end_sees_leases_begun_since(void **state)
 	fixture_free(f);
 }
 
+static int fake_busy(void)
+{
+	pthread_mutex_lock(&fake.lock);
+	int busy = fake.busy;
+	pthread_mutex_unlock(&fake.lock);
+	return busy;
+}
+
+/* A lane asking whether the publisher is ready while another lane
+ * publishes (with a healthy publisher) is answered at once, so its lease
+ * runs beside that publish; it waited for the publish to end before. */
+static void test_ready_beside_a_publish(void **unused)
+{
+	(void)unused;
+	struct fixture *f = fixture_new(2);
+	pthread_mutex_lock(&fake.lock);
+	fake.delay_ms = 1500;
+	pthread_mutex_unlock(&fake.lock);
+	struct lane a = {0};
+	lease_lanes(f, &a, 1);
+	assert_int_equal(pthread_create(&a.tid, NULL, lane_main, &a), 0);
+	for (int i = 0; i < 500 && fake_busy() == 0; i++)
+		clock_sleep_ms(2);
+	assert_int_equal(fake_busy(), 1);
+	int64_t next_probe;
+	assert_true(lanes_publisher_ready(f->lanes, &f->cfg, &next_probe));
+	/* Still publishing: the answer did not wait for it. */
+	assert_int_equal(fake_busy(), 1);
+	pthread_join(a.tid, NULL);
+	assert_int_equal(a.rc, 0);
+	fixture_free(f);
+}
+
 /* A full table of destination pauses still pauses a new destination (the
  * slot whose pause ends first goes), and a key as long as an AMQP
  * exchange and routing key can be comes back whole: a key left out or
@@ -780,6 +813,7 @@ int main(void)
 	    cmocka_unit_test(test_cadence_holds_the_next_lease),
 	    cmocka_unit_test(test_batch_end_sees_leases_begun_since),
 	    cmocka_unit_test(test_pauses_full_and_long_keys),
+	    cmocka_unit_test(test_ready_beside_a_publish),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
