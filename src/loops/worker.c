@@ -545,26 +545,14 @@ static void pause_keys_release(struct pause_keys *pk)
 	*pk = (struct pause_keys){0};
 }
 
-/* The operator pauses into keys[0..*n) and *global; 0, or the store's
- * error (the source's failure recorded). */
-static int read_control(struct worker *w, char (*keys)[PAUSE_KEY_MAX],
-			size_t max, size_t *n, bool *global)
-{
-	char err[512];
-	int rc =
-	    store_read_pauses(w->store, global, keys, max, n, err, sizeof(err));
-	if (rc != 0)
-		sources_failed(w->th, &w->src, w->source, rc,
-			       "reading operator pauses", err);
-	return rc;
-}
-
-/* Fills pk with the keys the next lease skips. Returns true when the turn
- * leases nothing: an operator paused everything (pk is then left
- * unfilled), or the pauses could not be read. The operator pauses are
- * read once per poll interval (at most a second), not each loop: a
- * statement per batch is a share of the database's cost per event. */
-static bool read_pauses(struct worker *w, struct pause_keys *pk)
+/* Fills pk with the keys the next lease skips. Returns 0 when the turn
+ * leases, 1 when it leases nothing (an operator paused everything, pk
+ * then left unfilled; no memory), or the store's error when the pauses
+ * could not be read (err says why). The operator pauses are read once
+ * per poll interval (at most a second), not each loop: a statement per
+ * batch is a share of the database's cost per event. */
+static int read_pauses(struct worker *w, struct pause_keys *pk, char *err,
+		       size_t errlen)
 {
 	struct source_turns *turns = w->turns;
 	struct source_turn *t = &turns->at[w->source];
@@ -579,12 +567,13 @@ static bool read_pauses(struct worker *w, struct pause_keys *pk)
 		 * leases nothing rather than rows an operator may have
 		 * paused (a failover, a lock on the control table). Those
 		 * read before stay, and the next turn reads again. */
-		if (read_control(w, pk->keys, RELAY_MAX_PAUSES, &n, &global) !=
-		    0)
-			return true;
+		int rc = store_read_pauses(w->store, &global, pk->keys,
+					   RELAY_MAX_PAUSES, &n, err, errlen);
+		if (rc != 0)
+			return rc;
 		if (!source_turn_keep_control(t, pk->keys, n)) {
 			log_error("out of memory for the operator pauses");
-			return true;
+			return 1;
 		}
 		t->control_read_ms = now;
 		if (global != t->control_global)
@@ -595,7 +584,7 @@ static bool read_pauses(struct worker *w, struct pause_keys *pk)
 		metrics_set(MG_PAUSED_GLOBALLY, (int64_t)turns->n_paused);
 	}
 	if (t->control_global)
-		return true;
+		return 1;
 	size_t n_control = t->n_control;
 	if (n_control > 0)
 		memcpy(pk->keys, t->control, n_control * sizeof(*pk->keys));
@@ -603,7 +592,7 @@ static bool read_pauses(struct worker *w, struct pause_keys *pk)
 		active_pauses(w->r, pk->keys + n_control, RELAY_MAX_PAUSES);
 	for (size_t i = 0; i < pk->n; i++)
 		pk->ptrs[i] = pk->keys[i];
-	return false;
+	return 0;
 }
 
 /* Leases a batch into *lease; 0, or the store's error with err. */
@@ -711,18 +700,27 @@ static void worker_pass(struct worker *w, struct pause_keys *pk)
 	}
 	struct source_turn *t = &w->turns->at[w->source];
 	/* Read within the turn: waiting for it can take longer than a
-	 * pause takes to matter. */
-	if (read_pauses(w, pk)) {
-		t->due_ms = clock_ms() + cfg->poll_interval_ms;
-		lanes_end_turn(w->lanes, TURN_SKIPPED, next_turn_at(w), 0);
+	 * pause takes to matter. A session lost on the way is reconnected
+	 * after the turn, as for a lease below, and the next turn reads
+	 * them again: not a poll interval later. */
+	char err[1024];
+	int rc = read_pauses(w, pk, err, sizeof(err));
+	if (rc != 0) {
+		if (rc != STORE_RECONNECT)
+			t->due_ms = clock_ms() + cfg->poll_interval_ms;
+		lanes_end_turn(
+		    w->lanes, TURN_SKIPPED,
+		    rc == STORE_RECONNECT ? clock_ms() : next_turn_at(w), 0);
 		rate_refund(r, cfg->batch_size);
+		if (rc < 0)
+			sources_failed(w->th, &w->src, w->source, rc,
+				       "reading operator pauses", err);
 		return;
 	}
 
 	int64_t started = clock_ms();
 	struct lease_batch lease = {0};
-	char err[1024];
-	int rc = lease_next_batch(w, pk, started, &lease, err, sizeof(err));
+	rc = lease_next_batch(w, pk, started, &lease, err, sizeof(err));
 	if (rc != 0) {
 		rate_refund(r, cfg->batch_size);
 		if (rc == STORE_RECONNECT) {
