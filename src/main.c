@@ -249,10 +249,17 @@ static int cmd_run(const struct config *cfg,
 		}
 	}
 	int rc = relay_join(relay);
-	ops_stop(relay);
-	relay_destroy(relay);
+	bool ops_stopped = ops_stop(relay);
 	log_fields(LOG_INFO, "outbox-relay stopped", "exit", rc ? "1" : "0",
 		   NULL);
+	if (!ops_stopped) {
+		/* The ops thread reads the relay and the config: freeing
+		 * them, or exit()'s clean-up of libpq under its connect,
+		 * could crash the way out. */
+		fflush(NULL);
+		_exit(rc);
+	}
+	relay_destroy(relay);
 	return rc;
 }
 

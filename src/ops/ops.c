@@ -595,7 +595,7 @@ void ops_draining(struct relay *r)
 	wake_thread();
 }
 
-void ops_stop(struct relay *r)
+bool ops_stop(struct relay *r)
 {
 	(void)r;
 	atomic_store(&ops.stop, 1);
@@ -612,7 +612,7 @@ void ops_stop(struct relay *r)
 			log_warn("ops thread did not stop within %d ms; "
 				 "leaving it",
 				 STOP_WAIT_MS);
-			return;
+			return false;
 		}
 		ops.thread_started = false;
 	}
@@ -621,4 +621,5 @@ void ops_stop(struct relay *r)
 		pthread_cond_destroy(&ops.cond);
 		ops.inited = false;
 	}
+	return true;
 }

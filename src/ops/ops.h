@@ -32,8 +32,10 @@ int ops_start(struct relay *r, char *err, size_t errlen);
  * registry row is marked draining. Returns at once. */
 void ops_draining(struct relay *r);
 
-/* Stops the server and the ops thread; safe if ops_start failed. */
-void ops_stop(struct relay *r);
+/* Stops the server and the ops thread; safe if ops_start failed. False
+ * when the thread did not stop in time (stuck in a connect): it still
+ * reads the relay and its config, which must then outlive the process. */
+bool ops_stop(struct relay *r);
 
 /*
  * Operator subcommands beyond run/check: migrate, status (and its live
