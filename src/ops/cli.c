@@ -510,12 +510,9 @@ static int redrive_times(const struct subcommand *c, struct store *s,
 			 char *until_at)
 {
 	char err[1024];
-	/* Replayed rows are sent again, finished after now: a second run
-	 * of the command must not take them again, so a range ends now. */
-	const char *times[2] = {a->since, a->until ? a->until
-					  : strcmp(a->status, "sent") == 0
-					      ? "now"
-					      : NULL};
+	/* Rows replayed (or redriven, failing again) finish after now: a
+	 * later batch must not take them again, so a range ends now. */
+	const char *times[2] = {a->since, a->until ? a->until : "now"};
 	char *resolved[2] = {since_at, until_at};
 	for (int i = 0; i < 2; i++) {
 		if (!times[i])
@@ -529,6 +526,10 @@ static int redrive_times(const struct subcommand *c, struct store *s,
 			return 1;
 		}
 	}
+	/* One fixed format (UTC, to the microsecond): compared as text. */
+	if (a->since && strcmp(since_at, until_at) >= 0)
+		return usage_error(c, "--since is not before --until (%s, %s)",
+				   since_at, until_at);
 	return -1;
 }
 

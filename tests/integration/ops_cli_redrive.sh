@@ -36,6 +36,15 @@ grep -q '^redrove 3 failed rows' "$it_dir/cli.out" || it_fail "redrive said: $(c
 [ "$(it_count "type = 'user.deleted' AND status = 'failed' AND attempts = 4")" = 2 ] ||
 	it_fail "user.deleted rows were touched"
 
+# A failed row's range ends when the command began too: a row that
+# fails again while a redrive runs (finished after its start, an hour on
+# here) is not taken by a later batch of the same run.
+it_psql "INSERT INTO $OUTBOX_TABLE (type, payload, status, attempts, finished_at)
+  VALUES ('fails.again', '{}', 'failed', 3, now() + interval '1 hour')"
+ops_cli redrive --type fails.again --dry-run
+grep -q '^dry run: 0 failed rows match' "$it_dir/cli.out" || it_fail "a failed-row redrive took a row finished after it began: $(cat "$it_dir/cli.out")"
+it_psql "DELETE FROM $OUTBOX_TABLE WHERE type = 'fails.again'"
+
 # By id (repeatable); an id of a row in another state is not touched.
 ids=$(it_psql "SELECT string_agg(id::text, ' ') FROM (SELECT id FROM $OUTBOX_TABLE WHERE type = 'user.deleted' LIMIT 1) x")
 sent_id=$(it_psql "SELECT id FROM $OUTBOX_TABLE WHERE type = 'new.sent' LIMIT 1")
@@ -85,6 +94,8 @@ ops_expect_usage_error redrive --status bogus --type order.created
 ops_expect_usage_error redrive --id not-a-uuid
 ops_expect_usage_error redrive --type user.deleted --since "not a time"
 ops_expect_usage_error redrive --type user.deleted --until 1h
+# A range that holds nothing (an hour ago until two hours ago).
+ops_expect_usage_error redrive --type user.deleted --since 1h --until 2h
 ops_expect_usage_error redrive --type
 ops_expect_usage_error redrive --bogus
 ops_expect_usage_error redrive --type user.deleted extra
