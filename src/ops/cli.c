@@ -585,6 +585,7 @@ static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
 	    .sent = strcmp(a.status, "sent") == 0,
 	    .dry_run = a.dry_run,
 	    .force = a.force,
+	    .sent_kept_ms = cfg->retention_ms,
 	};
 	size_t count = 0;
 	struct cli_progress p;
@@ -677,10 +678,8 @@ static int pause_options(const struct subcommand *c, int argc, char **argv,
 static void pause_report(bool pause, bool existed, const char *destination)
 {
 	bool all = strcmp(destination, "*") == 0;
-	char what[300];
-	if (all)
-		snprintf(what, sizeof(what), "all leasing");
-	else
+	char what[300] = "all leasing";
+	if (!all)
 		snprintf(what, sizeof(what), "destination '%s'", destination);
 	if (pause && existed)
 		printf("%s was already paused; reason and author updated\n",

@@ -29,21 +29,43 @@ static int count_later(struct store *s, enum stmt st, int nparams,
 	return 0;
 }
 
-static int check_order(struct store *s, bool sent, const char *const *values,
-		       char *err, size_t errlen)
+static int check_order(struct store *s, const struct redrive_filter *f,
+		       const char *const *values, char *err, size_t errlen)
 {
-	long later = 0;
-	int rc = count_later(
-	    s, sent ? ST_REDRIVE_CHECK_SENT : ST_REDRIVE_CHECK_FAILED, 4,
-	    values, &later, err, errlen);
-	if (rc != 0 || later == 0)
-		return rc;
-	snprintf(err, errlen,
-		 "%ld matching row%s of a partition key that already has a "
-		 "later row sent or in flight: redriving would break its "
-		 "order (--force to redrive anyway)",
-		 later, later == 1 ? " has a key" : "s have keys");
-	return STORE_REFUSED;
+	char kept[24];
+	snprintf(kept, sizeof(kept), "%lld", (long long)f->sent_kept_ms);
+	const char *params[5] = {values[0], values[1], values[2], values[3],
+				 kept};
+	int rc;
+	PGresult *res = store_run(
+	    s, f->sent ? ST_REDRIVE_CHECK_SENT : ST_REDRIVE_CHECK_FAILED, 5,
+	    params, PGRES_TUPLES_OK, 0, &rc, err, errlen);
+	if (!res)
+		return store_public_rc(rc);
+	long later = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+	long gone = strtol(PQgetvalue(res, 0, 1), NULL, 10);
+	PQclear(res);
+	if (later > 0) {
+		snprintf(err, errlen,
+			 "%ld matching row%s of a partition key that already "
+			 "has a later row sent or in flight: redriving would "
+			 "break its order (--force to redrive anyway)",
+			 later, later == 1 ? " has a key" : "s have keys");
+		return STORE_REFUSED;
+	}
+	if (gone > 0) {
+		snprintf(err, errlen,
+			 "%ld matching keyed row%s finished longer ago than "
+			 "sent rows are kept (OUTBOX_RETENTION%s): a later "
+			 "row of the key may have been sent and deleted "
+			 "since, and redriving would then deliver it after "
+			 "that row (--force to redrive anyway; `unblock "
+			 "--redrive` for a blocked key's row)",
+			 gone, gone == 1 ? "" : "s",
+			 f->sent_kept_ms == 0 ? "=0: no history" : "");
+		return STORE_REFUSED;
+	}
+	return 0;
 }
 
 static int count_matching(struct store *s, bool sent, const char *const *values,
@@ -275,7 +297,7 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
 	}
 	const char *values[4] = {ids, f->type, f->since, f->until};
 	if (s->opt.ordered && !f->force)
-		rc = check_order(s, f->sent, values, err, errlen);
+		rc = check_order(s, f, values, err, errlen);
 	size_t total = 0;
 	if (rc == 0 && (f->dry_run || f->progress))
 		rc = count_matching(s, f->sent, values, &total, err, errlen);

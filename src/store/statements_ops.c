@@ -220,23 +220,28 @@ char *sql_fail_refused(const struct store *s)
 	return sql;
 }
 
-/* Redrive in ordered mode: rows whose key already went further. The
- * status is written in, not a parameter: a partitioned table's indexes of
- * finished rows each serve one status (migrate_terminal.c), and only a
- * plan that knows which can pick its index. */
+/* Redrive in ordered mode: matching keyed rows whose key already went
+ * further (a later row sent or in flight), and apart those that finished
+ * longer ago than sent rows are kept ($5, milliseconds): a later row of
+ * their key may have been sent and deleted since, unseen. The status is
+ * written in, not a parameter: a partitioned table's indexes of finished
+ * rows each serve one status (migrate_terminal.c), and only a plan that
+ * knows which can pick its index. */
 static char *sql_redrive_check(const struct store *s, const char *status)
 {
 	const char *T = s->table.quoted;
 	return store_asprintf(
-	    "SELECT count(*)::text FROM %s r WHERE r.status = '%s' AND "
-	    "($1::uuid[] IS NULL OR r.id = ANY($1::uuid[])) AND ($2::text "
-	    "IS NULL OR r.type = $2) AND r.finished_at >= "
-	    "coalesce($3::timestamptz, '-infinity') AND r.finished_at < "
-	    "coalesce($4::timestamptz, 'infinity') AND r.partition_key IS "
-	    "NOT NULL AND EXISTS (SELECT 1 FROM %s x WHERE x.partition_key "
-	    "= r.partition_key AND x.seq > r.seq AND x.status IN ('sent', "
-	    "'in_flight'))",
-	    T, status, T);
+	    "SELECT count(*) FILTER (WHERE c.later)::text, count(*) FILTER "
+	    "(WHERE NOT c.later AND c.gone)::text FROM (SELECT EXISTS "
+	    "(SELECT 1 FROM %s x WHERE x.partition_key = r.partition_key AND "
+	    "x.seq > r.seq AND x.status IN ('sent', 'in_flight')) AS later, "
+	    "r.finished_at < now() - $5::bigint * interval '1 millisecond' "
+	    "AS gone FROM %s r WHERE r.status = '%s' AND ($1::uuid[] IS "
+	    "NULL OR r.id = ANY($1::uuid[])) AND ($2::text IS NULL OR "
+	    "r.type = $2) AND r.finished_at >= coalesce($3::timestamptz, "
+	    "'-infinity') AND r.finished_at < coalesce($4::timestamptz, "
+	    "'infinity') AND r.partition_key IS NOT NULL) c",
+	    T, T, status);
 }
 
 char *sql_redrive_check_sent(const struct store *s)

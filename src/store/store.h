@@ -409,6 +409,11 @@ struct redrive_filter {
 			      already has a later row sent (a later row held
 			      by a lease is refused even so; STORE_REFUSED
 			      otherwise) */
+	/* Ordered mode: how long sent rows stay in the table
+	 * (OUTBOX_RETENTION; 0: deleted as they are marked). A row finished
+	 * longer ago than that may have later rows of its key delivered and
+	 * deleted since, which no check can see: refused without force. */
+	int64_t sent_kept_ms;
 	const struct store_progress *progress; /* NULL: none; else the
 						  matching rows are counted
 						  first */

@@ -23,6 +23,10 @@
 
 static char err[1024];
 
+/* Sent rows kept a day (OUTBOX_RETENTION's default), for a redrive's
+ * order check. */
+#define DAY_MS INT64_C(86400000)
+
 /* How often a session rebuilds its key map (OUTBOX_LEASE_RESCAN_INTERVAL):
  * the relay's default, or 0, which walks key_idx at every lease (no key
  * map); the tests of the walk run both ways. */
@@ -648,7 +652,8 @@ static void test_late_rows_and_redrive_are_leased(void **state)
 	snprintf(id, sizeof(id), "%s", PQgetvalue(r, 0, 0));
 	PQclear(r);
 	const char *ids[] = {id};
-	struct redrive_filter f = {.ids = ids, .n_ids = 1, .sent = true};
+	struct redrive_filter f = {
+	    .ids = ids, .n_ids = 1, .sent = true, .sent_kept_ms = DAY_MS};
 	size_t count;
 	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
 	assert_int_equal(count, 1);
@@ -840,11 +845,62 @@ static void test_redrive_refuses_to_reorder(void **state)
 	mark_all(s, MARK_FAILED, &b, "bad");
 	expect_batch(s, "a2"); /* skip: a2 sent after a1 failed */
 	size_t count;
-	struct redrive_filter f = {.type = "t"};
+	struct redrive_filter f = {.type = "t", .sent_kept_ms = DAY_MS};
 	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
 			 STORE_REFUSED);
 	assert_non_null(strstr(err, "--force"));
 	f.force = true;
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	expect_batch(s, "a1");
+	store_close(s);
+	PQfinish(c);
+}
+
+/* A later row of the key sent and deleted since (no history kept, or
+ * over the retention) leaves no row the check could see: a keyed row
+ * finished longer ago than sent rows are kept is refused without
+ * --force, whatever is left of its key. */
+static void test_redrive_refuses_past_retention(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_redrive_gone", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	struct store *s = ordered_store(table, false);
+	struct lease_batch b;
+	lease(s, &b);
+	mark_all(s, MARK_FAILED, &b, "bad");
+	expect_batch(s, "a2"); /* skip: a2 sent after a1 failed */
+	/* a2 gone, as the mark of a relay without history deletes it. */
+	pgtest_exec(c, "DELETE FROM %s WHERE subject = 'a2'", table);
+	size_t count;
+	struct redrive_filter f = {.type = "t", .sent_kept_ms = 0};
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_non_null(strstr(err, "may have been sent and deleted"));
+	assert_non_null(strstr(err, "no history"));
+	/* With history kept a day: a1 failed just now, so a row of its key
+	 * sent after it would still be there; gone by hand, it is not seen
+	 * (the check trusts the cleaner's retention). Failed two days ago,
+	 * refused. */
+	pgtest_exec(c,
+		    "UPDATE %s SET finished_at = now() - interval '2 days' "
+		    "WHERE subject = 'a1'",
+		    table);
+	f.sent_kept_ms = DAY_MS;
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_non_null(strstr(err, "longer ago than sent rows are kept"));
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE subject = "
+				     "'a1' AND status = 'failed'",
+				     table),
+			 1);
+	pgtest_exec(c, "UPDATE %s SET finished_at = now() WHERE subject = 'a1'",
+		    table);
 	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
 	assert_int_equal(count, 1);
 	expect_batch(s, "a1");
@@ -874,7 +930,7 @@ static void test_redrive_locks_next_row_only(void **state)
 		    "SELECT 1 FROM %s WHERE subject = 'a3' FOR NO KEY UPDATE",
 		    table);
 	size_t count;
-	struct redrive_filter f = {.type = "t"};
+	struct redrive_filter f = {.type = "t", .sent_kept_ms = DAY_MS};
 	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
 	assert_int_equal(count, 1);
 	pgtest_exec(other, "COMMIT");
@@ -913,7 +969,7 @@ static void test_redrive_sees_later_row_held(void **state)
 	assert_int_equal(b.n, 1);
 	assert_string_equal(b.events[0].subject, "a2");
 	size_t count;
-	struct redrive_filter f = {.type = "t"};
+	struct redrive_filter f = {.type = "t", .sent_kept_ms = DAY_MS};
 	assert_int_equal(store_redrive(op, &f, &count, err, sizeof(err)),
 			 STORE_REFUSED);
 	assert_non_null(strstr(err, "held by a lease"));
@@ -961,7 +1017,7 @@ static void test_redrive_goes_before_later_pending(void **state)
 	mark_all(s, MARK_FAILED, &b, "bad");
 	insert(c, table, "b1", "B");
 	size_t count;
-	struct redrive_filter f = {.type = "t"};
+	struct redrive_filter f = {.type = "t", .sent_kept_ms = DAY_MS};
 	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
 	assert_int_equal(count, 1);
 	expect_batch(s, "a1,b1");
@@ -987,7 +1043,8 @@ static void test_replay_goes_before_later_rows(void **state)
 	struct store *op = ordered_store(table, false);
 	expect_batch(s, "a1");
 	size_t count;
-	struct redrive_filter f = {.type = "t", .sent = true};
+	struct redrive_filter f = {
+	    .type = "t", .sent = true, .sent_kept_ms = DAY_MS};
 	struct lease_batch b;
 	lease(s, &b); /* a2, held */
 	assert_int_equal(store_redrive(op, &f, &count, err, sizeof(err)),
@@ -1053,7 +1110,8 @@ static void test_redrive_rechecks_each_batch(void **state)
 	struct send_between sb = {.c = c, .table = table};
 	struct store_progress watch = {.fn = send_k2, .ctx = &sb};
 	size_t count;
-	struct redrive_filter f = {.type = "t", .progress = &watch};
+	struct redrive_filter f = {
+	    .type = "t", .progress = &watch, .sent_kept_ms = DAY_MS};
 	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
 			 STORE_REFUSED);
 	assert_non_null(strstr(err, "sent while redrive ran"));
@@ -1481,6 +1539,7 @@ int main(void)
 	    cmocka_unit_test(test_seq_moved_past_a_row_in_flight),
 	    cmocka_unit_test(test_rows_live_again_by_hand_wait_for_a_build),
 	    cmocka_unit_test(test_redrive_refuses_to_reorder),
+	    cmocka_unit_test(test_redrive_refuses_past_retention),
 	    cmocka_unit_test(test_redrive_sees_later_row_held),
 	    cmocka_unit_test(test_redrive_locks_next_row_only),
 	    cmocka_unit_test(test_redrive_goes_before_later_pending),
