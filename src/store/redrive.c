@@ -149,6 +149,18 @@ static int redrive_ordered_batch(struct store *s,
 	if (!res)
 		goto fail;
 	*n = (size_t)PQntuples(res);
+	if (*n > 0 && strtol(PQgetvalue(res, 0, 1), NULL, 10) > 0) {
+		/* A key's next row left pending after the statement read it
+		 * (a lease's commit): its lock passed it over, and the row
+		 * behind it may be out now. */
+		PQclear(res);
+		snprintf(err, errlen,
+			 "a later row of a matching row's partition key "
+			 "changed while the batch ran (a relay finished it): "
+			 "nothing of this batch changed, run it again");
+		rc = STORE_REFUSED;
+		goto fail;
+	}
 	rc = f->force ? 0 : recheck_order(s, res, err, errlen);
 	PQclear(res);
 	if (rc != 0)

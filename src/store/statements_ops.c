@@ -36,7 +36,11 @@ static char *redrive_where(const char *status)
  * the next lease finds the redriven row first. The rows behind it are not
  * touched. A later row held by a lease (being published now) fails the
  * lock with 55P03 and the batch changes nothing: redriving behind it would
- * deliver it first. Rows whose key has a later row sent or in flight are
+ * deliver it first. A next row that a lease's commit changed between the
+ * statement's snapshot and the lock (failed, or deleted as sent without
+ * history) is passed over by the lock, not refused: the statement returns
+ * how many it wanted and did not lock, and the caller refuses the batch
+ * then. Rows whose key has a later row sent or in flight are
  * the caller's to refuse: it checks before the first batch, and again for
  * the returned ids inside each batch's transaction (the statement itself
  * would scan every sent row of the table for that).
@@ -58,19 +62,21 @@ static char *sql_redrive_ordered(const struct store *s, const char *status,
 	    "WITH r AS MATERIALIZED (SELECT id, partition_key, seq FROM %s "
 	    "WHERE %s ORDER BY finished_at LIMIT %d FOR NO KEY UPDATE SKIP "
 	    "LOCKED), "
+	    "wanted AS MATERIALIZED (SELECT (SELECT o.id FROM %s o WHERE "
+	    "o.partition_key = k.partition_key AND o.seq > k.seq AND "
+	    "o.status = 'pending' ORDER BY o.seq LIMIT 1) AS id FROM (SELECT "
+	    "partition_key, min(seq) AS seq FROM r WHERE partition_key IS "
+	    "NOT NULL GROUP BY partition_key) k), "
 	    "later AS MATERIALIZED (SELECT x.id FROM %s x WHERE x.id = "
-	    "ANY(ARRAY(SELECT (SELECT o.id FROM %s o WHERE o.partition_key "
-	    "= k.partition_key AND o.seq > k.seq AND o.status = 'pending' "
-	    "ORDER BY o.seq LIMIT 1) FROM (SELECT partition_key, min(seq) "
-	    "AS seq FROM r WHERE partition_key IS NOT NULL GROUP BY "
-	    "partition_key) k)) AND x.status = 'pending' FOR NO KEY UPDATE "
-	    "NOWAIT), "
+	    "ANY(ARRAY(SELECT id FROM wanted)) AND x.status = 'pending' FOR "
+	    "NO KEY UPDATE NOWAIT), "
 	    "demoted AS (UPDATE %s AS d SET head = false WHERE d.id = "
 	    "ANY(ARRAY(SELECT id FROM later)) RETURNING 1) "
 	    "UPDATE %s AS t SET status = 'pending', attempts = 0, "
 	    "next_attempt_at = now(), finished_at = NULL, suspect = false, "
 	    "head = NULL%s WHERE t.id = ANY(ARRAY(SELECT id FROM r)) AND "
-	    "t.status = '%s' RETURNING t.id::text",
+	    "t.status = '%s' RETURNING t.id::text, (SELECT count(id) FROM "
+	    "wanted) - (SELECT count(*) FROM later)",
 	    T, where, REDRIVE_BATCH, T, T, T, T, rewritten(s), status);
 }
 
