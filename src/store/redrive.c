@@ -372,7 +372,20 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 		      values, PGRES_COMMAND_OK, 0, &rc, err, errlen);
 	if (!res)
 		goto fail;
+	bool redriven = strcmp(PQcmdTuples(res), "1") == 0;
 	PQclear(res);
+	if (redrive && !redriven) {
+		/* Lifting the block would let the key go on without the
+		 * row the operator asked to send again. */
+		snprintf(err, errlen,
+			 "the blocking row %s of partition key '%.200s' is no "
+			 "longer failed (redriven, sent or deleted since): "
+			 "nothing to redrive, and the key stays blocked "
+			 "(`unblock --skip` lets it go on)",
+			 blocking, key);
+		rc = STORE_REFUSED;
+		goto fail;
+	}
 	return store_finish_tx(s, TX_COMMIT, err, errlen);
 fail : {
 	char ignored[64];

@@ -318,6 +318,17 @@ static void test_unblock_redrive(void **state)
 	lease(s, &b);
 	mark_all(s, MARK_FAILED, &b, "bad");
 	expect_batch(s, "");
+	/* The blocking row no longer failed (set by hand here): nothing to
+	 * redrive, so the block stays (lifted, the key would go on without
+	 * the row the operator asked for). */
+	pgtest_exec(c, "UPDATE %s SET status = 'sent' WHERE subject = 'a1'",
+		    table);
+	assert_int_equal(store_unblock(s, "A", true, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_non_null(strstr(err, "no longer failed"));
+	pgtest_exec(c, "UPDATE %s SET status = 'failed' WHERE subject = 'a1'",
+		    table);
+	expect_batch(s, "");
 	assert_int_equal(store_unblock(s, "A", true, err, sizeof(err)), 0);
 	assert_int_equal(pgtest_long(c,
 				     "SELECT attempts FROM %s WHERE "
