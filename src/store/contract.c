@@ -383,6 +383,16 @@ static int run_steps(const struct store_options *opt, int settle_ms,
 		goto unlock;
 	}
 	bool partitioned = rows > 0;
+	/* An invalid index left by a build cut short would be copied to
+	 * the partitioned table, whose ATTACH then builds a valid one on
+	 * the whole old table under ACCESS EXCLUSIVE, every write waiting,
+	 * before the step fails on it. */
+	if (!record_only && steps == &partition_step &&
+	    migrate_drop_invalid_indexes(conn, &t, out, why, sizeof(why)) !=
+		0) {
+		snprintf(err, errlen, "partitioning %s: %s", t.literal, why);
+		goto unlock;
+	}
 	for (size_t i = 0; i < n; i++) {
 		const struct contract_step *c = &steps[i];
 		if (migrate_lock_held(conn, &t, why, sizeof(why)) != 0) {

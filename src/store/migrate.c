@@ -323,8 +323,8 @@ int migrate_exec_retrying(PGconn *conn, const char *sql, enum ddl_wait wait,
 	return migrate_exec_watched(conn, sql, wait, NULL, err, errlen);
 }
 
-static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
-				FILE *out, char *err, size_t errlen)
+int migrate_drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
+				 FILE *out, char *err, size_t errlen)
 {
 	char sql[1024], claims[160];
 	table_derived(t, "_claims", claims, sizeof(claims));
@@ -332,8 +332,10 @@ static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
 		 "SELECT format('%%I.%%I', n.nspname, c.relname) "
 		 "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
 		 "JOIN pg_namespace n ON n.oid = c.relnamespace "
-		 "WHERE NOT i.indisvalid AND (i.indrelid IN (SELECT relid "
-		 "FROM pg_partition_tree('%s'::regclass)) "
+		 /* pg_partition_tree() lists nothing of a plain table. */
+		 "WHERE NOT i.indisvalid AND (i.indrelid = '%s'::regclass OR "
+		 "i.indrelid IN (SELECT relid FROM "
+		 "pg_partition_tree('%s'::regclass)) "
 		 /* The claims' side table has one built concurrently too
 		  * (006). */
 		 "OR i.indrelid = to_regclass('%s')) "
@@ -342,7 +344,7 @@ static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
 		  * own index is invalid until each partition's is attached:
 		  * migrate_statement() ends it. */
 		 "AND c.relkind = 'i'",
-		 t->quoted, claims);
+		 t->quoted, t->quoted, claims);
 	PGresult *res = PQexec(conn, sql);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		pgconn_error(conn, res, err, errlen);
@@ -357,7 +359,11 @@ static int drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
 		if (out)
 			fprintf(out, "dropping invalid index %s\n",
 				PQgetvalue(res, i, 0));
-		if (!exec_ok(conn, drop, err, errlen))
+		/* It waits for every transaction using the table, a lease
+		 * in a publish among them: as long as it takes (the
+		 * session's lock_timeout may be a short step's). */
+		if (migrate_exec_retrying(conn, drop, DDL_WAIT_UNBOUNDED, err,
+					  errlen) != 0)
 			rc = -1;
 	}
 	PQclear(res);
@@ -371,7 +377,7 @@ static int run_body(PGconn *conn, const struct outbox_table *t, char *body,
 		    char *err, size_t errlen)
 {
 	char why[512];
-	if (drop_invalid_indexes(conn, t, out, why, sizeof(why)) != 0) {
+	if (migrate_drop_invalid_indexes(conn, t, out, why, sizeof(why)) != 0) {
 		snprintf(err, errlen, "migration %s: %s", name, why);
 		return -1;
 	}

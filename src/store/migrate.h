@@ -101,6 +101,12 @@ int migrate_statement(PGconn *conn, const struct outbox_table *t,
 		      const char *stmt, struct migrate_watch *w, char *err,
 		      size_t errlen);
 
+/* Drops, concurrently, the invalid indexes on t, its partitions and its
+ * claims' table (builds cut short: a REINDEX's or CREATE INDEX's
+ * CONCURRENTLY, a migration's). 0, or -1 with err. */
+int migrate_drop_invalid_indexes(PGconn *conn, const struct outbox_table *t,
+				 FILE *out, char *err, size_t errlen);
+
 /* The truth of sql's one boolean, asked with its n parameter values: 1
  * or 0 (0 too when no row came), or -1 with err. */
 int migrate_ask_n(PGconn *conn, const char *sql, int n,

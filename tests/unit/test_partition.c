@@ -334,6 +334,54 @@ static void test_dependents_refused(void **state)
 	PQfinish(c);
 }
 
+/* An invalid index a build cut short left (a REINDEX or CREATE INDEX
+ * CONCURRENTLY): copied to the partitioned table, its ATTACH would build
+ * a valid one on the whole old table under ACCESS EXCLUSIVE, then the
+ * step failed on it. It is dropped first, and the table partitioned. */
+static void test_invalid_index_dropped_first(void **state)
+{
+	(void)state;
+	char table[128], idx[160];
+	struct outbox_table t;
+	pgtest_fresh_table("part_invalid", table, sizeof(table));
+	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
+	snprintf(idx, sizeof(idx), "\"%s\".cut_idx", t.schema);
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 3);
+	long seq = pgtest_long(c, "SELECT min(seq) FROM %s", table);
+	/* Division by zero at one row: the build fails, the index stays,
+	 * invalid. */
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+		 "CREATE INDEX CONCURRENTLY cut_idx ON %s ((1 / (seq - %ld)))",
+		 table, seq);
+	PGresult *res = PQexec(c, sql);
+	assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
+	PQclear(res);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_index WHERE "
+				     "indexrelid = to_regclass('%s') AND NOT "
+				     "indisvalid",
+				     idx),
+			 1);
+	struct store_options o = pgtest_store_options(table);
+	if (store_partition_settled(&o, 50, NULL, err, sizeof(err)) != 0)
+		fail_msg("partitioning with an invalid index: %s", err);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_class WHERE oid "
+				     "= '%s'::regclass AND relkind = 'p'",
+				     table),
+			 1);
+	assert_int_equal(
+	    pgtest_long(c,
+			"SELECT count(*) FROM pg_class WHERE oid = "
+			"to_regclass('%s')",
+			idx),
+	    0);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s", table), 3);
+	PQfinish(c);
+}
+
 /* 004's CHECK left NOT VALID by a row written before it: the partition
  * step would copy it as valid and Postgres would then refuse the old
  * table's; refused up front, named, the table left as it was. */
@@ -1085,6 +1133,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_live_table_becomes_partitioned),
 	    cmocka_unit_test(test_dependents_refused),
+	    cmocka_unit_test(test_invalid_index_dropped_first),
 	    cmocka_unit_test(test_not_valid_check_refused),
 	    cmocka_unit_test(test_partitions_by_the_day),
 	    cmocka_unit_test(test_tend_behind_another_cleaner),
