@@ -9,6 +9,7 @@
  * most PARTITION_LOCK_TIMEOUT.
  */
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,14 +31,15 @@ static const char tend_settings[] =
 /* The days 1..$1 ahead without a partition named $2 || 'p' || day ($2:
  * the schema prefix and the table's name and "_"), each with the least
  * UUIDv7 of the day and of the next (48 bits of milliseconds, the rest
- * zero). */
+ * zero) and the milliseconds until the day begins. */
 static const char sql_missing[] =
     "SELECT tag, substr(a, 1, 8) || '-' || substr(a, 9, 4) || "
     "'-0000-0000-000000000000', substr(b, 1, 8) || '-' || substr(b, 9, 4) "
-    "|| '-0000-0000-000000000000' FROM (SELECT to_char(at, "
+    "|| '-0000-0000-000000000000', ms FROM (SELECT to_char(at, "
     "'YYYYMMDD') AS tag, lpad(to_hex((extract(epoch FROM at) * "
     "1000)::bigint), 12, '0') AS a, lpad(to_hex((extract(epoch FROM at + "
-    "interval '1 day') * 1000)::bigint), 12, '0') AS b FROM (SELECT "
+    "interval '1 day') * 1000)::bigint), 12, '0') AS b, (extract(epoch "
+    "FROM at - now()) * 1000)::bigint AS ms FROM (SELECT "
     "date_trunc('day', now()) + g * interval '1 day' AS at FROM "
     "generate_series(1, $1::int) g) h) x WHERE to_regclass($2 || "
     "quote_ident($3 || tag)) IS NULL ORDER BY tag";
@@ -254,9 +256,20 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 		if (rc == 0 && !busy) {
 			/* A scan of the whole default partition under a lock
 			 * no writer waits for: not bounded by the statement
-			 * timeout, which a large one outlasts. */
-			rc = step(s, "SET LOCAL statement_timeout = 0", &busy,
-				  err, errlen);
+			 * timeout, which a large one outlasts, but ended a
+			 * minute before the first day's midnight, from which
+			 * the CHECK would refuse every insert of that day
+			 * until its partition is made: the CHECK is dropped
+			 * then, and the next round tries again. */
+			char bound[64];
+			long long ms =
+			    strtoll(PQgetvalue(res, 0, 3), NULL, 10) - 60000;
+			snprintf(bound, sizeof(bound),
+				 "SET LOCAL statement_timeout = %lld",
+				 ms < 1000	? 1000
+				 : ms > INT_MAX ? (long long)INT_MAX
+						: ms);
+			rc = step(s, bound, &busy, err, errlen);
 			if (rc == 0 && !busy)
 				rc = step_built(
 				    s,
