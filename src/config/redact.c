@@ -113,12 +113,22 @@ static const char *userinfo_end(const char *auth, const char **at)
 		       "percent-encode '?' in the user or password (%3F), or "
 		       "write the query after a '/'";
 	if (!first) {
-		/* No user: any '@' is in the path or query, unless what
-		 * stands before the '/' is no host list, when it is a
-		 * password holding a '/'. */
+		/* No user: an '@' is in the database name or the query,
+		 * unless what stands before the '/' is no host list, when
+		 * it is a password holding a '/'. */
 		if (strchr(auth, '@') && !host_list_ok(auth, slash))
 			return "a '/' before the '@': percent-encode '/' and "
 			       "'?' in the user or password (%2F, %3F)";
+		/* And one in the database name is refused too, for
+		 * "u:/pw@host/db" (a password starting with '/', or
+		 * "u:2024/pw@...") reads as host u, port 2024 and database
+		 * "pw@host/db", and would be printed as holding no password.
+		 * An '@' in the query is the query's. */
+		if (slash < q && memchr(auth + slash, '@', q - slash))
+			return "an '@' after the first '/': if it ends a "
+			       "password that holds a '/', percent-encode "
+			       "the '/' (%2F); in a database name, write the "
+			       "'@' as %40";
 		return NULL;
 	}
 	if (memchr(first + 1, '@', slash - (size_t)(first + 1 - auth)))
