@@ -3,8 +3,10 @@
 #include "amqp_map.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -72,9 +74,22 @@ static int check_pem_file(const char *v, char *why, size_t whylen)
 		snprintf(why, whylen, "contains control characters");
 		return -1;
 	}
-	if (access(v, R_OK) != 0) {
+	/* Opened without blocking, so a FIFO cannot hang startup; a
+	 * directory (the CA path mistaken for a bundle) or a device would
+	 * only fail at each connect. */
+	int fd = open(v, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0) {
 		snprintf(why, whylen, "cannot read the file: %s",
 			 strerror_r(errno, msg, sizeof(msg)));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(why, whylen, "is not a regular file (%s)",
+			 S_ISDIR(st.st_mode) ? "a directory" : "not a file");
 		return -1;
 	}
 	return 0;

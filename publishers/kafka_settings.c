@@ -198,8 +198,11 @@ static void kafka_prop_load(struct config_loader *ld, const struct config *cfg,
 		goto out;
 	}
 	prop.secret = kafka_prop_secret(prop.name);
-	if (config_env_read(ld, var, &value) <= 0)
+	int got = config_env_read(ld, var, &value);
+	if (got <= 0)
 		goto out;
+	/* A value from a file is never echoed (config_env_read()). */
+	prop.secret |= got == 2;
 	for (size_t i = 0; i < ks->n_props; i++) {
 		if (strcmp(ks->props[i].name, prop.name) == 0) {
 			config_problem(ld, var, false, NULL,

@@ -360,7 +360,8 @@ bool config_knows(const struct config_extensions *ext, const char *name);
  */
 
 /* Reads NAME, or the file named by NAME_FILE, into *out (caller frees).
- * Returns 1 when set, 0 when neither is set, -1 after reporting. */
+ * Returns 1 when set, 2 when read from the file, 0 when neither is set,
+ * -1 after reporting. */
 int config_env_read(struct config_loader *ld, const char *name, char **out);
 
 /* Reports one problem: "config: NAME: what (got 'value')". A secret's

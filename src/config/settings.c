@@ -224,7 +224,8 @@ out:
 
 /*
  * Reads NAME, or the file named by NAME_FILE, into *out (caller frees).
- * Returns 1 when set, 0 when neither is set, -1 after reporting a problem.
+ * Returns 1 when set, 2 when read from the file, 0 when neither is set,
+ * -1 after reporting a problem.
  */
 int config_env_read(struct config_loader *ld, const char *name, char **out)
 {
@@ -245,8 +246,10 @@ int config_env_read(struct config_loader *ld, const char *name, char **out)
 			       fname);
 		return -1;
 	}
-	if (path)
-		return file_read(ld, fname, path, out);
+	if (path) {
+		int rc = file_read(ld, fname, path, out);
+		return rc > 0 ? 2 : rc;
+	}
 	if (!direct)
 		return 0;
 	*out = strdup(direct);
@@ -609,6 +612,10 @@ void setting_load(struct config_loader *ld, const struct setting *s,
 	rc = config_env_read(ld, s->name, &raw);
 	if (rc < 0)
 		goto bad;
+	/* A value from a file is the kind secrets are kept in: never echoed
+	 * (a secret's file mapped to the wrong setting, say), and wiped. */
+	if (rc == 2)
+		secret = true;
 	value = rc > 0 ? raw : s->def;
 	if ((s->flags & SETTING_NULLABLE) && (!value || *value == '\0'))
 		goto out;

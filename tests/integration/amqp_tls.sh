@@ -106,6 +106,13 @@ tls_check no-cert "$ext_url" OUTBOX_AMQP_TLS_CA="$certs/ca.crt" OUTBOX_AMQP_SASL
 grep -q "OUTBOX_AMQP_SASL_MECHANISM=external logs in with the TLS client certificate" "$it_dir/no-cert.out" ||
 	it_fail "EXTERNAL without a certificate: $(cat "$it_dir/no-cert.out")"
 
+# A directory given as the CA file (the CA path for the bundle) is a
+# configuration error at startup (exit 2), not a failure at each connect.
+tls_check ca-dir "$tls_url" OUTBOX_AMQP_TLS_CA="$certs"
+[ "$it_rc" = 2 ] || it_fail "a directory as the CA file: exit $it_rc: $(cat "$it_dir/ca-dir.out")"
+grep -q "OUTBOX_AMQP_TLS_CA.*is not a regular file (a directory)" "$it_dir/ca-dir.out" ||
+	it_fail "a directory as the CA file: $(cat "$it_dir/ca-dir.out")"
+
 # Verification off: connects despite the wrong CA, and says so.
 tls_check no-verify "$tls_url" OUTBOX_AMQP_TLS_CA="$certs/other-ca.crt" OUTBOX_AMQP_TLS_VERIFY=off
 [ "$it_rc" = 0 ] || it_fail "verify off: check exit $it_rc: $(cat "$it_dir/no-verify.out")"
