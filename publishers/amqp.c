@@ -300,11 +300,23 @@ static bool flight_ready(struct batch *b)
 		b->unsent_why = b->why;
 		return false;
 	}
-	if (!st->channel_open && rmq_channel_open(st, b->fl->deadline, b->why,
-						  sizeof(b->why)) != 0) {
-		b->fl->lost = false;
-		b->unsent_why = b->why;
-		return false;
+	if (!st->channel_open) {
+		/* As mid-batch (slot_send()): an answer too late would cost
+		 * the connection. */
+		int rc = -1;
+		if (b->fl->deadline - clock_ms() < REOPEN_MIN_MS)
+			rmq_set_reason(b->why, sizeof(b->why),
+				       "not sent: too little time left before "
+				       "the publish deadline to open a "
+				       "channel");
+		else
+			rc = rmq_channel_open(st, b->fl->deadline, b->why,
+					      sizeof(b->why));
+		if (rc != 0) {
+			b->fl->lost = false;
+			b->unsent_why = b->why;
+			return false;
+		}
 	}
 	b->fl->base_tag = b->fl->low_tag = st->next_tag;
 	return true;

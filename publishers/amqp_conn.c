@@ -317,15 +317,28 @@ int rmq_channel_open(struct rmq_state *st, int64_t until, char *err,
 	}
 	st->channel = next;
 	/* A publish's deadline bounds the wait: reopened mid-batch, with the
-	 * whole publish timeout, a publish ran up to twice its timeout. */
+	 * whole publish timeout, a publish ran up to twice its timeout. Each
+	 * RPC gets librabbitmq's timeout afresh, so the second gets what the
+	 * first left; the watchdog, for a write stuck, fires just after. */
+	int64_t end = clock_ms() + left;
 	tv = rmq_tv_of(left);
 	amqp_set_rpc_timeout(st->conn, &tv);
-	rmq_watchdog_arm(st, clock_ms() + 2 * left);
+	rmq_watchdog_arm(st, end + REOPEN_MIN_MS);
 	amqp_channel_open(st->conn, st->channel);
 	r = amqp_get_rpc_reply(st->conn);
 	if (r.reply_type == AMQP_RESPONSE_NORMAL) {
-		amqp_confirm_select(st->conn, st->channel);
-		r = amqp_get_rpc_reply(st->conn);
+		int64_t rest = end - clock_ms();
+		if (rest > 0) {
+			tv = rmq_tv_of(rest);
+			amqp_set_rpc_timeout(st->conn, &tv);
+			amqp_confirm_select(st->conn, st->channel);
+			r = amqp_get_rpc_reply(st->conn);
+		} else {
+			/* Open but not confirming: the connection goes, as
+			 * after an RPC that timed out. */
+			r.reply_type = AMQP_RESPONSE_LIBRARY_EXCEPTION;
+			r.library_error = AMQP_STATUS_TIMEOUT;
+		}
 	}
 	rmq_watchdog_disarm(st);
 	if (st->conn) {

@@ -507,7 +507,18 @@ int rmq_pump_one(struct rmq_state *st, int64_t ms)
 	if (!st->conn)
 		return -1;
 	rmq_cork(st, false);
+	/* librabbitmq sends a heartbeat that is due before it reads, a
+	 * write with no deadline of its own: to a broker that stopped
+	 * reading (an alarm, a peer gone) it would hold the lane, and the
+	 * publisher with it, until TCP gave up. */
+	rmq_watchdog_arm(st, clock_ms() + ms + CLOSE_TIMEOUT_MS);
 	rc = amqp_simple_wait_frame_noblock(st->conn, &f, &tv);
+	if (rmq_watchdog_disarm(st)) {
+		rmq_conn_drop(st,
+			      "connection to the broker lost: a heartbeat's "
+			      "write stuck past its deadline");
+		return -1;
+	}
 	if (rc == AMQP_STATUS_TIMEOUT)
 		return 0;
 	if (rc != AMQP_STATUS_OK) {

@@ -111,9 +111,9 @@ struct publisher_ops {
 	 * with err set. */
 	int (*probe)(void *state, char *err, size_t errlen);
 	/* Lets the backend service its connection (heartbeats, delivery
-	 * reports) while the lanes wait on Postgres or sleep; called under
-	 * the publisher lock like every other call on the state. May be
-	 * NULL. */
+	 * reports) while a lane sleeps or waits for its turn or the
+	 * publisher, about once a second; called under the publisher lock
+	 * like every other call on the state. May be NULL. */
 	void (*service)(void *state);
 	void (*close)(void *state);
 };

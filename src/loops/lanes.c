@@ -374,9 +374,23 @@ static void lease_wait(struct lanes *l, int64_t ms)
 	pthread_cond_timedwait(&l->lease_done, &l->lease_lock, &at);
 }
 
+/* Called with lease_lock held, in a wait for the turn: once a second
+ * the publisher is serviced (broker heartbeats), without lease_lock,
+ * which a lane never holds with pub_lock. */
+static void service_while_waiting(struct lanes *l, int64_t *serviced_ms)
+{
+	if (clock_ms() - *serviced_ms < 1000)
+		return;
+	pthread_mutex_unlock(&l->lease_lock);
+	lanes_publisher_service(l);
+	pthread_mutex_lock(&l->lease_lock);
+	*serviced_ms = clock_ms();
+}
+
 bool lanes_take_turn(struct lanes *l, struct relay_thread *th)
 {
 	struct relay *r = l->r;
+	int64_t serviced_ms = clock_ms();
 	pthread_mutex_lock(&l->lease_lock);
 	for (;;) {
 		if (relay_stopping(r)) {
@@ -388,6 +402,7 @@ bool lanes_take_turn(struct lanes *l, struct relay_thread *th)
 			 * the same rows between them. */
 			loop_tick(th);
 			lease_wait(l, TURN_WAIT_MS);
+			service_while_waiting(l, &serviced_ms);
 			continue;
 		}
 		int64_t now = clock_ms();
@@ -408,6 +423,7 @@ bool lanes_take_turn(struct lanes *l, struct relay_thread *th)
 			loop_tick(th);
 			lease_wait(l,
 				   wait < TURN_WAIT_MS ? wait : TURN_WAIT_MS);
+			service_while_waiting(l, &serviced_ms);
 			continue;
 		}
 		uint64_t gen = l->idle_gen;

@@ -34,7 +34,7 @@ static struct {
 	pthread_mutex_t lock;
 	int64_t published[MAX_CALLS]; /* seq of each batch's first event */
 	int n_published;
-	int opens, closes, probes;
+	int opens, closes, probes, services;
 	int busy;		       /* publishes under way at once, now */
 	int max_busy;		       /* and at most */
 	int delay_ms;		       /* each publish takes this long */
@@ -104,6 +104,14 @@ static int fake_probe(void *state, char *err, size_t errlen)
 	return 0;
 }
 
+static void fake_service(void *state)
+{
+	(void)state;
+	pthread_mutex_lock(&fake.lock);
+	fake.services++;
+	pthread_mutex_unlock(&fake.lock);
+}
+
 static void fake_close(void *state)
 {
 	(void)state;
@@ -124,6 +132,7 @@ static const struct publisher_ops fake_ops = {
     .open = fake_open,
     .publish = fake_publish,
     .probe = fake_probe,
+    .service = fake_service,
     .close = fake_close,
 };
 
@@ -148,6 +157,7 @@ static struct fixture *fixture_new(int per_worker)
 	memset(fake.published, 0, sizeof(fake.published));
 	memset(fake.budget_ms, 0, sizeof(fake.budget_ms));
 	fake.n_published = fake.opens = fake.closes = fake.probes = 0;
+	fake.services = 0;
 	fake.busy = fake.max_busy = fake.delay_ms = 0;
 	fake.fail_seq = -1;
 	fake.tick_first = false;
@@ -763,6 +773,50 @@ static void test_ready_beside_a_publish(void **unused)
 	fixture_free(f);
 }
 
+struct turn_taker {
+	struct fixture *f;
+	bool got;
+	pthread_t tid;
+};
+
+static void *take_turn_main(void *arg)
+{
+	struct turn_taker *t = arg;
+	struct relay_thread th = {.relay = t->f->r};
+	t->got = lanes_take_turn(t->f->lanes, &th);
+	if (t->got)
+		lanes_end_turn(t->f->lanes, TURN_EMPTY, clock_ms(), 0);
+	return NULL;
+}
+
+/* A lane waiting for the lease turn while another lane's lease runs long
+ * (a lock wait in Postgres, say) services the publisher once a second,
+ * so a broker's heartbeats go on: it did not while it waited. */
+static void test_turn_wait_services_publisher(void **unused)
+{
+	(void)unused;
+	struct fixture *f = fixture_new(2);
+	struct relay_thread th = {.relay = f->r};
+	assert_true(lanes_take_turn(f->lanes, &th));
+	pthread_mutex_lock(&fake.lock);
+	int before = fake.services;
+	pthread_mutex_unlock(&fake.lock);
+	struct turn_taker b = {.f = f};
+	assert_int_equal(pthread_create(&b.tid, NULL, take_turn_main, &b), 0);
+	clock_sleep_ms(2600);
+	lanes_end_turn(f->lanes, TURN_EMPTY, clock_ms(), 0);
+	pthread_join(b.tid, NULL);
+	assert_true(b.got);
+	pthread_mutex_lock(&fake.lock);
+	int services = fake.services - before;
+	pthread_mutex_unlock(&fake.lock);
+	if (services < 2)
+		fail_msg("the waiting lane serviced the publisher %d times in "
+			 "2.6 s",
+			 services);
+	fixture_free(f);
+}
+
 /* A full table of destination pauses still pauses a new destination (the
  * slot whose pause ends first goes), and a key as long as an AMQP
  * exchange and routing key can be comes back whole: a key left out or
@@ -814,6 +868,7 @@ int main(void)
 	    cmocka_unit_test(test_batch_end_sees_leases_begun_since),
 	    cmocka_unit_test(test_pauses_full_and_long_keys),
 	    cmocka_unit_test(test_ready_beside_a_publish),
+	    cmocka_unit_test(test_turn_wait_services_publisher),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
