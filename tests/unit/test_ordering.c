@@ -842,19 +842,30 @@ static void test_rows_live_again_by_hand_wait_for_a_build(void **state)
 	PQfinish(c);
 }
 
-static void test_redrive_refuses_to_reorder(void **state)
+/* Key A's a1 failed (under skip), then a2 sent after it, in a fresh
+ * table of prefix: an ordered store on it, and *c a connection. */
+static struct store *a1_failed_a2_sent(const char *prefix, char *table,
+				       size_t len, PGconn **c)
 {
-	(void)state;
-	char table[128];
-	pgtest_fresh_table("ord_redrive", table, sizeof(table));
-	PGconn *c = pgtest_connect();
-	insert(c, table, "a1", "A");
-	insert(c, table, "a2", "A");
+	pgtest_fresh_table(prefix, table, len);
+	*c = pgtest_connect();
+	insert(*c, table, "a1", "A");
+	insert(*c, table, "a2", "A");
 	struct store *s = ordered_store(table, false);
 	struct lease_batch b;
 	lease(s, &b);
 	mark_all(s, MARK_FAILED, &b, "bad");
-	expect_batch(s, "a2"); /* skip: a2 sent after a1 failed */
+	expect_batch(s, "a2");
+	return s;
+}
+
+static void test_redrive_refuses_to_reorder(void **state)
+{
+	(void)state;
+	char table[128];
+	PGconn *c;
+	struct store *s =
+	    a1_failed_a2_sent("ord_redrive", table, sizeof(table), &c);
 	size_t count;
 	struct redrive_filter f = {.type = "t", .sent_kept_ms = DAY_MS};
 	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
@@ -876,15 +887,9 @@ static void test_redrive_refuses_past_retention(void **state)
 {
 	(void)state;
 	char table[128];
-	pgtest_fresh_table("ord_redrive_gone", table, sizeof(table));
-	PGconn *c = pgtest_connect();
-	insert(c, table, "a1", "A");
-	insert(c, table, "a2", "A");
-	struct store *s = ordered_store(table, false);
-	struct lease_batch b;
-	lease(s, &b);
-	mark_all(s, MARK_FAILED, &b, "bad");
-	expect_batch(s, "a2"); /* skip: a2 sent after a1 failed */
+	PGconn *c;
+	struct store *s =
+	    a1_failed_a2_sent("ord_redrive_gone", table, sizeof(table), &c);
 	/* a2 gone, as the mark of a relay without history deletes it. */
 	pgtest_exec(c, "DELETE FROM %s WHERE subject = 'a2'", table);
 	size_t count;
