@@ -8,8 +8,8 @@
  * lock), each step a short transaction of its own that waits for its locks at
  * most PARTITION_LOCK_TIMEOUT.
  */
-#include <stdio.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
