@@ -614,16 +614,15 @@ static void test_describe_reply(void **unused)
 	assert_string_equal(out, "404 NOT_FOUND - no?exchange");
 }
 
-/* The test is linked with --wrap=explicit_bzero: each wipe of a copy of
- * the broker's URL (it still starts with the scheme) is counted when it
- * covers the whole URL. amqp_parse_url() cuts its copy with NULs, so a
- * wipe of strlen(copy) bytes stops before the password. */
+/* The test is linked with --wrap=explicit_bzero (and its fortified
+ * form, which builds with _FORTIFY_SOURCE call instead): each wipe of a
+ * copy of the broker's URL (it still starts with the scheme) is counted
+ * when it covers the whole URL. amqp_parse_url() cuts its copy with
+ * NULs, so a wipe of strlen(copy) bytes stops before the password. */
 #define SECRET_URL "amqp://relay:s3cret-password@127.0.0.1:1/vh"
 static int whole_url_wipes, short_url_wipes;
 
-void __real_explicit_bzero(void *p, size_t n);
-void __wrap_explicit_bzero(void *p, size_t n);
-void __wrap_explicit_bzero(void *p, size_t n)
+static void count_wipe(const void *p, size_t n)
 {
 	if (n >= 4 && memcmp(p, "amqp", 4) == 0) {
 		if (n >= strlen(SECRET_URL))
@@ -631,7 +630,22 @@ void __wrap_explicit_bzero(void *p, size_t n)
 		else
 			short_url_wipes++;
 	}
+}
+
+void __real_explicit_bzero(void *p, size_t n);
+void __wrap_explicit_bzero(void *p, size_t n);
+void __wrap_explicit_bzero(void *p, size_t n)
+{
+	count_wipe(p, n);
 	__real_explicit_bzero(p, n);
+}
+
+void __real___explicit_bzero_chk(void *p, size_t n, size_t size);
+void __wrap___explicit_bzero_chk(void *p, size_t n, size_t size);
+void __wrap___explicit_bzero_chk(void *p, size_t n, size_t size)
+{
+	count_wipe(p, n);
+	__real___explicit_bzero_chk(p, n, size);
 }
 
 static void test_url_copies_wiped_whole(void **unused)
