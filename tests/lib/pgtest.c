@@ -68,6 +68,22 @@ long pgtest_long(PGconn *conn, const char *fmt, ...)
 	return v;
 }
 
+void pgtest_failed_index_build(PGconn *conn, const char *name,
+			       const char *table)
+{
+	long seq = pgtest_long(conn, "SELECT min(seq) FROM %s", table);
+	char sql[512];
+	/* Division by zero at that row. */
+	snprintf(sql, sizeof(sql),
+		 "CREATE INDEX CONCURRENTLY %s ON %s ((1 / (seq - %ld)))", name,
+		 table, seq);
+	PGresult *res = PQexec(conn, sql);
+	if (PQresultStatus(res) != PGRES_FATAL_ERROR)
+		fail_msg("the build of %s did not fail: %s", name,
+			 PQresStatus(PQresultStatus(res)));
+	PQclear(res);
+}
+
 bool pgtest_has_reloption(PGconn *conn, const char *table, const char *opt)
 {
 	return pgtest_long(conn,

@@ -54,6 +54,12 @@ size_t pgtest_lease_count(const struct store_options *opt);
 /* Inserts n events of type "test.event" with small JSON payloads. */
 void pgtest_insert(PGconn *conn, const char *table, int n);
 
+/* A concurrent build of index name on table (which holds a row) that
+ * fails at its first row, as a build cut short does: the index is left
+ * invalid. */
+void pgtest_failed_index_build(PGconn *conn, const char *name,
+			       const char *table);
+
 /*
  * Runs sql (rows written before migration 004) with table's destination
  * CHECK dropped, then adds it back NOT VALID, as 004 leaves it over old
