@@ -23,8 +23,8 @@ promtool check rules "$rules" >"$it_dir/promtool.out" 2>&1 ||
 promtool test rules "$rules_test" >"$it_dir/promtool-test.out" 2>&1 ||
 	it_fail "promtool test rules: $(cat "$it_dir/promtool-test.out")"
 # Every alert of the rules file has unit tests that see it fire and stay
-# quiet.
-python3 - "$rules" "$rules_test" >"$it_dir/coverage.out" 2>&1 <<'PY' ||
+# quiet, and a row in the runbook's table of alerts.
+python3 - "$rules" "$rules_test" "$root/docs/runbook.md" >"$it_dir/coverage.out" 2>&1 <<'PY' ||
 import sys
 import yaml
 rules = yaml.safe_load(open(sys.argv[1]))
@@ -37,9 +37,13 @@ for t in tests["tests"]:
 bad = sorted((alerts - fires) | (alerts - quiet))
 for name in bad:
     print(f"alert {name} lacks a test where it fires or one where it stays quiet")
+runbook = open(sys.argv[3]).read()
+unlisted = sorted(a for a in alerts if f"| `{a}` |" not in runbook)
+for name in unlisted:
+    print(f"alert {name} has no row in docs/runbook.md's table of alerts")
 if len(alerts) < 8:
     print(f"only {len(alerts)} alerts in the rules file")
-sys.exit(1 if bad or len(alerts) < 8 else 0)
+sys.exit(1 if bad or unlisted or len(alerts) < 8 else 0)
 PY
 	it_fail "$(cat "$it_dir/coverage.out")"
 # No runbook query asks for statuses with IN: no partial index (each of
