@@ -253,12 +253,18 @@ PGconn *pgconn_connect(const struct pgconn_options *opt, char *err,
 	snprintf(count, sizeof(count), "%d", k.count);
 	snprintf(user_timeout, sizeof(user_timeout), "%lld",
 		 (long long)k.user_timeout_ms);
-	const char *keys[] = {
-	    "dbname",		"application_name",    "keepalives",
-	    "keepalives_idle",	"keepalives_interval", "keepalives_count",
-	    "tcp_user_timeout", "connect_timeout",     NULL};
+	/* client_encoding after dbname, so that it wins over the URL's
+	 * and PGCLIENTENCODING: every text the relay reads (an event's type,
+	 * source, subject, headers) goes out as UTF-8, and in a database of
+	 * another encoding (LATIN1, say) the server converts it; read in that
+	 * encoding it would fail the CloudEvents checks as bad input. */
+	const char *keys[] = {"dbname",		  "application_name",
+			      "client_encoding",  "keepalives",
+			      "keepalives_idle",  "keepalives_interval",
+			      "keepalives_count", "tcp_user_timeout",
+			      "connect_timeout",  NULL};
 	const char *values[] = {
-	    opt->conninfo, opt->application_name, "1",	   idle, interval,
+	    opt->conninfo, opt->application_name, "UTF8",  "1", idle, interval,
 	    count,	   user_timeout,	  connect, NULL};
 	char where[256];
 	PGconn *conn = NULL;
