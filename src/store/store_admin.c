@@ -165,7 +165,11 @@ static void copy_utf8(char *dst, size_t size, const char *src)
  * role's session shows its pid, application_name and xmin to anyone, its
  * xact_start only to pg_read_all_stats: without that grant its age in
  * seconds is unknown (NULL, reported as 0). A logical slot's catalog_xmin
- * holds back only the catalogs, so slots are ranked by xmin alone. */
+ * holds back only the catalogs, so slots are ranked by xmin alone. Of
+ * holders as old, the one holding by its transaction id comes first: a
+ * snapshot taken while that transaction ran has it as its xmin, the
+ * relay's own leases' included, and ranked by seconds alone (unknown
+ * without the grant, so last) the relay named itself. */
 static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 			  size_t errlen)
 {
@@ -174,15 +178,16 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 	table_derived(&s->table, "_pending_idx", idx, sizeof(idx));
 	char *sql = store_asprintf(
 	    "WITH h AS (SELECT 'session' AS kind, a.pid, a.application_name "
-	    "AS name, %s AS xmin_age, extract(epoch FROM now() - "
-	    "a.xact_start) AS age_s FROM pg_stat_activity a WHERE %s "
+	    "AS name, %s AS xmin_age, %s AS by_xid, extract(epoch FROM now() "
+	    "- a.xact_start) AS age_s FROM pg_stat_activity a WHERE %s "
 	    "UNION ALL SELECT 'replication_slot', NULL, slot_name::text, "
-	    "age(xmin), NULL FROM pg_replication_slots WHERE xmin IS NOT NULL "
+	    "age(xmin), false, NULL FROM pg_replication_slots WHERE xmin IS "
+	    "NOT NULL "
 	    "UNION ALL SELECT 'prepared_transaction', NULL, gid, "
-	    "age(transaction), extract(epoch FROM now() - prepared) FROM "
-	    "pg_prepared_xacts), "
-	    "top AS (SELECT * FROM h ORDER BY xmin_age DESC, age_s DESC NULLS "
-	    "LAST LIMIT 1) "
+	    "age(transaction), true, extract(epoch FROM now() - prepared) "
+	    "FROM pg_prepared_xacts), "
+	    "top AS (SELECT * FROM h ORDER BY xmin_age DESC, by_xid DESC, "
+	    "age_s DESC NULLS LAST LIMIT 1) "
 	    "SELECT top.kind, coalesce(top.pid, 0), top.name, "
 	    "coalesce(top.xmin_age, 0), greatest(0, coalesce((top.age_s * "
 	    "1000)::bigint, 0)), "
@@ -201,7 +206,8 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 	    "sum(pg_stat_get_xact_tuples_fetched(indexrelid)) AS xfetched "
 	    "FROM pg_stat_user_indexes WHERE indexrelid IN " ADMIN_STATS_OF(
 		"to_regclass('%s')") ") i",
-	    ADMIN_SESSION_XMIN_AGE, ADMIN_SESSION_HOLDS, idx, idx);
+	    ADMIN_SESSION_XMIN_AGE, ADMIN_SESSION_BY_XID, ADMIN_SESSION_HOLDS,
+	    idx, idx);
 	PGresult *res = store_exec(s, "horizon query", sql, 0, NULL,
 				   PGRES_TUPLES_OK, &rc, err, errlen);
 	free(sql);

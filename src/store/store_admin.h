@@ -55,17 +55,33 @@ void admin_names_of(const struct outbox_table *t, struct names *n);
  * holds nothing back here), but not their transaction ids: every snapshot
  * taken here counts those as running, so a writer anywhere holds back
  * through them. A walsender (no database) fed a standby's xmin holds back
- * every database. This session is left out.
+ * every database. This session is left out, and so are those Postgres
+ * leaves out of the horizon itself though they show an xmin: a lazy
+ * VACUUM (one an hour long, anti-wraparound say, was named the holder,
+ * and the alert fired while vacuum was held back by nothing), and a
+ * walsender decoding logically, whose slot's catalog_xmin counts
+ * instead (another role's backend_type reads NULL without
+ * pg_read_all_stats: counted). A VACUUM still waiting for its table's
+ * lock is not yet in pg_stat_progress_vacuum: it is counted until it
+ * starts.
  */
 #define ADMIN_SESSION_LOCAL                                                    \
 	"(a.datname = current_database() OR a.datid IS NULL)"
 #define ADMIN_SESSION_HOLDS                                                    \
 	"a.pid <> pg_backend_pid() AND (a.backend_xid IS NOT NULL OR "         \
-	"(a.backend_xmin IS NOT NULL AND " ADMIN_SESSION_LOCAL "))"
+	"(a.backend_xmin IS NOT NULL AND " ADMIN_SESSION_LOCAL ")) AND NOT "   \
+	"coalesce(a.backend_type = 'walsender' AND a.datid IS NOT NULL, "      \
+	"false) AND NOT "                                                      \
+	"EXISTS (SELECT 1 FROM pg_stat_progress_vacuum v WHERE v.pid = "       \
+	"a.pid)"
 #define ADMIN_SESSION_XMIN_AGE                                                 \
 	"CASE WHEN " ADMIN_SESSION_LOCAL                                       \
 	" THEN greatest(age(a.backend_xmin), "                                 \
 	"age(a.backend_xid)) ELSE age(a.backend_xid) END"
+/* Whether the session holds the horizon by its own transaction id (not
+ * only by a snapshot that counts another's as running). */
+#define ADMIN_SESSION_BY_XID                                                   \
+	"coalesce(age(a.backend_xid) >= (" ADMIN_SESSION_XMIN_AGE "), false)"
 
 /*
  * The rows in flight as one relation (docs/design.md §4): those of live

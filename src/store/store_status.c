@@ -301,8 +301,10 @@ static int status_table_stats(struct status_ctx *c)
 /* What holds the xmin horizon back: sessions with an old snapshot or
  * transaction id (this one excluded, others as ADMIN_SESSION_HOLDS says),
  * replication slots, prepared transactions. Dead rows younger than the oldest
- * of these cannot be vacuumed; the first row is the horizon's holder. A logical
- * slot's catalog_xmin holds back only the catalogs: shown, ranked last. */
+ * of these cannot be vacuumed; the first row is the horizon's holder (of
+ * those as old, one holding by its transaction id first, as the gauges
+ * rank them). A logical slot's catalog_xmin holds back only the catalogs:
+ * shown, ranked last. */
 static int status_xmin_holders(struct status_ctx *c)
 {
 	return section(
@@ -311,24 +313,26 @@ static int status_xmin_holders(struct status_ctx *c)
 		"SELECT * FROM ("
 		"SELECT 'session' AS kind, a.pid, a.application_name AS name, "
 		"a.usename::text AS user_name, a.backend_type, a.state, "
-		"(%s)::bigint AS xmin_age, NULL::bigint AS catalog_xmin_age, "
+		"(%s)::bigint AS xmin_age, %s AS holds_by_xid, "
+		"NULL::bigint AS catalog_xmin_age, "
 		"%s AS xact_age_seconds, %s AS state_age_seconds, "
 		"left(regexp_replace(a.query, '\\s+', ' ', 'g'), 200) AS query "
 		"FROM pg_stat_activity a WHERE %s "
 		"UNION ALL SELECT 'replication slot', NULL, slot_name::text, "
 		"NULL, slot_type, CASE WHEN active THEN 'active' ELSE "
-		"'inactive' END, age(xmin)::bigint, age(catalog_xmin)::bigint, "
+		"'inactive' END, age(xmin)::bigint, false, "
+		"age(catalog_xmin)::bigint, "
 		"NULL, NULL, NULL FROM pg_replication_slots WHERE xmin IS NOT "
 		"NULL OR catalog_xmin IS NOT NULL "
 		"UNION ALL SELECT 'prepared transaction', NULL, gid, "
 		"owner::text, NULL, 'prepared', age(transaction)::bigint, "
-		"NULL, "
+		"true, NULL, "
 		"%s, NULL, NULL FROM pg_prepared_xacts"
-		") h ORDER BY xmin_age DESC NULLS LAST, xact_age_seconds DESC "
-		"NULLS LAST LIMIT 5",
-		ADMIN_SESSION_XMIN_AGE, SECS("now()", "a.xact_start"),
-		SECS("now()", "a.state_change"), ADMIN_SESSION_HOLDS,
-		SECS("now()", "prepared")));
+		") h ORDER BY xmin_age DESC NULLS LAST, holds_by_xid DESC, "
+		"xact_age_seconds DESC NULLS LAST LIMIT 5",
+		ADMIN_SESSION_XMIN_AGE, ADMIN_SESSION_BY_XID,
+		SECS("now()", "a.xact_start"), SECS("now()", "a.state_change"),
+		ADMIN_SESSION_HOLDS, SECS("now()", "prepared")));
 }
 
 /* The sections in the order status shows them; the first failure ends

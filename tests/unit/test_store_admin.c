@@ -62,6 +62,10 @@ static int teardown(void **state)
 	store_close(f->s);
 	/* A horizon test that failed midway leaves no holder behind for the
 	 * tests after it: its slot is let go, then dropped. */
+	pgtest_exec(f->conn,
+		    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+		    "WHERE application_name = 'hz-vacuum-%s'",
+		    f->t.schema);
 	if (f->holder)
 		PQfinish(f->holder);
 	if (f->writer)
@@ -954,28 +958,38 @@ static void test_horizon_other_database(void **state)
 	pgtest_exec(reader, "ROLLBACK");
 }
 
-/* A relay role without pg_read_all_stats still sees another role's
- * session hold the horizon (pid, application_name, xmin), not how long:
- * its age reads 0 until the grant (docs/deployment.md). */
-static void test_horizon_without_stats_grant(void **state)
+/* A store of a relay role of its own (hz_role_<schema>, which teardown
+ * drops) without pg_read_all_stats; conninfo (512 bytes) reaches the
+ * database as that role. */
+static struct store *store_without_stats_grant(struct fixture *f,
+					       char *conninfo)
 {
-	struct fixture *f = *state;
-	char role[96], app[96], conninfo[512];
+	char role[96];
 	snprintf(role, sizeof(role), "hz_role_%s", f->t.schema);
-	snprintf(app, sizeof(app), "hz-other-%s", f->t.schema);
 	pgtest_exec(f->conn, "CREATE ROLE %s LOGIN PASSWORD 'hz-secret'", role);
 	pgtest_exec(f->conn, "GRANT USAGE ON SCHEMA \"%s\" TO %s", f->t.schema,
 		    role);
 	pgtest_exec(f->conn,
 		    "GRANT SELECT ON ALL TABLES IN SCHEMA \"%s\" TO %s",
 		    f->t.schema, role);
-	snprintf(conninfo, sizeof(conninfo),
+	snprintf(conninfo, 512,
 		 "host=%s port=%s dbname=%s user=%s password=hz-secret",
 		 PQhost(f->conn), PQport(f->conn), PQdb(f->conn), role);
 	struct store_options o = pgtest_store_options(f->table);
 	o.prepare = false;
 	o.conninfo = conninfo;
-	struct store *relay = pgtest_store(&o);
+	return pgtest_store(&o);
+}
+
+/* A relay role without pg_read_all_stats still sees another role's
+ * session hold the horizon (pid, application_name, xmin), not how long:
+ * its age reads 0 until the grant (docs/deployment.md). */
+static void test_horizon_without_stats_grant(void **state)
+{
+	struct fixture *f = *state;
+	char app[96], conninfo[512];
+	snprintf(app, sizeof(app), "hz-other-%s", f->t.schema);
+	struct store *relay = store_without_stats_grant(f, conninfo);
 
 	PGconn *holder = f->holder = pgtest_connect();
 	pgtest_exec(holder, "SET application_name = '%s'", app);
@@ -988,11 +1002,120 @@ static void test_horizon_without_stats_grant(void **state)
 	assert_true(g.horizon.xmin_age >= 3);
 	assert_int_equal(g.horizon.age_ms, 0);
 
-	pgtest_exec(f->conn, "GRANT pg_read_all_stats TO %s", role);
+	pgtest_exec(f->conn, "GRANT pg_read_all_stats TO hz_role_%s",
+		    f->t.schema);
 	g = horizon_seen_by(relay, "session", app);
 	assert_true(g.horizon.age_ms >= 1100);
 	store_close(relay);
 	pgtest_exec(holder, "ROLLBACK");
+}
+
+/* A writer idle in its transaction and a session whose snapshot, taken
+ * while the writer ran, has the writer's id as its xmin are as old; the
+ * writer holds the horizon by its id and is named, also where the
+ * relay's role sees its age as unknown and the snapshot's as known (the
+ * relay's own leases are such snapshots: ranked by age, they were named). */
+static void test_horizon_tie_names_the_writer(void **state)
+{
+	struct fixture *f = *state;
+	char app[96], reader_app[96], conninfo[512];
+	snprintf(app, sizeof(app), "hz-writer-%s", f->t.schema);
+	snprintf(reader_app, sizeof(reader_app), "hz-reader-%s", f->t.schema);
+	struct store *relay = store_without_stats_grant(f, conninfo);
+	PGconn *writer = f->writer = pgtest_connect();
+	pgtest_exec(writer, "SET application_name = '%s'", app);
+	pgtest_exec(writer, "BEGIN");
+	pgtest_exec(writer, "SELECT txid_current()");
+	/* The relay role's own session: its age is known to the relay. */
+	PGconn *reader = f->holder = PQconnectdb(conninfo);
+	assert_int_equal(PQstatus(reader), CONNECTION_OK);
+	pgtest_exec(reader, "SET application_name = '%s'", reader_app);
+	pgtest_exec(reader, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	pgtest_exec(reader, "SELECT 1");
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(DISTINCT "
+				     "greatest(age(backend_xmin), "
+				     "age(backend_xid))) FROM "
+				     "pg_stat_activity WHERE "
+				     "application_name IN ('%s', '%s')",
+				     app, reader_app),
+			 1);
+	burn_xids(f, 3);
+
+	struct store_gauges g = horizon_seen_by(relay, "session", app);
+	assert_int_equal(g.horizon.pid, PQbackendPID(writer));
+	assert_true(g.horizon.xmin_age >= 3);
+
+	cJSON *st;
+	const cJSON *h = status_holder(f, &st, "name", app);
+	assert_true(cJSON_IsTrue(get(h, "holds_by_xid")));
+	h = find(get(st, "oldest_xmin_holders"), "name", reader_app);
+	assert_non_null(h);
+	assert_true(cJSON_IsFalse(get(h, "holds_by_xid")));
+	cJSON_Delete(st);
+	store_close(relay);
+	pgtest_exec(reader, "ROLLBACK");
+	pgtest_exec(writer, "ROLLBACK");
+}
+
+/* A lazy VACUUM shows an xmin in pg_stat_activity, but Postgres leaves
+ * it out of the horizon: an hour-long one is never named the holder
+ * (gauges and status read the same rule). */
+static void test_horizon_vacuum_left_out(void **state)
+{
+	struct fixture *f = *state;
+	char app[96];
+	snprintf(app, sizeof(app), "hz-vacuum-%s", f->t.schema);
+	pgtest_insert(f->conn, f->table, 5000);
+	PGconn *vac = f->holder = pgtest_connect();
+	pgtest_exec(vac, "SET application_name = '%s'", app);
+	/* A page costs 1 and each unit of cost sleeps 100 ms: the vacuum
+	 * runs for minutes, until cancelled. */
+	pgtest_exec(vac, "SET vacuum_cost_limit = 1");
+	pgtest_exec(vac, "SET vacuum_cost_delay = '100ms'");
+	char sql[256];
+	snprintf(sql, sizeof(sql), "VACUUM %s", f->table);
+	assert_int_equal(PQsendQuery(vac, sql), 1);
+	int pid = PQbackendPID(vac);
+	for (int i = 0; i < 100 && pgtest_long(f->conn,
+					       "SELECT count(*) FROM "
+					       "pg_stat_progress_vacuum v JOIN "
+					       "pg_stat_activity a USING (pid) "
+					       "WHERE pid = %d AND "
+					       "a.backend_xmin IS NOT NULL",
+					       pid) == 0;
+	     i++)
+		usleep(100000);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM "
+				     "pg_stat_progress_vacuum WHERE pid = %d",
+				     pid),
+			 1);
+	burn_xids(f, 5);
+	/* Older than every later snapshot: without the rule, the first
+	 * holder status lists. */
+	assert_true(pgtest_long(f->conn,
+				"SELECT age(backend_xmin) FROM "
+				"pg_stat_activity WHERE pid = %d",
+				pid) >= 5);
+
+	cJSON *st = status(f);
+	const cJSON *h;
+	cJSON_ArrayForEach(h, get(st, "oldest_xmin_holders"))
+	{
+		assert_string_not_equal(str(h, "name"), app);
+	}
+	cJSON_Delete(st);
+	for (int i = 0; i < 20; i++) {
+		struct store_gauges g = gauges(f);
+		assert_true(g.horizon.pid != pid);
+		assert_string_not_equal(g.horizon.name, app);
+		usleep(100000);
+	}
+	pgtest_exec(f->conn, "SELECT pg_cancel_backend(%d)", pid);
+	PGresult *r;
+	while ((r = PQgetResult(vac)))
+		PQclear(r);
 }
 
 /* A relay that opened the table before a contract step's record, and
@@ -1179,6 +1302,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_horizon_xid_and_prepared,
 					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_horizon_slot, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_horizon_tie_names_the_writer,
+					    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_horizon_vacuum_left_out, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_horizon_without_stats_grant,
 					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_horizon_other_database, setup,
