@@ -575,9 +575,30 @@ int key_map_args(struct store *s, int64_t now_ms, struct key_map_args *a,
 {
 	memset(a, 0, sizeof(*a));
 	if (key_map_due(s, now_ms)) {
+		bool current =
+		    s->key_map_built && s->key_map_gen == s->ses->conn_gen;
+		int64_t started_ms = clock_ms();
 		int rc = key_map_build(s, err, errlen);
-		if (rc != 0)
+		/* A scheduled build that failed (its walk past the statement
+		 * timeout under a held snapshot, say) leaves the map it would
+		 * have replaced, which is still safe to lease by: its floors
+		 * never pass a live row. Failing the lease instead had every
+		 * lease of the session try the same walk and fail again, and
+		 * no ordered row went out until one finished. It is tried
+		 * again as a build that took that long would be. */
+		if (rc != 0 &&
+		    (rc == STORE_RECONNECT || !current || !s->key_map_built))
 			return rc;
+		if (rc != 0) {
+			int64_t ended_ms = clock_ms();
+			log_fields(LOG_WARN,
+				   "key map: its scheduled build failed; "
+				   "leasing by the map of the last one",
+				   "error", err, NULL);
+			s->key_map_at_ms = store_rescan_due(
+			    s, ended_ms, ended_ms - started_ms);
+			err[0] = '\0';
+		}
 	}
 	key_map_catch_up(s);
 	/* Four batches of keys at least, the cap at most (lease_rows.c

@@ -1453,6 +1453,44 @@ static void test_floor_passes_per_key_in_a_batch(void **state)
 	PQfinish(c);
 }
 
+/* A scheduled build of the key map that fails (its walk of 300,000 keys
+ * past the statement timeout) leaves the map of the last build, and the
+ * lease goes on by it: failing the lease, every lease tried the same walk
+ * and no ordered row went out (docs/design.md §6, *The build*). */
+static void test_failed_build_keeps_the_map(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_build_fails", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "b1", "B");
+	struct store_options o = map_options(table);
+	o.statement_timeout_ms = 300;
+	struct store *s = pgtest_store(&o);
+	expect_released(s, "a1,b1");
+	/* Rows an older relay holds in_flight: the build walks their keys,
+	 * the lease's discovery (pending rows) does not read them. */
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, subject, partition_key, payload, "
+		    "status, lease_id, leased_at, lease_expires_at, "
+		    "leased_by) SELECT 't', 'k' || g, 'k' || g, 'x', "
+		    "'in_flight', gen_random_uuid(), now(), now() + interval "
+		    "'1 hour', 'older' FROM generate_series(1, 300000) g",
+		    table);
+	pgtest_exec(c, "ANALYZE %s", table);
+	store_key_map_expire(s);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_true(b.n > 0);
+	mark_all(s, MARK_SENT, &b, NULL);
+	if (store_lease_commit(s, &b, err, sizeof(err)) != 0)
+		fail_msg("commit: %s", err);
+	lease_batch_release(&b);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* A key's rows' spacing, learned each time the walk goes past a row the
  * store finished, bounds the key's next descent once two are seen: four
  * of the larger past the floor (docs/design.md §6, *The descent's
@@ -1569,6 +1607,7 @@ int main(void)
 	    cmocka_unit_test(test_floor_passes_between_stores),
 	    cmocka_unit_test(test_shared_move_lowers_discovery),
 	    cmocka_unit_test(test_shared_move_keeps_a_floor_below_its_from),
+	    cmocka_unit_test(test_failed_build_keeps_the_map),
 	    cmocka_unit_test(test_descent_bound_learned),
 	    cmocka_unit_test(test_descent_reads_past_its_bound),
 	    cmocka_unit_test(test_descent_bound_kept_by_a_build),
