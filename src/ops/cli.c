@@ -791,9 +791,10 @@ static int cmd_unblock(const struct subcommand *c, int argc, char **argv,
 		fprintf(stderr, "outbox-relay unblock: %s\n", err);
 		return 1;
 	}
-	printf("partition key '%s' unblocked: %s\n", key,
+	printf("partition key '%s' unblocked: %s%s\n", key,
 	       redrive ? "its failed row is pending again and goes first"
 		       : "its failed row stays failed; the rest of the key "
-			 "flows");
+			 "flows",
+	       err);
 	return 0;
 }

@@ -345,6 +345,47 @@ static int take_block(struct store *s, const char *key, char *blocking,
 	return 0;
 }
 
+/* After the block at row blocking is lifted: the key's next failed row
+ * past it blocks the key in turn. Such a row failed ahead of its turn while
+ * the key was blocked (an old row the destination CHECK refused, failed
+ * before the session's first lease) and held the block until an earlier
+ * row's failure took it (store_block_tail): lifting the earlier block
+ * must not let the key go on past it. Read by the index of finished rows
+ * (the failed ones, few). */
+static int block_at_next_failed(struct store *s, const char *key,
+				const char *blocking, char *err, size_t errlen)
+{
+	const char *T = s->table.quoted;
+	char *sql = store_asprintf(
+	    "INSERT INTO %s (partition_key, blocking_id, reason) SELECT "
+	    "o.partition_key, o.id, o.last_error FROM %s o WHERE o.status = "
+	    "'failed' AND o.partition_key = $1 AND o.seq > (SELECT x.seq FROM "
+	    "%s x WHERE x.id = $2::uuid) ORDER BY o.seq LIMIT 1 ON CONFLICT "
+	    "(partition_key) DO NOTHING RETURNING blocking_id::text",
+	    s->blocked, T, T);
+	if (!sql) {
+		snprintf(err, errlen, "unblock: out of memory");
+		return STORE_ERROR;
+	}
+	const char *values[2] = {key, blocking};
+	int rc;
+	PGresult *res = store_exec(s, "unblock: the next failed row", sql, 2,
+				   values, PGRES_TUPLES_OK, &rc, err, errlen);
+	free(sql);
+	if (!res)
+		return store_public_rc(rc);
+	if (PQntuples(res) == 1)
+		snprintf(err, errlen,
+			 "; blocked again at its next failed row %s, which "
+			 "failed ahead of its turn: the key goes on up to it "
+			 "(unblock it in turn to go past it)",
+			 PQgetvalue(res, 0, 0));
+	else
+		err[0] = '\0';
+	PQclear(res);
+	return 0;
+}
+
 int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 		  size_t errlen)
 {
@@ -386,6 +427,8 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 		rc = STORE_REFUSED;
 		goto fail;
 	}
+	if ((rc = block_at_next_failed(s, key, blocking, err, errlen)) != 0)
+		goto fail;
 	return store_finish_tx(s, TX_COMMIT, err, errlen);
 fail : {
 	char ignored[64];

@@ -95,8 +95,8 @@ static const char *pin_source(const struct store *s, bool claim)
 /*
  * Ordered mode under block: a CTE appended to a mark whose "done" CTE
  * returns the rows it finished, recording the key of each row that
- * failed as blocked, in the same statement. Nothing else moves on a
- * mark: a key's next row is its first live row once this one is
+ * failed as blocked, in the same statement (store_block_tail). Nothing else
+ * moves on a mark: a key's next row is its first live row once this one is
  * finished, and the key lock leases it (docs/design.md §6). Empty
  * otherwise (store_mark_has_tail).
  */
@@ -104,12 +104,21 @@ static char *order_tail(const struct store *s, bool may_fail)
 {
 	if (!store_mark_has_tail(s, may_fail))
 		return strdup("");
+	return store_block_tail(s, "d.status = 'failed'");
+}
+
+char *store_block_tail(const struct store *s, const char *failed)
+{
 	return store_asprintf(
-	    ", blocked AS (INSERT INTO %s (partition_key, blocking_id, "
-	    "reason) SELECT d.partition_key, d.id, d.last_error FROM done d "
-	    "WHERE d.partition_key IS NOT NULL AND d.status = 'failed' ON "
-	    "CONFLICT (partition_key) DO NOTHING RETURNING 1) ",
-	    s->blocked);
+	    ", blocked AS (INSERT INTO %1$s AS b (partition_key, blocking_id, "
+	    "reason) SELECT DISTINCT ON (d.partition_key) d.partition_key, "
+	    "d.id, d.last_error FROM done d WHERE d.partition_key IS NOT NULL "
+	    "AND %3$s ORDER BY d.partition_key, d.seq ON CONFLICT "
+	    "(partition_key) DO UPDATE SET blocking_id = excluded.blocking_id, "
+	    "reason = excluded.reason WHERE coalesce((SELECT x.seq FROM %2$s x "
+	    "WHERE x.id = excluded.blocking_id), -1) < coalesce((SELECT x.seq "
+	    "FROM %2$s x WHERE x.id = b.blocking_id), -1) RETURNING 1) ",
+	    s->blocked, s->table.quoted, failed);
 }
 
 bool store_mark_has_tail(const struct store *s, bool may_fail)

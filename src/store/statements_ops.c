@@ -191,13 +191,7 @@ char *sql_fail_refused(const struct store *s)
 	if (!s->opt.ordered || !s->opt.block_on_failure)
 		tail = strdup("");
 	else
-		tail = store_asprintf(
-		    ", blocked AS (INSERT INTO %s (partition_key, "
-		    "blocking_id, reason) SELECT d.partition_key, d.id, "
-		    "d.last_error FROM done d WHERE d.partition_key IS NOT "
-		    "NULL ORDER BY d.seq ON CONFLICT (partition_key) DO "
-		    "NOTHING RETURNING 1) ",
-		    s->blocked);
+		tail = store_block_tail(s, "true");
 	char *sql =
 	    bad && tail
 		? store_asprintf(

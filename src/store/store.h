@@ -449,8 +449,10 @@ int store_read_pauses(struct store *s, bool *global,
  * Lifts the block of key: with redrive the failed blocking row returns to
  * pending, attempts reset, and goes first; without, it stays failed and
  * the key goes on from its next pending row (both also set the head
- * marker relays of earlier versions lease by). STORE_REFUSED when the
- * key is not blocked.
+ * marker relays of earlier versions lease by). The key's next failed
+ * row past the blocking one, if any (one failed ahead of its turn), then
+ * blocks it, and on success err says so for the operator ("" else).
+ * STORE_REFUSED when the key is not blocked.
  */
 int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 		  size_t errlen);

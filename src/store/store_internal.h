@@ -428,6 +428,12 @@ char *sql_key_map(const struct store *s);
  * what it moved (ordered mode under block records the failed rows' keys
  * in the same statement), so its count comes as a row. */
 bool store_mark_has_tail(const struct store *s, bool may_fail);
+/* statements.c: the CTE, after a "done" CTE returning MARK_COLUMNS' rows,
+ * that blocks the key of each row of done that failed (the SQL condition
+ * failed on d), at the earliest: a key blocked at a later row (an old row
+ * the destination CHECK refused, failed ahead of its turn) is blocked
+ * again at the earlier one, and only one row of a key is recorded. */
+char *store_block_tail(const struct store *s, const char *failed);
 char *sql_redrive_sent(const struct store *s);
 char *sql_count_failed(const struct store *s);
 char *sql_count_sent(const struct store *s);

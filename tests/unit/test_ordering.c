@@ -1225,6 +1225,55 @@ static void test_refused_row_blocks_its_key(void **state)
 	PQfinish(c);
 }
 
+/* Whether key A is blocked at the row of subject label. */
+static long a_blocked_at(PGconn *c, const char *table, const char *label)
+{
+	return pgtest_long(
+	    c,
+	    "SELECT count(*) FROM %s_blocked_keys b JOIN %s t ON "
+	    "t.id = b.blocking_id WHERE b.partition_key = 'A' "
+	    "AND t.subject = '%s'",
+	    table, table, label);
+}
+
+/* Under block, A is blocked at a2 (refused, failed ahead of its turn)
+ * while a1 and a1b before it go; a1 then fails too: A is blocked at a1,
+ * so a1b waits (the block's record was kept at a2 before, and a1b went
+ * out after a failed a1). Unblocking a1 blocks A at a2 again: a1b goes,
+ * a3 waits for a2's unblock. */
+static void test_earlier_failure_takes_the_block(void **state)
+{
+	(void)state;
+	char table[128], sql[1024];
+	pgtest_fresh_table("ord_refused_earlier", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO %s (type, subject, partition_key, routing_key, "
+		 "payload) VALUES ('t', 'a1', 'A', 'k', 'x'), ('t', 'a1b', "
+		 "'A', 'k', 'x'), ('t', 'a2', 'A', 'k' || chr(10), 'x'), ('t', "
+		 "'a3', 'A', 'k', 'x'); UPDATE %s SET head = subject = 'a1'",
+		 table, table);
+	pgtest_before_004(c, table, sql);
+	struct store *s = ordered_store(table, true);
+	struct lease_batch b;
+	lease_labels(s, &b, "a1");
+	assert_int_equal(a_blocked_at(c, table, "a2"), 1);
+	mark_all(s, MARK_FAILED, &b, "refused for good");
+	assert_int_equal(a_blocked_at(c, table, "a1"), 1);
+	expect_batch(s, "");
+	err[0] = 'x';
+	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "blocked again at its next failed row"));
+	assert_int_equal(a_blocked_at(c, table, "a2"), 1);
+	expect_batch(s, "a1b");
+	expect_batch(s, "");
+	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)), 0);
+	assert_string_equal(err, "");
+	expect_batch(s, "a3");
+	store_close(s);
+	PQfinish(c);
+}
+
 /* A hot key's waiting rows are not in the ordered lease's path: with
  * 20k rows behind one key's first, other keys' first rows are leased
  * beside it and the key's rows follow one per lease. (Its cost is the
@@ -1601,6 +1650,7 @@ int main(void)
 	    cmocka_unit_test(test_redrive_rechecks_each_batch),
 	    cmocka_unit_test(test_refused_rows_fail_alone),
 	    cmocka_unit_test(test_refused_row_blocks_its_key),
+	    cmocka_unit_test(test_earlier_failure_takes_the_block),
 	    cmocka_unit_test(test_hot_key_does_not_starve_others),
 	    cmocka_unit_test(test_floor_passes_finished_heads),
 	    cmocka_unit_test(test_floor_passes_per_key_in_a_batch),
