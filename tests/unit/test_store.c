@@ -2622,6 +2622,42 @@ static void test_lease_created_at_out_of_range(void **state)
 	PQfinish(c);
 }
 
+/* A table made by hand without 001's NOT NULLs: a row whose payload is
+ * NULL is leased (an event without data) and so is one whose routing key
+ * is NULL while another destination is paused. Both were locked and
+ * never taken, skipped at every lease: the byte budget's running sum and
+ * the pause test came out NULL for them. */
+static void test_lease_nulls_of_a_hand_made_table(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_nulls", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	pgtest_exec(c,
+		    "ALTER TABLE %s ALTER COLUMN payload DROP NOT NULL, ALTER "
+		    "COLUMN routing_key DROP NOT NULL",
+		    table);
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, routing_key) VALUES "
+		    "('no-payload', NULL, ''), ('no-route', '\\x00', NULL)",
+		    table);
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	const char *paused[1] = {"elsewhere"};
+	if (store_lease(s, paused, 1, "", &b, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	assert_int_equal(b.n, 2);
+	for (size_t i = 0; i < b.n; i++)
+		if (strcmp(b.events[i].type, "no-payload") == 0)
+			assert_int_equal(b.events[i].payload_len, 0);
+		else
+			assert_string_equal(b.events[i].routing_key, "");
+	commit(s, &b);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* The outbox table gone from under a running relay for a while (renamed
  * away and back here; a restore, a swap) while its claims table stays
  * (§10: the relay goes on once the table exists): leases and sweeps fail
@@ -5067,6 +5103,7 @@ int main(void)
 	    cmocka_unit_test(test_finished_rows_read_by_index),
 	    cmocka_unit_test(test_redrive_sent_in_slices),
 	    cmocka_unit_test(test_lease_created_at_out_of_range),
+	    cmocka_unit_test(test_lease_nulls_of_a_hand_made_table),
 	    cmocka_unit_test(test_outbox_dropped_keeps_claims),
 	    cmocka_unit_test(test_migration_step_beside_a_report),
 	    cmocka_unit_test(test_lease_walks_the_index),
