@@ -182,6 +182,21 @@ cJSON *status_attention(const cJSON *st)
 	{
 		char age[32], who[200];
 		double secs = jnum(item, "xact_age_seconds");
+		/* A slot keeps no time: one nothing reads (its standby or
+		 * consumer gone) holds the horizon until it is dropped. */
+		if (strcmp(jstr(item, "kind", ""), "replication slot") == 0 &&
+		    strcmp(jstr(item, "state", ""), "inactive") == 0 &&
+		    !isnan(jnum(item, "xmin_age"))) {
+			attend(
+			    list,
+			    "replication slot '%s' is inactive and holds the "
+			    "xmin horizon %lld transactions back: vacuum "
+			    "cannot remove dead rows behind it; drop it "
+			    "(pg_drop_replication_slot) if nothing will read "
+			    "it again",
+			    jstr(item, "name", "?"), jint(item, "xmin_age"));
+			continue;
+		}
 		if (isnan(secs) || secs < OLD_SNAPSHOT_S)
 			continue;
 		if (strcmp(jstr(item, "kind", ""), "session") == 0)

@@ -163,10 +163,16 @@ static void test_troubled(void **state)
 	assert_true(attention_has(st, "1 partition key blocked"));
 	assert_true(attention_has(st, "session pid 4242 (report-job) has held "
 				      "a snapshot for 2h01m"));
+	/* The inactive slot holding xmin is named; the active one holding
+	 * the catalogs only is not. */
+	assert_true(attention_has(st, "replication slot 'old_cdc' is inactive "
+				      "and holds the xmin horizon 5000 "
+				      "transactions back"));
+	assert_false(attention_has(st, "'cdc'"));
 	assert_false(attention_has(st, "no live replica"));
 	assert_int_equal(cJSON_GetArraySize(
 			     cJSON_GetObjectItemCaseSensitive(st, "attention")),
-			 8);
+			 9);
 
 	has_text(text, "table \"app\".\"outbox_events\", database shop "
 		       "(PostgreSQL 16.2), at 2024-05-01T12:00:00Z");
