@@ -595,6 +595,17 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 						err, errlen);
 		}
 	}
+	if (!res && rescan && rc != STORE_RECONNECT) {
+		/* A rescan that failed (past the statement timeout: a long
+		 * hold's dead entries below the floor, all stepped over) is
+		 * spaced as one that took that long, as the key map's build
+		 * is: left due, the next lease rescanned and failed the same
+		 * way, every lease of a store without a shared schedule and
+		 * one every interval with it. The leases from the floor go
+		 * on meanwhile. */
+		int64_t ended_ms = clock_ms();
+		rescan_done(s, ended_ms, ended_ms - started_ms);
+	}
 	if (res && paused_changed) {
 		free(s->rescan_paused);
 		s->rescan_paused = paused_arr;

@@ -3384,6 +3384,67 @@ static size_t lease_count_type(struct store *s, const char *const *paused,
 	return hits;
 }
 
+/* A scheduled rescan that fails (here past a 30 ms statement timeout:
+ * 400,000 dead entries below the floor, kept by a held snapshot, are all
+ * stepped over from the start) is spaced as one that took that long, and
+ * the leases from the floor go on. Left due, every lease after it was a
+ * rescan and failed the same way. */
+static void test_failed_rescan_is_spaced(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_rescan_fails", table, sizeof(table));
+	PGconn *c = pgtest_connect(), *holder = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	o.lease_rescan_ms = 1000;
+	o.statement_timeout_ms = 30;
+	struct store *s = pgtest_store(&o);
+	pgtest_insert(c, table, 1);
+	struct lease_batch b;
+	/* The first lease sets the floor; 30 ms is short on a loaded
+	 * machine, so it may take a few tries. */
+	int tries = 0;
+	while (store_lease(s, NULL, 0, "", &b, err, sizeof(err)) != 0)
+		if (++tries == 20)
+			fail_msg("first lease: %s", err);
+	assert_int_equal(b.n, 1);
+	commit(s, &b);
+	pgtest_exec(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	pgtest_exec(holder, "SELECT 1");
+	/* Below the floor in both of the lease's scans: due long ago, by a
+	 * writer older than any lease's. */
+	pgtest_exec(c, "BEGIN");
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, next_attempt_at, "
+		    "written_by) SELECT 't', 'x', '2000-01-01', '1' FROM "
+		    "generate_series(1, 400000)",
+		    table);
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'sent', finished_at = now() WHERE "
+		    "type = 't'",
+		    table);
+	pgtest_exec(c, "COMMIT");
+	usleep(1100 * 1000);
+	/* The rescan now due fails; of the leases after it (from the floor,
+	 * a few milliseconds each) one at least must succeed. */
+	int failed = 0, succeeded = 0;
+	for (int i = 0; i < 6 && succeeded == 0; i++) {
+		if (store_lease(s, NULL, 0, "", &b, err, sizeof(err)) != 0) {
+			assert_non_null(strstr(err, "57014"));
+			failed++;
+			continue;
+		}
+		succeeded++;
+		commit(s, &b);
+	}
+	assert_true(failed >= 1);
+	assert_int_equal(succeeded, 1);
+	pgtest_exec(holder, "ROLLBACK");
+	store_close(s);
+	PQfinish(holder);
+	PQfinish(c);
+}
+
 /* 8b'. What lies below a lease's floor is leased all the same: a row
  * committed late by a transaction that began before the floor's rows, by
  * the next lease (the late scan, migration 007), as is a row redriven by
@@ -5116,6 +5177,7 @@ int main(void)
 	    cmocka_unit_test(test_full_batch_holds_its_rows),
 	    cmocka_unit_test(test_ordered_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_below),
+	    cmocka_unit_test(test_failed_rescan_is_spaced),
 	    cmocka_unit_test(test_late_row_left_keeps_the_floor),
 	    cmocka_unit_test(test_resume_outlives_a_failed_lease),
 	    cmocka_unit_test(test_lease_rescans_shared),
