@@ -24,7 +24,9 @@
 _Static_assert(CONFIG_DATABASES_MAX <= 255, "source_list.db");
 
 /* An open store of ss in database db, one not set aside first (a source
- * set aside may be so because its table's check fails); NULL when none. */
+ * set aside may be so because its table's check fails), never a gone
+ * one's (its table's check fails at the session's next connect); NULL
+ * when none. */
 static struct store *store_of_db(struct relay *r,
 				 const struct source_stores *ss, size_t db,
 				 bool healthy)
@@ -32,7 +34,8 @@ static struct store *store_of_db(struct relay *r,
 	size_t n = relay_sources_n(r);
 	for (size_t i = 0; i < n && i < ss->n; i++)
 		if (ss->at[i].store && relay_source_db(r, i) == db &&
-		    (!healthy || !ss->at[i].failing))
+		    (!healthy || !ss->at[i].failing) &&
+		    !relay_source_gone(r, i))
 			return ss->at[i].store;
 	return NULL;
 }
@@ -335,21 +338,35 @@ void sources_close(struct relay *r, struct source_stores *ss)
 	memset(ss, 0, sizeof(*ss));
 }
 
+/* Lets a gone source go: its session goes with the last store of it, and
+ * /metrics no longer counts it failing; a table of that name made again
+ * is opened anew, checked. */
+static void let_go(struct relay *r, struct source_store *at, size_t i)
+{
+	store_close(at->store);
+	at->store = NULL;
+	if (at->failing)
+		atomic_fetch_sub(&r->source_stats[i].failing, 1);
+	at->failing = false;
+	at->backoff_ms = 0;
+	at->retry_ms = 0;
+}
+
+void sources_let_go_gone(struct relay *r, struct source_stores *ss)
+{
+	size_t n = relay_sources_n(r);
+	for (size_t i = 0; i < n && i < ss->n; i++)
+		if ((ss->at[i].store || ss->at[i].failing) &&
+		    relay_source_gone(r, i))
+			let_go(r, &ss->at[i], i);
+}
+
 struct store *sources_store(struct relay_thread *th, struct source_stores *ss,
 			    size_t i)
 {
 	struct source_store *at = &ss->at[i];
 	if (relay_source_gone(th->relay, i)) {
-		/* Let go: its session goes with the last store of it, and
-		 * /metrics no longer counts it failing. */
-		store_close(at->store);
-		at->store = NULL;
-		if (at->failing)
-			atomic_fetch_sub(&th->relay->source_stats[i].failing,
-					 1);
-		at->failing = false;
-		at->backoff_ms = 0;
-		at->retry_ms = 0;
+		let_go(th->relay, at, i);
 		return NULL;
 	}
 	if (at->failing && clock_ms() < at->retry_ms)
