@@ -89,12 +89,17 @@ static int discover(struct relay *r, struct discovery *d, size_t db,
 		bool matched = false;
 		if (relay_source_db(r, i) != db)
 			continue;
+		bool listed = false;
 		for (size_t p = 0; p < cfg->n_tables && !matched; p++)
 			matched = table_is_pattern(cfg->tables[p]) &&
 				  table_pattern_match(cfg->tables[p], table);
-		/* A listed table is the operator's: only a pattern's tables
-		 * come and go with the catalog. */
-		if (!matched || d->seen[i] || relay_source_gone(r, i))
+		for (size_t p = 0; p < cfg->n_tables && !listed; p++)
+			listed = !table_is_pattern(cfg->tables[p]) &&
+				 strcmp(cfg->tables[p], table) == 0;
+		/* A listed table is the operator's, also where a pattern
+		 * matches it too: only a pattern's own tables come and go
+		 * with the catalog. */
+		if (!matched || listed || d->seen[i] || relay_source_gone(r, i))
 			continue;
 		relay_source_set_gone(r, i, true);
 		log_fields(LOG_WARN, "a table is gone; no longer relayed",
@@ -113,6 +118,10 @@ static void discover_all(struct relay_thread *th, struct discovery *d)
 	for (size_t db = 0; db < dbs && !relay_stopping(r); db++) {
 		char err[512];
 		int rc = STORE_OK;
+		/* Each database's connect and read is bounded on its own; a
+		 * pass over many out of reach is not, and without a tick
+		 * between them /healthz took the thread for stuck. */
+		loop_tick(th);
 		if (clock_ms() < d->retry_ms[db]) {
 			all = false;
 			continue;
