@@ -50,8 +50,13 @@ int source_list_init(struct source_list *l, const struct config *cfg)
 		literal += !table_is_pattern(cfg->tables[i]);
 	l->several_databases = dbs > 1;
 	l->cfg = cfg;
-	l->cap = config_has_patterns(cfg) ? RELAY_MAX_SOURCES
-					  : (literal ? literal * dbs : 1);
+	/* Room for every listed table in every database, and with a
+	 * pattern for RELAY_MAX_SOURCES more: a list bigger than that
+	 * (64 databases of 200 tables) lost its last tables silently. */
+	l->cap =
+	    literal * dbs + (config_has_patterns(cfg) ? RELAY_MAX_SOURCES : 0);
+	if (l->cap == 0)
+		l->cap = 1;
 	l->names = calloc(l->cap, sizeof(*l->names));
 	l->table_at = calloc(l->cap, sizeof(*l->table_at));
 	l->db = calloc(l->cap, sizeof(*l->db));
