@@ -418,8 +418,11 @@ static char *sql_settle_own(const struct store *s)
  * still the one seen: a claim rewritten meanwhile by a worker of this
  * cluster may carry an xid past that snapshot's horizon. The count of
  * those dropped is returned, for the log, and how much a later sweep may
- * find: claims of lease transactions still running, and 1 while rows of
- * the row lease are in flight (struct sweep_result, open). */
+ * find: claims naming rows whose lease transaction is still running or
+ * aborted (one whose rows another transaction held when swept keeps
+ * them, for a later sweep to charge: left out, the sweeper of many tables
+ * skipped its table up to SWEEP_BACKSTOP_PASSES passes), and 1 while rows
+ * of the row lease are in flight (struct sweep_result, open). */
 static char *sql_prune_claims(const struct store *s)
 {
 	return store_asprintf(
@@ -430,8 +433,9 @@ static char *sql_prune_claims(const struct store *s)
 	    "gone AS (DELETE FROM %s AS c USING old o WHERE c.holder = "
 	    "o.holder AND c.xid = o.xid RETURNING o.elsewhere) "
 	    "SELECT count(*) FILTER (WHERE elsewhere)::text, ((SELECT "
-	    "count(*) FROM %s WHERE cardinality(ids) > 0 AND %s = 'in "
-	    "progress') + (SELECT count(*) FROM (SELECT 1 FROM %s WHERE "
+	    "count(*) FROM %s WHERE cardinality(ids) > 0 AND %s IN ('in "
+	    "progress', 'aborted')) + (SELECT count(*) FROM (SELECT 1 FROM "
+	    "%s WHERE "
 	    "status = 'in_flight' LIMIT 1) f))::text FROM gone",
 	    CLAIM_XACT_HORIZON, s->claims, CLAIM_XACT_HORIZON,
 	    CLAIM_XACT_STATUS("xid"), s->claims, s->claims,
