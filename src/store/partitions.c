@@ -153,9 +153,10 @@ static int shape(struct store *s, const char *dflt, bool history, bool *yes,
  * when their partitions were not made: left there, it would refuse every
  * insert of those days once they come (their ids would have no partition
  * but the default). A few tries, each waiting at most a step's lock wait;
- * another replica tending meanwhile (the cleaner's lock) makes a check of
- * its own in place of this one, and is left to. When no try gets the
- * table's lock it says so, and the next round's check replaces it. */
+ * the cleaner's lock held elsewhere is tried again too: every clean batch
+ * of any replica takes it, not only another replica's tending, and taken
+ * for that, the CHECK was left in place without a word. When no try gets
+ * the locks it says so, and the next round's check replaces it. */
 static void drop_ahead(struct store *s, const char *dflt, const char *check)
 {
 	char err[512];
@@ -168,10 +169,8 @@ static void drop_ahead(struct store *s, const char *dflt, const char *check)
 			clock_sleep_ms(100);
 		if (begin(s, &busy, err, sizeof(err)) != 0)
 			break;
-		if (busy) { /* another replica tends: its check replaces */
-			done = true;
-			break;
-		}
+		if (busy)
+			continue;
 		if (step(s, sql, &busy, err, sizeof(err)) != 0)
 			break;
 		done = !busy &&
