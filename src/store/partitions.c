@@ -338,6 +338,22 @@ static int drop_day(struct store *s, const char *part,
 		r->busy |= busy;
 		return rc;
 	}
+	/* Listed before the cleaner's lock was taken: another replica may
+	 * have dropped the day since, and its LOCK TABLE would fail the
+	 * rest of this round. Under the lock none can drop it now. */
+	const char *exists[1] = {p};
+	PGresult *there =
+	    store_exec(s, "partitions", "SELECT to_regclass($1) IS NOT NULL", 1,
+		       exists, PGRES_TUPLES_OK, &rc, err, errlen);
+	if (!there) {
+		rc = step_failed(s, store_public_rc(rc), &busy, err, errlen);
+		r->busy |= busy;
+		return rc;
+	}
+	bool gone = strcmp(PQgetvalue(there, 0, 0), "t") != 0;
+	PQclear(there);
+	if (gone)
+		return store_finish_tx(s, TX_ROLLBACK, err, errlen);
 	const char *T = s->table.quoted;
 	char *lock = store_asprintf(
 	    "LOCK TABLE ONLY %s, %s IN ACCESS EXCLUSIVE MODE", T, p);
