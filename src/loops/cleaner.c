@@ -55,7 +55,13 @@ static void tend_partitions(struct relay *r, struct store *s, size_t i)
 }
 
 /* Cleans source i; the time until its next round, or -1 when shutdown
- * began while reconnecting. */
+ * began while reconnecting. Partitions are tended once a clean interval
+ * (and first with each store, which knows nothing of its table's shape
+ * until then), not at the second's follow-ups of a capped round: in a
+ * backlog (the default partition's history after `migrate --partition`)
+ * with a day to drop whose locks are contended, each try queued every
+ * insert, lease and mark behind its ACCESS EXCLUSIVE request for up to
+ * its lock wait, every second. */
 static int64_t clean_source(struct relay_thread *th, struct source_stores *ss,
 			    size_t i)
 {
@@ -67,7 +73,12 @@ static int64_t clean_source(struct relay_thread *th, struct source_stores *ss,
 	if (!s)
 		return next;
 	char err[512];
-	tend_partitions(r, s, i);
+	int64_t now = clock_ms();
+	int64_t *tended = &ss->at[i].tended_ms;
+	if (*tended == 0 || now >= *tended + cfg->clean_interval_ms) {
+		tend_partitions(r, s, i);
+		*tended = now > 0 ? now : 1;
+	}
 	struct clean_result cr;
 	int rc = store_clean(s, cfg->retention_ms, cfg->failed_retention_ms,
 			     cap, CLEAN_PAUSE_MS, &cr, err, sizeof(err));

@@ -252,6 +252,9 @@ struct source_stores {
 		bool failing;	     /* set aside; its failure was logged */
 		int64_t retry_ms;    /* set aside until (clock_ms) */
 		int64_t backoff_ms;
+		/* The cleaner's: when it last tended the source's
+		 * partitions with this store (0: not yet). */
+		int64_t tended_ms;
 	} * at;
 	char who[32]; /* the thread's name, for application_name */
 };

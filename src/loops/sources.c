@@ -355,6 +355,7 @@ static void let_go(struct relay *r, struct source_store *at, size_t i)
 	at->failing = false;
 	at->backoff_ms = 0;
 	at->retry_ms = 0;
+	at->tended_ms = 0;
 }
 
 void sources_let_go_gone(struct relay *r, struct source_stores *ss)
