@@ -119,8 +119,16 @@ void *cleaner_main(void *arg)
 			if (want < next)
 				next = want;
 		}
-		/* Not woken by relay_wake(): see the sweeper. */
-		relay_idle_since(th, NULL, next, NULL, NULL);
+		/* Not woken by relay_wake(): see the sweeper. Rounds may be
+		 * an hour apart: a source gone meanwhile is let go each
+		 * second, not kept counted failing until the next. */
+		int64_t until = clock_ms() + next;
+		for (int64_t left = next; left > 0 && !relay_stopping(r);
+		     left = until - clock_ms()) {
+			relay_idle_since(th, NULL, left < 1000 ? left : 1000,
+					 NULL, NULL);
+			sources_let_go_gone(r, &ss);
+		}
 	}
 	sources_close(r, &ss);
 	log_info("cleaner stopped");

@@ -271,7 +271,8 @@ struct store *sources_store(struct relay_thread *th, struct source_stores *ss,
 			    size_t i);
 /* Lets go of every gone source's store and failing mark in ss, as
  * sources_store() does for the source it is asked for: a worker asks only
- * for sources its round-robin picks, which never picks a gone one. */
+ * for sources its round-robin picks, which never picks a gone one, and the
+ * sweeper and cleaner may not ask for a while. */
 void sources_let_go_gone(struct relay *r, struct source_stores *ss);
 /* Until when source i is set aside, 0 when it is not. */
 int64_t sources_retry_ms(const struct source_stores *ss, size_t i);

@@ -118,6 +118,9 @@ void *sweeper_main(void *arg)
 		/* Every source in turn, each pass; of several, one read of
 		 * their activity tells which can be left. */
 		size_t n = relay_sources_n(r);
+		/* A pass may skip a source: its gone ones are let go here,
+		 * not kept failing until it next sweeps them. */
+		sources_let_go_gone(r, &ss);
 		bool read = sources_gated(r) &&
 			    sources_read_activity(r, &ss, n, activity);
 		for (size_t i = 0; i < n && !relay_stopping(r); i++) {
