@@ -10,17 +10,14 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
 
-db="latin1_$$"
-url="${RELAY_TEST_DATABASE_URL%/*}/$db"
+# A cluster of the test's own: the prepared transaction below holds its
+# horizon, which beside the other tests would hold theirs.
+it_cluster
+url="${it_cluster_url%/*}/latin1"
 lpsql() { PGCLIENTENCODING=UTF8 psql "$url" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
 gid="rapport-été-$$"
-drop_db() {
-	lpsql "COMMIT PREPARED '$gid'" >/dev/null 2>&1 || true
-	it_psql "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
-}
-trap 'drop_db; it_cleanup' EXIT
-PGOPTIONS="-c client_min_messages=warning" it_psql "DROP DATABASE IF EXISTS $db" >/dev/null
-it_psql "CREATE DATABASE $db ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0" >/dev/null
+psql "$it_cluster_url" -X -q -v ON_ERROR_STOP=1 \
+	-c "CREATE DATABASE latin1 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0" >/dev/null
 [ "$(lpsql "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = current_database()")" = LATIN1 ] ||
 	it_fail "the test database is not LATIN1"
 
