@@ -59,8 +59,10 @@ void admin_names_of(const struct outbox_table *t, struct names *n);
  * leaves out of the horizon itself though they show an xmin: a lazy
  * VACUUM (one an hour long, anti-wraparound say, was named the holder,
  * and the alert fired while vacuum was held back by nothing), and a
- * walsender decoding logically, whose slot's catalog_xmin counts
- * instead (another role's backend_type reads NULL without
+ * walsender decoding logically (START_REPLICATION of a slot), whose
+ * slot's catalog_xmin counts instead; not one copying a table's first
+ * rows for a subscription under a snapshot, which holds the horizon
+ * (another role's backend_type and query read NULL without
  * pg_read_all_stats: counted). A VACUUM still waiting for its table's
  * lock is not yet in pg_stat_progress_vacuum: it is counted until it
  * starts.
@@ -70,8 +72,8 @@ void admin_names_of(const struct outbox_table *t, struct names *n);
 #define ADMIN_SESSION_HOLDS                                                    \
 	"a.pid <> pg_backend_pid() AND (a.backend_xid IS NOT NULL OR "         \
 	"(a.backend_xmin IS NOT NULL AND " ADMIN_SESSION_LOCAL ")) AND NOT "   \
-	"coalesce(a.backend_type = 'walsender' AND a.datid IS NOT NULL, "      \
-	"false) AND NOT "                                                      \
+	"coalesce(a.backend_type = 'walsender' AND a.datid IS NOT NULL AND "   \
+	"a.query LIKE 'START_REPLICATION%', false) AND NOT "                   \
 	"EXISTS (SELECT 1 FROM pg_stat_progress_vacuum v WHERE v.pid = "       \
 	"a.pid)"
 #define ADMIN_SESSION_XMIN_AGE                                                 \
