@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The base every part of the relay stands on: logging, the clocks, the
- * process-wide counters, the outbox table's name and the leased row type.
+ * The base every part of the relay stands on: UTF-8, logging, the clocks,
+ * the process-wide counters, the outbox table's name and the leased row
+ * type.
  * Nothing here knows about Postgres, brokers or threads other than its own.
  */
 #ifndef OUTBOX_BASE_H
@@ -13,6 +14,18 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <time.h>
+
+/*
+ * UTF-8 (utf8.c). utf8_decode: the sequence at s (len > 0 bytes) into *cp,
+ * returning its length, or 0 when the bytes are not valid UTF-8 (a bad
+ * lead or continuation byte, truncated, overlong, a surrogate, above
+ * U+10FFFF). utf8_copy_valid: src into dst (size > 0) as valid UTF-8,
+ * each byte of an invalid sequence as '?', cut on a character's boundary
+ * to fit: text from elsewhere (a Postgres name in a database of another
+ * encoding) bound for a Prometheus label, which must be valid UTF-8.
+ */
+size_t utf8_decode(const unsigned char *s, size_t len, uint32_t *cp);
+void utf8_copy_valid(char *dst, size_t size, const char *src);
 
 /*
  * Logging: one line per message to stderr, JSON objects ({"ts","level",

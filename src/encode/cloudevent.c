@@ -57,49 +57,6 @@ static bool equal_ci_n(const char *s, size_t n, const char *lit)
 	return true;
 }
 
-/*
- * Decodes one UTF-8 sequence at s (len > 0 bytes available). Returns its
- * length with *cp set, or 0 when the bytes are not valid UTF-8 (bad lead
- * or continuation byte, truncated, overlong, surrogate, above U+10FFFF).
- */
-size_t cloudevent_utf8_decode(const unsigned char *s, size_t len, uint32_t *cp)
-{
-	unsigned char c = s[0];
-	uint32_t v, min;
-	size_t n;
-
-	if (c < 0x80) {
-		*cp = c;
-		return 1;
-	}
-	if (c >= 0xC2 && c <= 0xDF) {
-		n = 2;
-		v = c & 0x1Fu;
-		min = 0x80;
-	} else if ((c & 0xF0) == 0xE0) {
-		n = 3;
-		v = c & 0x0Fu;
-		min = 0x800;
-	} else if (c >= 0xF0 && c <= 0xF4) {
-		n = 4;
-		v = c & 0x07u;
-		min = 0x10000;
-	} else {
-		return 0;
-	}
-	if (len < n)
-		return 0;
-	for (size_t i = 1; i < n; i++) {
-		if ((s[i] & 0xC0) != 0x80)
-			return 0;
-		v = (v << 6) | (s[i] & 0x3Fu);
-	}
-	if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-		return 0;
-	*cp = v;
-	return n;
-}
-
 static bool is_control(uint32_t cp)
 {
 	return cp <= 0x1F || (cp >= 0x7F && cp <= 0x9F);
@@ -130,7 +87,7 @@ static const char *string_problem(const char *s, bool strict)
 	len = strlen((const char *)p);
 	while (len > 0) {
 		uint32_t cp;
-		size_t k = cloudevent_utf8_decode(p, len, &cp);
+		size_t k = utf8_decode(p, len, &cp);
 
 		if (k == 0)
 			return "is not valid utf-8";
@@ -154,7 +111,7 @@ void cloudevent_quote(char *dst, size_t dstlen, const char *s, size_t len,
 		max = dstlen - 4;
 	while (len > 0) {
 		uint32_t cp = 0;
-		size_t k = cloudevent_utf8_decode(p, len, &cp);
+		size_t k = utf8_decode(p, len, &cp);
 		bool bad = k == 0 || is_control(cp) || cp == '"' || cp == '\\';
 		size_t need = bad ? 1 : k;
 

@@ -183,12 +183,6 @@ const char *cloudevent_structured_content_type(void);
 bool cloudevent_is_json_type(const char *content_type);
 
 /*
- * Decodes the valid UTF-8 sequence at s (len > 0 bytes) into *cp and
- * returns its length, or 0 for an invalid, overlong or surrogate sequence.
- */
-size_t cloudevent_utf8_decode(const unsigned char *s, size_t len, uint32_t *cp);
-
-/*
  * Copies at most max bytes of s[0..len) into dst (dstlen > 3) for quoting
  * in a reason: the cut falls on a UTF-8 character boundary (marked with
  * "..."), and invalid bytes, control characters (C0, DEL and C1), double

@@ -86,7 +86,7 @@ size_t encode_json_compact(const unsigned char *src, size_t n, char *dst)
 
 		if (c >= 0x80) {
 			uint32_t cp;
-			size_t k = cloudevent_utf8_decode(src + i, n - i, &cp);
+			size_t k = utf8_decode(src + i, n - i, &cp);
 
 			/* Outside strings JSON is ASCII (this also refuses
 			 * a byte-order mark). */

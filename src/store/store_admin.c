@@ -143,23 +143,6 @@ static char *claimed_count_sql(const struct names *n)
 	    CLAIM_XACT_STATUS("xid") " = ''in progress''");
 }
 
-/* Copies src into dst, cut at a character boundary when too long: the
- * name becomes a Prometheus label, which must be valid UTF-8 (a prepared
- * transaction's gid may be any text). */
-static void copy_utf8(char *dst, size_t size, const char *src)
-{
-	size_t n = strlen(src);
-	if (n >= size) {
-		n = size - 1;
-		/* Back to the lead byte of the character cut, then before
-		 * it. */
-		while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
-			n--;
-	}
-	memcpy(dst, src, n);
-	dst[n] = '\0';
-}
-
 /* The xmin horizon and what it costs the lease, from the catalogs every
  * role may read (ADMIN_SESSION_HOLDS says which sessions count). Another
  * role's session shows its pid, application_name and xmin to anyone, its
@@ -215,7 +198,10 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 		return store_public_rc(rc);
 	struct store_horizon *h = &g->horizon;
 	snprintf(h->kind, sizeof(h->kind), "%s", PQgetvalue(res, 0, 0));
-	copy_utf8(h->name, sizeof(h->name), PQgetvalue(res, 0, 2));
+	/* A label, which must be valid UTF-8: a prepared transaction's
+	 * gid is any text, of any database's encoding, passed as it is
+	 * where the encodings match (the relay's session asks for UTF-8). */
+	utf8_copy_valid(h->name, sizeof(h->name), PQgetvalue(res, 0, 2));
 	int64_t *fields[] = {&h->pid,
 			     NULL,
 			     &h->xmin_age,

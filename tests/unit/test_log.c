@@ -184,6 +184,29 @@ static void test_level_parse(void **state)
 	assert_int_equal(log_level_parse("loud"), -1);
 }
 
+/* Text bound for a Prometheus label is copied as valid UTF-8: an
+ * invalid sequence's bytes become '?', a copy too long for its buffer is
+ * cut before the character that does not fit. */
+static void test_utf8_copy_valid(void **state)
+{
+	(void)state;
+	char out[16];
+	utf8_copy_valid(out, sizeof(out), "rapport-\xc3\xa9t\xc3\xa9");
+	assert_string_equal(out, "rapport-\xc3\xa9t\xc3\xa9");
+	/* LATIN1's é, an overlong '/', a surrogate, a lone continuation. */
+	utf8_copy_valid(out, sizeof(out), "\xe9t\xe9");
+	assert_string_equal(out, "?t?");
+	utf8_copy_valid(out, sizeof(out),
+			"a\xc0\xaf\xed\xa0\x80\x80"
+			"b");
+	assert_string_equal(out, "a??????b");
+	char small[5];
+	utf8_copy_valid(small, sizeof(small), "a\xc3\xa9\xe2\x82\xac");
+	assert_string_equal(small, "a\xc3\xa9");
+	utf8_copy_valid(small, 1, "abc");
+	assert_string_equal(small, "");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -192,6 +215,7 @@ int main(void)
 	    cmocka_unit_test(test_text_escapes_controls),
 	    cmocka_unit_test(test_long_json_line_cut_valid),
 	    cmocka_unit_test(test_level_parse),
+	    cmocka_unit_test(test_utf8_copy_valid),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
