@@ -329,6 +329,11 @@ void store_key_map_catch_up(struct store *s)
 	key_map_catch_up(s);
 }
 
+unsigned store_key_map_builds_failed(const struct store *s)
+{
+	return s->key_map_builds_failed;
+}
+
 int64_t store_key_map_floor(const struct store *s, const char *key)
 {
 	const struct key_floor *f = key_entry(s, key);
@@ -591,6 +596,7 @@ int key_map_args(struct store *s, int64_t now_ms, struct key_map_args *a,
 			return rc;
 		if (rc != 0) {
 			int64_t ended_ms = clock_ms();
+			s->key_map_builds_failed++;
 			log_fields(LOG_WARN,
 				   "key map: its scheduled build failed; "
 				   "leasing by the map of the last one",

@@ -13,6 +13,7 @@
 #include "base/base.h"
 #include "guards.h"
 #include "store_internal.h"
+#include "store_test.h"
 
 /* True while rows' lease transaction is open on its session. */
 static bool lease_open(const struct lease_rows *rows)
@@ -478,6 +479,11 @@ int64_t store_rescan_due(const struct store *s, int64_t ended_ms,
 
 /* A rescan ended: the schedule, this store's or the shared one, moves
  * past it, whichever reason made it one. */
+unsigned store_rescans_failed(const struct store *s)
+{
+	return s->rescans_failed;
+}
+
 static void rescan_done(struct store *s, int64_t ended_ms, int64_t took_ms)
 {
 	int64_t due = store_rescan_due(s, ended_ms, took_ms);
@@ -604,6 +610,7 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		 * one every interval with it. The leases from the floor go
 		 * on meanwhile. */
 		int64_t ended_ms = clock_ms();
+		s->rescans_failed++;
 		rescan_done(s, ended_ms, ended_ms - started_ms);
 	}
 	if (res && paused_changed) {

@@ -268,6 +268,7 @@ struct store {
 	int64_t floor_seq;
 	uint64_t floor_gen;
 	int64_t rescan_at_ms;
+	unsigned rescans_failed; /* scheduled rescans that failed (tests) */
 	char *rescan_paused;
 	/* The claim floor (lease.c): a transaction id below which every
 	 * claim is settled, returned by this session's last lease; 0 reads
@@ -330,6 +331,7 @@ struct store {
 	int64_t due_turn_low_us;
 	int64_t due_turn_low_seq;
 	int64_t key_map_at_ms;
+	unsigned key_map_builds_failed; /* scheduled builds that failed */
 	bool key_map_built;
 	/* The backlog count's floors (store_admin.c): the oldest
 	 * next_attempt_at the previous count found, as Postgres wrote it

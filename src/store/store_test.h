@@ -60,6 +60,12 @@ void store_key_map_catch_up(struct store *s);
  * does. */
 void store_key_map_expire(struct store *s);
 
+/* How many scheduled key-map builds failed and were left for the map of
+ * the last build, and how many scheduled rescans failed (each spaced as
+ * one that took that long). */
+unsigned store_key_map_builds_failed(const struct store *s);
+unsigned store_rescans_failed(const struct store *s);
+
 /* store_contract() waiting settle_ms, not STORE_CONTRACT_SETTLE_MS, for
  * the heartbeats of relays that opened the table before a step's record. */
 int store_contract_settled(const struct store_options *opt, int settle_ms,
