@@ -39,7 +39,8 @@ SQL
 
 ops_relay latin1 OUTBOX_DATABASE_URL="$url" PGCLIENTENCODING=LATIN1
 pid=$it_last_pid
-it_wait 20 "5 events sent" test "$(lpsql "SELECT count(*) FROM $OUTBOX_TABLE WHERE status = 'sent'")" = 5
+all_sent() { [ "$(lpsql "SELECT count(*) FROM $OUTBOX_TABLE WHERE status = 'sent'")" = 5 ]; }
+it_wait 20 "5 events sent" all_sent
 [ "$(lpsql "SELECT count(*) FROM $OUTBOX_TABLE WHERE status <> 'sent'")" = 0 ] ||
 	it_fail "events not sent: $(lpsql "SELECT status, last_error FROM $OUTBOX_TABLE WHERE status <> 'sent'")"
 [ "$(jq -r 'select(.type == "café.créé" and (.subject | startswith("señor "))) | .id' "$it_dir/latin1.out" | wc -l)" = 5 ] ||
