@@ -366,9 +366,12 @@ static int drop_day(struct store *s, const char *part,
 	    "interval '1 millisecond' UNION SELECT id FROM %s WHERE status = "
 	    "'failed' AND ($2::float8 <= 0 OR finished_at >= now() - "
 	    "$2::float8 * interval '1 millisecond') UNION SELECT blocking_id "
-	    "FROM %s) INSERT INTO %s OVERRIDING SYSTEM VALUE SELECT x.* FROM "
-	    "%s x WHERE x.id IN (SELECT id FROM keep)",
-	    p, p, p, p, s->blocked, T, p);
+	    "FROM %s UNION SELECT f.id FROM %s f JOIN %s b ON b.partition_key "
+	    "= f.partition_key WHERE f.status = 'failed' AND f.seq > "
+	    "coalesce((SELECT y.seq FROM %s y WHERE y.id = b.blocking_id), "
+	    "-1)) INSERT INTO %s OVERRIDING SYSTEM VALUE SELECT x.* FROM %s x "
+	    "WHERE x.id IN (SELECT id FROM keep)",
+	    p, p, p, p, s->blocked, p, s->blocked, T, T, p);
 	char *drop = store_asprintf("DROP TABLE %s", p);
 	size_t carried = 0;
 	if (!lock || !detach || !carry || !drop) {

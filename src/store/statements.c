@@ -493,19 +493,39 @@ static char *sql_sweep(const struct store *s)
 static char *sql_clean_of(const struct store *s, const char *T,
 			  const char *status)
 {
-	return store_asprintf(
-	    "WITH scanned AS MATERIALIZED (SELECT id, finished_at FROM %s t "
-	    "WHERE status = '%s' AND finished_at >= $1::timestamptz AND "
-	    "finished_at < now() - $2::float8 * interval '1 millisecond' "
-	    "ORDER BY finished_at LIMIT %d FOR UPDATE SKIP LOCKED), "
-	    "gone AS (DELETE FROM %s AS t WHERE t.id = ANY(ARRAY(SELECT s.id "
-	    "FROM scanned s WHERE NOT EXISTS (SELECT 1 FROM %s b WHERE "
-	    "b.blocking_id = s.id))) RETURNING 1) "
-	    "SELECT (SELECT count(*) FROM gone)::text, count(*)::text, "
-	    "coalesce(max(finished_at)::text, ''), "
-	    "coalesce((max(finished_at) + interval '1 microsecond')::text, '') "
-	    "FROM scanned",
-	    T, status, s->opt.clean_batch_size, T, s->blocked);
+	/* A failed row of a blocked key past its blocking row is kept too:
+	 * it failed ahead of its turn, and the block moved down to an
+	 * earlier failure (store_block_tail); the unblock of that one blocks
+	 * the key at it again (redrive.c). Blocked keys are few: asked once
+	 * whether there are any. */
+	char *later = store_asprintf(
+	    " AND (NOT EXISTS (SELECT 1 FROM %1$s nb) OR NOT EXISTS (SELECT 1 "
+	    "FROM %1$s b WHERE b.partition_key = s.partition_key AND s.seq > "
+	    "coalesce((SELECT x.seq FROM %2$s x WHERE x.id = b.blocking_id), "
+	    "-1)))",
+	    s->blocked, s->table.quoted);
+	bool failed = strcmp(status, "failed") == 0;
+	char *sql =
+	    later
+		? store_asprintf(
+		      "WITH scanned AS MATERIALIZED (SELECT id, finished_at, "
+		      "partition_key, seq FROM %s t WHERE status = '%s' AND "
+		      "finished_at >= $1::timestamptz AND finished_at < now() "
+		      "- $2::float8 * interval '1 millisecond' ORDER BY "
+		      "finished_at LIMIT %d FOR UPDATE SKIP LOCKED), "
+		      "gone AS (DELETE FROM %s AS t WHERE t.id = "
+		      "ANY(ARRAY(SELECT s.id FROM scanned s WHERE NOT EXISTS "
+		      "(SELECT 1 FROM %s b WHERE b.blocking_id = s.id)%s)) "
+		      "RETURNING 1) "
+		      "SELECT (SELECT count(*) FROM gone)::text, "
+		      "count(*)::text, coalesce(max(finished_at)::text, ''), "
+		      "coalesce((max(finished_at) + interval '1 "
+		      "microsecond')::text, '') FROM scanned",
+		      T, status, s->opt.clean_batch_size, T, s->blocked,
+		      failed ? later : "")
+		: NULL;
+	free(later);
+	return sql;
 }
 
 static char *sql_clean_sent(const struct store *s)

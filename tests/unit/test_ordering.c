@@ -1239,8 +1239,9 @@ static long a_blocked_at(PGconn *c, const char *table, const char *label)
 /* Under block, A is blocked at a2 (refused, failed ahead of its turn)
  * while a1 and a1b before it go; a1 then fails too: A is blocked at a1,
  * so a1b waits (the block's record was kept at a2 before, and a1b went
- * out after a failed a1). Unblocking a1 blocks A at a2 again: a1b goes,
- * a3 waits for a2's unblock. */
+ * out after a failed a1), and the cleaner keeps a2 past its retention.
+ * Unblocking a1 blocks A at a2 again: a1b goes, a3 waits for a2's
+ * unblock. */
 static void test_earlier_failure_takes_the_block(void **state)
 {
 	(void)state;
@@ -1261,6 +1262,16 @@ static void test_earlier_failure_takes_the_block(void **state)
 	mark_all(s, MARK_FAILED, &b, "refused for good");
 	assert_int_equal(a_blocked_at(c, table, "a1"), 1);
 	expect_batch(s, "");
+	/* Past failed retention, the cleaner spares a2 too: failed past
+	 * the blocking row, it is where the key stops next. */
+	pgtest_exec(c,
+		    "UPDATE %s SET finished_at = now() - interval '30 days' "
+		    "WHERE status = 'failed'",
+		    table);
+	struct clean_result cr;
+	assert_int_equal(
+	    store_clean(s, 1000, 1000, 1000, 0, &cr, err, sizeof(err)), 0);
+	assert_int_equal(cr.failed_deleted, 0);
 	err[0] = 'x';
 	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)), 0);
 	assert_non_null(strstr(err, "blocked again at its next failed row"));
