@@ -431,9 +431,63 @@ static bool rescan_scheduled(const struct store *s, int64_t now_ms)
 		   (long long)(now_ms + s->opt.lease_rescan_ms));
 }
 
-/* paused_changed: the paused list changed since the last lease that ran,
- * and rows left behind the floor while their destination was paused are
- * due now. The change is taken as seen only once a lease's statement ran
+void store_paused_keys_free(struct store *s)
+{
+	for (size_t i = 0; i < s->rescan_paused_n; i++)
+		free(s->rescan_paused_keys[i]);
+	free(s->rescan_paused_keys);
+	s->rescan_paused_keys = NULL;
+	s->rescan_paused_n = 0;
+}
+
+/* Whether a destination the last list seen paused is not in paused: its
+ * rows, left behind the floor while it was, are due now. Only a lifted
+ * pause needs a rescan: one added makes no row due, and taken for a
+ * change like any, a pause added during a long hold made every lease a
+ * rescan past the statement timeout until one went through. Before any
+ * list was seen: true. */
+static bool paused_lifted(const struct store *s, const char *const *paused,
+			  size_t n)
+{
+	if (!s->rescan_paused)
+		return true;
+	for (size_t i = 0; i < s->rescan_paused_n; i++) {
+		bool kept = false;
+		for (size_t j = 0; j < n && !kept; j++)
+			kept = strcmp(s->rescan_paused_keys[i], paused[j]) == 0;
+		if (!kept)
+			return true;
+	}
+	return false;
+}
+
+/* Takes paused (its array text arr, which s now owns) as the list seen. */
+static void paused_seen(struct store *s, char *arr, const char *const *paused,
+			size_t n)
+{
+	char **keys = calloc(n ? n : 1, sizeof(*keys));
+	size_t copied = 0;
+	while (keys && copied < n && (keys[copied] = strdup(paused[copied])))
+		copied++;
+	if (copied < n) {
+		/* Out of memory: nothing taken as seen, so the next lease
+		 * looks again. */
+		for (size_t i = 0; keys && i < copied; i++)
+			free(keys[i]);
+		free(keys);
+		free(arr);
+		return;
+	}
+	store_paused_keys_free(s);
+	free(s->rescan_paused);
+	s->rescan_paused = arr;
+	s->rescan_paused_keys = keys;
+	s->rescan_paused_n = n;
+}
+
+/* paused_changed: a pause was lifted since the last list seen, and rows
+ * left behind the floor while their destination was paused are due now.
+ * A lifted pause is taken as seen only once a lease's statement ran
  * (store_lease()): a lease that failed would have used it up, and the
  * resumed rows waited for the next rescan. */
 static bool lease_rescans(struct store *s, bool paused_changed, int64_t now_ms,
@@ -540,7 +594,8 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	int64_t started_ms = clock_ms();
 	bool paused_changed =
 	    !s->rescan_paused || strcmp(s->rescan_paused, paused_arr) != 0;
-	bool rescan = lease_rescans(s, paused_changed, started_ms, floor);
+	bool lifted = paused_changed && paused_lifted(s, paused, n_paused);
+	bool rescan = lease_rescans(s, lifted, started_ms, floor);
 	bool keymap = store_key_map_on(s);
 	struct key_map_args map = {0};
 	if (keymap && (rc = key_map_args(s, started_ms, &map, err, errlen))) {
@@ -613,9 +668,8 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		s->rescans_failed++;
 		rescan_done(s, ended_ms, ended_ms - started_ms);
 	}
-	if (res && paused_changed) {
-		free(s->rescan_paused);
-		s->rescan_paused = paused_arr;
+	if (paused_changed && (res || !lifted)) {
+		paused_seen(s, paused_arr, paused, n_paused);
 		paused_arr = NULL;
 	}
 	free(paused_arr);

@@ -575,6 +575,7 @@ void store_close(struct store *s)
 	free(s->ce_source);
 	free(s->extra_sql);
 	free(s->rescan_paused);
+	store_paused_keys_free(s);
 	free(s->key_cursor);
 	key_map_clear(s);
 	free(s->claim_key);

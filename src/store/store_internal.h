@@ -270,6 +270,10 @@ struct store {
 	int64_t rescan_at_ms;
 	unsigned rescans_failed; /* scheduled rescans that failed (tests) */
 	char *rescan_paused;
+	/* The same list's keys, to tell a pause lifted (its rows due now,
+	 * a rescan) from one added (nothing newly due). */
+	char **rescan_paused_keys;
+	size_t rescan_paused_n;
 	/* The claim floor (lease.c): a transaction id below which every
 	 * claim is settled, returned by this session's last lease; 0 reads
 	 * every claim, as at the first lease, after a reconnect (claims_gen
@@ -542,6 +546,9 @@ bool store_floor_text(int64_t pg_us, char out[40]);
  * before migration 007, or put back by hand) or one a relay let go and
  * never leased again: the late scan finds the rest. */
 #define RESCAN_COST_FACTOR 1000
+
+/* lease.c: frees the keys of the paused list last seen. */
+void store_paused_keys_free(struct store *s);
 
 /* When the next scan from the start is due after one that ended at
  * ended_ms and took took_ms: OUTBOX_LEASE_RESCAN_INTERVAL later, or

@@ -3695,6 +3695,37 @@ static void test_resume_outlives_a_failed_lease(void **state)
 	PQfinish(c);
 }
 
+/* A pause added makes no row due: the next lease is not a rescan (a row
+ * with no writer below the floor stays for one), while a pause lifted
+ * makes one. Taken for a change like any, a pause added during a long
+ * hold made every lease a rescan past the statement timeout. */
+static void test_pause_added_needs_no_rescan(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_pause_added", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	o.lease_rescan_ms = 3600 * 1000;
+	struct store *s = pgtest_store(&o);
+	pgtest_insert(c, table, 1);
+	assert_int_equal(lease_count_type(s, NULL, 0, 1, "test.event"), 1);
+	pgtest_insert(c, table, 1);
+	assert_int_equal(lease_count_type(s, NULL, 0, 1, "test.event"), 1);
+	/* Below the floor, with no writer: a rescan alone finds it. */
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, next_attempt_at, "
+		    "written_by) VALUES ('below.event', '\\x01', "
+		    "'2000-01-01', NULL)",
+		    table);
+	const char *paused[1] = {"px"};
+	assert_int_equal(lease_count_type(s, paused, 1, 0, "below.event"), 0);
+	/* Lifted: the rescan finds it. */
+	assert_int_equal(lease_count_type(s, NULL, 0, 1, "below.event"), 1);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* 8b-iii'. A session connected anew scans from the start at its next
  * lease: its floors were read on the session that ended, and what ended
  * it (the database restored, or failed over to a standby that lacked the
@@ -3826,11 +3857,15 @@ static void test_due_turn_shared(void **state)
 	sent(t.s1, &b1);
 	pgtest_exec(holder, "ROLLBACK");
 	sent(t.s2, &b2);
-	/* From its own batch, 11, s2 would take 21-25 first. */
-	lease_run(&t, t.s2, &b2, 36, 45);
-	sent(t.s2, &b2);
+	/* From its own batch, 11, s2 would take 21-25 first. A pause added
+	 * (of a destination no row has) makes no row due: no rescan. */
 	const char *none[1] = {"none"};
 	if (store_lease(t.s2, none, 1, "", &b2, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	batch_is(&t, &b2, 36, 45);
+	sent(t.s2, &b2);
+	/* Lifted, it makes the next lease a rescan. */
+	if (store_lease(t.s2, NULL, 0, "", &b2, err, sizeof(err)) != 0)
 		fail_msg("lease: %s", err);
 	assert_int_equal(b2.n, 10);
 	assert_int_equal(b2.events[0].seq, t.base + 21);
@@ -5237,6 +5272,7 @@ int main(void)
 				      rescan_holder_close),
 	    cmocka_unit_test(test_late_row_left_keeps_the_floor),
 	    cmocka_unit_test(test_resume_outlives_a_failed_lease),
+	    cmocka_unit_test(test_pause_added_needs_no_rescan),
 	    cmocka_unit_test(test_lease_rescans_shared),
 	    cmocka_unit_test(test_sweep_under_held_snapshot),
 	    cmocka_unit_test(test_key_map_under_held_snapshot),
