@@ -547,7 +547,23 @@ bool store_floor_text(int64_t pg_us, char out[40]);
  * never leased again: the late scan finds the rest. */
 #define RESCAN_COST_FACTOR 1000
 
-/* lease.c: frees the keys of the paused list last seen. */
+/* lease_floors.c: where a lease scans from. store_lease_rescans():
+ * whether this lease rescans from the start (floor "-infinity"), else
+ * floor (40 bytes) is the session's; lifted: a pause was lifted since the
+ * list last seen. store_claims_floor_of(): the claims floor as the
+ * lease's $5 (24 bytes), true for a full read. store_rescan_done(): a
+ * rescan ended (or failed) after took_ms. store_paused_lifted() and
+ * store_paused_seen(): the paused destinations' list against the one
+ * last seen, and taking one (its array text arr, which s then owns) as
+ * seen; store_paused_keys_free(): frees that list's keys. */
+bool store_lease_rescans(struct store *s, bool lifted, int64_t now_ms,
+			 char floor[40]);
+bool store_claims_floor_of(const struct store *s, int64_t now_ms, char out[24]);
+void store_rescan_done(struct store *s, int64_t ended_ms, int64_t took_ms);
+bool store_paused_lifted(const struct store *s, const char *const *paused,
+			 size_t n);
+void store_paused_seen(struct store *s, char *arr, const char *const *paused,
+		       size_t n);
 void store_paused_keys_free(struct store *s);
 
 /* When the next scan from the start is due after one that ended at
