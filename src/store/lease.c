@@ -419,10 +419,8 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 	}
 	char floor[40], claims_floor[24], written_floor[24];
 	int64_t started_ms = clock_ms();
-	bool paused_changed =
-	    !s->rescan_paused || strcmp(s->rescan_paused, paused_arr) != 0;
-	bool lifted =
-	    paused_changed && store_paused_lifted(s, paused, n_paused);
+	bool lifted = store_paused_lifted(s, paused, n_paused);
+	bool paused_changed = lifted || store_paused_added(s, paused, n_paused);
 	bool rescan = store_lease_rescans(s, lifted, started_ms, floor);
 	bool keymap = store_key_map_on(s);
 	struct key_map_args map = {0};
@@ -496,10 +494,8 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		s->rescans_failed++;
 		store_rescan_done(s, ended_ms, ended_ms - started_ms);
 	}
-	if (paused_changed && (res || !lifted)) {
-		store_paused_seen(s, paused_arr, paused, n_paused);
-		paused_arr = NULL;
-	}
+	if (paused_changed && (res || !lifted))
+		store_paused_seen(s, paused, n_paused);
 	free(paused_arr);
 	key_map_args_free(&map);
 	if (res && (rescan || claims_full)) {

@@ -78,6 +78,20 @@ void store_paused_keys_free(struct store *s)
 	s->rescan_paused_n = 0;
 }
 
+/* Whether some key of a is not among b's. */
+static bool some_not_in(const char *const *a, size_t na, const char *const *b,
+			size_t nb)
+{
+	for (size_t i = 0; i < na; i++) {
+		bool in = false;
+		for (size_t j = 0; j < nb && !in; j++)
+			in = strcmp(a[i], b[j]) == 0;
+		if (!in)
+			return true;
+	}
+	return false;
+}
+
 /* Whether a destination the last list seen paused is not in paused: its
  * rows, left behind the floor while it was, are due now. Only a lifted
  * pause needs a rescan: one added makes no row due, and taken for a
@@ -87,21 +101,22 @@ void store_paused_keys_free(struct store *s)
 bool store_paused_lifted(const struct store *s, const char *const *paused,
 			 size_t n)
 {
-	if (!s->rescan_paused)
-		return true;
-	for (size_t i = 0; i < s->rescan_paused_n; i++) {
-		bool kept = false;
-		for (size_t j = 0; j < n && !kept; j++)
-			kept = strcmp(s->rescan_paused_keys[i], paused[j]) == 0;
-		if (!kept)
-			return true;
-	}
-	return false;
+	return !s->rescan_paused_keys ||
+	       some_not_in((const char *const *)s->rescan_paused_keys,
+			   s->rescan_paused_n, paused, n);
 }
 
-/* Takes paused (its array text arr, which s now owns) as the list seen. */
-void store_paused_seen(struct store *s, char *arr, const char *const *paused,
-		       size_t n)
+bool store_paused_added(const struct store *s, const char *const *paused,
+			size_t n)
+{
+	return !s->rescan_paused_keys ||
+	       some_not_in(paused, n,
+			   (const char *const *)s->rescan_paused_keys,
+			   s->rescan_paused_n);
+}
+
+/* Takes paused as the list seen. */
+void store_paused_seen(struct store *s, const char *const *paused, size_t n)
 {
 	char **keys = calloc(n ? n : 1, sizeof(*keys));
 	size_t copied = 0;
@@ -113,12 +128,9 @@ void store_paused_seen(struct store *s, char *arr, const char *const *paused,
 		for (size_t i = 0; keys && i < copied; i++)
 			free(keys[i]);
 		free(keys);
-		free(arr);
 		return;
 	}
 	store_paused_keys_free(s);
-	free(s->rescan_paused);
-	s->rescan_paused = arr;
 	s->rescan_paused_keys = keys;
 	s->rescan_paused_n = n;
 }

@@ -574,7 +574,6 @@ void store_close(struct store *s)
 	free(s->leased_by);
 	free(s->ce_source);
 	free(s->extra_sql);
-	free(s->rescan_paused);
 	store_paused_keys_free(s);
 	free(s->key_cursor);
 	key_map_clear(s);

@@ -258,10 +258,10 @@ struct store {
 	 * batch, the due scan's key (next_attempt_at in microseconds since
 	 * 2000, Postgres' epoch), unless a rescan is due
 	 * (clock_ms() past rescan_at_ms, or the paused list changed from
-	 * rescan_paused) or floor_gen is not the session's conn_gen. floor_gen:
-	 * the conn_gen of the session that returned the floor (0: none yet;
-	 * a connected session's is at least 1). After a reconnect the next
-	 * lease scans from the start, since what ended the session (a
+	 * rescan_paused_keys) or floor_gen is not the session's conn_gen.
+	 * floor_gen: the conn_gen of the session that returned the floor (0:
+	 * none yet; a connected session's is at least 1). After a reconnect the
+	 * next lease scans from the start, since what ended the session (a
 	 * restore, a failover) may have made rows pending again below this
 	 * floor and the late scan's. */
 	int64_t floor_us;
@@ -269,9 +269,9 @@ struct store {
 	uint64_t floor_gen;
 	int64_t rescan_at_ms;
 	unsigned rescans_failed; /* scheduled rescans that failed (tests) */
-	char *rescan_paused;
-	/* The same list's keys, to tell a pause lifted (its rows due now,
-	 * a rescan) from one added (nothing newly due). */
+	/* The paused destinations' list last seen, NULL before the first:
+	 * a pause lifted since makes its rows due (a rescan), one added
+	 * makes none. */
 	char **rescan_paused_keys;
 	size_t rescan_paused_n;
 	/* The claim floor (lease.c): a transaction id below which every
@@ -553,17 +553,19 @@ bool store_floor_text(int64_t pg_us, char out[40]);
  * list last seen. store_claims_floor_of(): the claims floor as the
  * lease's $5 (24 bytes), true for a full read. store_rescan_done(): a
  * rescan ended (or failed) after took_ms. store_paused_lifted() and
- * store_paused_seen(): the paused destinations' list against the one
- * last seen, and taking one (its array text arr, which s then owns) as
- * seen; store_paused_keys_free(): frees that list's keys. */
+ * store_paused_added(): whether paused lacks a key of the list last seen,
+ * or has one it lacked (the list may name a destination twice: an
+ * operator's pause and the relay's own); store_paused_seen(): takes
+ * paused as seen; store_paused_keys_free(): frees that list. */
 bool store_lease_rescans(struct store *s, bool lifted, int64_t now_ms,
 			 char floor[40]);
 bool store_claims_floor_of(const struct store *s, int64_t now_ms, char out[24]);
 void store_rescan_done(struct store *s, int64_t ended_ms, int64_t took_ms);
 bool store_paused_lifted(const struct store *s, const char *const *paused,
 			 size_t n);
-void store_paused_seen(struct store *s, char *arr, const char *const *paused,
-		       size_t n);
+bool store_paused_added(const struct store *s, const char *const *paused,
+			size_t n);
+void store_paused_seen(struct store *s, const char *const *paused, size_t n);
 void store_paused_keys_free(struct store *s);
 
 /* When the next scan from the start is due after one that ended at
