@@ -496,14 +496,10 @@ static char *sql_clean_of(const struct store *s, const char *T,
 	/* A failed row of a blocked key past its blocking row is kept too:
 	 * it failed ahead of its turn, and the block moved down to an
 	 * earlier failure (store_block_tail); the unblock of that one blocks
-	 * the key at it again (redrive.c). Blocked keys are few: asked once
-	 * whether there are any. */
+	 * the key at it again (redrive.c). */
 	char *later = store_asprintf(
-	    " AND (NOT EXISTS (SELECT 1 FROM %1$s nb) OR NOT EXISTS (SELECT 1 "
-	    "FROM %1$s b WHERE b.partition_key = s.partition_key AND s.seq > "
-	    "coalesce((SELECT x.seq FROM %2$s x WHERE x.id = b.blocking_id), "
-	    "-1)))",
-	    s->blocked, s->table.quoted);
+	    " AND " NOT_BLOCKED_BEFORE("s.partition_key", "s.seq"), s->blocked,
+	    s->table.quoted);
 	bool failed = strcmp(status, "failed") == 0;
 	char *sql =
 	    later

@@ -126,18 +126,11 @@ static char *walk_sql(const char *T, const char *name, const char *from, int w,
 }
 
 /* A candidate of the key walk (c) whose key is not stopped by a blocking
- * row below it (docs/design.md §6, "Blocking"). The blocked keys are
- * few, and under OUTBOX_ORDERING_ON_FAILURE=skip none: whether there is
- * any is asked once a lease, and only then each candidate's key: a
- * probe of the blocked keys' index per candidate was some 15 % of the
- * lease's buffer reads. */
+ * row below it (NOT_BLOCKED_BEFORE). */
 static char *not_blocked_sql(const struct store *s)
 {
-	return store_asprintf(
-	    "AND (NOT EXISTS (SELECT 1 FROM %1$s) OR NOT EXISTS (SELECT 1 "
-	    "FROM %1$s b WHERE b.partition_key = c.pk AND coalesce((SELECT "
-	    "x.seq FROM %2$s x WHERE x.id = b.blocking_id), -1) < c.sq))",
-	    s->blocked, s->table.quoted);
+	return store_asprintf("AND " NOT_BLOCKED_BEFORE("c.pk", "c.sq"),
+			      s->blocked, s->table.quoted);
 }
 
 /*
