@@ -1118,6 +1118,42 @@ static void test_horizon_vacuum_left_out(void **state)
 		PQclear(r);
 }
 
+/* A walsender of a database (a subscription's table copy, a tool on a
+ * replication=database connection) that runs SQL under a snapshot holds
+ * the horizon like any session: only one streaming a slot's changes is
+ * left out. */
+static void test_horizon_walsender_running_sql(void **state)
+{
+	struct fixture *f = *state;
+	char app[96];
+	snprintf(app, sizeof(app), "hz-walsender-%s", f->t.schema);
+	const char *keys[] = {"dbname", "replication", "application_name",
+			      NULL};
+	const char *values[] = {pgtest_url(), "database", app, NULL};
+	PGconn *ws = f->holder = PQconnectdbParams(keys, values, 1);
+	if (PQstatus(ws) != CONNECTION_OK)
+		fail_msg("replication connection: %s", PQerrorMessage(ws));
+	pgtest_exec(ws, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	pgtest_exec(ws, "SELECT 1");
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM pg_stat_activity "
+				     "WHERE pid = %d AND backend_type = "
+				     "'walsender' AND datid IS NOT NULL AND "
+				     "backend_xmin IS NOT NULL",
+				     PQbackendPID(ws)),
+			 1);
+	burn_xids(f, 3);
+
+	struct store_gauges g = horizon_held_by(f, "session", app);
+	assert_int_equal(g.horizon.pid, PQbackendPID(ws));
+	assert_true(g.horizon.xmin_age >= 3);
+	cJSON *st;
+	const cJSON *h = status_holder(f, &st, "name", app);
+	assert_true(num(h, "xmin_age") >= 3);
+	cJSON_Delete(st);
+	pgtest_exec(ws, "ROLLBACK");
+}
+
 /* A relay that opened the table before a contract step's record, and
  * tells of itself by a heartbeat once the record is there. */
 struct late_relay {
@@ -1306,6 +1342,8 @@ int main(void)
 					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_horizon_vacuum_left_out, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_horizon_walsender_running_sql,
+					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_horizon_without_stats_grant,
 					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_horizon_other_database, setup,
