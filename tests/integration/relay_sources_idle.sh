@@ -209,4 +209,21 @@ polled=$(($(leases) - c))
 it_stop "$pid"
 [ "$polled" -ge 49 ] || it_fail "with track_counts off, 49 idle tables took $polled leases in 3 s: not polled"
 [ "$polled" -le 1000 ] || it_fail "with track_counts off, 49 idle tables took $polled leases in 3 s: more than one a poll interval"
+# A table listed by name that the pattern matches too is the operator's:
+# dropped, it is not let go, where a table of the pattern alone is (an
+# earlier version let both go). The pattern's table going tells that
+# discovery has looked since.
+gone_is() { [ "$(curl -sf "http://127.0.0.1:$port/metrics" | awk '$1 == "outbox_sources{state=\"gone\"}" { print $2 }')" = "$1" ]; }
+OUTBOX_TABLE="$pattern,${schema}_t20.outbox_events" it_relay listed OUTBOX_HTTP_ADDR="127.0.0.1:$port" OUTBOX_DISCOVERY_INTERVAL=1s
+pid=$it_last_pid
+it_wait 30 "the relay's metrics" gone_is 0
+grep -q '^outbox_sources{state="served"} 49$' <(curl -sf "http://127.0.0.1:$port/metrics") ||
+	it_fail "a table both listed and matched is not served once: $(curl -sf "http://127.0.0.1:$port/metrics" | grep '^outbox_sources')"
+it_psql "DROP SCHEMA ${schema}_t20 CASCADE; DROP SCHEMA ${schema}_t21 CASCADE" >/dev/null
+it_wait 15 "the pattern's dropped table let go" grep -q '"a table is gone; no longer relayed".*_t21' "$it_dir/listed.log"
+sleep 2
+gone_is 1 || it_fail "want only the pattern's table gone: $(curl -sf "http://127.0.0.1:$port/metrics" | grep '^outbox_sources')"
+grep -q '"a table is gone; no longer relayed".*_t20' "$it_dir/listed.log" && it_fail "the listed table was let go"
+it_stop "$pid"
+[ "$it_rc" = 0 ] || it_fail "the relay of a listed table exited $it_rc"
 echo "ok: 50 tenants by a pattern, one added and one dropped while running: $n leases in 3 s idle; first event within ${took_poll}s; start took $start leases, the listener's wake-up $woke; 5 notified events took $((b - a)) leases; $polled in 3 s with track_counts off"
