@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The relay's list of sources (src/loops/sources.c, docs/design.md §13):
+ * room for every table OUTBOX_TABLE lists, in every database of
+ * OUTBOX_DATABASES, beside what a pattern may add.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "config/config.h"
+#include "loops/loops_int.h"
+
+#define DATABASES 64
+#define TABLES 200
+
+/* Unsets every OUTBOX_* variable the test's environment brought,
+ * restarting after each unsetenv() because it rewrites environ. */
+static void env_clear(void)
+{
+	extern char **environ;
+	for (char **e = environ; *e;) {
+		if (strncmp(*e, "OUTBOX_", 7) != 0) {
+			e++;
+			continue;
+		}
+		char *name = strndup(*e, strcspn(*e, "="));
+		assert_non_null(name);
+		assert_int_equal(unsetenv(name), 0);
+		free(name);
+		e = environ;
+	}
+}
+
+/* OUTBOX_DATABASES of DATABASES names, each with its URL, and
+ * OUTBOX_TABLE listing TABLES tables, after pattern when not NULL. */
+static void env_many(const char *pattern)
+{
+	char *dbs = calloc(DATABASES, 8);
+	char *tables = calloc(TABLES + 1, 16 + 64);
+	assert_non_null(dbs);
+	assert_non_null(tables);
+	for (int d = 1; d <= DATABASES; d++) {
+		char var[64];
+		sprintf(dbs + strlen(dbs), "%sd%02d", d > 1 ? "," : "", d);
+		snprintf(var, sizeof(var), "OUTBOX_DATABASE_URL_D%02d", d);
+		assert_int_equal(setenv(var, "postgres://relay@127.0.0.1/x", 1),
+				 0);
+	}
+	if (pattern)
+		strcpy(tables, pattern);
+	for (int t = 1; t <= TABLES; t++)
+		sprintf(tables + strlen(tables), "%st%03d.outbox_events",
+			*tables ? "," : "", t);
+	assert_int_equal(setenv("OUTBOX_DATABASES", dbs, 1), 0);
+	assert_int_equal(setenv("OUTBOX_TABLE", tables, 1), 0);
+	free(dbs);
+	free(tables);
+}
+
+static void expect_every_listed_table(const char *pattern)
+{
+	struct config cfg;
+	struct source_list l;
+	env_clear();
+	env_many(pattern);
+	int problems = config_load(&cfg, NULL, stderr);
+	assert_int_equal(problems, 0);
+	assert_int_equal(source_list_init(&l, &cfg), 0);
+	/* More than a pattern's room alone (RELAY_MAX_SOURCES): an earlier
+	 * version gave a list beside a pattern that much in all, and the
+	 * last databases' tables were left out without a word. */
+	assert_true(DATABASES * TABLES > RELAY_MAX_SOURCES);
+	size_t n = atomic_load(&l.n);
+	assert_int_equal(n, DATABASES * TABLES);
+	assert_string_equal(l.names[0], "d01/t001.outbox_events");
+	assert_string_equal(l.names[n - 1], "d64/t200.outbox_events");
+	/* A pattern's tables still find room beside them. */
+	size_t at;
+	bool added, back;
+	bool ok = source_list_add(&l, 0, "tenant_1.outbox_events", &at, &added,
+				  &back);
+	assert_int_equal(ok, pattern != NULL);
+	assert_int_equal(added, pattern != NULL);
+	source_list_free(&l);
+	config_release(&cfg);
+}
+
+static void test_listed_tables_beside_a_pattern(void **state)
+{
+	(void)state;
+	expect_every_listed_table("tenant_*.outbox_events");
+}
+
+static void test_listed_tables_alone(void **state)
+{
+	(void)state;
+	expect_every_listed_table(NULL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_listed_tables_beside_a_pattern),
+	    cmocka_unit_test(test_listed_tables_alone),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
