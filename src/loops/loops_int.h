@@ -347,9 +347,10 @@ static inline bool source_activity_counted(int64_t count)
  * count them (store_tables_activity), one statement a database, on the
  * sessions of ss; SOURCE_ACTIVITY_UNREAD where its database could not be
  * read, SOURCE_ACTIVITY_NO_SESSION where ss has no session of it. False
- * when none was read. */
-bool sources_read_activity(struct relay *r, const struct source_stores *ss,
-			   size_t n, int64_t *counts);
+ * when none was read. Ticks th before each database's read. */
+bool sources_read_activity(struct relay_thread *th,
+			   const struct source_stores *ss, size_t n,
+			   int64_t *counts);
 /* Of several sources: takes sources_read_activity()'s counts (NULL: none
  * read), making due each idle source whose count moved or could not be
  * read; one of a database without a session is left as it was. */
@@ -362,7 +363,7 @@ void source_turns_note_activity(struct source_turns *t, size_t n,
  * (docs/design.md §13). Counts that cannot be read make every idle source
  * due, as polling would.
  */
-void source_turns_read_activity(struct source_turns *t, struct relay *r,
+void source_turns_read_activity(struct source_turns *t, struct relay_thread *th,
 				const struct source_stores *ss,
 				int64_t every_ms);
 /* Keeps a source's operator pauses, keys[0..n), for the reads between

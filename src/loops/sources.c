@@ -527,9 +527,11 @@ void source_turns_note_activity(struct source_turns *t, size_t n,
 	}
 }
 
-bool sources_read_activity(struct relay *r, const struct source_stores *ss,
-			   size_t n, int64_t *counts)
+bool sources_read_activity(struct relay_thread *th,
+			   const struct source_stores *ss, size_t n,
+			   int64_t *counts)
 {
+	struct relay *r = th->relay;
 	const char **names = calloc(n ? n : 1, sizeof(*names));
 	size_t *of = calloc(n ? n : 1, sizeof(*of));
 	int64_t *got = calloc(n ? n : 1, sizeof(*got));
@@ -550,6 +552,10 @@ bool sources_read_activity(struct relay *r, const struct source_stores *ss,
 		char err[512];
 		if (k == 0)
 			continue;
+		/* Each database's read is bounded on its own; a pass over
+		 * many that hang is not, and without a tick between them
+		 * /healthz took the thread for stuck. */
+		loop_tick(th);
 		if (!s) {
 			for (size_t j = 0; j < k; j++)
 				counts[of[j]] = SOURCE_ACTIVITY_NO_SESSION;
@@ -604,10 +610,11 @@ int64_t source_turns_earliest(const struct source_turns *t, struct relay *r,
  * each (docs/design.md §13). Unread counts make every idle source due, as
  * polling would.
  */
-void source_turns_read_activity(struct source_turns *t, struct relay *r,
+void source_turns_read_activity(struct source_turns *t, struct relay_thread *th,
 				const struct source_stores *ss,
 				int64_t every_ms)
 {
+	struct relay *r = th->relay;
 	int64_t now = clock_ms();
 	size_t n = relay_sources_n(r);
 	/* A source found since the last read gets its first count before
@@ -617,7 +624,7 @@ void source_turns_read_activity(struct source_turns *t, struct relay *r,
 	 * table leased before the first read. */
 	if (!sources_gated(r) || (now < t->next_activity_ms && n <= t->read_n))
 		return;
-	sources_read_activity(r, ss, n, t->counts);
+	sources_read_activity(th, ss, n, t->counts);
 	/* Tried on a session, read or failed (track_counts off): the next
 	 * read waits for its time, or a failing one would run every turn.
 	 * Not tried (the lane has no session yet): the next turn reads. */

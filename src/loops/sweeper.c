@@ -122,7 +122,7 @@ void *sweeper_main(void *arg)
 		 * not kept failing until it next sweeps them. */
 		sources_let_go_gone(r, &ss);
 		bool read = sources_gated(r) &&
-			    sources_read_activity(r, &ss, n, activity);
+			    sources_read_activity(th, &ss, n, activity);
 		for (size_t i = 0; i < n && !relay_stopping(r); i++) {
 			loop_tick(th);
 			const int64_t *a =

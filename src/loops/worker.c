@@ -660,7 +660,7 @@ static int64_t next_turn_at(struct worker *w)
 static bool pick_source(struct worker *w, uint64_t gen)
 {
 	sources_let_go_gone(w->r, &w->src);
-	source_turns_read_activity(w->turns, w->r, &w->src,
+	source_turns_read_activity(w->turns, w->th, &w->src,
 				   w->cfg->poll_interval_ms);
 	size_t i = source_turns_pick(w->turns, w->r, &w->src, clock_ms());
 	struct store *s =
