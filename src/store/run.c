@@ -368,18 +368,23 @@ static bool reply_by(PGconn *c, int64_t deadline_ms)
 	return true;
 }
 
+/* Closes a session left mid-pipeline: the next statement finds it
+ * unconnected and the caller connects it again. */
+static void close_mid_pipeline(struct store *s)
+{
+	PQfinish(s->ses->conn);
+	s->ses->conn = NULL;
+	s->ses->leasing = NULL;
+}
+
 /* A reply that did not come by its deadline: what the statement did is
- * unknown and the connection is mid-pipeline, so it is closed; the next
- * statement finds the session unconnected and the caller connects it
- * again. */
+ * unknown and the connection is mid-pipeline, so it is closed. */
 static void reply_late(struct store *s, const char *what, int64_t wait_ms,
 		       char *err, size_t errlen)
 {
 	snprintf(err, errlen, "%s%sno reply in %lld ms", what ? what : "",
 		 what ? ": " : "", (long long)wait_ms);
-	PQfinish(s->ses->conn);
-	s->ses->conn = NULL;
-	s->ses->leasing = NULL;
+	close_mid_pipeline(s);
 	s->ses->reply_late = true;
 }
 
@@ -401,7 +406,12 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 	s->ses->reply_late = false;
 	if (n > PIPELINE_MAX || !queue_steps(s, steps, n, exp, &sent)) {
 		pipeline_lost(c, NULL, what, err, errlen);
-		*rc = STORE_RECONNECT; /* the pipeline's state is unknown */
+		/* The pipeline's state is unknown, and its session, in
+		 * pipeline mode with steps queued, could run no statement of
+		 * another shape until it was connected again. */
+		if (n <= PIPELINE_MAX)
+			close_mid_pipeline(s);
+		*rc = STORE_RECONNECT;
 		return NULL;
 	}
 	/* Result k, then NULL, for each; then the sync. Once a statement
