@@ -409,7 +409,11 @@ static char *sql_settle_own(const struct store *s)
 	return settle_claims_sql(s, true);
 }
 
-/* Claims of workers that stopped: emptied (or concluded) and a day old;
+/* Claims of workers that stopped: emptied, or committed (or of a
+ * transaction too old for its status to be kept), and a day old: an
+ * aborted one still naming rows owes them their attempt, and stays until
+ * a sweep has charged them (relays down for a day, a sweep stopped at its
+ * row cap: pruned by age, they went uncharged);
  * and, at once, claims from another cluster or from before a restore
  * (CLAIM_XACT_STATUS): their transaction cannot be running here, and
  * their rows are whatever the copied table says, pending ones leased as
@@ -428,8 +432,8 @@ static char *sql_prune_claims(const struct store *s)
 	return store_asprintf(
 	    "WITH old AS MATERIALIZED (SELECT holder, xid, xid >= %s AS "
 	    "elsewhere FROM %s WHERE xid >= %s OR (leased_at < now() - "
-	    "interval '1 day' AND (cardinality(ids) = 0 OR %s IS DISTINCT "
-	    "FROM 'in progress'))), "
+	    "interval '1 day' AND (cardinality(ids) = 0 OR coalesce(%s, "
+	    "'unknown') NOT IN ('in progress', 'aborted')))), "
 	    "gone AS (DELETE FROM %s AS c USING old o WHERE c.holder = "
 	    "o.holder AND c.xid = o.xid RETURNING o.elsewhere) "
 	    "SELECT count(*) FILTER (WHERE elsewhere)::text, ((SELECT "

@@ -749,12 +749,12 @@ static void test_foreign_claims(void **state)
  * keeps that row for a later sweep, and the sweep says so (open): the
  * sweeper of many tables skips a table only when nothing is open. It
  * counted running leases' claims alone, so a table could be skipped with
- * such a claim waiting. */
-static void test_sweep_counts_kept_claims_open(void **state)
+ * such a claim waiting. A claim a day old (relays down for a day) is
+ * kept alike: the day-old prune dropped it, its row never charged. */
+static void kept_claim_charged_later(const char *name, bool day_old)
 {
-	(void)state;
 	char table[128];
-	pgtest_fresh_table("store_sweep_open", table, sizeof(table));
+	pgtest_fresh_table(name, table, sizeof(table));
 	PGconn *c = pgtest_connect(), *other = pgtest_connect();
 	pgtest_insert(c, table, 1);
 	struct store_options o = pgtest_store_options(table);
@@ -763,6 +763,11 @@ static void test_sweep_counts_kept_claims_open(void **state)
 	lease(s, &b);
 	assert_int_equal(b.n, 1);
 	abandon(s, &b);
+	if (day_old)
+		pgtest_exec(c,
+			    "UPDATE %s_claims SET leased_at = now() - "
+			    "interval '2 days'",
+			    table);
 	pgtest_exec(other, "BEGIN");
 	pgtest_exec(other, "SELECT id FROM %s FOR UPDATE", table);
 	struct sweep_result sw;
@@ -773,9 +778,26 @@ static void test_sweep_counts_kept_claims_open(void **state)
 	assert_int_equal(store_sweep(s, 10000, &sw, err, sizeof(err)), 0);
 	assert_int_equal(sw.to_pending, 1);
 	assert_int_equal(sw.open, 0);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE attempts "
+				     "= 1 AND suspect",
+				     table),
+			 1);
 	store_close(s);
 	PQfinish(other);
 	PQfinish(c);
+}
+
+static void test_sweep_counts_kept_claims_open(void **state)
+{
+	(void)state;
+	kept_claim_charged_later("store_sweep_open", false);
+}
+
+static void test_sweep_keeps_day_old_dead_claims(void **state)
+{
+	(void)state;
+	kept_claim_charged_later("store_sweep_day_old", true);
 }
 
 /* Two relays with one hostname, one pid and one worker name (two
@@ -5234,6 +5256,7 @@ int main(void)
 	    cmocka_unit_test(test_own_dead_claim_settled),
 	    cmocka_unit_test(test_foreign_claims),
 	    cmocka_unit_test(test_sweep_counts_kept_claims_open),
+	    cmocka_unit_test(test_sweep_keeps_day_old_dead_claims),
 	    cmocka_unit_test(test_holders_unique),
 	    cmocka_unit_test(test_dead_claims_charge_each_crash),
 	    cmocka_unit_test(test_unhanded_rows_uncharged),
