@@ -87,16 +87,12 @@ static bool lock_not_available(const char *err)
 	return strncmp(err, "55P03", 5) == 0;
 }
 
-/* Ordered mode, inside the batch's transaction: has a later row of the
- * key of a row the batch just redrove (res's ids) been sent since the
- * check before the first batch? STORE_REFUSED then. */
-static int recheck_order(struct store *s, PGresult *res, char *err,
-			 size_t errlen)
+/* The ids a batch statement returned (its first column) as a Postgres
+ * array literal; NULL when out of memory. */
+static char *batch_ids(const PGresult *res)
 {
-	int rc = 0, n = PQntuples(res);
-	if (n == 0)
-		return 0;
-	const char **ids = malloc((size_t)n * sizeof(*ids));
+	int n = PQntuples(res);
+	const char **ids = malloc((size_t)(n > 0 ? n : 1) * sizeof(*ids));
 	char *arr = NULL;
 	if (ids) {
 		for (int i = 0; i < n; i++)
@@ -104,14 +100,19 @@ static int recheck_order(struct store *s, PGresult *res, char *err,
 		arr = store_pg_array(ids, (size_t)n, PG_ARRAY_PLAIN, 0);
 	}
 	free(ids);
-	if (!arr) {
-		snprintf(err, errlen, "redrive: out of memory");
-		return STORE_ERROR;
-	}
-	const char *values[1] = {arr};
+	return arr;
+}
+
+/* Ordered mode, inside the batch's transaction: has a later row of the
+ * key of a row the batch just redrove (ids) been sent since the check
+ * before the first batch? STORE_REFUSED then. */
+static int recheck_order(struct store *s, const char *ids, char *err,
+			 size_t errlen)
+{
+	const char *values[1] = {ids};
 	long later = 0;
-	rc = count_later(s, ST_REDRIVE_RECHECK, 1, values, &later, err, errlen);
-	free(arr);
+	int rc =
+	    count_later(s, ST_REDRIVE_RECHECK, 1, values, &later, err, errlen);
 	if (rc != 0 || later == 0)
 		return rc;
 	snprintf(err, errlen,
@@ -120,6 +121,54 @@ static int recheck_order(struct store *s, PGresult *res, char *err,
 		 "(--force to redrive anyway)",
 		 later, later == 1 ? " is" : "s are");
 	return STORE_REFUSED;
+}
+
+static int block_at_next_failed(struct store *s, const char *key,
+				const char *blocking, char *err, size_t errlen);
+
+/* Inside an ordered batch's transaction: a redriven row that blocked its
+ * key lifts the block, as `unblock --redrive` does, and the key's next
+ * failed row past it blocks the key in turn. The lease holds back only
+ * the rows after a blocking row, so the row went out again while every
+ * later row of its key stayed blocked for good, with nothing said. */
+static int lift_redriven_blocks(struct store *s, const char *ids, char *err,
+				size_t errlen)
+{
+	if (s->blocked[0] == '(')
+		return 0; /* no blocked-keys table: no key is blocked */
+	char *sql = store_asprintf("DELETE FROM %s WHERE blocking_id = "
+				   "ANY($1::uuid[]) RETURNING partition_key, "
+				   "blocking_id::text",
+				   s->blocked);
+	if (!sql) {
+		snprintf(err, errlen, "redrive: out of memory");
+		return STORE_ERROR;
+	}
+	const char *values[1] = {ids};
+	int rc;
+	PGresult *res = store_exec(s, "redrive: the blocks of its rows", sql, 1,
+				   values, PGRES_TUPLES_OK, &rc, err, errlen);
+	free(sql);
+	if (!res)
+		return store_public_rc(rc);
+	rc = 0;
+	for (int i = 0; rc == 0 && i < PQntuples(res); i++) {
+		char said[512];
+		rc = block_at_next_failed(s, PQgetvalue(res, i, 0),
+					  PQgetvalue(res, i, 1), said,
+					  sizeof(said));
+		if (rc != 0)
+			snprintf(err, errlen, "%s", said);
+		else
+			log_fields(LOG_INFO,
+				   "a redriven row blocked its key: the "
+				   "block is lifted",
+				   "key", PQgetvalue(res, i, 0), "row",
+				   PQgetvalue(res, i, 1), "next_block",
+				   said[0] ? said : "none", NULL);
+	}
+	PQclear(res);
+	return rc;
 }
 
 /* One batch of the ordered redrive, in its own transaction: the batch
@@ -161,8 +210,17 @@ static int redrive_ordered_batch(struct store *s,
 		rc = STORE_REFUSED;
 		goto fail;
 	}
-	rc = f->force ? 0 : recheck_order(s, res, err, errlen);
+	char *ids = *n > 0 ? batch_ids(res) : NULL;
 	PQclear(res);
+	if (*n > 0 && !ids) {
+		snprintf(err, errlen, "redrive: out of memory");
+		rc = STORE_ERROR;
+		goto fail;
+	}
+	rc = f->force || !ids ? 0 : recheck_order(s, ids, err, errlen);
+	if (rc == 0 && ids && !f->sent)
+		rc = lift_redriven_blocks(s, ids, err, errlen);
+	free(ids);
 	if (rc != 0)
 		goto fail;
 	return store_finish_tx(s, TX_COMMIT, err, errlen);

@@ -341,6 +341,61 @@ static void test_unblock_redrive(void **state)
 	PQfinish(c);
 }
 
+/* A plain redrive of the failed row that blocks its key lifts the block,
+ * as `unblock --redrive` does: the lease holds back only the rows after
+ * the blocking row, so that row went out again while the rest of its key
+ * stayed blocked for good. A later row that failed ahead of its turn
+ * blocks the key in turn. */
+static void test_redrive_of_blocking_row_lifts_block(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("ord_redrive_block", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	insert(c, table, "a3", "A");
+	insert(c, table, "a4", "A");
+	struct store *s = ordered_store(table, true);
+	struct lease_batch b;
+	lease(s, &b);
+	mark_all(s, MARK_FAILED, &b, "bad");
+	expect_batch(s, "");
+	/* a3 failed ahead of its turn (a row the destination CHECK
+	 * refused, failed before a session's first lease). */
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'failed', finished_at = now(), "
+		    "last_error = 'refused' WHERE subject = 'a3'",
+		    table);
+	char blocked[160];
+	snprintf(blocked, sizeof(blocked), "%.*soutbox_events_blocked_keys",
+		 (int)(strlen(table) - strlen("outbox_events")), table);
+	struct redrive_filter f = {.type = "t", .sent_kept_ms = DAY_MS};
+	pgtest_exec(c, "UPDATE %s SET type = 'other' WHERE subject = 'a3'",
+		    table);
+	size_t count;
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s b JOIN %s t ON "
+				     "t.id = b.blocking_id WHERE "
+				     "t.subject = 'a3'",
+				     blocked, table),
+			 1);
+	expect_batch(s, "a1");
+	expect_batch(s, "a2");
+	expect_batch(s, "");
+	/* Redriven in turn, a3 lifts its own block and the key goes on. */
+	f.type = "other";
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s", blocked), 0);
+	expect_batch(s, "a3");
+	expect_batch(s, "a4");
+	store_close(s);
+	PQfinish(c);
+}
+
 /* The seq of the row labelled label. */
 static long seq_of(PGconn *c, const char *table, const char *label)
 {
@@ -1642,6 +1697,7 @@ int main(void)
 	    cmocka_unit_test(test_skip_moves_on),
 	    cmocka_unit_test(test_block_unblock_and_cleaner),
 	    cmocka_unit_test(test_unblock_redrive),
+	    cmocka_unit_test(test_redrive_of_blocking_row_lifts_block),
 	    cmocka_unit_test(test_held_row_holds_its_key),
 	    cmocka_unit_test(test_walk_gives_every_key_its_turn),
 	    cmocka_unit_test(test_walk_stops_at_its_cap),
