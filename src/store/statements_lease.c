@@ -292,7 +292,7 @@ static char *keyed_map_sql(const struct store *s, bool claims)
 	    "disc AS MATERIALIZED (SELECT partition_key AS k, min(seq) AS f "
 	    "FROM (SELECT partition_key, seq FROM %1$s WHERE status = "
 	    "'pending' AND written_by IS NOT NULL AND written_by "
-	    ">= " KEY_MAP_FLOOR
+	    ">= " KEY_MAP_FLOOR " AND " WRITTEN_HERE
 	    " AND partition_key IS NOT NULL ORDER BY written_by) d GROUP BY "
 	    "partition_key), "
 	    "dj AS MATERIALIZED (SELECT jsonb_object_agg(k, f) AS j FROM "
@@ -427,7 +427,8 @@ static char *lease_sql(const struct store *s, bool claims)
 		      "coalesce(octet_length(payload), 0) AS bytes, written_by "
 		      "AS w FROM "
 		      "%s WHERE status = 'pending' AND NOT suspect AND "
-		      "written_by >= " WRITTEN_FLOOR " AND next_attempt_at <= "
+		      "written_by >= " WRITTEN_FLOOR " AND " WRITTEN_HERE
+		      " AND next_attempt_at <= "
 		      "$4::timestamptz AND (next_attempt_at, seq) < "
 		      "($4::timestamptz, $%d::int8) AND next_attempt_at <= "
 		      "now() AND %s %sORDER BY written_by LIMIT "

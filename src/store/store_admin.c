@@ -242,7 +242,11 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
  */
 static bool count_from_start(const struct store *s, int64_t now_ms)
 {
+	/* Floors of another session may be another server's (a restore,
+	 * a switch-over): rows pending again below them went uncounted
+	 * until the next count from the start. */
 	return s->written_missing || !s->gauge_floor[0] ||
+	       s->gauge_gen != s->ses->conn_gen ||
 	       s->opt.lease_rescan_ms == 0 || now_ms >= s->gauge_full_at_ms;
 }
 
@@ -279,6 +283,7 @@ static void keep_count_floors(struct store *s, const char *floor,
 	}
 	memcpy(s->gauge_floor, floor, n + 1);
 	s->gauge_written = strtoull(written, NULL, 10);
+	s->gauge_gen = s->ses->conn_gen;
 }
 
 static int count_gauges(struct store *s, struct store_gauges *g, char *err,

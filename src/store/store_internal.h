@@ -102,6 +102,14 @@ enum tx_end { TX_COMMIT, TX_ROLLBACK };
 #define WRITTEN_FLOOR                                                          \
 	"(CASE WHEN $6::xid8 > pg_snapshot_xmax(pg_current_snapshot()) THEN "  \
 	"'0'::xid8 ELSE $6::xid8 END)"
+/* The scans by writer read no row written by a transaction past the
+ * snapshot's xmax: a row any snapshot can see was written below it, and
+ * a row of a restored copy, written_by of another cluster's counter,
+ * lies past it until this cluster's counter gets there. Such rows are
+ * found as rows without a writer are, by rescans and key-map builds;
+ * read by writer, every lease read all of them again (a key-map lease
+ * folded each into its discovery, its cost the backlog's size). */
+#define WRITTEN_HERE "written_by < pg_snapshot_xmax(pg_current_snapshot())"
 /* The rows of t whose id lies between the least and the greatest id of
  * column col of from: what lets a generic plan prune the partitions of a
  * table partitioned by id when it runs (statements.c, the marks). uuid
@@ -344,6 +352,7 @@ struct store {
 	char gauge_floor[64];
 	uint64_t gauge_written;
 	int64_t gauge_full_at_ms;
+	uint64_t gauge_gen; /* conn_gen of the session the floors came from */
 	/* This worker's latest claim, holder#xid (NULL before its first):
 	 * the one its renewals and releases move and its next claim
 	 * replaces. */
