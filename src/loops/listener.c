@@ -52,14 +52,18 @@ struct channels {
 };
 
 /* LISTENs on the channels of the sources of database db found since the
- * last call. */
-static int listen_new(struct relay *r, size_t db, struct store_listener *l,
-		      struct channels *c, char *err, size_t errlen)
+ * last call. Ticks th before each: a (re)connect LISTENs on every table,
+ * two round trips each, and thousands of them did not tick /healthz. */
+static int listen_new(struct relay_thread *th, size_t db,
+		      struct store_listener *l, struct channels *c, char *err,
+		      size_t errlen)
 {
+	struct relay *r = th->relay;
 	size_t n = relay_sources_n(r);
 	for (; c->scanned < n; c->scanned++) {
 		if (relay_source_db(r, c->scanned) != db)
 			continue;
+		loop_tick(th);
 		int rc = store_listener_add(
 		    l, relay_source_table(r, c->scanned), err, errlen);
 		if (rc != STORE_OK)
@@ -92,11 +96,16 @@ static struct store_listener *listen_connect(struct relay_thread *th,
 		c->n = 0;
 		int rc = store_listener_open(&l, &o, err, sizeof(err));
 		if (rc == STORE_OK)
-			rc = listen_new(r, db, l, c, err, sizeof(err));
+			rc = listen_new(th, db, l, c, err, sizeof(err));
 		if (rc == STORE_OK) {
 			/* Rows inserted while nobody listened would otherwise
-			 * wait for the poll interval. */
-			relay_wake_sources(r);
+			 * wait for the poll interval: this database's tables,
+			 * not every database's (one listener's reconnects
+			 * made every idle table of every database due). */
+			for (size_t k = 0; k < c->n; k++)
+				atomic_fetch_add(&r->source_wake[c->source[k]],
+						 1);
+			relay_wake(r);
 			/* Said at every (re)connect: from here a table's
 			 * insert wakes it, not the poll interval. */
 			char tables[32];
@@ -128,12 +137,21 @@ static int listen_once(struct relay_thread *th, struct store_listener *l,
 	struct relay *r = th->relay;
 	char err[512];
 	/* Tables found since: their notifications count from now. */
-	int rc = listen_new(r, (size_t)th->index, l, c, err, sizeof(err));
+	int rc = listen_new(th, (size_t)th->index, l, c, err, sizeof(err));
 	if (rc == STORE_OK && clock_ms() >= *next_usage) {
 		int64_t ppm = 0;
 		rc = store_listener_queue_usage(l, &ppm, err, sizeof(err));
-		if (rc == STORE_OK)
+		if (rc == STORE_OK) {
 			metrics_set(MG_NOTIFY_QUEUE_PPM, ppm);
+		} else if (rc != STORE_RECONNECT) {
+			/* The session still listens (a revoked function,
+			 * say): only the gauge goes without. Reconnecting
+			 * for it woke every table every 5 s. */
+			log_debug("reading the notification queue's usage "
+				  "failed: %s",
+				  err);
+			rc = STORE_OK;
+		}
 		*next_usage = clock_ms() + LISTEN_USAGE_EVERY_MS;
 	}
 	size_t n = 0;

@@ -35,14 +35,6 @@ void relay_wake_source(struct relay *r, size_t i)
 	relay_wake(r);
 }
 
-void relay_wake_sources(struct relay *r)
-{
-	size_t n = relay_sources_n(r);
-	for (size_t i = 0; i < n; i++)
-		atomic_fetch_add(&r->source_wake[i], 1);
-	relay_wake(r);
-}
-
 uint64_t relay_wake_generation(struct relay *r)
 {
 	pthread_mutex_lock(&r->lock);

@@ -179,8 +179,6 @@ void loop_tick(struct relay_thread *th);
 /* Source i may have rows (a notification, a sweep): wakes the workers and
  * makes source i due if it was idle. */
 void relay_wake_source(struct relay *r, size_t i);
-/* As relay_wake_source() for every source. */
-void relay_wake_sources(struct relay *r);
 
 /* The current wake-up generation, for relay_idle_since(). */
 uint64_t relay_wake_generation(struct relay *r);
