@@ -22,13 +22,36 @@ struct store_listener {
 	size_t n;
 };
 
-/* LISTEN on the table's channel; the channel's name is computed by
- * Postgres, as the trigger computes it, and kept as l's next channel. */
+/*
+ * The table's channel, as its trigger notifies it: the literal the
+ * trigger function hashes (migration 002 wrote it as the table was spelled
+ * then, 'outbox_events' or 'public.outbox_events'), read from the function
+ * the table's enabled NOTIFY trigger runs, on the LISTEN session itself.
+ * Computed from this relay's own spelling, a table migrated under another
+ * (a name later qualified, a pattern) was listened for on a channel no
+ * insert notified, without a word. Without such a trigger (none, disabled,
+ * or the table not in the database the session reached) it is this
+ * spelling's channel, and the third column says why nothing will wake it.
+ */
+#define LISTEN_CHANNEL_SQL                                                     \
+	"SELECT format('LISTEN %%I', c), c, CASE WHEN to_regclass('%s') IS "   \
+	"NULL THEN 'the table is not in the database this session reached' "   \
+	"WHEN f IS NULL THEN 'the table has no enabled NOTIFY trigger "        \
+	"(`outbox-relay migrate` with OUTBOX_LISTEN=on installs it)' END "     \
+	"FROM (SELECT coalesce('outbox_wakeup_' || hashtext(replace(("         \
+	"regexp_match(f, $re$hashtext\\('((?:[^']|'')*)'\\)$re$))[1], "        \
+	"'''''', '''')), %s) AS c, f FROM (SELECT (SELECT p.prosrc FROM "      \
+	"pg_trigger g JOIN pg_proc p ON p.oid = g.tgfoid WHERE g.tgrelid = "   \
+	"to_regclass('%s') AND g.tgname = '%s_notify' AND g.tgenabled <> "     \
+	"'D') AS f) y) x"
+
+/* LISTEN on the table's channel (LISTEN_CHANNEL_SQL), kept as l's next
+ * channel. */
 static int listen_on(struct store_listener *l, const struct outbox_table *t,
 		     char *err, size_t errlen)
 {
 	PGconn *conn = l->conn;
-	char channel[200], sql[300];
+	char channel[200], sql[1400];
 	char(*grown)[64] =
 	    realloc(l->channels, (l->n + 1) * sizeof(*l->channels));
 	if (!grown) {
@@ -37,15 +60,20 @@ static int listen_on(struct store_listener *l, const struct outbox_table *t,
 	}
 	l->channels = grown;
 	store_channel_sql(t, channel, sizeof(channel));
-	snprintf(sql, sizeof(sql),
-		 "SELECT format('LISTEN %%I', c), c FROM (SELECT %s AS c) x",
-		 channel);
+	snprintf(sql, sizeof(sql), LISTEN_CHANNEL_SQL, t->quoted, channel,
+		 t->quoted, t->name);
 	PGresult *res = PQexec(conn, sql);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK) {
 		char listen[128];
 		snprintf(listen, sizeof(listen), "%s", PQgetvalue(res, 0, 0));
 		snprintf(l->channels[l->n], sizeof(l->channels[l->n]), "%s",
 			 PQgetvalue(res, 0, 1));
+		if (!PQgetisnull(res, 0, 2))
+			log_fields(LOG_WARN,
+				   "inserts into a table will wake no relay; "
+				   "it is polled",
+				   "table", t->literal, "why",
+				   PQgetvalue(res, 0, 2), NULL);
 		PQclear(res);
 		res = PQexec(conn, listen);
 	}

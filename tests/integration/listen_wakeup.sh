@@ -4,7 +4,9 @@
 # OUTBOX_LISTEN=on, an inserted event is published within a second; with
 # the trigger dropped it still goes out within the poll interval; the
 # listener comes back after a Postgres restart. Notifications wake the
-# workers only: a burst of commits does not make the sweeper sweep.
+# workers only: a burst of commits does not make the sweeper sweep. A
+# table spelled otherwise than at migrate is woken all the same; one
+# without the trigger is named at the listener's connect.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
 : "${RELAY_TEST_PG_DIR:?run through tests/run.sh}"
@@ -56,4 +58,29 @@ t=$(insert_and_time 12)
 awk -v t="$t" 'BEGIN { exit !(t < 1) }' || it_fail "after the restart the event took ${t}s"
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "exit code $it_rc"
+
+# The same table spelled without its schema (found by search_path), where
+# migrate spelled it with one: the listener LISTENs on the channel the
+# trigger notifies, read from the trigger's function, not on one of its
+# own spelling, which no insert notified (the event then waited for the
+# poll, without a word).
+schema=${OUTBOX_TABLE%%.*}
+OUTBOX_TABLE="${OUTBOX_TABLE#*.}" ops_relay bare OUTBOX_LISTEN=on OUTBOX_POLL_INTERVAL=10s \
+	OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL?options=-c%20search_path%3D$schema"
+pid=$it_last_pid
+it_wait 30 "the listener of the bare name" grep -q '"listening for inserts"' "$it_dir/bare.log"
+sleep 0.5
+t=$(ops_insert_and_time 5 "$it_dir/bare.out" listen.test)
+awk -v t="$t" 'BEGIN { exit !(t < 1) }' || it_fail "the table spelled otherwise than at migrate: the event took ${t}s"
+grep -q 'will wake no relay' "$it_dir/bare.log" && it_fail "a warning for a table whose trigger is there"
+# The trigger dropped: the listener says at its connect that nothing
+# will wake the table.
+OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_LISTEN=off "$RELAY_TEST_BIN" migrate >/dev/null 2>&1 ||
+	it_fail "migrate with LISTEN off"
+it_stop "$pid"
+OUTBOX_TABLE="${OUTBOX_TABLE#*.}" ops_relay untriggered OUTBOX_LISTEN=on \
+	OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL?options=-c%20search_path%3D$schema"
+pid=$it_last_pid
+it_wait 30 "the warning that no trigger wakes the table" grep -q '"inserts into a table will wake no relay; it is polled".*no enabled NOTIFY trigger' "$it_dir/untriggered.log"
+it_stop "$pid"
 echo "ok"
