@@ -594,6 +594,7 @@ static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
 		/* Interrupted, the batches done stay done (progress.h). */
 		cli_catch_interrupts();
 		f.progress = &p.watcher;
+		f.count_first = p.on;
 	}
 	ret = 1;
 	int rc = store_redrive(s, &f, &count, err, sizeof(err));

@@ -81,10 +81,13 @@ static int count_matching(struct store *s, bool sent, const char *const *values,
 	return 0;
 }
 
-/* True when err (from store_run) says a NOWAIT lock found its row held. */
+/* True when err (from store_run) says a NOWAIT lock found its row held;
+ * lock_timeout's cancel has the same SQLSTATE, and means a table's lock
+ * (the cleaner dropping a day, a migrate), not a lease's row. */
 static bool lock_not_available(const char *err)
 {
-	return strncmp(err, "55P03", 5) == 0;
+	return strncmp(err, "55P03", 5) == 0 &&
+	       strstr(err, "could not obtain lock on row") != NULL;
 }
 
 /* The ids a batch statement returned (its first column) as a Postgres
@@ -369,7 +372,7 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
 	if (s->opt.ordered && !f->force)
 		rc = check_order(s, f, values, err, errlen);
 	size_t total = 0;
-	if (rc == 0 && (f->dry_run || f->progress))
+	if (rc == 0 && (f->dry_run || f->count_first))
 		rc = count_matching(s, f->sent, values, &total, err, errlen);
 	if (rc == 0 && f->dry_run)
 		*count = total;

@@ -414,9 +414,11 @@ struct redrive_filter {
 	 * longer ago than that may have later rows of its key delivered and
 	 * deleted since, which no check can see: refused without force. */
 	int64_t sent_kept_ms;
-	const struct store_progress *progress; /* NULL: none; else the
-						  matching rows are counted
-						  first */
+	const struct store_progress *progress; /* NULL: none */
+	/* The matching rows are counted first, for the progress line's
+	 * total: a count of a big range may take longer than the statement
+	 * timeout allows, where each batch would not. */
+	bool count_first;
 };
 
 /*

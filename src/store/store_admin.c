@@ -496,6 +496,16 @@ int store_admin_time(struct store *s, const char *text, char *out,
 		}
 		return store_public_rc(rc);
 	}
+	/* to_char() of infinity (or of an interval that reaches it) is
+	 * NULL: no instant a range can start or end at. */
+	if (PQgetisnull(res, 0, 0)) {
+		PQclear(res);
+		snprintf(err, errlen,
+			 "'%s' is not a finite time: give a date and time or "
+			 "a duration like 90s, 15m, 2h or 3d",
+			 text);
+		return STORE_INVALID;
+	}
 	snprintf(out, outlen, "%s", PQgetvalue(res, 0, 0));
 	PQclear(res);
 	return 0;

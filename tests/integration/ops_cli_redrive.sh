@@ -93,6 +93,10 @@ ops_expect_usage_error redrive --status sent --type order.created
 ops_expect_usage_error redrive --status bogus --type order.created
 ops_expect_usage_error redrive --id not-a-uuid
 ops_expect_usage_error redrive --type user.deleted --since "not a time"
+# Infinite times bound no range: a usage error, not Postgres' own.
+ops_expect_usage_error redrive --type user.deleted --since -infinity
+grep -q "not a finite time" "$it_dir/cli.err" || it_fail "--since -infinity: $(cat "$it_dir/cli.err")"
+ops_expect_usage_error redrive --type user.deleted --since 1h --until infinity
 ops_expect_usage_error redrive --type user.deleted --until 1h
 # A range that holds nothing (an hour ago until two hours ago).
 ops_expect_usage_error redrive --type user.deleted --since 1h --until 2h
