@@ -219,6 +219,14 @@ static int committed_after_all(struct store *s, const char *xid, char *err,
 		PQclear(res);
 		if (strcmp(status, "committed") == 0)
 			return 1;
+		if (strcmp(status, "elsewhere") == 0) {
+			snprintf(why, sizeof(why),
+				 "the server the session reached again has "
+				 "not yet given out transaction id %s (a "
+				 "restored copy, another cluster)",
+				 xid);
+			break;
+		}
 		if (strcmp(status, "in progress") != 0)
 			return 0;
 		clock_sleep_ms(COMMIT_STATUS_PAUSE_MS);

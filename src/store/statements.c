@@ -311,11 +311,17 @@ static char *sql_failed(const struct store *s)
 }
 
 /* After a COMMIT whose reply was lost: did the lease transaction commit?
- * 'committed', 'aborted', 'in progress', or NULL when too old to say. */
+ * 'committed', 'aborted', 'in progress', 'unknown' when too old to say,
+ * or 'elsewhere' for an id past this server's counter (the session came
+ * back to a restored copy or another cluster): pg_xact_status() raises
+ * an error for it, which the caller took for a lost session and asked
+ * again, each time. */
 static char *sql_xact_status(const struct store *s)
 {
 	(void)s;
-	return strdup("SELECT coalesce(pg_xact_status($1::xid8), 'unknown')");
+	return strdup("SELECT CASE WHEN $1::xid8 < " CLAIM_XACT_HORIZON
+		      " THEN coalesce(pg_xact_status($1::xid8), 'unknown') "
+		      "ELSE 'elsewhere' END");
 }
 
 /* The claims of lease transactions that aborted (a crashed, stalled or
