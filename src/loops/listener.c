@@ -142,7 +142,7 @@ static int listen_once(struct relay_thread *th, struct store_listener *l,
 		int64_t ppm = 0;
 		rc = store_listener_queue_usage(l, &ppm, err, sizeof(err));
 		if (rc == STORE_OK) {
-			metrics_set(MG_NOTIFY_QUEUE_PPM, ppm);
+			relay_note_notify_usage(r, (size_t)th->index, ppm);
 		} else if (rc != STORE_RECONNECT) {
 			/* The session still listens (a revoked function,
 			 * say): only the gauge goes without. Reconnecting

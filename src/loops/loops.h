@@ -93,4 +93,10 @@ struct relay_source_stats {
 void relay_source_stats(struct relay *r, size_t i,
 			struct relay_source_stats *out);
 
+/* Notes the notification queue's usage (parts per million) of database
+ * db, as a listener or the ops session read it; outbox_notify_queue_
+ * usage_ratio shows the highest of the databases', which several writers
+ * of one gauge had made flip between servers. */
+void relay_note_notify_usage(struct relay *r, size_t db, int64_t ppm);
+
 #endif

@@ -117,6 +117,9 @@ struct relay {
 	 * whose rows wait for a sweep, and the sweeper's interval would
 	 * keep them waiting for its whole length. */
 	atomic_bool sweep_asked;
+	/* Per database: its notification queue's usage as last read
+	 * (relay_note_notify_usage()). */
+	atomic_llong notify_ppm[CONFIG_DATABASES_MAX];
 	/* The sources; see struct source_list for how it is shared. */
 	struct source_list sources;
 	/* The workers' stores of each source rescan in turn (store.h);

@@ -205,7 +205,6 @@ static void publish_gauges(const struct store_gauges *g)
 	metrics_set(MG_DEAD_TUPLES, g->dead_tuples);
 	metrics_set(MG_LIVE_REPLICAS, g->live_replicas);
 	metrics_set(MG_BLOCKED_KEYS, g->blocked_keys);
-	metrics_set(MG_NOTIFY_QUEUE_PPM, g->notify_queue_ppm);
 	const struct store_horizon *h = &g->horizon;
 	metrics_set(MG_XMIN_HORIZON_AGE_MS, h->age_ms);
 	metrics_set(MG_XMIN_HORIZON_XMIN_AGE, h->xmin_age);
@@ -443,6 +442,10 @@ static void refresh_gauges(struct ops_session *o)
 		if (!o->registry)
 			g.live_replicas = 1;
 		publish_gauges(&g);
+		if (o->has_source)
+			relay_note_notify_usage(
+			    o->relay, relay_source_db(o->relay, o->source),
+			    g.notify_queue_ppm);
 		int64_t idx[3] = {g.pending_idx_scans, g.pending_idx_read,
 				  g.pending_idx_fetched};
 		int64_t per_scan = o->idx_known
