@@ -421,8 +421,7 @@ struct redrive_args {
 	bool dry_run, force, quiet;
 };
 
-/* Reads redrive's options into a. Returns -1 when they were read, or the
- * exit code (--help, a usage error). */
+/* Reads redrive's options into a: -1 when read, else the exit code. */
 static int redrive_options(const struct subcommand *c, int argc, char **argv,
 			   struct redrive_args *a)
 {
@@ -510,8 +509,7 @@ static int redrive_times(const struct subcommand *c, struct store *s,
 			 char *until_at)
 {
 	char err[1024];
-	/* Rows replayed (or redriven, failing again) finish after now: a
-	 * later batch must not take them again, so a range ends now. */
+	/* A range ends now: rows it redrives finish after it. */
 	const char *times[2] = {a->since, a->until ? a->until : "now"};
 	char *resolved[2] = {since_at, until_at};
 	for (int i = 0; i < 2; i++) {
@@ -604,7 +602,8 @@ static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
 		snprintf(rest, sizeof(rest), "it with --until '%s'", until_at);
 	if (rc != 0)
 		fprintf(stderr, "outbox-relay redrive: %s\n", err);
-	if ((rc != 0 && !a.dry_run) || cli_interrupted)
+	/* A refusal before any batch has no rest to run again for. */
+	if ((rc != 0 && !a.dry_run && count > 0) || cli_interrupted)
 		printf("%s: %zu %s row%s redriven before the %s are pending "
 		       "again with attempts reset; run %s again for the rest\n",
 		       rc ? "stopped" : "interrupted", count, a.status,

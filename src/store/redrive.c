@@ -355,6 +355,45 @@ static int redrive_sliced(struct store *s, const struct redrive_filter *f,
 	return 0;
 }
 
+/* Names each id of --id that is not a row of the status asked for (one
+ * not in the table: deleted after its retention, or never written; one
+ * pending, sent or failed where the other was asked), which the report's
+ * count alone left the operator to guess. */
+static int tell_unmatched_ids(struct store *s, const char *ids, bool sent,
+			      char *err, size_t errlen)
+{
+	const char *want = sent ? "sent" : "failed";
+	char *sql = store_asprintf(
+	    "SELECT x.id::text, t.status FROM unnest($1::uuid[]) WITH "
+	    "ORDINALITY x(id, n) LEFT JOIN %s t ON t.id = x.id WHERE t.id "
+	    "IS NULL OR t.status <> '%s' ORDER BY x.n",
+	    s->table.quoted, want);
+	if (!sql) {
+		snprintf(err, errlen, "redrive: out of memory");
+		return STORE_ERROR;
+	}
+	const char *values[1] = {ids};
+	int rc;
+	PGresult *res = store_exec(s, "redrive: the ids given", sql, 1, values,
+				   PGRES_TUPLES_OK, &rc, err, errlen);
+	free(sql);
+	if (!res)
+		return store_public_rc(rc);
+	for (int i = 0; i < PQntuples(res); i++)
+		log_fields(LOG_WARN,
+			   PQgetisnull(res, i, 1)
+			       ? "an id given is not in the table (deleted "
+				 "after its retention, or never written)"
+			       : "an id given is not a row of the status "
+				 "asked for",
+			   "id", PQgetvalue(res, i, 0), "status",
+			   PQgetisnull(res, i, 1) ? "none"
+						  : PQgetvalue(res, i, 1),
+			   "asked", want, NULL);
+	PQclear(res);
+	return 0;
+}
+
 int store_redrive(struct store *s, const struct redrive_filter *f,
 		  size_t *count, char *err, size_t errlen)
 {
@@ -369,7 +408,9 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
 		}
 	}
 	const char *values[4] = {ids, f->type, f->since, f->until};
-	if (s->opt.ordered && !f->force)
+	if (ids)
+		rc = tell_unmatched_ids(s, ids, f->sent, err, errlen);
+	if (rc == 0 && s->opt.ordered && !f->force)
 		rc = check_order(s, f, values, err, errlen);
 	size_t total = 0;
 	if (rc == 0 && (f->dry_run || f->count_first))

@@ -53,6 +53,14 @@ ops_cli redrive --id "$ids" --id "$sent_id"
 grep -q '^redrove 1 failed row:' "$it_dir/cli.out" || it_fail "redrive --id said: $(cat "$it_dir/cli.out")"
 [ "$(it_count "id = '$ids' AND status = 'pending' AND attempts = 0")" = 1 ] || it_fail "row $ids not redriven"
 [ "$(it_count "id = '$sent_id' AND status = 'sent'")" = 1 ] || it_fail "a sent row was redriven as failed"
+# Each id that is not a failed row is named with what it is: the count
+# alone left the operator to guess.
+grep -q "\"msg\":\"an id given is not a row of the status asked for\".*\"id\":\"$sent_id\",\"status\":\"sent\"" "$it_dir/cli.err" ||
+	it_fail "the sent row's id was not named: $(cat "$it_dir/cli.err")"
+ops_cli redrive --id 01890000-0000-7000-8000-000000000000
+grep -q '"msg":"an id given is not in the table' "$it_dir/cli.err" ||
+	it_fail "an id of no row was not named: $(cat "$it_dir/cli.err")"
+grep -q '^redrove 0 failed rows' "$it_dir/cli.out" || it_fail "redrive of an unknown id said: $(cat "$it_dir/cli.out")"
 
 # Replay of sent rows by time range: the last hour holds the 3 new ones.
 ops_cli redrive --status sent --since 1h --dry-run
