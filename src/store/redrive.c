@@ -394,6 +394,34 @@ static int tell_unmatched_ids(struct store *s, const char *ids, bool sent,
 	return 0;
 }
 
+/* A replay whose range starts before the sent rows kept (its
+ * OUTBOX_RETENTION, sent_kept_ms) finds only what retention left: the
+ * report's count would read as the whole range replayed. */
+static void tell_retention(struct store *s, const struct redrive_filter *f)
+{
+	if (!f->sent || !f->since || f->sent_kept_ms < 0)
+		return;
+	char kept[32], why[256];
+	snprintf(kept, sizeof(kept), "%lld", (long long)f->sent_kept_ms);
+	const char *values[2] = {f->since, kept};
+	int rc;
+	PGresult *res =
+	    store_exec(s, "redrive: the retention",
+		       "SELECT $1::timestamptz < now() - "
+		       "make_interval(secs => $2::float8 / 1000)",
+		       2, values, PGRES_TUPLES_OK, &rc, why, sizeof(why));
+	if (res && strcmp(PQgetvalue(res, 0, 0), "t") == 0)
+		log_fields(LOG_WARN,
+			   f->sent_kept_ms == 0
+			       ? "sent rows are deleted as they are marked "
+				 "(OUTBOX_RETENTION=0): none is left to replay"
+			       : "the range starts before the sent rows kept "
+				 "(OUTBOX_RETENTION): rows sent before then "
+				 "may be gone, and are not replayed",
+			   "since", f->since, NULL);
+	PQclear(res);
+}
+
 int store_redrive(struct store *s, const struct redrive_filter *f,
 		  size_t *count, char *err, size_t errlen)
 {
@@ -408,6 +436,7 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
 		}
 	}
 	const char *values[4] = {ids, f->type, f->since, f->until};
+	tell_retention(s, f);
 	if (ids)
 		rc = tell_unmatched_ids(s, ids, f->sent, err, errlen);
 	if (rc == 0 && s->opt.ordered && !f->force)

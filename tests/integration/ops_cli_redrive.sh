@@ -64,6 +64,7 @@ grep -q '^redrove 0 failed rows' "$it_dir/cli.out" || it_fail "redrive of an unk
 
 # Replay of sent rows by time range: the last hour holds the 3 new ones.
 ops_cli redrive --status sent --since 1h --dry-run
+grep -q 'before the sent rows kept' "$it_dir/cli.err" && it_fail "a range within the retention was warned of"
 grep -q '^dry run: 3 sent rows match' "$it_dir/cli.out" || it_fail "sent dry run said: $(cat "$it_dir/cli.out")"
 [ "$(it_count "status = 'sent'")" = 7 ] || it_fail "the dry run replayed rows"
 ops_cli redrive --status sent --since 1h
@@ -100,6 +101,11 @@ ops_expect_usage_error redrive --dry-run
 ops_expect_usage_error redrive --status sent --type order.created
 ops_expect_usage_error redrive --status bogus --type order.created
 ops_expect_usage_error redrive --id not-a-uuid
+# A replay from before the sent rows kept (OUTBOX_RETENTION, 24 h by
+# default) says that what was sent before then may be gone.
+ops_cli redrive --status sent --since 2d --dry-run
+grep -q '"msg":"the range starts before the sent rows kept' "$it_dir/cli.err" ||
+	it_fail "a replay from before the retention was not warned of: $(cat "$it_dir/cli.err")"
 ops_expect_usage_error redrive --type user.deleted --since "not a time"
 # Infinite times bound no range: a usage error, not Postgres' own.
 ops_expect_usage_error redrive --type user.deleted --since -infinity
