@@ -195,6 +195,9 @@ void *listener_main(void *arg)
 			/* Any failure reconnects, as a query that fails on a
 			 * live session is as unexpected as a lost one. */
 			store_listener_close(l);
+			/* Unread while it reconnects: not kept at its last
+			 * value, which could hold the alert on, or off. */
+			relay_note_notify_usage(r, (size_t)th->index, 0);
 			metrics_add(MC_DB_RECONNECTS, 1);
 			l = listen_connect(th, &c);
 		}

@@ -40,14 +40,14 @@ void relay_note_notify_usage(struct relay *r, size_t db, int64_t ppm)
 	size_t dbs = config_n_databases(r->cfg);
 	if (db >= dbs)
 		return;
-	atomic_store(&r->notify_ppm[db], ppm);
+	pthread_mutex_lock(&r->lock);
+	r->notify_ppm[db] = ppm;
 	int64_t most = 0;
-	for (size_t d = 0; d < dbs; d++) {
-		int64_t v = atomic_load(&r->notify_ppm[d]);
-		if (v > most)
-			most = v;
-	}
+	for (size_t d = 0; d < dbs; d++)
+		if (r->notify_ppm[d] > most)
+			most = r->notify_ppm[d];
 	metrics_set(MG_NOTIFY_QUEUE_PPM, most);
+	pthread_mutex_unlock(&r->lock);
 }
 
 uint64_t relay_wake_generation(struct relay *r)

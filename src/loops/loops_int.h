@@ -117,9 +117,6 @@ struct relay {
 	 * whose rows wait for a sweep, and the sweeper's interval would
 	 * keep them waiting for its whole length. */
 	atomic_bool sweep_asked;
-	/* Per database: its notification queue's usage as last read
-	 * (relay_note_notify_usage()). */
-	atomic_llong notify_ppm[CONFIG_DATABASES_MAX];
 	/* The sources; see struct source_list for how it is shared. */
 	struct source_list sources;
 	/* The workers' stores of each source rescan in turn (store.h);
@@ -144,7 +141,7 @@ struct relay {
 		atomic_llong lag_ms;
 	} * source_stats;
 
-	/* lock guards every field from wake_gen to rate_next_ms; wake is
+	/* lock guards every field from wake_gen to notify_ppm; wake is
 	 * signalled under it by relay_wake(). */
 	pthread_mutex_t lock;
 	pthread_cond_t wake; /* on CLOCK_MONOTONIC */
@@ -152,6 +149,10 @@ struct relay {
 	struct relay_pause pauses[RELAY_MAX_PAUSES];
 	size_t n_pauses;
 	double rate_next_ms; /* max-rate schedule (clock_ms units) */
+	/* Per database: its notification queue's usage as last read
+	 * (relay_note_notify_usage()), under lock so that the highest is
+	 * published from one consistent set. */
+	int64_t notify_ppm[CONFIG_DATABASES_MAX];
 
 	/* Filled by relay_start() before each thread starts; see struct
 	 * relay_thread for what is shared after that. */

@@ -91,8 +91,6 @@ int relay_create(struct relay **out, const struct config *cfg,
 		atomic_init(&r->source_stats[i].failing, 0);
 		atomic_init(&r->source_stats[i].lag_ms, 0);
 	}
-	for (size_t d = 0; d < CONFIG_DATABASES_MAX; d++)
-		atomic_init(&r->notify_ppm[d], 0);
 	r->pid = (int)getpid();
 	if (gethostname(r->host, sizeof(r->host)) != 0)
 		snprintf(r->host, sizeof(r->host), "unknown");

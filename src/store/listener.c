@@ -20,7 +20,12 @@ struct store_listener {
 	PGconn *conn;
 	char (*channels)[64];
 	size_t n;
+	size_t warned; /* tables told of as waking no relay, this session */
 };
+
+/* Of those, the ones told at warn; the rest at debug, so that a pattern
+ * of thousands without the trigger does not flood each reconnect. */
+#define LISTEN_WARN_MAX 5
 
 /*
  * The table's channel, as its trigger notifies it: the literal the
@@ -29,21 +34,26 @@ struct store_listener {
  * the table's enabled NOTIFY trigger runs, on the LISTEN session itself.
  * Computed from this relay's own spelling, a table migrated under another
  * (a name later qualified, a pattern) was listened for on a channel no
- * insert notified, without a word. Without such a trigger (none, disabled,
- * or the table not in the database the session reached) it is this
- * spelling's channel, and the third column says why nothing will wake it.
+ * insert notified, without a word. Without such a trigger (none, disabled
+ * or firing on replicas only, or the table not in the database the
+ * session reached), or with a function whose channel it cannot read, it
+ * is this spelling's channel, and the third column says why nothing may
+ * wake it.
  */
 #define LISTEN_CHANNEL_SQL                                                     \
 	"SELECT format('LISTEN %%I', c), c, CASE WHEN to_regclass('%s') IS "   \
 	"NULL THEN 'the table is not in the database this session reached' "   \
 	"WHEN f IS NULL THEN 'the table has no enabled NOTIFY trigger "        \
-	"(`outbox-relay migrate` with OUTBOX_LISTEN=on installs it)' END "     \
-	"FROM (SELECT coalesce('outbox_wakeup_' || hashtext(replace(("         \
-	"regexp_match(f, $re$hashtext\\('((?:[^']|'')*)'\\)$re$))[1], "        \
-	"'''''', '''')), %s) AS c, f FROM (SELECT (SELECT p.prosrc FROM "      \
-	"pg_trigger g JOIN pg_proc p ON p.oid = g.tgfoid WHERE g.tgrelid = "   \
-	"to_regclass('%s') AND g.tgname = '%s_notify' AND g.tgenabled <> "     \
-	"'D') AS f) y) x"
+	"(`outbox-relay migrate` with OUTBOX_LISTEN=on installs it)' WHEN m "  \
+	"IS NULL THEN 'its NOTIFY trigger''s function names no channel the "   \
+	"relay can read (changed by hand?): listened for on the channel of "   \
+	"the relay''s own spelling, which it may not notify' END FROM "        \
+	"(SELECT coalesce('outbox_wakeup_' || hashtext(replace(m, '''''', "    \
+	"'''')), %s) AS c, f, m FROM (SELECT f, (regexp_match(f, "             \
+	"$re$hashtext\\('((?:[^']|'')*)'\\)$re$))[1] AS m FROM (SELECT "       \
+	"(SELECT p.prosrc FROM pg_trigger g JOIN pg_proc p ON p.oid = "        \
+	"g.tgfoid WHERE g.tgrelid = to_regclass('%s') AND g.tgname = "         \
+	"'%s_notify' AND g.tgenabled IN ('O', 'A')) AS f) y) z) x"
 
 /* LISTEN on the table's channel (LISTEN_CHANNEL_SQL), kept as l's next
  * channel. */
@@ -69,7 +79,8 @@ static int listen_on(struct store_listener *l, const struct outbox_table *t,
 		snprintf(l->channels[l->n], sizeof(l->channels[l->n]), "%s",
 			 PQgetvalue(res, 0, 1));
 		if (!PQgetisnull(res, 0, 2))
-			log_fields(LOG_WARN,
+			log_fields(l->warned++ < LISTEN_WARN_MAX ? LOG_WARN
+								 : LOG_DEBUG,
 				   "inserts into a table will wake no relay; "
 				   "it is polled",
 				   "table", t->literal, "why",

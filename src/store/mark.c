@@ -210,6 +210,16 @@ static int committed_after_all(struct store *s, const char *xid, char *err,
 		PGresult *res =
 		    store_run(s, ST_XACT_STATUS, 1, values, PGRES_TUPLES_OK, 0,
 			      &rc, why, sizeof(why));
+		if (!res && strncmp(why, "22023", 5) == 0) {
+			/* "transaction ID ... is in the future": asked again
+			 * it fails again, as the session was never lost. */
+			snprintf(why, sizeof(why),
+				 "the server the session reached again has "
+				 "not yet given out transaction id %s (a "
+				 "restored copy, another cluster)",
+				 xid);
+			break;
+		}
 		if (!res) {
 			connected = rc != STORE_RECONNECT;
 			continue;
@@ -219,14 +229,6 @@ static int committed_after_all(struct store *s, const char *xid, char *err,
 		PQclear(res);
 		if (strcmp(status, "committed") == 0)
 			return 1;
-		if (strcmp(status, "elsewhere") == 0) {
-			snprintf(why, sizeof(why),
-				 "the server the session reached again has "
-				 "not yet given out transaction id %s (a "
-				 "restored copy, another cluster)",
-				 xid);
-			break;
-		}
 		if (strcmp(status, "in progress") != 0)
 			return 0;
 		clock_sleep_ms(COMMIT_STATUS_PAUSE_MS);

@@ -83,11 +83,13 @@ static int count_matching(struct store *s, bool sent, const char *const *values,
 
 /* True when err (from store_run) says a NOWAIT lock found its row held;
  * lock_timeout's cancel has the same SQLSTATE, and means a table's lock
- * (the cleaner dropping a day, a migrate), not a lease's row. */
+ * (the cleaner dropping a day, a migrate), not a lease's row: told by
+ * its message where the server writes them in English, and otherwise
+ * taken for a held row as before. */
 static bool lock_not_available(const char *err)
 {
 	return strncmp(err, "55P03", 5) == 0 &&
-	       strstr(err, "could not obtain lock on row") != NULL;
+	       strstr(err, "lock timeout") == NULL; /* messages in English */
 }
 
 /* The ids a batch statement returned (its first column) as a Postgres

@@ -311,17 +311,13 @@ static char *sql_failed(const struct store *s)
 }
 
 /* After a COMMIT whose reply was lost: did the lease transaction commit?
- * 'committed', 'aborted', 'in progress', 'unknown' when too old to say,
- * or 'elsewhere' for an id past this server's counter (the session came
- * back to a restored copy or another cluster): pg_xact_status() raises
- * an error for it, which the caller took for a lost session and asked
- * again, each time. */
+ * 'committed', 'aborted', 'in progress', or NULL when too old to say. An
+ * id past the server's counter (the session came back to a restored copy
+ * or another cluster) raises 22023 (mark.c). */
 static char *sql_xact_status(const struct store *s)
 {
 	(void)s;
-	return strdup("SELECT CASE WHEN $1::xid8 < " CLAIM_XACT_HORIZON
-		      " THEN coalesce(pg_xact_status($1::xid8), 'unknown') "
-		      "ELSE 'elsewhere' END");
+	return strdup("SELECT coalesce(pg_xact_status($1::xid8), 'unknown')");
 }
 
 /* The claims of lease transactions that aborted (a crashed, stalled or
