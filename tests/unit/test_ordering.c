@@ -438,15 +438,21 @@ static void test_key_map_passes_restored_writers(void **state)
 	char table[128];
 	pgtest_fresh_table("ord_restored", table, sizeof(table));
 	PGconn *c = pgtest_connect();
+	/* Loaded on a session of its own, whose statistics (the inserts'
+	 * own reads of the index, about 40,000) are flushed before the
+	 * count starts: counted late, they read as the leases'. */
+	PGconn *loader = pgtest_connect();
 	pgtest_exec(
-	    c,
+	    loader,
 	    "INSERT INTO %s (type, subject, partition_key, payload, "
 	    "next_attempt_at, written_by) SELECT 't', 'old', 'K' || "
 	    "(i %% 20), 'x', now() + interval '1 day', "
 	    "(pg_snapshot_xmax(pg_current_snapshot())::text::numeric "
 	    "+ 1000000000)::text::xid8 FROM generate_series(1, 20000) i",
 	    table);
-	pgtest_exec(c, "ANALYZE %s", table);
+	pgtest_exec(loader, "ANALYZE %s", table);
+	pgtest_exec(loader, "SELECT pg_stat_force_next_flush()");
+	PQfinish(loader);
 	struct store *s = map_store(table);
 	insert(c, table, "n0", "N0");
 	expect_batch(s, "n0");
@@ -462,9 +468,9 @@ static void test_key_map_passes_restored_writers(void **state)
 		expect_batch(s, label);
 	}
 	long after = close_and_read(s, c, table);
-	/* Measured: read by writer, about 39,000 buffer reads in the ten
+	/* Measured: read by writer, about 200 buffer reads in the ten
 	 * leases; passed over, 24. */
-	if (after - before >= 1000)
+	if (after - before >= 100)
 		fail_msg(
 		    "10 leases made %ld buffer reads of the written_by index",
 		    after - before);
