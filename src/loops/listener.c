@@ -73,6 +73,17 @@ static int listen_new(struct relay_thread *th, size_t db,
 	return STORE_OK;
 }
 
+/* Makes the tables of c due, those notified only (c->woken) or all, and
+ * wakes the workers once. */
+static void wake_tables(struct relay *r, const struct channels *c,
+			bool notified_only)
+{
+	for (size_t k = 0; k < c->n; k++)
+		if (!notified_only || c->woken[k])
+			atomic_fetch_add(&r->source_wake[c->source[k]], 1);
+	relay_wake(r);
+}
+
 /* Opens the LISTEN session, retrying with backoff until it works or the
  * relay stops (NULL then). */
 static struct store_listener *listen_connect(struct relay_thread *th,
@@ -102,10 +113,7 @@ static struct store_listener *listen_connect(struct relay_thread *th,
 			 * wait for the poll interval: this database's tables,
 			 * not every database's (one listener's reconnects
 			 * made every idle table of every database due). */
-			for (size_t k = 0; k < c->n; k++)
-				atomic_fetch_add(&r->source_wake[c->source[k]],
-						 1);
-			relay_wake(r);
+			wake_tables(r, c, false);
 			/* Said at every (re)connect: from here a table's
 			 * insert wakes it, not the poll interval. */
 			char tables[32];
@@ -161,13 +169,8 @@ static int listen_once(struct relay_thread *th, struct store_listener *l,
 					 sizeof(err));
 	/* Each table's notifications make that table due, not the others:
 	 * a relay of many tables leases only where rows came. */
-	if (n > 0) {
-		for (size_t k = 0; k < c->n; k++)
-			if (c->woken[k])
-				atomic_fetch_add(&r->source_wake[c->source[k]],
-						 1);
-		relay_wake(r);
-	}
+	if (n > 0)
+		wake_tables(r, c, true);
 	if (rc != STORE_OK)
 		log_warn("listener lost its connection (%s); reconnecting",
 			 err);

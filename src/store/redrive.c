@@ -145,10 +145,6 @@ static int lift_redriven_blocks(struct store *s, const char *ids, char *err,
 				   "ANY($1::uuid[]) RETURNING partition_key, "
 				   "blocking_id::text",
 				   s->blocked);
-	if (!sql) {
-		snprintf(err, errlen, "redrive: out of memory");
-		return STORE_ERROR;
-	}
 	const char *values[1] = {ids};
 	int rc;
 	PGresult *res = store_exec(s, "redrive: the blocks of its rows", sql, 1,
@@ -370,10 +366,6 @@ static int tell_unmatched_ids(struct store *s, const char *ids, bool sent,
 	    "ORDINALITY x(id, n) LEFT JOIN %s t ON t.id = x.id WHERE t.id "
 	    "IS NULL OR t.status <> '%s' ORDER BY x.n",
 	    s->table.quoted, want);
-	if (!sql) {
-		snprintf(err, errlen, "redrive: out of memory");
-		return STORE_ERROR;
-	}
 	const char *values[1] = {ids};
 	int rc;
 	PGresult *res = store_exec(s, "redrive: the ids given", sql, 1, values,
@@ -496,10 +488,6 @@ static int block_at_next_failed(struct store *s, const char *key,
 	    "%s x WHERE x.id = $2::uuid) ORDER BY o.seq LIMIT 1 ON CONFLICT "
 	    "(partition_key) DO NOTHING RETURNING blocking_id::text",
 	    s->blocked, T, T);
-	if (!sql) {
-		snprintf(err, errlen, "unblock: out of memory");
-		return STORE_ERROR;
-	}
 	const char *values[2] = {key, blocking};
 	int rc;
 	PGresult *res = store_exec(s, "unblock: the next failed row", sql, 2,
