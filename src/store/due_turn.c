@@ -49,13 +49,20 @@ static bool turn_on(struct store_due_turn *t, uint64_t gen, int64_t at_us,
 	return true;
 }
 
-static void turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq)
+/* The late floor goes back too: a row the lease's late scan read and let
+ * go (the byte budget cut it) lies below the turn, maybe below the rows
+ * the lease took, and a lease that stepped over it as held may have moved
+ * the turn on with a floor past its writer. */
+static void turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq,
+		      uint64_t written_floor)
 {
 	if (t->at_us != INT64_MIN &&
 	    due_key_below(at_us, seq, t->at_us, t->seq)) {
 		t->at_us = at_us;
 		t->seq = seq;
 	}
+	if (written_floor < t->written_floor)
+		t->written_floor = written_floor;
 	t->gen++;
 }
 
@@ -68,10 +75,11 @@ bool store_due_turn_on(struct store_due_turn *t, uint64_t gen, int64_t at_us,
 	return on;
 }
 
-void store_due_turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq)
+void store_due_turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq,
+			 uint64_t written_floor)
 {
 	pthread_mutex_lock(&t->lock);
-	turn_back(t, at_us, seq);
+	turn_back(t, at_us, seq, written_floor);
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -112,6 +120,7 @@ void due_turn_taken(struct store *s, const struct due_taken *d)
 	s->due_turn_let_go = d->cut;
 	s->due_turn_low_us = d->low_us;
 	s->due_turn_low_seq = d->low_seq;
+	s->due_turn_floor = d->written_floor_ok ? d->written_floor : UINT64_MAX;
 	bool found = d->found_due && d->written_floor_ok;
 	pthread_mutex_lock(&t->lock);
 	if (d->rescan) {
@@ -141,5 +150,6 @@ void due_turn_ended(struct store *s, bool committed)
 	s->due_turn_open = false;
 	if (committed && !s->due_turn_let_go)
 		return;
-	store_due_turn_back(t, s->due_turn_low_us, s->due_turn_low_seq);
+	store_due_turn_back(t, s->due_turn_low_us, s->due_turn_low_seq,
+			    s->due_turn_floor);
 }

@@ -35,6 +35,7 @@ enum lease_col {
 	LC_CLAIMS_FLOOR,
 	LC_WRITTEN_FLOOR,
 	LC_SUSPECT,
+	LC_LATE_LEFT,
 	LC_KEY_CURSOR,	  /* ordered mode only */
 	LC_WALKED_KEYS,	  /* ordered mode with the key map only */
 	LC_WALKED_FLOORS, /* the same */
@@ -370,6 +371,9 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	/* The window stops adding rows once the bytes before a row reach
 	 * the budget, so rows it left locked mean these reached it. */
 	d.cut = s->opt.batch_bytes > 0 && bytes >= s->opt.batch_bytes;
+	uint64_t late_left = 0;
+	if (store_col_be(res, 0, LC_LATE_LEFT, 1, &late_left) && late_left)
+		d.cut = true;
 	due_turn_taken(s, &d);
 	if (keep_key_cursor(s, res) != 0) {
 		snprintf(err, errlen, "lease: out of memory");

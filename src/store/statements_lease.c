@@ -467,6 +467,15 @@ static char *lease_sql(const struct store *s, bool claims)
 		? "$6::xid8" /* unused, but every lease takes it */
 		: "(SELECT least(pg_snapshot_xmin(pg_current_snapshot()), "
 		  "min(w)) FROM below)";
+	/* Whether the late scan held rows the batch left out (a suspect
+	 * first, the byte budget): let go at the lease's end below a due
+	 * turn that others, stepping over them as held, may have moved on
+	 * with a floor past their writers, so the lease moves the turn and
+	 * its floor back (due_turn.c). */
+	const char *late_left =
+	    !has_below ? "false"
+		       : "(SELECT count(*) FROM picked WHERE w IS NOT NULL) "
+			 "< (SELECT count(*) FROM below)";
 	/* Where the next keyed lease's walk starts: after the last key this
 	 * one took, in the walk's order, when the batch filled; otherwise
 	 * the walk ended (at the cap, or having come round) and was read
@@ -531,7 +540,8 @@ static char *lease_sql(const struct store *s, bool claims)
 		      "t.partition_key, t.payload, t.headers::text, "
 		      "t.created_at, t.attempts + 1, t.max_attempts, (SELECT "
 		      "lease_id FROM lease), pg_current_xact_id_if_assigned(), "
-		      "t.ctid, t.next_attempt_at, %s, %s, t.suspect%s FROM %s"
+		      "t.ctid, t.next_attempt_at, %s, %s, t.suspect, %s%s "
+		      "FROM %s"
 		      "t.ctid = ANY(ARRAY(SELECT tid FROM picked)) AND t.id = "
 		      "ANY(ARRAY(SELECT rid FROM picked))" ROW_ID_RANGE(
 			  "rid", "picked") "%s",
@@ -545,7 +555,7 @@ static char *lease_sql(const struct store *s, bool claims)
 			       "pg_snapshot_xmin(pg_current_snapshot())) FROM "
 			       "open_claims)"
 			     : "$5::xid8",
-		      written_floor, cursor, from_t, skip_late)
+		      written_floor, late_left, cursor, from_t, skip_late)
 		: NULL;
 	free(below);
 	free(crashed);

@@ -335,13 +335,15 @@ struct store {
 	 * store's latest lease began; whether that lease took rows and has
 	 * not ended yet, the lowest key of any of them, and whether it let
 	 * rows go that the turn may have passed (a release, a retry: the
-	 * marks say so; rows cut by the byte budget). */
+	 * marks say so; rows cut by the byte budget), and the late floor
+	 * it returned (UINT64_MAX: none). */
 	uint64_t due_turn_gen;
 	bool due_turn_used; /* that lease started at the turn */
 	bool due_turn_open;
 	bool due_turn_let_go;
 	int64_t due_turn_low_us;
 	int64_t due_turn_low_seq;
+	uint64_t due_turn_floor;
 	int64_t key_map_at_ms;
 	unsigned key_map_builds_failed; /* scheduled builds that failed */
 	bool key_map_built;

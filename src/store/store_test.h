@@ -33,10 +33,12 @@ int store_lease_rollback_charged(struct store *s, struct lease_batch *b,
 
 /* The due turn's moves (due_turn.c), for its unit test: on to (at_us,
  * seq) with the late scan's floor written_floor if no move back came
- * since gen (true when it moved), and back to (at_us, seq). */
+ * since gen (true when it moved), and back to (at_us, seq), its floor
+ * down to written_floor if that is lower. */
 bool store_due_turn_on(struct store_due_turn *t, uint64_t gen, int64_t at_us,
 		       int64_t seq, uint64_t written_floor);
-void store_due_turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq);
+void store_due_turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq,
+			 uint64_t written_floor);
 
 /* The keys one ordered lease's walk steps to at most (at least 1;
  * KEY_WALK_CAP by default), so a test reaches the cap with a few keys.

@@ -3977,7 +3977,7 @@ static void test_due_turn_back(void **state)
 	/* A lease that began before a move back does not move the turn
 	 * on when it ends: it stepped over the rows let go as held. */
 	uint64_t began = t.turn.gen;
-	store_due_turn_back(&t.turn, t.turn.at_us, t.turn.seq);
+	store_due_turn_back(&t.turn, t.turn.at_us, t.turn.seq, UINT64_MAX);
 	assert_false(store_due_turn_on(&t.turn, began, INT64_MAX, 0, 1));
 	assert_true(store_due_turn_on(&t.turn, began + 1, INT64_MAX, 0, 1));
 	turn_stores_close(&t);
@@ -4067,6 +4067,155 @@ static void test_due_turn_own_floor(void **state)
 	lease_run(&t, t.s2, &b2, 11, 20);
 	sent(t.s2, &b2);
 	PQfinish(holder);
+	turn_stores_close(&t);
+}
+
+/* Waits (30 s at most) until no transaction older than xid runs on the
+ * server, so a snapshot's xmin passes xid; false if one of another test
+ * stayed. */
+static bool no_xact_before(PGconn *c, long xid)
+{
+	for (int i = 0; i < 600; i++) {
+		if (pgtest_long(c,
+				"SELECT count(*) FROM pg_stat_activity WHERE "
+				"backend_xid IS NOT NULL AND "
+				"backend_xid::text::bigint <= %ld %% "
+				"4294967296",
+				xid) == 0)
+			return true;
+		clock_sleep_ms(50);
+	}
+	return false;
+}
+
+static size_t batch_types(const struct lease_batch *b, const char *want)
+{
+	size_t hits = 0;
+	for (size_t k = 0; k < b->n; k++)
+		hits += strcmp(b->events[k].type, want) == 0;
+	return hits;
+}
+
+/* A lease whose late scan held a row the batch left out moves the turn's
+ * late floor back at its end: s2 (a batch of one) takes a crash suspect
+ * and holds the late row; s1 steps over it and moves the turn on with a
+ * floor past its writer; once s2 ends, s1's next lease has the row.
+ * Before, it waited for the rescan (an hour here). */
+static void test_due_turn_late_row_held(void **state)
+{
+	(void)state;
+	char table[128];
+	struct turn_stores t;
+	turn_stores_open(&t, "store_turn_late_held", table, sizeof(table));
+	store_close(t.s2);
+	struct store_options o = pgtest_store_options(table);
+	o.batch_size = 1;
+	o.lease_rescan_ms = 3600 * 1000;
+	o.due_turn = &t.turn;
+	t.s2 = pgtest_store(&o);
+	PGconn *producer = pgtest_connect();
+	pgtest_exec(producer, "BEGIN");
+	pgtest_exec(producer,
+		    "INSERT INTO %s (type, payload, next_attempt_at) VALUES "
+		    "('late.event', '\\x02', now() - interval '1 hour')",
+		    table);
+	long xid = pgtest_long(producer, "SELECT pg_current_xact_id()::text::"
+					 "bigint");
+	struct lease_batch b1, b2;
+	/* Each store's first lease is a rescan: the turn at 11, its floor
+	 * below the producer's transaction. */
+	lease_run(&t, t.s2, &b2, 1, 1);
+	sent(t.s2, &b2);
+	lease_run(&t, t.s1, &b1, 2, 11);
+	sent(t.s1, &b1);
+	pgtest_exec(producer, "COMMIT");
+	pgtest_exec(t.c,
+		    "INSERT INTO %s (type, payload, suspect) VALUES "
+		    "('suspect.event', '\\x03', true)",
+		    table);
+	if (!no_xact_before(t.c, xid)) {
+		PQfinish(producer);
+		turn_stores_close(&t);
+		skip();
+	}
+	if (store_lease(t.s2, NULL, 0, "", &b2, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	assert_int_equal(batch_types(&b2, "suspect.event"), 1);
+	if (store_lease(t.s1, NULL, 0, "", &b1, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	size_t late = batch_types(&b1, "late.event");
+	sent(t.s1, &b1);
+	sent(t.s2, &b2);
+	if (store_lease(t.s1, NULL, 0, "", &b1, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	late += batch_types(&b1, "late.event");
+	sent(t.s1, &b1);
+	assert_int_equal(late, 1);
+	PQfinish(producer);
+	turn_stores_close(&t);
+}
+
+/* A lease whose byte budget cut a late row moves the turn's late floor
+ * back with its key: the row (due before the one the lease took, written
+ * after it) lies below the turn's key even moved back, and s1 moved the
+ * turn on with a floor past its writer while s2 held it. */
+static void test_due_turn_back_lowers_floor(void **state)
+{
+	(void)state;
+	char table[128];
+	struct turn_stores t;
+	turn_stores_open(&t, "store_turn_back_floor", table, sizeof(table));
+	store_close(t.s2);
+	struct store_options o = pgtest_store_options(table);
+	o.batch_size = 10;
+	o.batch_bytes = 1;
+	o.lease_rescan_ms = 3600 * 1000;
+	o.due_turn = &t.turn;
+	t.s2 = pgtest_store(&o);
+	PGconn *p1 = pgtest_connect(), *p2 = pgtest_connect();
+	pgtest_exec(p1, "BEGIN");
+	pgtest_exec(p1,
+		    "INSERT INTO %s (type, payload, next_attempt_at) VALUES "
+		    "('late.first', '\\x02', now() - interval '1 hour')",
+		    table);
+	pgtest_exec(p2, "BEGIN");
+	pgtest_exec(p2,
+		    "INSERT INTO %s (type, payload, next_attempt_at) VALUES "
+		    "('late.second', '\\x02', now() - interval '2 hours')",
+		    table);
+	long xid = pgtest_long(p2, "SELECT pg_current_xact_id()::text::"
+				   "bigint");
+	struct lease_batch b1, b2;
+	/* s2's budget takes one row of each batch. */
+	lease_run(&t, t.s2, &b2, 1, 1);
+	sent(t.s2, &b2);
+	lease_run(&t, t.s1, &b1, 2, 11);
+	sent(t.s1, &b1);
+	pgtest_exec(p1, "COMMIT");
+	pgtest_exec(p2, "COMMIT");
+	if (!no_xact_before(t.c, xid)) {
+		PQfinish(p1);
+		PQfinish(p2);
+		turn_stores_close(&t);
+		skip();
+	}
+	/* The late scan reads by writer: s2 takes the first, holds the
+	 * second; s1 steps over both. */
+	if (store_lease(t.s2, NULL, 0, "", &b2, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	assert_int_equal(b2.n, 1);
+	assert_int_equal(batch_types(&b2, "late.first"), 1);
+	if (store_lease(t.s1, NULL, 0, "", &b1, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	assert_int_equal(batch_types(&b1, "late.second"), 0);
+	sent(t.s2, &b2);
+	sent(t.s1, &b1);
+	if (store_lease(t.s1, NULL, 0, "", &b1, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	assert_int_equal(batch_types(&b1, "late.second"), 1);
+	sent(t.s1, &b1);
+	PQfinish(p1);
+	PQfinish(p2);
 	turn_stores_close(&t);
 }
 
@@ -5292,6 +5441,8 @@ int main(void)
 	    cmocka_unit_test(test_due_turn_shared),
 	    cmocka_unit_test(test_due_turn_back),
 	    cmocka_unit_test(test_due_turn_own_floor),
+	    cmocka_unit_test(test_due_turn_late_row_held),
+	    cmocka_unit_test(test_due_turn_back_lowers_floor),
 	    cmocka_unit_test(test_full_batch_holds_its_rows),
 	    cmocka_unit_test(test_ordered_floor_under_held_snapshot),
 	    cmocka_unit_test(test_lease_floor_rows_below),
