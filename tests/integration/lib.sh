@@ -15,11 +15,29 @@ it_pids=()
 it_clusters=()
 
 it_cleanup() {
-	local pid dir
+	local pid hits
 	for pid in "${it_pids[@]}"; do
 		kill -9 "$pid" 2>/dev/null || true
 	done
 	wait 2>/dev/null || true
+	# A sanitizer's report in a relay's log fails the test: one of a
+	# process killed, or whose exit code the test did not read.
+	hits=$(grep -l -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' \
+		-e 'runtime error: ' -r "$it_dir" --include='*.log' --include='*.out' \
+		2>/dev/null || true)
+	if [ -n "$hits" ] && [ "${it_failed:-0}" = 0 ]; then
+		it_failed=1
+		echo "FAIL: a sanitizer's report in $(echo "$hits" | xargs -n1 basename | tr '\n' ' ')" >&2
+		grep -h -A 12 -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' \
+			-e 'runtime error: ' $hits | head -60 >&2
+		it_cleanup_files
+		exit 1
+	fi
+	it_cleanup_files
+}
+
+it_cleanup_files() {
+	local dir
 	for dir in "${it_clusters[@]}"; do
 		bash "$RELAY_TEST_SOURCE_ROOT/tests/services/postgres.sh" stop "$dir" \
 			>/dev/null 2>&1 || true
@@ -194,10 +212,12 @@ it_relay() {
 	it_pids+=("$it_last_pid")
 }
 
-# it_stop PID [SECONDS]: SIGTERM and wait; sets it_rc to the exit code.
-# (Not for $(...): only this shell can wait for its own children.)
+# it_stop PID [SECONDS] [any]: SIGTERM and wait; sets it_rc to the exit
+# code, and fails the test unless it is 0 (a sanitizer's report at exit
+# makes it 1 or 134) or the third argument is any. (Not for $(...): only
+# this shell can wait for its own children.)
 it_stop() {
-	local pid="$1" seconds="${2:-30}"
+	local pid="$1" seconds="${2:-30}" want="${3:-0}"
 	it_rc=0
 	kill -TERM "$pid" 2>/dev/null || true
 	local deadline=$((SECONDS + seconds))
@@ -207,4 +227,6 @@ it_stop() {
 		sleep 0.1
 	done
 	wait "$pid" || it_rc=$?
+	[ "$want" = any ] || [ "$it_rc" = 0 ] ||
+		it_fail "relay $pid exited $it_rc after SIGTERM, want 0"
 }

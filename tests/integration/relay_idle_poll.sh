@@ -34,6 +34,8 @@ cpu=$(($(cpu_ticks) - cpu_before))
 n=$((after - before))
 # 3 s at one lease per 500 ms is about 6; a spinning worker makes hundreds.
 [ "$n" -le 12 ] || it_fail "$n leases in 3 s of idling: the worker spins"
+# And it polls: a worker that stopped leasing would pass the bounds above.
+[ "$n" -ge 2 ] || it_fail "$n leases in 3 s at a 500 ms poll interval: the worker does not poll"
 [ "$(it_count "status = 'sent'")" = 0 ] || it_fail "a held row was sent"
 it_stop "$it_last_pid"
 echo "ok: $n leases and $cpu clock ticks of CPU in 3 s"

@@ -128,7 +128,7 @@ drain() {
 		scrapes=$((scrapes + 1))
 		sleep 0.2
 	done
-	it_stop "$pid" 60
+	it_stop "$pid" 60 any
 	tsan_check "$name"
 	[ "$it_rc" = 0 ] || it_fail "relay $name exited $it_rc after SIGTERM"
 	holders=$(it_psql "SELECT count(DISTINCT holder) FROM ${OUTBOX_TABLE}_claims

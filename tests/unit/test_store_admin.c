@@ -308,7 +308,26 @@ static void test_gauges(void **state)
 	assert_int_equal(g.failed, 3);
 	assert_int_equal(g.live_replicas, 1);
 	assert_int_equal(g.blocked_keys, 0);
-	assert_true(g.notify_queue_ppm >= 0);
+	/* The NOTIFY queue's usage: a listener in a transaction reads
+	 * nothing, so notifications of 80 KB stay queued (its queue is
+	 * 8 GB: ten pages are about 10 ppm). */
+	PGconn *listener = pgtest_connect(), *notifier = pgtest_connect();
+	pgtest_exec(listener, "LISTEN test_gauges_queue");
+	pgtest_exec(listener, "BEGIN");
+	pgtest_exec(listener, "SELECT 1");
+	for (int i = 0; i < 10; i++)
+		pgtest_exec(notifier,
+			    "SELECT pg_notify('test_gauges_queue', "
+			    "repeat('x', 7900) || '%d')",
+			    i);
+	int64_t queued = gauges(f).notify_queue_ppm;
+	pgtest_exec(listener, "COMMIT");
+	PQfinish(listener);
+	PQfinish(notifier);
+	if (queued < 5)
+		fail_msg("the NOTIFY queue's usage read %lld ppm with 80 KB "
+			 "queued",
+			 (long long)queued);
 
 	/* Blocked keys are counted; a table migrated before ordered
 	 * delivery has no blocked-keys table and counts none. */
