@@ -35,6 +35,8 @@ stamp = custom_target('stamp', output : 'stamp', build_by_default : false,
   build_always_stale : true,
   command : [sh, '-c', 'test -z "$FIXTURE_UNBUILDABLE" && touch "$0"', '@OUTPUT@'])
 test('skip_e', sh, suite : 'three', args : ['-c', 'exit 77'])
+test('inner_f', sh, suite : 'four', args : ['-c',
+  'echo "[ RUN      ] case_x"; echo "[  SKIPPED ] case_x"; echo "[  PASSED  ] 0 test(s)."; echo "[  SKIPPED ] 1 test(s), listed below:"; echo "[  SKIPPED ] case_x"'])
 test('serial_d', sh, suite : 'chaos', depends : stamp,
   args : ['-c', 'echo "VERDICT serial_d: PASS"'])
 MESON
@@ -108,10 +110,13 @@ check() {
 }
 
 b=$work/build-src
+inner="inside tests that passed, 1 case(s) skipped: inner_f/case_x"
+check "a case skipped inside a test that passed (cmocka's skip()): said once" \
+	"$b" 0 "$inner|1 passed, 0 failed" "" -- inner_f
 check "named tests that pass: green, their verdicts last but the summary" \
 	"$b" 0 "VERDICT pass_a: PASS n=1|2 passed, 0 failed" "" -- pass_a pass_b
 check "the whole run, serial suite apart: green, counted over invocations" \
-	"$b" 0 "VERDICT pass_a: PASS n=1|VERDICT maybe_fail: PASS|VERDICT serial_d: PASS|1 skipped|4 passed, 0 failed" "" --
+	"$b" 0 "VERDICT pass_a: PASS n=1|VERDICT maybe_fail: PASS|VERDICT serial_d: PASS|$inner|1 skipped|5 passed, 0 failed" "" --
 [ -f "$b/meson-logs/testlog-chaos.json" ] || {
 	echo "FAIL: the serial suite chaos ran in no invocation of its own" >&2
 	fails=$((fails + 1))
@@ -134,7 +139,7 @@ FIXTURE_FAIL=1 check "a failing test" "$b" red "1 passed, 1 failed" \
 # not be counted for the invocation that could not rebuild.
 PATH="$work/bin:$PATH" check \
 	"meson test could not rebuild, after an invocation that ran tests" "$b" red \
-	"VERDICT pass_a: PASS n=1|VERDICT maybe_fail: PASS|1 skipped|3 passed, 0 failed" \
+	"VERDICT pass_a: PASS n=1|VERDICT maybe_fail: PASS|$inner|1 skipped|4 passed, 0 failed" \
 	"meson test (suite chaos) exited 125: it could not rebuild $b" --
 
 if [ "$fails" -ne 0 ]; then
