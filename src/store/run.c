@@ -109,6 +109,22 @@ static void stop_preparing(const char *why)
 			  why);
 }
 
+void store_prepare_behind_pooler(long server_pid, int announced_pid)
+{
+	if (!atomic_load(&prepare_refused) &&
+	    !atomic_exchange(&prepare_refused, true))
+		log_warn("the relay's session to Postgres goes through a "
+			 "pooler or proxy (the server process answering, pid "
+			 "%ld, is not the one the connection announced, %d), "
+			 "where OUTBOX_PG_PREPARE=on cannot work in "
+			 "transaction mode (PgBouncer pool_mode = "
+			 "transaction); the relay prepares its statements once "
+			 "a server connection, as with "
+			 "OUTBOX_PG_PREPARE=pooled, which works in a pool of "
+			 "any mode: set that to say so",
+			 server_pid, announced_pid);
+}
+
 /* Learns from res, a failure that closed s's session (why: as worded),
  * whether the pool keeps prepared statements itself (see
  * pool_keeps_statements). */
@@ -122,7 +138,9 @@ static void notice_pool_keeps(const struct store *s, const PGresult *res,
 	if (!state || strcmp(state, "08P01") != 0 || !msg ||
 	    !strstr(msg, "prepared statement"))
 		return;
-	if (!atomic_exchange(&pool_keeps_statements, true))
+	if (atomic_exchange(&pool_keeps_statements, true))
+		return;
+	if (s->opt.prepare_pooled)
 		log_error("%s: the pool keeps each client's prepared "
 			  "statements itself (PgBouncer 1.21 or later with "
 			  "max_prepared_statements), where "
@@ -130,6 +148,14 @@ static void notice_pool_keeps(const struct store *s, const PGresult *res,
 			  "prepares its statements once a session, as with "
 			  "OUTBOX_PG_PREPARE=on: set that to say so",
 			  why);
+	else
+		/* A relay at on, turned to pooled by the pooler it saw. */
+		log_info("%s: the pool keeps each client's prepared "
+			 "statements itself (PgBouncer 1.21 or later with "
+			 "max_prepared_statements); the relay prepares its "
+			 "statements once a session again, as "
+			 "OUTBOX_PG_PREPARE=on says",
+			 why);
 }
 
 /* Whether name is among those the lease transaction's connection has. */

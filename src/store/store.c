@@ -396,6 +396,34 @@ int store_check_session(struct store *s, char *err, size_t errlen)
 		   : check_on_session(s, err, errlen);
 }
 
+/* OUTBOX_PG_PREPARE=on: whether conn reaches the server process it was
+ * opened with, asked before any statement of the relay's (each runs
+ * after its transaction's settings, which are named too). A pooler
+ * answers the connection itself, under a process id of its own making
+ * (as migrate's check, migrate.c): prepared once a session, the relay's
+ * statements would meet its other server connections only as one failed
+ * there, maybe a mark after its batch was published, so the relay
+ * prepares as pooled from the start (run.c). False, with err, when the
+ * question failed: the session is lost. */
+static bool through_pooler_checked(PGconn *conn, char *err, size_t errlen)
+{
+	PGresult *res = PQexec(conn, "SELECT pg_backend_pid()");
+	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+	if (!ok) {
+		char why[512];
+		pgconn_error(conn, res, why, sizeof(why));
+		snprintf(err, errlen, "asking the server's process id: %s",
+			 why);
+	} else {
+		long server_pid = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+		if (server_pid != PQbackendPID(conn))
+			store_prepare_behind_pooler(server_pid,
+						    PQbackendPID(conn));
+	}
+	PQclear(res);
+	return ok;
+}
+
 /* Connects s's session anew (the session's other stores see its new
  * generation and prepare again), and checks s's table on it. */
 static int connect_session(struct store *s, char *err, size_t errlen)
@@ -413,6 +441,9 @@ static int connect_session(struct store *s, char *err, size_t errlen)
 	if (!ses->conn)
 		return STORE_RECONNECT;
 	pgconn_hear(ses->conn, &ses->server_ended);
+	if (s->opt.prepare && !s->opt.prepare_pooled &&
+	    !through_pooler_checked(ses->conn, err, errlen))
+		return STORE_RECONNECT;
 	return check_on_session(s, err, errlen);
 }
 

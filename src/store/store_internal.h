@@ -634,6 +634,12 @@ PGresult *store_exec(struct store *s, const char *what, const char *sql,
 		     int nparams, const char *const *values,
 		     ExecStatusType want, int *rc, char *err, size_t errlen);
 
+/* OUTBOX_PG_PREPARE=on (run.c): a session's server process (pid
+ * server_pid) is not the one its connection announced (announced_pid), so
+ * a pooler answered it: from now on every store of the process prepares
+ * as with OUTBOX_PG_PREPARE=pooled, said once. */
+void store_prepare_behind_pooler(long server_pid, int announced_pid);
+
 /* store_exec() of a statement run for its effect only; *rows (may be NULL)
  * counts the rows it changed. 0 or a public store_rc. */
 int store_exec_cmd(struct store *s, const char *what, const char *sql,

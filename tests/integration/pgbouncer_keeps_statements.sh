@@ -13,8 +13,10 @@
 #    DEALLOCATE ALL on every server connection between them, are each
 #    printed once, no other error is logged, and over at least 40 empty
 #    leases fewer statements are prepared than leases run.
-#  - OUTBOX_PG_PREPARE=on: the same rounds with no error at all (the
-#    relay does not take the pool for one that loses its statements).
+#  - OUTBOX_PG_PREPARE=on: the same rounds with no error at all. The
+#    relay sees a pooler answer its connection and prepares as pooled
+#    (a warning), meets the same refusal at its first lease, before it
+#    publishes anything, and goes back to on, saying so once at info.
 #  - The same PgBouncer with max_prepared_statements = 0 passes prepared
 #    statements through, as 1.18 does: pooled the same rounds with no
 #    error, and the relay's statements found on the server connections
@@ -67,6 +69,8 @@ echo "pooled: 600 events delivered once each, one error naming the pool;" \
 deliver on on
 ! grep -q '"level":"error"' "$it_dir/on.log" ||
 	it_fail "the relay with on logged an error: $(grep '"level":"error"' "$it_dir/on.log" | head -3)"
+[ "$(grep -c "$keeps" "$it_dir/on.log")" = 1 ] ||
+	it_fail "the relay with on said $(grep -c "$keeps" "$it_dir/on.log") times that the pool keeps statements"
 [ "$prepared_more" -lt "$leases_ran" ] ||
 	it_fail "on: $prepared_more statements prepared while $leases_ran leases ran"
 echo "on: 600 events delivered once each, no error;" \
