@@ -12,11 +12,16 @@
 #define OUTBOX_GUARDS_H
 
 /* G2: a leased row is locked by the lease transaction, and other leases
- * skip it. */
+ * skip it. The lock is what gives the lease transaction its id, which its
+ * claim names; without the lock the transaction asks for one, so such a
+ * lease still runs and hands its rows out, as the guard's test needs to
+ * show what the lock prevents. */
 #ifdef OUTBOX_WITHOUT_G2
 #define GUARD_LEASE_LOCK ""
+#define GUARD_LEASE_XID "pg_current_xact_id()"
 #else
 #define GUARD_LEASE_LOCK "FOR UPDATE SKIP LOCKED"
+#define GUARD_LEASE_XID "pg_current_xact_id_if_assigned()"
 #endif
 
 /* G1: the claim is committed before any row is handed over. */

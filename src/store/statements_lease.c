@@ -539,7 +539,7 @@ static char *lease_sql(const struct store *s, bool claims)
 		      "t.subject, t.content_type, t.exchange, t.routing_key, "
 		      "t.partition_key, t.payload, t.headers::text, "
 		      "t.created_at, t.attempts + 1, t.max_attempts, (SELECT "
-		      "lease_id FROM lease), pg_current_xact_id_if_assigned(), "
+		      "lease_id FROM lease), " GUARD_LEASE_XID ", "
 		      "t.ctid, t.next_attempt_at, %s, %s, t.suspect, %s%s "
 		      "FROM %s"
 		      "t.ctid = ANY(ARRAY(SELECT tid FROM picked)) AND t.id = "

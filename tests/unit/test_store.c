@@ -134,9 +134,13 @@ static void *leaser_main(void *arg)
 		}
 		struct mark_result r;
 		if (store_mark(s, MARK_SENT, ids, NULL, b.n, &r, e,
-			       sizeof(e)) != 0 ||
-		    r.marked != b.n)
+			       sizeof(e)) != 0)
 			snprintf(l->error, sizeof(l->error), "mark: %s", e);
+		else if (r.marked != b.n)
+			snprintf(l->error, sizeof(l->error),
+				 "mark: %zu of the %zu rows leased were "
+				 "pending: another lease had the others",
+				 r.marked, b.n);
 		else if (store_lease_commit(s, &b, e, sizeof(e)) != 0)
 			snprintf(l->error, sizeof(l->error), "commit: %s", e);
 		free(ids);
