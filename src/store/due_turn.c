@@ -49,10 +49,11 @@ static bool turn_on(struct store_due_turn *t, uint64_t gen, int64_t at_us,
 	return true;
 }
 
-/* The late floor goes back too: a row the lease's late scan read and let
- * go (the byte budget cut it) lies below the turn, maybe below the rows
- * the lease took, and a lease that stepped over it as held may have moved
- * the turn on with a floor past its writer. */
+/* The late floor goes back too (written_floor: UINT64_MAX keeps it): a
+ * row the lease's late scan read and let go (the byte budget cut it, or
+ * the batch had no room after a suspect) lies below the turn, maybe below
+ * the rows the lease took, and a lease that stepped over it as held may
+ * have moved the turn on with a floor past its writer. */
 static void turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq,
 		      uint64_t written_floor)
 {
@@ -120,7 +121,11 @@ void due_turn_taken(struct store *s, const struct due_taken *d)
 	s->due_turn_let_go = d->cut;
 	s->due_turn_low_us = d->low_us;
 	s->due_turn_low_seq = d->low_seq;
-	s->due_turn_floor = d->written_floor_ok ? d->written_floor : UINT64_MAX;
+	/* Only a cut leaves late rows behind (the budget's, or a late row
+	 * the batch had no room for); a release or a retry lets go rows it
+	 * took, and the turn's key goes back to them. */
+	s->due_turn_floor =
+	    d->cut && d->written_floor_ok ? d->written_floor : UINT64_MAX;
 	bool found = d->found_due && d->written_floor_ok;
 	pthread_mutex_lock(&t->lock);
 	if (d->rescan) {

@@ -113,16 +113,23 @@ void store_prepare_behind_pooler(long server_pid, int announced_pid)
 {
 	if (!atomic_load(&prepare_refused) &&
 	    !atomic_exchange(&prepare_refused, true))
-		log_warn("the relay's session to Postgres goes through a "
+		log_info("the relay's session to Postgres goes through a "
 			 "pooler or proxy (the server process answering, pid "
-			 "%ld, is not the one the connection announced, %d), "
-			 "where OUTBOX_PG_PREPARE=on cannot work in "
-			 "transaction mode (PgBouncer pool_mode = "
-			 "transaction); the relay prepares its statements once "
-			 "a server connection, as with "
-			 "OUTBOX_PG_PREPARE=pooled, which works in a pool of "
-			 "any mode: set that to say so",
+			 "%ld, is not the one the connection announced, %d): "
+			 "the relay prepares its statements once a server "
+			 "connection, as with OUTBOX_PG_PREPARE=pooled, which "
+			 "a transaction-mode pool (PgBouncer pool_mode = "
+			 "transaction) needs, unless the pool shows it keeps "
+			 "each client's prepared statements itself (PgBouncer "
+			 "1.21 or later with max_prepared_statements), where "
+			 "it goes back to on",
 			 server_pid, announced_pid);
+}
+
+bool store_prepare_mode_known(void)
+{
+	return atomic_load(&prepare_refused) ||
+	       atomic_load(&pool_keeps_statements);
 }
 
 /* Learns from res, a failure that closed s's session (why: as worded),

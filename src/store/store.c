@@ -442,6 +442,7 @@ static int connect_session(struct store *s, char *err, size_t errlen)
 		return STORE_RECONNECT;
 	pgconn_hear(ses->conn, &ses->server_ended);
 	if (s->opt.prepare && !s->opt.prepare_pooled &&
+	    !store_prepare_mode_known() &&
 	    !through_pooler_checked(ses->conn, err, errlen))
 		return STORE_RECONNECT;
 	return check_on_session(s, err, errlen);

@@ -336,7 +336,7 @@ struct store {
 	 * not ended yet, the lowest key of any of them, and whether it let
 	 * rows go that the turn may have passed (a release, a retry: the
 	 * marks say so; rows cut by the byte budget), and the late floor
-	 * it returned (UINT64_MAX: none). */
+	 * it returned if it cut late rows (UINT64_MAX: none). */
 	uint64_t due_turn_gen;
 	bool due_turn_used; /* that lease started at the turn */
 	bool due_turn_open;
@@ -639,6 +639,13 @@ PGresult *store_exec(struct store *s, const char *what, const char *sql,
  * a pooler answered it: from now on every store of the process prepares
  * as with OUTBOX_PG_PREPARE=pooled, said once. */
 void store_prepare_behind_pooler(long server_pid, int announced_pid);
+
+/* run.c: whether the process knows already how its statements reach the
+ * server (a pooler seen or a statement refused, or a pool that keeps
+ * them): a session connecting then need not ask (a claim session's
+ * reconnect runs while its lease holds a server connection of the pool,
+ * and that question's wait would have no bound). */
+bool store_prepare_mode_known(void);
 
 /* store_exec() of a statement run for its effect only; *rows (may be NULL)
  * counts the rows it changed. 0 or a public store_rc. */

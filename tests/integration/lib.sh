@@ -15,21 +15,22 @@ it_pids=()
 it_clusters=()
 
 it_cleanup() {
-	local pid hits
+	# A trap of set -e: nothing here may end it before the files go.
+	set +e
+	local pid hits=()
 	for pid in "${it_pids[@]}"; do
-		kill -9 "$pid" 2>/dev/null || true
+		kill -9 "$pid" 2>/dev/null
 	done
-	wait 2>/dev/null || true
+	wait 2>/dev/null
 	# A sanitizer's report in a relay's log fails the test: one of a
 	# process killed, or whose exit code the test did not read.
-	hits=$(grep -l -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' \
-		-e 'runtime error: ' -r "$it_dir" --include='*.log' --include='*.out' \
-		2>/dev/null || true)
-	if [ -n "$hits" ] && [ "${it_failed:-0}" = 0 ]; then
+	mapfile -t hits < <(grep -l -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' \
+		-e 'runtime error: ' -r "$it_dir" --include='*.log' --include='*.out' 2>/dev/null)
+	if [ ${#hits[@]} -gt 0 ] && [ "${it_failed:-0}" = 0 ]; then
 		it_failed=1
-		echo "FAIL: a sanitizer's report in $(echo "$hits" | xargs -n1 basename | tr '\n' ' ')" >&2
+		echo "FAIL: a sanitizer's report in ${hits[*]##*/}" >&2
 		grep -h -A 12 -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' \
-			-e 'runtime error: ' $hits | head -60 >&2
+			-e 'runtime error: ' "${hits[@]}" 2>/dev/null | head -60 >&2
 		it_cleanup_files
 		exit 1
 	fi

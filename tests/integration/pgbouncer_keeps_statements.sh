@@ -15,7 +15,7 @@
 #    leases fewer statements are prepared than leases run.
 #  - OUTBOX_PG_PREPARE=on: the same rounds with no error at all. The
 #    relay sees a pooler answer its connection and prepares as pooled
-#    (a warning), meets the same refusal at its first lease, before it
+#    (said at info), meets the same refusal at its first lease, before it
 #    publishes anything, and goes back to on, saying so once at info.
 #  - The same PgBouncer with max_prepared_statements = 0 passes prepared
 #    statements through, as 1.18 does: pooled the same rounds with no

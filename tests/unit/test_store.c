@@ -138,8 +138,9 @@ static void *leaser_main(void *arg)
 			snprintf(l->error, sizeof(l->error), "mark: %s", e);
 		else if (r.marked != b.n)
 			snprintf(l->error, sizeof(l->error),
-				 "mark: %zu of the %zu rows leased were "
-				 "pending: another lease had the others",
+				 "%zu of the %zu rows its lease had were "
+				 "still pending: another lease took the "
+				 "others",
 				 r.marked, b.n);
 		else if (store_lease_commit(s, &b, e, sizeof(e)) != 0)
 			snprintf(l->error, sizeof(l->error), "commit: %s", e);
