@@ -13,6 +13,7 @@
 
 #include "guards.h"
 #include "store_internal.h"
+#include "store_test.h"
 
 /* How long a lost COMMIT reply may leave the server still finishing the
  * transaction before pg_xact_status() settles. */
@@ -238,6 +239,12 @@ static int committed_after_all(struct store *s, const char *xid, char *err,
 		 "is unknown",
 		 why);
 	return -1;
+}
+
+int store_commit_status(struct store *s, const char *xid, char *err,
+			size_t errlen)
+{
+	return committed_after_all(s, xid, err, errlen);
 }
 
 int store_lease_commit(struct store *s, struct lease_batch *b, char *err,

@@ -17,6 +17,12 @@
 /* The session of s; owned by the store, replaced by a reconnect. */
 PGconn *store_conn(struct store *s);
 
+/* What store_lease_commit() asks after a COMMIT whose reply was lost,
+ * on a session connected again: whether transaction xid committed (1),
+ * did not (0), or is unknown (-1, err says why). */
+int store_commit_status(struct store *s, const char *xid, char *err,
+			size_t errlen);
+
 /* The claim session of s, open once s leased a batch (NULL before). */
 PGconn *store_claim_conn(struct store *s);
 

@@ -670,6 +670,37 @@ static void test_own_dead_claim_settled(void **state)
 	PQfinish(c);
 }
 
+/* After a COMMIT whose reply was lost, the session reached again may be a
+ * server that has not given out the lease's transaction id (a restored
+ * copy, another cluster): pg_xact_status() refuses it (22023), and asked
+ * again it refuses again. Whether the lease committed is unknown at once,
+ * said so; it was asked COMMIT_STATUS_TRIES times and reported as the
+ * server's error. A committed transaction of this cluster reads as
+ * committed. */
+static void test_commit_status_of_a_future_xid(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_commit_status", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	char xid[32];
+	snprintf(xid, sizeof(xid), "%ld",
+		 pgtest_long(c, "SELECT (pg_snapshot_xmax(pg_current_snapshot()"
+				")::text::numeric + 4000000000)::bigint"));
+	assert_int_equal(store_commit_status(s, xid, err, sizeof(err)), -1);
+	if (!strstr(err, "has not yet given out transaction id"))
+		fail_msg("a future xid's status: %s", err);
+	pgtest_exec(c, "BEGIN");
+	snprintf(xid, sizeof(xid), "%ld",
+		 pgtest_long(c, "SELECT pg_current_xact_id()::text::bigint"));
+	pgtest_exec(c, "COMMIT");
+	assert_int_equal(store_commit_status(s, xid, err, sizeof(err)), 1);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* A claims table carried into another cluster (pg_dump and restore, a
  * logical or blue-green upgrade) holds xids this cluster has not reached:
  * pg_xact_status() raises 22023 on them. The lease, the claim upsert, the
@@ -4093,6 +4124,32 @@ static bool no_xact_before(PGconn *c, long xid)
 	return false;
 }
 
+/* Opens a producer transaction on p that inserts a row of type due ago
+ * before now, and returns its writer's id: a late row, once committed
+ * below floors taken while it ran. */
+static long late_row_open(PGconn *p, const char *table, const char *type,
+			  const char *ago)
+{
+	pgtest_exec(p, "BEGIN");
+	pgtest_exec(p,
+		    "INSERT INTO %s (type, payload, next_attempt_at) VALUES "
+		    "('%s', '\\x02', now() - interval '%s')",
+		    table, type, ago);
+	return pgtest_long(p, "SELECT pg_current_xact_id()::text::bigint");
+}
+
+/* Each store's first lease is a rescan, s2's of rows 1..n2, then s1's of
+ * the next ten: the turn after them, its floor below any producer
+ * transaction still open. */
+static void first_leases(struct turn_stores *t, long n2)
+{
+	struct lease_batch b1, b2;
+	lease_run(t, t->s2, &b2, 1, n2);
+	sent(t->s2, &b2);
+	lease_run(t, t->s1, &b1, n2 + 1, n2 + 10);
+	sent(t->s1, &b1);
+}
+
 static size_t batch_types(const struct lease_batch *b, const char *want)
 {
 	size_t hits = 0;
@@ -4119,20 +4176,9 @@ static void test_due_turn_late_row_held(void **state)
 	o.due_turn = &t.turn;
 	t.s2 = pgtest_store(&o);
 	PGconn *producer = pgtest_connect();
-	pgtest_exec(producer, "BEGIN");
-	pgtest_exec(producer,
-		    "INSERT INTO %s (type, payload, next_attempt_at) VALUES "
-		    "('late.event', '\\x02', now() - interval '1 hour')",
-		    table);
-	long xid = pgtest_long(producer, "SELECT pg_current_xact_id()::text::"
-					 "bigint");
+	long xid = late_row_open(producer, table, "late.event", "1 hour");
 	struct lease_batch b1, b2;
-	/* Each store's first lease is a rescan: the turn at 11, its floor
-	 * below the producer's transaction. */
-	lease_run(&t, t.s2, &b2, 1, 1);
-	sent(t.s2, &b2);
-	lease_run(&t, t.s1, &b1, 2, 11);
-	sent(t.s1, &b1);
+	first_leases(&t, 1);
 	pgtest_exec(producer, "COMMIT");
 	pgtest_exec(t.c,
 		    "INSERT INTO %s (type, payload, suspect) VALUES "
@@ -4178,24 +4224,11 @@ static void test_due_turn_back_lowers_floor(void **state)
 	o.due_turn = &t.turn;
 	t.s2 = pgtest_store(&o);
 	PGconn *p1 = pgtest_connect(), *p2 = pgtest_connect();
-	pgtest_exec(p1, "BEGIN");
-	pgtest_exec(p1,
-		    "INSERT INTO %s (type, payload, next_attempt_at) VALUES "
-		    "('late.first', '\\x02', now() - interval '1 hour')",
-		    table);
-	pgtest_exec(p2, "BEGIN");
-	pgtest_exec(p2,
-		    "INSERT INTO %s (type, payload, next_attempt_at) VALUES "
-		    "('late.second', '\\x02', now() - interval '2 hours')",
-		    table);
-	long xid = pgtest_long(p2, "SELECT pg_current_xact_id()::text::"
-				   "bigint");
+	late_row_open(p1, table, "late.first", "1 hour");
+	long xid = late_row_open(p2, table, "late.second", "2 hours");
 	struct lease_batch b1, b2;
 	/* s2's budget takes one row of each batch. */
-	lease_run(&t, t.s2, &b2, 1, 1);
-	sent(t.s2, &b2);
-	lease_run(&t, t.s1, &b1, 2, 11);
-	sent(t.s1, &b1);
+	first_leases(&t, 1);
 	pgtest_exec(p1, "COMMIT");
 	pgtest_exec(p2, "COMMIT");
 	if (!no_xact_before(t.c, xid)) {
@@ -5419,6 +5452,7 @@ int main(void)
 	    cmocka_unit_test(test_dead_claims_charge_each_crash),
 	    cmocka_unit_test(test_unhanded_rows_uncharged),
 	    cmocka_unit_test(test_late_claim_gives_lease_up),
+	    cmocka_unit_test(test_commit_status_of_a_future_xid),
 	    cmocka_unit_test(test_batch_byte_budget),
 	    cmocka_unit_test(test_source_pinned_behind_payload),
 	    cmocka_unit_test(test_lease_columns),
