@@ -19,12 +19,10 @@
 #include "pgconn.h"
 #include "store_internal.h"
 
-static bool pooled(const struct store *s);
-
 static struct stmt_name stmt_name(const struct store *s, const char *what,
 				  uint64_t hash)
 {
-	return store_stmt_name(pooled(s) ? NULL : s->tag, what, hash);
+	return store_stmt_name(store_pooled(s) ? NULL : s->tag, what, hash);
 }
 
 /* What s prepared belongs to the session's generation it was prepared
@@ -37,132 +35,6 @@ static void sync_prepared(struct store *s)
 		memset(s->tx_prepared, 0, sizeof(s->tx_prepared));
 		s->prepared_gen = s->ses->conn_gen;
 	}
-}
-
-/*
- * Set once a named statement a session prepared was gone (26000), or one
- * it had not prepared was there (42P05): the relay's statements do not
- * all reach one server session, as through a transaction-mode pooler
- * (PgBouncer pool_mode = transaction), which runs each transaction on a
- * server connection of its choosing. Prepared again, the statements would
- * fail on one connection after another and the relay would deliver
- * nothing; so from then on every store of the process (those opened later
- * too: a failed open is retried with a new store) runs as with
- * OUTBOX_PG_PREPARE=pooled, and the relay says so once. A direct session
- * never sees either: a store prepares each name once per session.
- */
-static atomic_bool prepare_refused;
-
-/*
- * Set once the pool ended a session for running a statement by a name it
- * had not prepared (08P01, "prepared statement did not exist"), which is
- * how pooled first runs each one: such a pool keeps each client's
- * prepared statements itself (PgBouncer 1.21 and later with
- * max_prepared_statements, on by default from 1.24) and prepares them on
- * whichever server connection it hands out under names of its own, where
- * the probe finds none of the relay's. It does for the relay what pooled
- * does, so from then on every store of the process runs as with
- * OUTBOX_PG_PREPARE=on, and the relay says so once. The refusal comes
- * before the statement ran, and the pool closes the session, so each
- * session meets it at most once.
- */
-static atomic_bool pool_keeps_statements;
-
-/*
- * OUTBOX_PG_PREPARE=pooled (docs/design.md §7): a transaction-mode pooler
- * keeps a server connection for a transaction only, but what a
- * transaction prepares stays on that connection. So the lease
- * transaction, the one that runs every batch and whose statements cost
- * the most to plan, asks as it opens which of the relay's statements
- * its connection has (the probe, in the same round trip as its
- * settings), and prepares the others there before their first use; the
- * lease itself runs by name at once and, on a connection without it
- * (26000, the transaction then holds nothing), the transaction opens
- * again and asks first. A statement outside any transaction cannot ask
- * first (run_autocommit_pooled()); those of the other explicit
- * transactions run unnamed, since a name found missing there would
- * abort the whole transaction.
- */
-static bool pooled(const struct store *s)
-{
-	return s->opt.prepare && !atomic_load(&pool_keeps_statements) &&
-	       (s->opt.prepare_pooled || atomic_load(&prepare_refused));
-}
-
-static bool preparing(const struct store *s)
-{
-	if (pooled(s))
-		return s->ses->leasing == s && s->pool_have;
-	return s->opt.prepare;
-}
-
-static void stop_preparing(const char *why)
-{
-	if (!atomic_exchange(&prepare_refused, true))
-		log_error("%s: the relay's statements do not all reach one "
-			  "Postgres session, as through a transaction-mode "
-			  "pooler (PgBouncer pool_mode = transaction), where "
-			  "OUTBOX_PG_PREPARE=on cannot work; the relay now "
-			  "prepares its statements once a server connection, "
-			  "as with OUTBOX_PG_PREPARE=pooled: set that to say "
-			  "so",
-			  why);
-}
-
-void store_prepare_behind_pooler(long server_pid, int announced_pid)
-{
-	if (!atomic_load(&prepare_refused) &&
-	    !atomic_exchange(&prepare_refused, true))
-		log_info("the relay's session to Postgres goes through a "
-			 "pooler or proxy (the server process answering, pid "
-			 "%ld, is not the one the connection announced, %d): "
-			 "the relay prepares its statements once a server "
-			 "connection, as with OUTBOX_PG_PREPARE=pooled, which "
-			 "a transaction-mode pool (PgBouncer pool_mode = "
-			 "transaction) needs, unless the pool shows it keeps "
-			 "each client's prepared statements itself (PgBouncer "
-			 "1.21 or later with max_prepared_statements), where "
-			 "it goes back to on",
-			 server_pid, announced_pid);
-}
-
-bool store_prepare_mode_known(void)
-{
-	return atomic_load(&prepare_refused) ||
-	       atomic_load(&pool_keeps_statements);
-}
-
-/* Learns from res, a failure that closed s's session (why: as worded),
- * whether the pool keeps prepared statements itself (see
- * pool_keeps_statements). */
-static void notice_pool_keeps(const struct store *s, const PGresult *res,
-			      const char *why)
-{
-	if (!res || !pooled(s))
-		return;
-	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
-	if (!state || strcmp(state, "08P01") != 0 || !msg ||
-	    !strstr(msg, "prepared statement"))
-		return;
-	if (atomic_exchange(&pool_keeps_statements, true))
-		return;
-	if (s->opt.prepare_pooled)
-		log_error("%s: the pool keeps each client's prepared "
-			  "statements itself (PgBouncer 1.21 or later with "
-			  "max_prepared_statements), where "
-			  "OUTBOX_PG_PREPARE=pooled cannot work; the relay now "
-			  "prepares its statements once a session, as with "
-			  "OUTBOX_PG_PREPARE=on: set that to say so",
-			  why);
-	else
-		/* A relay at on, turned to pooled by the pooler it saw. */
-		log_info("%s: the pool keeps each client's prepared "
-			 "statements itself (PgBouncer 1.21 or later with "
-			 "max_prepared_statements); the relay prepares its "
-			 "statements once a session again, as "
-			 "OUTBOX_PG_PREPARE=on says",
-			 why);
 }
 
 /* Whether name is among those the lease transaction's connection has. */
@@ -211,7 +83,7 @@ static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 	const char *sql = store_sql(s, st);
 	struct stmt_name name =
 	    stmt_name(s, store_stmt_names[st], store_sql_hash(s, st));
-	bool pool = pooled(s);
+	bool pool = store_pooled(s);
 	if (pool ? !pool_has(s, name.text) : !s->prepared[st]) {
 		PGresult *res =
 		    PQprepare(s->ses->conn, name.text, sql, nparams, NULL);
@@ -249,14 +121,15 @@ static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 	else
 		snprintf(err, errlen, "%s", why);
 	if (pgconn_needs_reconnect(s->ses->conn, res)) {
-		notice_pool_keeps(s, res, why);
+		store_notice_pool_keeps(s, res, why);
 		*rc = STORE_RECONNECT;
 	} else {
 		*rc = STORE_ERROR;
-		if (prepared && state && !pooled(s) && preparing(s) &&
+		if (prepared && state && !store_pooled(s) &&
+		    store_preparing(s) &&
 		    (strcmp(state, "26000") == 0 ||
 		     strcmp(state, "42P05") == 0))
-			stop_preparing(why);
+			store_stop_preparing(why);
 		if (pgconn_is_retryable(res))
 			*rc = STORE_RETRY_STATEMENT;
 	}
@@ -339,7 +212,8 @@ static bool queue_steps(struct store *s, const struct step *steps, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		const struct step *p = &steps[i];
 		const char *name = step_name(p);
-		bool named = name && (p->by_name || p->parse || preparing(s));
+		bool named =
+		    name && (p->by_name || p->parse || store_preparing(s));
 		int queued;
 		if (named && (p->parse || (!p->by_name && !*p->prepared))) {
 			if (PQsendPrepare(c, name, p->sql, p->nparams, NULL) !=
@@ -505,7 +379,7 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 	}
 	if (PQstatus(c) == CONNECTION_BAD || PQexitPipelineMode(c) != 1) {
 		pipeline_lost(c, failed, what, err, errlen);
-		notice_pool_keeps(s, failed, err);
+		store_notice_pool_keeps(s, failed, err);
 		PQclear(failed);
 		PQclear(res);
 		*rc = STORE_RECONNECT;
@@ -592,7 +466,7 @@ static PGresult *run_outside_tx(struct store *s, int st, const char *what,
 		enum pgconn_tx tx = st >= 0 && store_stmt_indexed[st]
 					? PGCONN_TX_INDEXED
 					: PGCONN_TX_STATEMENT;
-		if (st >= 0 && pooled(s))
+		if (st >= 0 && store_pooled(s))
 			return run_autocommit_pooled(s, st, what,
 						     settings_step(s, tx), stmt,
 						     want, rc, err, errlen);
@@ -643,7 +517,7 @@ static PGresult *run_sql(struct store *s, int st, const char *what,
 	if (PQtransactionStatus(s->ses->conn) == PQTRANS_IDLE && !ends_tx(sql))
 		return run_outside_tx(s, st, what, sql, nparams, values, want,
 				      result_format, rc, err, errlen);
-	PGresult *res = st >= 0 && preparing(s)
+	PGresult *res = st >= 0 && store_preparing(s)
 			    ? exec_prepared(s, (enum stmt)st, nparams, values,
 					    result_format)
 			    : PQexecParams(s->ses->conn, sql, nparams, NULL,
@@ -760,7 +634,7 @@ PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 	    settings_step(s, PGCONN_TX_LEASE),
 	    step_of(s, (int)st, sql, nparams, values, result_format),
 	};
-	if (!pooled(s))
+	if (!store_pooled(s))
 		return run_pipeline(s, NULL, steps, 3, 2, true, want, rc, err,
 				    errlen);
 	PGresult *probe = NULL;

@@ -634,17 +634,29 @@ PGresult *store_exec(struct store *s, const char *what, const char *sql,
 		     int nparams, const char *const *values,
 		     ExecStatusType want, int *rc, char *err, size_t errlen);
 
-/* OUTBOX_PG_PREPARE=on (run.c): a session's server process (pid
+/* prepare_mode.c: whether s runs its statements pooled (prepared once a
+ * server connection, found by the lease transaction's probe), whether it
+ * prepares the statement it runs now, the turn to pooled after a name
+ * found missing or taken (26000, 42P05; why as worded, said once), and
+ * what a failure that closed s's session says of the pool (a pool that
+ * keeps each client's statements itself turns the process back to on). */
+bool store_pooled(const struct store *s);
+bool store_preparing(const struct store *s);
+void store_stop_preparing(const char *why);
+void store_notice_pool_keeps(const struct store *s, const PGresult *res,
+			     const char *why);
+
+/* OUTBOX_PG_PREPARE=on (prepare_mode.c): a session's server process (pid
  * server_pid) is not the one its connection announced (announced_pid), so
  * a pooler answered it: from now on every store of the process prepares
  * as with OUTBOX_PG_PREPARE=pooled, said once. */
 void store_prepare_behind_pooler(long server_pid, int announced_pid);
 
-/* run.c: whether the process knows already how its statements reach the
- * server (a pooler seen or a statement refused, or a pool that keeps
- * them): a session connecting then need not ask (a claim session's
- * reconnect runs while its lease holds a server connection of the pool,
- * and that question's wait would have no bound). */
+/* prepare_mode.c: whether the process knows already how its statements reach
+ * the server (a pooler seen or a statement refused, or a pool that keeps them):
+ * a session connecting then need not ask (a claim session's reconnect runs
+ * while its lease holds a server connection of the pool, and that question's
+ * wait would have no bound). */
 bool store_prepare_mode_known(void);
 
 /* store_exec() of a statement run for its effect only; *rows (may be NULL)
