@@ -3860,6 +3860,21 @@ static void turn_stores_open(struct turn_stores *t, const char *name,
 	t->s2 = pgtest_store(&o);
 }
 
+/* s2 opened again with a batch of batch_size rows and batch_bytes bytes
+ * (0: no budget), on the same turn; its next lease is its first, a
+ * rescan. */
+static void turn_store2_again(struct turn_stores *t, const char *table,
+			      int batch_size, int64_t batch_bytes)
+{
+	store_close(t->s2);
+	struct store_options o = pgtest_store_options(table);
+	o.batch_size = batch_size;
+	o.batch_bytes = batch_bytes;
+	o.lease_rescan_ms = 3600 * 1000;
+	o.due_turn = &t->turn;
+	t->s2 = pgtest_store(&o);
+}
+
 static void turn_stores_close(struct turn_stores *t)
 {
 	store_close(t->s1);
@@ -3996,13 +4011,7 @@ static void test_due_turn_back(void **state)
 	sent(t.s1, &b1);
 	lease_run(&t, t.s1, &b1, 1, 10);
 	sent(t.s1, &b1);
-	store_close(t.s2);
-	struct store_options o = pgtest_store_options(table);
-	o.batch_size = 10;
-	o.batch_bytes = 50;
-	o.lease_rescan_ms = 3600 * 1000;
-	o.due_turn = &t.turn;
-	t.s2 = pgtest_store(&o);
+	turn_store2_again(&t, table, 10, 50);
 	/* A rescan (its first lease) from the start: 31-35 of 31-40. */
 	lease_run(&t, t.s2, &b2, 31, 35);
 	lease_run(&t, t.s1, &b1, 41, 50);
@@ -4169,12 +4178,7 @@ static void test_due_turn_late_row_held(void **state)
 	char table[128];
 	struct turn_stores t;
 	turn_stores_open(&t, "store_turn_late_held", table, sizeof(table));
-	store_close(t.s2);
-	struct store_options o = pgtest_store_options(table);
-	o.batch_size = 1;
-	o.lease_rescan_ms = 3600 * 1000;
-	o.due_turn = &t.turn;
-	t.s2 = pgtest_store(&o);
+	turn_store2_again(&t, table, 1, 0);
 	PGconn *producer = pgtest_connect();
 	long xid = late_row_open(producer, table, "late.event", "1 hour");
 	struct lease_batch b1, b2;
@@ -4216,13 +4220,7 @@ static void test_due_turn_back_lowers_floor(void **state)
 	char table[128];
 	struct turn_stores t;
 	turn_stores_open(&t, "store_turn_back_floor", table, sizeof(table));
-	store_close(t.s2);
-	struct store_options o = pgtest_store_options(table);
-	o.batch_size = 10;
-	o.batch_bytes = 1;
-	o.lease_rescan_ms = 3600 * 1000;
-	o.due_turn = &t.turn;
-	t.s2 = pgtest_store(&o);
+	turn_store2_again(&t, table, 10, 1);
 	PGconn *p1 = pgtest_connect(), *p2 = pgtest_connect();
 	late_row_open(p1, table, "late.first", "1 hour");
 	long xid = late_row_open(p2, table, "late.second", "2 hours");
