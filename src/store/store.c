@@ -403,7 +403,7 @@ int store_check_session(struct store *s, char *err, size_t errlen)
  * (as migrate's check, migrate.c): prepared once a session, the relay's
  * statements would meet its other server connections only as one failed
  * there, maybe a mark after its batch was published, so the relay
- * prepares as pooled from the start (run.c). False, with err, when the
+ * prepares as pooled from the start (prepare_mode.c). False, with err, when the
  * question failed: the session is lost. */
 static bool through_pooler_checked(PGconn *conn, char *err, size_t errlen)
 {
