@@ -670,14 +670,9 @@ int store_migrate(const struct store_options *opt, bool notify_trigger,
  */
 static int direct(PGconn *conn, char *err, size_t errlen)
 {
-	PGresult *res = PQexec(conn, "SELECT pg_backend_pid()");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		pgconn_error(conn, res, err, errlen);
-		PQclear(res);
+	long server;
+	if (pgconn_server_pid(conn, &server, err, errlen) != 0)
 		return -1;
-	}
-	long server = strtol(PQgetvalue(res, 0, 0), NULL, 10);
-	PQclear(res);
 	if (server == (long)PQbackendPID(conn))
 		return 0;
 	snprintf(err, errlen,

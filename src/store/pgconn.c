@@ -11,6 +11,20 @@
 #include "config/config.h"
 #include "guards.h"
 
+int pgconn_server_pid(PGconn *conn, long *server_pid, char *err, size_t errlen)
+{
+	PGresult *res = PQexec(conn, "SELECT pg_backend_pid()");
+	int rc = -1;
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+		*server_pid = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+		rc = 0;
+	} else {
+		pgconn_error(conn, res, err, errlen);
+	}
+	PQclear(res);
+	return rc;
+}
+
 void pgconn_describe(PGconn *conn, char *out, size_t outlen)
 {
 	const char *host = PQhost(conn);

@@ -110,6 +110,12 @@ void pgconn_error(PGconn *conn, const PGresult *res, char *err, size_t errlen);
 /* Describes where conn points: "host:port/db as user". */
 void pgconn_describe(PGconn *conn, char *out, size_t outlen);
 
+/* The process id of the server process answering conn (*server_pid),
+ * which a pooler makes differ from PQbackendPID(conn): it answers the
+ * connection itself, under an id of its own making. 0, or -1 with err
+ * when the question failed. */
+int pgconn_server_pid(PGconn *conn, long *server_pid, char *err, size_t errlen);
+
 /* The options of a session of its own (a catalog, a listener) for the
  * app name, timeouts and peer window given; app NULL: "outbox-relay". */
 struct pgconn_options pgconn_options_for(const char *conninfo, const char *app,

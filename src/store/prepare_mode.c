@@ -86,8 +86,7 @@ void store_stop_preparing(const char *why)
 
 void store_prepare_behind_pooler(long server_pid, int announced_pid)
 {
-	if (!atomic_load(&prepare_refused) &&
-	    !atomic_exchange(&prepare_refused, true))
+	if (!atomic_exchange(&prepare_refused, true))
 		log_info("the relay's session to Postgres goes through a "
 			 "pooler or proxy (the server process answering, pid "
 			 "%ld, is not the one the connection announced, %d): "

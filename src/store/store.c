@@ -407,21 +407,16 @@ int store_check_session(struct store *s, char *err, size_t errlen)
  * question failed: the session is lost. */
 static bool through_pooler_checked(PGconn *conn, char *err, size_t errlen)
 {
-	PGresult *res = PQexec(conn, "SELECT pg_backend_pid()");
-	bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
-	if (!ok) {
-		char why[512];
-		pgconn_error(conn, res, why, sizeof(why));
+	long server_pid;
+	char why[512];
+	if (pgconn_server_pid(conn, &server_pid, why, sizeof(why)) != 0) {
 		snprintf(err, errlen, "asking the server's process id: %s",
 			 why);
-	} else {
-		long server_pid = strtol(PQgetvalue(res, 0, 0), NULL, 10);
-		if (server_pid != PQbackendPID(conn))
-			store_prepare_behind_pooler(server_pid,
-						    PQbackendPID(conn));
+		return false;
 	}
-	PQclear(res);
-	return ok;
+	if (server_pid != PQbackendPID(conn))
+		store_prepare_behind_pooler(server_pid, PQbackendPID(conn));
+	return true;
 }
 
 /* Connects s's session anew (the session's other stores see its new
