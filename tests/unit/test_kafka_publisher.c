@@ -42,7 +42,9 @@ struct fixture {
 /* What the relay lends publish(), scripted per test. */
 struct tctx {
 	struct publish_ctx ctx;
-	bool deny_odd;	  /* may_send says no for odd indexes */
+	bool deny_odd;	   /* may_send says no for odd indexes */
+	int sends_allowed; /* > 0: may_send says no after this many calls */
+	int sends_asked;
 	int stop_at_tick; /* tick() reports shutdown from this call on */
 	int fatal_at_tick;
 	int ticks;
@@ -54,6 +56,8 @@ struct tctx {
 static bool t_may_send(struct publish_ctx *ctx, size_t i)
 {
 	struct tctx *t = (struct tctx *)ctx;
+	if (t->sends_allowed && ++t->sends_asked > t->sends_allowed)
+		return false;
 	return !(t->deny_odd && i % 2 == 1);
 }
 
@@ -378,6 +382,34 @@ static void test_batch_refused_as_too_large(void **unused)
 	fixture_done(&f);
 }
 
+/* Refused with its batch, a record the lease no longer lets go again
+ * alone was not written by the broker: given back, its attempt returned,
+ * not charged as a failed publish of its own. */
+static void test_batch_refused_not_sent_again(void **unused)
+{
+	struct fixture f;
+	struct tctx t;
+
+	(void)unused;
+	fixture_init(&f, 10000, "linger.ms", "5000");
+	for (size_t i = 0; i < 4; i++)
+		f.ev[i].partition_key = "k1";
+	rd_kafka_mock_push_request_errors(cluster(&f), API_PRODUCE, 1,
+					  RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+	t = tctx_new(f.pub, 10000);
+	t.sends_allowed = 4; /* the first produce of each, not again */
+	assert_int_equal(publish(&f, 4, &t), 0);
+	for (size_t i = 0; i < 4; i++) {
+		if (f.res[i].outcome != PUB_NOT_WRITTEN)
+			fail_msg("record %zu: outcome %d, %s", i,
+				 (int)f.res[i].outcome, f.res[i].reason);
+		assert_non_null(strstr(f.res[i].reason,
+				       "not sent again alone: the lease no "
+				       "longer allows it"));
+	}
+	fixture_done(&f);
+}
+
 static void test_local_size_limit(void **unused)
 {
 	struct fixture f;
@@ -648,6 +680,7 @@ int main(void)
 	    cmocka_unit_test(test_retryable_errors),
 	    cmocka_unit_test(test_broker_refuses_size),
 	    cmocka_unit_test(test_batch_refused_as_too_large),
+	    cmocka_unit_test(test_batch_refused_not_sent_again),
 	    cmocka_unit_test(test_local_size_limit),
 	    cmocka_unit_test(test_destinations),
 	    cmocka_unit_test(test_brokers_down),
