@@ -441,6 +441,8 @@ int store_partitions_tend(struct store *s, int days_ahead, int64_t retention_ms,
 				   PGRES_TUPLES_OK, &rc, err, errlen);
 	if (res) {
 		const char *retentions[2] = {ret, fret};
+		if (s->partitions_listed)
+			s->partitions_listed(s->partitions_listed_arg);
 		for (int i = 0; rc == 0 && i < PQntuples(res); i++)
 			rc = drop_day(s, PQgetvalue(res, i, 0), retentions, r,
 				      err, errlen);

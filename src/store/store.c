@@ -630,6 +630,13 @@ PGconn *store_claim_conn(struct store *s)
 	return s->claim ? s->claim->ses->conn : NULL;
 }
 
+void store_on_partitions_listed(struct store *s, void (*fn)(void *arg),
+				void *arg)
+{
+	s->partitions_listed = fn;
+	s->partitions_listed_arg = arg;
+}
+
 void store_set_key_walk_cap(struct store *s, size_t keys)
 {
 	s->key_walk_cap = keys < 1 ? 1 : keys;

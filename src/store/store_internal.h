@@ -233,6 +233,10 @@ struct store {
 	 * store_partitions_tend(): store_clean() deletes in its default
 	 * partition only. */
 	bool clean_default;
+	/* Test hook (store_test.h): called as store_partitions_tend() has
+	 * listed the days past retention, before it drops any. */
+	void (*partitions_listed)(void *arg);
+	void *partitions_listed_arg;
 	/* The table has no control table: ST_CONTROL reads no pauses. */
 	bool control_off;
 	char *sql[ST_COUNT];	     /* NULL until first used (store_sql) */

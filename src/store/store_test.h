@@ -46,6 +46,12 @@ bool store_due_turn_on(struct store_due_turn *t, uint64_t gen, int64_t at_us,
 void store_due_turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq,
 			 uint64_t written_floor);
 
+/* Calls fn(arg) each time store_partitions_tend() on s has listed the
+ * days past retention, before it drops the first: where another replica's
+ * drop may come between. */
+void store_on_partitions_listed(struct store *s, void (*fn)(void *arg),
+				void *arg);
+
 /* The keys one ordered lease's walk steps to at most (at least 1;
  * KEY_WALK_CAP by default), so a test reaches the cap with a few keys.
  * Before the store's first lease: it rebuilds the lease statement. */

@@ -640,6 +640,61 @@ static void test_tend_behind_another_cleaner(void **state)
 	PQfinish(c);
 }
 
+/* What another replica's cleaner does between a tend's listing of the
+ * days past retention and its own drops: drops the first of them. */
+struct other_replica {
+	PGconn *c;
+	char part[200];
+	int calls;
+};
+
+static void other_replica_drops(void *arg)
+{
+	struct other_replica *o = arg;
+	if (o->calls++ == 0)
+		pgtest_exec(o->c, "DROP TABLE %s", o->part);
+}
+
+/* Two days past retention, listed; another replica drops the first before
+ * this one's lock: that day is passed over and the second dropped in the
+ * same round. Its LOCK TABLE on the missing day failed the whole round. */
+static void test_day_dropped_by_another_replica(void **state)
+{
+	(void)state;
+	char table[128], los[3][40], tags[3][16];
+	struct outbox_table t;
+	pgtest_fresh_table("part_gone", table, sizeof(table));
+	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
+	PGconn *c = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	if (store_partition_unrecorded(c, &t, err, sizeof(err)) != 0)
+		fail_msg("partition: %s", err);
+	for (int i = 0; i < 3; i++)
+		day_of(c, i - 5, los[i], tags[i]);
+	for (int i = 0; i < 2; i++)
+		pgtest_exec(c,
+			    "CREATE TABLE %s\"%s_p%s\" PARTITION OF %s FOR "
+			    "VALUES FROM ('%s') TO ('%s')",
+			    t.prefix, t.name, tags[i], table, los[i],
+			    los[i + 1]);
+
+	struct other_replica other = {.c = c};
+	snprintf(other.part, sizeof(other.part), "%s\"%s_p%s\"", t.prefix,
+		 t.name, tags[0]);
+	store_on_partitions_listed(s, other_replica_drops, &other);
+	struct partition_result r = tend(s, DAY_MS, 0);
+	assert_int_equal(other.calls, 1);
+	assert_int_equal(r.dropped, 1);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM pg_class WHERE "
+				     "relname IN ('%s_p%s', '%s_p%s')",
+				     t.name, tags[0], t.name, tags[1]),
+			 0);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* A table just partitioned, its sequence where the old one was; the days
  * ahead not made (their creation waited past its lock wait: a
  * session holds the table): the CHECK on the default partition that none
@@ -1129,6 +1184,7 @@ int main(void)
 	    cmocka_unit_test(test_partitions_by_the_day),
 	    cmocka_unit_test(test_tend_behind_another_cleaner),
 	    cmocka_unit_test(test_days_not_made_leave_no_check),
+	    cmocka_unit_test(test_day_dropped_by_another_replica),
 	    cmocka_unit_test(test_later_migration_index),
 	    cmocka_unit_test(test_later_index_beside_writers),
 	    cmocka_unit_test(test_finished_index_split_live),
