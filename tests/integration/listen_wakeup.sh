@@ -6,7 +6,8 @@
 # listener comes back after a Postgres restart. Notifications wake the
 # workers only: a burst of commits does not make the sweeper sweep. A
 # table spelled otherwise than at migrate is woken all the same; one
-# without the trigger is named at the listener's connect.
+# without the trigger is named at the listener's connect. A role that may
+# not read the notification queue's usage is listened for all the same.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
 : "${RELAY_TEST_PG_DIR:?run through tests/run.sh}"
@@ -83,4 +84,41 @@ OUTBOX_TABLE="${OUTBOX_TABLE#*.}" ops_relay untriggered OUTBOX_LISTEN=on \
 pid=$it_last_pid
 it_wait 30 "the warning that no trigger wakes the table" grep -q '"inserts into a table will wake no relay; it is polled".*no enabled NOTIFY trigger' "$it_dir/untriggered.log"
 it_stop "$pid"
+
+# A role that may not read the notification queue's usage (the function
+# revoked, in a database of the test's own): the listener goes on
+# listening without the gauge. It reconnected for it, every 5 s, each
+# reconnect waking every table.
+role="listen_plain_$$"
+db="listen_plain_$$"
+it_psql "CREATE ROLE $role LOGIN PASSWORD 'outbox-test-secret'" >/dev/null
+it_psql "CREATE DATABASE $db OWNER $role" >/dev/null
+drop_plain() {
+	it_psql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
+	it_psql "DROP ROLE IF EXISTS $role" >/dev/null
+}
+url_plain=$(sed "s|//outbox:|//$role:|; s|/[^/?]*\$|/$db|" <<<"$RELAY_TEST_DATABASE_URL")
+psql "${RELAY_TEST_DATABASE_URL%/*}/$db" -X -q -v ON_ERROR_STOP=1 \
+	-c "REVOKE EXECUTE ON FUNCTION pg_notification_queue_usage() FROM PUBLIC" ||
+	it_fail "could not revoke the queue's usage function"
+OUTBOX_DATABASE_URL="$url_plain" OUTBOX_TABLE=outbox_events OUTBOX_LISTEN=on "$RELAY_TEST_BIN" migrate \
+	>"$it_dir/migrate-plain.out" 2>&1 || it_fail "migrate as $role: $(cat "$it_dir/migrate-plain.out")"
+OUTBOX_TABLE=outbox_events ops_relay plain OUTBOX_LISTEN=on OUTBOX_POLL_INTERVAL=10s \
+	OUTBOX_LOG_LEVEL=debug OUTBOX_DATABASE_URL="$url_plain"
+pid=$it_last_pid
+it_wait 30 "the listener of the plain role" grep -q '"listening for inserts"' "$it_dir/plain.log"
+# Two reads 5 s apart, each failed (said at debug), or a connect again.
+read_twice() {
+	[ "$(grep -c "reading the notification queue's usage failed" "$it_dir/plain.log")" -ge 2 ] ||
+		[ "$(grep -c '"listening for inserts"' "$it_dir/plain.log")" -ge 2 ]
+}
+it_wait 30 "two reads of the queue's usage" read_twice
+[ "$(grep -c '"listening for inserts"' "$it_dir/plain.log")" = 1 ] ||
+	it_fail "the listener connected again for the queue's usage: $(grep -c '"listening for inserts"' "$it_dir/plain.log") connects"
+sleep 0.5
+t=$(RELAY_TEST_DATABASE_URL="$url_plain" OUTBOX_TABLE=outbox_events \
+	ops_insert_and_time 5 "$it_dir/plain.out" listen.plain)
+awk -v t="$t" 'BEGIN { exit !(t < 1) }' || it_fail "without the queue's usage the event took ${t}s"
+it_stop "$pid"
+drop_plain
 echo "ok"
