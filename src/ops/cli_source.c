@@ -67,10 +67,11 @@ static int tend_partitions(const struct store_options *o,
 	struct store *s = NULL;
 	struct partition_result pr;
 	int rc = store_open(&s, o, err, errlen);
+	/* The days the relays keep, not this command's shell's. */
 	if (rc == 0)
-		rc = store_partitions_tend(s, 2, cfg->retention_ms,
-					   cfg->failed_retention_ms, &pr, err,
-					   errlen);
+		rc = store_partitions_tend(
+		    s, 2, store_admin_sent_kept(s, cfg->retention_ms),
+		    cfg->failed_retention_ms, &pr, err, errlen);
 	store_close(s);
 	if (rc == 0)
 		printf("partitions made ahead: %zu, dropped: %zu, rows "

@@ -393,12 +393,13 @@ static void beat(struct ops_session *o, struct store_options *so, bool draining)
 	/* Without a registry the statement that answers is a plain check,
 	 * which readiness needs all the same. */
 	unsigned present;
-	int rc =
-	    o->registry
-		? store_admin_heartbeat(o->s, ops.id, OUTBOX_VERSION, draining,
-					o->starting, o->err, sizeof(o->err))
-		: store_admin_side_tables(o->s, &present, o->err,
-					  sizeof(o->err));
+	int rc = o->registry
+		     ? store_admin_heartbeat(
+			   o->s, ops.id, OUTBOX_VERSION,
+			   relay_config(ops.relay)->retention_ms, draining,
+			   o->starting, o->err, sizeof(o->err))
+		     : store_admin_side_tables(o->s, &present, o->err,
+					       sizeof(o->err));
 	/* A failed draining heartbeat is retried with the regular ones, not
 	 * in a tight loop. */
 	o->draining_sent = draining;

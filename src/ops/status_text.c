@@ -233,8 +233,8 @@ static void print_replicas(const cJSON *st, FILE *out)
 			"table recently)\n");
 		return;
 	}
-	fprintf(out, "  %-9s %-32s %-10s %-8s %-9s %s\n", "STATUS", "ID",
-		"VERSION", "PROTOCOL", "UP", "LAST SEEN");
+	fprintf(out, "  %-9s %-32s %-10s %-8s %-9s %-9s %s\n", "STATUS", "ID",
+		"VERSION", "PROTOCOL", "RETENTION", "UP", "LAST SEEN");
 	cJSON_ArrayForEach(r, rows)
 	{
 		const char *state =
@@ -248,9 +248,18 @@ static void print_replicas(const cJSON *st, FILE *out)
 		    cJSON_GetObjectItemCaseSensitive(r, "protocol");
 		if (cJSON_IsNumber(p))
 			snprintf(proto, sizeof(proto), "%d", p->valueint);
+		/* How long it keeps sent rows: "?" for a relay older than
+		 * the column, "none" for no history. */
+		char kept[16] = "?";
+		const cJSON *k =
+		    cJSON_GetObjectItemCaseSensitive(r, "retention_ms");
+		if (cJSON_IsNumber(k) && k->valuedouble <= 0)
+			snprintf(kept, sizeof(kept), "none");
+		else if (cJSON_IsNumber(k))
+			span(k->valuedouble / 1000, kept, sizeof(kept));
 		fprintf(
-		    out, "  %-9s %-32s %-10s %-8s %-9s %s ago\n", state,
-		    jstr(r, "id", "?"), jstr(r, "version", "?"), proto,
+		    out, "  %-9s %-32s %-10s %-8s %-9s %-9s %s ago\n", state,
+		    jstr(r, "id", "?"), jstr(r, "version", "?"), proto, kept,
 		    span(jnum(r, "up_seconds"), up, sizeof(up)),
 		    span(jnum(r, "last_seen_seconds_ago"), seen, sizeof(seen)));
 	}

@@ -416,9 +416,14 @@ static void tell_retention(struct store *s, const struct redrive_filter *f)
 	PQclear(res);
 }
 
-int store_redrive(struct store *s, const struct redrive_filter *f,
+int store_redrive(struct store *s, const struct redrive_filter *given,
 		  size_t *count, char *err, size_t errlen)
 {
+	struct redrive_filter kept = *given;
+	const struct redrive_filter *f = &kept;
+	if ((given->sent && given->since) || (s->opt.ordered && !given->force))
+		kept.sent_kept_ms =
+		    store_admin_sent_kept(s, given->sent_kept_ms);
 	int rc = 0;
 	char *ids = NULL;
 	*count = 0;

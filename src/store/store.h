@@ -571,14 +571,25 @@ int store_contract_record(const struct store_options *opt, bool contract,
 
 /*
  * Upserts this replica's registry row: last_seen_at = now(), the version,
- * STORE_PROTOCOL, state 'draining' or 'alive'. starting resets started_at (an
- * id is host/pid, which a restarted container may reuse). Also deletes rows
+ * STORE_PROTOCOL, how long it keeps sent rows (retention_ms, its
+ * OUTBOX_RETENTION), state 'draining' or 'alive'. starting resets started_at
+ * (an id is host/pid, which a restarted container may reuse). Also deletes rows
  * silent for STORE_ADMIN_PRUNE_AFTER_S, so the registry does not grow with
  * every deploy.
  */
 int store_admin_heartbeat(struct store *s, const char *id, const char *version,
-			  bool draining, bool starting, char *err,
-			  size_t errlen);
+			  int64_t retention_ms, bool draining, bool starting,
+			  char *err, size_t errlen);
+
+/*
+ * How long the table keeps sent rows, for an operator command whose own
+ * OUTBOX_RETENTION is own_ms (< 0: none): the shortest retention the
+ * relays in the registry record. own_ms counts only where the registry
+ * cannot tell: no relay recorded one, or a relay older than the record is
+ * registered (then the shorter of the two). Said when it is not own_ms;
+ * own_ms, said, when the registry cannot be read (none: silently).
+ */
+int64_t store_admin_sent_kept(struct store *s, int64_t own_ms);
 
 /* Deletes the registry row id (a replica that stopped cleanly). */
 int store_admin_forget(struct store *s, const char *id, char *err,

@@ -23,8 +23,8 @@ void admin_names_of(const struct outbox_table *t, struct names *n)
 }
 
 int store_admin_heartbeat(struct store *s, const char *id, const char *version,
-			  bool draining, bool starting, char *err,
-			  size_t errlen)
+			  int64_t retention_ms, bool draining, bool starting,
+			  char *err, size_t errlen)
 {
 	struct names n;
 	admin_names_of(&s->table, &n);
@@ -34,18 +34,82 @@ int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 	    "WITH pruned AS (DELETE FROM %s WHERE last_seen_at < now() - "
 	    "%d * interval '1 second' AND id <> $1) "
 	    "INSERT INTO %s AS r (id, version, started_at, last_seen_at, "
-	    "state, protocol) VALUES ($1, $2, now(), now(), $3, %d) "
+	    "state, protocol, retention_ms) VALUES ($1, $2, now(), now(), $3, "
+	    "%d, $5::bigint) "
 	    "ON CONFLICT (id) DO UPDATE SET version = excluded.version, "
 	    "last_seen_at = now(), state = excluded.state, protocol = "
-	    "excluded.protocol, started_at = "
+	    "excluded.protocol, retention_ms = excluded.retention_ms, "
+	    "started_at = "
 	    "CASE WHEN $4::boolean THEN now() ELSE r.started_at END",
 	    n.registry, STORE_ADMIN_PRUNE_AFTER_S, n.registry, STORE_PROTOCOL);
-	const char *values[4] = {id, version, draining ? "draining" : "alive",
-				 starting ? "true" : "false"};
-	int rc = store_exec_cmd(s, "registry heartbeat", sql, 4, values, NULL,
+	char kept[24];
+	snprintf(kept, sizeof(kept), "%lld", (long long)retention_ms);
+	const char *values[5] = {id, version, draining ? "draining" : "alive",
+				 starting ? "true" : "false", kept};
+	int rc = store_exec_cmd(s, "registry heartbeat", sql, 5, values, NULL,
 				err, errlen);
 	free(sql);
 	return rc;
+}
+
+/*
+ * Each relay's cleaner deletes sent rows past its own OUTBOX_RETENTION,
+ * so the table keeps them for the shortest of those in the registry
+ * (migration 013). An operator's shell rarely carries the deployment's
+ * settings: the command's own alone could be a day where the relays keep
+ * no history.
+ */
+int64_t store_admin_sent_kept(struct store *s, int64_t own_ms)
+{
+	char registry[160], why[256];
+	table_derived(&s->table, "_replicas", registry, sizeof(registry));
+	char *sql = store_asprintf(
+	    "SELECT min(retention_ms), count(*) FILTER (WHERE retention_ms IS "
+	    "NULL), (array_agg(id ORDER BY retention_ms NULLS LAST, id))[1] "
+	    "FROM %s",
+	    registry);
+	int rc = STORE_ERROR;
+	PGresult *res =
+	    sql ? store_exec(s, "redrive: the relays' retention", sql, 0, NULL,
+			     PGRES_TUPLES_OK, &rc, why, sizeof(why))
+		: NULL;
+	free(sql);
+	if (!res) {
+		if (!sql || !store_err_undefined_table(why))
+			log_fields(LOG_WARN,
+				   "the relays' retention could not be read: "
+				   "this command's OUTBOX_RETENTION is used",
+				   "error", sql ? why : "out of memory", NULL);
+		return own_ms;
+	}
+	int64_t kept = own_ms;
+	bool recorded = !PQgetisnull(res, 0, 0);
+	int64_t relays =
+	    recorded ? strtoll(PQgetvalue(res, 0, 0), NULL, 10) : -1;
+	bool unknown = strtol(PQgetvalue(res, 0, 1), NULL, 10) > 0;
+	if (recorded &&
+	    (unknown && kept >= 0 ? relays < kept : relays != kept)) {
+		char ms[24];
+		snprintf(ms, sizeof(ms), "%lld", (long long)relays);
+		if (relays < kept || kept < 0)
+			log_fields(LOG_WARN,
+				   "a relay keeps sent rows for less time than "
+				   "this command's OUTBOX_RETENTION says: the "
+				   "command goes by the relay's",
+				   "relay", PQgetvalue(res, 0, 2),
+				   "retention_ms", ms, NULL);
+		else
+			log_fields(
+			    LOG_INFO,
+			    "the relays keep sent rows longer than this "
+			    "command's OUTBOX_RETENTION says: the command "
+			    "goes by the shortest of theirs",
+			    "relay", PQgetvalue(res, 0, 2), "retention_ms", ms,
+			    NULL);
+		kept = relays;
+	}
+	PQclear(res);
+	return kept;
 }
 
 int store_admin_forget(struct store *s, const char *id, char *err,

@@ -23,7 +23,7 @@ it_wait 10 "the sweep lock" sweep_locked
 
 it_relay a
 pid_a=$it_last_pid
-it_relay b
+it_relay b OUTBOX_RETENTION=7d
 pid_b=$it_last_pid
 it_relay c
 pid_c=$it_last_pid
@@ -65,6 +65,9 @@ jqt() {
 jqt '[.replicas[] | select(.alive)] | length == 2'
 jqt "[.replicas[] | select(.alive) | .id] | sort == ([\"$id_a\", \"$(it_psql "SELECT id FROM $reg WHERE id LIKE '%/$pid_b'")\"] | sort)"
 jqt ".replicas[] | select(.id == \"$id_c\") | .alive == false and .last_seen_seconds_ago >= 60"
+# Each records how long it keeps sent rows (a redrive goes by the shortest).
+jqt ".replicas[] | select(.id == \"$id_a\") | .retention_ms == 86400000"
+jqt ".replicas[] | select(.id | endswith(\"/$pid_b\")) | .retention_ms == 604800000"
 jqt '.backlog.pending == 3 and .backlog.due_now == 2'
 jqt '.in_flight.count == 3 and .in_flight.expired_leases == 1'
 jqt ".in_flight_rows[] | select(.type == \"held.alive\") | .holder == \"$id_a\" and .holder_alive == true and .leased_by == \"$id_a/worker-0\" and .attempts == 1 and .lease_expires_in_seconds > 100 and .lease_expires_in_seconds <= 120"
@@ -90,7 +93,8 @@ want() {
 }
 want '^REPLICAS  2 alive, 1 dead'
 want "^  DEAD +$id_c "
-want "^  alive +$id_a "
+want "^  alive +$id_a +[^ ]+ +[0-9]+ +1d00h "
+want "^  alive +[^ ]+/$pid_b +[^ ]+ +[0-9]+ +7d00h "
 want '^  pending +3 \(due now 2'
 want '^IN FLIGHT  3 rows, 1 expired lease'
 want "^  $id_c +NO +1 "

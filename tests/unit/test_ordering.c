@@ -1060,6 +1060,64 @@ static void test_redrive_refuses_past_retention(void **state)
 	PQfinish(c);
 }
 
+/* The retention the check goes by is the relays' (each records its own
+ * in the registry), not the command's own OUTBOX_RETENTION: an operator's
+ * shell with the default day, beside relays that keep no history, let a
+ * row whose key's later row was sent and deleted go out after it; beside
+ * relays that keep a week, it refused rows they still hold the later
+ * rows of. A relay that records none (older than the record) leaves the
+ * command's own as a bound. */
+static void test_redrive_goes_by_relays_retention(void **state)
+{
+	(void)state;
+	char table[128], reg[160];
+	PGconn *c;
+	struct store *s =
+	    a1_failed_a2_sent("ord_redrive_relays", table, sizeof(table), &c);
+	snprintf(reg, sizeof(reg), "%s_replicas", table);
+	pgtest_exec(c, "DELETE FROM %s WHERE subject = 'a2'", table);
+	pgtest_exec(c,
+		    "UPDATE %s SET finished_at = now() - interval '2 hours' "
+		    "WHERE subject = 'a1'",
+		    table);
+	pgtest_exec(c,
+		    "INSERT INTO %s (id, version, started_at, last_seen_at, "
+		    "state, protocol, retention_ms) VALUES ('r/1', 'x', now(), "
+		    "now(), 'alive', 1, 0)",
+		    reg);
+	size_t count;
+	struct redrive_filter f = {.type = "t", .sent_kept_ms = DAY_MS};
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_non_null(strstr(err, "no history"));
+
+	/* A relay of an older version beside one keeping an hour: the
+	 * shorter of the hour and the command's day. */
+	pgtest_exec(c, "UPDATE %s SET retention_ms = 3600000", reg);
+	pgtest_exec(c,
+		    "INSERT INTO %s (id, version, started_at, last_seen_at, "
+		    "state) VALUES ('old/1', 'x', now(), now(), 'alive')",
+		    reg);
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_non_null(strstr(err, "longer ago than sent rows are kept"));
+
+	/* The relays keep a week: a row failed two days ago goes, where the
+	 * command's own day refused it. */
+	pgtest_exec(c, "DELETE FROM %s WHERE id = 'old/1'", reg);
+	pgtest_exec(c, "UPDATE %s SET retention_ms = %lld", reg,
+		    (long long)(7 * DAY_MS));
+	pgtest_exec(c,
+		    "UPDATE %s SET finished_at = now() - interval '2 days' "
+		    "WHERE subject = 'a1'",
+		    table);
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	expect_batch(s, "a1");
+	store_close(s);
+	PQfinish(c);
+}
+
 /* A redrive locks the key's next row only, the one row a lease could be
  * taking, and writes it (head = false: a lease that read the key before
  * the redrive committed leaves it): a row further behind, locked
@@ -1794,6 +1852,7 @@ int main(void)
 	    cmocka_unit_test(test_rows_live_again_by_hand_wait_for_a_build),
 	    cmocka_unit_test(test_redrive_refuses_to_reorder),
 	    cmocka_unit_test(test_redrive_refuses_past_retention),
+	    cmocka_unit_test(test_redrive_goes_by_relays_retention),
 	    cmocka_unit_test(test_redrive_sees_later_row_held),
 	    cmocka_unit_test(test_redrive_locks_next_row_only),
 	    cmocka_unit_test(test_redrive_goes_before_later_pending),

@@ -25,9 +25,10 @@ static const char troubled[] =
     "  \"database\": \"shop\", \"server_version\": \"16.2\"},"
     " \"replicas\": ["
     "  {\"id\": \"pod-a/1\", \"version\": \"1.0\", \"protocol\": 1,"
-    "   \"state\": \"alive\","
+    "   \"retention_ms\": 86400000, \"state\": \"alive\","
     "   \"alive\": true, \"up_seconds\": 7500, \"last_seen_seconds_ago\": 2},"
     "  {\"id\": \"pod-b/1\", \"version\": \"1.0\", \"state\": \"draining\","
+    "   \"protocol\": 1, \"retention_ms\": 0,"
     "   \"alive\": true, \"up_seconds\": 90000, \"last_seen_seconds_ago\": 1},"
     "  {\"id\": \"pod-c/1\", \"version\": \"0.9\", \"protocol\": null,"
     "   \"state\": \"alive\","
@@ -178,9 +179,12 @@ static void test_troubled(void **state)
 		       "(PostgreSQL 16.2), at 2024-05-01T12:00:00Z");
 	has_line(text, "REPLICAS  2 alive, 1 dead");
 	has_text(text, "  alive     pod-a/1 ");
-	/* The protocol a relay speaks; none before the registry kept it. */
-	has_text(text, "1.0        1        2h05m");
-	has_text(text, "0.9        none     10m00s");
+	/* The protocol a relay speaks; none before the registry kept it.
+	 * How long it keeps sent rows: none for no history, ? before the
+	 * registry kept it. */
+	has_text(text, "1.0        1        1d00h     2h05m");
+	has_text(text, "1.0        1        none      1d01h");
+	has_text(text, "0.9        none     ?         10m00s");
 	has_text(text, "  draining  pod-b/1 ");
 	has_text(text, "  DEAD      pod-c/1 ");
 	has_text(text, "2h05m     2s ago");

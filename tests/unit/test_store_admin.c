@@ -106,8 +106,8 @@ static int teardown(void **state)
 static void heartbeat(struct fixture *f, const char *id, bool draining,
 		      bool starting)
 {
-	if (store_admin_heartbeat(f->s, id, "9.9.9", draining, starting, err,
-				  sizeof(err)) != 0)
+	if (store_admin_heartbeat(f->s, id, "9.9.9", 86400000, draining,
+				  starting, err, sizeof(err)) != 0)
 		fail_msg("heartbeat: %s", err);
 }
 
@@ -181,7 +181,8 @@ static void test_registry(void **state)
 	assert_int_equal(pgtest_long(f->conn,
 				     "SELECT count(*) FROM %s "
 				     "WHERE state = 'alive' AND "
-				     "version = '9.9.9' AND protocol = %d",
+				     "version = '9.9.9' AND protocol = %d "
+				     "AND retention_ms = 86400000",
 				     reg, STORE_PROTOCOL),
 			 2);
 	assert_int_equal(gauges(f).live_replicas, 2);
@@ -232,6 +233,7 @@ static void test_registry(void **state)
 	assert_string_equal(str(b, "state"), "draining");
 	assert_true(num(b, "last_seen_seconds_ago") >= 16);
 	assert_true(num(a, "up_seconds") >= 3540);
+	assert_true(num(a, "retention_ms") == 86400000);
 	cJSON_Delete(st);
 
 	/* Rows silent for a day are pruned by anyone's heartbeat. */
@@ -1344,7 +1346,7 @@ static void test_lost_session(void **state)
 	int rc = store_admin_gauges(gone, &g, err, sizeof(err));
 	assert_int_equal(rc, STORE_RECONNECT);
 	assert_non_null(strstr(err, "gauge query"));
-	rc = store_admin_heartbeat(gone, "x/1", "1", false, true, err,
+	rc = store_admin_heartbeat(gone, "x/1", "1", 0, false, true, err,
 				   sizeof(err));
 	assert_int_equal(rc, STORE_RECONNECT);
 	store_close(gone);
