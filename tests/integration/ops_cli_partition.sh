@@ -8,6 +8,8 @@
 # relay's share of a key in order; the NOTIFY trigger moved with the
 # name; the rows that were sent, failed or waiting for their retry stay
 # so; `migrate` runs again on the new shape and the step is done once.
+# Run by the table's owner, it drops days by the retention the relays
+# record in the registry, not by its own shell's.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
 it_table opspartition
@@ -166,4 +168,34 @@ grep -q '^partitions made ahead: 1, dropped: 0, rows carried to the default part
 	it_fail "the second run did not make the day after tomorrow's partition"
 [ "$(it_psql "SELECT count(*) FROM pg_partition_tree('$OUTBOX_TABLE') WHERE level > 1")" = 0 ] ||
 	it_fail "the second run partitioned a partition"
+
+# The days it drops are the relays' retention, not its own shell's: a
+# day three days past with a row sent then, kept by the command's own
+# 30 days, goes by the hour a relay records in the registry.
+read -r old_tag old_lo old_hi < <(it_psql "SELECT to_char(at, 'YYYYMMDD'),
+    substr(a, 1, 8) || '-' || substr(a, 9, 4) || '-0000-0000-000000000000',
+    substr(b, 1, 8) || '-' || substr(b, 9, 4) || '-0000-0000-000000000000'
+  FROM (SELECT at,
+    lpad(to_hex((extract(epoch FROM at) * 1000)::bigint), 12, '0') AS a,
+    lpad(to_hex((extract(epoch FROM at + interval '1 day') * 1000)::bigint), 12, '0') AS b
+  FROM (SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+    - interval '3 days' AS at) x) y" | tr '|' ' ')
+old_part="${OUTBOX_TABLE}_p$old_tag"
+it_psql "CREATE TABLE $old_part PARTITION OF $OUTBOX_TABLE FOR VALUES FROM ('$old_lo') TO ('$old_hi');
+  INSERT INTO $OUTBOX_TABLE (id, type, payload, status, finished_at)
+    VALUES ((substr('$old_lo', 1, 14) || '7000-8000-000000000001')::uuid, 'old.day', '{}', 'sent',
+      now() - interval '3 days')" >/dev/null
+OUTBOX_RETENTION=30d OUTBOX_LISTEN=on ops_cli migrate --partition
+[ "$ops_rc" = 0 ] || it_fail "migrate --partition with its own 30 days exited $ops_rc: $(cat "$it_dir/cli.err")"
+[ "$(it_psql "SELECT to_regclass('$old_part') IS NOT NULL")" = t ] ||
+	it_fail "a day within the command's own 30 days was dropped with no relay registered"
+it_psql "INSERT INTO ${OUTBOX_TABLE}_replicas (id, version, started_at, last_seen_at, state, protocol, retention_ms)
+  VALUES ('r/1', 'x', now(), now(), 'alive', 1, 3600000)" >/dev/null
+OUTBOX_RETENTION=30d OUTBOX_LISTEN=on ops_cli migrate --partition
+[ "$ops_rc" = 0 ] || it_fail "migrate --partition beside a relay of an hour exited $ops_rc: $(cat "$it_dir/cli.err")"
+grep -q '^partitions made ahead: 0, dropped: 1, ' "$it_dir/cli.out" ||
+	it_fail "the relays' hour did not drop the day: $(cat "$it_dir/cli.out")"
+grep -q 'a relay keeps sent rows for less time than this command' "$it_dir/cli.err" ||
+	it_fail "the command did not say it went by the relay's retention: $(cat "$it_dir/cli.err")"
+[ "$(it_count "type = 'old.day'")" = 0 ] || it_fail "the day's sent row outlived the relays' retention"
 echo ok
