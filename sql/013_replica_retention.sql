@@ -1,18 +1,21 @@
--- 013: how long each relay keeps sent rows (its OUTBOX_RETENTION, in
--- milliseconds; 0: no history), recorded in the registry at every
--- heartbeat (NULL: a relay older than this migration).
+-- 013: how long each relay keeps sent and failed rows (its
+-- OUTBOX_RETENTION and OUTBOX_FAILED_RETENTION, in milliseconds; 0: no
+-- history, and failed rows kept for good), recorded in the registry at
+-- every heartbeat (NULL: a relay older than this migration).
 --
--- Each relay's cleaner deletes sent rows past its own retention, so the
--- table keeps them as long as the shortest of them. An ordered redrive
--- refuses a keyed row finished longer ago than that (a later row of its
--- key may have been sent and deleted since), and `redrive --status sent`
--- warns that a range starting before it finds only what is left; the
--- command read its own OUTBOX_RETENTION, which an operator's shell rarely
--- sets as the relays' deployment does. It now takes the shortest of its
--- own and every registered relay's (docs/design.md §6, "Redrive").
+-- Each relay's cleaner deletes rows past its own retention, so the table
+-- keeps them as long as the shortest of the live relays'. An ordered
+-- redrive refuses a keyed row finished longer ago than that (a later row
+-- of its key may have been sent and deleted since), `redrive --status
+-- sent` warns that a range starting before it finds only what is left,
+-- and `migrate --partition` drops the days past it; each read the
+-- command's own settings, which an operator's shell rarely carries as the
+-- relays' deployment does. They now go by the live relays' (docs/design.md
+-- §6, "Redrive").
 --
 -- Lock time: a nullable column without a default is a catalog change
 -- under migrate's lock_timeout, on the registry, a table of a few rows.
--- Expand only: relays of version 012 never read it and name their
+-- Expand only: relays of version 012 never read them and name their
 -- heartbeat's columns.
 ALTER TABLE {{s}}"{{n}}_replicas" ADD COLUMN IF NOT EXISTS retention_ms bigint;
+ALTER TABLE {{s}}"{{n}}_replicas" ADD COLUMN IF NOT EXISTS failed_retention_ms bigint;

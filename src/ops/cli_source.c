@@ -68,10 +68,14 @@ static int tend_partitions(const struct store_options *o,
 	struct partition_result pr;
 	int rc = store_open(&s, o, err, errlen);
 	/* The days the relays keep, not this command's shell's. */
-	if (rc == 0)
-		rc = store_partitions_tend(
-		    s, 2, store_admin_sent_kept(s, cfg->retention_ms),
-		    cfg->failed_retention_ms, &pr, err, errlen);
+	if (rc == 0) {
+		struct store_kept kept = store_admin_kept(
+		    s,
+		    (struct store_kept){.sent_ms = cfg->retention_ms,
+					.failed_ms = cfg->failed_retention_ms});
+		rc = store_partitions_tend(s, 2, kept.sent_ms, kept.failed_ms,
+					   &pr, err, errlen);
+	}
 	store_close(s);
 	if (rc == 0)
 		printf("partitions made ahead: %zu, dropped: %zu, rows "

@@ -393,11 +393,13 @@ static void beat(struct ops_session *o, struct store_options *so, bool draining)
 	/* Without a registry the statement that answers is a plain check,
 	 * which readiness needs all the same. */
 	unsigned present;
+	const struct config *cfg = relay_config(ops.relay);
+	struct store_kept kept = {.sent_ms = cfg->retention_ms,
+				  .failed_ms = cfg->failed_retention_ms};
 	int rc = o->registry
-		     ? store_admin_heartbeat(
-			   o->s, ops.id, OUTBOX_VERSION,
-			   relay_config(ops.relay)->retention_ms, draining,
-			   o->starting, o->err, sizeof(o->err))
+		     ? store_admin_heartbeat(o->s, ops.id, OUTBOX_VERSION, kept,
+					     draining, o->starting, o->err,
+					     sizeof(o->err))
 		     : store_admin_side_tables(o->s, &present, o->err,
 					       sizeof(o->err));
 	/* A failed draining heartbeat is retried with the regular ones, not
@@ -443,7 +445,7 @@ static void refresh_gauges(struct ops_session *o)
 		if (!o->registry)
 			g.live_replicas = 1;
 		publish_gauges(&g);
-		if (o->has_source)
+		if (o->has_source && g.notify_queue_ppm >= 0)
 			relay_note_notify_usage(
 			    o->relay, relay_source_db(o->relay, o->source),
 			    g.notify_queue_ppm);

@@ -423,7 +423,10 @@ int store_redrive(struct store *s, const struct redrive_filter *given,
 	const struct redrive_filter *f = &kept;
 	if ((given->sent && given->since) || (s->opt.ordered && !given->force))
 		kept.sent_kept_ms =
-		    store_admin_sent_kept(s, given->sent_kept_ms);
+		    store_admin_kept(
+			s, (struct store_kept){.sent_ms = given->sent_kept_ms,
+					       .failed_ms = -1})
+			.sent_ms;
 	int rc = 0;
 	char *ids = NULL;
 	*count = 0;

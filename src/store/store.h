@@ -569,27 +569,36 @@ int store_contract_record(const struct store_options *opt, bool contract,
 /* Registry rows silent for this long are deleted by any live replica. */
 #define STORE_ADMIN_PRUNE_AFTER_S 86400
 
+/* How long rows are kept: OUTBOX_RETENTION and OUTBOX_FAILED_RETENTION,
+ * in milliseconds (0: no history; failed rows kept for good). */
+struct store_kept {
+	int64_t sent_ms;
+	int64_t failed_ms;
+};
+
 /*
  * Upserts this replica's registry row: last_seen_at = now(), the version,
- * STORE_PROTOCOL, how long it keeps sent rows (retention_ms, its
- * OUTBOX_RETENTION), state 'draining' or 'alive'. starting resets started_at
+ * STORE_PROTOCOL, how long it keeps rows (kept), state 'draining' or
+ * 'alive'. starting resets started_at
  * (an id is host/pid, which a restarted container may reuse). Also deletes rows
  * silent for STORE_ADMIN_PRUNE_AFTER_S, so the registry does not grow with
  * every deploy.
  */
 int store_admin_heartbeat(struct store *s, const char *id, const char *version,
-			  int64_t retention_ms, bool draining, bool starting,
+			  struct store_kept kept, bool draining, bool starting,
 			  char *err, size_t errlen);
 
 /*
- * How long the table keeps sent rows, for an operator command whose own
- * OUTBOX_RETENTION is own_ms (< 0: none): the shortest retention the
- * relays in the registry record. own_ms counts only where the registry
- * cannot tell: no relay recorded one, or a relay older than the record is
- * registered (then the shorter of the two). Said when it is not own_ms;
- * own_ms, said, when the registry cannot be read (none: silently).
+ * How long the table keeps rows, for an operator command whose own
+ * settings are own (sent_ms < 0: none): the shortest retentions the live
+ * relays record in the registry (a failed retention of 0, kept for good,
+ * the longest). own counts only where the registry cannot tell: no live
+ * relay recorded one (said: none runs, or they heartbeat in another
+ * table's registry), or a live relay older than the record is (then the
+ * shorter of the two). Said when it is not own; own, said, when the
+ * registry cannot be read (none: silently).
  */
-int64_t store_admin_sent_kept(struct store *s, int64_t own_ms);
+struct store_kept store_admin_kept(struct store *s, struct store_kept own);
 
 /* Deletes the registry row id (a replica that stopped cleanly). */
 int store_admin_forget(struct store *s, const char *id, char *err,

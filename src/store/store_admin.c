@@ -23,7 +23,7 @@ void admin_names_of(const struct outbox_table *t, struct names *n)
 }
 
 int store_admin_heartbeat(struct store *s, const char *id, const char *version,
-			  int64_t retention_ms, bool draining, bool starting,
+			  struct store_kept kept, bool draining, bool starting,
 			  char *err, size_t errlen)
 {
 	struct names n;
@@ -34,79 +34,123 @@ int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 	    "WITH pruned AS (DELETE FROM %s WHERE last_seen_at < now() - "
 	    "%d * interval '1 second' AND id <> $1) "
 	    "INSERT INTO %s AS r (id, version, started_at, last_seen_at, "
-	    "state, protocol, retention_ms) VALUES ($1, $2, now(), now(), $3, "
-	    "%d, $5::bigint) "
+	    "state, protocol, retention_ms, failed_retention_ms) VALUES ($1, "
+	    "$2, now(), now(), $3, %d, $5::bigint, $6::bigint) "
 	    "ON CONFLICT (id) DO UPDATE SET version = excluded.version, "
 	    "last_seen_at = now(), state = excluded.state, protocol = "
 	    "excluded.protocol, retention_ms = excluded.retention_ms, "
+	    "failed_retention_ms = excluded.failed_retention_ms, "
 	    "started_at = "
 	    "CASE WHEN $4::boolean THEN now() ELSE r.started_at END",
 	    n.registry, STORE_ADMIN_PRUNE_AFTER_S, n.registry, STORE_PROTOCOL);
-	char kept[24];
-	snprintf(kept, sizeof(kept), "%lld", (long long)retention_ms);
-	const char *values[5] = {id, version, draining ? "draining" : "alive",
-				 starting ? "true" : "false", kept};
-	int rc = store_exec_cmd(s, "registry heartbeat", sql, 5, values, NULL,
+	char sent[24], failed[24];
+	snprintf(sent, sizeof(sent), "%lld", (long long)kept.sent_ms);
+	snprintf(failed, sizeof(failed), "%lld", (long long)kept.failed_ms);
+	const char *values[6] = {id,
+				 version,
+				 draining ? "draining" : "alive",
+				 starting ? "true" : "false",
+				 sent,
+				 failed};
+	int rc = store_exec_cmd(s, "registry heartbeat", sql, 6, values, NULL,
 				err, errlen);
 	free(sql);
 	return rc;
 }
 
+/* The shorter of two failed retentions, 0 (kept for good) the longest. */
+static int64_t shorter_failed(int64_t a, int64_t b)
+{
+	return a <= 0 ? b : b <= 0 ? a : a < b ? a : b;
+}
+
 /*
- * Each relay's cleaner deletes sent rows past its own OUTBOX_RETENTION,
- * so the table keeps them for the shortest of those in the registry
- * (migration 013). An operator's shell rarely carries the deployment's
- * settings: the command's own alone could be a day where the relays keep
- * no history.
+ * Each relay's cleaner deletes rows past its own retention, so the table
+ * keeps them for the shortest of the live relays' (each records its own
+ * at every heartbeat, migration 013). An operator's shell rarely carries
+ * the deployment's settings: its default day beside relays without
+ * history let an ordered redrive through past a later row deleted.
+ * Relays no longer alive do not count: rows of pods replaced since (a
+ * retention raised) would govern for the day until they are pruned, and
+ * a registry the ops session left for another table's keeps them for good.
  */
-int64_t store_admin_sent_kept(struct store *s, int64_t own_ms)
+struct store_kept store_admin_kept(struct store *s, struct store_kept own)
 {
 	char registry[160], why[256];
 	table_derived(&s->table, "_replicas", registry, sizeof(registry));
 	char *sql = store_asprintf(
-	    "SELECT min(retention_ms), count(*) FILTER (WHERE retention_ms IS "
-	    "NULL), (array_agg(id ORDER BY retention_ms NULLS LAST, id))[1] "
-	    "FROM %s",
-	    registry);
+	    "SELECT count(retention_ms), min(retention_ms), count(*) - "
+	    "count(retention_ms), (array_agg(id ORDER BY retention_ms NULLS "
+	    "LAST, id))[1], coalesce(min(failed_retention_ms) FILTER (WHERE "
+	    "failed_retention_ms > 0), 0) FROM %s WHERE last_seen_at > now() "
+	    "- %d * interval '1 second'",
+	    registry, STORE_ADMIN_DEAD_AFTER_S);
+	bool built = sql != NULL;
 	int rc = STORE_ERROR;
-	PGresult *res =
-	    sql ? store_exec(s, "redrive: the relays' retention", sql, 0, NULL,
-			     PGRES_TUPLES_OK, &rc, why, sizeof(why))
-		: NULL;
+	PGresult *res = built
+			    ? store_exec(s, NULL, sql, 0, NULL, PGRES_TUPLES_OK,
+					 &rc, why, sizeof(why))
+			    : NULL;
 	free(sql);
 	if (!res) {
-		if (!sql || !store_err_undefined_table(why))
+		/* A table made by hand may have no registry: nothing to
+		 * read, and nothing to say. */
+		if (!built || !store_err_undefined_table(why))
 			log_fields(LOG_WARN,
-				   "the relays' retention could not be read: "
-				   "this command's OUTBOX_RETENTION is used",
-				   "error", sql ? why : "out of memory", NULL);
-		return own_ms;
+				   "the relays' retention could not be read "
+				   "from the registry: this command's "
+				   "OUTBOX_RETENTION and "
+				   "OUTBOX_FAILED_RETENTION are used",
+				   "error", built ? why : "out of memory",
+				   NULL);
+		return own;
 	}
-	int64_t kept = own_ms;
-	bool recorded = !PQgetisnull(res, 0, 0);
-	int64_t relays =
-	    recorded ? strtoll(PQgetvalue(res, 0, 0), NULL, 10) : -1;
-	bool unknown = strtol(PQgetvalue(res, 0, 1), NULL, 10) > 0;
-	if (recorded &&
-	    (unknown && kept >= 0 ? relays < kept : relays != kept)) {
-		char ms[24];
-		snprintf(ms, sizeof(ms), "%lld", (long long)relays);
-		if (relays < kept || kept < 0)
-			log_fields(LOG_WARN,
-				   "a relay keeps sent rows for less time than "
-				   "this command's OUTBOX_RETENTION says: the "
-				   "command goes by the relay's",
-				   "relay", PQgetvalue(res, 0, 2),
-				   "retention_ms", ms, NULL);
-		else
-			log_fields(
-			    LOG_INFO,
-			    "the relays keep sent rows longer than this "
-			    "command's OUTBOX_RETENTION says: the command "
-			    "goes by the shortest of theirs",
-			    "relay", PQgetvalue(res, 0, 2), "retention_ms", ms,
-			    NULL);
-		kept = relays;
+	struct store_kept kept = own;
+	if (strtol(PQgetvalue(res, 0, 0), NULL, 10) == 0) {
+		log_warn("no live relay records its retention in %s (none "
+			 "runs, or they heartbeat in another table's "
+			 "registry): this command's OUTBOX_RETENTION and "
+			 "OUTBOX_FAILED_RETENTION are used; give it the "
+			 "relays'",
+			 registry);
+		PQclear(res);
+		return own;
+	}
+	struct store_kept relays = {
+	    .sent_ms = strtoll(PQgetvalue(res, 0, 1), NULL, 10),
+	    .failed_ms = strtoll(PQgetvalue(res, 0, 4), NULL, 10)};
+	/* A relay older than the record may keep less than those that say:
+	 * the command's own is its best guess. */
+	bool failed_asked = own.failed_ms >= 0;
+	if (strtol(PQgetvalue(res, 0, 2), NULL, 10) > 0) {
+		if (own.sent_ms >= 0 && own.sent_ms < relays.sent_ms)
+			relays.sent_ms = own.sent_ms;
+		if (failed_asked)
+			relays.failed_ms =
+			    shorter_failed(relays.failed_ms, own.failed_ms);
+	}
+	kept = relays;
+	if (kept.sent_ms != own.sent_ms ||
+	    (failed_asked && kept.failed_ms != own.failed_ms)) {
+		bool less = own.sent_ms < 0 || kept.sent_ms < own.sent_ms ||
+			    (failed_asked &&
+			     shorter_failed(kept.failed_ms, own.failed_ms) !=
+				 own.failed_ms);
+		char sent[24], failed[24];
+		snprintf(sent, sizeof(sent), "%lld", (long long)kept.sent_ms);
+		snprintf(failed, sizeof(failed), "%lld",
+			 (long long)kept.failed_ms);
+		log_fields(less ? LOG_WARN : LOG_INFO,
+			   less ? "a relay keeps rows for less time than this "
+				  "command's OUTBOX_RETENTION or "
+				  "OUTBOX_FAILED_RETENTION says: the command "
+				  "goes by the live relays'"
+				: "the relays keep rows longer than this "
+				  "command's OUTBOX_RETENTION or "
+				  "OUTBOX_FAILED_RETENTION says: the command "
+				  "goes by the live relays'",
+			   "relay", PQgetvalue(res, 0, 3), "retention_ms", sent,
+			   "failed_retention_ms", failed, NULL);
 	}
 	PQclear(res);
 	return kept;
@@ -385,15 +429,16 @@ static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 		      "coalesce((SELECT sum(n_dead_tup) FROM "
 		      "pg_stat_user_tables WHERE relid IN " ADMIN_STATS_OF(
 			  "'%s'::regclass") "), 0), "
-					    "%s, %s, "
-					    "(pg_notification_queue_usage() * "
-					    "1000000)::bigint, "
+					    "%s, %s, %s, "
 					    "least(coalesce(p.low, now()), "
 					    "now())::text, "
 					    "pg_snapshot_xmin(pg_current_"
 					    "snapshot())::text "
 					    "FROM p",
-		      pending, T, claimed, T, T, T, live, blocked)
+		      pending, T, claimed, T, T, T, live, blocked,
+		      s->notify_usage_denied
+			  ? "NULL::bigint"
+			  : "(pg_notification_queue_usage() * 1000000)::bigint")
 		: NULL;
 	PGresult *res = store_exec(s, "gauge query", sql, 0, NULL,
 				   PGRES_TUPLES_OK, &rc, err, errlen);
@@ -412,6 +457,8 @@ static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 		*fields[i] = PQgetisnull(res, 0, i)
 				 ? 0
 				 : strtoll(PQgetvalue(res, 0, i), NULL, 10);
+	if (PQgetisnull(res, 0, 7))
+		g->notify_queue_ppm = -1;
 	keep_count_floors(s, PQgetvalue(res, 0, 8), PQgetvalue(res, 0, 9));
 	if (full) {
 		int64_t ended_ms = clock_ms();
@@ -434,6 +481,23 @@ int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 	if (rc != 0)
 		return rc;
 	rc = count_gauges(s, g, err, errlen);
+	if (rc != 0 && !s->notify_usage_denied && strstr(err, "42501") &&
+	    strstr(err, "pg_notification_queue_usage")) {
+		/* Said once; the other gauges go on without it, as the
+		 * listener does. */
+		log_warn(
+		    "this role may not run pg_notification_queue_usage() "
+		    "(revoked from PUBLIC): outbox_notify_queue_usage_ratio "
+		    "goes without; grant EXECUTE on it to show it");
+		s->notify_usage_denied = true;
+		rc = store_exec_cmd(s, "gauge query", "ROLLBACK", 0, NULL, NULL,
+				    err, errlen);
+		if (rc == 0)
+			rc = store_exec_cmd(s, "gauge query", "BEGIN", 0, NULL,
+					    NULL, err, errlen);
+		if (rc == 0)
+			rc = count_gauges(s, g, err, errlen);
+	}
 	if (rc == 0)
 		rc = horizon_gauges(s, g, err, errlen);
 	if (rc == STORE_RECONNECT)

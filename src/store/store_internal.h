@@ -237,6 +237,9 @@ struct store {
 	 * listed the days past retention, before it drops any. */
 	void (*partitions_listed)(void *arg);
 	void *partitions_listed_arg;
+	/* The gauge query's role may not run pg_notification_queue_usage()
+	 * (revoked from PUBLIC): the query goes on without it. */
+	bool notify_usage_denied;
 	/* The table has no control table: ST_CONTROL reads no pauses. */
 	bool control_off;
 	char *sql[ST_COUNT];	     /* NULL until first used (store_sql) */

@@ -128,7 +128,8 @@ static int status_database(struct status_ctx *c)
 	return section(
 	    c, "replicas", true,
 	    store_asprintf(
-		"SELECT id, version, protocol, retention_ms, state, "
+		"SELECT id, version, protocol, retention_ms, "
+		"failed_retention_ms, state, "
 		"last_seen_at > %s AS alive, "
 		"%s AS started_at, %s AS up_seconds, %s AS last_seen_at, "
 		"%s AS last_seen_seconds_ago FROM %s "

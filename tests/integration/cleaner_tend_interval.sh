@@ -30,6 +30,7 @@ it_psql "CREATE TABLE $day PARTITION OF $OUTBOX_TABLE FOR VALUES FROM ('$lo') TO
 psql "$RELAY_TEST_DATABASE_URL" -X -q -c "BEGIN; LOCK TABLE $day IN ACCESS SHARE MODE;
   SELECT pg_sleep(40); COMMIT" >/dev/null 2>&1 &
 holder=$!
+it_pids+=("$holder")
 held() {
 	[ "$(it_psql "SELECT count(*) FROM pg_locks WHERE relation = '$day'::regclass AND granted")" -ge 1 ]
 }

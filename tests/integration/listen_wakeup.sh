@@ -88,15 +88,17 @@ it_stop "$pid"
 # A role that may not read the notification queue's usage (the function
 # revoked, in a database of the test's own): the listener goes on
 # listening without the gauge. It reconnected for it, every 5 s, each
-# reconnect waking every table.
+# reconnect waking every table. The ops session's gauges go on without
+# it too, where every gauge query failed.
 role="listen_plain_$$"
 db="listen_plain_$$"
+drop_plain() {
+	it_psql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+	it_psql "DROP ROLE IF EXISTS $role" >/dev/null 2>&1 || true
+}
+trap 'drop_plain; it_cleanup' EXIT
 it_psql "CREATE ROLE $role LOGIN PASSWORD 'outbox-test-secret'" >/dev/null
 it_psql "CREATE DATABASE $db OWNER $role" >/dev/null
-drop_plain() {
-	it_psql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
-	it_psql "DROP ROLE IF EXISTS $role" >/dev/null
-}
 url_plain=$(sed "s|//outbox:|//$role:|; s|/[^/?]*\$|/$db|" <<<"$RELAY_TEST_DATABASE_URL")
 psql "${RELAY_TEST_DATABASE_URL%/*}/$db" -X -q -v ON_ERROR_STOP=1 \
 	-c "REVOKE EXECUTE ON FUNCTION pg_notification_queue_usage() FROM PUBLIC" ||
@@ -119,6 +121,12 @@ sleep 0.5
 t=$(RELAY_TEST_DATABASE_URL="$url_plain" OUTBOX_TABLE=outbox_events \
 	ops_insert_and_time 5 "$it_dir/plain.out" listen.plain)
 awk -v t="$t" 'BEGIN { exit !(t < 1) }' || it_fail "without the queue's usage the event took ${t}s"
+# Gauges refreshed every 5 s: a backlog of 3 shows.
+psql "$url_plain" -X -q -v ON_ERROR_STOP=1 -c "INSERT INTO outbox_events (type, payload, next_attempt_at)
+  SELECT 'listen.later', '{}', now() + interval '1 hour' FROM generate_series(1, 3)" >/dev/null
+ops_wait_metric 15 outbox_backlog_events 'v == 3'
+grep -q '"gauge query failed' "$it_dir/plain.log" && it_fail "the gauge query failed: $(grep '"gauge query failed' "$it_dir/plain.log" | head -1)"
+[ "$(grep -c 'may not run pg_notification_queue_usage' "$it_dir/plain.log")" = 1 ] ||
+	it_fail "the gauges' missing function was not said once"
 it_stop "$pid"
-drop_plain
 echo "ok"

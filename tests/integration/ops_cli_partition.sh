@@ -193,9 +193,9 @@ it_psql "INSERT INTO ${OUTBOX_TABLE}_replicas (id, version, started_at, last_see
   VALUES ('r/1', 'x', now(), now(), 'alive', 1, 3600000)" >/dev/null
 OUTBOX_RETENTION=30d OUTBOX_LISTEN=on ops_cli migrate --partition
 [ "$ops_rc" = 0 ] || it_fail "migrate --partition beside a relay of an hour exited $ops_rc: $(cat "$it_dir/cli.err")"
-grep -q '^partitions made ahead: 0, dropped: 1, ' "$it_dir/cli.out" ||
+grep -q '^partitions made ahead: [012], dropped: 1, ' "$it_dir/cli.out" ||
 	it_fail "the relays' hour did not drop the day: $(cat "$it_dir/cli.out")"
-grep -q 'a relay keeps sent rows for less time than this command' "$it_dir/cli.err" ||
+grep -q 'a relay keeps rows for less time than this command' "$it_dir/cli.err" ||
 	it_fail "the command did not say it went by the relay's retention: $(cat "$it_dir/cli.err")"
 [ "$(it_count "type = 'old.day'")" = 0 ] || it_fail "the day's sent row outlived the relays' retention"
 echo ok

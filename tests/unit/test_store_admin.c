@@ -106,8 +106,10 @@ static int teardown(void **state)
 static void heartbeat(struct fixture *f, const char *id, bool draining,
 		      bool starting)
 {
-	if (store_admin_heartbeat(f->s, id, "9.9.9", 86400000, draining,
-				  starting, err, sizeof(err)) != 0)
+	struct store_kept kept = {.sent_ms = 86400000,
+				  .failed_ms = 7 * 86400000LL};
+	if (store_admin_heartbeat(f->s, id, "9.9.9", kept, draining, starting,
+				  err, sizeof(err)) != 0)
 		fail_msg("heartbeat: %s", err);
 }
 
@@ -182,7 +184,8 @@ static void test_registry(void **state)
 				     "SELECT count(*) FROM %s "
 				     "WHERE state = 'alive' AND "
 				     "version = '9.9.9' AND protocol = %d "
-				     "AND retention_ms = 86400000",
+				     "AND retention_ms = 86400000 AND "
+				     "failed_retention_ms = 604800000",
 				     reg, STORE_PROTOCOL),
 			 2);
 	assert_int_equal(gauges(f).live_replicas, 2);
@@ -234,6 +237,7 @@ static void test_registry(void **state)
 	assert_true(num(b, "last_seen_seconds_ago") >= 16);
 	assert_true(num(a, "up_seconds") >= 3540);
 	assert_true(num(a, "retention_ms") == 86400000);
+	assert_true(num(a, "failed_retention_ms") == 604800000);
 	cJSON_Delete(st);
 
 	/* Rows silent for a day are pruned by anyone's heartbeat. */
@@ -251,6 +255,64 @@ static void test_registry(void **state)
 	assert_int_equal(pgtest_long(f->conn, "SELECT count(*) FROM %s", reg),
 			 0);
 	assert_int_equal(gauges(f).live_replicas, 0);
+}
+
+#define HOUR_MS INT64_C(3600000)
+
+static struct store_kept kept_of(struct fixture *f, int64_t sent_ms,
+				 int64_t failed_ms)
+{
+	return store_admin_kept(
+	    f->s,
+	    (struct store_kept){.sent_ms = sent_ms, .failed_ms = failed_ms});
+}
+
+/* A relay in the registry keeping rows sent_ms and failed_ms ("NULL": a
+ * relay older than the record), seen secs_ago. */
+static void registered(struct fixture *f, const char *reg, const char *id,
+		       const char *sent_ms, const char *failed_ms, int secs_ago)
+{
+	pgtest_exec(
+	    f->conn,
+	    "INSERT INTO %s (id, version, started_at, last_seen_at, "
+	    "state, protocol, retention_ms, failed_retention_ms) VALUES "
+	    "('%s', 'x', now(), now() - %d * interval '1 second', "
+	    "'alive', 1, %s, %s)",
+	    reg, id, secs_ago, sent_ms, failed_ms);
+}
+
+/* What operator commands go by: the shortest retentions of the live
+ * relays (a failed retention of 0, kept for good, the longest), the
+ * command's own only where the registry cannot tell. */
+static void test_kept_by_live_relays(void **state)
+{
+	struct fixture *f = *state;
+	char reg[160];
+	table_derived(&f->t, "_replicas", reg, sizeof(reg));
+	/* None registered: the command's own. */
+	struct store_kept k = kept_of(f, 24 * HOUR_MS, 168 * HOUR_MS);
+	assert_true(k.sent_ms == 24 * HOUR_MS && k.failed_ms == 168 * HOUR_MS);
+	/* A relay gone a minute ago (a pod replaced when the retention was
+	 * raised) does not count. */
+	registered(f, reg, "gone/1", "0", "3600000", 60);
+	k = kept_of(f, 24 * HOUR_MS, 168 * HOUR_MS);
+	assert_true(k.sent_ms == 24 * HOUR_MS && k.failed_ms == 168 * HOUR_MS);
+	/* Live relays: the shortest of theirs, longer or shorter than the
+	 * command's own; one keeping failed rows for good keeps none of
+	 * them longer than another's 3 days. */
+	registered(f, reg, "a/1", "3600000", "0", 0);
+	registered(f, reg, "b/1", "604800000", "259200000", 0);
+	k = kept_of(f, 24 * HOUR_MS, 168 * HOUR_MS);
+	assert_true(k.sent_ms == HOUR_MS && k.failed_ms == 72 * HOUR_MS);
+	k = kept_of(f, 0, 0);
+	assert_true(k.sent_ms == HOUR_MS && k.failed_ms == 72 * HOUR_MS);
+	/* Beside a live relay older than the record, the command's own
+	 * counts where it is shorter. */
+	registered(f, reg, "old/1", "NULL", "NULL", 0);
+	k = kept_of(f, 24 * HOUR_MS, 24 * HOUR_MS);
+	assert_true(k.sent_ms == HOUR_MS && k.failed_ms == 24 * HOUR_MS);
+	k = kept_of(f, 0, 168 * HOUR_MS);
+	assert_true(k.sent_ms == 0 && k.failed_ms == 72 * HOUR_MS);
 }
 
 /* Rows in every state: 3 pending (one created an hour ago, one not due),
@@ -1346,8 +1408,8 @@ static void test_lost_session(void **state)
 	int rc = store_admin_gauges(gone, &g, err, sizeof(err));
 	assert_int_equal(rc, STORE_RECONNECT);
 	assert_non_null(strstr(err, "gauge query"));
-	rc = store_admin_heartbeat(gone, "x/1", "1", 0, false, true, err,
-				   sizeof(err));
+	rc = store_admin_heartbeat(gone, "x/1", "1", (struct store_kept){0},
+				   false, true, err, sizeof(err));
 	assert_int_equal(rc, STORE_RECONNECT);
 	store_close(gone);
 }
@@ -1356,6 +1418,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_registry, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_kept_by_live_relays, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_contract_steps, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_gauges, setup, teardown),
