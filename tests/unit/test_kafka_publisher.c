@@ -347,6 +347,18 @@ static void test_broker_refuses_size(void **unused)
 	fixture_done(&f);
 }
 
+/* n records of one key held back by a long linger until the flush, so
+ * that they go as one partition's batch in one request, which the broker
+ * refuses as too large. */
+static void batch_to_be_refused(struct fixture *f, size_t n)
+{
+	fixture_init(f, 10000, "linger.ms", "5000");
+	for (size_t i = 0; i < n; i++)
+		f->ev[i].partition_key = "k1";
+	rd_kafka_mock_push_request_errors(cluster(f), API_PRODUCE, 1,
+					  RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+}
+
 /* The broker refuses a whole record batch as too large (a topic's
  * max.message.bytes below what the producer batched): every record of it
  * is reported so, and each goes again alone, where they all pass. Failing
@@ -357,13 +369,7 @@ static void test_batch_refused_as_too_large(void **unused)
 	struct tctx t;
 
 	(void)unused;
-	/* A long linger and one key: nothing leaves before the flush, and
-	 * the records are one partition's batch, one request. */
-	fixture_init(&f, 10000, "linger.ms", "5000");
-	for (size_t i = 0; i < 6; i++)
-		f.ev[i].partition_key = "k1";
-	rd_kafka_mock_push_request_errors(cluster(&f), API_PRODUCE, 1,
-					  RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+	batch_to_be_refused(&f, 6);
 	t = tctx_new(f.pub, 10000);
 	assert_int_equal(publish(&f, 6, &t), 0);
 	for (size_t i = 0; i < 6; i++)
@@ -391,11 +397,7 @@ static void test_batch_refused_not_sent_again(void **unused)
 	struct tctx t;
 
 	(void)unused;
-	fixture_init(&f, 10000, "linger.ms", "5000");
-	for (size_t i = 0; i < 4; i++)
-		f.ev[i].partition_key = "k1";
-	rd_kafka_mock_push_request_errors(cluster(&f), API_PRODUCE, 1,
-					  RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+	batch_to_be_refused(&f, 4);
 	t = tctx_new(f.pub, 10000);
 	t.sends_allowed = 4; /* the first produce of each, not again */
 	assert_int_equal(publish(&f, 4, &t), 0);

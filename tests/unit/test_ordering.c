@@ -995,6 +995,18 @@ static struct store *a1_failed_a2_sent(const char *prefix, char *table,
 	return s;
 }
 
+/* f redrives a1 alone, which the next lease takes; then s and c close. */
+static void redrive_a1_and_close(struct store *s,
+				 const struct redrive_filter *f, PGconn *c)
+{
+	size_t count;
+	assert_int_equal(store_redrive(s, f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	expect_batch(s, "a1");
+	store_close(s);
+	PQfinish(c);
+}
+
 static void test_redrive_refuses_to_reorder(void **state)
 {
 	(void)state;
@@ -1053,11 +1065,7 @@ static void test_redrive_refuses_past_retention(void **state)
 			 1);
 	pgtest_exec(c, "UPDATE %s SET finished_at = now() WHERE subject = 'a1'",
 		    table);
-	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
-	assert_int_equal(count, 1);
-	expect_batch(s, "a1");
-	store_close(s);
-	PQfinish(c);
+	redrive_a1_and_close(s, &f, c);
 }
 
 /* The retention the check goes by is the relays' (each records its own
@@ -1111,11 +1119,7 @@ static void test_redrive_goes_by_relays_retention(void **state)
 		    "UPDATE %s SET finished_at = now() - interval '2 days' "
 		    "WHERE subject = 'a1'",
 		    table);
-	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
-	assert_int_equal(count, 1);
-	expect_batch(s, "a1");
-	store_close(s);
-	PQfinish(c);
+	redrive_a1_and_close(s, &f, c);
 }
 
 /* A redrive locks the key's next row only, the one row a lease could be

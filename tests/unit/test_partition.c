@@ -602,6 +602,22 @@ static void test_partitions_by_the_day(void **state)
 	PQfinish(c);
 }
 
+/* A fresh table (prefix), partitioned as migrate --partition makes it,
+ * with a store on it; t its parsed name, *c a connection of the test's. */
+static struct store *partitioned(const char *prefix, char *table,
+				 size_t tablelen, struct outbox_table *t,
+				 PGconn **c)
+{
+	pgtest_fresh_table(prefix, table, tablelen);
+	assert_int_equal(table_parse(table, t, err, sizeof(err)), 0);
+	*c = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = pgtest_store(&o);
+	if (store_partition_unrecorded(*c, t, err, sizeof(err)) != 0)
+		fail_msg("partition: %s", err);
+	return s;
+}
+
 /* While another session holds the cleaner's lock (a replica's cleaner
  * making fewer days ahead than migrate --partition), a tend makes
  * nothing and says so (busy: run it again); once the lock is free, it
@@ -611,13 +627,9 @@ static void test_tend_behind_another_cleaner(void **state)
 	(void)state;
 	char table[128];
 	struct outbox_table t;
-	pgtest_fresh_table("part_busy", table, sizeof(table));
-	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
-	PGconn *c = pgtest_connect();
-	struct store_options o = pgtest_store_options(table);
-	struct store *s = pgtest_store(&o);
-	if (store_partition_unrecorded(c, &t, err, sizeof(err)) != 0)
-		fail_msg("partition: %s", err);
+	PGconn *c;
+	struct store *s =
+	    partitioned("part_busy", table, sizeof(table), &t, &c);
 
 	pgtest_exec(c, "BEGIN");
 	pgtest_exec(c, "SELECT pg_advisory_xact_lock(%d, hashtext(%s))",
@@ -663,13 +675,9 @@ static void test_day_dropped_by_another_replica(void **state)
 	(void)state;
 	char table[128], los[3][40], tags[3][16];
 	struct outbox_table t;
-	pgtest_fresh_table("part_gone", table, sizeof(table));
-	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
-	PGconn *c = pgtest_connect();
-	struct store_options o = pgtest_store_options(table);
-	struct store *s = pgtest_store(&o);
-	if (store_partition_unrecorded(c, &t, err, sizeof(err)) != 0)
-		fail_msg("partition: %s", err);
+	PGconn *c;
+	struct store *s =
+	    partitioned("part_gone", table, sizeof(table), &t, &c);
 	for (int i = 0; i < 3; i++)
 		day_of(c, i - 5, los[i], tags[i]);
 	for (int i = 0; i < 2; i++)
@@ -687,9 +695,11 @@ static void test_day_dropped_by_another_replica(void **state)
 	assert_int_equal(other.calls, 1);
 	assert_int_equal(r.dropped, 1);
 	assert_int_equal(pgtest_long(c,
-				     "SELECT count(*) FROM pg_class WHERE "
-				     "relname IN ('%s_p%s', '%s_p%s')",
-				     t.name, tags[0], t.name, tags[1]),
+				     "SELECT count(to_regclass(p)) FROM "
+				     "(VALUES ('%s\"%s_p%s\"'), "
+				     "('%s\"%s_p%s\"')) v(p)",
+				     t.prefix, t.name, tags[0], t.prefix,
+				     t.name, tags[1]),
 			 0);
 	store_close(s);
 	PQfinish(c);
