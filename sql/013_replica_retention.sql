@@ -4,13 +4,13 @@
 -- every heartbeat (NULL: a relay older than this migration).
 --
 -- Each relay's cleaner deletes rows past its own retention, so the table
--- keeps them as long as the shortest of the live relays'. An ordered
+-- keeps them as long as the shortest of the relays'. An ordered
 -- redrive refuses a keyed row finished longer ago than that (a later row
 -- of its key may have been sent and deleted since), `redrive --status
 -- sent` warns that a range starting before it finds only what is left,
 -- and `migrate --partition` drops the days past it; each read the
 -- command's own settings, which an operator's shell rarely carries as the
--- relays' deployment does. They now go by the live relays' (docs/design.md
+-- relays' deployment does. They now go by the relays' (docs/design.md
 -- §6, "Redrive").
 --
 -- Lock time: a nullable column without a default is a catalog change

@@ -69,10 +69,12 @@ static int tend_partitions(const struct store_options *o,
 	int rc = store_open(&s, o, err, errlen);
 	/* The days the relays keep, not this command's shell's. */
 	if (rc == 0) {
-		struct store_kept kept = store_admin_kept(
-		    s,
-		    (struct store_kept){.sent_ms = cfg->retention_ms,
-					.failed_ms = cfg->failed_retention_ms});
+		/* What the running relays keep, which the drops must not
+		 * cut. */
+		struct store_kept own = {.sent_ms = cfg->retention_ms,
+					 .failed_ms = cfg->failed_retention_ms};
+		struct store_kept kept =
+		    store_admin_kept(s, own, STORE_KEPT_LIVE);
 		rc = store_partitions_tend(s, 2, kept.sent_ms, kept.failed_ms,
 					   &pr, err, errlen);
 	}

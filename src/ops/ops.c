@@ -243,8 +243,9 @@ struct ops_session {
 	struct store *s;
 	bool connected, starting, draining_sent;
 	bool gauges_failing, beat_failing;
-	bool side_checked; /* the side tables were looked at (and told) */
-	bool registry;	   /* the replica registry table exists */
+	bool notify_unread; /* the last gauges lacked the NOTIFY queue's */
+	bool side_checked;  /* the side tables were looked at (and told) */
+	bool registry;	    /* the replica registry table exists */
 	int64_t next_beat, next_gauges, next_connect;
 	/* The pending index's counters at the last gauge refresh, and what
 	 * the gauge statements themselves added to them then. */
@@ -445,10 +446,14 @@ static void refresh_gauges(struct ops_session *o)
 		if (!o->registry)
 			g.live_replicas = 1;
 		publish_gauges(&g);
-		if (o->has_source && g.notify_queue_ppm >= 0)
+		/* Unread (the function refused): 0 once, not a value
+		 * frozen from before, which could hold the alert on. */
+		if (o->has_source &&
+		    (g.notify_queue_ppm >= 0 || !o->notify_unread))
 			relay_note_notify_usage(
 			    o->relay, relay_source_db(o->relay, o->source),
-			    g.notify_queue_ppm);
+			    g.notify_queue_ppm >= 0 ? g.notify_queue_ppm : 0);
+		o->notify_unread = g.notify_queue_ppm < 0;
 		int64_t idx[3] = {g.pending_idx_scans, g.pending_idx_read,
 				  g.pending_idx_fetched};
 		int64_t per_scan = o->idx_known

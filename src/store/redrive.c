@@ -421,12 +421,16 @@ int store_redrive(struct store *s, const struct redrive_filter *given,
 {
 	struct redrive_filter kept = *given;
 	const struct redrive_filter *f = &kept;
-	if ((given->sent && given->since) || (s->opt.ordered && !given->force))
+	if ((given->sent && given->since) ||
+	    (s->opt.ordered && !given->force)) {
+		/* Since when a later row of a key may have been deleted:
+		 * every relay's retention, a stopped one's counted from its
+		 * last heartbeat. */
+		struct store_kept own = {.sent_ms = given->sent_kept_ms,
+					 .failed_ms = -1};
 		kept.sent_kept_ms =
-		    store_admin_kept(
-			s, (struct store_kept){.sent_ms = given->sent_kept_ms,
-					       .failed_ms = -1})
-			.sent_ms;
+		    store_admin_kept(s, own, STORE_KEPT_SINCE).sent_ms;
+	}
 	int rc = 0;
 	char *ids = NULL;
 	*count = 0;

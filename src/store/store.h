@@ -588,17 +588,29 @@ int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 			  struct store_kept kept, bool draining, bool starting,
 			  char *err, size_t errlen);
 
+/* What an operator command asks of the relays' retentions. */
+enum store_kept_for {
+	/* Since when a row may have been deleted (a redrive's check):
+	 * every relay in the registry, one stopped since counted by its
+	 * retention grown by the time since its last heartbeat. */
+	STORE_KEPT_SINCE,
+	/* What the running relays keep, which a drop must not cut: the
+	 * relays seen within STORE_ADMIN_DEAD_AFTER_S. */
+	STORE_KEPT_LIVE,
+};
+
 /*
  * How long the table keeps rows, for an operator command whose own
- * settings are own (sent_ms < 0: none): the shortest retentions the live
- * relays record in the registry (a failed retention of 0, kept for good,
- * the longest). own counts only where the registry cannot tell: no live
- * relay recorded one (said: none runs, or they heartbeat in another
- * table's registry), or a live relay older than the record is (then the
- * shorter of the two). Said when it is not own; own, said, when the
- * registry cannot be read (none: silently).
+ * settings are own (sent_ms < 0: none; failed_ms < 0: not asked, -1
+ * returned): the shortest retentions the relays record in the registry
+ * (a failed retention of 0, kept for good, the longest). own counts only
+ * where the registry cannot tell: no relay recorded one (said), or one
+ * of a version before the record is there (then the shorter of the two).
+ * Said when it is not own; own, said, when the registry cannot be read
+ * (none: silently).
  */
-struct store_kept store_admin_kept(struct store *s, struct store_kept own);
+struct store_kept store_admin_kept(struct store *s, struct store_kept own,
+				   enum store_kept_for asked);
 
 /* Deletes the registry row id (a replica that stopped cleanly). */
 int store_admin_forget(struct store *s, const char *id, char *err,

@@ -64,27 +64,65 @@ static int64_t shorter_failed(int64_t a, int64_t b)
 	return a <= 0 ? b : b <= 0 ? a : a < b ? a : b;
 }
 
+/* One retention the registry gave: value, by whom ("this command" when
+ * the command's own). */
+struct kept_one {
+	int64_t ms;
+	char by[72];
+};
+
+/* The command's own beside relays that record none (older than
+ * migration 013): the shorter of the two, theirs unknown. */
+static void own_if_shorter(struct kept_one *k, int64_t own, bool failed)
+{
+	bool shorter = failed
+			   ? shorter_failed(k->ms, own) == own && own != k->ms
+			   : own < k->ms;
+	if (own >= 0 && shorter) {
+		k->ms = own;
+		snprintf(k->by, sizeof(k->by), "this command");
+	}
+}
+
 /*
- * Each relay's cleaner deletes rows past its own retention, so the table
- * keeps them for the shortest of the live relays' (each records its own
- * at every heartbeat, migration 013). An operator's shell rarely carries
+ * Each relay's cleaner deletes rows past its own retention (recorded at
+ * every heartbeat, migration 013), and an operator's shell rarely carries
  * the deployment's settings: its default day beside relays without
  * history let an ordered redrive through past a later row deleted.
- * Relays no longer alive do not count: rows of pods replaced since (a
- * retention raised) would govern for the day until they are pruned, and
- * a registry the ops session left for another table's keeps them for good.
+ * STORE_KEPT_SINCE (the redrive's question: since when may a row have
+ * been deleted?) counts every relay in the registry, a stopped one's
+ * retention grown by the time since its last heartbeat: it deleted by it
+ * until then, crashed or not (only a day's silence prunes it). STORE_KEPT_LIVE
+ * (what the running relays keep, which a drop must not cut) counts the
+ * relays seen within STORE_ADMIN_DEAD_AFTER_S.
  */
-struct store_kept store_admin_kept(struct store *s, struct store_kept own)
+struct store_kept store_admin_kept(struct store *s, struct store_kept own,
+				   enum store_kept_for asked)
 {
 	char registry[160], why[256];
 	table_derived(&s->table, "_replicas", registry, sizeof(registry));
+	char live[64], w[64] = "true", age[160] = "0";
+	snprintf(live, sizeof(live),
+		 "last_seen_at > now() - %d * interval '1 second'",
+		 STORE_ADMIN_DEAD_AFTER_S);
+	/* A live relay deletes by its retention now: no silence to add. */
+	if (asked == STORE_KEPT_LIVE)
+		snprintf(w, sizeof(w), "%s", live);
+	else
+		snprintf(age, sizeof(age),
+			 "CASE WHEN %s THEN 0 ELSE (extract(epoch FROM now() - "
+			 "last_seen_at) * 1000)::bigint END",
+			 live);
 	char *sql = store_asprintf(
-	    "SELECT count(retention_ms), min(retention_ms), count(*) - "
-	    "count(retention_ms), (array_agg(id ORDER BY retention_ms NULLS "
-	    "LAST, id))[1], coalesce(min(failed_retention_ms) FILTER (WHERE "
-	    "failed_retention_ms > 0), 0) FROM %s WHERE last_seen_at > now() "
-	    "- %d * interval '1 second'",
-	    registry, STORE_ADMIN_DEAD_AFTER_S);
+	    "SELECT count(*), count(retention_ms), min(retention_ms + a), "
+	    "(array_agg(id ORDER BY retention_ms + a, id) FILTER (WHERE "
+	    "retention_ms IS NOT NULL))[1], count(*) - count(retention_ms), "
+	    "count(failed_retention_ms), min(failed_retention_ms + a) FILTER "
+	    "(WHERE failed_retention_ms > 0), (array_agg(id ORDER BY "
+	    "failed_retention_ms + a, id) FILTER (WHERE failed_retention_ms > "
+	    "0))[1], count(*) - count(failed_retention_ms) FROM (SELECT id, "
+	    "retention_ms, failed_retention_ms, %s AS a FROM %s WHERE %s) r",
+	    age, registry, w);
 	bool built = sql != NULL;
 	int rc = STORE_ERROR;
 	PGresult *res = built
@@ -92,67 +130,101 @@ struct store_kept store_admin_kept(struct store *s, struct store_kept own)
 					 &rc, why, sizeof(why))
 			    : NULL;
 	free(sql);
+	bool failed_asked = own.failed_ms >= 0;
+	const char *settings = failed_asked ? "OUTBOX_RETENTION and "
+					      "OUTBOX_FAILED_RETENTION"
+					    : "OUTBOX_RETENTION";
 	if (!res) {
 		/* A table made by hand may have no registry: nothing to
 		 * read, and nothing to say. */
 		if (!built || !store_err_undefined_table(why))
 			log_fields(LOG_WARN,
 				   "the relays' retention could not be read "
-				   "from the registry: this command's "
-				   "OUTBOX_RETENTION and "
-				   "OUTBOX_FAILED_RETENTION are used",
-				   "error", built ? why : "out of memory",
-				   NULL);
+				   "from the registry: this command's own is "
+				   "used",
+				   "settings", settings, "error",
+				   built ? why : "out of memory", NULL);
 		return own;
 	}
-	struct store_kept kept = own;
-	if (strtol(PQgetvalue(res, 0, 0), NULL, 10) == 0) {
-		log_warn("no live relay records its retention in %s (none "
-			 "runs, or they heartbeat in another table's "
-			 "registry): this command's OUTBOX_RETENTION and "
-			 "OUTBOX_FAILED_RETENTION are used; give it the "
-			 "relays'",
-			 registry);
+	long relays = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+	long recorded = strtol(PQgetvalue(res, 0, 1), NULL, 10);
+	if (recorded == 0) {
+		log_fields(LOG_WARN,
+			   relays == 0
+			       ? (asked == STORE_KEPT_LIVE
+				      ? "no relay runs on this table (or, "
+					"with several tables a relay, their "
+					"heartbeats go to another table's "
+					"registry): this command's own "
+					"retention is used; give it the "
+					"relays'"
+				      : "no relay ran on this table within a "
+					"day (or, with several tables a relay, "
+					"their heartbeats go to another "
+					"table's registry): this command's own "
+					"retention is used; give it the "
+					"relays'")
+			       : "the relays in the registry are older than "
+				 "migration 013's record of their retention: "
+				 "this command's own is used; give it the "
+				 "relays'",
+			   "settings", settings, "registry", registry, NULL);
 		PQclear(res);
 		return own;
 	}
-	struct store_kept relays = {
-	    .sent_ms = strtoll(PQgetvalue(res, 0, 1), NULL, 10),
-	    .failed_ms = strtoll(PQgetvalue(res, 0, 4), NULL, 10)};
-	/* A relay older than the record may keep less than those that say:
-	 * the command's own is its best guess. */
-	bool failed_asked = own.failed_ms >= 0;
-	if (strtol(PQgetvalue(res, 0, 2), NULL, 10) > 0) {
-		if (own.sent_ms >= 0 && own.sent_ms < relays.sent_ms)
-			relays.sent_ms = own.sent_ms;
-		if (failed_asked)
-			relays.failed_ms =
-			    shorter_failed(relays.failed_ms, own.failed_ms);
+	struct kept_one sent = {.ms = strtoll(PQgetvalue(res, 0, 2), NULL, 10)};
+	snprintf(sent.by, sizeof(sent.by), "%s", PQgetvalue(res, 0, 3));
+	if (strtol(PQgetvalue(res, 0, 4), NULL, 10) > 0)
+		own_if_shorter(&sent, own.sent_ms, false);
+	/* Failed rows: 0 (kept for good) unless a relay keeps them less;
+	 * the command's own where none recorded one. */
+	struct kept_one failed = {.ms = 0};
+	if (!PQgetisnull(res, 0, 6)) {
+		failed.ms = strtoll(PQgetvalue(res, 0, 6), NULL, 10);
+		snprintf(failed.by, sizeof(failed.by), "%s",
+			 PQgetvalue(res, 0, 7));
+	} else {
+		snprintf(failed.by, sizeof(failed.by), "%s",
+			 strtol(PQgetvalue(res, 0, 5), NULL, 10) > 0
+			     ? "every relay"
+			     : "this command");
 	}
-	kept = relays;
-	if (kept.sent_ms != own.sent_ms ||
-	    (failed_asked && kept.failed_ms != own.failed_ms)) {
-		bool less = own.sent_ms < 0 || kept.sent_ms < own.sent_ms ||
-			    (failed_asked &&
-			     shorter_failed(kept.failed_ms, own.failed_ms) !=
-				 own.failed_ms);
-		char sent[24], failed[24];
-		snprintf(sent, sizeof(sent), "%lld", (long long)kept.sent_ms);
-		snprintf(failed, sizeof(failed), "%lld",
-			 (long long)kept.failed_ms);
-		log_fields(less ? LOG_WARN : LOG_INFO,
-			   less ? "a relay keeps rows for less time than this "
-				  "command's OUTBOX_RETENTION or "
-				  "OUTBOX_FAILED_RETENTION says: the command "
-				  "goes by the live relays'"
-				: "the relays keep rows longer than this "
-				  "command's OUTBOX_RETENTION or "
-				  "OUTBOX_FAILED_RETENTION says: the command "
-				  "goes by the live relays'",
-			   "relay", PQgetvalue(res, 0, 3), "retention_ms", sent,
-			   "failed_retention_ms", failed, NULL);
-	}
+	if (strtol(PQgetvalue(res, 0, 5), NULL, 10) == 0)
+		failed.ms = own.failed_ms;
+	else if (strtol(PQgetvalue(res, 0, 8), NULL, 10) > 0)
+		own_if_shorter(&failed, own.failed_ms, true);
 	PQclear(res);
+
+	struct store_kept kept = {.sent_ms = sent.ms,
+				  .failed_ms = failed_asked ? failed.ms : -1};
+	bool sent_differs = sent.ms != own.sent_ms;
+	bool failed_differs = failed_asked && failed.ms != own.failed_ms;
+	if (sent_differs || failed_differs) {
+		bool less =
+		    own.sent_ms < 0 || sent.ms < own.sent_ms ||
+		    (failed_differs &&
+		     shorter_failed(failed.ms, own.failed_ms) == failed.ms);
+		char sent_ms[24], failed_ms[24];
+		snprintf(sent_ms, sizeof(sent_ms), "%lld", (long long)sent.ms);
+		snprintf(failed_ms, sizeof(failed_ms), "%lld",
+			 (long long)failed.ms);
+		const char *msg = less ? "the relays keep rows for less time "
+					 "than this command's own settings "
+					 "say: the command goes by theirs"
+				       : "the relays keep rows longer than "
+					 "this command's own settings say: "
+					 "the command goes by theirs";
+		enum log_level level = less ? LOG_WARN : LOG_INFO;
+		if (failed_asked)
+			log_fields(level, msg, "settings", settings,
+				   "retention_ms", sent_ms, "retention_of",
+				   sent.by, "failed_retention_ms", failed_ms,
+				   "failed_retention_of", failed.by, NULL);
+		else
+			log_fields(level, msg, "settings", settings,
+				   "retention_ms", sent_ms, "retention_of",
+				   sent.by, NULL);
+	}
 	return kept;
 }
 
@@ -394,6 +466,14 @@ static void keep_count_floors(struct store *s, const char *floor,
 	s->gauge_gen = s->ses->conn_gen;
 }
 
+/* Whether this connection's role was refused
+ * pg_notification_queue_usage(). */
+static bool notify_denied(const struct store *s)
+{
+	return s->notify_usage_denied &&
+	       s->notify_denied_gen == s->ses->conn_gen;
+}
+
 static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 			size_t errlen)
 {
@@ -436,7 +516,7 @@ static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 					    "snapshot())::text "
 					    "FROM p",
 		      pending, T, claimed, T, T, T, live, blocked,
-		      s->notify_usage_denied
+		      notify_denied(s)
 			  ? "NULL::bigint"
 			  : "(pg_notification_queue_usage() * 1000000)::bigint")
 		: NULL;
@@ -481,15 +561,18 @@ int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 	if (rc != 0)
 		return rc;
 	rc = count_gauges(s, g, err, errlen);
-	if (rc != 0 && !s->notify_usage_denied && strstr(err, "42501") &&
+	if (rc != 0 && !notify_denied(s) &&
+	    strcmp(s->ses->failed_state, "42501") == 0 &&
 	    strstr(err, "pg_notification_queue_usage")) {
 		/* Said once; the other gauges go on without it, as the
 		 * listener does. */
 		log_warn(
 		    "this role may not run pg_notification_queue_usage() "
 		    "(revoked from PUBLIC): outbox_notify_queue_usage_ratio "
-		    "goes without; grant EXECUTE on it to show it");
+		    "reads 0 for its database while the other gauges go on; "
+		    "grant EXECUTE on it, and the next connection shows it");
 		s->notify_usage_denied = true;
+		s->notify_denied_gen = s->ses->conn_gen;
 		rc = store_exec_cmd(s, "gauge query", "ROLLBACK", 0, NULL, NULL,
 				    err, errlen);
 		if (rc == 0)

@@ -238,8 +238,11 @@ struct store {
 	void (*partitions_listed)(void *arg);
 	void *partitions_listed_arg;
 	/* The gauge query's role may not run pg_notification_queue_usage()
-	 * (revoked from PUBLIC): the query goes on without it. */
+	 * (revoked from PUBLIC): the query goes on without it on that
+	 * connection (notify_denied_gen), and asks again on the next, after
+	 * which a grant may have come. */
 	bool notify_usage_denied;
+	uint64_t notify_denied_gen;
 	/* The table has no control table: ST_CONTROL reads no pauses. */
 	bool control_off;
 	char *sql[ST_COUNT];	     /* NULL until first used (store_sql) */

@@ -190,12 +190,12 @@ OUTBOX_RETENTION=30d OUTBOX_LISTEN=on ops_cli migrate --partition
 [ "$(it_psql "SELECT to_regclass('$old_part') IS NOT NULL")" = t ] ||
 	it_fail "a day within the command's own 30 days was dropped with no relay registered"
 it_psql "INSERT INTO ${OUTBOX_TABLE}_replicas (id, version, started_at, last_seen_at, state, protocol, retention_ms)
-  VALUES ('r/1', 'x', now(), now(), 'alive', 1, 3600000)" >/dev/null
+  VALUES ('r/1', 'x', now(), now() + interval '1 hour', 'alive', 1, 3600000)" >/dev/null
 OUTBOX_RETENTION=30d OUTBOX_LISTEN=on ops_cli migrate --partition
 [ "$ops_rc" = 0 ] || it_fail "migrate --partition beside a relay of an hour exited $ops_rc: $(cat "$it_dir/cli.err")"
 grep -q '^partitions made ahead: [012], dropped: 1, ' "$it_dir/cli.out" ||
 	it_fail "the relays' hour did not drop the day: $(cat "$it_dir/cli.out")"
-grep -q 'a relay keeps rows for less time than this command' "$it_dir/cli.err" ||
+grep -q 'the relays keep rows for less time than this command' "$it_dir/cli.err" ||
 	it_fail "the command did not say it went by the relay's retention: $(cat "$it_dir/cli.err")"
 [ "$(it_count "type = 'old.day'")" = 0 ] || it_fail "the day's sent row outlived the relays' retention"
 echo ok

@@ -1083,6 +1083,8 @@ static void test_redrive_goes_by_relays_retention(void **state)
 	struct store *s =
 	    a1_failed_a2_sent("ord_redrive_relays", table, sizeof(table), &c);
 	snprintf(reg, sizeof(reg), "%s_replicas", table);
+	/* The relays below are seen an hour ahead: alive however slowly
+	 * the test runs. */
 	pgtest_exec(c, "DELETE FROM %s WHERE subject = 'a2'", table);
 	pgtest_exec(c,
 		    "UPDATE %s SET finished_at = now() - interval '2 hours' "
@@ -1091,7 +1093,7 @@ static void test_redrive_goes_by_relays_retention(void **state)
 	pgtest_exec(c,
 		    "INSERT INTO %s (id, version, started_at, last_seen_at, "
 		    "state, protocol, retention_ms) VALUES ('r/1', 'x', now(), "
-		    "now(), 'alive', 1, 0)",
+		    "now() + interval '1 hour', 'alive', 1, 0)",
 		    reg);
 	size_t count;
 	struct redrive_filter f = {.type = "t", .sent_kept_ms = DAY_MS};
@@ -1099,26 +1101,27 @@ static void test_redrive_goes_by_relays_retention(void **state)
 			 STORE_REFUSED);
 	assert_non_null(strstr(err, "no history"));
 
-	/* A relay of an older version beside one keeping an hour: the
-	 * shorter of the hour and the command's day. */
-	pgtest_exec(c, "UPDATE %s SET retention_ms = 3600000", reg);
-	pgtest_exec(c,
-		    "INSERT INTO %s (id, version, started_at, last_seen_at, "
-		    "state) VALUES ('old/1', 'x', now(), now(), 'alive')",
-		    reg);
-	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
-			 STORE_REFUSED);
-	assert_non_null(strstr(err, "longer ago than sent rows are kept"));
-
-	/* The relays keep a week: a row failed two days ago goes, where the
-	 * command's own day refused it. */
-	pgtest_exec(c, "DELETE FROM %s WHERE id = 'old/1'", reg);
+	/* A relay keeping a week beside one of an older version, which
+	 * records none: the shorter of the week and the command's day, and
+	 * a row failed two days ago is refused. */
 	pgtest_exec(c, "UPDATE %s SET retention_ms = %lld", reg,
 		    (long long)(7 * DAY_MS));
+	pgtest_exec(c,
+		    "INSERT INTO %s (id, version, started_at, last_seen_at, "
+		    "state) VALUES ('old/1', 'x', now(), now() + interval "
+		    "'1 hour', 'alive')",
+		    reg);
 	pgtest_exec(c,
 		    "UPDATE %s SET finished_at = now() - interval '2 days' "
 		    "WHERE subject = 'a1'",
 		    table);
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_non_null(strstr(err, "longer ago than sent rows are kept"));
+
+	/* The relays keep a week: the row goes, where the command's own day
+	 * refused it. */
+	pgtest_exec(c, "DELETE FROM %s WHERE id = 'old/1'", reg);
 	redrive_a1_and_close(s, &f, c);
 }
 

@@ -260,11 +260,12 @@ static void test_registry(void **state)
 #define HOUR_MS INT64_C(3600000)
 
 static struct store_kept kept_of(struct fixture *f, int64_t sent_ms,
-				 int64_t failed_ms)
+				 int64_t failed_ms, enum store_kept_for asked)
 {
 	return store_admin_kept(
 	    f->s,
-	    (struct store_kept){.sent_ms = sent_ms, .failed_ms = failed_ms});
+	    (struct store_kept){.sent_ms = sent_ms, .failed_ms = failed_ms},
+	    asked);
 }
 
 /* A relay in the registry keeping rows sent_ms and failed_ms ("NULL": a
@@ -281,38 +282,65 @@ static void registered(struct fixture *f, const char *reg, const char *id,
 	    reg, id, secs_ago, sent_ms, failed_ms);
 }
 
-/* What operator commands go by: the shortest retentions of the live
- * relays (a failed retention of 0, kept for good, the longest), the
- * command's own only where the registry cannot tell. */
-static void test_kept_by_live_relays(void **state)
+static void expect_kept(struct store_kept k, int64_t sent_ms, int64_t failed_ms)
+{
+	if (k.sent_ms != sent_ms || k.failed_ms != failed_ms)
+		fail_msg("kept %lld and %lld ms, want %lld and %lld",
+			 (long long)k.sent_ms, (long long)k.failed_ms,
+			 (long long)sent_ms, (long long)failed_ms);
+}
+
+/* What operator commands go by: the shortest retentions the relays
+ * record (a failed retention of 0, kept for good, the longest). A drop
+ * asks what the live relays keep; a redrive since when a row may be gone,
+ * a stopped relay's retention grown by its silence. The command's own
+ * only where the registry cannot tell. */
+static void test_kept_by_relays(void **state)
 {
 	struct fixture *f = *state;
 	char reg[160];
 	table_derived(&f->t, "_replicas", reg, sizeof(reg));
-	/* None registered: the command's own. */
-	struct store_kept k = kept_of(f, 24 * HOUR_MS, 168 * HOUR_MS);
-	assert_true(k.sent_ms == 24 * HOUR_MS && k.failed_ms == 168 * HOUR_MS);
-	/* A relay gone a minute ago (a pod replaced when the retention was
-	 * raised) does not count. */
+	const int64_t day = 24 * HOUR_MS, week = 168 * HOUR_MS;
+	/* Seen an hour ahead: alive however slowly the test runs. */
+	const int LIVE = -3600;
+	/* None registered, or only relays older than the record: the
+	 * command's own. */
+	expect_kept(kept_of(f, day, week, STORE_KEPT_LIVE), day, week);
+	expect_kept(kept_of(f, day, -1, STORE_KEPT_SINCE), day, -1);
+	registered(f, reg, "old/1", "NULL", "NULL", LIVE);
+	expect_kept(kept_of(f, day, week, STORE_KEPT_LIVE), day, week);
+
+	/* Live relays: the shortest of theirs, shorter or longer than the
+	 * command's own; one keeping failed rows for good keeps none longer
+	 * than another's 3 days. Beside the older relay, the command's own
+	 * where shorter. */
+	registered(f, reg, "a/1", "3600000", "0", LIVE);
+	registered(f, reg, "b/1", "604800000", "259200000", LIVE);
+	expect_kept(kept_of(f, day, week, STORE_KEPT_LIVE), HOUR_MS,
+		    72 * HOUR_MS);
+	expect_kept(kept_of(f, 0, day, STORE_KEPT_LIVE), 0, day);
+	pgtest_exec(f->conn, "DELETE FROM %s WHERE id = 'old/1'", reg);
+	expect_kept(kept_of(f, 0, 0, STORE_KEPT_LIVE), HOUR_MS, 72 * HOUR_MS);
+
+	/* A relay without history stopped a minute ago: the running relays
+	 * keep what they keep, but rows may be gone up to a minute ago. */
 	registered(f, reg, "gone/1", "0", "3600000", 60);
-	k = kept_of(f, 24 * HOUR_MS, 168 * HOUR_MS);
-	assert_true(k.sent_ms == 24 * HOUR_MS && k.failed_ms == 168 * HOUR_MS);
-	/* Live relays: the shortest of theirs, longer or shorter than the
-	 * command's own; one keeping failed rows for good keeps none of
-	 * them longer than another's 3 days. */
-	registered(f, reg, "a/1", "3600000", "0", 0);
-	registered(f, reg, "b/1", "604800000", "259200000", 0);
-	k = kept_of(f, 24 * HOUR_MS, 168 * HOUR_MS);
-	assert_true(k.sent_ms == HOUR_MS && k.failed_ms == 72 * HOUR_MS);
-	k = kept_of(f, 0, 0);
-	assert_true(k.sent_ms == HOUR_MS && k.failed_ms == 72 * HOUR_MS);
-	/* Beside a live relay older than the record, the command's own
-	 * counts where it is shorter. */
-	registered(f, reg, "old/1", "NULL", "NULL", 0);
-	k = kept_of(f, 24 * HOUR_MS, 24 * HOUR_MS);
-	assert_true(k.sent_ms == HOUR_MS && k.failed_ms == 24 * HOUR_MS);
-	k = kept_of(f, 0, 168 * HOUR_MS);
-	assert_true(k.sent_ms == 0 && k.failed_ms == 72 * HOUR_MS);
+	expect_kept(kept_of(f, day, week, STORE_KEPT_LIVE), HOUR_MS,
+		    72 * HOUR_MS);
+	struct store_kept k = kept_of(f, day, -1, STORE_KEPT_SINCE);
+	if (k.sent_ms < 60000 || k.sent_ms > 120000 || k.failed_ms != -1)
+		fail_msg("a relay stopped a minute ago: kept %lld ms",
+			 (long long)k.sent_ms);
+	/* Stopped two days ago: its silence outgrew the live relays'
+	 * hour. */
+	pgtest_exec(f->conn,
+		    "UPDATE %s SET last_seen_at = now() - interval '2 days' "
+		    "WHERE id = 'gone/1'",
+		    reg);
+	k = kept_of(f, day, -1, STORE_KEPT_SINCE);
+	if (k.sent_ms < HOUR_MS || k.sent_ms > HOUR_MS + 60000)
+		fail_msg("a relay stopped two days ago: kept %lld ms",
+			 (long long)k.sent_ms);
 }
 
 /* Rows in every state: 3 pending (one created an hour ago, one not due),
@@ -1418,7 +1446,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_registry, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_kept_by_live_relays, setup,
+	    cmocka_unit_test_setup_teardown(test_kept_by_relays, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_contract_steps, setup,
 					    teardown),
