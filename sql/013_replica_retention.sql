@@ -10,7 +10,8 @@
 -- sent` warns that a range starting before it finds only what is left,
 -- and `migrate --partition` drops the days past it; each read the
 -- command's own settings, which an operator's shell rarely carries as the
--- relays' deployment does. They now go by the relays' (docs/design.md
+-- relays' deployment does. The redrive now goes by the shortest of its
+-- own and the relays', the drop by the running relays' (docs/design.md
 -- §6, "Redrive").
 --
 -- Lock time: a nullable column without a default is a catalog change

@@ -591,8 +591,10 @@ int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 /* What an operator command asks of the relays' retentions. */
 enum store_kept_for {
 	/* Since when a row may have been deleted (a redrive's check):
-	 * every relay in the registry, one stopped since counted by its
-	 * retention grown by the time since its last heartbeat. */
+	 * every relay in the registry, one crashed since counted by its
+	 * retention grown by the time since its last heartbeat, and the
+	 * command's own where shorter (a relay that stopped cleanly left
+	 * the registry). */
 	STORE_KEPT_SINCE,
 	/* What the running relays keep, which a drop must not cut: the
 	 * relays seen within STORE_ADMIN_DEAD_AFTER_S. */

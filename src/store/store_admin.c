@@ -90,9 +90,10 @@ static void own_if_shorter(struct kept_one *k, int64_t own, bool failed)
  * the deployment's settings: its default day beside relays without
  * history let an ordered redrive through past a later row deleted.
  * STORE_KEPT_SINCE (the redrive's question: since when may a row have
- * been deleted?) counts every relay in the registry, a stopped one's
- * retention grown by the time since its last heartbeat: it deleted by it
- * until then, crashed or not (only a day's silence prunes it). STORE_KEPT_LIVE
+ * been deleted?) counts every relay in the registry, a crashed one's
+ * retention grown by the time since its last heartbeat (it deleted by it
+ * until then; a day's silence prunes it), and the command's own where
+ * shorter, as one that stopped cleanly left the registry. STORE_KEPT_LIVE
  * (what the running relays keep, which a drop must not cut) counts the
  * relays seen within STORE_ADMIN_DEAD_AFTER_S.
  */
@@ -174,7 +175,11 @@ struct store_kept store_admin_kept(struct store *s, struct store_kept own,
 	}
 	struct kept_one sent = {.ms = strtoll(PQgetvalue(res, 0, 2), NULL, 10)};
 	snprintf(sent.by, sizeof(sent.by), "%s", PQgetvalue(res, 0, 3));
-	if (strtol(PQgetvalue(res, 0, 4), NULL, 10) > 0)
+	/* A redrive's own counts where shorter all the same: a relay that
+	 * stopped cleanly left the registry (store_admin_forget), and what
+	 * it deleted by a shorter retention before then no row tells. */
+	if (asked == STORE_KEPT_SINCE ||
+	    strtol(PQgetvalue(res, 0, 4), NULL, 10) > 0)
 		own_if_shorter(&sent, own.sent_ms, false);
 	/* Failed rows: 0 (kept for good) unless a relay keeps them less;
 	 * the command's own where none recorded one. */
@@ -191,7 +196,8 @@ struct store_kept store_admin_kept(struct store *s, struct store_kept own,
 	}
 	if (strtol(PQgetvalue(res, 0, 5), NULL, 10) == 0)
 		failed.ms = own.failed_ms;
-	else if (strtol(PQgetvalue(res, 0, 8), NULL, 10) > 0)
+	else if (asked == STORE_KEPT_SINCE ||
+		 strtol(PQgetvalue(res, 0, 8), NULL, 10) > 0)
 		own_if_shorter(&failed, own.failed_ms, true);
 	PQclear(res);
 

@@ -1068,13 +1068,13 @@ static void test_redrive_refuses_past_retention(void **state)
 	redrive_a1_and_close(s, &f, c);
 }
 
-/* The retention the check goes by is the relays' (each records its own
- * in the registry), not the command's own OUTBOX_RETENTION: an operator's
- * shell with the default day, beside relays that keep no history, let a
- * row whose key's later row was sent and deleted go out after it; beside
- * relays that keep a week, it refused rows they still hold the later
- * rows of. A relay that records none (older than the record) leaves the
- * command's own as a bound. */
+/* The retention the check goes by is the shorter of the relays' (each
+ * records its own in the registry) and the command's own
+ * OUTBOX_RETENTION: an operator's shell with the default day, beside
+ * relays that keep no history, let a row whose key's later row was sent
+ * and deleted go out after it. The command's own still bounds it (a relay
+ * that stopped cleanly left the registry): a row two days old goes beside
+ * relays of a week only when the command says a week too. */
 static void test_redrive_goes_by_relays_retention(void **state)
 {
 	(void)state;
@@ -1119,9 +1119,12 @@ static void test_redrive_goes_by_relays_retention(void **state)
 			 STORE_REFUSED);
 	assert_non_null(strstr(err, "longer ago than sent rows are kept"));
 
-	/* The relays keep a week: the row goes, where the command's own day
-	 * refused it. */
+	/* The relays alone keep a week, the command's own day still refuses;
+	 * told a week, it lets the row go. */
 	pgtest_exec(c, "DELETE FROM %s WHERE id = 'old/1'", reg);
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	f.sent_kept_ms = 7 * DAY_MS;
 	redrive_a1_and_close(s, &f, c);
 }
 

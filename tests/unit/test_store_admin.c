@@ -341,6 +341,12 @@ static void test_kept_by_relays(void **state)
 	if (k.sent_ms < HOUR_MS || k.sent_ms > HOUR_MS + 60000)
 		fail_msg("a relay stopped two days ago: kept %lld ms",
 			 (long long)k.sent_ms);
+	/* The command's own where shorter: a relay that stopped cleanly
+	 * left the registry, which cannot tell what it deleted. A drop goes
+	 * by the running relays alone. */
+	expect_kept(kept_of(f, 60000, -1, STORE_KEPT_SINCE), 60000, -1);
+	expect_kept(kept_of(f, 60000, week, STORE_KEPT_LIVE), HOUR_MS,
+		    72 * HOUR_MS);
 }
 
 /* Rows in every state: 3 pending (one created an hour ago, one not due),
