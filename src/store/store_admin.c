@@ -159,9 +159,10 @@ struct store_kept store_admin_kept(struct store *s, struct store_kept own,
 					"registry): this command's own "
 					"retention is used; give it the "
 					"relays'"
-				      : "no relay ran on this table within a "
-					"day (or, with several tables a relay, "
-					"their heartbeats go to another "
+				      : "no relay is in this table's registry "
+					"(those that ran stopped cleanly, or a "
+					"day ago, or with several tables a "
+					"relay their heartbeats go to another "
 					"table's registry): this command's own "
 					"retention is used; give it the "
 					"relays'")
