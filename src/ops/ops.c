@@ -308,6 +308,9 @@ static void use_source(struct ops_session *o, struct store_options *so,
 	/* The last refresh's index counters were another table's: the
 	 * difference to this one's would be one arbitrary sample. */
 	o->idx_known = false;
+	/* Another database, maybe: its NOTIFY gauge gets its own 0 if
+	 * unread there too. */
+	o->notify_unread = false;
 	so->table = relay_source_table(r, i);
 	so->conninfo =
 	    config_database_url(relay_config(r), relay_source_db(r, i));
