@@ -67,10 +67,9 @@ static int tend_partitions(const struct store_options *o,
 	struct store *s = NULL;
 	struct partition_result pr;
 	int rc = store_open(&s, o, err, errlen);
-	/* The days the relays keep, not this command's shell's. */
+	/* The days the running relays keep, which the drops must not cut,
+	 * not this command's shell's. */
 	if (rc == 0) {
-		/* What the running relays keep, which the drops must not
-		 * cut. */
 		struct store_kept own = {.sent_ms = cfg->retention_ms,
 					 .failed_ms = cfg->failed_retention_ms};
 		struct store_kept kept =

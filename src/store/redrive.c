@@ -423,9 +423,8 @@ int store_redrive(struct store *s, const struct redrive_filter *given,
 	const struct redrive_filter *f = &kept;
 	if ((given->sent && given->since) ||
 	    (s->opt.ordered && !given->force)) {
-		/* Since when a later row of a key may have been deleted:
-		 * every relay's retention, a stopped one's counted from its
-		 * last heartbeat. */
+		/* Since when a later row of a key may have been deleted
+		 * (store_admin_kept()). */
 		struct store_kept own = {.sent_ms = given->sent_kept_ms,
 					 .failed_ms = -1};
 		kept.sent_kept_ms =

@@ -579,10 +579,10 @@ struct store_kept {
 /*
  * Upserts this replica's registry row: last_seen_at = now(), the version,
  * STORE_PROTOCOL, how long it keeps rows (kept), state 'draining' or
- * 'alive'. starting resets started_at
- * (an id is host/pid, which a restarted container may reuse). Also deletes rows
- * silent for STORE_ADMIN_PRUNE_AFTER_S, so the registry does not grow with
- * every deploy.
+ * 'alive'. starting resets started_at (an id is host/pid, which a
+ * restarted container may reuse). Also deletes rows silent for
+ * STORE_ADMIN_PRUNE_AFTER_S, so the registry does not grow with every
+ * deploy.
  */
 int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 			  struct store_kept kept, bool draining, bool starting,
@@ -605,11 +605,12 @@ enum store_kept_for {
  * How long the table keeps rows, for an operator command whose own
  * settings are own (sent_ms < 0: none; failed_ms < 0: not asked, -1
  * returned): the shortest retentions the relays record in the registry
- * (a failed retention of 0, kept for good, the longest). own counts only
- * where the registry cannot tell: no relay recorded one (said), or one
- * of a version before the record is there (then the shorter of the two).
- * Said when it is not own; own, said, when the registry cannot be read
- * (none: silently).
+ * (a failed retention of 0, kept for good, the longest), as asked. own
+ * counts where the registry cannot tell: alone where no relay recorded
+ * one (said), the shorter of the two beside a relay of a version before
+ * the record, and for STORE_KEPT_SINCE always where shorter. Said when
+ * it is not own; own, said, when the registry cannot be read (none:
+ * silently).
  */
 struct store_kept store_admin_kept(struct store *s, struct store_kept own,
 				   enum store_kept_for asked);

@@ -71,8 +71,9 @@ struct kept_one {
 	char by[72];
 };
 
-/* The command's own beside relays that record none (older than
- * migration 013): the shorter of the two, theirs unknown. */
+/* The command's own where shorter than k (beside relays that record
+ * none, older than migration 013, or for a redrive's check); failed
+ * retentions compared with 0 as the longest. */
 static void own_if_shorter(struct kept_one *k, int64_t own, bool failed)
 {
 	bool shorter = failed
