@@ -478,8 +478,7 @@ static void keep_count_floors(struct store *s, const char *floor,
  * pg_notification_queue_usage(). */
 static bool notify_denied(const struct store *s)
 {
-	return s->notify_usage_denied &&
-	       s->notify_denied_gen == s->ses->conn_gen;
+	return s->notify_denied_gen == s->ses->conn_gen;
 }
 
 static int count_gauges(struct store *s, struct store_gauges *g, char *err,
@@ -579,7 +578,6 @@ int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 		    "(revoked from PUBLIC): outbox_notify_queue_usage_ratio "
 		    "reads 0 for its database while the other gauges go on; "
 		    "grant EXECUTE on it, and the next connection shows it");
-		s->notify_usage_denied = true;
 		s->notify_denied_gen = s->ses->conn_gen;
 		rc = store_exec_cmd(s, "gauge query", "ROLLBACK", 0, NULL, NULL,
 				    err, errlen);

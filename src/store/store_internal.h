@@ -237,11 +237,10 @@ struct store {
 	 * listed the days past retention, before it drops any. */
 	void (*partitions_listed)(void *arg);
 	void *partitions_listed_arg;
-	/* The gauge query's role may not run pg_notification_queue_usage()
-	 * (revoked from PUBLIC): the query goes on without it on that
-	 * connection (notify_denied_gen), and asks again on the next, after
-	 * which a grant may have come. */
-	bool notify_usage_denied;
+	/* The connection (its conn_gen; 0, which none has, for none)
+	 * whose role was refused pg_notification_queue_usage() (revoked
+	 * from PUBLIC): the gauge query goes on without it there, and asks
+	 * again on the next connection, after which a grant may have come. */
 	uint64_t notify_denied_gen;
 	/* The table has no control table: ST_CONTROL reads no pauses. */
 	bool control_off;
