@@ -58,6 +58,15 @@ int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 	return rc;
 }
 
+/* The SQL condition of a registry row seen alive: within
+ * STORE_ADMIN_DEAD_AFTER_S. */
+static void live_where(char *out, size_t outlen)
+{
+	snprintf(out, outlen,
+		 "last_seen_at > now() - make_interval(secs => %d)",
+		 STORE_ADMIN_DEAD_AFTER_S);
+}
+
 /* The shorter of two failed retentions, 0 (kept for good) the longest. */
 static int64_t shorter_failed(int64_t a, int64_t b)
 {
@@ -103,10 +112,8 @@ struct store_kept store_admin_kept(struct store *s, struct store_kept own,
 {
 	char registry[160], why[256];
 	table_derived(&s->table, "_replicas", registry, sizeof(registry));
-	char live[64], w[64] = "true", age[160] = "0";
-	snprintf(live, sizeof(live),
-		 "last_seen_at > now() - %d * interval '1 second'",
-		 STORE_ADMIN_DEAD_AFTER_S);
+	char live[96], w[96] = "true", age[192] = "0";
+	live_where(live, sizeof(live));
 	/* A live relay deletes by its retention now: no silence to add. */
 	if (asked == STORE_KEPT_LIVE)
 		snprintf(w, sizeof(w), "%s", live);
@@ -489,11 +496,9 @@ static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 	const char *T = s->table.quoted;
 	admin_names_of(&s->table, &n);
 	char *blocked = admin_blocked_count_sql(&n);
-	char live_where[96];
-	snprintf(live_where, sizeof(live_where),
-		 "last_seen_at > now() - make_interval(secs => %d)",
-		 STORE_ADMIN_DEAD_AFTER_S);
-	char *live = count_if_present_sql(n.registry, live_where);
+	char alive[96];
+	live_where(alive, sizeof(alive));
+	char *live = count_if_present_sql(n.registry, alive);
 	char *claimed = claimed_count_sql(&n);
 	int64_t started_ms = clock_ms();
 	bool full = count_from_start(s, started_ms);
