@@ -18,6 +18,7 @@
 #include "http.h"
 #include "metrics_sources.h"
 #include "metrics_text.h"
+#include "registries.h"
 #include "store/store.h"
 
 #define HEARTBEAT_MS 3000
@@ -232,6 +233,11 @@ static void ops_sleep(int64_t until_ms)
 	pthread_mutex_unlock(&ops.lock);
 }
 
+static void tick(void)
+{
+	atomic_store(&ops.tick_ms, clock_ms());
+}
+
 static int64_t min64(int64_t a, int64_t b)
 {
 	return a < b ? a : b;
@@ -253,6 +259,7 @@ struct ops_session {
 	bool idx_known;
 	size_t source; /* the source whose table and database it uses */
 	bool has_source;
+	struct registries *regs; /* the other sources' registries */
 	/* Moves to another source since a heartbeat last worked: once
 	 * every source was tried, the next round waits RECONNECT_MS, and
 	 * its moves are not told again (quiet). */
@@ -355,6 +362,7 @@ static bool move_on(struct ops_session *o, struct store_options *so,
 		log_fields(LOG_WARN, "the ops session moves to another source",
 			   "error", o->err, "source",
 			   relay_source_name(o->relay, o->source), NULL);
+	registries_close(o->regs);
 	store_close(o->s);
 	o->s = NULL;
 	o->connected = false;
@@ -406,6 +414,15 @@ static void beat(struct ops_session *o, struct store_options *so, bool draining)
 					     sizeof(o->err))
 		     : store_admin_side_tables(o->s, &present, o->err,
 					       sizeof(o->err));
+	struct registry_beat others = {.id = ops.id,
+				       .version = OUTBOX_VERSION,
+				       .kept = kept,
+				       .draining = draining,
+				       .tick = tick};
+	if (rc != STORE_RECONNECT && relay_sources_n(o->relay) > 1 &&
+	    registries_beat(o->regs, o->relay, o->s, o->source, so, &others,
+			    o->err, sizeof(o->err)) == STORE_RECONNECT)
+		rc = STORE_RECONNECT;
 	/* A failed draining heartbeat is retried with the regular ones, not
 	 * in a tight loop. */
 	o->draining_sent = draining;
@@ -492,7 +509,8 @@ static void *ops_main(void *arg)
 {
 	struct relay *r = arg;
 	char name[160];
-	struct ops_session o = {.relay = r, .starting = true};
+	struct ops_session o = {
+	    .relay = r, .starting = true, .regs = registries_new()};
 
 	log_set_thread("ops");
 	snprintf(name, sizeof(name), "outbox-relay/%s/ops", relay_host(r));
@@ -534,6 +552,9 @@ static void *ops_main(void *arg)
 	if (o.connected && o.registry &&
 	    store_admin_forget(o.s, ops.id, o.err, sizeof(o.err)) != 0)
 		log_warn("leaving the replica registry failed: %s", o.err);
+	if (o.connected)
+		registries_forget(o.regs, ops.id);
+	registries_free(o.regs);
 	store_close(o.s);
 	return NULL;
 }

@@ -588,6 +588,17 @@ int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 			  struct store_kept kept, bool draining, bool starting,
 			  char *err, size_t errlen);
 
+/*
+ * The heartbeat of one relay in the registries of n tables at once
+ * (stores, which share one session), as store_admin_heartbeat() but for
+ * the prune and started_at's reset: one statement, so one plan and one
+ * commit for all. 0, or a store_rc with err (none of them beaten).
+ */
+int store_admin_heartbeat_group(struct store *const *stores, size_t n,
+				const char *id, const char *version,
+				struct store_kept kept, bool draining,
+				char *err, size_t errlen);
+
 /* What an operator command asks of the relays' retentions. */
 enum store_kept_for {
 	/* Since when a row may have been deleted (a redrive's check):

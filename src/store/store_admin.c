@@ -22,42 +22,6 @@ void admin_names_of(const struct outbox_table *t, struct names *n)
 	table_derived(t, "_claims", n->claims, sizeof(n->claims));
 }
 
-int store_admin_heartbeat(struct store *s, const char *id, const char *version,
-			  struct store_kept kept, bool draining, bool starting,
-			  char *err, size_t errlen)
-{
-	struct names n;
-	admin_names_of(&s->table, &n);
-	/* Pruning rides on the heartbeat: the table is tiny and the
-	 * statement already writes to it. */
-	char *sql = store_asprintf(
-	    "WITH pruned AS (DELETE FROM %s WHERE last_seen_at < now() - "
-	    "%d * interval '1 second' AND id <> $1) "
-	    "INSERT INTO %s AS r (id, version, started_at, last_seen_at, "
-	    "state, protocol, retention_ms, failed_retention_ms) VALUES ($1, "
-	    "$2, now(), now(), $3, %d, $5::bigint, $6::bigint) "
-	    "ON CONFLICT (id) DO UPDATE SET version = excluded.version, "
-	    "last_seen_at = now(), state = excluded.state, protocol = "
-	    "excluded.protocol, retention_ms = excluded.retention_ms, "
-	    "failed_retention_ms = excluded.failed_retention_ms, "
-	    "started_at = "
-	    "CASE WHEN $4::boolean THEN now() ELSE r.started_at END",
-	    n.registry, STORE_ADMIN_PRUNE_AFTER_S, n.registry, STORE_PROTOCOL);
-	char sent[24], failed[24];
-	snprintf(sent, sizeof(sent), "%lld", (long long)kept.sent_ms);
-	snprintf(failed, sizeof(failed), "%lld", (long long)kept.failed_ms);
-	const char *values[6] = {id,
-				 version,
-				 draining ? "draining" : "alive",
-				 starting ? "true" : "false",
-				 sent,
-				 failed};
-	int rc = store_exec_cmd(s, "registry heartbeat", sql, 6, values, NULL,
-				err, errlen);
-	free(sql);
-	return rc;
-}
-
 /* The SQL condition of a registry row seen alive: within
  * STORE_ADMIN_DEAD_AFTER_S. */
 static void live_where(char *out, size_t outlen)
@@ -161,17 +125,12 @@ struct store_kept store_admin_kept(struct store *s, struct store_kept own,
 		log_fields(LOG_WARN,
 			   relays == 0
 			       ? (asked == STORE_KEPT_LIVE
-				      ? "no relay runs on this table (or, "
-					"with several tables a relay, their "
-					"heartbeats go to another table's "
-					"registry): this command's own "
-					"retention is used; give it the "
-					"relays'"
+				      ? "no relay runs on this table: this "
+					"command's own retention is used; "
+					"give it the relays'"
 				      : "no relay is in this table's registry "
 					"(those that ran stopped cleanly, or a "
-					"day ago, or with several tables a "
-					"relay their heartbeats go to another "
-					"table's registry): this command's own "
+					"day ago): this command's own "
 					"retention is used; give it the "
 					"relays'")
 			       : "the relays in the registry are older than "
@@ -241,19 +200,6 @@ struct store_kept store_admin_kept(struct store *s, struct store_kept own,
 				   sent.by, NULL);
 	}
 	return kept;
-}
-
-int store_admin_forget(struct store *s, const char *id, char *err,
-		       size_t errlen)
-{
-	struct names n;
-	admin_names_of(&s->table, &n);
-	char *sql = store_asprintf("DELETE FROM %s WHERE id = $1", n.registry);
-	const char *values[1] = {id};
-	int rc = store_exec_cmd(s, "registry delete", sql, 1, values, NULL, err,
-				errlen);
-	free(sql);
-	return rc;
 }
 
 /* Appends item to a comma-separated list in out. */

@@ -74,8 +74,8 @@ if command -v promtool >/dev/null; then
 fi
 
 # Each database has the sessions of a one-database relay (the lane, its
-# claim session, the sweeper, the cleaner, a listener) and the ops
-# session is in one of them. This relay's sessions are told from other
+# claim session, the sweeper, the cleaner, a listener, and the ops
+# session or, in the other database, the one that beats its registry). This relay's sessions are told from other
 # tests' by their client ports.
 client_ports() { # PSQL: this relay's client ports to that server, comma-separated
 	local pgport
@@ -92,7 +92,8 @@ sessions() { # PSQL [APP-LIKE]
 # Each thread opens its sessions as it starts; a loaded machine may be
 # slow to, so the counts are read once they are there.
 sessions_at_least() { [ "$(sessions "$1" "${3:-%}")" -ge "$2" ]; }
-it_wait 15 "the second database's sessions" sessions_at_least psql2 5
+it_wait 15 "the second database's sessions" sessions_at_least psql2 6
+it_wait 15 "the main database's sessions" sessions_at_least it_psql 6
 it_wait 15 "the second database's listener" sessions_at_least psql2 1 '%/listener%'
 it_wait 15 "the main database's listener" sessions_at_least it_psql 1 '%/listener%'
 s2=$(sessions psql2)
@@ -100,8 +101,22 @@ l2=$(sessions psql2 '%/listener%')
 l1=$(sessions it_psql '%/listener%')
 [ "$l2" = 1 ] || it_fail "want one listener in the second database, got $l2"
 [ "$l1" = 1 ] || it_fail "want one listener in the main database, got $l1"
-[ "$s2" -ge 5 ] && [ "$s2" -le 6 ] || it_fail "$s2 sessions in the second database (want a one-database relay's, 5 or 6)"
-echo "sessions: second database $s2, main database $(sessions it_psql)" >&2
+s1=$(sessions it_psql)
+[ "$s2" = 6 ] || it_fail "$s2 sessions in the second database (want a one-database relay's, 6)"
+[ "$s1" = 6 ] || it_fail "$s1 sessions in the main database (want a one-database relay's, 6)"
+echo "sessions: second database $s2, main database $s1" >&2
+
+# Both databases' registries have the relay, alive: the ops session
+# beats its own (the second's), the other session the main one's.
+# PSQL: this relay's registry row was written in the last 8 s (the other
+# tables' are written every 6 s).
+beaten() {
+	[ "$($1 "SELECT count(*) FROM ${table}_replicas WHERE id LIKE '%/$pid' AND state = 'alive' AND last_seen_at > now() - interval '8 seconds'")" = 1 ]
+}
+it_wait 10 "the relay in the second database's registry" beaten psql2
+it_wait 10 "the relay in the main database's registry" beaten it_psql
+run_cli status --source "main/$table" >"$it_dir/status_main.out" 2>&1 || it_fail "status --source main/...: $(cat "$it_dir/status_main.out")"
+grep -Eq '^REPLICAS +1 alive' "$it_dir/status_main.out" || it_fail "status of the main database does not see the relay: $(cat "$it_dir/status_main.out")"
 
 # An event in the second database goes out once it is notified or polled
 # (1 s here; listen_wakeup.sh shows the notification's own wake-up).
@@ -166,6 +181,11 @@ sleep 3
 bash "$services/postgres.sh" restart "$pg2" >/dev/null 2>&1 || it_fail "could not start the second Postgres again"
 insert psql2 20 after
 it_wait 45 "the second database's events after it came back" printed after 20
+# Its registry too, from the main database's ops session's relay now.
+it_wait 45 "the relay's heartbeat in the second database after it came back" beaten psql2
+grep -q '"a database.s replica registries get no heartbeat; the others go on"' "$it_dir/dbs.log" ||
+	it_fail "the second database's registry out of reach was not told"
+it_wait 10 "its registry's heartbeat told again" grep -q '"a database.s replica registries get their heartbeat again"' "$it_dir/dbs.log"
 it_wait 10 "the second source to work again in /metrics" bash -c "[ \"\$(curl -sf http://127.0.0.1:$port/metrics | grep -c '^outbox_source_failing{.*} 1')\" = 0 ]"
 echo "second database down $((SECONDS - stopped_at)) s in all; its events went out after it returned" >&2
 insert it_psql 5 main3
@@ -179,6 +199,10 @@ all_sent() {
 it_wait 60 "every row of both databases to be sent" all_sent
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exited $it_rc"
+# A clean stop leaves both registries.
+for q in psql2 it_psql; do
+	[ "$($q "SELECT count(*) FROM ${table}_replicas WHERE id LIKE '%/$pid'")" = 0 ] || it_fail "the stopped relay is still in a registry ($q)"
+done
 
 # Nothing lost, nothing left: every row of both databases is sent, and
 # its event was printed (a mark alone is no delivery).

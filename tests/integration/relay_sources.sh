@@ -55,6 +55,25 @@ hot_then=$(sent "$hot")
 [ "$hot_then" -lt 20000 ] || it_fail "the quiet event waited for the whole hot backlog"
 it_wait 30 "the third table's events" printed gone 5
 
+# Every table's registry has the relay, not only the ops session's
+# table's: `status --source` of another table sees it alive (an earlier
+# version showed it no replica at all), and so do that table's redrive,
+# migrate --partition and contract steps.
+live_in() { it_psql "SELECT count(*) FROM ${1}_replicas WHERE id LIKE '%/$pid' AND state = 'alive' AND last_seen_at > now() - interval '15 seconds'"; }
+for t in "$hot" "$quiet" "$gone"; do
+	it_wait 10 "the relay in $t's registry" bash -c "[ \"\$(psql '$RELAY_TEST_DATABASE_URL' -XAtc \"SELECT count(*) FROM ${t}_replicas WHERE id LIKE '%/$pid'\")\" = 1 ]"
+	[ "$(live_in "$t")" = 1 ] || it_fail "the relay's row in $t's registry is not alive"
+done
+# Beaten on: the other tables' rows move together, one statement every
+# other round (6 s).
+moved() { [ "$(it_psql "SELECT count(*) FROM ${1}_replicas WHERE id LIKE '%/$pid' AND last_seen_at > started_at + interval '5 seconds' AND last_seen_at > now() - interval '8 seconds'")" = 1 ]; }
+for t in "$quiet" "$gone"; do
+	it_wait 15 "the relay's heartbeats in $t's registry" moved "$t"
+done
+run_cli status --source "$quiet" >"$it_dir/status_quiet.out" 2>&1 || it_fail "status --source $quiet failed: $(cat "$it_dir/status_quiet.out")"
+grep -Eq '^REPLICAS +1 alive' "$it_dir/status_quiet.out" || it_fail "status of the second table does not see the relay: $(cat "$it_dir/status_quiet.out")"
+! grep -q 'no live replica' "$it_dir/status_quiet.out" || it_fail "status of the second table says no replica is live"
+
 # The sessions of one table's relay for all three tables, not a set per
 # table: 2 lanes and their 2 claim sessions, the sweeper, the cleaner
 # (the ops thread is off without HTTP). Counted as this relay's
@@ -111,5 +130,9 @@ sleep 1
 
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
+# A clean stop leaves every registry it beat.
+for t in "$hot" "$quiet"; do
+	[ "$(it_psql "SELECT count(*) FROM ${t}_replicas WHERE id LIKE '%/$pid'")" = 0 ] || it_fail "the stopped relay is still in $t's registry"
+done
 [ "$(sent "$hot")" = 20005 ] || it_fail "hot table: $(sent "$hot") of 20005 sent"
 echo "ok: 3 tables, quiet event after $hot_then of 20000 hot, $warnings warning(s) for the dropped table, $sessions sessions"

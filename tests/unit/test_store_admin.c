@@ -295,6 +295,106 @@ static void expect_kept(struct store_kept k, int64_t sent_ms, int64_t failed_ms)
  * asks what the live relays keep; a redrive since when a row may be gone,
  * a stopped relay's retention grown by its silence. The command's own
  * only where the registry cannot tell. */
+/* One relay's heartbeat in several tables' registries at once (a relay
+ * of several tables, src/ops/registries.c): each row written or moved,
+ * started_at kept, nothing pruned; a registry gone fails it whole. */
+static void test_registry_group(void **state)
+{
+	struct fixture *f = *state;
+	char other[2][128], reg[3][160];
+	struct outbox_table t[2];
+	struct store *st[3] = {f->s, NULL, NULL};
+	table_derived(&f->t, "_replicas", reg[0], sizeof(reg[0]));
+	for (int k = 0; k < 2; k++) {
+		pgtest_fresh_table("admin_g", other[k], sizeof(other[k]));
+		assert_int_equal(table_parse(other[k], &t[k], err, sizeof(err)),
+				 0);
+		table_derived(&t[k], "_replicas", reg[k + 1],
+			      sizeof(reg[k + 1]));
+		struct store_options o = pgtest_store_options(other[k]);
+		o.prepare = false;
+		if (store_open_sharing(&st[k + 1], &o, f->s, err,
+				       sizeof(err)) != 0)
+			fail_msg("open: %s", err);
+	}
+	heartbeat(f, "host-a/1", false, true);
+	pgtest_exec(f->conn,
+		    "UPDATE %s SET started_at = now() - interval '1 hour', "
+		    "last_seen_at = now() - interval '10 seconds'",
+		    reg[0]);
+	/* A dead relay's row, silent for two days: a group does not prune. */
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (id, version, started_at, last_seen_at, "
+		    "state) VALUES ('host-z/9', '1', now() - interval '3 "
+		    "days', now() - interval '2 days', 'alive')",
+		    reg[2]);
+
+	struct store_kept kept = {.sent_ms = 3600000, .failed_ms = 7200000};
+	if (store_admin_heartbeat_group(st, 3, "host-a/1", "9.9.10", kept, true,
+					err, sizeof(err)) != 0)
+		fail_msg("group heartbeat: %s", err);
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(
+		    pgtest_long(f->conn,
+				"SELECT count(*) FROM %s WHERE id = 'host-a/1' "
+				"AND version = '9.9.10' AND state = 'draining' "
+				"AND protocol = %d AND retention_ms = 3600000 "
+				"AND failed_retention_ms = 7200000 AND "
+				"last_seen_at > now() - interval '2 seconds'",
+				reg[k], STORE_PROTOCOL),
+		    1);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM %s WHERE started_at "
+				     "< now() - interval '59 minutes'",
+				     reg[0]),
+			 1);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM %s WHERE id = "
+				     "'host-z/9'",
+				     reg[2]),
+			 1);
+	/* One table alone is one statement too. */
+	if (store_admin_heartbeat_group(st + 1, 1, "host-b/2", "9.9.10", kept,
+					false, err, sizeof(err)) != 0)
+		fail_msg("group of one: %s", err);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM %s WHERE id = "
+				     "'host-b/2' AND state = 'alive'",
+				     reg[1]),
+			 1);
+
+	/* A registry gone: the group fails whole, with why, none beaten. */
+	pgtest_exec(f->conn, "DROP TABLE %s", reg[1]);
+	pgtest_exec(f->conn,
+		    "UPDATE %s SET last_seen_at = now() - interval '1 minute'",
+		    reg[0]);
+	assert_int_not_equal(store_admin_heartbeat_group(st, 3, "host-a/1",
+							 "9.9.10", kept, false,
+							 err, sizeof(err)),
+			     0);
+	assert_non_null(strstr(err, "42P01"));
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM %s WHERE "
+				     "last_seen_at > now() - interval '30 "
+				     "seconds'",
+				     reg[0]),
+			 0);
+
+	/* Stores of two sessions cannot share one statement. */
+	struct store *apart = admin_store(other[0]);
+	struct store *pair[2] = {f->s, apart};
+	assert_int_equal(store_admin_heartbeat_group(pair, 2, "host-a/1",
+						     "9.9.10", kept, false, err,
+						     sizeof(err)),
+			 STORE_ERROR);
+	assert_non_null(strstr(err, "do not share a session"));
+	store_close(apart);
+	for (int k = 0; k < 2; k++) {
+		store_close(st[k + 1]);
+		pgtest_exec(f->conn, "DROP SCHEMA \"%s\" CASCADE", t[k].schema);
+	}
+}
+
 static void test_kept_by_relays(void **state)
 {
 	struct fixture *f = *state;
@@ -1452,6 +1552,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_registry, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_registry_group, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_kept_by_relays, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_contract_steps, setup,

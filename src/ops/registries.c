@@ -1,0 +1,341 @@
+/* SPDX-License-Identifier: MIT */
+#include "registries.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+/* A table whose store would not open (gone, unmigrated), or a database
+ * out of reach, is tried again after this, not at every heartbeat. */
+#define REOPEN_MS 30000
+/* Registries beaten in one statement (store_admin_heartbeat_group()):
+ * measured, a group's plan grows faster than its tables beyond about 20
+ * (docs/design.md §13). */
+#define GROUP_MAX 10
+/* The other tables' rows are written every other round (6 s): still
+ * twice within the 15 s a row is seen alive in, at half the writes
+ * (and half the vacuums of a thousand registries). A table's first
+ * heartbeat goes at the first round, as the ops session's own does
+ * (a contract step waits 6.5 s for a relay that just opened a table to
+ * show, docs/design.md §11). */
+#define GROUP_EVERY 2
+/* A single heartbeat, which prunes rows silent for a day, once every so
+ * many group rounds for each registry (10 minutes). */
+#define PRUNE_EVERY 100
+
+struct registry_entry {
+	struct store *s;   /* NULL: not open */
+	bool no_registry;  /* the table has no registry (made by hand) */
+	bool beaten;	   /* a heartbeat went in: this relay's row is there */
+	bool started;	   /* one went in since the relay started */
+	bool failing;	   /* its failure was told */
+	int64_t reopen_at; /* an open failed: not before then */
+};
+
+/* A database other than the ops session's: its tables' stores share one
+ * session of their own. */
+struct registry_db {
+	int64_t reopen_at; /* its session was lost: not before then */
+	bool failing;	   /* that was told */
+};
+
+/* Indexed by source and by database, as every per-source array
+ * (docs/design.md §13). */
+struct registries {
+	struct registry_entry *at;
+	size_t n;
+	struct registry_db *db;
+	size_t n_db;
+	size_t round;  /* heartbeats so far, for the prune's turns */
+	bool draining; /* what the last round wrote */
+};
+
+struct registries *registries_new(void)
+{
+	return calloc(1, sizeof(struct registries));
+}
+
+static bool grow(void **at, size_t *have, size_t want, size_t size)
+{
+	if (want <= *have)
+		return true;
+	char *more = realloc(*at, want * size);
+	if (!more)
+		return false;
+	memset(more + *have * size, 0, (want - *have) * size);
+	*at = more;
+	*have = want;
+	return true;
+}
+
+static void entry_close(struct registry_entry *e)
+{
+	store_close(e->s);
+	e->s = NULL;
+	e->no_registry = false;
+}
+
+static void told_failing(struct registry_entry *e, const char *source,
+			 const char *what, const char *err)
+{
+	if (!e->failing)
+		log_fields(LOG_WARN,
+			   "a table's replica registry gets no heartbeat; the "
+			   "others go on",
+			   "source", source, "step", what, "error", err, NULL);
+	e->failing = true;
+}
+
+/* An open store of database db, for the next one to share its session. */
+static struct store *store_of_db(struct registries *g, struct relay *r,
+				 size_t db)
+{
+	for (size_t i = 0; i < g->n; i++)
+		if (g->at[i].s && relay_source_db(r, i) == db)
+			return g->at[i].s;
+	return NULL;
+}
+
+/* Database db's session (not the ops session's) was lost: its stores
+ * close, and it is tried again after REOPEN_MS. */
+static void db_lost(struct registries *g, struct relay *r, size_t db,
+		    const char *err)
+{
+	for (size_t i = 0; i < g->n; i++)
+		if (relay_source_db(r, i) == db)
+			entry_close(&g->at[i]);
+	struct registry_db *d = &g->db[db];
+	d->reopen_at = clock_ms() + REOPEN_MS;
+	if (!d->failing)
+		log_fields(LOG_WARN,
+			   "a database's replica registries get no "
+			   "heartbeat; the others go on",
+			   "database",
+			   config_database_name(relay_config(r), db), "error",
+			   err, NULL);
+	d->failing = true;
+}
+
+/* Opens source i's store, on the session of with (NULL: a new one).
+ * STORE_RECONNECT, with err, when the session was lost or could not be
+ * made; else 0, with e->s NULL when the table failed. */
+static int entry_open(struct registry_entry *e, struct relay *r, size_t i,
+		      struct store *with, const struct store_options *so,
+		      char *err, size_t errlen)
+{
+	struct store_options o = *so;
+	o.table = relay_source_table(r, i);
+	o.conninfo =
+	    config_database_url(relay_config(r), relay_source_db(r, i));
+	int rc = store_open_sharing(&e->s, &o, with, err, errlen);
+	if (rc == STORE_RECONNECT)
+		return rc;
+	if (rc != 0) {
+		e->reopen_at = clock_ms() + REOPEN_MS;
+		told_failing(e, relay_source_name(r, i), "open", err);
+		return 0;
+	}
+	unsigned present = 0;
+	rc = store_admin_side_tables(e->s, &present, err, errlen);
+	if (rc == STORE_RECONNECT)
+		return rc;
+	/* A table made by hand without one: nothing to beat (the relay's
+	 * check of that table says which side tables are missing). */
+	e->no_registry = rc == 0 && !(present & STORE_SIDE_REPLICAS);
+	return 0;
+}
+
+/* Source i's store, opened if need be. STORE_RECONNECT, with err, when
+ * its session was lost. new_session: it may open a session of its own
+ * (once a round: each may wait for a connect). */
+static int ensure_open(struct registries *g, struct relay *r, size_t i,
+		       struct store *with, bool *new_session,
+		       const struct store_options *so, char *err, size_t errlen)
+{
+	struct registry_entry *e = &g->at[i];
+	if (e->s || clock_ms() < e->reopen_at || (!with && !*new_session))
+		return 0;
+	if (!with)
+		*new_session = false;
+	return entry_open(e, r, i, with, so, err, errlen);
+}
+
+/* Source i's registry alone, its row inserted if missing and the rows
+ * silent for a day pruned. STORE_RECONNECT, with err, when its session
+ * was lost. */
+static int beat_single(struct registries *g, struct relay *r, size_t i,
+		       const struct registry_beat *beat, char *err,
+		       size_t errlen)
+{
+	struct registry_entry *e = &g->at[i];
+	int rc =
+	    store_admin_heartbeat(e->s, beat->id, beat->version, beat->kept,
+				  beat->draining, !e->started, err, errlen);
+	if (rc == STORE_RECONNECT)
+		return rc;
+	if (rc != 0) {
+		told_failing(e, relay_source_name(r, i), "heartbeat", err);
+		return 0;
+	}
+	e->beaten = e->started = true;
+	if (e->failing)
+		log_fields(LOG_INFO,
+			   "a table's replica registry gets its heartbeat "
+			   "again",
+			   "source", relay_source_name(r, i), NULL);
+	e->failing = false;
+	return 0;
+}
+
+/* Whether source i's registry goes in a group: not its first heartbeat
+ * (which resets started_at), it did not fail, and its turn to prune (a
+ * single heartbeat once every PRUNE_EVERY rounds, the sources' turns
+ * spread over them) is not now. */
+static bool groupable(const struct registries *g, size_t i)
+{
+	const struct registry_entry *e = &g->at[i];
+	return e->started && !e->failing &&
+	       (g->round / GROUP_EVERY + i) % PRUNE_EVERY != 0;
+}
+
+/* The sources in group (all of one session) in one statement; each
+ * alone when it failed (to tell which table fails). */
+static int beat_group(struct registries *g, struct relay *r,
+		      const size_t *group, size_t n,
+		      const struct registry_beat *beat, char *err,
+		      size_t errlen)
+{
+	struct store *stores[GROUP_MAX] = {0};
+	for (size_t k = 0; k < n; k++)
+		stores[k] = g->at[group[k]].s;
+	if (beat->tick)
+		beat->tick();
+	int rc = store_admin_heartbeat_group(stores, n, beat->id, beat->version,
+					     beat->kept, beat->draining, err,
+					     errlen);
+	for (size_t k = 0; k < n && rc != 0 && rc != STORE_RECONNECT; k++)
+		if (beat_single(g, r, group[k], beat, err, errlen) ==
+		    STORE_RECONNECT)
+			return STORE_RECONNECT;
+	return rc == STORE_RECONNECT ? rc : 0;
+}
+
+/* The sources of database db: with, the session's store to share (NULL:
+ * another database's sources, whose first open makes their session).
+ * STORE_RECONNECT, with err, when that session was lost. */
+static int beat_db(struct registries *g, struct relay *r, size_t db,
+		   size_t ops_source, struct store *with, bool *new_session,
+		   const struct store_options *so,
+		   const struct registry_beat *beat, char *err, size_t errlen)
+{
+	size_t group[GROUP_MAX], grouped = 0, n = relay_sources_n(r);
+	int rc = 0;
+	if (!with)
+		with = store_of_db(g, r, db);
+	for (size_t i = 0; i < n && rc != STORE_RECONNECT; i++) {
+		struct registry_entry *e = &g->at[i];
+		if (i == ops_source || relay_source_db(r, i) != db)
+			continue;
+		if (relay_source_gone(r, i)) {
+			entry_close(e);
+			continue;
+		}
+		if (beat->tick)
+			beat->tick();
+		rc = ensure_open(g, r, i, with, new_session, so, err, errlen);
+		if (rc != 0 || !e->s || e->no_registry)
+			continue;
+		if (!with)
+			with = e->s;
+		/* Written last round, not failing since, and no news. */
+		if (e->started && !e->failing && g->round % GROUP_EVERY != 0 &&
+		    beat->draining == g->draining)
+			continue;
+		if (!groupable(g, i)) {
+			rc = beat_single(g, r, i, beat, err, errlen);
+			continue;
+		}
+		group[grouped++] = i;
+		if (grouped == GROUP_MAX) {
+			rc =
+			    beat_group(g, r, group, grouped, beat, err, errlen);
+			grouped = 0;
+		}
+	}
+	if (rc == 0 && grouped)
+		rc = beat_group(g, r, group, grouped, beat, err, errlen);
+	return rc;
+}
+
+int registries_beat(struct registries *g, struct relay *r,
+		    struct store *ops_store, size_t ops_source,
+		    const struct store_options *so,
+		    const struct registry_beat *beat, char *ops_err,
+		    size_t ops_errlen)
+{
+	size_t n = relay_sources_n(r), ops_db = relay_source_db(r, ops_source);
+	size_t n_db = config_n_databases(relay_config(r));
+	if (!g || !grow((void **)&g->at, &g->n, n, sizeof(*g->at)) ||
+	    !grow((void **)&g->db, &g->n_db, n_db, sizeof(*g->db))) {
+		log_warn("the other tables' replica registries: out of memory");
+		return 0;
+	}
+	g->round++;
+	bool new_session = true;
+	char err[1024];
+	/* The ops session's database first: another's connect may wait. */
+	if (beat_db(g, r, ops_db, ops_source, ops_store, &new_session, so, beat,
+		    err, sizeof(err)) == STORE_RECONNECT) {
+		snprintf(ops_err, ops_errlen, "%s", err);
+		return STORE_RECONNECT;
+	}
+	for (size_t d = 0; d < n_db; d++) {
+		if (d == ops_db || clock_ms() < g->db[d].reopen_at)
+			continue;
+		if (beat_db(g, r, d, ops_source, NULL, &new_session, so, beat,
+			    err, sizeof(err)) == STORE_RECONNECT)
+			db_lost(g, r, d, err);
+		else if (g->db[d].failing && store_of_db(g, r, d)) {
+			log_fields(LOG_INFO,
+				   "a database's replica registries get their "
+				   "heartbeat again",
+				   "database",
+				   config_database_name(relay_config(r), d),
+				   NULL);
+			g->db[d].failing = false;
+		}
+	}
+	g->draining = beat->draining;
+	return 0;
+}
+
+void registries_forget(struct registries *g, const char *id)
+{
+	for (size_t i = 0; g && i < g->n; i++) {
+		struct registry_entry *e = &g->at[i];
+		char err[1024];
+		if (e->s && e->beaten &&
+		    store_admin_forget(e->s, id, err, sizeof(err)) != 0)
+			log_warn(
+			    "leaving a table's replica registry failed: %s",
+			    err);
+	}
+}
+
+void registries_close(struct registries *g)
+{
+	for (size_t i = 0; g && i < g->n; i++)
+		entry_close(&g->at[i]);
+}
+
+void registries_free(struct registries *g)
+{
+	registries_close(g);
+	if (g) {
+		free(g->at);
+		free(g->db);
+	}
+	free(g);
+}

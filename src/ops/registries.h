@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The replica registries of a relay's other tables: with several tables
+ * (docs/design.md §13) the ops session heartbeats its own source's
+ * registry, and this the registry of every other source, so that
+ * `status`, `redrive`, `migrate --partition` and the contract steps of
+ * each table see the relays that serve it.
+ * Owned and used by the ops thread alone.
+ */
+#ifndef OUTBOX_OPS_REGISTRIES_H
+#define OUTBOX_OPS_REGISTRIES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "loops/loops.h"
+#include "store/store.h"
+
+struct registries;
+
+/* What every registry row of this relay says (store_admin_heartbeat()),
+ * and tick, called before each table's statements: the ops thread's
+ * liveness for /healthz. */
+struct registry_beat {
+	const char *id, *version;
+	struct store_kept kept;
+	bool draining;
+	void (*tick)(void);
+};
+
+struct registries *registries_new(void);
+
+/*
+ * Heartbeats the registry of every source but ops_source: those of
+ * ops_store's database through stores sharing its session, those of
+ * each other database through stores sharing one session of that
+ * database (at most one such session made a call: each may wait for a
+ * connect). so: the ops session's options (the table and database are
+ * each source's). A table that fails (gone, unmigrated, a grant) or a
+ * database out of reach is told once and tried again later; the others
+ * go on. STORE_RECONNECT, with err, when the ops session was lost (it
+ * then connects again), else 0.
+ */
+int registries_beat(struct registries *g, struct relay *r,
+		    struct store *ops_store, size_t ops_source,
+		    const struct store_options *so,
+		    const struct registry_beat *beat, char *err, size_t errlen);
+
+/* Deletes this relay's row from every registry it beats (a clean stop). */
+void registries_forget(struct registries *g, const char *id);
+
+/* Closes every store (the ops session moves, or ends); the next beat
+ * opens them again on the session it is given. */
+void registries_close(struct registries *g);
+
+void registries_free(struct registries *g);
+
+#endif
