@@ -414,15 +414,6 @@ static void beat(struct ops_session *o, struct store_options *so, bool draining)
 					     sizeof(o->err))
 		     : store_admin_side_tables(o->s, &present, o->err,
 					       sizeof(o->err));
-	struct registry_beat others = {.id = ops.id,
-				       .version = OUTBOX_VERSION,
-				       .kept = kept,
-				       .draining = draining,
-				       .tick = tick};
-	if (rc != STORE_RECONNECT && relay_sources_n(o->relay) > 1 &&
-	    registries_beat(o->regs, o->relay, o->s, o->source, so, &others,
-			    o->err, sizeof(o->err)) == STORE_RECONNECT)
-		rc = STORE_RECONNECT;
 	/* A failed draining heartbeat is retried with the regular ones, not
 	 * in a tight loop. */
 	o->draining_sent = draining;
@@ -454,6 +445,16 @@ static void beat(struct ops_session *o, struct store_options *so, bool draining)
 		set_db(true, NULL);
 	}
 	o->next_beat = clock_ms() + HEARTBEAT_MS;
+	/* After its own, which readiness and its schedule go by. */
+	struct registry_beat others = {.id = ops.id,
+				       .version = OUTBOX_VERSION,
+				       .kept = kept,
+				       .draining = draining,
+				       .tick = tick};
+	if (o->connected && relay_sources_n(o->relay) > 1 &&
+	    registries_beat(o->regs, o->relay, o->s, o->source, so, &others,
+			    o->err, sizeof(o->err)) == STORE_RECONNECT)
+		lose_session(o);
 }
 
 static void refresh_gauges(struct ops_session *o)
@@ -552,8 +553,8 @@ static void *ops_main(void *arg)
 	if (o.connected && o.registry &&
 	    store_admin_forget(o.s, ops.id, o.err, sizeof(o.err)) != 0)
 		log_warn("leaving the replica registry failed: %s", o.err);
-	if (o.connected)
-		registries_forget(o.regs, ops.id);
+	if (o.has_source)
+		registries_forget(o.regs, r, o.source, o.connected, ops.id);
 	registries_free(o.regs);
 	store_close(o.s);
 	return NULL;

@@ -14,16 +14,24 @@
  * measured, a group's plan grows faster than its tables beyond about 20
  * (docs/design.md §13). */
 #define GROUP_MAX 10
-/* The other tables' rows are written every other round (6 s): still
- * twice within the 15 s a row is seen alive in, at half the writes
- * (and half the vacuums of a thousand registries). A table's first
- * heartbeat goes at the first round, as the ops session's own does
- * (a contract step waits 6.5 s for a relay that just opened a table to
- * show, docs/design.md §11). */
-#define GROUP_EVERY 2
-/* A single heartbeat, which prunes rows silent for a day, once every so
- * many group rounds for each registry (10 minutes). */
+/* The other tables' rows are written at the first round 4.5 s after
+ * their last write, so every other round (6 s): still twice within the
+ * 15 s a row is seen alive in, at half the writes (and half the vacuums
+ * of a thousand registries). A table's first heartbeat goes at once, as
+ * the ops session's own does (a contract step waits 6.5 s for a relay
+ * that just opened a table to show, docs/design.md §11). */
+#define WRITE_AFTER_MS 4500
+/* A single heartbeat, which prunes rows silent for a day, once in so
+ * many writes of each registry (10 minutes). */
 #define PRUNE_EVERY 100
+/* A round's work on the other tables stops after this, the rest left to
+ * the next rounds (still due): the ops session's own heartbeat, the
+ * gauges and readiness must not wait for thousands of tables' opens. */
+#define ROUND_BUDGET_MS 1000
+/* Another database's registry session gives up a connect or a reply in
+ * this: a database out of reach must not hold the ops thread for the
+ * dead-peer window (15 s) every REOPEN_MS. */
+#define OTHER_DB_DEAD_PEER_MS 2000
 
 struct registry_entry {
 	struct store *s;   /* NULL: not open */
@@ -32,6 +40,8 @@ struct registry_entry {
 	bool started;	   /* one went in since the relay started */
 	bool failing;	   /* its failure was told */
 	int64_t reopen_at; /* an open failed: not before then */
+	int64_t written;   /* its last heartbeat's time */
+	size_t writes;	   /* for its turn to prune */
 };
 
 /* A database other than the ops session's: its tables' stores share one
@@ -48,8 +58,10 @@ struct registries {
 	size_t n;
 	struct registry_db *db;
 	size_t n_db;
-	size_t round;  /* heartbeats so far, for the prune's turns */
-	bool draining; /* what the last round wrote */
+	bool draining;	   /* what the last round wrote */
+	size_t ops_source; /* the ops session's source at the last round */
+	bool ops_known;
+	int64_t round_end; /* ROUND_BUDGET_MS from the round's start */
 };
 
 struct registries *registries_new(void)
@@ -118,17 +130,20 @@ static void db_lost(struct registries *g, struct relay *r, size_t db,
 	d->failing = true;
 }
 
-/* Opens source i's store, on the session of with (NULL: a new one).
+/* Opens source i's store, on the session of with (NULL: a new one;
+ * other_db: of a database other than the ops session's).
  * STORE_RECONNECT, with err, when the session was lost or could not be
  * made; else 0, with e->s NULL when the table failed. */
 static int entry_open(struct registry_entry *e, struct relay *r, size_t i,
-		      struct store *with, const struct store_options *so,
-		      char *err, size_t errlen)
+		      struct store *with, bool other_db,
+		      const struct store_options *so, char *err, size_t errlen)
 {
 	struct store_options o = *so;
 	o.table = relay_source_table(r, i);
 	o.conninfo =
 	    config_database_url(relay_config(r), relay_source_db(r, i));
+	if (other_db)
+		o.dead_peer_ms = OTHER_DB_DEAD_PEER_MS;
 	int rc = store_open_sharing(&e->s, &o, with, err, errlen);
 	if (rc == STORE_RECONNECT)
 		return rc;
@@ -151,7 +166,7 @@ static int entry_open(struct registry_entry *e, struct relay *r, size_t i,
  * its session was lost. new_session: it may open a session of its own
  * (once a round: each may wait for a connect). */
 static int ensure_open(struct registries *g, struct relay *r, size_t i,
-		       struct store *with, bool *new_session,
+		       struct store *with, bool other_db, bool *new_session,
 		       const struct store_options *so, char *err, size_t errlen)
 {
 	struct registry_entry *e = &g->at[i];
@@ -159,7 +174,7 @@ static int ensure_open(struct registries *g, struct relay *r, size_t i,
 		return 0;
 	if (!with)
 		*new_session = false;
-	return entry_open(e, r, i, with, so, err, errlen);
+	return entry_open(e, r, i, with, other_db, so, err, errlen);
 }
 
 /* Source i's registry alone, its row inserted if missing and the rows
@@ -170,6 +185,8 @@ static int beat_single(struct registries *g, struct relay *r, size_t i,
 		       size_t errlen)
 {
 	struct registry_entry *e = &g->at[i];
+	if (beat->tick)
+		beat->tick();
 	int rc =
 	    store_admin_heartbeat(e->s, beat->id, beat->version, beat->kept,
 				  beat->draining, !e->started, err, errlen);
@@ -180,6 +197,8 @@ static int beat_single(struct registries *g, struct relay *r, size_t i,
 		return 0;
 	}
 	e->beaten = e->started = true;
+	e->written = clock_ms();
+	e->writes++;
 	if (e->failing)
 		log_fields(LOG_INFO,
 			   "a table's replica registry gets its heartbeat "
@@ -189,15 +208,24 @@ static int beat_single(struct registries *g, struct relay *r, size_t i,
 	return 0;
 }
 
+/* Whether source i's row is to be written this round: its first, one
+ * that failed, a change to draining, or WRITE_AFTER_MS since the last. */
+static bool due(const struct registries *g, size_t i,
+		const struct registry_beat *beat)
+{
+	const struct registry_entry *e = &g->at[i];
+	return !e->started || e->failing || beat->draining != g->draining ||
+	       clock_ms() - e->written >= WRITE_AFTER_MS;
+}
+
 /* Whether source i's registry goes in a group: not its first heartbeat
  * (which resets started_at), it did not fail, and its turn to prune (a
- * single heartbeat once every PRUNE_EVERY rounds, the sources' turns
- * spread over them) is not now. */
+ * single heartbeat once in PRUNE_EVERY writes, the sources' turns spread
+ * over them) is not now. */
 static bool groupable(const struct registries *g, size_t i)
 {
 	const struct registry_entry *e = &g->at[i];
-	return e->started && !e->failing &&
-	       (g->round / GROUP_EVERY + i) % PRUNE_EVERY != 0;
+	return e->started && !e->failing && (e->writes + i) % PRUNE_EVERY != 0;
 }
 
 /* The sources in group (all of one session) in one statement; each
@@ -215,11 +243,19 @@ static int beat_group(struct registries *g, struct relay *r,
 	int rc = store_admin_heartbeat_group(stores, n, beat->id, beat->version,
 					     beat->kept, beat->draining, err,
 					     errlen);
-	for (size_t k = 0; k < n && rc != 0 && rc != STORE_RECONNECT; k++)
+	if (rc == STORE_RECONNECT)
+		return rc;
+	for (size_t k = 0; k < n; k++) {
+		if (rc == 0) {
+			g->at[group[k]].written = clock_ms();
+			g->at[group[k]].writes++;
+			continue;
+		}
 		if (beat_single(g, r, group[k], beat, err, errlen) ==
 		    STORE_RECONNECT)
 			return STORE_RECONNECT;
-	return rc == STORE_RECONNECT ? rc : 0;
+	}
+	return 0;
 }
 
 /* The sources of database db: with, the session's store to share (NULL:
@@ -231,28 +267,30 @@ static int beat_db(struct registries *g, struct relay *r, size_t db,
 		   const struct registry_beat *beat, char *err, size_t errlen)
 {
 	size_t group[GROUP_MAX], grouped = 0, n = relay_sources_n(r);
+	bool other_db = with == NULL;
 	int rc = 0;
+	/* Gone sources' stores first: one of them may be the store the
+	 * others would share their session through. */
+	for (size_t i = 0; i < n; i++)
+		if (relay_source_db(r, i) == db && relay_source_gone(r, i))
+			entry_close(&g->at[i]);
 	if (!with)
 		with = store_of_db(g, r, db);
 	for (size_t i = 0; i < n && rc != STORE_RECONNECT; i++) {
 		struct registry_entry *e = &g->at[i];
-		if (i == ops_source || relay_source_db(r, i) != db)
+		if (i == ops_source || relay_source_db(r, i) != db ||
+		    relay_source_gone(r, i) || !due(g, i, beat))
 			continue;
-		if (relay_source_gone(r, i)) {
-			entry_close(e);
-			continue;
-		}
+		if (clock_ms() >= g->round_end)
+			break;
 		if (beat->tick)
 			beat->tick();
-		rc = ensure_open(g, r, i, with, new_session, so, err, errlen);
+		rc = ensure_open(g, r, i, with, other_db, new_session, so, err,
+				 errlen);
 		if (rc != 0 || !e->s || e->no_registry)
 			continue;
 		if (!with)
 			with = e->s;
-		/* Written last round, not failing since, and no news. */
-		if (e->started && !e->failing && g->round % GROUP_EVERY != 0 &&
-		    beat->draining == g->draining)
-			continue;
 		if (!groupable(g, i)) {
 			rc = beat_single(g, r, i, beat, err, errlen);
 			continue;
@@ -282,7 +320,14 @@ int registries_beat(struct registries *g, struct relay *r,
 		log_warn("the other tables' replica registries: out of memory");
 		return 0;
 	}
-	g->round++;
+	/* The ops session moved: its former source's row is this process's
+	 * (its started_at is not reset). */
+	if (g->ops_known && g->ops_source != ops_source && g->ops_source < g->n)
+		g->at[g->ops_source].started = g->at[g->ops_source].beaten =
+		    true;
+	g->ops_source = ops_source;
+	g->ops_known = true;
+	g->round_end = clock_ms() + ROUND_BUDGET_MS;
 	bool new_session = true;
 	char err[1024];
 	/* The ops session's database first: another's connect may wait. */
@@ -311,13 +356,22 @@ int registries_beat(struct registries *g, struct relay *r,
 	return 0;
 }
 
-void registries_forget(struct registries *g, const char *id)
+void registries_forget(struct registries *g, struct relay *r, size_t ops_source,
+		       bool ops_connected, const char *id)
 {
-	for (size_t i = 0; g && i < g->n; i++) {
+	size_t ops_db = relay_source_db(r, ops_source);
+	/* The ops session's database first (another's may not answer
+	 * before the stop's wait ends); its stores not when that session
+	 * was lost. */
+	for (size_t k = 0; g && k < 2 * g->n; k++) {
+		size_t i = k % g->n;
 		struct registry_entry *e = &g->at[i];
+		bool own_db = relay_source_db(r, i) == ops_db;
 		char err[1024];
-		if (e->s && e->beaten &&
-		    store_admin_forget(e->s, id, err, sizeof(err)) != 0)
+		if (own_db != (k < g->n) || (own_db && !ops_connected) ||
+		    !e->s || !e->beaten)
+			continue;
+		if (store_admin_forget(e->s, id, err, sizeof(err)) != 0)
 			log_warn(
 			    "leaving a table's replica registry failed: %s",
 			    err);

@@ -46,8 +46,11 @@ int registries_beat(struct registries *g, struct relay *r,
 		    const struct store_options *so,
 		    const struct registry_beat *beat, char *err, size_t errlen);
 
-/* Deletes this relay's row from every registry it beats (a clean stop). */
-void registries_forget(struct registries *g, const char *id);
+/* Deletes this relay's row from every registry it beats (a clean stop),
+ * the ops session's database first, and not there when ops_connected is
+ * false (that session was lost). */
+void registries_forget(struct registries *g, struct relay *r, size_t ops_source,
+		       bool ops_connected, const char *id);
 
 /* Closes every store (the ops session moves, or ends); the next beat
  * opens them again on the session it is given. */
