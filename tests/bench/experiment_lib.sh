@@ -4,7 +4,8 @@
 # repair_scan.sh) share: a Postgres of their own with full-page writes on
 # and the relay's table migrated into it, q for psql, and the WAL and
 # Postgres CPU spent between shapes_mark and shapes_since (in $wal bytes
-# and $ticks clock ticks), and statements_on for pg_stat_statements.
+# and $ticks clock ticks), relay_ticks for the relay's own sessions, and
+# statements_on for pg_stat_statements.
 # Sourced after `set -euo pipefail`, with root set to the repository.
 : "${RELAY_TEST_BIN:?set RELAY_TEST_BIN to an outbox-relay binary}"
 work=$(mktemp -d)
@@ -28,6 +29,16 @@ pgcpu() {
 	pm=$(head -1 "$PG_DATA/postmaster.pid")
 	for p in $pm $(pgrep -P "$pm"); do
 		[ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14+$15+$16+$17}' "/proc/$p/stat")))
+	done
+	echo $t
+}
+# The CPU of the relay's sessions (their backends, by application
+# name, found now), in clock ticks.
+relay_ticks() {
+	local t=0 p
+	for p in $(q -c "SELECT pid FROM pg_stat_activity WHERE
+	                 application_name LIKE 'outbox-relay/%'"); do
+		[ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat")))
 	done
 	echo $t
 }

@@ -25,15 +25,6 @@ WINDOW=${3:-90}
 list=$(seq -f 'm_t%g.outbox_events' 1 "$TABLES" | paste -sd, -)
 OUTBOX_DATABASE_URL=$RELAY_TEST_DATABASE_URL OUTBOX_TABLE=$list \
 	"$RELAY_TEST_BIN" migrate --quiet >/dev/null
-# The user and system ticks of the relay's backends now.
-own_ticks() {
-	local t=0 p
-	for p in $(q -c "SELECT pid FROM pg_stat_activity WHERE
-	                 application_name LIKE 'outbox-relay/%'"); do
-		[ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat")))
-	done
-	echo $t
-}
 echo "build round own_ms_per_s cluster_ms_per_s"
 for round in $(seq "$ROUNDS"); do
 	for bin in "$BASELINE_BIN" "$RELAY_TEST_BIN"; do
@@ -44,9 +35,9 @@ for round in $(seq "$ROUNDS"); do
 			timeout 600 "$bin" run >/dev/null 2>>"$work/relay.log" &
 		pid=$!
 		sleep 75
-		o0=$(own_ticks) c0=$(pgcpu) t0=$(date +%s.%N)
+		o0=$(relay_ticks) c0=$(pgcpu) t0=$(date +%s.%N)
 		sleep "$WINDOW"
-		o1=$(own_ticks) c1=$(pgcpu) t1=$(date +%s.%N)
+		o1=$(relay_ticks) c1=$(pgcpu) t1=$(date +%s.%N)
 		kill -TERM "$pid"
 		wait "$pid" || true
 		awk -v b="$bin" -v r="$round" -v o="$((o1 - o0))" -v c="$((c1 - c0))" \

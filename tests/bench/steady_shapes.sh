@@ -58,16 +58,6 @@ make_table() {
 	done
 }
 
-# The CPU of the relay's sessions, in clock ticks.
-relay_ticks() {
-	local t=0 p
-	for p in $(q -c "SELECT pid FROM pg_stat_activity WHERE
-	                 application_name LIKE 'outbox-relay/%'"); do
-		[ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat")))
-	done
-	echo $t
-}
-
 sent() {
 	curl -s "127.0.0.1:$1/metrics" |
 		awk -F' ' '$1 == "outbox_events_total{outcome=\"sent\",class=\"none\"}" {print $2}'
