@@ -42,6 +42,7 @@ struct registry_entry {
 	int64_t reopen_at; /* an open failed: not before then */
 	int64_t written;   /* its last heartbeat's time */
 	size_t writes;	   /* for its turn to prune */
+	bool draining;	   /* what its last heartbeat said */
 };
 
 /* A database other than the ops session's: its tables' stores share one
@@ -49,6 +50,7 @@ struct registry_entry {
 struct registry_db {
 	int64_t reopen_at; /* its session was lost: not before then */
 	bool failing;	   /* that was told */
+	size_t cursor;	   /* where its last round's budget ran out */
 };
 
 /* Indexed by source and by database, as every per-source array
@@ -58,10 +60,10 @@ struct registries {
 	size_t n;
 	struct registry_db *db;
 	size_t n_db;
-	bool draining;	   /* what the last round wrote */
 	size_t ops_source; /* the ops session's source at the last round */
 	bool ops_known;
 	int64_t round_end; /* ROUND_BUDGET_MS from the round's start */
+	size_t first_db;   /* the database a round starts with, in turn */
 };
 
 struct registries *registries_new(void)
@@ -199,6 +201,7 @@ static int beat_single(struct registries *g, struct relay *r, size_t i,
 	e->beaten = e->started = true;
 	e->written = clock_ms();
 	e->writes++;
+	e->draining = beat->draining;
 	if (e->failing)
 		log_fields(LOG_INFO,
 			   "a table's replica registry gets its heartbeat "
@@ -214,7 +217,7 @@ static bool due(const struct registries *g, size_t i,
 		const struct registry_beat *beat)
 {
 	const struct registry_entry *e = &g->at[i];
-	return !e->started || e->failing || beat->draining != g->draining ||
+	return !e->started || e->failing || beat->draining != e->draining ||
 	       clock_ms() - e->written >= WRITE_AFTER_MS;
 }
 
@@ -247,8 +250,10 @@ static int beat_group(struct registries *g, struct relay *r,
 		return rc;
 	for (size_t k = 0; k < n; k++) {
 		if (rc == 0) {
-			g->at[group[k]].written = clock_ms();
-			g->at[group[k]].writes++;
+			struct registry_entry *e = &g->at[group[k]];
+			e->written = clock_ms();
+			e->writes++;
+			e->draining = beat->draining;
 			continue;
 		}
 		if (beat_single(g, r, group[k], beat, err, errlen) ==
@@ -266,7 +271,10 @@ static int beat_db(struct registries *g, struct relay *r, size_t db,
 		   const struct store_options *so,
 		   const struct registry_beat *beat, char *err, size_t errlen)
 {
-	size_t group[GROUP_MAX], grouped = 0, n = relay_sources_n(r);
+	/* g->n, not the sources' count now: discovery may have added some
+	 * since the round grew the entries. */
+	size_t group[GROUP_MAX], grouped = 0, n = g->n;
+	struct registry_db *d = &g->db[db];
 	bool other_db = with == NULL;
 	int rc = 0;
 	/* Gone sources' stores first: one of them may be the store the
@@ -276,13 +284,18 @@ static int beat_db(struct registries *g, struct relay *r, size_t db,
 			entry_close(&g->at[i]);
 	if (!with)
 		with = store_of_db(g, r, db);
-	for (size_t i = 0; i < n && rc != STORE_RECONNECT; i++) {
+	/* From where the last round's budget ran out: every table gets its
+	 * turn however many the budget leaves for a round. */
+	for (size_t k = 0; k < n && rc != STORE_RECONNECT; k++) {
+		size_t i = (d->cursor + k) % n;
 		struct registry_entry *e = &g->at[i];
 		if (i == ops_source || relay_source_db(r, i) != db ||
 		    relay_source_gone(r, i) || !due(g, i, beat))
 			continue;
-		if (clock_ms() >= g->round_end)
+		if (clock_ms() >= g->round_end) {
+			d->cursor = i;
 			break;
+		}
 		if (beat->tick)
 			beat->tick();
 		rc = ensure_open(g, r, i, with, other_db, new_session, so, err,
@@ -330,14 +343,21 @@ int registries_beat(struct registries *g, struct relay *r,
 	g->round_end = clock_ms() + ROUND_BUDGET_MS;
 	bool new_session = true;
 	char err[1024];
-	/* The ops session's database first: another's connect may wait. */
-	if (beat_db(g, r, ops_db, ops_source, ops_store, &new_session, so, beat,
-		    err, sizeof(err)) == STORE_RECONNECT) {
-		snprintf(ops_err, ops_errlen, "%s", err);
-		return STORE_RECONNECT;
-	}
-	for (size_t d = 0; d < n_db; d++) {
-		if (d == ops_db || clock_ms() < g->db[d].reopen_at)
+	/* Each database first in turn: one whose tables take the whole
+	 * budget must not leave the others none for good (another's
+	 * connect gives up in OTHER_DB_DEAD_PEER_MS). */
+	g->first_db = (g->first_db + 1) % n_db;
+	for (size_t k = 0; k < n_db; k++) {
+		size_t d = (g->first_db + k) % n_db;
+		if (d == ops_db) {
+			if (beat_db(g, r, ops_db, ops_source, ops_store,
+				    &new_session, so, beat, err,
+				    sizeof(err)) != STORE_RECONNECT)
+				continue;
+			snprintf(ops_err, ops_errlen, "%s", err);
+			return STORE_RECONNECT;
+		}
+		if (clock_ms() < g->db[d].reopen_at)
 			continue;
 		if (beat_db(g, r, d, ops_source, NULL, &new_session, so, beat,
 			    err, sizeof(err)) == STORE_RECONNECT)
@@ -352,7 +372,6 @@ int registries_beat(struct registries *g, struct relay *r,
 			g->db[d].failing = false;
 		}
 	}
-	g->draining = beat->draining;
 	return 0;
 }
 

@@ -38,8 +38,9 @@ struct registries *registries_new(void);
  * connect). so: the ops session's options (the table and database are
  * each source's). A table that fails (gone, unmigrated, a grant) or a
  * database out of reach is told once and tried again later; the others
- * go on. STORE_RECONNECT, with err, when the ops session was lost (it
- * then connects again), else 0.
+ * go on. A round works for at most a second; the next goes on from where
+ * it stopped. STORE_RECONNECT, with err, when the ops session was lost
+ * (it then connects again), else 0.
  */
 int registries_beat(struct registries *g, struct relay *r,
 		    struct store *ops_store, size_t ops_source,
