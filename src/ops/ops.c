@@ -215,6 +215,12 @@ static void publish_gauges(const struct store_gauges *g)
 	metrics_publish_horizon_holder(h->kind, h->name, h->pid, h->age_ms);
 }
 
+/* The ops thread is alive (/healthz). */
+static void tick(void)
+{
+	atomic_store(&ops.tick_ms, clock_ms());
+}
+
 /* Sleeps until the monotonic time until_ms, stop, or draining. */
 static void ops_sleep(int64_t until_ms)
 {
@@ -227,15 +233,10 @@ static void ops_sleep(int64_t until_ms)
 		int64_t slice = until_ms - now < 1000 ? until_ms - now : 1000;
 		struct timespec ts = clock_monotonic_after(slice);
 		pthread_cond_timedwait(&ops.cond, &ops.lock, &ts);
-		atomic_store(&ops.tick_ms, clock_ms());
+		tick();
 	}
 	ops.wake = false;
 	pthread_mutex_unlock(&ops.lock);
-}
-
-static void tick(void)
-{
-	atomic_store(&ops.tick_ms, clock_ms());
 }
 
 static int64_t min64(int64_t a, int64_t b)

@@ -36,8 +36,7 @@
 struct registry_entry {
 	struct store *s;   /* NULL: not open */
 	bool no_registry;  /* the table has no registry (made by hand) */
-	bool beaten;	   /* a heartbeat went in: this relay's row is there */
-	bool started;	   /* one went in since the relay started */
+	bool started;	   /* one went in: this relay's row is there */
 	bool failing;	   /* its failure was told */
 	int64_t reopen_at; /* an open failed: not before then */
 	int64_t written;   /* its last heartbeat's time */
@@ -179,6 +178,14 @@ static int ensure_open(struct registries *g, struct relay *r, size_t i,
 	return entry_open(e, r, i, with, other_db, so, err, errlen);
 }
 
+/* What a heartbeat of e's row that went in tells the next rounds. */
+static void wrote(struct registry_entry *e, const struct registry_beat *beat)
+{
+	e->written = clock_ms();
+	e->writes++;
+	e->draining = beat->draining;
+}
+
 /* Source i's registry alone, its row inserted if missing and the rows
  * silent for a day pruned. STORE_RECONNECT, with err, when its session
  * was lost. */
@@ -198,10 +205,8 @@ static int beat_single(struct registries *g, struct relay *r, size_t i,
 		told_failing(e, relay_source_name(r, i), "heartbeat", err);
 		return 0;
 	}
-	e->beaten = e->started = true;
-	e->written = clock_ms();
-	e->writes++;
-	e->draining = beat->draining;
+	wrote(e, beat);
+	e->started = true;
 	if (e->failing)
 		log_fields(LOG_INFO,
 			   "a table's replica registry gets its heartbeat "
@@ -250,10 +255,7 @@ static int beat_group(struct registries *g, struct relay *r,
 		return rc;
 	for (size_t k = 0; k < n; k++) {
 		if (rc == 0) {
-			struct registry_entry *e = &g->at[group[k]];
-			e->written = clock_ms();
-			e->writes++;
-			e->draining = beat->draining;
+			wrote(&g->at[group[k]], beat);
 			continue;
 		}
 		if (beat_single(g, r, group[k], beat, err, errlen) ==
@@ -336,8 +338,7 @@ int registries_beat(struct registries *g, struct relay *r,
 	/* The ops session moved: its former source's row is this process's
 	 * (its started_at is not reset). */
 	if (g->ops_known && g->ops_source != ops_source && g->ops_source < g->n)
-		g->at[g->ops_source].started = g->at[g->ops_source].beaten =
-		    true;
+		g->at[g->ops_source].started = true;
 	g->ops_source = ops_source;
 	g->ops_known = true;
 	g->round_end = clock_ms() + ROUND_BUDGET_MS;
@@ -388,7 +389,7 @@ void registries_forget(struct registries *g, struct relay *r, size_t ops_source,
 		bool own_db = relay_source_db(r, i) == ops_db;
 		char err[1024];
 		if (own_db != (k < g->n) || (own_db && !ops_connected) ||
-		    !e->s || !e->beaten)
+		    !e->s || !e->started)
 			continue;
 		if (store_admin_forget(e->s, id, err, sizeof(err)) != 0)
 			log_warn(
