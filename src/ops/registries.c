@@ -11,8 +11,9 @@
  * out of reach, is tried again after this, not at every heartbeat. */
 #define REOPEN_MS 30000
 /* Registries beaten in one statement (store_admin_heartbeat_group()):
- * measured, a group's plan grows faster than its tables beyond about 20
- * (docs/design.md §13). */
+ * a group's plan grows faster than its tables, measured at 49-61 us a
+ * table for ten and 74 for a hundred (docs/benchmark.md, "Every table's
+ * registry"). */
 #define GROUP_MAX 10
 /* The other tables' rows are written at the first round 4.5 s after
  * their last write, so every other round (6 s): still twice within the
@@ -44,8 +45,9 @@ struct registry_entry {
 	bool draining;	   /* what its last heartbeat said */
 };
 
-/* A database other than the ops session's: its tables' stores share one
- * session of their own. */
+/* A database's round: where its budget last ran out, and, for one other
+ * than the ops session's (whose tables' stores share one session of
+ * their own), when that session may be made again. */
 struct registry_db {
 	int64_t reopen_at; /* its session was lost: not before then */
 	bool failing;	   /* that was told */
