@@ -155,10 +155,10 @@ enum metric_gauge {
  * Values longer than METRICS_INFO_VALUE_MAX - 1 bytes are cut.
  */
 enum metric_info {
-	MI_XMIN_HORIZON_HOLDER, /* kind, name, pid */
+	MI_XMIN_HORIZON_HOLDER, /* kind, name, pid, database */
 	MI_COUNT
 };
-#define METRICS_INFO_LABELS 3
+#define METRICS_INFO_LABELS 4
 #define METRICS_INFO_VALUE_MAX 72
 
 enum metric_histogram {

@@ -219,6 +219,7 @@ struct info_def {
 	const char *name;
 	const char *help;
 	const char *labels[METRICS_INFO_LABELS];
+	bool omit_empty[METRICS_INFO_LABELS]; /* left out when "" */
 };
 
 static const struct info_def info_defs[MI_COUNT] = {
@@ -228,8 +229,11 @@ static const struct info_def info_defs[MI_COUNT] = {
 	 "session, replication_slot, "
 	 "prepared_transaction or none; name its "
 	 "application_name, slot name or gid; pid a "
-	 "session's (both empty for a session holding it under 10 s).",
-	 {"kind", "name", "pid"}},
+	 "session's (both empty for a session holding it under 10 s); "
+	 "database, with OUTBOX_DATABASES, the listed database it holds.",
+	 {"kind", "name", "pid", "database"},
+	 /* Without OUTBOX_DATABASES the series keeps the labels it had. */
+	 {false, false, false, true}},
 };
 
 static void render_infos(FILE *out)
@@ -240,8 +244,12 @@ static void render_infos(FILE *out)
 		metrics_info(i, values);
 		fprintf(out, "# HELP %s %s\n# TYPE %s gauge\n%s{", d->name,
 			d->help, d->name, d->name);
+		const char *sep = "";
 		for (int l = 0; l < METRICS_INFO_LABELS; l++) {
-			fprintf(out, "%s%s=\"", l ? "," : "", d->labels[l]);
+			if (d->omit_empty[l] && !values[l][0])
+				continue;
+			fprintf(out, "%s%s=\"", sep, d->labels[l]);
+			sep = ",";
 			metrics_text_put_label(out, values[l]);
 			fputc('"', out);
 		}
@@ -306,14 +314,15 @@ int64_t metrics_dead_entries_per_scan_milli(const int64_t before[3],
 }
 
 void metrics_publish_horizon_holder(const char *kind, const char *name,
-				    int64_t pid, int64_t age_ms)
+				    int64_t pid, int64_t age_ms,
+				    const char *database)
 {
 	bool brief = strcmp(kind, "session") == 0 && age_ms > 0 &&
 		     age_ms < HORIZON_NAMED_AFTER_MS;
 	char pid_text[24] = "";
 	if (pid > 0 && !brief)
 		snprintf(pid_text, sizeof(pid_text), "%lld", (long long)pid);
-	const char *values[METRICS_INFO_LABELS] = {kind[0] ? kind : "none",
-						   brief ? "" : name, pid_text};
+	const char *values[METRICS_INFO_LABELS] = {
+	    kind[0] ? kind : "none", brief ? "" : name, pid_text, database};
 	metrics_set_info(MI_XMIN_HORIZON_HOLDER, values);
 }

@@ -197,7 +197,9 @@ static void set_db(bool ok, const char *why)
 		log_info("postgres check ok");
 }
 
-static void publish_gauges(const struct store_gauges *g)
+/* database: the name of the database whose holder g->horizon is ("" with
+ * one database). */
+static void publish_gauges(const struct store_gauges *g, const char *database)
 {
 	metrics_set(MG_BACKLOG, g->backlog);
 	metrics_set(MG_OLDEST_PENDING_MS, g->oldest_pending_ms);
@@ -212,7 +214,8 @@ static void publish_gauges(const struct store_gauges *g)
 	metrics_set(MG_XMIN_AGE_SESSIONS, g->xmin_age_sessions);
 	metrics_set(MG_XMIN_AGE_SLOTS, g->xmin_age_slots);
 	metrics_set(MG_XMIN_AGE_PREPARED, g->xmin_age_prepared);
-	metrics_publish_horizon_holder(h->kind, h->name, h->pid, h->age_ms);
+	metrics_publish_horizon_holder(h->kind, h->name, h->pid, h->age_ms,
+				       database);
 }
 
 /* The ops thread is alive (/healthz). */
@@ -467,7 +470,13 @@ static void refresh_gauges(struct ops_session *o)
 	if (rc == 0) {
 		if (!o->registry)
 			g.live_replicas = 1;
-		publish_gauges(&g);
+		size_t ops_db = relay_source_db(o->relay, o->source);
+		size_t held_in = ops_db;
+		if (relay_sources_n(o->relay) > 1)
+			registries_horizons(o->regs, o->relay, ops_db, &g,
+					    &held_in, tick);
+		publish_gauges(
+		    &g, config_database_name(relay_config(o->relay), held_in));
 		/* Unread (the function refused): 0 once, not a value
 		 * frozen from before, which could hold the alert on. */
 		if (o->has_source &&

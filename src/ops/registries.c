@@ -49,9 +49,10 @@ struct registry_entry {
  * than the ops session's (whose tables' stores share one session of
  * their own), when that session may be made again. */
 struct registry_db {
-	int64_t reopen_at; /* its session was lost: not before then */
-	bool failing;	   /* that was told */
-	size_t cursor;	   /* where its last round's budget ran out */
+	int64_t reopen_at;    /* its session was lost: not before then */
+	bool failing;	      /* that was told */
+	size_t cursor;	      /* where its last round's budget ran out */
+	bool horizon_failing; /* its horizon's read failed, and was told */
 };
 
 /* Indexed by source and by database, as every per-source array
@@ -376,6 +377,76 @@ int registries_beat(struct registries *g, struct relay *r,
 		}
 	}
 	return 0;
+}
+
+/* Whether holder a has held its database's horizon longer than b: by
+ * seconds, what the alert goes by, where both are known (a slot's, or
+ * another role's session without pg_read_all_stats, are not), else by
+ * transactions, as each database's own statement ranks its holders. */
+static bool held_longer(const struct store_horizon *a,
+			const struct store_horizon *b)
+{
+	if (!a->kind[0])
+		return false;
+	if (!b->kind[0])
+		return true;
+	if (a->age_ms > 0 && b->age_ms > 0)
+		return a->age_ms > b->age_ms;
+	return a->xmin_age > b->xmin_age;
+}
+
+static int64_t max64(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
+
+void registries_horizons(struct registries *g, struct relay *r, size_t ops_db,
+			 struct store_gauges *into, size_t *held_in,
+			 void (*tick)(void))
+{
+	*held_in = ops_db;
+	for (size_t d = 0; g && d < g->n_db; d++) {
+		struct store *s = d == ops_db ? NULL : store_of_db(g, r, d);
+		if (!s)
+			continue;
+		if (tick)
+			tick();
+		struct store_gauges h;
+		char err[1024];
+		const char *name = config_database_name(relay_config(r), d);
+		int rc = store_admin_horizon(s, &h, err, sizeof(err));
+		if (rc == STORE_RECONNECT) {
+			db_lost(g, r, d, err);
+			continue;
+		}
+		struct registry_db *db = &g->db[d];
+		if (rc != 0) {
+			if (!db->horizon_failing)
+				log_fields(LOG_WARN,
+					   "a database's xmin horizon could "
+					   "not be read; /metrics shows the "
+					   "others'",
+					   "database", name, "error", err,
+					   NULL);
+			db->horizon_failing = true;
+			continue;
+		}
+		if (db->horizon_failing)
+			log_fields(LOG_INFO,
+				   "a database's xmin horizon is read again",
+				   "database", name, NULL);
+		db->horizon_failing = false;
+		into->xmin_age_sessions =
+		    max64(into->xmin_age_sessions, h.xmin_age_sessions);
+		into->xmin_age_slots =
+		    max64(into->xmin_age_slots, h.xmin_age_slots);
+		into->xmin_age_prepared =
+		    max64(into->xmin_age_prepared, h.xmin_age_prepared);
+		if (held_longer(&h.horizon, &into->horizon)) {
+			into->horizon = h.horizon;
+			*held_in = d;
+		}
+	}
 }
 
 void registries_forget(struct registries *g, struct relay *r, size_t ops_source,

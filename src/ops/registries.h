@@ -4,7 +4,8 @@
  * (docs/design.md §13) the ops session heartbeats its own source's
  * registry, and this the registry of every other source, so that
  * `status`, `redrive`, `migrate --partition` and the contract steps of
- * each table see the relays that serve it.
+ * each table see the relays that serve it. Through the sessions it holds
+ * in other databases it also reads their xmin horizons for /metrics.
  * Owned and used by the ops thread alone.
  */
 #ifndef OUTBOX_OPS_REGISTRIES_H
@@ -46,6 +47,20 @@ int registries_beat(struct registries *g, struct relay *r,
 		    struct store *ops_store, size_t ops_source,
 		    const struct store_options *so,
 		    const struct registry_beat *beat, char *err, size_t errlen);
+
+/*
+ * Reads the xmin horizon of each database other than ops_db whose
+ * registries have a session open (a database out of reach, or none of
+ * whose tables opened, is not read), and merges it into into, the ops
+ * session's gauges: the longest-held holder of them all (its database's
+ * index in *held_in, ops_db when the ops session's own), the largest
+ * xmin age of each kind. A snapshot held in another database keeps
+ * vacuum from that database's outboxes alone, and the ops session's
+ * statement does not see it. tick: called before each read.
+ */
+void registries_horizons(struct registries *g, struct relay *r, size_t ops_db,
+			 struct store_gauges *into, size_t *held_in,
+			 void (*tick)(void));
 
 /* Deletes this relay's row from every registry it beats (a clean stop),
  * the ops session's database first, and not there when ops_connected is

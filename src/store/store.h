@@ -670,6 +670,13 @@ struct store_gauges {
 int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 		       size_t errlen);
 
+/* The horizon's part of the gauges alone (horizon, xmin_age_* and the
+ * pending index's counters; the rest 0), in one statement: another
+ * database's, whose sessions the ops session's statement cannot see
+ * holding a snapshot there (docs/design.md §13). */
+int store_admin_horizon(struct store *s, struct store_gauges *g, char *err,
+			size_t errlen);
+
 /*
  * Everything `status` shows, read in one read-only repeatable-read
  * transaction so the sections agree with each other. Lists of rows are

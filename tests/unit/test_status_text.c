@@ -342,7 +342,7 @@ static void test_horizon_holder_info(void **state)
 	metrics_set(MG_XMIN_AGE_SLOTS, 42);
 	metrics_set(MG_LEASE_DEAD_ENTRIES_MILLI, 2500);
 	metrics_publish_horizon_holder("session", "pg_dump \"nightly\"\n", 4242,
-				       125500);
+				       125500, "");
 	char *text = NULL;
 	size_t len = 0;
 	FILE *out = open_memstream(&text, &len);
@@ -367,23 +367,30 @@ static void test_horizon_holder_info(void **state)
 	const struct {
 		const char *kind, *name;
 		int64_t pid, age_ms;
-		const char *line;
+		const char *database, *line;
 	} cases[] = {
-	    {"session", "outbox-relay", 77, HORIZON_NAMED_AFTER_MS - 1,
+	    {"session", "outbox-relay", 77, HORIZON_NAMED_AFTER_MS - 1, "",
 	     "{kind=\"session\",name=\"\",pid=\"\"} 1"},
-	    {"session", "outbox-relay", 77, HORIZON_NAMED_AFTER_MS,
+	    {"session", "outbox-relay", 77, HORIZON_NAMED_AFTER_MS, "",
 	     "{kind=\"session\",name=\"outbox-relay\",pid=\"77\"} 1"},
-	    {"session", "report", 78, 0,
+	    {"session", "report", 78, 0, "",
 	     "{kind=\"session\",name=\"report\",pid=\"78\"} 1"},
-	    {"replication_slot", "standby_1", 0, 0,
+	    {"replication_slot", "standby_1", 0, 0, "",
 	     "{kind=\"replication_slot\",name=\"standby_1\",pid=\"\"} 1"},
-	    {"prepared_transaction", "tx-9", 0, 5,
+	    {"prepared_transaction", "tx-9", 0, 5, "",
 	     "{kind=\"prepared_transaction\",name=\"tx-9\",pid=\"\"} 1"},
-	    {"", "", 0, 0, "{kind=\"none\",name=\"\",pid=\"\"} 1"},
+	    {"", "", 0, 0, "", "{kind=\"none\",name=\"\",pid=\"\"} 1"},
+	    /* With several databases, the one it holds. */
+	    {"session", "pg_dump", 79, 0, "shard2",
+	     "{kind=\"session\",name=\"pg_dump\",pid=\"79\",database="
+	     "\"shard2\"} 1"},
+	    {"", "", 0, 0, "shard1",
+	     "{kind=\"none\",name=\"\",pid=\"\",database=\"shard1\"} 1"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		metrics_publish_horizon_holder(cases[i].kind, cases[i].name,
-					       cases[i].pid, cases[i].age_ms);
+					       cases[i].pid, cases[i].age_ms,
+					       cases[i].database);
 		out = open_memstream(&text, &len);
 		assert_non_null(out);
 		metrics_text_render(out);

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Two databases behind one relay (OUTBOX_DATABASES, docs/design.md §13),
+# both in a Postgres server of this test's own: a snapshot held in the
+# database the ops session is not in keeps vacuum from that database's
+# outbox alone, and the ops session's own statement cannot see it there.
+# /metrics names it all the same, with its database, through the session
+# the ops thread holds there for the registries; once it ends, the
+# holder is no longer that one.
+. "$(dirname "$0")/lib.sh"
+it_table horizon_dbs
+table="$OUTBOX_TABLE"
+it_cluster
+url_a=$it_cluster_url
+psql_a() { psql "$url_a" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
+psql_a "CREATE DATABASE other_db" >/dev/null
+url_b=$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/other_db")))' "$url_a")
+
+# "first" is listed first: the ops session starts in it, so "second",
+# the other database, is read through the registries' session.
+dbs_env=(OUTBOX_DATABASE_URL= OUTBOX_DATABASES="first,second"
+	OUTBOX_DATABASE_URL_FIRST="$url_a" OUTBOX_DATABASE_URL_SECOND="$url_b"
+	OUTBOX_TABLE="$table")
+env "${dbs_env[@]}" "$RELAY_TEST_BIN" migrate >"$it_dir/migrate2.out" 2>&1 ||
+	it_fail "migrate of two databases failed: $(cat "$it_dir/migrate2.out")"
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+it_relay horizon "${dbs_env[@]}" OUTBOX_HTTP_ADDR="127.0.0.1:$port" OUTBOX_LOG_LEVEL=info
+it_wait 20 "readiness" curl -sf "http://127.0.0.1:$port/readyz" -o /dev/null
+beaten() {
+	[ "$(psql "$url_b" -X -A -t -q -c "SELECT count(*) FROM ${table}_replicas WHERE id LIKE '%/$it_last_pid'")" = 1 ]
+}
+it_wait 15 "the relay's row in the second database's registry" beaten
+
+# A report in the second database: a snapshot, no transaction id (a
+# writer's id would show in the first database's statement too).
+mkfifo "$it_dir/holder.fifo"
+PGAPPNAME="report-in-second-$$" psql "$url_b" -X -q -v ON_ERROR_STOP=1 \
+	-f "$it_dir/holder.fifo" >"$it_dir/holder.psql" 2>&1 &
+it_pids+=("$!")
+exec {holder_fd}>"$it_dir/holder.fifo"
+printf '%s\n' "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class;" >&"$holder_fd"
+# Not visible from the first database (else this test proves nothing).
+sleep 1
+[ "$(psql_a "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'report-in-second-$$' AND (backend_xid IS NOT NULL OR datname = current_database())")" = 0 ] ||
+	it_fail "the holder would be seen from the first database"
+
+holder_named() {
+	curl -sf -m 5 "http://127.0.0.1:$port/metrics" >"$it_dir/metrics.txt" || return 1
+	grep -q "^outbox_xmin_horizon_holder_info{kind=\"session\",name=\"report-in-second-$$\",pid=\"[0-9]*\",database=\"second\"} 1\$" \
+		"$it_dir/metrics.txt" &&
+		awk '$1 == "outbox_xmin_horizon_age_seconds" { exit !($2 >= 10) }' "$it_dir/metrics.txt"
+}
+it_wait 40 "/metrics naming the second database's holder, held 10 s or more" holder_named
+promtool check metrics <"$it_dir/metrics.txt" >"$it_dir/promtool.out" 2>&1 ||
+	it_fail "promtool check metrics: $(cat "$it_dir/promtool.out")"
+
+printf '%s\n' "ROLLBACK;" >&"$holder_fd"
+released() {
+	curl -sf -m 5 "http://127.0.0.1:$port/metrics" >"$it_dir/metrics.txt" || return 1
+	grep -q '^outbox_xmin_horizon_holder_info{' "$it_dir/metrics.txt" &&
+		! grep -q "name=\"report-in-second-$$\"" "$it_dir/metrics.txt"
+}
+it_wait 20 "/metrics no longer naming the released holder" released
+it_stop "$it_last_pid"
+echo "the second database's holder was named with its database; gone once released" >&2
