@@ -7,7 +7,7 @@ Usage: tcp_gate.py PORT UPSTREAM_PORT GATE_FILE
 Accepts on 127.0.0.1:PORT at once, but connects each client to
 127.0.0.1:UPSTREAM_PORT only once GATE_FILE exists: a test decides when a
 session behind it (the relay's LISTEN session, relay_sources_idle.sh)
-comes up. Bounded: it serves at most MAX_CONNS connections and exits after
+comes up; says on stderr when it holds one. Bounded: it serves at most MAX_CONNS connections and exits after
 LIFETIME_S.
 """
 import os
@@ -37,6 +37,9 @@ def pipe(src, dst):
 
 
 def serve(client, upstream_port, gate):
+    if not os.path.exists(gate):
+        # A test waits for this to know a client is held.
+        print("holding a connection", file=sys.stderr, flush=True)
     while not os.path.exists(gate):
         time.sleep(0.05)
     try:
