@@ -197,8 +197,8 @@ static void set_db(bool ok, const char *why)
 		log_info("postgres check ok");
 }
 
-/* database: the name of the database whose holder g->horizon is ("" with
- * one database). */
+/* database: the listed database whose read named g->horizon's holder
+ * ("" without OUTBOX_DATABASES). */
 static void publish_gauges(const struct store_gauges *g, const char *database)
 {
 	metrics_set(MG_BACKLOG, g->backlog);
@@ -215,7 +215,7 @@ static void publish_gauges(const struct store_gauges *g, const char *database)
 	metrics_set(MG_XMIN_AGE_SLOTS, g->xmin_age_slots);
 	metrics_set(MG_XMIN_AGE_PREPARED, g->xmin_age_prepared);
 	metrics_publish_horizon_holder(h->kind, h->name, h->pid, h->age_ms,
-				       database);
+				       h->kind[0] ? database : "");
 }
 
 /* The ops thread is alive (/healthz). */
@@ -472,9 +472,12 @@ static void refresh_gauges(struct ops_session *o)
 			g.live_replicas = 1;
 		size_t ops_db = relay_source_db(o->relay, o->source);
 		size_t held_in = ops_db;
-		if (relay_sources_n(o->relay) > 1)
+		if (relay_sources_n(o->relay) > 1) {
 			registries_horizons(o->regs, o->relay, ops_db, &g,
 					    &held_in, tick);
+			/* The pause after paces every database's read. */
+			took = clock_ms() - t0;
+		}
 		publish_gauges(
 		    &g, config_database_name(relay_config(o->relay), held_in));
 		/* Unread (the function refused): 0 once, not a value

@@ -379,20 +379,23 @@ int registries_beat(struct registries *g, struct relay *r,
 	return 0;
 }
 
-/* Whether holder a has held its database's horizon longer than b: by
- * seconds, what the alert goes by, where both are known (a slot's, or
- * another role's session without pg_read_all_stats, are not), else by
- * transactions, as each database's own statement ranks its holders. */
-static bool held_longer(const struct store_horizon *a,
-			const struct store_horizon *b)
+/* Whether holder a, read after b, has held its database's horizon at
+ * least as long: by seconds, what the alert goes by, where both are known
+ * (a slot's, or another role's session without pg_read_all_stats, are
+ * not), else by transactions, as each database's own statement ranks its
+ * holders. At least: a writer of another database on the ops session's
+ * server is in the ops session's read too, a moment younger, and its own
+ * database's read must name it, whatever the clock's granularity. */
+static bool held_as_long(const struct store_horizon *a,
+			 const struct store_horizon *b)
 {
 	if (!a->kind[0])
 		return false;
 	if (!b->kind[0])
 		return true;
 	if (a->age_ms > 0 && b->age_ms > 0)
-		return a->age_ms > b->age_ms;
-	return a->xmin_age > b->xmin_age;
+		return a->age_ms >= b->age_ms;
+	return a->xmin_age >= b->xmin_age;
 }
 
 static int64_t max64(int64_t a, int64_t b)
@@ -442,7 +445,7 @@ void registries_horizons(struct registries *g, struct relay *r, size_t ops_db,
 		    max64(into->xmin_age_slots, h.xmin_age_slots);
 		into->xmin_age_prepared =
 		    max64(into->xmin_age_prepared, h.xmin_age_prepared);
-		if (held_longer(&h.horizon, &into->horizon)) {
+		if (held_as_long(&h.horizon, &into->horizon)) {
 			into->horizon = h.horizon;
 			*held_in = d;
 		}

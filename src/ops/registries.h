@@ -56,7 +56,12 @@ int registries_beat(struct registries *g, struct relay *r,
  * index in *held_in, ops_db when the ops session's own), the largest
  * xmin age of each kind. A snapshot held in another database keeps
  * vacuum from that database's outboxes alone, and the ops session's
- * statement does not see it. tick: called before each read.
+ * statement does not see it. Each other database names only a holder of
+ * its own (store_admin_horizon()): a holder is named with its own
+ * database where that is listed, and one that every database of a server
+ * sees (a physical slot, a session of no database) with the ops
+ * session's, where it is on that server. tick: called before each
+ * read.
  */
 void registries_horizons(struct registries *g, struct relay *r, size_t ops_db,
 			 struct store_gauges *into, size_t *held_in,

@@ -673,7 +673,12 @@ int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 /* The horizon's part of the gauges alone (horizon, xmin_age_* and the
  * pending index's counters; the rest 0), in one statement: another
  * database's, whose sessions the ops session's statement cannot see
- * holding a snapshot there (docs/design.md §13). */
+ * holding a snapshot there (docs/design.md §13). The holder named is
+ * one of the database's own (a session or prepared transaction of it,
+ * a logical slot of it): a writer of another database, a physical slot
+ * or a session of no database is seen alike from every database of its
+ * server, and named by the ops session's read where that is the same
+ * server (kind "" when none is its own). */
 int store_admin_horizon(struct store *s, struct store_gauges *g, char *err,
 			size_t errlen);
 

@@ -293,9 +293,10 @@ static char *claimed_count_sql(const struct names *n)
  * holders as old, the one holding by its transaction id comes first: a
  * snapshot taken while that transaction ran has it as its xmin, the
  * relay's own leases' included, and ranked by seconds alone (unknown
- * without the grant, so last) the relay named itself. */
-static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
-			  size_t errlen)
+ * without the grant, so last) the relay named itself. own_only: the
+ * holder named is one of this database's own (see store_admin_horizon()). */
+static int horizon_gauges(struct store *s, struct store_gauges *g,
+			  bool own_only, char *err, size_t errlen)
 {
 	int rc;
 	char idx[160];
@@ -303,15 +304,18 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 	char *sql = store_asprintf(
 	    "WITH h AS (SELECT 'session' AS kind, a.pid, a.application_name "
 	    "AS name, %s AS xmin_age, %s AS by_xid, extract(epoch FROM now() "
-	    "- a.xact_start) AS age_s FROM pg_stat_activity a WHERE %s "
+	    "- a.xact_start) AS age_s, a.datname IS NOT DISTINCT FROM "
+	    "current_database() AS own FROM pg_stat_activity a WHERE %s "
 	    "UNION ALL SELECT 'replication_slot', NULL, slot_name::text, "
-	    "age(xmin), false, NULL FROM pg_replication_slots WHERE xmin IS "
+	    "age(xmin), false, NULL, database IS NOT DISTINCT FROM "
+	    "current_database() FROM pg_replication_slots WHERE xmin IS "
 	    "NOT NULL "
 	    "UNION ALL SELECT 'prepared_transaction', NULL, gid, "
-	    "age(transaction), true, extract(epoch FROM now() - prepared) "
+	    "age(transaction), true, extract(epoch FROM now() - prepared), "
+	    "database IS NOT DISTINCT FROM current_database() "
 	    "FROM pg_prepared_xacts), "
-	    "top AS (SELECT * FROM h ORDER BY xmin_age DESC, by_xid DESC, "
-	    "age_s DESC NULLS LAST LIMIT 1) "
+	    "top AS (SELECT * FROM h WHERE %s ORDER BY xmin_age DESC, by_xid "
+	    "DESC, age_s DESC NULLS LAST LIMIT 1) "
 	    "SELECT top.kind, coalesce(top.pid, 0), top.name, "
 	    "coalesce(top.xmin_age, 0), greatest(0, coalesce((top.age_s * "
 	    "1000)::bigint, 0)), "
@@ -331,7 +335,7 @@ static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
 	    "FROM pg_stat_user_indexes WHERE indexrelid IN " ADMIN_STATS_OF(
 		"to_regclass('%s')") ") i",
 	    ADMIN_SESSION_XMIN_AGE, ADMIN_SESSION_BY_XID, ADMIN_SESSION_HOLDS,
-	    idx, idx);
+	    own_only ? "own" : "true", idx, idx);
 	PGresult *res = store_exec(s, "horizon query", sql, 0, NULL,
 				   PGRES_TUPLES_OK, &rc, err, errlen);
 	free(sql);
@@ -507,16 +511,16 @@ static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 	return 0;
 }
 
-/* The counts and the horizon in one transaction, so the horizon query can
- * read what the counts cost the pending index (this transaction's own
- * statistics) and the lease's share be told apart from the gauges'. */
 int store_admin_horizon(struct store *s, struct store_gauges *g, char *err,
 			size_t errlen)
 {
 	memset(g, 0, sizeof(*g));
-	return horizon_gauges(s, g, err, errlen);
+	return horizon_gauges(s, g, true, err, errlen);
 }
 
+/* The counts and the horizon in one transaction, so the horizon query can
+ * read what the counts cost the pending index (this transaction's own
+ * statistics) and the lease's share be told apart from the gauges'. */
 int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 		       size_t errlen)
 {
@@ -546,7 +550,7 @@ int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 			rc = count_gauges(s, g, err, errlen);
 	}
 	if (rc == 0)
-		rc = horizon_gauges(s, g, err, errlen);
+		rc = horizon_gauges(s, g, false, err, errlen);
 	if (rc == STORE_RECONNECT)
 		return rc;
 	if (rc != 0) {

@@ -384,8 +384,6 @@ static void test_horizon_holder_info(void **state)
 	    {"session", "pg_dump", 79, 0, "shard2",
 	     "{kind=\"session\",name=\"pg_dump\",pid=\"79\",database="
 	     "\"shard2\"} 1"},
-	    {"", "", 0, 0, "shard1",
-	     "{kind=\"none\",name=\"\",pid=\"\",database=\"shard1\"} 1"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		metrics_publish_horizon_holder(cases[i].kind, cases[i].name,
