@@ -358,6 +358,7 @@ static bool next_source(struct ops_session *o, struct store_options *so,
 static bool move_on(struct ops_session *o, struct store_options *so,
 		    bool other_db)
 {
+	size_t from_db = relay_source_db(o->relay, o->source);
 	if (o->moves + 1 >= relay_sources_n(o->relay) ||
 	    !next_source(o, so, other_db))
 		return false;
@@ -366,7 +367,11 @@ static bool move_on(struct ops_session *o, struct store_options *so,
 		log_fields(LOG_WARN, "the ops session moves to another source",
 			   "error", o->err, "source",
 			   relay_source_name(o->relay, o->source), NULL);
-	registries_close(o->regs);
+	/* The stores that shared the session it leaves, and those of the
+	 * database it goes to, which are to share its new one. */
+	registries_close_db(o->regs, o->relay, from_db);
+	registries_close_db(o->regs, o->relay,
+			    relay_source_db(o->relay, o->source));
 	store_close(o->s);
 	o->s = NULL;
 	o->connected = false;

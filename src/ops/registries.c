@@ -474,7 +474,14 @@ void registries_forget(struct registries *g, struct relay *r, size_t ops_source,
 	}
 }
 
-void registries_close(struct registries *g)
+void registries_close_db(struct registries *g, struct relay *r, size_t db)
+{
+	for (size_t i = 0; g && i < g->n; i++)
+		if (relay_source_db(r, i) == db)
+			entry_close(&g->at[i]);
+}
+
+static void registries_close(struct registries *g)
 {
 	for (size_t i = 0; g && i < g->n; i++)
 		entry_close(&g->at[i]);

@@ -73,9 +73,10 @@ void registries_horizons(struct registries *g, struct relay *r, size_t ops_db,
 void registries_forget(struct registries *g, struct relay *r, size_t ops_source,
 		       bool ops_connected, const char *id);
 
-/* Closes every store (the ops session moves, or ends); the next beat
- * opens them again on the session it is given. */
-void registries_close(struct registries *g);
+/* Closes the stores of database db: the ops session moves from or to it,
+ * and its stores are to share the session the next beat is given there
+ * (the other databases' keep theirs). */
+void registries_close_db(struct registries *g, struct relay *r, size_t db);
 
 void registries_free(struct registries *g);
 

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Three databases behind one relay (OUTBOX_DATABASES, docs/design.md §13),
+# in a Postgres server of this test's own. The ops session's table is
+# dropped: the session moves to the next database's table, and only the
+# registry stores of the two databases the move is between are opened
+# again; the third database's keep their session (the same server
+# process before and after), and a clean stop still leaves both
+# remaining registries.
+. "$(dirname "$0")/lib.sh"
+it_table move_dbs
+table="$OUTBOX_TABLE"
+schema="${table%%.*}"
+it_cluster
+url_a=$it_cluster_url
+psql_a() { psql "$url_a" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
+psql_a "CREATE DATABASE move_b" >/dev/null
+psql_a "CREATE DATABASE move_c" >/dev/null
+url_of() { python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$url_a" "$1"; }
+url_b=$(url_of move_b)
+url_c=$(url_of move_c)
+dbs_env=(OUTBOX_DATABASE_URL= OUTBOX_DATABASES="first,second,third"
+	OUTBOX_DATABASE_URL_FIRST="$url_a" OUTBOX_DATABASE_URL_SECOND="$url_b"
+	OUTBOX_DATABASE_URL_THIRD="$url_c" OUTBOX_TABLE="$table")
+env "${dbs_env[@]}" "$RELAY_TEST_BIN" migrate >"$it_dir/migrate3.out" 2>&1 ||
+	it_fail "migrate of three databases failed: $(cat "$it_dir/migrate3.out")"
+
+it_relay move "${dbs_env[@]}" OUTBOX_LOG_LEVEL=info
+pid=$it_last_pid
+in_registry() { # URL: this relay's row is in that database's registry
+	[ "$(psql "$1" -X -A -t -q -c "SELECT count(*) FROM ${table}_replicas WHERE id LIKE '%/$pid'")" = 1 ]
+}
+it_wait 20 "the relay in the second database's registry" in_registry "$url_b"
+it_wait 20 "the relay in the third database's registry" in_registry "$url_c"
+# The ops thread's session in each database (the ops session in the
+# first, the registries' in the others: one application_name).
+ops_pid_in() { psql_a "SELECT coalesce(string_agg(pid::text, ','), '') FROM pg_stat_activity WHERE datname = '$1' AND application_name LIKE 'outbox-relay/%/ops'"; }
+third_before=$(ops_pid_in move_c)
+[ -n "$third_before" ] && [ "${third_before#*,}" = "$third_before" ] ||
+	it_fail "want one ops-thread session in the third database, got '$third_before'"
+
+# The first database's table goes (a tenant dropped): the ops session
+# moves to the second database's table.
+psql_a "SET client_min_messages = warning; DROP SCHEMA $schema CASCADE" >/dev/null
+it_wait 20 "the ops session to move" grep -q '"the ops session moves to another source"' "$it_dir/move.log"
+# Its registry rows go on being written: the third's through the same
+# session as before the move.
+written_since() { # URL SECONDS
+	[ "$(psql "$1" -X -A -t -q -c "SELECT count(*) FROM ${table}_replicas WHERE id LIKE '%/$pid' AND last_seen_at > now() - interval '$2 seconds'")" = 1 ]
+}
+sleep 7
+it_wait 10 "the second database's row written after the move" written_since "$url_b" 3
+it_wait 10 "the third database's row written after the move" written_since "$url_c" 7
+third_after=$(ops_pid_in move_c)
+[ "$third_after" = "$third_before" ] ||
+	it_fail "the third database's registry session was made again by the move ($third_before, then $third_after)"
+it_stop "$pid"
+! in_registry "$url_b" || it_fail "the clean stop left the relay in the second database's registry"
+! in_registry "$url_c" || it_fail "the clean stop left the relay in the third database's registry"
+echo "the move kept the third database's registry session (pid $third_after)" >&2
