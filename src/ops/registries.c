@@ -379,23 +379,27 @@ int registries_beat(struct registries *g, struct relay *r,
 	return 0;
 }
 
-/* Whether holder a, read after b, has held its database's horizon at
- * least as long: by seconds, what the alert goes by, where both are known
- * (a slot's, or another role's session without pg_read_all_stats, are
- * not), else by transactions, as each database's own statement ranks its
- * holders. At least: a writer of another database on the ops session's
- * server is in the ops session's read too, a moment younger, and its own
- * database's read must name it, whatever the clock's granularity. */
-static bool held_as_long(const struct store_horizon *a,
-			 const struct store_horizon *b)
+/* Whether holder a has held its database's horizon longer than b: by
+ * seconds, what the alert goes by, where both are known (a slot's, or
+ * another role's session without pg_read_all_stats, are not), else by
+ * transactions, as each database's own statement ranks its holders. */
+static bool held_longer(const struct store_horizon *a,
+			const struct store_horizon *b)
 {
 	if (!a->kind[0])
 		return false;
 	if (!b->kind[0])
 		return true;
 	if (a->age_ms > 0 && b->age_ms > 0)
-		return a->age_ms >= b->age_ms;
-	return a->xmin_age >= b->xmin_age;
+		return a->age_ms > b->age_ms;
+	return a->xmin_age > b->xmin_age;
+}
+
+static bool same_holder(const struct store_horizon *a,
+			const struct store_horizon *b)
+{
+	return a->kind[0] && strcmp(a->kind, b->kind) == 0 &&
+	       a->pid == b->pid && strcmp(a->name, b->name) == 0;
 }
 
 static int64_t max64(int64_t a, int64_t b)
@@ -403,12 +407,31 @@ static int64_t max64(int64_t a, int64_t b)
 	return a > b ? a : b;
 }
 
+/* Whether server (a read's start time) is among the n in seen; added if
+ * not (room for every database's). */
+static bool server_seen(char (*seen)[STORE_SERVER_MAX], size_t *n,
+			const char *server)
+{
+	for (size_t k = 0; k < *n; k++)
+		if (strcmp(seen[k], server) == 0)
+			return true;
+	snprintf(seen[*n], sizeof(seen[*n]), "%s", server);
+	(*n)++;
+	return false;
+}
+
 void registries_horizons(struct registries *g, struct relay *r, size_t ops_db,
 			 struct store_gauges *into, size_t *held_in,
 			 void (*tick)(void))
 {
+	char seen[CONFIG_DATABASES_MAX + 1][STORE_SERVER_MAX];
+	size_t n_seen = 0;
+	/* The server of the read that named into's holder. */
+	char held_on[STORE_SERVER_MAX];
+	snprintf(held_on, sizeof(held_on), "%s", into->server);
+	server_seen(seen, &n_seen, into->server);
 	*held_in = ops_db;
-	for (size_t d = 0; g && d < g->n_db; d++) {
+	for (size_t d = 0; g && d < g->n_db && d < CONFIG_DATABASES_MAX; d++) {
 		struct store *s = d == ops_db ? NULL : store_of_db(g, r, d);
 		if (!s)
 			continue;
@@ -445,9 +468,20 @@ void registries_horizons(struct registries *g, struct relay *r, size_t ops_db,
 		    max64(into->xmin_age_slots, h.xmin_age_slots);
 		into->xmin_age_prepared =
 		    max64(into->xmin_age_prepared, h.xmin_age_prepared);
-		if (held_as_long(&h.horizon, &into->horizon)) {
-			into->horizon = h.horizon;
+		/* What every database of a server sees (a writer of another
+		 * database, a physical slot, a session of none) is named by
+		 * that server's first read; a later one names only its own
+		 * database's holders, and one the earlier read named already
+		 * takes this database's name, its own. */
+		bool known = server_seen(seen, &n_seen, h.server);
+		const struct store_horizon *c =
+		    known ? &h.own_horizon : &h.horizon;
+		if ((known && strcmp(h.server, held_on) == 0 &&
+		     same_holder(c, &into->horizon)) ||
+		    held_longer(c, &into->horizon)) {
+			into->horizon = *c;
 			*held_in = d;
+			snprintf(held_on, sizeof(held_on), "%s", h.server);
 		}
 	}
 }

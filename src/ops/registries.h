@@ -56,12 +56,13 @@ int registries_beat(struct registries *g, struct relay *r,
  * index in *held_in, ops_db when the ops session's own), the largest
  * xmin age of each kind. A snapshot held in another database keeps
  * vacuum from that database's outboxes alone, and the ops session's
- * statement does not see it. Each other database names only a holder of
- * its own (store_admin_horizon()): a holder is named with its own
- * database where that is listed, and one that every database of a server
- * sees (a physical slot, a session of no database) with the ops
- * session's, where it is on that server. tick: called before each
- * read.
+ * statement does not see it. A holder every database of a server sees
+ * (a writer, a prepared transaction, a physical slot, a session of no
+ * database) is taken from that server's first read (the ops session's
+ * first), a later read of the server names only its own database's
+ * holders, so a holder is named with its own database where that is
+ * listed, else with the first listed database read on its server.
+ * tick: called before each read.
  */
 void registries_horizons(struct registries *g, struct relay *r, size_t ops_db,
 			 struct store_gauges *into, size_t *held_in,

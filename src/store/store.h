@@ -630,6 +630,9 @@ struct store_kept store_admin_kept(struct store *s, struct store_kept own,
 int store_admin_forget(struct store *s, const char *id, char *err,
 		       size_t errlen);
 
+/* Room for a server's start time as text (store_gauges.server). */
+#define STORE_SERVER_MAX 48
+
 /* The SQL-backed gauges, from two statements in one transaction. */
 struct store_gauges {
 	int64_t backlog;	   /* pending rows */
@@ -654,6 +657,15 @@ struct store_gauges {
 		 * a prepared transaction; 0 for a slot or when unknown. */
 		int64_t age_ms;
 	} horizon;
+	/* The oldest of the database's own holders (its sessions, its
+	 * prepared transactions, its logical slots), as horizon; kind ""
+	 * when none. A writer of another database, a physical slot or a
+	 * session of no database holds every database of its server alike,
+	 * and is in horizon as seen from each. */
+	struct store_horizon own_horizon;
+	/* The server's start time (pg_postmaster_start_time()), which
+	 * tells the reads of two servers apart. */
+	char server[STORE_SERVER_MAX];
 	/* age(xmin) of the oldest of each kind, 0 when none. */
 	int64_t xmin_age_sessions, xmin_age_slots, xmin_age_prepared;
 	/* The pending index's cumulative pg_stat_user_indexes counters:
@@ -670,15 +682,10 @@ struct store_gauges {
 int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 		       size_t errlen);
 
-/* The horizon's part of the gauges alone (horizon, xmin_age_* and the
- * pending index's counters; the rest 0), in one statement: another
- * database's, whose sessions the ops session's statement cannot see
- * holding a snapshot there (docs/design.md §13). The holder named is
- * one of the database's own (a session or prepared transaction of it,
- * a logical slot of it): a writer of another database, a physical slot
- * or a session of no database is seen alike from every database of its
- * server, and named by the ops session's read where that is the same
- * server (kind "" when none is its own). */
+/* The horizon's part of the gauges alone (horizon, own_horizon, server,
+ * xmin_age_* and the pending index's counters; the rest 0), in one
+ * statement: another database's, whose sessions the ops session's
+ * statement cannot see holding a snapshot there (docs/design.md §13). */
 int store_admin_horizon(struct store *s, struct store_gauges *g, char *err,
 			size_t errlen);
 

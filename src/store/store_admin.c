@@ -293,10 +293,11 @@ static char *claimed_count_sql(const struct names *n)
  * holders as old, the one holding by its transaction id comes first: a
  * snapshot taken while that transaction ran has it as its xmin, the
  * relay's own leases' included, and ranked by seconds alone (unknown
- * without the grant, so last) the relay named itself. own_only: the
- * holder named is one of this database's own (see store_admin_horizon()). */
-static int horizon_gauges(struct store *s, struct store_gauges *g,
-			  bool own_only, char *err, size_t errlen)
+ * without the grant, so last) the relay named itself. The oldest of the
+ * database's own holders, and the server's start time, are read beside
+ * (see store_admin_horizon()). */
+static int horizon_gauges(struct store *s, struct store_gauges *g, char *err,
+			  size_t errlen)
 {
 	int rc;
 	char idx[160];
@@ -314,8 +315,10 @@ static int horizon_gauges(struct store *s, struct store_gauges *g,
 	    "age(transaction), true, extract(epoch FROM now() - prepared), "
 	    "database IS NOT DISTINCT FROM current_database() "
 	    "FROM pg_prepared_xacts), "
-	    "top AS (SELECT * FROM h WHERE %s ORDER BY xmin_age DESC, by_xid "
-	    "DESC, age_s DESC NULLS LAST LIMIT 1) "
+	    "top AS (SELECT * FROM h ORDER BY xmin_age DESC, by_xid DESC, "
+	    "age_s DESC NULLS LAST LIMIT 1), "
+	    "otop AS (SELECT * FROM h WHERE own ORDER BY xmin_age DESC, "
+	    "by_xid DESC, age_s DESC NULLS LAST LIMIT 1) "
 	    "SELECT top.kind, coalesce(top.pid, 0), top.name, "
 	    "coalesce(top.xmin_age, 0), greatest(0, coalesce((top.age_s * "
 	    "1000)::bigint, 0)), "
@@ -325,8 +328,12 @@ static int horizon_gauges(struct store *s, struct store_gauges *g,
 	    "WHERE kind = 'prepared_transaction'), 0), "
 	    "coalesce(i.scans, 0), coalesce(i.read, 0), coalesce(i.fetched, "
 	    "0), coalesce(i.xscans, 0), coalesce(i.xread, 0), "
-	    "coalesce(i.xfetched, 0) "
-	    "FROM (SELECT 1) one LEFT JOIN top ON true CROSS JOIN (SELECT "
+	    "coalesce(i.xfetched, 0), otop.kind, coalesce(otop.pid, 0), "
+	    "otop.name, coalesce(otop.xmin_age, 0), greatest(0, "
+	    "coalesce((otop.age_s * 1000)::bigint, 0)), "
+	    "pg_postmaster_start_time()::text "
+	    "FROM (SELECT 1) one LEFT JOIN top ON true LEFT JOIN otop ON true "
+	    "CROSS JOIN (SELECT "
 	    "sum(idx_scan) AS scans, sum(idx_tup_read) AS read, "
 	    "sum(idx_tup_fetch) AS fetched, "
 	    "sum(pg_stat_get_xact_numscans(indexrelid)) AS xscans, "
@@ -335,18 +342,21 @@ static int horizon_gauges(struct store *s, struct store_gauges *g,
 	    "FROM pg_stat_user_indexes WHERE indexrelid IN " ADMIN_STATS_OF(
 		"to_regclass('%s')") ") i",
 	    ADMIN_SESSION_XMIN_AGE, ADMIN_SESSION_BY_XID, ADMIN_SESSION_HOLDS,
-	    own_only ? "own" : "true", idx, idx);
+	    idx, idx);
 	PGresult *res = store_exec(s, "horizon query", sql, 0, NULL,
 				   PGRES_TUPLES_OK, &rc, err, errlen);
 	free(sql);
 	if (!res)
 		return store_public_rc(rc);
-	struct store_horizon *h = &g->horizon;
+	struct store_horizon *h = &g->horizon, *o = &g->own_horizon;
 	snprintf(h->kind, sizeof(h->kind), "%s", PQgetvalue(res, 0, 0));
 	/* A label, which must be valid UTF-8: a prepared transaction's
 	 * gid is any text, of any database's encoding, passed as it is
 	 * where the encodings match (the relay's session asks for UTF-8). */
 	utf8_copy_valid(h->name, sizeof(h->name), PQgetvalue(res, 0, 2));
+	snprintf(o->kind, sizeof(o->kind), "%s", PQgetvalue(res, 0, 14));
+	utf8_copy_valid(o->name, sizeof(o->name), PQgetvalue(res, 0, 16));
+	snprintf(g->server, sizeof(g->server), "%s", PQgetvalue(res, 0, 19));
 	int64_t *fields[] = {&h->pid,
 			     NULL,
 			     &h->xmin_age,
@@ -359,7 +369,12 @@ static int horizon_gauges(struct store *s, struct store_gauges *g,
 			     &g->pending_idx_fetched,
 			     &g->own_idx_scans,
 			     &g->own_idx_read,
-			     &g->own_idx_fetched};
+			     &g->own_idx_fetched,
+			     NULL,
+			     &o->pid,
+			     NULL,
+			     &o->xmin_age,
+			     &o->age_ms};
 	for (int i = 0; i < (int)(sizeof(fields) / sizeof(fields[0])); i++)
 		if (fields[i])
 			*fields[i] =
@@ -515,7 +530,7 @@ int store_admin_horizon(struct store *s, struct store_gauges *g, char *err,
 			size_t errlen)
 {
 	memset(g, 0, sizeof(*g));
-	return horizon_gauges(s, g, true, err, errlen);
+	return horizon_gauges(s, g, err, errlen);
 }
 
 /* The counts and the horizon in one transaction, so the horizon query can
@@ -550,7 +565,7 @@ int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 			rc = count_gauges(s, g, err, errlen);
 	}
 	if (rc == 0)
-		rc = horizon_gauges(s, g, false, err, errlen);
+		rc = horizon_gauges(s, g, err, errlen);
 	if (rc == STORE_RECONNECT)
 		return rc;
 	if (rc != 0) {

@@ -4,7 +4,8 @@
 # accepts the connection and never answers (a proxy whose upstream hangs):
 # the loops finish, the ops thread is left after its stop wait (3 s), and
 # the process exits 0 at once instead of waiting out the connect's
-# dead-peer window (here 60 s), and without freeing what that thread
+# dead-peer window (here 60 s: the window is at most half the lease
+# timeout, hence its 150 s), and without freeing what that thread
 # still reads (docs/design.md §7, the ops thread at a stop).
 . "$(dirname "$0")/lib.sh"
 it_table stop_stuck
@@ -24,7 +25,7 @@ OUTBOX_DATABASE_URL="$url" "$RELAY_TEST_BIN" migrate >"$it_dir/migrate2.out" 2>&
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 it_relay stuck OUTBOX_DATABASE_URL="$gate_url" OUTBOX_HTTP_ADDR="127.0.0.1:$port" \
-	OUTBOX_PG_DEAD_PEER_TIMEOUT=60s OUTBOX_LOG_LEVEL=info OUTBOX_WORKERS=1
+	OUTBOX_PG_DEAD_PEER_TIMEOUT=60s OUTBOX_LEASE_TIMEOUT=150s OUTBOX_LOG_LEVEL=info OUTBOX_WORKERS=1
 pid=$it_last_pid
 it_wait 20 "readiness" curl -sf "http://127.0.0.1:$port/readyz" -o /dev/null
 psql_own() { psql "$url" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
