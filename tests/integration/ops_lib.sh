@@ -112,15 +112,16 @@ ops_wait_exit() {
 	wait "$pid" || it_rc=$?
 }
 
-# ops_session_open NAME: a psql session (application_name NAME) that runs
-# what ops_session_send writes to it and stays idle in between. Tests hold
+# ops_session_open NAME [URL]: a psql session (application_name NAME, of
+# the test database or URL's) that runs what ops_session_send writes to it
+# and stays idle in between. Tests hold
 # locks with it instead of a long pg_sleep: an idle session holds no
 # snapshot, so the CREATE INDEX CONCURRENTLY of other tests' migrations
 # never waits for it, and its backend ends as soon as psql is killed.
 ops_session_open() {
 	local name="$1"
 	mkfifo "$it_dir/$name.fifo"
-	PGAPPNAME="$name" psql "$RELAY_TEST_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 \
+	PGAPPNAME="$name" psql "${2:-$RELAY_TEST_DATABASE_URL}" -X -q -v ON_ERROR_STOP=1 \
 		-f "$it_dir/$name.fifo" >"$it_dir/$name.psql" 2>&1 &
 	it_pids+=("$!")
 	exec {ops_session_fd}>"$it_dir/$name.fifo"

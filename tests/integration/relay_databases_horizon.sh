@@ -10,6 +10,7 @@
 # the other database's read sees too (by its transaction id), is named
 # with its own database, the first.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/ops_lib.sh"
 it_table horizon_dbs
 table="$OUTBOX_TABLE"
 it_cluster
@@ -38,12 +39,8 @@ it_wait 15 "the relay's row in the second database's registry" beaten
 
 # A report in the second database: a snapshot, no transaction id (a
 # writer's id would show in the first database's statement too).
-mkfifo "$it_dir/holder.fifo"
-PGAPPNAME="report-in-second-$$" psql "$url_b" -X -q -v ON_ERROR_STOP=1 \
-	-f "$it_dir/holder.fifo" >"$it_dir/holder.psql" 2>&1 &
-it_pids+=("$!")
-exec {holder_fd}>"$it_dir/holder.fifo"
-printf '%s\n' "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class;" >&"$holder_fd"
+ops_session_open "report-in-second-$$" "$url_b"
+ops_session_send "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class;"
 # Not visible from the first database (else this test proves nothing).
 sleep 1
 [ "$(psql_a "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'report-in-second-$$' AND (backend_xid IS NOT NULL OR datname = current_database())")" = 0 ] ||
@@ -61,7 +58,7 @@ if command -v promtool >/dev/null; then
 		it_fail "promtool check metrics: $(cat "$it_dir/promtool.out")"
 fi
 
-printf '%s\n' "ROLLBACK;" >&"$holder_fd"
+ops_session_send "ROLLBACK;"
 released() {
 	curl -sf -m 5 "http://127.0.0.1:$port/metrics" >"$it_dir/metrics.txt" || return 1
 	grep -q '^outbox_xmin_horizon_holder_info{' "$it_dir/metrics.txt" &&
@@ -71,13 +68,9 @@ it_wait 20 "/metrics no longer naming the released holder" released
 
 # A writer of the first database holds by its transaction id, which the
 # second database's read sees as well: named with its own database.
-mkfifo "$it_dir/writer.fifo"
-PGAPPNAME="writer-in-first-$$" psql "$url_a" -X -q -v ON_ERROR_STOP=1 \
-	-f "$it_dir/writer.fifo" >"$it_dir/writer.psql" 2>&1 &
-it_pids+=("$!")
-exec {writer_fd}>"$it_dir/writer.fifo"
-printf '%s\n' "BEGIN; SELECT txid_current();" >&"$writer_fd"
+ops_session_open "writer-in-first-$$" "$url_a"
+ops_session_send "BEGIN; SELECT txid_current();"
 it_wait 40 "/metrics naming the first database's writer with its database" holder_named "writer-in-first-$$" first
-printf '%s\n' "ROLLBACK;" >&"$writer_fd"
+ops_session_send "ROLLBACK;"
 it_stop "$it_last_pid"
 echo "the second database's holder was named with its database, gone once released; the first's writer with its own" >&2
