@@ -230,7 +230,8 @@ static const struct info_def info_defs[MI_COUNT] = {
 	 "prepared_transaction or none; name its "
 	 "application_name, slot name or gid; pid a "
 	 "session's (both empty for a session holding it under 10 s); "
-	 "database, with OUTBOX_DATABASES, the listed database it holds.",
+	 "database, with OUTBOX_DATABASES, the listed database it belongs "
+	 "to (else the first read on its server).",
 	 {"kind", "name", "pid", "database"},
 	 /* Without OUTBOX_DATABASES the series keeps the labels it had. */
 	 {false, false, false, true}},

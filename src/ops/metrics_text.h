@@ -43,7 +43,9 @@ int64_t metrics_dead_entries_per_scan_milli(const int64_t before[3],
  * among them), and a series per pid would pile up in Prometheus. A
  * session whose age is unknown (age_ms 0: no pg_read_all_stats), a slot
  * and a prepared transaction are always named. database: the listed
- * database it holds (OUTBOX_DATABASES), "" for none (then no label).
+ * database it belongs to (OUTBOX_DATABASES; registries_horizons() says
+ * which for a holder of no listed database), "" for none (then no
+ * label).
  */
 #define HORIZON_NAMED_AFTER_MS 10000
 void metrics_publish_horizon_holder(const char *kind, const char *name,
