@@ -388,6 +388,39 @@ static int tell_unmatched_ids(struct store *s, const char *ids, bool sent,
 	return 0;
 }
 
+/* Rows of the range the destination CHECK refuses as pending (old rows
+ * with a control character in exchange or routing_key, docs/design.md
+ * §10): the redrive passes them over, where one of them failed the whole
+ * batch it fell in, each time it ran; said with their count and what to
+ * do. */
+static int tell_refused(struct store *s, bool sent, const char *const *values,
+			char *err, size_t errlen)
+{
+	char *sql = sql_count_refused(s, sent);
+	if (!sql) {
+		snprintf(err, errlen, "redrive: out of memory");
+		return STORE_ERROR;
+	}
+	int rc;
+	PGresult *res =
+	    store_exec(s, "redrive: rows the destination CHECK refuses", sql, 4,
+		       values, PGRES_TUPLES_OK, &rc, err, errlen);
+	free(sql);
+	if (!res)
+		return store_public_rc(rc);
+	const char *n = PQgetvalue(res, 0, 0);
+	if (strcmp(n, "0") != 0)
+		log_fields(LOG_WARN,
+			   "rows of the range are passed over: the table's "
+			   "destination CHECK refuses them as pending (a "
+			   "control character in exchange or routing_key, "
+			   "written before migration 004); correct the column "
+			   "or insert a corrected copy",
+			   "rows", n, "status", sent ? "sent" : "failed", NULL);
+	PQclear(res);
+	return 0;
+}
+
 /* A replay whose range starts before the sent rows kept (its
  * OUTBOX_RETENTION, sent_kept_ms) finds only what retention left: the
  * report's count would read as the whole range replayed. */
@@ -444,6 +477,8 @@ int store_redrive(struct store *s, const struct redrive_filter *given,
 	tell_retention(s, f);
 	if (ids)
 		rc = tell_unmatched_ids(s, ids, f->sent, err, errlen);
+	if (rc == 0)
+		rc = tell_refused(s, f->sent, values, err, errlen);
 	if (rc == 0 && s->opt.ordered && !f->force)
 		rc = check_order(s, f, values, err, errlen);
 	size_t total = 0;

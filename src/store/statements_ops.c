@@ -14,15 +14,39 @@
 
 #include "store_internal.h"
 
-/* Redrive and replay: by ids, type and a finished_at range. */
-static char *redrive_where(const char *status)
+/* Rows the destination CHECK of migration 004 refuses: pending ones (and
+ * rows of the row lease a sweep would return to pending) whose exchange or
+ * routing key holds a control character. Only old rows can: the CHECK
+ * refuses every new one. */
+#define REFUSED_ROW                                                            \
+	"(coalesce(%s.exchange, '') ~ '[\\x01-\\x1f\\x7f]' OR "                \
+	"%s.routing_key ~ '[\\x01-\\x1f\\x7f]')"
+
+/* Redrive and replay: by ids, type and a finished_at range; of the rows
+ * the destination CHECK refuses as pending (REFUSED_ROW: one failed a
+ * batch's whole statement) only those (refused), else none. */
+static char *redrive_where_of(const struct store *s, const char *status,
+			      bool refused)
 {
-	return store_asprintf(
-	    "status = '%s' AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[])) "
-	    "AND ($2::text IS NULL OR type = $2) AND finished_at >= "
-	    "coalesce($3::timestamptz, '-infinity') AND finished_at < "
-	    "coalesce($4::timestamptz, 'infinity')",
-	    status);
+	const char *T = s->table.quoted;
+	char *bad = store_asprintf(REFUSED_ROW, T, T);
+	char *where =
+	    bad ? store_asprintf(
+		      "status = '%s' AND ($1::uuid[] IS NULL OR id = "
+		      "ANY($1::uuid[])) AND ($2::text IS NULL OR type = $2) "
+		      "AND finished_at >= coalesce($3::timestamptz, "
+		      "'-infinity') AND finished_at < "
+		      "coalesce($4::timestamptz, "
+		      "'infinity') AND %s%s",
+		      status, refused ? "" : "NOT ", bad)
+		: NULL;
+	free(bad);
+	return where;
+}
+
+static char *redrive_where(const struct store *s, const char *status)
+{
+	return redrive_where_of(s, status, false);
 }
 
 /*
@@ -83,7 +107,7 @@ static char *sql_redrive_ordered(const struct store *s, const char *status,
 static char *sql_redrive(const struct store *s, const char *status)
 {
 	const char *T = s->table.quoted;
-	char *where = redrive_where(status);
+	char *where = redrive_where(s, status);
 	if (where && s->opt.ordered) {
 		char *sql = sql_redrive_ordered(s, status, where);
 		free(where);
@@ -115,9 +139,20 @@ char *sql_redrive_sent(const struct store *s)
 	return sql_redrive(s, "sent");
 }
 
+char *sql_count_refused(const struct store *s, bool sent)
+{
+	char *where = redrive_where_of(s, sent ? "sent" : "failed", true);
+	char *sql = where ? store_asprintf("SELECT count(*)::text FROM %s "
+					   "WHERE %s",
+					   s->table.quoted, where)
+			  : NULL;
+	free(where);
+	return sql;
+}
+
 static char *sql_count(const struct store *s, const char *status)
 {
-	char *where = redrive_where(status);
+	char *where = redrive_where(s, status);
 	char *sql = where ? store_asprintf("SELECT count(*)::text FROM %s "
 					   "WHERE %s",
 					   s->table.quoted, where)
@@ -141,7 +176,7 @@ char *sql_count_sent(const struct store *s)
  * slices cover (redrive.c). */
 char *sql_span_sent(const struct store *s)
 {
-	char *where = redrive_where("sent");
+	char *where = redrive_where(s, "sent");
 	char *sql =
 	    where
 		? store_asprintf("SELECT (extract(epoch FROM min(finished_at)) "
@@ -162,14 +197,6 @@ char *sql_control(const struct store *s)
 	return store_asprintf("SELECT destination FROM %s ORDER BY destination",
 			      control);
 }
-
-/* Rows the destination CHECK of migration 004 refuses: pending ones (and
- * rows of the row lease a sweep would return to pending) whose exchange or
- * routing key holds a control character. Only old rows can: the CHECK
- * refuses every new one. */
-#define REFUSED_ROW                                                            \
-	"(coalesce(%s.exchange, '') ~ '[\\x01-\\x1f\\x7f]' OR "                \
-	"%s.routing_key ~ '[\\x01-\\x1f\\x7f]')"
 
 /*
  * Fails, with the reason, up to 1000 rows the table's destination CHECK
