@@ -392,22 +392,26 @@ static int tell_unmatched_ids(struct store *s, const char *ids, bool sent,
  * with a control character in exchange or routing_key, docs/design.md
  * §10): the redrive passes them over, where one of them failed the whole
  * batch it fell in, each time it ran; said with their count and what to
- * do. */
-static int tell_refused(struct store *s, bool sent, const char *const *values,
-			char *err, size_t errlen)
+ * do. A count of the range, so only where the range is counted anyway
+ * (count_matching()): best effort, a failure said and passed. */
+static void tell_refused(struct store *s, bool sent, const char *const *values)
 {
 	char *sql = sql_count_refused(s, sent);
-	if (!sql) {
-		snprintf(err, errlen, "redrive: out of memory");
-		return STORE_ERROR;
-	}
+	char why[512] = "out of memory";
 	int rc;
 	PGresult *res =
-	    store_exec(s, "redrive: rows the destination CHECK refuses", sql, 4,
-		       values, PGRES_TUPLES_OK, &rc, err, errlen);
+	    sql ? store_exec(s, "redrive: rows the destination CHECK refuses",
+			     sql, 4, values, PGRES_TUPLES_OK, &rc, why,
+			     sizeof(why))
+		: NULL;
 	free(sql);
-	if (!res)
-		return store_public_rc(rc);
+	if (!res) {
+		log_fields(LOG_WARN,
+			   "could not count the rows of the range the "
+			   "destination CHECK refuses (they are passed over)",
+			   "error", why, NULL);
+		return;
+	}
 	const char *n = PQgetvalue(res, 0, 0);
 	if (strcmp(n, "0") != 0)
 		log_fields(LOG_WARN,
@@ -418,7 +422,6 @@ static int tell_refused(struct store *s, bool sent, const char *const *values,
 			   "or insert a corrected copy",
 			   "rows", n, "status", sent ? "sent" : "failed", NULL);
 	PQclear(res);
-	return 0;
 }
 
 /* A replay whose range starts before the sent rows kept (its
@@ -477,13 +480,13 @@ int store_redrive(struct store *s, const struct redrive_filter *given,
 	tell_retention(s, f);
 	if (ids)
 		rc = tell_unmatched_ids(s, ids, f->sent, err, errlen);
-	if (rc == 0)
-		rc = tell_refused(s, f->sent, values, err, errlen);
 	if (rc == 0 && s->opt.ordered && !f->force)
 		rc = check_order(s, f, values, err, errlen);
 	size_t total = 0;
-	if (rc == 0 && (f->dry_run || f->count_first))
+	if (rc == 0 && (f->dry_run || f->count_first)) {
+		tell_refused(s, f->sent, values);
 		rc = count_matching(s, f->sent, values, &total, err, errlen);
+	}
 	if (rc == 0 && f->dry_run)
 		*count = total;
 	else if (rc == 0 && f->sent)

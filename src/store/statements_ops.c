@@ -20,25 +20,28 @@
  * refuses every new one. */
 #define REFUSED_ROW                                                            \
 	"(coalesce(%s.exchange, '') ~ '[\\x01-\\x1f\\x7f]' OR "                \
-	"%s.routing_key ~ '[\\x01-\\x1f\\x7f]')"
+	"coalesce(%s.routing_key, '') ~ '[\\x01-\\x1f\\x7f]')"
 
-/* Redrive and replay: by ids, type and a finished_at range; of the rows
- * the destination CHECK refuses as pending (REFUSED_ROW: one failed a
- * batch's whole statement) only those (refused), else none. */
-static char *redrive_where_of(const struct store *s, const char *status,
-			      bool refused)
+/* Redrive and replay: by ids, type and a finished_at range, the table
+ * (or its alias) named q. Of the rows the table's destination CHECK
+ * refuses as pending (REFUSED_ROW, where the table has that CHECK: one
+ * failed a batch's whole statement), only those (refused), else none. */
+static char *redrive_where_of(const struct store *s, const char *q,
+			      const char *status, bool refused)
 {
-	const char *T = s->table.quoted;
-	char *bad = store_asprintf(REFUSED_ROW, T, T);
+	char *bad = store_asprintf(REFUSED_ROW, q, q);
 	char *where =
 	    bad ? store_asprintf(
-		      "status = '%s' AND ($1::uuid[] IS NULL OR id = "
-		      "ANY($1::uuid[])) AND ($2::text IS NULL OR type = $2) "
-		      "AND finished_at >= coalesce($3::timestamptz, "
-		      "'-infinity') AND finished_at < "
-		      "coalesce($4::timestamptz, "
-		      "'infinity') AND %s%s",
-		      status, refused ? "" : "NOT ", bad)
+		      "%1$s.status = '%2$s' AND ($1::uuid[] IS NULL OR "
+		      "%1$s.id = ANY($1::uuid[])) AND ($2::text IS NULL OR "
+		      "%1$s.type = $2) AND %1$s.finished_at >= "
+		      "coalesce($3::timestamptz, '-infinity') AND "
+		      "%1$s.finished_at < coalesce($4::timestamptz, "
+		      "'infinity') AND %3$s(%4$s AND EXISTS (SELECT 1 FROM "
+		      "pg_constraint WHERE conrelid = '%5$s'::regclass AND "
+		      "conname = '%6$s_destination_text'))",
+		      q, status, refused ? "" : "NOT ", bad, s->table.quoted,
+		      s->table.name)
 		: NULL;
 	free(bad);
 	return where;
@@ -46,7 +49,7 @@ static char *redrive_where_of(const struct store *s, const char *status,
 
 static char *redrive_where(const struct store *s, const char *status)
 {
-	return redrive_where_of(s, status, false);
+	return redrive_where_of(s, s->table.quoted, status, false);
 }
 
 /*
@@ -141,7 +144,8 @@ char *sql_redrive_sent(const struct store *s)
 
 char *sql_count_refused(const struct store *s, bool sent)
 {
-	char *where = redrive_where_of(s, sent ? "sent" : "failed", true);
+	char *where = redrive_where_of(s, s->table.quoted,
+				       sent ? "sent" : "failed", true);
 	char *sql = where ? store_asprintf("SELECT count(*)::text FROM %s "
 					   "WHERE %s",
 					   s->table.quoted, where)
@@ -257,18 +261,22 @@ char *sql_fail_refused(const struct store *s)
 static char *sql_redrive_check(const struct store *s, const char *status)
 {
 	const char *T = s->table.quoted;
-	return store_asprintf(
-	    "SELECT count(*) FILTER (WHERE c.later)::text, count(*) FILTER "
-	    "(WHERE NOT c.later AND c.gone)::text FROM (SELECT EXISTS "
-	    "(SELECT 1 FROM %s x WHERE x.partition_key = r.partition_key AND "
-	    "x.seq > r.seq AND x.status IN ('sent', 'in_flight')) AS later, "
-	    "r.finished_at < now() - $5::bigint * interval '1 millisecond' "
-	    "AS gone FROM %s r WHERE r.status = '%s' AND ($1::uuid[] IS "
-	    "NULL OR r.id = ANY($1::uuid[])) AND ($2::text IS NULL OR "
-	    "r.type = $2) AND r.finished_at >= coalesce($3::timestamptz, "
-	    "'-infinity') AND r.finished_at < coalesce($4::timestamptz, "
-	    "'infinity') AND r.partition_key IS NOT NULL) c",
-	    T, T, status);
+	char *where = redrive_where_of(s, "r", status, false);
+	char *sql =
+	    where
+		? store_asprintf(
+		      "SELECT count(*) FILTER (WHERE c.later)::text, count(*) "
+		      "FILTER (WHERE NOT c.later AND c.gone)::text FROM "
+		      "(SELECT EXISTS (SELECT 1 FROM %s x WHERE "
+		      "x.partition_key = r.partition_key AND x.seq > r.seq AND "
+		      "x.status IN ('sent', 'in_flight')) AS later, "
+		      "r.finished_at < now() - $5::bigint * interval '1 "
+		      "millisecond' AS gone FROM %s r WHERE %s AND "
+		      "r.partition_key IS NOT NULL) c",
+		      T, T, where)
+		: NULL;
+	free(where);
+	return sql;
 }
 
 char *sql_redrive_check_sent(const struct store *s)
