@@ -68,6 +68,11 @@ static int check_order(struct store *s, const struct redrive_filter *f,
 	return 0;
 }
 
+/* The range's rows, and those of it the destination CHECK refuses as
+ * pending (old rows with a control character in exchange or routing_key,
+ * docs/design.md §10), which the redrive passes over where one of them
+ * failed the whole batch it fell in, each time it ran: said with their
+ * count and what to do. */
 static int count_matching(struct store *s, bool sent, const char *const *values,
 			  size_t *count, char *err, size_t errlen)
 {
@@ -77,6 +82,16 @@ static int count_matching(struct store *s, bool sent, const char *const *values,
 	if (!res)
 		return store_public_rc(rc);
 	*count = (size_t)strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+	const char *refused = PQgetvalue(res, 0, 1);
+	if (strcmp(refused, "0") != 0)
+		log_fields(LOG_WARN,
+			   "rows of the range are passed over: the table's "
+			   "destination CHECK refuses them as pending (a "
+			   "control character in exchange or routing_key, "
+			   "written before migration 004); correct the column "
+			   "or insert a corrected copy",
+			   "rows", refused, "status", sent ? "sent" : "failed",
+			   NULL);
 	PQclear(res);
 	return 0;
 }
@@ -388,42 +403,6 @@ static int tell_unmatched_ids(struct store *s, const char *ids, bool sent,
 	return 0;
 }
 
-/* Rows of the range the destination CHECK refuses as pending (old rows
- * with a control character in exchange or routing_key, docs/design.md
- * §10): the redrive passes them over, where one of them failed the whole
- * batch it fell in, each time it ran; said with their count and what to
- * do. A count of the range, so only where the range is counted anyway
- * (count_matching()): best effort, a failure said and passed. */
-static void tell_refused(struct store *s, bool sent, const char *const *values)
-{
-	char *sql = sql_count_refused(s, sent);
-	char why[512] = "out of memory";
-	int rc;
-	PGresult *res =
-	    sql ? store_exec(s, "redrive: rows the destination CHECK refuses",
-			     sql, 4, values, PGRES_TUPLES_OK, &rc, why,
-			     sizeof(why))
-		: NULL;
-	free(sql);
-	if (!res) {
-		log_fields(LOG_WARN,
-			   "could not count the rows of the range the "
-			   "destination CHECK refuses (they are passed over)",
-			   "error", why, NULL);
-		return;
-	}
-	const char *n = PQgetvalue(res, 0, 0);
-	if (strcmp(n, "0") != 0)
-		log_fields(LOG_WARN,
-			   "rows of the range are passed over: the table's "
-			   "destination CHECK refuses them as pending (a "
-			   "control character in exchange or routing_key, "
-			   "written before migration 004); correct the column "
-			   "or insert a corrected copy",
-			   "rows", n, "status", sent ? "sent" : "failed", NULL);
-	PQclear(res);
-}
-
 /* A replay whose range starts before the sent rows kept (its
  * OUTBOX_RETENTION, sent_kept_ms) finds only what retention left: the
  * report's count would read as the whole range replayed. */
@@ -483,10 +462,8 @@ int store_redrive(struct store *s, const struct redrive_filter *given,
 	if (rc == 0 && s->opt.ordered && !f->force)
 		rc = check_order(s, f, values, err, errlen);
 	size_t total = 0;
-	if (rc == 0 && (f->dry_run || f->count_first)) {
-		tell_refused(s, f->sent, values);
+	if (rc == 0 && (f->dry_run || f->count_first))
 		rc = count_matching(s, f->sent, values, &total, err, errlen);
-	}
 	if (rc == 0 && f->dry_run)
 		*count = total;
 	else if (rc == 0 && f->sent)

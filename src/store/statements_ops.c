@@ -22,28 +22,40 @@
 	"(coalesce(%s.exchange, '') ~ '[\\x01-\\x1f\\x7f]' OR "                \
 	"coalesce(%s.routing_key, '') ~ '[\\x01-\\x1f\\x7f]')"
 
-/* Redrive and replay: by ids, type and a finished_at range, the table
- * (or its alias) named q. Of the rows the table's destination CHECK
- * refuses as pending (REFUSED_ROW, where the table has that CHECK: one
- * failed a batch's whole statement), only those (refused), else none. */
-static char *redrive_where_of(const struct store *s, const char *q,
-			      const char *status, bool refused)
+/* The rows of the table (or its alias) named q that its destination
+ * CHECK refuses as pending, where the table has that CHECK (a table made
+ * by hand may not): one failed a redrive batch's whole statement. */
+static char *refused_of(const struct store *s, const char *q)
 {
 	char *bad = store_asprintf(REFUSED_ROW, q, q);
-	char *where =
-	    bad ? store_asprintf(
-		      "%1$s.status = '%2$s' AND ($1::uuid[] IS NULL OR "
-		      "%1$s.id = ANY($1::uuid[])) AND ($2::text IS NULL OR "
-		      "%1$s.type = $2) AND %1$s.finished_at >= "
-		      "coalesce($3::timestamptz, '-infinity') AND "
-		      "%1$s.finished_at < coalesce($4::timestamptz, "
-		      "'infinity') AND %3$s(%4$s AND EXISTS (SELECT 1 FROM "
-		      "pg_constraint WHERE conrelid = '%5$s'::regclass AND "
-		      "conname = '%6$s_destination_text'))",
-		      q, status, refused ? "" : "NOT ", bad, s->table.quoted,
-		      s->table.name)
-		: NULL;
+	char *sql = bad ? store_asprintf("(%s AND EXISTS (SELECT 1 FROM "
+					 "pg_constraint WHERE conrelid = "
+					 "'%s'::regclass AND conname = "
+					 "'%s_destination_text'))",
+					 bad, s->table.quoted, s->table.name)
+			: NULL;
 	free(bad);
+	return sql;
+}
+
+/* Redrive and replay: by ids, type and a finished_at range, the table
+ * (or its alias) named q; the rows its destination CHECK refuses
+ * (refused_of()) left out, unless all. */
+static char *redrive_where_of(const struct store *s, const char *q,
+			      const char *status, bool all)
+{
+	char *refused = refused_of(s, q);
+	char *where =
+	    refused ? store_asprintf(
+			  "%1$s.status = '%2$s' AND ($1::uuid[] IS NULL OR "
+			  "%1$s.id = ANY($1::uuid[])) AND ($2::text IS NULL OR "
+			  "%1$s.type = $2) AND %1$s.finished_at >= "
+			  "coalesce($3::timestamptz, '-infinity') AND "
+			  "%1$s.finished_at < coalesce($4::timestamptz, "
+			  "'infinity')%3$s%4$s",
+			  q, status, all ? "" : " AND NOT ", all ? "" : refused)
+		    : NULL;
+	free(refused);
 	return where;
 }
 
@@ -142,26 +154,21 @@ char *sql_redrive_sent(const struct store *s)
 	return sql_redrive(s, "sent");
 }
 
-char *sql_count_refused(const struct store *s, bool sent)
-{
-	char *where = redrive_where_of(s, s->table.quoted,
-				       sent ? "sent" : "failed", true);
-	char *sql = where ? store_asprintf("SELECT count(*)::text FROM %s "
-					   "WHERE %s",
-					   s->table.quoted, where)
-			  : NULL;
-	free(where);
-	return sql;
-}
-
+/* The range's rows to redrive, and those passed over (refused_of()): one
+ * read of the range for both. */
 static char *sql_count(const struct store *s, const char *status)
 {
-	char *where = redrive_where(s, status);
-	char *sql = where ? store_asprintf("SELECT count(*)::text FROM %s "
-					   "WHERE %s",
-					   s->table.quoted, where)
-			  : NULL;
+	const char *T = s->table.quoted;
+	char *where = redrive_where_of(s, T, status, true);
+	char *refused = refused_of(s, T);
+	char *sql = where && refused
+			? store_asprintf("SELECT count(*) FILTER (WHERE NOT "
+					 "%1$s)::text, count(*) FILTER (WHERE "
+					 "%1$s)::text FROM %2$s WHERE %3$s",
+					 refused, T, where)
+			: NULL;
 	free(where);
+	free(refused);
 	return sql;
 }
 

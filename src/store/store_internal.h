@@ -474,9 +474,6 @@ bool store_mark_has_tail(const struct store *s, bool may_fail);
 char *store_block_tail(const struct store *s, const char *failed);
 char *sql_redrive_sent(const struct store *s);
 char *sql_count_failed(const struct store *s);
-/* The rows of a redrive's range (its four parameters) that the
- * destination CHECK refuses as pending, which the redrive passes over. */
-char *sql_count_refused(const struct store *s, bool sent);
 char *sql_count_sent(const struct store *s);
 char *sql_control(const struct store *s);
 char *sql_redrive_check_sent(const struct store *s);
