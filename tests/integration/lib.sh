@@ -96,6 +96,12 @@ it_cluster() {
 	it_cluster_url=$(sed -n 's/^RELAY_TEST_DATABASE_URL=//p' "$it_cluster_dir/env")
 }
 
+# it_database_url URL NAME: URL naming database NAME instead (another
+# database of the same server).
+it_database_url() {
+	python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$1" "$2"
+}
+
 # it_keyed_sql TABLE TYPE FROM TO KEYS PREFIX: the INSERT of keyed events
 # of TYPE into TABLE, payload {"n": g} for g = FROM..TO, key PREFIX || g %
 # KEYS, so that each key's events are in n order.

@@ -17,7 +17,7 @@ it_cluster
 url_a=$it_cluster_url
 psql_a() { psql "$url_a" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
 psql_a "CREATE DATABASE other_db" >/dev/null
-url_b=$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/other_db")))' "$url_a")
+url_b=$(it_database_url "$url_a" other_db)
 
 # "first" is listed first: the ops session starts in it, so "second",
 # the other database, is read through the registries' session (the two

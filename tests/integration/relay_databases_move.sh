@@ -17,9 +17,8 @@ url_a=$it_cluster_url
 psql_a() { psql "$url_a" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
 psql_a "CREATE DATABASE move_b" >/dev/null
 psql_a "CREATE DATABASE move_c" >/dev/null
-url_of() { python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$url_a" "$1"; }
-url_b=$(url_of move_b)
-url_c=$(url_of move_c)
+url_b=$(it_database_url "$url_a" move_b)
+url_c=$(it_database_url "$url_a" move_c)
 dbs_env=(OUTBOX_DATABASE_URL= OUTBOX_DATABASES="first,second,third"
 	OUTBOX_DATABASE_URL_FIRST="$url_a" OUTBOX_DATABASE_URL_SECOND="$url_b"
 	OUTBOX_DATABASE_URL_THIRD="$url_c" OUTBOX_TABLE="$table,$schema.outbox_two")

@@ -7,8 +7,8 @@ Usage: tcp_gate.py PORT UPSTREAM_PORT GATE_FILE
 Accepts on 127.0.0.1:PORT at once, but connects each client to
 127.0.0.1:UPSTREAM_PORT only once GATE_FILE exists: a test decides when a
 session behind it (the relay's LISTEN session, relay_sources_idle.sh)
-comes up; says on stderr when it holds one. Bounded: it serves at most MAX_CONNS connections and exits after
-LIFETIME_S.
+comes up; says on stderr when it holds one. Bounded: it serves at most
+MAX_CONNS connections and exits after LIFETIME_S.
 """
 import os
 import socket
