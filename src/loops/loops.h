@@ -83,15 +83,21 @@ size_t relay_source_db(struct relay *r, size_t i);
 bool relay_source_gone(struct relay *r, size_t i);
 
 /* What /metrics shows of source i: its events by outcome since start,
- * whether a loop thread has it set aside, whether it is gone, and the age
- * of the oldest event of its last leased batch (0: that lease was empty). */
+ * whether a loop thread has it set aside, whether it is gone, the age
+ * of the oldest event of its last leased batch (0: that lease was empty),
+ * and its table's dead tuples as last noted (-1: never read). */
 struct relay_source_stats {
 	uint64_t sent, retried, failed;
 	bool failing, gone;
 	int64_t lag_ms;
+	int64_t dead_tuples;
 };
 void relay_source_stats(struct relay *r, size_t i,
 			struct relay_source_stats *out);
+
+/* Notes source i's table's dead tuples (-1: unknown, a table gone), as
+ * the ops thread reads them at each gauge refresh. */
+void relay_note_dead_tuples(struct relay *r, size_t i, int64_t n);
 
 /* Notes the notification queue's usage (parts per million) of database
  * db, as a listener or the ops session read it; outbox_notify_queue_

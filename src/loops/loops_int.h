@@ -139,6 +139,9 @@ struct relay {
 		/* Age of the oldest event of its last leased batch when it
 		 * was leased, ms; 0 after a lease that found nothing. */
 		atomic_llong lag_ms;
+		/* Its table's dead tuples as the ops thread last read them
+		 * (relay_note_dead_tuples); -1: not read. */
+		atomic_llong dead_tuples;
 	} * source_stats;
 
 	/* lock guards every field from wake_gen to notify_ppm; wake is

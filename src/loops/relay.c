@@ -90,6 +90,7 @@ int relay_create(struct relay **out, const struct config *cfg,
 		atomic_init(&r->source_stats[i].failed, 0);
 		atomic_init(&r->source_stats[i].failing, 0);
 		atomic_init(&r->source_stats[i].lag_ms, 0);
+		atomic_init(&r->source_stats[i].dead_tuples, -1);
 	}
 	r->pid = (int)getpid();
 	if (gethostname(r->host, sizeof(r->host)) != 0)

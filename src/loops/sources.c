@@ -182,6 +182,11 @@ void source_note_lag(struct relay *r, size_t i, const struct lease_batch *b)
 	atomic_store(&r->source_stats[i].lag_ms, lag);
 }
 
+void relay_note_dead_tuples(struct relay *r, size_t i, int64_t n)
+{
+	atomic_store(&r->source_stats[i].dead_tuples, n);
+}
+
 void relay_source_stats(struct relay *r, size_t i,
 			struct relay_source_stats *out)
 {
@@ -191,6 +196,7 @@ void relay_source_stats(struct relay *r, size_t i,
 	out->failed = atomic_load(&st->failed);
 	out->failing = atomic_load(&st->failing) > 0;
 	out->lag_ms = atomic_load(&st->lag_ms);
+	out->dead_tuples = atomic_load(&st->dead_tuples);
 	out->gone = relay_source_gone(r, i);
 }
 

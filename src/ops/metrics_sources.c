@@ -29,6 +29,38 @@ static void events(FILE *out, const char *source, bool other,
 	}
 }
 
+/* A source whose table was never read (or is gone) has no series; the
+ * rest's is their sum, left out while none of them was read. */
+static void dead_tuples(FILE *out, struct relay *r, size_t n, size_t own)
+{
+	fputs("# HELP outbox_source_dead_tuples Dead tuples of each source's "
+	      "table (its partitions summed; source=\"" OTHER "\": the sum "
+	      "of the rest).\n"
+	      "# TYPE outbox_source_dead_tuples gauge\n",
+	      out);
+	int64_t other = 0;
+	bool other_known = false;
+	for (size_t i = 0; i < n; i++) {
+		struct relay_source_stats st;
+		relay_source_stats(r, i, &st);
+		if (st.dead_tuples < 0)
+			continue;
+		if (i >= own) {
+			other += st.dead_tuples;
+			other_known = true;
+			continue;
+		}
+		fputs("outbox_source_dead_tuples{source=\"", out);
+		metrics_text_put_label(out, relay_source_name(r, i));
+		fprintf(out, "\"} %lld\n", (long long)st.dead_tuples);
+	}
+	if (other_known)
+		fprintf(out,
+			"outbox_source_dead_tuples{source=\"" OTHER "\"} "
+			"%lld\n",
+			(long long)other);
+}
+
 void metrics_sources_render(FILE *out, struct relay *r)
 {
 	if (!r)
@@ -96,6 +128,7 @@ void metrics_sources_render(FILE *out, struct relay *r)
 			"outbox_source_lag_seconds{source=\"" OTHER
 			"\"} %.3f\n",
 			(double)other_lag / 1000);
+	dead_tuples(out, r, n, own);
 	fprintf(out,
 		"# HELP outbox_sources Sources of this relay by state.\n"
 		"# TYPE outbox_sources gauge\n"

@@ -480,8 +480,12 @@ static void refresh_gauges(struct ops_session *o)
 		if (relay_sources_n(o->relay) > 1) {
 			registries_horizons(o->regs, o->relay, ops_db, &g,
 					    &held_in, tick);
+			registries_dead_tuples(o->regs, o->relay, ops_db, o->s,
+					       tick);
 			/* The pause after paces every database's read. */
 			took = clock_ms() - t0;
+		} else {
+			relay_note_dead_tuples(o->relay, 0, g.dead_tuples);
 		}
 		publish_gauges(
 		    &g, config_database_name(relay_config(o->relay), held_in));

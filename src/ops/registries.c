@@ -53,6 +53,7 @@ struct registry_db {
 	bool failing;	      /* that was told */
 	size_t cursor;	      /* where its last round's budget ran out */
 	bool horizon_failing; /* its horizon's read failed, and was told */
+	bool dead_failing;    /* its dead tuples' read failed, told */
 };
 
 /* Indexed by source and by database, as every per-source array
@@ -484,6 +485,78 @@ void registries_horizons(struct registries *g, struct relay *r, size_t ops_db,
 			snprintf(held_on, sizeof(held_on), "%s", h.server);
 		}
 	}
+}
+
+/* Reads database d's sources' dead tuples on s; false, with err, when
+ * its session was lost. names, which and dead have room for every
+ * source. */
+static bool dead_tuples_of(struct registries *g, struct relay *r, size_t d,
+			   struct store *s, const char **names, size_t *which,
+			   int64_t *dead, char *err, size_t errlen)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < relay_sources_n(r); i++) {
+		if (relay_source_db(r, i) != d)
+			continue;
+		if (relay_source_gone(r, i)) {
+			relay_note_dead_tuples(r, i, -1);
+			continue;
+		}
+		names[k] = relay_source_table(r, i);
+		which[k++] = i;
+	}
+	int rc =
+	    k ? store_tables_dead_tuples(s, names, k, dead, err, errlen) : 0;
+	if (rc == STORE_RECONNECT)
+		return false;
+	struct registry_db *db = &g->db[d];
+	const char *name = config_database_name(relay_config(r), d);
+	if (rc != 0) {
+		if (!db->dead_failing)
+			log_fields(LOG_WARN,
+				   "a database's tables' dead tuples could not "
+				   "be read; their gauges keep their last "
+				   "values",
+				   "database", name, "error", err, NULL);
+		db->dead_failing = true;
+		return true;
+	}
+	if (db->dead_failing)
+		log_fields(LOG_INFO,
+			   "a database's tables' dead tuples are "
+			   "read again",
+			   "database", name, NULL);
+	db->dead_failing = false;
+	for (size_t j = 0; j < k; j++)
+		relay_note_dead_tuples(r, which[j], dead[j]);
+	return true;
+}
+
+void registries_dead_tuples(struct registries *g, struct relay *r,
+			    size_t ops_db, struct store *ops_store,
+			    void (*tick)(void))
+{
+	size_t n = relay_sources_n(r);
+	const char **names = calloc(n, sizeof(*names));
+	size_t *which = calloc(n, sizeof(*which));
+	int64_t *dead = calloc(n, sizeof(*dead));
+	for (size_t d = 0; names && which && dead && g && d < g->n_db; d++) {
+		struct store *s =
+		    d == ops_db ? ops_store : store_of_db(g, r, d);
+		if (!s)
+			continue;
+		if (tick)
+			tick();
+		char err[1024];
+		/* The ops session's loss is the gauge query's to find. */
+		if (!dead_tuples_of(g, r, d, s, names, which, dead, err,
+				    sizeof(err)) &&
+		    d != ops_db)
+			db_lost(g, r, d, err);
+	}
+	free(dead);
+	free(which);
+	free(names);
 }
 
 void registries_forget(struct registries *g, struct relay *r, size_t ops_source,

@@ -5,7 +5,8 @@
  * registry, and this the registry of every other source, so that
  * `status`, `redrive`, `migrate --partition` and the contract steps of
  * each table see the relays that serve it. Through the sessions it holds
- * in other databases it also reads their xmin horizons for /metrics.
+ * in other databases it also reads their xmin horizons and their tables'
+ * dead tuples for /metrics.
  * Owned and used by the ops thread alone.
  */
 #ifndef OUTBOX_OPS_REGISTRIES_H
@@ -67,6 +68,18 @@ int registries_beat(struct registries *g, struct relay *r,
 void registries_horizons(struct registries *g, struct relay *r, size_t ops_db,
 			 struct store_gauges *into, size_t *held_in,
 			 void (*tick)(void));
+
+/*
+ * Notes each source's dead tuples (relay_note_dead_tuples()) for
+ * /metrics: one statement a database, on ops_store for ops_db and on the
+ * session the registries hold in each other database (one out of reach,
+ * or none of whose tables opened, is not read: its sources' gauges keep
+ * their last values, as do a database's whose read failed, told once).
+ * A source found gone is noted unknown. tick: called before each read.
+ */
+void registries_dead_tuples(struct registries *g, struct relay *r,
+			    size_t ops_db, struct store *ops_store,
+			    void (*tick)(void));
 
 /* Deletes this relay's row from every registry it beats (a clean stop),
  * the ops session's database first, and not there when ops_connected is

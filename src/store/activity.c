@@ -9,33 +9,89 @@
 
 #include "store_internal.h"
 
-int store_tables_activity(struct store *s, const char *const *tables, size_t n,
-			  int64_t *counts, char *err, size_t errlen)
+/* tables[] as a text[] of quoted names, with each one's claims table
+ * after it when with_claims; NULL with err on a bad name or no memory. */
+static char *tables_array(const char *const *tables, size_t n, bool with_claims,
+			  char *err, size_t errlen)
 {
-	if (n == 0)
-		return 0;
+	size_t per = with_claims ? 2 : 1;
 	/* Quoted as every statement names them, so to_regclass() keeps a
 	 * mixed-case name's case. */
-	char(*quoted)[160] = calloc(2 * n, sizeof(*quoted));
-	const char **items = calloc(2 * n, sizeof(*items));
+	char(*quoted)[160] = calloc(per * n, sizeof(*quoted));
+	const char **items = calloc(per * n, sizeof(*items));
 	char *arr = NULL;
-	int rc = STORE_ERROR;
 	if (!quoted || !items) {
-		snprintf(err, errlen, "table activity: out of memory");
+		snprintf(err, errlen, "table statistics: out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct outbox_table t;
 		if (table_parse(tables[i], &t, err, errlen) != 0)
 			goto out;
-		snprintf(quoted[2 * i], sizeof(quoted[0]), "%s", t.quoted);
+		snprintf(quoted[per * i], sizeof(quoted[0]), "%s", t.quoted);
+		items[per * i] = quoted[per * i];
+		if (!with_claims)
+			continue;
 		table_derived(&t, "_claims", quoted[2 * i + 1],
 			      sizeof(quoted[0]));
-		items[2 * i] = quoted[2 * i];
 		items[2 * i + 1] = quoted[2 * i + 1];
 	}
-	arr = store_pg_array(items, 2 * n, PG_ARRAY_QUOTED, sizeof(quoted[0]));
+	arr =
+	    store_pg_array(items, per * n, PG_ARRAY_QUOTED, sizeof(quoted[0]));
+	if (!arr)
+		snprintf(err, errlen, "table statistics: out of memory");
+out:
+	free(items);
+	free(quoted);
+	return arr;
+}
+
+/* One statement's count for each of tables[] (sql reads $1, the array of
+ * tables_array(), and returns a row per table in its order, none when
+ * track_counts is off). */
+static int tables_counts(struct store *s, const char *what, const char *sql,
+			 bool with_claims, const char *const *tables, size_t n,
+			 int64_t *counts, char *err, size_t errlen)
+{
+	if (n == 0)
+		return 0;
+	int rc = STORE_ERROR;
+	char *arr = tables_array(tables, n, with_claims, err, errlen);
+	if (!arr)
+		return STORE_ERROR;
 	const char *values[1] = {arr};
+	PGresult *res = store_exec(s, what, sql, 1, values, PGRES_TUPLES_OK,
+				   &rc, err, errlen);
+	if (!res) {
+		rc = store_public_rc(rc);
+		goto out;
+	}
+	if (PQntuples(res) == 0) {
+		/* Nothing is counted: the caller must look otherwise. */
+		snprintf(err, errlen,
+			 "%s: track_counts is off, so Postgres counts "
+			 "nothing",
+			 what);
+		rc = STORE_REFUSED;
+	} else if ((size_t)PQntuples(res) != n) {
+		snprintf(err, errlen, "%s: %d rows for %zu tables", what,
+			 PQntuples(res), n);
+		rc = STORE_ERROR;
+	} else {
+		for (size_t i = 0; i < n; i++)
+			counts[i] =
+			    strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
+		rc = 0;
+	}
+	PQclear(res);
+out:
+	free(arr);
+	return rc;
+}
+
+int store_tables_activity(struct store *s, const char *const *tables, size_t n,
+			  int64_t *counts, char *err, size_t errlen)
+{
 	/*
 	 * The table's inserts and updates (a new row, a row redriven or
 	 * returned by the sweeper) and its claims table's writes (a lease
@@ -49,46 +105,37 @@ int store_tables_activity(struct store *s, const char *const *tables, size_t n,
 	 * pg_inherits; it lists nothing for a plain table, which counts
 	 * itself).
 	 */
-	PGresult *res = store_exec(
+	return tables_counts(
 	    s, "table activity",
-	    arr ? "SELECT CASE WHEN bool_and(r IS NULL) FILTER (WHERE k = 0) "
-		  "THEN -1 ELSE sum(coalesce(pg_stat_get_tuples_inserted(l) + "
-		  "pg_stat_get_tuples_updated(l) + "
-		  "pg_stat_get_tuples_deleted(l), 0)) END FROM (SELECT "
-		  "to_regclass(t) AS r, (i - 1) / 2 AS pair, (i - 1) % 2 "
-		  "AS k FROM unnest($1::text[]) WITH ORDINALITY AS u(t, i)) x "
-		  "CROSS JOIN LATERAL (SELECT coalesce(array_agg(relid) FILTER "
-		  "(WHERE isleaf), ARRAY[x.r]) AS ls FROM "
-		  "pg_partition_tree(x.r)) p CROSS JOIN LATERAL unnest(p.ls) "
-		  "AS l "
-		  "WHERE current_setting('track_counts')::bool "
-		  "GROUP BY pair ORDER BY pair"
-		: NULL,
-	    1, values, PGRES_TUPLES_OK, &rc, err, errlen);
-	if (!res) {
-		rc = store_public_rc(rc);
-		goto out;
-	}
-	if (PQntuples(res) == 0) {
-		/* Nothing counts writes: the caller must look otherwise. */
-		snprintf(err, errlen,
-			 "table activity: track_counts is off, so Postgres "
-			 "counts no writes");
-		rc = STORE_REFUSED;
-	} else if ((size_t)PQntuples(res) != n) {
-		snprintf(err, errlen, "table activity: %d rows for %zu tables",
-			 PQntuples(res), n);
-		rc = STORE_ERROR;
-	} else {
-		for (size_t i = 0; i < n; i++)
-			counts[i] =
-			    strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
-		rc = 0;
-	}
-	PQclear(res);
-out:
-	free(arr);
-	free(items);
-	free(quoted);
-	return rc;
+	    "SELECT CASE WHEN bool_and(r IS NULL) FILTER (WHERE k = 0) "
+	    "THEN -1 ELSE sum(coalesce(pg_stat_get_tuples_inserted(l) + "
+	    "pg_stat_get_tuples_updated(l) + "
+	    "pg_stat_get_tuples_deleted(l), 0)) END FROM (SELECT "
+	    "to_regclass(t) AS r, (i - 1) / 2 AS pair, (i - 1) % 2 "
+	    "AS k FROM unnest($1::text[]) WITH ORDINALITY AS u(t, i)) x "
+	    "CROSS JOIN LATERAL (SELECT coalesce(array_agg(relid) FILTER "
+	    "(WHERE isleaf), ARRAY[x.r]) AS ls FROM "
+	    "pg_partition_tree(x.r)) p CROSS JOIN LATERAL unnest(p.ls) "
+	    "AS l "
+	    "WHERE current_setting('track_counts')::bool "
+	    "GROUP BY pair ORDER BY pair",
+	    true, tables, n, counts, err, errlen);
+}
+
+int store_tables_dead_tuples(struct store *s, const char *const *tables,
+			     size_t n, int64_t *dead, char *err, size_t errlen)
+{
+	/* n_dead_tup as pg_stat_user_tables shows it, the leaves of a
+	 * partitioned table summed, as above; -1 for a table gone. */
+	return tables_counts(
+	    s, "dead tuples",
+	    "SELECT CASE WHEN x.r IS NULL THEN -1 ELSE "
+	    "coalesce(sum(pg_stat_get_dead_tuples(l)), 0) END FROM (SELECT "
+	    "to_regclass(t) AS r, i FROM unnest($1::text[]) WITH ORDINALITY "
+	    "AS u(t, i)) x CROSS JOIN LATERAL (SELECT coalesce(array_agg("
+	    "relid) FILTER (WHERE isleaf), ARRAY[x.r]) AS ls FROM "
+	    "pg_partition_tree(x.r)) p CROSS JOIN LATERAL unnest(p.ls) AS l "
+	    "WHERE current_setting('track_counts')::bool "
+	    "GROUP BY x.i, x.r ORDER BY x.i",
+	    false, tables, n, dead, err, errlen);
 }

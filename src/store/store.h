@@ -479,6 +479,16 @@ int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen);
 int store_tables_activity(struct store *s, const char *const *tables, size_t n,
 			  int64_t *counts, char *err, size_t errlen);
 
+/*
+ * For each of tables[] (as store_tables_activity() names them), its dead
+ * tuples as pg_stat_user_tables counts them (a partitioned table's
+ * partitions summed), -1 for a table that does not exist: one statement
+ * on s's session, read by the ops thread for /metrics' per-source gauge.
+ * STORE_REFUSED when the server counts nothing (track_counts off).
+ */
+int store_tables_dead_tuples(struct store *s, const char *const *tables,
+			     size_t n, int64_t *dead, char *err, size_t errlen);
+
 /* ---- schema ---- */
 
 /*

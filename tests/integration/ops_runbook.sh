@@ -101,7 +101,7 @@ for want in ["outbox_backlog_events", "outbox_oldest_pending_age_seconds",
              "outbox_destinations_paused", "outbox_blocked_keys",
              "outbox_xmin_horizon_age_seconds", "outbox_xmin_horizon_holder_info",
              "outbox_xmin_age_transactions", "outbox_table_dead_tuples",
-             "outbox_lease_dead_index_entries_per_scan"]:
+             "outbox_lease_dead_index_entries_per_scan", "outbox_source_dead_tuples"]:
     need(want in text, f"no panel shows {want}")
 alerted = set()
 for line in open(sys.argv[2]):
@@ -122,7 +122,13 @@ PY
 # Every metric the rules, their tests and the dashboard use is one the
 # relay exports.
 ops_relay relay
-curl -s -m 5 "http://127.0.0.1:$ops_port/metrics" >"$it_dir/metrics.txt"
+# After the ops thread's first gauge read, which the per-source dead
+# tuples wait for (a source not read yet has no series).
+gauges_read() {
+	curl -s -m 5 "http://127.0.0.1:$ops_port/metrics" >"$it_dir/metrics.txt" &&
+		grep -q '^outbox_source_dead_tuples{' "$it_dir/metrics.txt"
+}
+it_wait 20 "the first gauge read on /metrics" gauges_read
 grep -q '^outbox_' "$it_dir/metrics.txt" || it_fail "/metrics answered nothing"
 for m in $(grep -oh 'outbox_[a-z_]*' "$rules" "$rules_test" | sort -u) \
 	$(cat "$it_dir/dashboard.metrics"); do

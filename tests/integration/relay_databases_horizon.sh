@@ -8,7 +8,8 @@
 # the ops thread holds there for the registries; once it ends, the
 # holder is no longer that one. A writer of the first database, which
 # the other database's read sees too (by its transaction id), is named
-# with its own database, the first.
+# with its own database, the first. Each database's table's dead tuples
+# are shown as that source's.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
 it_table horizon_dbs
@@ -29,6 +30,12 @@ dbs_env=(OUTBOX_DATABASE_URL= OUTBOX_DATABASES="first,second"
 env "${dbs_env[@]}" "$RELAY_TEST_BIN" migrate >"$it_dir/migrate2.out" 2>&1 ||
 	it_fail "migrate of two databases failed: $(cat "$it_dir/migrate2.out")"
 
+# Dead tuples of each database's table (25 and 7), which /metrics shows
+# as that source's, read in each database.
+psql "$url_b" -X -q -v ON_ERROR_STOP=1 -c "INSERT INTO $table (type, payload) SELECT 'junk', '\\x00' FROM generate_series(1, 25)" -c "DELETE FROM $table" >/dev/null
+psql_a "INSERT INTO $table (type, payload) SELECT 'junk', '\\x00' FROM generate_series(1, 7)" >/dev/null
+psql_a "DELETE FROM $table" >/dev/null
+
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 it_relay horizon "${dbs_env[@]}" OUTBOX_HTTP_ADDR="127.0.0.1:$port" OUTBOX_LOG_LEVEL=info
 it_wait 20 "readiness" curl -sf "http://127.0.0.1:$port/readyz" -o /dev/null
@@ -36,6 +43,14 @@ beaten() {
 	[ "$(psql "$url_b" -X -A -t -q -c "SELECT count(*) FROM ${table}_replicas WHERE id LIKE '%/$it_last_pid'")" = 1 ]
 }
 it_wait 15 "the relay's row in the second database's registry" beaten
+dead_shown() { # URL SOURCE AT_LEAST
+	local shown want
+	shown=$(curl -sf -m 5 "http://127.0.0.1:$port/metrics" | awk -v k="outbox_source_dead_tuples{source=\"$2\"}" '$1 == k { print $2 }')
+	want=$(psql "$1" -X -A -t -q -c "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relid IN (SELECT relid FROM pg_partition_tree('$table') UNION SELECT '$table'::regclass)")
+	[ -n "$shown" ] && [ "$shown" -ge "$3" ] && [ "$shown" = "$want" ]
+}
+it_wait 20 "the second database's dead tuples on /metrics" dead_shown "$url_b" "second/$table" 25
+it_wait 20 "the first database's dead tuples on /metrics" dead_shown "$url_a" "first/$table" 7
 
 # A report in the second database: a snapshot, no transaction id (a
 # writer's id would show in the first database's statement too).

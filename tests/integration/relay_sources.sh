@@ -3,7 +3,8 @@
 # Several outbox tables behind one relay (OUTBOX_TABLE as a list,
 # docs/design.md §13): `migrate` creates them all; every table's events
 # go out, on the sessions of one table's relay; a quiet table's event is
-# not held behind a hot table's backlog; a table dropped while the relay
+# not held behind a hot table's backlog; /metrics shows each table's lag
+# and dead tuples; a table dropped while the relay
 # runs gives one warning and the others go on; an operator pause of one
 # table (--source) stops that table alone, and a redrive by source replays
 # that table's rows alone; commands that work on one table refuse to guess
@@ -37,6 +38,10 @@ sent_over() { [ "$(sent "$1")" -gt "$2" ]; }
 printed() { [ "$(grep -c "\"type\":\"$1\"" "$it_dir/multi.out")" -ge "$2" ]; }
 
 # A hot backlog, then one quiet event once the relay is draining it.
+# The quiet table starts with dead tuples of its own (30: below
+# autovacuum's threshold), which /metrics must show as that table's.
+insert "$quiet" 30 junk
+it_psql "DELETE FROM $quiet" >/dev/null
 insert "$hot" 20000 hot
 insert "$gone" 5 gone
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -45,8 +50,8 @@ pid=$it_last_pid
 it_wait 30 "the hot table to start draining" sent_over "$hot" 500
 # Draining, the hot table is behind by the age of its backlog's head
 # (all of it inserted before the relay started), the third table is not.
-lag() { curl -sf "http://127.0.0.1:$port/metrics" | awk -v k="outbox_source_lag_seconds{source=\"$1\"}" '$1 == k { print $2 }'; }
-hot_lag=$(lag "$hot")
+metric() { curl -sf "http://127.0.0.1:$port/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
+hot_lag=$(metric "outbox_source_lag_seconds{source=\"$hot\"}")
 python3 -c "import sys; sys.exit(0 if float('${hot_lag:-0}') >= 0.3 else 1)" ||
 	it_fail "the hot table's lag is '$hot_lag' while it drains a backlog"
 insert "$quiet" 1 quiet
@@ -54,6 +59,16 @@ it_wait 10 "the quiet event" printed quiet 1
 hot_then=$(sent "$hot")
 [ "$hot_then" -lt 20000 ] || it_fail "the quiet event waited for the whole hot backlog"
 it_wait 30 "the third table's events" printed gone 5
+# Each table's dead tuples, read by the ops thread a database at a time:
+# what Postgres counts for that table, not the ops session's table's.
+dead_of() { it_psql "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relid IN (SELECT relid FROM pg_partition_tree('$1') UNION SELECT '$1'::regclass)"; }
+dead_shown() {
+	local shown
+	shown=$(metric "outbox_source_dead_tuples{source=\"$1\"}")
+	[ -n "$shown" ] && [ "$shown" -ge "$2" ] && [ "$shown" = "$(dead_of "$1")" ]
+}
+it_wait 15 "the quiet table's dead tuples on /metrics" dead_shown "$quiet" 30
+it_wait 30 "the hot table's dead tuples on /metrics" dead_shown "$hot" 0
 
 # Every table's registry has the relay, not only the ops session's
 # table's: `status --source` of another table sees it alive (an earlier

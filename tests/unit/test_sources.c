@@ -227,6 +227,70 @@ static void test_tables_activity(void **state)
 	PQfinish(c);
 }
 
+/* Inserts n rows into table and deletes them, in a session that ends
+ * (its statistics flushed), then reads the dead tuples of tables (3)
+ * into after until tables[i]'s are no longer was (5 s at most). */
+static int64_t deleted_seen(struct store *s, const char *const *tables,
+			    const char *table, int n, size_t i, int64_t was,
+			    int64_t *after)
+{
+	PGconn *producer = pgtest_connect();
+	pgtest_insert(producer, table, n);
+	char sql[256];
+	snprintf(sql, sizeof(sql), "DELETE FROM %s", table);
+	PGresult *res = PQexec(producer, sql);
+	assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+	PQclear(res);
+	PQfinish(producer);
+	for (int k = 0; k < 50; k++) {
+		assert_int_equal(store_tables_dead_tuples(s, tables, 3, after,
+							  err, sizeof(err)),
+				 0);
+		if (after[i] != was)
+			break;
+		usleep(100 * 1000);
+	}
+	return after[i];
+}
+
+/* Each table's dead tuples, in one statement: a partitioned table's are
+ * its partitions', a plain table's its own, a table gone reads -1. */
+static void test_tables_dead_tuples(void **state)
+{
+	(void)state;
+	char a[128], b[128], gone[160];
+	pgtest_fresh_table("src_i", a, sizeof(a));
+	pgtest_fresh_table("src_j", b, sizeof(b));
+	snprintf(gone, sizeof(gone), "%s_nope", a);
+	PGconn *c = pgtest_connect();
+	struct outbox_table tb;
+	assert_int_equal(table_parse(b, &tb, err, sizeof(err)), 0);
+	if (!pgtest_partitioned() &&
+	    store_partition_unrecorded(c, &tb, err, sizeof(err)) != 0)
+		fail_msg("partition: %s", err);
+	struct store *s = open_sharing(a, NULL);
+	const char *tables[3] = {a, b, gone};
+	int64_t before[3], after[3];
+	assert_int_equal(
+	    store_tables_dead_tuples(s, tables, 3, before, err, sizeof(err)),
+	    0);
+	assert_int_equal(before[2], -1);
+	assert_int_equal(deleted_seen(s, tables, b, 4, 1, before[1], after),
+			 before[1] + 4);
+	assert_int_equal(after[0], before[0]);
+	assert_int_equal(deleted_seen(s, tables, a, 3, 0, before[0], after),
+			 before[0] + 3);
+	assert_int_equal(after[1], before[1] + 4);
+	assert_int_equal(after[2], -1);
+	/* A bad name is refused before any statement. */
+	const char *bad[1] = {"no such; table"};
+	assert_int_not_equal(
+	    store_tables_dead_tuples(s, bad, 1, after, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "table name is not"));
+	store_close(s);
+	PQfinish(c);
+}
+
 /* One LISTEN session for several tables says which of them had rows. */
 static void test_listener_per_table(void **state)
 {
@@ -262,6 +326,7 @@ int main(void)
 	    cmocka_unit_test(test_tables_share_a_session),
 	    cmocka_unit_test(test_dropped_table_fails_alone),
 	    cmocka_unit_test(test_tables_activity),
+	    cmocka_unit_test(test_tables_dead_tuples),
 	    cmocka_unit_test(test_listener_per_table),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
