@@ -171,27 +171,60 @@ static void test_dropped_table_fails_alone(void **state)
 	PQfinish(c);
 }
 
-/* Inserts n rows into table, then reads the activity of tables (3 of
- * them) into after until the count of tables[i] is no longer was (5 s
- * at most); that count. A session flushes its statistics when it ends
- * (an idle one within 10 s, a busy one within a second): the rows come
- * from one that ends. */
-static int64_t inserted_seen(struct store *s, const char *const *tables,
-			     const char *table, int n, size_t i, int64_t was,
-			     int64_t *after)
+/* store_tables_activity() or store_tables_dead_tuples(). */
+typedef int (*table_stats_fn)(struct store *, const char *const *, size_t,
+			      int64_t *, char *, size_t);
+
+/* Inserts n rows into table (and deletes them, when del) in a session
+ * that ends, then reads read()'s count of tables (3 of them) into after
+ * until tables[i]'s is no longer was (5 s at most); that count. A
+ * session flushes its statistics when it ends (an idle one within 10 s,
+ * a busy one within a second). */
+static int64_t written_seen(struct store *s, table_stats_fn read,
+			    const char *const *tables, const char *table, int n,
+			    bool del, size_t i, int64_t was, int64_t *after)
 {
 	PGconn *producer = pgtest_connect();
 	pgtest_insert(producer, table, n);
+	if (del) {
+		char sql[256];
+		snprintf(sql, sizeof(sql), "DELETE FROM %s", table);
+		PGresult *res = PQexec(producer, sql);
+		assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+		PQclear(res);
+	}
 	PQfinish(producer);
 	for (int k = 0; k < 50; k++) {
-		assert_int_equal(store_tables_activity(s, tables, 3, after, err,
-						       sizeof(err)),
+		assert_int_equal(read(s, tables, 3, after, err, sizeof(err)),
 				 0);
 		if (after[i] != was)
 			break;
 		usleep(100 * 1000);
 	}
 	return after[i];
+}
+
+/* Fresh tables a (plain) and b (partitioned) and gone, a name of none;
+ * a store of a's, and read()'s first counts of the three in before. */
+static struct store *three_tables(const char *pa, const char *pb,
+				  char (*names)[160], table_stats_fn read,
+				  int64_t *before)
+{
+	pgtest_fresh_table(pa, names[0], sizeof(names[0]));
+	pgtest_fresh_table(pb, names[1], sizeof(names[1]));
+	snprintf(names[2], sizeof(names[2]), "%.120s_nope", names[0]);
+	PGconn *c = pgtest_connect();
+	struct outbox_table tb;
+	assert_int_equal(table_parse(names[1], &tb, err, sizeof(err)), 0);
+	if (!pgtest_partitioned() &&
+	    store_partition_unrecorded(c, &tb, err, sizeof(err)) != 0)
+		fail_msg("partition: %s", err);
+	PQfinish(c);
+	struct store *s = open_sharing(names[0], NULL);
+	const char *tables[3] = {names[0], names[1], names[2]};
+	assert_int_equal(read(s, tables, 3, before, err, sizeof(err)), 0);
+	assert_int_equal(before[2], -1);
+	return s;
 }
 
 /* Statistics say which tables had rows inserted or updated, in one
@@ -200,57 +233,21 @@ static int64_t inserted_seen(struct store *s, const char *const *tables,
 static void test_tables_activity(void **state)
 {
 	(void)state;
-	char a[128], b[128], gone[160];
-	pgtest_fresh_table("src_e", a, sizeof(a));
-	pgtest_fresh_table("src_f", b, sizeof(b));
-	snprintf(gone, sizeof(gone), "%s_nope", a);
-	PGconn *c = pgtest_connect();
-	struct outbox_table tb;
-	assert_int_equal(table_parse(b, &tb, err, sizeof(err)), 0);
-	if (!pgtest_partitioned() &&
-	    store_partition_unrecorded(c, &tb, err, sizeof(err)) != 0)
-		fail_msg("partition: %s", err);
-	struct store *s = open_sharing(a, NULL);
-	const char *tables[3] = {a, b, gone};
+	char names[3][160];
 	int64_t before[3], after[3];
-	assert_int_equal(
-	    store_tables_activity(s, tables, 3, before, err, sizeof(err)), 0);
-	assert_int_equal(before[2], -1);
+	struct store *s = three_tables("src_e", "src_f", names,
+				       store_tables_activity, before);
+	const char *tables[3] = {names[0], names[1], names[2]};
 	/* b's rows, then a's own (a plain table counts itself). */
-	assert_int_equal(inserted_seen(s, tables, b, 2, 1, before[1], after),
+	assert_int_equal(written_seen(s, store_tables_activity, tables,
+				      names[1], 2, false, 1, before[1], after),
 			 before[1] + 2);
 	assert_int_equal(after[0], before[0]);
 	assert_int_equal(after[2], -1);
-	assert_int_equal(inserted_seen(s, tables, a, 3, 0, before[0], after),
+	assert_int_equal(written_seen(s, store_tables_activity, tables,
+				      names[0], 3, false, 0, before[0], after),
 			 before[0] + 3);
 	store_close(s);
-	PQfinish(c);
-}
-
-/* Inserts n rows into table and deletes them, in a session that ends
- * (its statistics flushed), then reads the dead tuples of tables (3)
- * into after until tables[i]'s are no longer was (5 s at most). */
-static int64_t deleted_seen(struct store *s, const char *const *tables,
-			    const char *table, int n, size_t i, int64_t was,
-			    int64_t *after)
-{
-	PGconn *producer = pgtest_connect();
-	pgtest_insert(producer, table, n);
-	char sql[256];
-	snprintf(sql, sizeof(sql), "DELETE FROM %s", table);
-	PGresult *res = PQexec(producer, sql);
-	assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
-	PQclear(res);
-	PQfinish(producer);
-	for (int k = 0; k < 50; k++) {
-		assert_int_equal(store_tables_dead_tuples(s, tables, 3, after,
-							  err, sizeof(err)),
-				 0);
-		if (after[i] != was)
-			break;
-		usleep(100 * 1000);
-	}
-	return after[i];
 }
 
 /* Each table's dead tuples, in one statement: a partitioned table's are
@@ -258,27 +255,17 @@ static int64_t deleted_seen(struct store *s, const char *const *tables,
 static void test_tables_dead_tuples(void **state)
 {
 	(void)state;
-	char a[128], b[128], gone[160];
-	pgtest_fresh_table("src_i", a, sizeof(a));
-	pgtest_fresh_table("src_j", b, sizeof(b));
-	snprintf(gone, sizeof(gone), "%s_nope", a);
-	PGconn *c = pgtest_connect();
-	struct outbox_table tb;
-	assert_int_equal(table_parse(b, &tb, err, sizeof(err)), 0);
-	if (!pgtest_partitioned() &&
-	    store_partition_unrecorded(c, &tb, err, sizeof(err)) != 0)
-		fail_msg("partition: %s", err);
-	struct store *s = open_sharing(a, NULL);
-	const char *tables[3] = {a, b, gone};
+	char names[3][160];
 	int64_t before[3], after[3];
-	assert_int_equal(
-	    store_tables_dead_tuples(s, tables, 3, before, err, sizeof(err)),
-	    0);
-	assert_int_equal(before[2], -1);
-	assert_int_equal(deleted_seen(s, tables, b, 4, 1, before[1], after),
+	struct store *s = three_tables("src_i", "src_j", names,
+				       store_tables_dead_tuples, before);
+	const char *tables[3] = {names[0], names[1], names[2]};
+	assert_int_equal(written_seen(s, store_tables_dead_tuples, tables,
+				      names[1], 4, true, 1, before[1], after),
 			 before[1] + 4);
 	assert_int_equal(after[0], before[0]);
-	assert_int_equal(deleted_seen(s, tables, a, 3, 0, before[0], after),
+	assert_int_equal(written_seen(s, store_tables_dead_tuples, tables,
+				      names[0], 3, true, 0, before[0], after),
 			 before[0] + 3);
 	assert_int_equal(after[1], before[1] + 4);
 	assert_int_equal(after[2], -1);
@@ -288,7 +275,6 @@ static void test_tables_dead_tuples(void **state)
 	    store_tables_dead_tuples(s, bad, 1, after, err, sizeof(err)), 0);
 	assert_non_null(strstr(err, "table name is not"));
 	store_close(s);
-	PQfinish(c);
 }
 
 /* One LISTEN session for several tables says which of them had rows. */
