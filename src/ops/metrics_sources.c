@@ -29,7 +29,7 @@ static void events(FILE *out, const char *source, bool other,
 	}
 }
 
-/* A source whose table was never read (or is gone) has no series; the
+/* A source whose table was not read (or is gone) has no series; the
  * rest's is their sum, left out while none of them was read. */
 static void dead_tuples(FILE *out, struct relay *r, size_t n, size_t own)
 {
@@ -43,7 +43,7 @@ static void dead_tuples(FILE *out, struct relay *r, size_t n, size_t own)
 	for (size_t i = 0; i < n; i++) {
 		struct relay_source_stats st;
 		relay_source_stats(r, i, &st);
-		if (st.dead_tuples < 0)
+		if (st.dead_tuples < 0 || st.gone)
 			continue;
 		if (i >= own) {
 			other += st.dead_tuples;

@@ -472,6 +472,7 @@ static void refresh_gauges(struct ops_session *o)
 	int64_t t0 = clock_ms();
 	int rc = store_admin_gauges(o->s, &g, o->err, sizeof(o->err));
 	int64_t took = clock_ms() - t0;
+	int dead_rc = 0;
 	if (rc == 0) {
 		if (!o->registry)
 			g.live_replicas = 1;
@@ -480,8 +481,9 @@ static void refresh_gauges(struct ops_session *o)
 		if (relay_sources_n(o->relay) > 1) {
 			registries_horizons(o->regs, o->relay, ops_db, &g,
 					    &held_in, tick);
-			registries_dead_tuples(o->regs, o->relay, ops_db, o->s,
-					       tick);
+			dead_rc = registries_dead_tuples(
+			    o->regs, o->relay, ops_db, o->s, tick, o->err,
+			    sizeof(o->err));
 			/* The pause after paces every database's read. */
 			took = clock_ms() - t0;
 		} else {
@@ -525,6 +527,10 @@ static void refresh_gauges(struct ops_session *o)
 		if (rc == STORE_RECONNECT)
 			lose_session(o);
 	}
+	/* Lost after the gauge query: readiness says so now, not at the
+	 * next heartbeat. */
+	if (dead_rc == STORE_RECONNECT)
+		lose_session(o);
 	o->next_gauges = clock_ms() + metrics_gauge_pause_ms(GAUGES_MS, took);
 }
 

@@ -487,26 +487,31 @@ void registries_horizons(struct registries *g, struct relay *r, size_t ops_db,
 	}
 }
 
-/* Reads database d's sources' dead tuples on s; false, with err, when
- * its session was lost. names, which and dead have room for every
- * source. */
+/* Reads the dead tuples of database d's sources among the first n on s
+ * (NULL: d is not read, and its sources are noted unknown, as
+ * registries_horizons() leaves such a database out); false, with err,
+ * when s's session was lost. names, which and dead have room for n. */
 static bool dead_tuples_of(struct registries *g, struct relay *r, size_t d,
-			   struct store *s, const char **names, size_t *which,
-			   int64_t *dead, char *err, size_t errlen)
+			   struct store *s, size_t n, const char **names,
+			   size_t *which, int64_t *dead, char *err,
+			   size_t errlen)
 {
 	size_t k = 0;
-	for (size_t i = 0; i < relay_sources_n(r); i++) {
+	/* n, not the sources' count now: discovery may add one meanwhile,
+	 * past the arrays' room. */
+	for (size_t i = 0; i < n; i++) {
 		if (relay_source_db(r, i) != d)
 			continue;
-		if (relay_source_gone(r, i)) {
+		if (!s || relay_source_gone(r, i)) {
 			relay_note_dead_tuples(r, i, -1);
 			continue;
 		}
 		names[k] = relay_source_table(r, i);
 		which[k++] = i;
 	}
-	int rc =
-	    k ? store_tables_dead_tuples(s, names, k, dead, err, errlen) : 0;
+	if (k == 0)
+		return true;
+	int rc = store_tables_dead_tuples(s, names, k, dead, err, errlen);
 	if (rc == STORE_RECONNECT)
 		return false;
 	struct registry_db *db = &g->db[d];
@@ -532,31 +537,36 @@ static bool dead_tuples_of(struct registries *g, struct relay *r, size_t d,
 	return true;
 }
 
-void registries_dead_tuples(struct registries *g, struct relay *r,
-			    size_t ops_db, struct store *ops_store,
-			    void (*tick)(void))
+int registries_dead_tuples(struct registries *g, struct relay *r, size_t ops_db,
+			   struct store *ops_store, void (*tick)(void),
+			   char *err, size_t errlen)
 {
 	size_t n = relay_sources_n(r);
 	const char **names = calloc(n, sizeof(*names));
 	size_t *which = calloc(n, sizeof(*which));
 	int64_t *dead = calloc(n, sizeof(*dead));
+	int rc = 0;
 	for (size_t d = 0; names && which && dead && g && d < g->n_db; d++) {
 		struct store *s =
 		    d == ops_db ? ops_store : store_of_db(g, r, d);
-		if (!s)
-			continue;
-		if (tick)
+		if (s && tick)
 			tick();
-		char err[1024];
-		/* The ops session's loss is the gauge query's to find. */
-		if (!dead_tuples_of(g, r, d, s, names, which, dead, err,
-				    sizeof(err)) &&
-		    d != ops_db)
-			db_lost(g, r, d, err);
+		char lost[1024];
+		if (dead_tuples_of(g, r, d, s, n, names, which, dead, lost,
+				   sizeof(lost)))
+			continue;
+		if (d != ops_db) {
+			db_lost(g, r, d, lost);
+			continue;
+		}
+		snprintf(err, errlen, "%s", lost);
+		rc = STORE_RECONNECT;
+		break;
 	}
 	free(dead);
 	free(which);
 	free(names);
+	return rc;
 }
 
 void registries_forget(struct registries *g, struct relay *r, size_t ops_source,

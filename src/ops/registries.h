@@ -72,14 +72,16 @@ void registries_horizons(struct registries *g, struct relay *r, size_t ops_db,
 /*
  * Notes each source's dead tuples (relay_note_dead_tuples()) for
  * /metrics: one statement a database, on ops_store for ops_db and on the
- * session the registries hold in each other database (one out of reach,
- * or none of whose tables opened, is not read: its sources' gauges keep
- * their last values, as do a database's whose read failed, told once).
- * A source found gone is noted unknown. tick: called before each read.
+ * session the registries hold in each other database. A database out of
+ * reach, or none of whose tables opened, is not read and its sources are
+ * noted unknown (no series), as is a source found gone or whose table
+ * is not there; a database whose read failed keeps its sources' last
+ * values (told once). tick: called before each read. STORE_RECONNECT,
+ * with err, when ops_store's session was lost, else 0.
  */
-void registries_dead_tuples(struct registries *g, struct relay *r,
-			    size_t ops_db, struct store *ops_store,
-			    void (*tick)(void));
+int registries_dead_tuples(struct registries *g, struct relay *r, size_t ops_db,
+			   struct store *ops_store, void (*tick)(void),
+			   char *err, size_t errlen);
 
 /* Deletes this relay's row from every registry it beats (a clean stop),
  * the ops session's database first, and not there when ops_connected is

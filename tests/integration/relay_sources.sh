@@ -39,7 +39,8 @@ printed() { [ "$(grep -c "\"type\":\"$1\"" "$it_dir/multi.out")" -ge "$2" ]; }
 
 # A hot backlog, then one quiet event once the relay is draining it.
 # The quiet table starts with dead tuples of its own (30: below
-# autovacuum's threshold), which /metrics must show as that table's.
+# autovacuum's threshold; an autoanalyze, past its 50 changes, keeps a
+# one-page table's count), which /metrics must show as that table's.
 insert "$quiet" 30 junk
 it_psql "DELETE FROM $quiet" >/dev/null
 insert "$hot" 20000 hot
@@ -69,6 +70,7 @@ dead_shown() {
 }
 it_wait 15 "the quiet table's dead tuples on /metrics" dead_shown "$quiet" 30
 it_wait 30 "the hot table's dead tuples on /metrics" dead_shown "$hot" 0
+it_wait 15 "the third table's dead tuples on /metrics" dead_shown "$gone" 0
 
 # Every table's registry has the relay, not only the ops session's
 # table's: `status --source` of another table sees it alive (an earlier
@@ -110,6 +112,13 @@ warnings=$(grep -c '"source failing; the others go on"' "$it_dir/multi.log" || t
 [ "$warnings" -ge 1 ] || it_fail "no warning for the dropped table"
 [ "$warnings" -le 3 ] || it_fail "$warnings warnings for one dropped table (a loop per thread at most)"
 grep '"source failing' "$it_dir/multi.log" | grep -q "$gone" || it_fail "the warning does not name the table"
+# Its dead tuples' series goes with it (a value left would be summed
+# into nothing real).
+dead_gone() {
+	curl -sf "http://127.0.0.1:$port/metrics" >"$it_dir/metrics_gone.txt" &&
+		! grep -q "^outbox_source_dead_tuples{source=\"$gone\"}" "$it_dir/metrics_gone.txt"
+}
+it_wait 15 "the dropped table's dead tuples to leave /metrics" dead_gone
 # status without --source: a line per table, the dropped one first.
 run_cli status >"$it_dir/status_all.out" 2>&1 || it_fail "status of all tables failed: $(cat "$it_dir/status_all.out")"
 grep -q '^3 sources, 1 in trouble' "$it_dir/status_all.out" || it_fail "status of all tables: $(cat "$it_dir/status_all.out")"
