@@ -163,8 +163,8 @@ static void print_text(const struct rows *r)
 	for (size_t i = 0; i < r->n; i++)
 		trouble += r->at[i].rank < 2;
 	printf("%zu sources, %zu in trouble\n\n", r->n, trouble);
-	printf("%-48s %-12s %10s %12s %8s %9s\n", "SOURCE", "STATE", "PENDING",
-	       "OLDEST (s)", "FAILED", "IN FLIGHT");
+	printf("%-48s %-12s %10s %12s %8s %9s %11s\n", "SOURCE", "STATE",
+	       "PENDING", "OLDEST (s)", "FAILED", "IN FLIGHT", "DEAD TUPLES");
 	for (size_t i = 0; i < r->n; i++) {
 		const struct source_row *row = &r->at[i];
 		if (row->rank == 0) {
@@ -172,10 +172,11 @@ static void print_text(const struct rows *r)
 			       row->error);
 			continue;
 		}
-		printf("%-48s %-12s %10lld %12.1f %8lld %9lld\n", row->name,
-		       row->state, (long long)row->g.backlog,
+		printf("%-48s %-12s %10lld %12.1f %8lld %9lld %11lld\n",
+		       row->name, row->state, (long long)row->g.backlog,
 		       (double)row->g.oldest_pending_ms / 1000,
-		       (long long)row->g.failed, (long long)row->g.in_flight);
+		       (long long)row->g.failed, (long long)row->g.in_flight,
+		       (long long)row->g.dead_tuples);
 	}
 	printf("\nOne source in full: outbox-relay status --source SOURCE\n");
 }
@@ -205,6 +206,8 @@ static int print_json(const struct rows *r)
 		cJSON_AddNumberToObject(o, "failed", (double)row->g.failed);
 		cJSON_AddNumberToObject(o, "in_flight",
 					(double)row->g.in_flight);
+		cJSON_AddNumberToObject(o, "dead_tuples",
+					(double)row->g.dead_tuples);
 		cJSON_AddBoolToObject(o, "paused", row->paused);
 	}
 	char *text = list ? cJSON_Print(doc) : NULL;

@@ -123,6 +123,9 @@ it_wait 15 "the dropped table's dead tuples to leave /metrics" dead_gone
 run_cli status >"$it_dir/status_all.out" 2>&1 || it_fail "status of all tables failed: $(cat "$it_dir/status_all.out")"
 grep -q '^3 sources, 1 in trouble' "$it_dir/status_all.out" || it_fail "status of all tables: $(cat "$it_dir/status_all.out")"
 first=$(grep -A1 '^SOURCE' "$it_dir/status_all.out" | tail -n 1)
+# Each line shows its table's dead tuples (the quiet table's 30 and more).
+awk -v t="$quiet" '$1 == t { found = 1; ok = $NF >= 30 } END { exit !(found && ok) }' "$it_dir/status_all.out" ||
+	it_fail "status does not show the quiet table's dead tuples: $(cat "$it_dir/status_all.out")"
 case "$first" in "$gone "*missing*) ;; *) it_fail "the dropped table is not first: $(cat "$it_dir/status_all.out")" ;; esac
 
 # Pause one table: its rows wait, the other's go.
