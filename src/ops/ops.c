@@ -274,6 +274,12 @@ struct ops_session {
 
 static void lose_session(struct ops_session *o)
 {
+	/* Its database's dead tuples are unknown until it is back (the
+	 * other databases' go with their own sessions, registries.c). */
+	for (size_t i = 0; o->has_source && i < relay_sources_n(o->relay); i++)
+		if (relay_source_db(o->relay, i) ==
+		    relay_source_db(o->relay, o->source))
+			relay_note_dead_tuples(o->relay, i, -1);
 	set_db(false, o->err);
 	o->connected = false;
 	o->next_connect = clock_ms();
@@ -524,6 +530,10 @@ static void refresh_gauges(struct ops_session *o)
 				   "last values",
 				   "error", o->err, NULL);
 		o->gauges_failing = true;
+		/* One table, dropped: no series, as for a table of several
+		 * not there. */
+		if (relay_sources_n(o->relay) == 1 && strstr(o->err, "42P01"))
+			relay_note_dead_tuples(o->relay, 0, -1);
 		if (rc == STORE_RECONNECT)
 			lose_session(o);
 	}

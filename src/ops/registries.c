@@ -512,6 +512,11 @@ static bool dead_tuples_of(struct registries *g, struct relay *r, size_t d,
 	if (k == 0)
 		return true;
 	int rc = store_tables_dead_tuples(s, names, k, dead, err, errlen);
+	/* Unknown now, not a value frozen from before: the session is gone,
+	 * or the server counts nothing (track_counts turned off). */
+	bool unknown = rc == STORE_RECONNECT || rc == STORE_REFUSED;
+	for (size_t j = 0; unknown && j < k; j++)
+		relay_note_dead_tuples(r, which[j], -1);
 	if (rc == STORE_RECONNECT)
 		return false;
 	struct registry_db *db = &g->db[d];
@@ -519,9 +524,12 @@ static bool dead_tuples_of(struct registries *g, struct relay *r, size_t d,
 	if (rc != 0) {
 		if (!db->dead_failing)
 			log_fields(LOG_WARN,
-				   "a database's tables' dead tuples could not "
-				   "be read; their gauges keep their last "
-				   "values",
+				   unknown ? "a database's tables' dead tuples "
+					     "are not counted; their gauges "
+					     "are left out"
+					   : "a database's tables' dead tuples "
+					     "could not be read; their gauges "
+					     "keep their last values",
 				   "database", name, "error", err, NULL);
 		db->dead_failing = true;
 		return true;

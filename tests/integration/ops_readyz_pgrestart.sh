@@ -3,6 +3,7 @@
 # Readiness follows Postgres: /readyz answers 503 naming Postgres while the
 # server is down and 200 again once it is back, while /healthz stays 200
 # (a database outage must not make Kubernetes restart every replica).
+# The table's dead tuples leave /metrics meanwhile (unknown, not frozen).
 # Stops the shared test server: runs alone in suite 'pgrestart'.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ops_lib.sh"
@@ -21,6 +22,15 @@ it_table opsready
 ops_relay relay
 pid=$it_last_pid
 ops_wait_code 20 /readyz 200
+dead_shown() {
+	curl -sf -m 5 "http://127.0.0.1:$ops_port/metrics" >"$it_dir/metrics.txt" &&
+		grep -q "^outbox_source_dead_tuples{source=\"$OUTBOX_TABLE\"} [0-9]" "$it_dir/metrics.txt"
+}
+dead_unshown() {
+	curl -sf -m 5 "http://127.0.0.1:$ops_port/metrics" >"$it_dir/metrics.txt" &&
+		! grep -q '^outbox_source_dead_tuples{' "$it_dir/metrics.txt"
+}
+it_wait 15 "the table's dead tuples on /metrics" dead_shown
 
 # The test server runs with synchronous_commit off and stops with -m
 # immediate: without a checkpoint the last commits (the migration) could
@@ -40,9 +50,11 @@ ops_get /healthz
 [ "$ops_code" = 200 ] || it_fail "healthz while postgres is down: $ops_code $ops_body"
 ops_get /readyz
 [ "$ops_code" = 503 ] || it_fail "ready again while postgres is still down: $ops_body"
+dead_unshown || it_fail "the table's dead tuples stay on /metrics while postgres is down"
 
 bash "$pg_service" restart "$RELAY_TEST_PG_DIR" >/dev/null
 ops_wait_code 30 /readyz 200
+it_wait 15 "the table's dead tuples back on /metrics" dead_shown
 ops_get /healthz
 [ "$ops_code" = 200 ] || it_fail "healthz after the restart: $ops_code $ops_body"
 

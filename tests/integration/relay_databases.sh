@@ -66,6 +66,15 @@ sent_is() { [ "$(sent_of "$1")" = "$2" ]; }
 it_wait 10 "second's sent counter at 20" sent_is second 20
 it_wait 10 "main's sent counter at 20" sent_is main 20
 [ "$(failing_of second)" = 0 ] || it_fail "second failing before anything failed"
+# Each database's table's dead tuples, read in that database; none while
+# a database cannot be read (below), not a value frozen from before.
+dead_shown() { [ -n "$(metric "outbox_source_dead_tuples{source=\"$1/$table\"}")" ]; }
+dead_unshown() {
+	curl -sf "http://127.0.0.1:$port/metrics" >"$it_dir/metrics_dead.txt" &&
+		! grep -q "^outbox_source_dead_tuples{source=\"$1/$table\"}" "$it_dir/metrics_dead.txt"
+}
+both_dead_shown() { dead_shown main && dead_shown second; }
+it_wait 15 "both databases' dead tuples on /metrics" both_dead_shown
 [ "$(metric 'outbox_sources{state="served"}')" = 2 ] || it_fail "outbox_sources served is not 2"
 curl -sf "http://127.0.0.1:$port/metrics" >"$it_dir/metrics.txt"
 if command -v promtool >/dev/null; then
@@ -159,6 +168,8 @@ done
 grep -q '"source failing; the others go on"' "$it_dir/dbs.log" || it_fail "no warning for the stopped database's source"
 [ "$(failing_of second)" = 1 ] || it_fail "the stopped database's source is not failing in /metrics: '$(failing_of second)'"
 [ "$(failing_of main)" = 0 ] || it_fail "the main source is failing in /metrics"
+it_wait 15 "the stopped database's dead tuples to leave /metrics" dead_unshown second
+dead_shown main || it_fail "the main database's dead tuples left /metrics with the second's"
 run_cli status --json >"$it_dir/status_down.json" 2>&1 || it_fail "status with a database down failed: $(cat "$it_dir/status_down.json")"
 python3 - "$it_dir/status_down.json" "$table" <<'PY' || it_fail "status with a database down: $(cat "$it_dir/status_down.json")"
 import json, sys
@@ -186,6 +197,7 @@ it_wait 45 "the relay's heartbeat in the second database after it came back" bea
 grep -q '"a database.s replica registries get no heartbeat; the others go on"' "$it_dir/dbs.log" ||
 	it_fail "the second database's registry out of reach was not told"
 it_wait 10 "its registry's heartbeat told again" grep -q '"a database.s replica registries get their heartbeat again"' "$it_dir/dbs.log"
+it_wait 15 "the second database's dead tuples back on /metrics" dead_shown second
 it_wait 10 "the second source to work again in /metrics" bash -c "[ \"\$(curl -sf http://127.0.0.1:$port/metrics | grep -c '^outbox_source_failing{.*} 1')\" = 0 ]"
 echo "second database down $((SECONDS - stopped_at)) s in all; its events went out after it returned" >&2
 insert it_psql 5 main3
