@@ -483,9 +483,9 @@ static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 		      "(SELECT count(*) FROM %s WHERE status = 'in_flight') "
 		      "+ %s, "
 		      "(SELECT count(*) FROM %s WHERE status = 'failed'), "
-		      "coalesce((SELECT sum(n_dead_tup) FROM "
-		      "pg_stat_user_tables WHERE relid IN " ADMIN_STATS_OF(
-			  "'%s'::regclass") "), 0), "
+		      "coalesce((SELECT sum(pg_stat_get_dead_tuples(relid)) "
+		      "FROM " ADMIN_STATS_OF(
+			  "'%s'::regclass") " r), 0), "
 					    "%s, %s, %s, "
 					    "least(coalesce(p.low, now()), "
 					    "now())::text, "

@@ -283,17 +283,20 @@ static int status_table_stats(struct status_ctx *c)
 		"last_autovacuum, %s AS last_analyze, %s AS last_autoanalyze, "
 		"%s AS vacuumed_seconds_ago, s.vacuum_count, "
 		"s.autovacuum_count FROM (SELECT 1) one LEFT JOIN (SELECT "
-		"sum(n_live_tup)::bigint AS n_live_tup, "
-		"sum(n_dead_tup)::bigint "
+		"sum(pg_stat_get_live_tuples(relid))::bigint AS n_live_tup, "
+		"sum(pg_stat_get_dead_tuples(relid))::bigint "
 		"AS n_dead_tup, sum(pg_total_relation_size(relid))::bigint AS "
-		"total_bytes, min(last_vacuum) AS last_vacuum, "
-		"min(last_autovacuum) AS last_autovacuum, min(last_analyze) AS "
-		"last_analyze, min(last_autoanalyze) AS last_autoanalyze, "
-		"min(greatest(last_vacuum, last_autovacuum)) AS vacuumed, "
-		"sum(vacuum_count)::bigint AS vacuum_count, "
-		"sum(autovacuum_count)::bigint AS autovacuum_count FROM "
-		"pg_stat_user_tables WHERE relid IN " ADMIN_STATS_OF(
-		    "'%s'::regclass") ") s ON true",
+		"total_bytes, min(pg_stat_get_last_vacuum_time(relid)) AS "
+		"last_vacuum, min(pg_stat_get_last_autovacuum_time(relid)) AS "
+		"last_autovacuum, min(pg_stat_get_last_analyze_time(relid)) AS "
+		"last_analyze, min(pg_stat_get_last_autoanalyze_time(relid)) "
+		"AS last_autoanalyze, "
+		"min(greatest(pg_stat_get_last_vacuum_time(relid), "
+		"pg_stat_get_last_autovacuum_time(relid))) AS vacuumed, "
+		"sum(pg_stat_get_vacuum_count(relid))::bigint AS vacuum_count, "
+		"sum(pg_stat_get_autovacuum_count(relid))::bigint AS "
+		"autovacuum_count FROM " ADMIN_STATS_OF(
+		    "'%s'::regclass") " r) s ON true",
 		ISO("s.last_vacuum"), ISO("s.last_autovacuum"),
 		ISO("s.last_analyze"), ISO("s.last_autoanalyze"),
 		SECS("now()", "s.vacuumed"), c->T, c->T));

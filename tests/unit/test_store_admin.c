@@ -655,6 +655,18 @@ static void test_status(void **state)
 	assert_true(seen);
 	cJSON_Delete(st);
 
+	/* The table's counts and times are its relations' statistics (a
+	 * partitioned table's partitions'), read one relation at a time. */
+	pgtest_exec(f->conn, "VACUUM %s", f->table);
+	st = status(f);
+	ts = get(st, "table_stats");
+	assert_true(num(ts, "vacuum_count") >= 1);
+	assert_true(num(ts, "live_tuples") >= 1);
+	assert_true(num(ts, "dead_tuples") >= 0);
+	assert_non_null(str(ts, "last_vacuum"));
+	assert_true(num(ts, "vacuumed_seconds_ago") >= 0);
+	cJSON_Delete(st);
+
 	/* Blocked keys are shown whole, row by row. */
 	pgtest_exec(f->conn,
 		    "INSERT INTO \"%s\".outbox_events_blocked_keys "
