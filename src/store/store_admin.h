@@ -99,14 +99,15 @@ char *admin_flight_sql(const char *T, const char *claims, bool has_claims);
 /* The relations whose statistics make up those of rel (an SQL regclass
  * expression), each once: rel, and the leaf partitions of a partitioned
  * table or index, whose own statistics Postgres keeps apart (a plain
- * table has no partition tree). A table's are read with the
+ * table has no partition tree; a partition named itself is its own
+ * leaf, which UNION keeps once). A table's are read with the
  * pg_stat_get_*() functions of each, not from pg_stat_user_tables: that
  * view groups every table of the database before a filter on relid
  * reaches it, 47 ms a read in a database of 15,000 relations against 1.3
  * (docs/benchmark.md, "The gauges' statistics, read per relation"). */
 #define ADMIN_STATS_OF(rel)                                                    \
 	"(SELECT relid FROM pg_partition_tree(" rel ") WHERE isleaf UNION "    \
-	"ALL SELECT " rel ")"
+	"SELECT " rel ")"
 
 /* The count of blocked keys, 0 when the table has no blocked-keys table. */
 char *admin_blocked_count_sql(const struct names *n);

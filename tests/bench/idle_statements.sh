@@ -35,5 +35,5 @@ q -F ' ' -c "SELECT calls, round(total_exec_time::numeric, 1),
              left(regexp_replace(query, '\s+', ' ', 'g'), 70)
              FROM pg_stat_statements WHERE calls > 0
              ORDER BY total_exec_time + total_plan_time DESC LIMIT 12"
-kill -TERM "$pid"
+kill -TERM "$pid" || true
 wait "$pid" || true

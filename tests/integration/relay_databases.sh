@@ -70,7 +70,7 @@ it_wait 10 "main's sent counter at 20" sent_is main 20
 # a database cannot be read (below), not a value frozen from before.
 dead_shown() { [ -n "$(metric "outbox_source_dead_tuples{source=\"$1/$table\"}")" ]; }
 dead_unshown() {
-	curl -sf "http://127.0.0.1:$port/metrics" >"$it_dir/metrics_dead.txt" &&
+	curl -sf -m 5 "http://127.0.0.1:$port/metrics" >"$it_dir/metrics_dead.txt" &&
 		! grep -q "^outbox_source_dead_tuples{source=\"$1/$table\"}" "$it_dir/metrics_dead.txt"
 }
 both_dead_shown() { dead_shown main && dead_shown second; }
