@@ -227,48 +227,43 @@ static struct store *three_tables(const char *pa, const char *pb,
 	return s;
 }
 
-/* Statistics say which tables had rows inserted or updated, in one
- * statement; a table that is gone reads -1. b is partitioned, which
- * Postgres counts in its partitions alone. */
+/* Rows written to b (partitioned: counted in its partitions alone) and
+ * then to a (plain: counted itself) move each table's count of read()
+ * alone, in one statement; a table gone reads -1. del: the rows are
+ * deleted too. The store, for more checks. */
+static struct store *b_then_a(table_stats_fn read, const char *pa,
+			      const char *pb, bool del)
+{
+	char names[3][160];
+	int64_t before[3], after[3];
+	struct store *s = three_tables(pa, pb, names, read, before);
+	const char *tables[3] = {names[0], names[1], names[2]};
+	assert_int_equal(written_seen(s, read, tables, names[1], 2, del, 1,
+				      before[1], after),
+			 before[1] + 2);
+	assert_int_equal(after[0], before[0]);
+	assert_int_equal(written_seen(s, read, tables, names[0], 3, del, 0,
+				      before[0], after),
+			 before[0] + 3);
+	assert_int_equal(after[1], before[1] + 2);
+	assert_int_equal(after[2], -1);
+	return s;
+}
+
+/* Statistics say which tables had rows inserted or updated. */
 static void test_tables_activity(void **state)
 {
 	(void)state;
-	char names[3][160];
-	int64_t before[3], after[3];
-	struct store *s = three_tables("src_e", "src_f", names,
-				       store_tables_activity, before);
-	const char *tables[3] = {names[0], names[1], names[2]};
-	/* b's rows, then a's own (a plain table counts itself). */
-	assert_int_equal(written_seen(s, store_tables_activity, tables,
-				      names[1], 2, false, 1, before[1], after),
-			 before[1] + 2);
-	assert_int_equal(after[0], before[0]);
-	assert_int_equal(after[2], -1);
-	assert_int_equal(written_seen(s, store_tables_activity, tables,
-				      names[0], 3, false, 0, before[0], after),
-			 before[0] + 3);
-	store_close(s);
+	store_close(b_then_a(store_tables_activity, "src_e", "src_f", false));
 }
 
-/* Each table's dead tuples, in one statement: a partitioned table's are
- * its partitions', a plain table's its own, a table gone reads -1. */
+/* Each table's dead tuples. */
 static void test_tables_dead_tuples(void **state)
 {
 	(void)state;
-	char names[3][160];
-	int64_t before[3], after[3];
-	struct store *s = three_tables("src_i", "src_j", names,
-				       store_tables_dead_tuples, before);
-	const char *tables[3] = {names[0], names[1], names[2]};
-	assert_int_equal(written_seen(s, store_tables_dead_tuples, tables,
-				      names[1], 4, true, 1, before[1], after),
-			 before[1] + 4);
-	assert_int_equal(after[0], before[0]);
-	assert_int_equal(written_seen(s, store_tables_dead_tuples, tables,
-				      names[0], 3, true, 0, before[0], after),
-			 before[0] + 3);
-	assert_int_equal(after[1], before[1] + 4);
-	assert_int_equal(after[2], -1);
+	struct store *s =
+	    b_then_a(store_tables_dead_tuples, "src_i", "src_j", true);
+	int64_t after[1];
 	/* A bad name is refused before any statement. */
 	const char *bad[1] = {"no such; table"};
 	assert_int_not_equal(
