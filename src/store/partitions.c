@@ -167,6 +167,8 @@ static void drop_ahead(struct store *s, const char *dflt, const char *check)
 		bool busy = false;
 		if (i > 0)
 			clock_sleep_ms(100);
+		if (s->ahead_drop_try)
+			s->ahead_drop_try(s->ahead_drop_try_arg, i);
 		if (begin(s, &busy, err, sizeof(err)) != 0)
 			break;
 		if (busy)

@@ -637,6 +637,13 @@ void store_on_partitions_listed(struct store *s, void (*fn)(void *arg),
 	s->partitions_listed_arg = arg;
 }
 
+void store_on_ahead_drop_try(struct store *s,
+			     void (*fn)(void *arg, int attempt), void *arg)
+{
+	s->ahead_drop_try = fn;
+	s->ahead_drop_try_arg = arg;
+}
+
 void store_set_key_walk_cap(struct store *s, size_t keys)
 {
 	s->key_walk_cap = keys < 1 ? 1 : keys;

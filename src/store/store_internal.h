@@ -237,6 +237,11 @@ struct store {
 	 * listed the days past retention, before it drops any. */
 	void (*partitions_listed)(void *arg);
 	void *partitions_listed_arg;
+	/* Test hook (store_test.h): called before each try to drop the
+	 * check of the days ahead that were not made, with the try's
+	 * number. */
+	void (*ahead_drop_try)(void *arg, int attempt);
+	void *ahead_drop_try_arg;
 	/* The connection (its conn_gen; 0, which none has, for none)
 	 * whose role was refused pg_notification_queue_usage() (revoked
 	 * from PUBLIC): the gauge query goes on without it there, and asks

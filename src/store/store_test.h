@@ -52,6 +52,12 @@ void store_due_turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq,
 void store_on_partitions_listed(struct store *s, void (*fn)(void *arg),
 				void *arg);
 
+/* Calls fn(arg, attempt) before each try of store_partitions_tend() on s
+ * to drop the check of the days ahead it did not make (attempt 0, 1...):
+ * where another replica's cleaner may hold the cleaner's lock. */
+void store_on_ahead_drop_try(struct store *s,
+			     void (*fn)(void *arg, int attempt), void *arg);
+
 /* The keys one ordered lease's walk steps to at most (at least 1;
  * KEY_WALK_CAP by default), so a test reaches the cap with a few keys.
  * Before the store's first lease: it rebuilds the lease statement. */

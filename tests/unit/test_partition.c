@@ -790,6 +790,86 @@ static void test_days_not_made_leave_no_check(void **state)
 	PQfinish(c);
 }
 
+/* Another replica's cleaner holding the cleaner's lock from try
+ * `from` of the check's drop until before try `until` (never when
+ * until < 0), on a session of its own. */
+struct cleaner_elsewhere {
+	PGconn *c;
+	const struct outbox_table *t;
+	int from, until, tries;
+};
+
+static void cleaner_elsewhere_try(void *arg, int attempt)
+{
+	struct cleaner_elsewhere *e = arg;
+	e->tries++;
+	if (attempt == e->from)
+		pgtest_exec(e->c, "SELECT pg_advisory_lock(%d, hashtext(%s))",
+			    LOCK_NS_CLEAN, e->t->literal);
+	if (attempt == e->until)
+		pgtest_exec(e->c, "SELECT pg_advisory_unlock(%d, hashtext(%s))",
+			    LOCK_NS_CLEAN, e->t->literal);
+}
+
+static long ahead_checks(PGconn *c, const char *dflt,
+			 const struct outbox_table *t)
+{
+	return pgtest_long(c,
+			   "SELECT count(*) FROM pg_constraint WHERE conrelid "
+			   "= '%s'::regclass AND conname = '%s_ahead'",
+			   dflt, t->name);
+}
+
+/* The days ahead not made, and the cleaner's lock, which the check's drop
+ * takes, held elsewhere as the drop begins (every clean batch of any
+ * replica takes it): the drop is tried again until the lock is free, and
+ * the check goes. Left in place, it refused every insert of those days
+ * from the first one's midnight until a round replaced it. When no try
+ * gets the lock, the check stays and the next round's replaces it. */
+static void test_ahead_check_dropped_behind_another_cleaner(void **state)
+{
+	(void)state;
+	char table[128], dflt[160];
+	struct outbox_table t;
+	PGconn *c;
+	struct store *s =
+	    partitioned("part_dropbusy", table, sizeof(table), &t, &c);
+	table_derived(&t, "_default", dflt, sizeof(dflt));
+	struct cleaner_elsewhere other = {
+	    .c = pgtest_connect(), .t = &t, .from = 0, .until = 2};
+	store_on_ahead_drop_try(s, cleaner_elsewhere_try, &other);
+
+	/* The parent alone: the check goes on the default partition, the
+	 * creation (the parent's) waits past its lock wait. */
+	pgtest_exec(c, "BEGIN");
+	pgtest_exec(c, "LOCK TABLE ONLY %s IN ACCESS SHARE MODE", table);
+	struct partition_result r;
+	if (store_partitions_tend(s, 3, DAY_MS, 0, &r, err, sizeof(err)) != 0)
+		fail_msg("tend: %s", err);
+	assert_true(r.busy);
+	assert_int_equal(r.created, 0);
+	assert_int_equal(ahead_checks(c, dflt, &t), 0);
+	assert_int_equal(other.tries, 3);
+
+	/* Held through every try: the check stays, said; the next round,
+	 * the table free, replaces it and makes the days. */
+	other = (struct cleaner_elsewhere){
+	    .c = other.c, .t = &t, .from = 0, .until = -1};
+	if (store_partitions_tend(s, 3, DAY_MS, 0, &r, err, sizeof(err)) != 0)
+		fail_msg("tend: %s", err);
+	assert_true(r.busy);
+	assert_int_equal(other.tries, 5);
+	assert_int_equal(ahead_checks(c, dflt, &t), 1);
+	pgtest_exec(c, "COMMIT");
+	pgtest_exec(other.c, "SELECT pg_advisory_unlock_all()");
+	store_on_ahead_drop_try(s, NULL, NULL);
+	assert_int_equal(tend(s, DAY_MS, 0).created, 3);
+	assert_int_equal(ahead_checks(c, dflt, &t), 1);
+	store_close(s);
+	PQfinish(other.c);
+	PQfinish(c);
+}
+
 static bool index_valid(PGconn *c, const char *index)
 {
 	return pgtest_long(c,
@@ -1194,6 +1274,7 @@ int main(void)
 	    cmocka_unit_test(test_partitions_by_the_day),
 	    cmocka_unit_test(test_tend_behind_another_cleaner),
 	    cmocka_unit_test(test_days_not_made_leave_no_check),
+	    cmocka_unit_test(test_ahead_check_dropped_behind_another_cleaner),
 	    cmocka_unit_test(test_day_dropped_by_another_replica),
 	    cmocka_unit_test(test_later_migration_index),
 	    cmocka_unit_test(test_later_index_beside_writers),
