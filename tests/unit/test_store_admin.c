@@ -1504,6 +1504,22 @@ static void test_contract_steps(void **state)
 	assert_int_equal(
 	    pgtest_long(f->conn, "SELECT count(*) FROM %s", l.contract), 1);
 	assert_int_equal(index_count(f->conn, &f->t, "_unclassified_idx"), 1);
+	/* Settled, its step not run, and a relay older than the protocol
+	 * column started since (it reads no record): the step is refused
+	 * and the record kept, where the settled record ran the step under
+	 * that relay. */
+	usleep(100 * 1000);
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (id, version, last_seen_at) VALUES "
+		    "('back/1', '0.1.0', now())",
+		    l.registry);
+	assert_int_not_equal(
+	    store_contract_settled(&o, 50, out, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "back/1 (version 0.1.0, protocol none)"));
+	assert_int_equal(
+	    pgtest_long(f->conn, "SELECT count(*) FROM %s", l.contract), 1);
+	assert_int_equal(index_count(f->conn, &f->t, "_unclassified_idx"), 1);
+	pgtest_exec(f->conn, "DELETE FROM %s WHERE id = 'back/1'", l.registry);
 	pgtest_exec(f->conn, "DELETE FROM %s", l.contract);
 
 	/* Upgraded: the step runs, once recorded. */
