@@ -142,6 +142,10 @@ static const char partition_sql[] =
     "next, called; "
     "PERFORM setval(pg_get_serial_sequence('{{table}}', 'seq'), next, "
     "called); "
+    /* Inserts take seq from the parent's identity; Postgres 17 and later
+     * refuse to attach a table with one of its own (migrate_identity.c). */
+    "EXECUTE format('ALTER TABLE %s.%I ALTER COLUMN seq DROP IDENTITY', "
+    "nsp, dflt); "
     "IF owner <> current_user::regrole THEN EXECUTE format('ALTER TABLE "
     "{{table}} OWNER TO %s', owner); END IF; "
     "FOR r IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM "

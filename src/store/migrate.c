@@ -622,6 +622,8 @@ int migrate_run_watched(PGconn *conn, const struct outbox_table *t, FILE *out,
 		ret = migrate_catch_up_seq(conn, t, out, err, errlen);
 	if (ret == 0)
 		ret = migrate_terminal(conn, t, out, w, err, errlen);
+	if (ret == 0)
+		ret = migrate_default_identity(conn, t, out, err, errlen);
 	migrate_unlock(conn, t);
 out:
 	free(applied);

@@ -176,6 +176,15 @@ int migrate_terminal(PGconn *conn, const struct outbox_table *t, FILE *out,
 		     struct migrate_watch *w, char *err, size_t errlen);
 
 /*
+ * A table partitioned by an earlier `migrate --partition`: its default
+ * partition's own identity on seq dropped (migrate_identity.c), printing
+ * to out (may be NULL) that it did. Nothing on a plain table or once
+ * done. Under the migration lock. Returns 0, or -1 with err.
+ */
+int migrate_default_identity(PGconn *conn, const struct outbox_table *t,
+			     FILE *out, char *err, size_t errlen);
+
+/*
  * seq's sequence moved past the table's rows where a copy left it behind
  * them (migrate_seq.c), printing to out (may be NULL) what it moved.
  * Under the migration lock. Returns 0, or -1 with err.
