@@ -11,6 +11,7 @@
 
 #include "base/base.h"
 #include "store_internal.h"
+#include "store_test.h"
 
 /*
  * Set once a named statement a session prepared was gone (26000), or one
@@ -98,6 +99,11 @@ void store_prepare_behind_pooler(long server_pid, int announced_pid)
 			 "1.21 or later with max_prepared_statements), where "
 			 "it goes back to on",
 			 server_pid, announced_pid);
+}
+
+void store_pool_keeps_statements(void)
+{
+	atomic_store(&pool_keeps_statements, true);
 }
 
 bool store_prepare_mode_known(void)

@@ -91,9 +91,15 @@ static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 			return res;
 		PQclear(res);
 		metrics_add(MC_PREPARED, 1);
+		/* Pooled, the name is the pool's (pool_has()); a flag set
+		 * for it would be read, once a pool that keeps statements
+		 * turned the process back to on (prepare_mode.c), as this
+		 * session having the name on prepares under, which it does
+		 * not: every run of the statement then failed (26000). */
 		if (pool && pool_add(s, name.text) != 0)
 			return NULL; /* libpq's answer when out of memory */
-		s->prepared[st] = true;
+		if (!pool)
+			s->prepared[st] = true;
 	}
 	return PQexecPrepared(s->ses->conn, name.text, nparams, values, NULL,
 			      NULL, result_format);
@@ -128,8 +134,13 @@ static PGresult *result_of(struct store *s, bool *prepared, const char *what,
 		if (prepared && state && !store_pooled(s) &&
 		    store_preparing(s) &&
 		    (strcmp(state, "26000") == 0 ||
-		     strcmp(state, "42P05") == 0))
+		     strcmp(state, "42P05") == 0)) {
 			store_stop_preparing(why);
+			/* Missing where the flag said prepared: the next run
+			 * prepares it again rather than fail each time. */
+			if (strcmp(state, "26000") == 0)
+				*prepared = false;
+		}
 		if (pgconn_is_retryable(res))
 			*rc = STORE_RETRY_STATEMENT;
 	}
@@ -149,7 +160,8 @@ struct step {
 	const char *const *values;
 	int result_format;
 	bool by_name;
-	bool parse; /* pooled: prepared by name first, whatever the flags */
+	bool parse;  /* pooled: prepared by name first, whatever the flags */
+	bool pooled; /* own is a pooled name, which *prepared does not track */
 	PGresult **keep;
 };
 
@@ -166,6 +178,7 @@ static struct step step_of(struct store *s, int st, const char *sql,
 		p.own = stmt_name(s, store_stmt_names[st],
 				  store_sql_hash(s, (enum stmt)st));
 		p.prepared = &s->prepared[st];
+		p.pooled = store_pooled(s);
 	}
 	return p;
 }
@@ -186,7 +199,8 @@ static struct step settings_step(struct store *s, enum pgconn_tx tx)
 	    "outbox_tx_indexed"};
 	struct step p = {.own = stmt_name(s, names[tx], s->tx_hash[tx]),
 			 .prepared = &s->tx_prepared[tx],
-			 .sql = s->tx_settings[tx]};
+			 .sql = s->tx_settings[tx],
+			 .pooled = store_pooled(s)};
 	return p;
 }
 
@@ -359,7 +373,9 @@ static PGresult *run_pipeline(struct store *s, const char *what,
 		bool fine =
 		    status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
 		if (e->prepare) {
-			*steps[e->step].prepared = status == PGRES_COMMAND_OK;
+			if (!steps[e->step].pooled)
+				*steps[e->step].prepared =
+				    status == PGRES_COMMAND_OK;
 			if (status == PGRES_COMMAND_OK)
 				metrics_add(MC_PREPARED, 1);
 		} else if (lease && e->step == 0 && status == PGRES_COMMAND_OK)

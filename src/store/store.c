@@ -438,8 +438,13 @@ static int connect_session(struct store *s, char *err, size_t errlen)
 	pgconn_hear(ses->conn, &ses->server_ended);
 	if (s->opt.prepare && !s->opt.prepare_pooled &&
 	    !store_prepare_mode_known() &&
-	    !through_pooler_checked(ses->conn, err, errlen))
+	    !through_pooler_checked(ses->conn, err, errlen)) {
+		/* Not kept: a later use (the claim store's open, a source
+		 * retried after its backoff) would take it unasked. */
+		PQfinish(ses->conn);
+		ses->conn = NULL;
 		return STORE_RECONNECT;
+	}
 	return check_on_session(s, err, errlen);
 }
 

@@ -46,6 +46,11 @@ bool store_due_turn_on(struct store_due_turn *t, uint64_t gen, int64_t at_us,
 void store_due_turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq,
 			 uint64_t written_floor);
 
+/* Every store of the process runs as when a pool was seen to keep each
+ * client's prepared statements itself (prepare_mode.c), as with
+ * OUTBOX_PG_PREPARE=on from then on. */
+void store_pool_keeps_statements(void);
+
 /* Calls fn(arg) each time store_partitions_tend() on s has listed the
  * days past retention, before it drops the first: where another replica's
  * drop may come between. */

@@ -90,8 +90,28 @@ static void test_refused_name_turns_to_pooled(void **state)
 				     "pg_prepared_statements WHERE name LIKE "
 				     "'outbox\\_p\\_%%'"),
 			 1);
+
+	/* A store first run pooled, then the process back to on (a pool
+	 * seen to keep statements itself): it prepares under its own name.
+	 * The flag its pooled run set for the pool's name made it run that
+	 * name unprepared, refused (26000) at every run after. */
+	struct store *c = pgtest_store(&o);
+	if (store_next_due_ms(c, &when, err, sizeof(err)) != 0)
+		fail_msg("next due on c, pooled: %s", err);
+	store_pool_keeps_statements();
+	for (int i = 0; i < 2; i++)
+		if (store_next_due_ms(c, &when, err, sizeof(err)) != 0)
+			fail_msg("next due on c, on again (%d): %s", i, err);
+	assert_int_equal(pgtest_long(store_conn(c),
+				     "SELECT count(*) FROM "
+				     "pg_prepared_statements WHERE name NOT "
+				     "LIKE 'outbox\\_p\\_%%' AND statement "
+				     "LIKE '%s%%'",
+				     due_sql),
+			 1);
 	store_close(a);
 	store_close(b);
+	store_close(c);
 }
 
 int main(void)
