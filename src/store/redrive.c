@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pgconn.h"
+#include "store_admin.h"
 #include "store_internal.h"
 
 /* Ordered mode: redriving a row whose key already went further would
@@ -431,9 +432,56 @@ static void tell_retention(struct store *s, const struct redrive_filter *f)
 	PQclear(res);
 }
 
+/* A redrive without OUTBOX_ORDERING=partition, of a table whose registry
+ * holds a relay that records it (migration 014): refused, since the plain
+ * way keeps no key's order (no check of later rows sent, no write of the
+ * key's next row against leases of older snapshots) and lifts no block,
+ * so a redriven blocking row went out while its key's later rows stayed
+ * blocked for good. A registry without the record (relays before 014, a
+ * table made by hand) tells nothing. */
+static int refuse_beside_ordered(struct store *s, char *err, size_t errlen)
+{
+	struct names n;
+	admin_names_of(&s->table, &n);
+	/* to_jsonb() reads a column a registry before 014 does not have. */
+	char *sql = store_asprintf(
+	    "SELECT id FROM %s r WHERE to_jsonb(r)->>'ordering' = "
+	    "'partition' ORDER BY last_seen_at DESC, id LIMIT 1",
+	    n.registry);
+	int rc;
+	PGresult *res = store_exec(s, "redrive: the relays' ordering", sql, 0,
+				   NULL, PGRES_TUPLES_OK, &rc, err, errlen);
+	free(sql);
+	if (!res) {
+		if (!store_err_undefined_table(err))
+			return store_public_rc(rc);
+		return 0;
+	}
+	rc = 0;
+	if (PQntuples(res) > 0) {
+		snprintf(
+		    err, errlen,
+		    "redrive: the relays of %s keep each key's order "
+		    "(relay %s records OUTBOX_ORDERING=partition in the "
+		    "registry), and this command runs without it: set "
+		    "OUTBOX_ORDERING=partition (and the relays' "
+		    "OUTBOX_ORDERING_ON_FAILURE) for it, so that it keeps "
+		    "their order and lifts the blocks of the rows it moves",
+		    s->table.literal, PQgetvalue(res, 0, 0));
+		rc = STORE_REFUSED;
+	}
+	PQclear(res);
+	return rc;
+}
+
 int store_redrive(struct store *s, const struct redrive_filter *given,
 		  size_t *count, char *err, size_t errlen)
 {
+	if (!s->opt.ordered) {
+		int rc = refuse_beside_ordered(s, err, errlen);
+		if (rc != 0)
+			return rc;
+	}
 	struct redrive_filter kept = *given;
 	const struct redrive_filter *f = &kept;
 	if ((given->sent && given->since) ||

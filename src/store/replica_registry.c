@@ -12,6 +12,12 @@
 #include "store_admin.h"
 #include "store_internal.h"
 
+/* The ordering a relay records (migration 014), read by redrive. */
+static const char *ordering_of(const struct store *s)
+{
+	return s->opt.ordered ? "partition" : "none";
+}
+
 /* Text of a bigint parameter. */
 static void ms_text(char *out, size_t outlen, int64_t ms)
 {
@@ -30,15 +36,17 @@ int store_admin_heartbeat(struct store *s, const char *id, const char *version,
 	    "WITH pruned AS (DELETE FROM %s WHERE last_seen_at < now() - "
 	    "%d * interval '1 second' AND id <> $1) "
 	    "INSERT INTO %s AS r (id, version, started_at, last_seen_at, "
-	    "state, protocol, retention_ms, failed_retention_ms) VALUES ($1, "
-	    "$2, now(), now(), $3, %d, $5::bigint, $6::bigint) "
-	    "ON CONFLICT (id) DO UPDATE SET version = excluded.version, "
-	    "last_seen_at = now(), state = excluded.state, protocol = "
-	    "excluded.protocol, retention_ms = excluded.retention_ms, "
-	    "failed_retention_ms = excluded.failed_retention_ms, "
+	    "state, protocol, retention_ms, failed_retention_ms, ordering) "
+	    "VALUES ($1, $2, now(), now(), $3, %d, $5::bigint, $6::bigint, "
+	    "'%s') ON CONFLICT (id) DO UPDATE SET version = "
+	    "excluded.version, last_seen_at = now(), state = excluded.state, "
+	    "protocol = excluded.protocol, retention_ms = "
+	    "excluded.retention_ms, failed_retention_ms = "
+	    "excluded.failed_retention_ms, ordering = excluded.ordering, "
 	    "started_at = "
 	    "CASE WHEN $4::boolean THEN now() ELSE r.started_at END",
-	    n.registry, STORE_ADMIN_PRUNE_AFTER_S, n.registry, STORE_PROTOCOL);
+	    n.registry, STORE_ADMIN_PRUNE_AFTER_S, n.registry, STORE_PROTOCOL,
+	    ordering_of(s));
 	char sent[24], failed[24];
 	ms_text(sent, sizeof(sent), kept.sent_ms);
 	ms_text(failed, sizeof(failed), kept.failed_ms);
@@ -73,7 +81,7 @@ int store_admin_heartbeat_group(struct store *const *stores, size_t n,
 				char *err, size_t errlen)
 {
 	int rc = STORE_ERROR;
-	size_t cap = 1024 + n * 640, len = 0;
+	size_t cap = 1024 + n * 768, len = 0;
 	if (n == 0)
 		return 0;
 	for (size_t i = 0; i < n; i++)
@@ -107,14 +115,15 @@ int store_admin_heartbeat_group(struct store *const *stores, size_t n,
 		    len < cap ? sql + len : NULL, len < cap ? cap - len : 0,
 		    "%sINSERT INTO %s AS r (id, version, started_at, "
 		    "last_seen_at, state, protocol, retention_ms, "
-		    "failed_retention_ms) VALUES ($1, $2, now(), now(), $3, "
-		    "%d, "
-		    "$4::bigint, $5::bigint) ON CONFLICT (id) DO UPDATE SET "
-		    "version = excluded.version, last_seen_at = now(), state = "
-		    "excluded.state, protocol = excluded.protocol, "
-		    "retention_ms = excluded.retention_ms, failed_retention_ms "
-		    "= excluded.failed_retention_ms%s",
-		    head, nm.registry, STORE_PROTOCOL, cte ? ")" : "");
+		    "failed_retention_ms, ordering) VALUES ($1, $2, now(), "
+		    "now(), $3, %d, $4::bigint, $5::bigint, '%s') ON CONFLICT "
+		    "(id) DO UPDATE SET version = excluded.version, "
+		    "last_seen_at = now(), state = excluded.state, protocol = "
+		    "excluded.protocol, retention_ms = excluded.retention_ms, "
+		    "failed_retention_ms = excluded.failed_retention_ms, "
+		    "ordering = excluded.ordering%s",
+		    head, nm.registry, STORE_PROTOCOL, ordering_of(stores[i]),
+		    cte ? ")" : "");
 	}
 	if (len >= cap) {
 		snprintf(err, errlen,

@@ -396,6 +396,75 @@ static void test_redrive_of_blocking_row_lifts_block(void **state)
 	PQfinish(c);
 }
 
+/* A redrive without OUTBOX_ORDERING=partition (an operator's shell) of a
+ * table whose relays record it in the registry: refused, dry run too,
+ * nothing moved. It took the plain way, which neither kept the key's
+ * order nor lifted the block of the redriven blocking row, so the key's
+ * later rows stayed blocked for good. Beside relays that record none,
+ * it goes. */
+static void test_unordered_redrive_refused_beside_ordered_relays(void **state)
+{
+	(void)state;
+	char table[128], blocked[160];
+	pgtest_fresh_table("ord_redrive_shell", table, sizeof(table));
+	snprintf(blocked, sizeof(blocked), "%.*soutbox_events_blocked_keys",
+		 (int)(strlen(table) - strlen("outbox_events")), table);
+	PGconn *c = pgtest_connect();
+	insert(c, table, "a1", "A");
+	insert(c, table, "a2", "A");
+	struct store *s = ordered_store(table, true);
+	struct lease_batch b;
+	lease(s, &b);
+	mark_all(s, MARK_FAILED, &b, "bad");
+	struct store_kept kept = {.sent_ms = DAY_MS, .failed_ms = 0};
+	if (store_admin_heartbeat(s, "ordered/1", "x", kept, false, true, err,
+				  sizeof(err)) != 0)
+		fail_msg("heartbeat: %s", err);
+
+	struct store_options po = pgtest_store_options(table);
+	struct store *plain = pgtest_store(&po);
+	struct redrive_filter f = {.type = "t", .sent_kept_ms = DAY_MS};
+	size_t count = 9;
+	for (int dry = 0; dry < 2; dry++) {
+		f.dry_run = dry;
+		assert_int_equal(
+		    store_redrive(plain, &f, &count, err, sizeof(err)),
+		    STORE_REFUSED);
+		if (!strstr(err, "relay ordered/1 records "
+				 "OUTBOX_ORDERING=partition"))
+			fail_msg("refused for: %s", err);
+	}
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'failed'",
+				     table),
+			 1);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s", blocked), 1);
+
+	/* The ordered way lifts the block; the key goes on in order. */
+	f.dry_run = false;
+	assert_int_equal(store_redrive(s, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s", blocked), 0);
+	expect_batch(s, "a1");
+	expect_batch(s, "a2");
+
+	/* Relays that record none: the plain redrive goes. */
+	pgtest_exec(c, "DELETE FROM %s_replicas", table);
+	if (store_admin_heartbeat(plain, "plain/1", "x", kept, false, true, err,
+				  sizeof(err)) != 0)
+		fail_msg("heartbeat: %s", err);
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'failed', finished_at = now(), "
+		    "last_error = 'x' WHERE subject = 'a2'",
+		    table);
+	assert_int_equal(store_redrive(plain, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	store_close(plain);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* The buffer reads of table's written_by index so far, as the statistics
  * count them once the sessions that read them flushed them. */
 static long written_idx_reads(PGconn *c, const char *table)
@@ -1847,6 +1916,8 @@ int main(void)
 	    cmocka_unit_test(test_block_unblock_and_cleaner),
 	    cmocka_unit_test(test_unblock_redrive),
 	    cmocka_unit_test(test_redrive_of_blocking_row_lifts_block),
+	    cmocka_unit_test(
+		test_unordered_redrive_refused_beside_ordered_relays),
 	    cmocka_unit_test(test_key_map_passes_restored_writers),
 	    cmocka_unit_test(test_held_row_holds_its_key),
 	    cmocka_unit_test(test_walk_gives_every_key_its_turn),

@@ -1,0 +1,19 @@
+-- 014: the ordering each relay runs (its OUTBOX_ORDERING: 'none' or
+-- 'partition'), recorded in the registry at every heartbeat (NULL: a
+-- relay older than this migration).
+--
+-- A redrive of a table whose relays keep each key's order must go the
+-- ordered way: it refuses a keyed row whose key sent a later one (without
+-- --force), writes each key's next pending row so that no lease of an
+-- older snapshot passes it, and lifts the block of a redriven blocking
+-- row, without which the key's later rows stay blocked for good. Which
+-- way it went followed the command's own OUTBOX_ORDERING, which an
+-- operator's shell rarely carries as the relays' deployment does. A
+-- redrive without it now refuses a table whose registry holds a relay
+-- that records partition (docs/design.md §6, "Redrive").
+--
+-- Lock time: a nullable column without a default is a catalog change
+-- under migrate's lock_timeout, on the registry, a table of a few rows.
+-- Expand only: relays of version 013 never read it and name their
+-- heartbeat's columns.
+ALTER TABLE {{s}}"{{n}}_replicas" ADD COLUMN IF NOT EXISTS ordering text;
