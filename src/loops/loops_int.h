@@ -29,7 +29,7 @@
 /* The lanes, a listener a database, and room for the sweeper, the cleaner
  * and discovery. */
 #define RELAY_MAX_THREADS (72 + CONFIG_DATABASES_MAX)
-#define RELAY_MAX_PAUSES 256
+#define RELAY_MAX_PAUSES STORE_MAX_PAUSES
 /* The size of a destination pause key (see struct relay_pause): a key
  * cut short would match no row, so the lease would skip none. */
 #define PAUSE_KEY_MAX STORE_PAUSE_KEY_MAX

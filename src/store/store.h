@@ -437,6 +437,9 @@ int store_redrive(struct store *s, const struct redrive_filter *f,
  * destination, chr(31) and a routing key (an AMQP exchange and routing
  * key are short strings, 255 bytes each). */
 #define STORE_PAUSE_KEY_MAX (255 + 1 + 255 + 1)
+/* The destination pauses a relay keeps; store_admin_pause() refuses one
+ * more. */
+#define STORE_MAX_PAUSES 256
 
 /*
  * Reads the operator pauses (the control table): *global is set when all

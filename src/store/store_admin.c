@@ -609,20 +609,33 @@ int store_admin_pause(struct store *s, const char *destination,
 		return rc;
 	/* xmax is set on the conflicting row an upsert updated and zero on
 	 * a fresh insert: it tells the two apart in one statement. The
-	 * first pause's paused_at is kept. */
+	 * first pause's paused_at is kept. A destination past the relays'
+	 * STORE_MAX_PAUSES is not inserted: they would not read it, and
+	 * its rows would go on being published. */
 	char *sql = store_asprintf(
-	    "INSERT INTO %s AS c (destination, paused_by, reason) VALUES "
-	    "($1, $2, $3) ON CONFLICT (destination) DO UPDATE SET "
+	    "INSERT INTO %s AS c (destination, paused_by, reason) SELECT $1, "
+	    "$2, $3 WHERE $1 = '*' OR EXISTS (SELECT 1 FROM %s WHERE "
+	    "destination = $1) OR (SELECT count(*) FROM %s WHERE destination "
+	    "<> '*') < %d ON CONFLICT (destination) DO UPDATE SET "
 	    "paused_by = excluded.paused_by, reason = "
 	    "coalesce(excluded.reason, c.reason) "
 	    "RETURNING (c.xmax::text <> '0')",
-	    n.control);
+	    n.control, n.control, n.control, STORE_MAX_PAUSES);
 	const char *values[3] = {destination, paused_by, reason};
 	PGresult *res = store_exec(s, "pause", sql, 3, values, PGRES_TUPLES_OK,
 				   &rc, err, errlen);
 	free(sql);
 	if (!res)
 		return store_public_rc(rc);
+	if (PQntuples(res) == 0) {
+		PQclear(res);
+		snprintf(err, errlen,
+			 "pause: %d destinations are paused already, the most "
+			 "a relay keeps; resume one first, or pause all "
+			 "leasing (without --destination)",
+			 STORE_MAX_PAUSES);
+		return STORE_REFUSED;
+	}
 	*was_paused = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	PQclear(res);
 	return 0;

@@ -758,6 +758,29 @@ static void test_pause_resume(void **state)
 	assert_true(was);
 	assert_int_equal(
 	    pgtest_long(f->conn, "SELECT count(*) FROM %s", control), 0);
+
+	/* As many destinations as a relay keeps: one more is refused (the
+	 * relays would not read it, and its rows would go on), one paused
+	 * already is paused again, and so is all leasing. */
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (destination, paused_by) SELECT 'd' || g, "
+		    "'x' FROM generate_series(1, %d) g",
+		    control, STORE_MAX_PAUSES);
+	assert_int_equal(store_admin_pause(f->s, "one-more", NULL, "bob@host",
+					   &was, err, sizeof(err)),
+			 STORE_REFUSED);
+	assert_non_null(strstr(err, "destinations are paused already"));
+	assert_int_equal(store_admin_pause(f->s, "d7", NULL, "bob@host", &was,
+					   err, sizeof(err)),
+			 0);
+	assert_true(was);
+	assert_int_equal(store_admin_pause(f->s, "*", NULL, "bob@host", &was,
+					   err, sizeof(err)),
+			 0);
+	assert_int_equal(
+	    pgtest_long(f->conn, "SELECT count(*) FROM %s", control),
+	    STORE_MAX_PAUSES + 1);
+	pgtest_exec(f->conn, "DELETE FROM %s", control);
 	store_close(s);
 }
 
