@@ -2,7 +2,6 @@
 /* Operator subcommands: migrate, status, redrive, pause, resume, unblock. */
 #include "ops.h"
 
-#include <ctype.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/base.h"
+#include "cli_int.h"
 #include "cli_source.h"
 #include "progress.h"
 #include "status_text.h"
@@ -25,18 +25,8 @@
 #define REASON_MAX 1000
 #define DESTINATION_MAX 250
 
-struct subcommand {
-	const char *name;
-	const char *usage; /* arguments, for "usage: outbox-relay NAME ..." */
-	const char *help;  /* the rest of --help */
-	int (*run)(const struct subcommand *c, int argc, char **argv,
-		   const struct config *cfg);
-};
-
 static int cmd_status(const struct subcommand *c, int argc, char **argv,
 		      const struct config *cfg);
-static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
-		       const struct config *cfg);
 static int cmd_pause(const struct subcommand *c, int argc, char **argv,
 		     const struct config *cfg);
 static int cmd_resume(const struct subcommand *c, int argc, char **argv,
@@ -102,7 +92,7 @@ static const struct subcommand commands[] = {
      "the rate and the time left. Ctrl-C stops after the current batch:\n"
      "the rows redriven so far stay pending, the command says how many\n"
      "and exits 1; run it again for the rest.\n",
-     cmd_redrive},
+     cli_redrive},
     {"pause", "[--destination D] [--reason R]",
      "Stops leasing on every replica within one poll interval, for all\n"
      "rows or for one destination (exchange or topic). Rows in flight\n"
@@ -176,11 +166,8 @@ int cli_run(const char *cmd, int argc, char **argv, const struct config *cfg)
 
 /* ---- shared helpers ---- */
 
-static int usage_error(const struct subcommand *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
 /* Prints the problem and the usage line to stderr; returns 2. */
-static int usage_error(const struct subcommand *c, const char *fmt, ...)
+int cli_usage_error(const struct subcommand *c, const char *fmt, ...)
 {
 	va_list ap;
 	fprintf(stderr, "outbox-relay %s: ", c->name);
@@ -191,7 +178,7 @@ static int usage_error(const struct subcommand *c, const char *fmt, ...)
 	return 2;
 }
 
-static int print_help(const struct subcommand *c)
+int cli_print_help(const struct subcommand *c)
 {
 	printf("usage: outbox-relay %s %s\n\n%s", c->name, c->usage, c->help);
 	printf("\nSettings come from the environment as for the daemon "
@@ -204,30 +191,30 @@ static int print_help(const struct subcommand *c)
 }
 
 /* Reports what getopt_long rejected; returns the exit code 2. */
-static int bad_option(const struct subcommand *c, int opt, char **argv)
+int cli_bad_option(const struct subcommand *c, int opt, char **argv)
 {
 	const char *arg = argv[optind - 1];
 	if (opt == ':')
-		return usage_error(c, "option '%s' needs a value", arg);
+		return cli_usage_error(c, "option '%s' needs a value", arg);
 	/* A long option: getopt_long's optopt is its short twin, which is
 	 * not what was written. */
 	if (strncmp(arg, "--", 2) == 0) {
 		const char *eq = strchr(arg, '=');
 		if (eq && optopt && optopt != '?')
-			return usage_error(c, "option '%.*s' takes no value",
-					   (int)(eq - arg), arg);
-		return usage_error(c, "unknown option '%s'", arg);
+			return cli_usage_error(c,
+					       "option '%.*s' takes no value",
+					       (int)(eq - arg), arg);
+		return cli_usage_error(c, "unknown option '%s'", arg);
 	}
 	if (optopt && optopt != '?') {
 		char shown[3] = {'-', (char)optopt, '\0'};
-		return usage_error(c, "unknown option '%s'", shown);
+		return cli_usage_error(c, "unknown option '%s'", shown);
 	}
-	return usage_error(c, "unknown option '%s'", arg);
+	return cli_usage_error(c, "unknown option '%s'", arg);
 }
 
 /* Connects for one command; prints the error and returns 1 on failure. */
-static int open_store(const struct config *cfg, const char *cmd,
-		      struct store **s)
+int cli_open_store(const struct config *cfg, const char *cmd, struct store **s)
 {
 	char err[1024], app[64];
 	*s = NULL;
@@ -276,27 +263,30 @@ static int status_options(const struct subcommand *c, int argc, char **argv,
 			interval = optarg;
 			break;
 		case 'h':
-			return print_help(c);
+			return cli_print_help(c);
 		default:
-			return bad_option(c, opt, argv);
+			return cli_bad_option(c, opt, argv);
 		}
 	}
 	/* "--watch 5s": the interval is the next word. */
 	if (a->watch && !interval && optind < argc)
 		interval = argv[optind++];
 	if (optind < argc)
-		return usage_error(c, "unexpected argument '%s'", argv[optind]);
+		return cli_usage_error(c, "unexpected argument '%s'",
+				       argv[optind]);
 	if (a->json && a->watch)
-		return usage_error(c, "--json is a one-shot document; --watch "
-				      "is a live view: choose one");
+		return cli_usage_error(c,
+				       "--json is a one-shot document; --watch "
+				       "is a live view: choose one");
 	a->interval_ms = WATCH_DEFAULT_MS;
 	if (interval &&
 	    (!cli_parse_interval(interval, &a->interval_ms) ||
 	     a->interval_ms < WATCH_MIN_MS || a->interval_ms > WATCH_MAX_MS))
-		return usage_error(c,
-				   "--watch '%s': the interval is a duration "
-				   "from 200ms to 1h (500ms, 2s, 1m)",
-				   interval);
+		return cli_usage_error(
+		    c,
+		    "--watch '%s': the interval is a duration "
+		    "from 200ms to 1h (500ms, 2s, 1m)",
+		    interval);
 	return -1;
 }
 
@@ -346,7 +336,7 @@ static int cmd_status(const struct subcommand *c, int argc, char **argv,
 	if (several && !cli_source_given() && !a.watch)
 		return cli_status_sources(cfg, a.json);
 	struct store *s = NULL;
-	ret = open_store(cfg, c->name, &s);
+	ret = cli_open_store(cfg, c->name, &s);
 	if (ret != 0)
 		return ret;
 	if (a.watch) {
@@ -385,237 +375,16 @@ static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
 		else if (opt == 'p')
 			m.partition = true;
 		else if (opt == 'h')
-			return print_help(c);
+			return cli_print_help(c);
 		else
-			return bad_option(c, opt, argv);
+			return cli_bad_option(c, opt, argv);
 	}
 	if (optind < argc)
-		return usage_error(c, "unexpected argument '%s'", argv[optind]);
+		return cli_usage_error(c, "unexpected argument '%s'",
+				       argv[optind]);
 
 	/* Every source, or --source's alone. */
 	return cli_migrate_sources(c->name, cfg, &m);
-}
-
-/* ---- redrive ---- */
-
-static bool is_uuid(const char *s)
-{
-	static const char shape[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
-	if (strlen(s) != sizeof(shape) - 1)
-		return false;
-	for (size_t i = 0; shape[i]; i++) {
-		bool ok = shape[i] == '-' ? s[i] == '-'
-					  : isxdigit((unsigned char)s[i]) != 0;
-		if (!ok)
-			return false;
-	}
-	return true;
-}
-
-/* What `redrive` was asked; ids point into argv. */
-struct redrive_args {
-	const char **ids;
-	size_t n_ids;
-	const char *type, *since, *until;
-	const char *status; /* failed or sent */
-	bool dry_run, force, quiet;
-};
-
-/* Reads redrive's options into a: -1 when read, else the exit code. */
-static int redrive_options(const struct subcommand *c, int argc, char **argv,
-			   struct redrive_args *a)
-{
-	static const struct option opts[] = {
-	    {"id", required_argument, NULL, 'i'},
-	    {"type", required_argument, NULL, 't'},
-	    {"since", required_argument, NULL, 's'},
-	    {"until", required_argument, NULL, 'u'},
-	    {"status", required_argument, NULL, 'S'},
-	    {"dry-run", no_argument, NULL, 'n'},
-	    {"force", no_argument, NULL, 'f'},
-	    {"quiet", no_argument, NULL, 'q'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0}};
-	int opt;
-	optind = 0;
-	opterr = 0;
-	while ((opt = getopt_long(argc, argv, ":i:t:s:u:S:nfqh", opts, NULL)) !=
-	       -1) {
-		switch (opt) {
-		case 'i':
-			if (!is_uuid(optarg))
-				return usage_error(c, "--id '%s' is not a UUID",
-						   optarg);
-			a->ids[a->n_ids++] = optarg;
-			break;
-		case 't':
-			a->type = optarg;
-			break;
-		case 's':
-			a->since = optarg;
-			break;
-		case 'u':
-			a->until = optarg;
-			break;
-		case 'S':
-			a->status = optarg;
-			break;
-		case 'n':
-			a->dry_run = true;
-			break;
-		case 'f':
-			a->force = true;
-			break;
-		case 'q':
-			a->quiet = true;
-			break;
-		case 'h':
-			return print_help(c);
-		default:
-			return bad_option(c, opt, argv);
-		}
-	}
-	if (optind < argc)
-		return usage_error(c, "unexpected argument '%s'", argv[optind]);
-	return -1;
-}
-
-/* Checks that the options make one request; -1 when they do, else 2. */
-static int redrive_check(const struct subcommand *c,
-			 const struct redrive_args *a)
-{
-	bool sent = strcmp(a->status, "sent") == 0;
-	if (strcmp(a->status, "failed") != 0 && !sent)
-		return usage_error(c, "--status '%s': must be failed or sent",
-				   a->status);
-	if (a->type && !*a->type)
-		return usage_error(c, "--type must not be empty");
-	if (sent && !a->since)
-		return usage_error(c, "--status sent replays delivered events "
-				      "and needs a time range: --since T "
-				      "[--until T]");
-	if (a->n_ids == 0 && !a->type && !a->since)
-		return usage_error(c, "choose the rows with --id, --type or "
-				      "--since");
-	if (a->until && !a->since)
-		return usage_error(c, "--until needs --since");
-	return -1;
-}
-
-/* Resolves --since and --until on the database clock into since_at and
- * until_at (64 bytes each). -1 when done, else the exit code. */
-static int redrive_times(const struct subcommand *c, struct store *s,
-			 const struct redrive_args *a, char *since_at,
-			 char *until_at)
-{
-	char err[1024];
-	/* A range ends now: rows it redrives finish after it. */
-	const char *times[2] = {a->since, a->until ? a->until : "now"};
-	char *resolved[2] = {since_at, until_at};
-	for (int i = 0; i < 2; i++) {
-		if (!times[i])
-			continue;
-		int rc = store_admin_time(s, times[i], resolved[i], 64, err,
-					  sizeof(err));
-		if (rc == STORE_INVALID)
-			return usage_error(c, "%s", err);
-		if (rc != 0) {
-			fprintf(stderr, "outbox-relay redrive: %s\n", err);
-			return 1;
-		}
-	}
-	/* One fixed format (UTC, to the microsecond): compared as text. */
-	if (a->since && strcmp(since_at, until_at) >= 0)
-		return usage_error(c, "--since is not before --until (%s, %s)",
-				   since_at, until_at);
-	return -1;
-}
-
-static void redrive_report(const struct redrive_args *a, size_t count,
-			   const char *since_at, const char *until_at)
-{
-	char range[200] = "";
-	if (a->since)
-		snprintf(range, sizeof(range), ", finished from %s%s%s",
-			 since_at, until_at[0] ? " until " : "", until_at);
-	if (a->dry_run)
-		printf("dry run: %zu %s row%s match%s; nothing changed\n",
-		       count, a->status, count == 1 ? "" : "s", range);
-	else if (strcmp(a->status, "sent") == 0)
-		printf("replayed %zu sent row%s%s: pending again with attempts "
-		       "reset; consumers will receive them again\n",
-		       count, count == 1 ? "" : "s", range);
-	else
-		printf("redrove %zu failed row%s%s: pending again with "
-		       "attempts reset\n",
-		       count, count == 1 ? "" : "s", range);
-}
-
-static int cmd_redrive(const struct subcommand *c, int argc, char **argv,
-		       const struct config *cfg)
-{
-	struct redrive_args a = {.status = "failed"};
-	struct store *s = NULL;
-	char err[1024], since_at[64] = "", until_at[64] = "";
-	int ret;
-	a.ids = calloc((size_t)argc + 1, sizeof(*a.ids));
-	if (!a.ids) {
-		fprintf(stderr, "outbox-relay redrive: out of memory\n");
-		return 1;
-	}
-	ret = redrive_options(c, argc, argv, &a);
-	if (ret < 0)
-		ret = redrive_check(c, &a);
-	if (ret >= 0)
-		goto out;
-	ret = open_store(cfg, c->name, &s);
-	if (ret != 0)
-		goto out;
-	ret = redrive_times(c, s, &a, since_at, until_at);
-	if (ret >= 0)
-		goto out;
-	struct redrive_filter f = {
-	    .ids = a.ids,
-	    .n_ids = a.n_ids,
-	    .type = a.type,
-	    .since = a.since ? since_at : NULL,
-	    .until = until_at[0] ? until_at : NULL,
-	    .sent = strcmp(a.status, "sent") == 0,
-	    .dry_run = a.dry_run,
-	    .force = a.force,
-	    .sent_kept_ms = cfg->retention_ms,
-	};
-	size_t count = 0;
-	struct cli_progress p;
-	cli_progress_init(&p, c->name, a.quiet, &cli_interrupted);
-	if (!a.dry_run) {
-		/* Interrupted, the batches done stay done (progress.h). */
-		cli_catch_interrupts();
-		f.progress = &p.watcher;
-		f.count_first = p.on;
-	}
-	ret = 1;
-	int rc = store_redrive(s, &f, &count, err, sizeof(err));
-	cli_progress_end(&p);
-	char rest[160] = "the same command";
-	if (f.sent)
-		snprintf(rest, sizeof(rest), "it with --until '%s'", until_at);
-	if (rc != 0)
-		fprintf(stderr, "outbox-relay redrive: %s\n", err);
-	/* A refusal before any batch has no rest to run again for. */
-	if ((rc != 0 && !a.dry_run && count > 0) || cli_interrupted)
-		printf("%s: %zu %s row%s redriven before the %s are pending "
-		       "again with attempts reset; run %s again for the rest\n",
-		       rc ? "stopped" : "interrupted", count, a.status,
-		       count == 1 ? "" : "s", rc ? "error" : "stop", rest);
-	if (rc != 0 || cli_interrupted)
-		goto out;
-	redrive_report(&a, count, since_at, until_at);
-	ret = 0;
-out:
-	store_close(s);
-	free(a.ids);
-	return ret;
 }
 
 /* ---- pause and resume ---- */
@@ -654,24 +423,26 @@ static int pause_options(const struct subcommand *c, int argc, char **argv,
 			break;
 		case 'r':
 			if (!pause)
-				return usage_error(c, "unknown option '%s'",
-						   "--reason");
+				return cli_usage_error(c, "unknown option '%s'",
+						       "--reason");
 			*reason = optarg;
 			break;
 		case 'h':
-			return print_help(c);
+			return cli_print_help(c);
 		default:
-			return bad_option(c, opt, argv);
+			return cli_bad_option(c, opt, argv);
 		}
 	}
 	if (optind < argc)
-		return usage_error(c, "unexpected argument '%s'", argv[optind]);
+		return cli_usage_error(c, "unexpected argument '%s'",
+				       argv[optind]);
 	if (strlen(*destination) > DESTINATION_MAX)
-		return usage_error(c, "--destination is longer than %d bytes",
-				   DESTINATION_MAX);
+		return cli_usage_error(c,
+				       "--destination is longer than %d bytes",
+				       DESTINATION_MAX);
 	if (*reason && strlen(*reason) > REASON_MAX)
-		return usage_error(c, "--reason is longer than %d bytes",
-				   REASON_MAX);
+		return cli_usage_error(c, "--reason is longer than %d bytes",
+				       REASON_MAX);
 	return -1;
 }
 
@@ -710,7 +481,7 @@ static int pause_or_resume(const struct subcommand *c, int argc, char **argv,
 	struct store *s = NULL;
 	char err[1024], who[160];
 	bool existed = false;
-	ret = open_store(cfg, c->name, &s);
+	ret = cli_open_store(cfg, c->name, &s);
 	if (ret != 0)
 		return ret;
 	whoami(who, sizeof(who));
@@ -767,21 +538,22 @@ static int cmd_unblock(const struct subcommand *c, int argc, char **argv,
 			redrive = 1;
 			break;
 		case 'h':
-			return print_help(c);
+			return cli_print_help(c);
 		default:
-			return bad_option(c, opt, argv);
+			return cli_bad_option(c, opt, argv);
 		}
 	}
 	if (optind < argc)
-		return usage_error(c, "unexpected argument '%s'", argv[optind]);
+		return cli_usage_error(c, "unexpected argument '%s'",
+				       argv[optind]);
 	if (!key || !*key)
-		return usage_error(c, "--key is required");
+		return cli_usage_error(c, "--key is required");
 	if (skip + redrive != 1)
-		return usage_error(c,
-				   "give exactly one of --skip and --redrive");
+		return cli_usage_error(
+		    c, "give exactly one of --skip and --redrive");
 
 	struct store *s;
-	int rc = open_store(cfg, c->name, &s);
+	int rc = cli_open_store(cfg, c->name, &s);
 	if (rc != 0)
 		return rc;
 	char err[1024];

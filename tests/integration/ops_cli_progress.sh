@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Progress of long commands, on a terminal only: `redrive` shows rows done
 # of the total, the rate and the time left; SIGINT stops it between
-# batches, keeping what is done and saying how much (exit 1); `migrate`
+# batches, keeping what is done and saying how much and, with a time
+# range, the range as resolved to run again (exit 1); `migrate`
 # shows an index build's phase from pg_stat_progress_create_index. Both
 # are silent with --quiet or when stderr is not a terminal.
 . "$(dirname "$0")/lib.sh"
@@ -41,7 +42,7 @@ ops_cli redrive --type progress.pipe
 # SIGINT between batches: what is done stays done, and is told.
 fail_rows progress.stop 300000
 env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$OUTBOX_TABLE" \
-	"$RELAY_TEST_BIN" redrive --type progress.stop >"$it_dir/stop.out" 2>"$it_dir/stop.err" &
+	"$RELAY_TEST_BIN" redrive --type progress.stop --since 1h >"$it_dir/stop.out" 2>"$it_dir/stop.err" &
 pid=$!
 it_pids+=("$pid")
 it_wait_count 60 "type = 'progress.stop' AND status = 'pending'" -gt 0
@@ -55,6 +56,22 @@ left=$(it_count "type = 'progress.stop' AND status = 'failed'")
 [ "$((done_rows % 1000))" = 0 ] || it_fail "$done_rows rows redriven: not whole batches"
 grep -qF "interrupted: $done_rows failed rows redriven before the stop are pending again" "$it_dir/stop.out" ||
 	it_fail "the stop does not say what was done: $(cat "$it_dir/stop.out")"
+# The rest is the range as resolved (a relative --since given again would
+# start later); run so, it redrives every row left.
+since=$(sed -n "s/.*run it with --since '\([^']*\)' --until '[^']*' again for the rest.*/\1/p" "$it_dir/stop.out")
+until=$(sed -n "s/.*run it with --since '[^']*' --until '\([^']*\)' again for the rest.*/\1/p" "$it_dir/stop.out")
+[ -n "$since" ] || it_fail "the stop does not name the range to run again: $(cat "$it_dir/stop.out")"
+[ -n "$until" ] || it_fail "the stop does not name the range's end: $(cat "$it_dir/stop.out")"
+ops_cli redrive --type progress.stop --since "$since" --until "$until"
+[ "$ops_rc" = 0 ] || it_fail "redrive --since $since --until $until exited $ops_rc: $(cat "$it_dir/cli.err")"
+[ "$(it_count "type = 'progress.stop' AND status = 'failed'")" = 0 ] ||
+	it_fail "rows left failed after running the range again"
+# A --until later than the start ends the range when the command began.
+fail_rows progress.until 2
+ops_cli redrive --type progress.until --since 1h --until 2999-01-01
+[ "$ops_rc" = 0 ] || it_fail "redrive with a later --until exited $ops_rc: $(cat "$it_dir/cli.err")"
+grep -q "^redrove 2 failed rows, finished from .* until $(date -u +%Y)-" "$it_dir/cli.out" ||
+	it_fail "a later --until was taken as given: $(cat "$it_dir/cli.out")"
 
 # migrate: an index build waiting shows its phase each second, then that
 # it was built. Migration 002 is undone for one index and run again while
