@@ -162,7 +162,7 @@ SELECT b.partition_key, b.blocked_at, now() - b.blocked_at AS blocked_for,
        left(b.reason, 200) AS reason, b.blocking_id, e.type, e.status,
        (SELECT count(*) FROM outbox_events w
         WHERE w.partition_key = b.partition_key AND w.status = 'pending'
-          AND w.seq > e.seq) AS waiting  -- rows before the blocking one still go
+          AND w.seq > coalesce(e.seq, -1)) AS waiting  -- rows before the blocking one still go
 FROM outbox_events_blocked_keys b
 LEFT JOIN outbox_events e ON e.id = b.blocking_id
 ORDER BY b.blocked_at;

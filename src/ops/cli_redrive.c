@@ -147,11 +147,12 @@ static int redrive_times(const struct subcommand *c, struct store *s,
 		}
 	}
 	/* One fixed format (UTC, to the microsecond): compared as text. */
-	if (!a->until || strcmp(until_at, now) > 0)
+	bool at_now = !a->until || strcmp(until_at, now) > 0;
+	if (at_now)
 		snprintf(until_at, 64, "%s", now);
 	if (a->since && strcmp(since_at, until_at) >= 0)
 		return cli_usage_error(c, "--since is not before %s (%s, %s)",
-				       a->until ? "--until" : "now", since_at,
+				       at_now ? "now" : "--until", since_at,
 				       until_at);
 	return -1;
 }

@@ -7,6 +7,8 @@
  * and later refuse to attach a table with an identity column of its own,
  * so a dump restored there (pg_dump, or pg_upgrade's schema) failed at
  * the partition's ATTACH. It is dropped once, under the short lock wait.
+ * From 17 on, an attached partition shows its parent's identity, which
+ * cannot be dropped there and is no identity of its own: left alone.
  */
 #include <stdio.h>
 
@@ -20,9 +22,10 @@ int migrate_default_identity(PGconn *conn, const struct outbox_table *t,
 	const char *values[2] = {t->quoted, dflt};
 	int yes = migrate_ask_n(
 	    conn,
-	    "SELECT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_attribute a "
-	    "ON a.attrelid = i.inhrelid WHERE i.inhparent = to_regclass($1) "
-	    "AND i.inhrelid = to_regclass($2) AND a.attname = 'seq' AND "
+	    "SELECT current_setting('server_version_num')::int < 170000 AND "
+	    "EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_attribute a ON "
+	    "a.attrelid = i.inhrelid WHERE i.inhparent = to_regclass($1) AND "
+	    "i.inhrelid = to_regclass($2) AND a.attname = 'seq' AND "
 	    "a.attidentity <> '')",
 	    2, values, why, sizeof(why));
 	if (yes <= 0) {

@@ -445,8 +445,9 @@ static int refuse_beside_ordered(struct store *s, char *err, size_t errlen)
 	admin_names_of(&s->table, &n);
 	/* to_jsonb() reads a column a registry before 014 does not have. */
 	char *sql = store_asprintf(
-	    "SELECT id FROM %s r WHERE to_jsonb(r)->>'ordering' = "
-	    "'partition' ORDER BY last_seen_at DESC, id LIMIT 1",
+	    "SELECT id, greatest(0, extract(epoch FROM now() - "
+	    "last_seen_at))::bigint FROM %s r WHERE to_jsonb(r)->>'ordering' "
+	    "= 'partition' ORDER BY last_seen_at DESC, id LIMIT 1",
 	    n.registry);
 	int rc;
 	PGresult *res = store_exec(s, "redrive: the relays' ordering", sql, 0,
@@ -463,11 +464,14 @@ static int refuse_beside_ordered(struct store *s, char *err, size_t errlen)
 		    err, errlen,
 		    "redrive: the relays of %s keep each key's order "
 		    "(relay %s records OUTBOX_ORDERING=partition in the "
-		    "registry), and this command runs without it: set "
-		    "OUTBOX_ORDERING=partition (and the relays' "
-		    "OUTBOX_ORDERING_ON_FAILURE) for it, so that it keeps "
-		    "their order and lifts the blocks of the rows it moves",
-		    s->table.literal, PQgetvalue(res, 0, 0));
+		    "registry, last seen %s s ago), and this command runs "
+		    "without it: set OUTBOX_ORDERING=partition (and the "
+		    "relays' OUTBOX_ORDERING_ON_FAILURE) for it, so that it "
+		    "keeps their order and lifts the blocks of the rows it "
+		    "moves (a relay gone for good leaves the registry a day "
+		    "after its last heartbeat, or when its row is deleted)",
+		    s->table.literal, PQgetvalue(res, 0, 0),
+		    PQgetvalue(res, 0, 1));
 		rc = STORE_REFUSED;
 	}
 	PQclear(res);

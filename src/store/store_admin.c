@@ -607,12 +607,29 @@ int store_admin_pause(struct store *s, const char *destination,
 	rc = need_control(s, n.control, err, errlen);
 	if (rc != 0)
 		return rc;
+	/* A destination past the relays' STORE_MAX_PAUSES is not inserted:
+	 * they would not read it, and its rows would go on being published.
+	 * The count is taken under a lock that two pauses do not share (the
+	 * relays' reads pass it), or each could see one room left. */
+	char *sql = store_asprintf("LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE",
+				   n.control);
+	if (!sql) {
+		snprintf(err, errlen, "pause: out of memory");
+		return STORE_ERROR;
+	}
+	rc = store_exec_cmd(s, "pause", "BEGIN", 0, NULL, NULL, err, errlen);
+	if (rc != 0) {
+		free(sql);
+		return rc;
+	}
+	rc = store_exec_cmd(s, "pause", sql, 0, NULL, NULL, err, errlen);
+	free(sql);
+	if (rc != 0)
+		goto fail;
 	/* xmax is set on the conflicting row an upsert updated and zero on
 	 * a fresh insert: it tells the two apart in one statement. The
-	 * first pause's paused_at is kept. A destination past the relays'
-	 * STORE_MAX_PAUSES is not inserted: they would not read it, and
-	 * its rows would go on being published. */
-	char *sql = store_asprintf(
+	 * first pause's paused_at is kept. */
+	sql = store_asprintf(
 	    "INSERT INTO %s AS c (destination, paused_by, reason) SELECT $1, "
 	    "$2, $3 WHERE $1 = '*' OR EXISTS (SELECT 1 FROM %s WHERE "
 	    "destination = $1) OR (SELECT count(*) FROM %s WHERE destination "
@@ -621,12 +638,17 @@ int store_admin_pause(struct store *s, const char *destination,
 	    "coalesce(excluded.reason, c.reason) "
 	    "RETURNING (c.xmax::text <> '0')",
 	    n.control, n.control, n.control, STORE_MAX_PAUSES);
+	if (!sql) {
+		snprintf(err, errlen, "pause: out of memory");
+		rc = STORE_ERROR;
+		goto fail;
+	}
 	const char *values[3] = {destination, paused_by, reason};
 	PGresult *res = store_exec(s, "pause", sql, 3, values, PGRES_TUPLES_OK,
 				   &rc, err, errlen);
 	free(sql);
 	if (!res)
-		return store_public_rc(rc);
+		goto fail;
 	if (PQntuples(res) == 0) {
 		PQclear(res);
 		snprintf(err, errlen,
@@ -634,11 +656,17 @@ int store_admin_pause(struct store *s, const char *destination,
 			 "a relay keeps; resume one first, or pause all "
 			 "leasing (without --destination)",
 			 STORE_MAX_PAUSES);
-		return STORE_REFUSED;
+		rc = STORE_REFUSED;
+		goto fail;
 	}
 	*was_paused = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	PQclear(res);
-	return 0;
+	return store_finish_tx(s, TX_COMMIT, err, errlen);
+fail : {
+	char ignored[64];
+	store_finish_tx(s, TX_ROLLBACK, ignored, sizeof(ignored));
+	return store_public_rc(rc);
+}
 }
 
 int store_admin_resume(struct store *s, const char *destination,

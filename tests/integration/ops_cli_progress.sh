@@ -61,6 +61,7 @@ grep -qF "interrupted: $done_rows failed rows redriven before the stop are pendi
 since=$(sed -n "s/.*run it with --since '\([^']*\)' --until '[^']*' again for the rest.*/\1/p" "$it_dir/stop.out")
 until=$(sed -n "s/.*run it with --since '[^']*' --until '\([^']*\)' again for the rest.*/\1/p" "$it_dir/stop.out")
 [ -n "$since" ] || it_fail "the stop does not name the range to run again: $(cat "$it_dir/stop.out")"
+[[ "$since" =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T ]] || it_fail "the stop names --since '$since', not the instant it resolved"
 [ -n "$until" ] || it_fail "the stop does not name the range's end: $(cat "$it_dir/stop.out")"
 ops_cli redrive --type progress.stop --since "$since" --until "$until"
 [ "$ops_rc" = 0 ] || it_fail "redrive --since $since --until $until exited $ops_rc: $(cat "$it_dir/cli.err")"

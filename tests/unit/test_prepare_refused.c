@@ -102,6 +102,20 @@ static void test_refused_name_turns_to_pooled(void **state)
 	for (int i = 0; i < 2; i++)
 		if (store_next_due_ms(c, &when, err, sizeof(err)) != 0)
 			fail_msg("next due on c, on again (%d): %s", i, err);
+	/* Gone from the session (a DEALLOCATE) where the flags say they
+	 * are there: a run refused (26000) for each of its statements (the
+	 * transaction's settings, the statement), each prepared again at
+	 * the next, where every run after failed. */
+	pgtest_exec(store_conn(c), "DEALLOCATE ALL");
+	int refused = 0;
+	while (refused < 3 &&
+	       store_next_due_ms(c, &when, err, sizeof(err)) != 0) {
+		if (!strstr(err, "26000"))
+			fail_msg("a run after DEALLOCATE: %s", err);
+		refused++;
+	}
+	if (refused == 0 || refused == 3)
+		fail_msg("runs refused after DEALLOCATE: %d", refused);
 	assert_int_equal(pgtest_long(store_conn(c),
 				     "SELECT count(*) FROM "
 				     "pg_prepared_statements WHERE name NOT "

@@ -765,7 +765,11 @@ static void test_pause_resume(void **state)
 	pgtest_exec(f->conn,
 		    "INSERT INTO %s (destination, paused_by) SELECT 'd' || g, "
 		    "'x' FROM generate_series(1, %d) g",
-		    control, STORE_MAX_PAUSES);
+		    control, STORE_MAX_PAUSES - 1);
+	assert_int_equal(store_admin_pause(f->s, "the-last", NULL, "bob@host",
+					   &was, err, sizeof(err)),
+			 0);
+	assert_false(was);
 	assert_int_equal(store_admin_pause(f->s, "one-more", NULL, "bob@host",
 					   &was, err, sizeof(err)),
 			 STORE_REFUSED);
