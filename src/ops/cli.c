@@ -565,8 +565,7 @@ static int cmd_unblock(const struct subcommand *c, int argc, char **argv,
 	}
 	printf("partition key '%s' unblocked: %s%s\n", key,
 	       redrive ? "its failed row is pending again and goes first"
-		       : "its failed row stays failed; the rest of the key "
-			 "flows",
+		       : "the rest of the key flows",
 	       err);
 	return 0;
 }

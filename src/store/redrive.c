@@ -585,6 +585,40 @@ static int block_at_next_failed(struct store *s, const char *key,
 	return 0;
 }
 
+/* What became of the blocking row a skip passes over, for the operator
+ * (into note): still failed, or no longer (redriven or sent since, or set
+ * by hand), where "it stays failed" would be wrong: a pending one goes
+ * first. */
+static int skipped_row_note(struct store *s, const char *blocking, char *note,
+			    size_t notelen, char *err, size_t errlen)
+{
+	char *sql = store_asprintf(
+	    "SELECT coalesce((SELECT status FROM %s WHERE id = $1::uuid), "
+	    "'deleted')",
+	    s->table.quoted);
+	const char *values[1] = {blocking};
+	int rc;
+	PGresult *res = store_exec(s, "unblock: the blocking row", sql, 1,
+				   values, PGRES_TUPLES_OK, &rc, err, errlen);
+	free(sql);
+	if (!res)
+		return store_public_rc(rc);
+	const char *status = PQgetvalue(res, 0, 0);
+	if (strcmp(status, "failed") == 0)
+		snprintf(note, notelen, "; its blocking row stays failed");
+	else if (strcmp(status, "pending") == 0)
+		snprintf(note, notelen,
+			 "; its blocking row %s is pending, not failed "
+			 "(redriven since), and goes first",
+			 blocking);
+	else
+		snprintf(note, notelen,
+			 "; its blocking row %s is %s, no longer failed",
+			 blocking, status);
+	PQclear(res);
+	return 0;
+}
+
 int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 		  size_t errlen)
 {
@@ -614,6 +648,10 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 		goto fail;
 	bool redriven = strcmp(PQcmdTuples(res), "1") == 0;
 	PQclear(res);
+	char note[160] = "";
+	if (!redrive && (rc = skipped_row_note(s, blocking, note, sizeof(note),
+					       err, errlen)) != 0)
+		goto fail;
 	if (redrive && !redriven) {
 		/* Lifting the block would let the key go on without the
 		 * row the operator asked to send again. */
@@ -628,7 +666,15 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 	}
 	if ((rc = block_at_next_failed(s, key, blocking, err, errlen)) != 0)
 		goto fail;
-	return store_finish_tx(s, TX_COMMIT, err, errlen);
+	if (note[0]) {
+		char next[512];
+		snprintf(next, sizeof(next), "%s", err);
+		snprintf(err, errlen, "%s%s", note, next);
+	}
+	rc = store_finish_tx(s, TX_COMMIT, note, sizeof(note));
+	if (rc != 0)
+		snprintf(err, errlen, "%s", note);
+	return rc;
 fail : {
 	char ignored[64];
 	store_finish_tx(s, TX_ROLLBACK, ignored, sizeof(ignored));

@@ -296,6 +296,7 @@ static void test_block_unblock_and_cleaner(void **state)
 
 	/* unblock --skip: a2 goes, a3 follows. */
 	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)), 0);
+	assert_string_equal(err, "; its blocking row stays failed");
 	expect_batch(s, "a2");
 	expect_batch(s, "a3");
 	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)),
@@ -337,6 +338,27 @@ static void test_unblock_redrive(void **state)
 			 0);
 	expect_batch(s, "a1");
 	expect_batch(s, "a2");
+
+	/* --skip of a block whose row is pending again (redriven the plain
+	 * way, which lifts no block): said so, where "its failed row stays
+	 * failed" was printed, and the row goes first. */
+	insert(c, table, "a3", "A");
+	insert(c, table, "a4", "A");
+	lease(s, &b);
+	mark_all(s, MARK_FAILED, &b, "bad");
+	struct store_options po = pgtest_store_options(table);
+	struct store *plain = pgtest_store(&po);
+	struct redrive_filter f = {.type = "t", .sent_kept_ms = DAY_MS};
+	size_t count;
+	assert_int_equal(store_redrive(plain, &f, &count, err, sizeof(err)), 0);
+	assert_int_equal(count, 1);
+	store_close(plain);
+	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)), 0);
+	if (!strstr(err, "is pending, not failed (redriven since), and goes "
+			 "first"))
+		fail_msg("unblock --skip said: %s", err);
+	expect_batch(s, "a3");
+	expect_batch(s, "a4");
 	store_close(s);
 	PQfinish(c);
 }
@@ -1552,7 +1574,7 @@ static void test_earlier_failure_takes_the_block(void **state)
 	expect_batch(s, "a1b");
 	expect_batch(s, "");
 	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)), 0);
-	assert_string_equal(err, "");
+	assert_string_equal(err, "; its blocking row stays failed");
 	expect_batch(s, "a3");
 	store_close(s);
 	PQfinish(c);
