@@ -41,6 +41,8 @@ it_wait_count 20 "status = 'sent'" -eq 0
 
 env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" "${rel[@]}" "$RELAY_TEST_BIN" unblock --key K --skip \
 	>"$it_dir/unblock.out" 2>&1 || it_fail "unblock failed: $(cat "$it_dir/unblock.out")"
+grep -q "^partition key 'K' unblocked: the rest of the key flows; its blocking row stays failed$" "$it_dir/unblock.out" ||
+	it_fail "unblock said: $(cat "$it_dir/unblock.out")"
 it_wait_lines 20 "$it_dir/block.out" 3
 it_stop "$pid"
 [ "$(jq -r .subject "$it_dir/block.out" | tr '\n' ' ')" = "l1 k2 k3 " ] ||
