@@ -266,10 +266,14 @@ int store_lease_commit(struct store *s, struct lease_batch *b, char *err,
 	char why[512];
 	snprintf(why, sizeof(why), "%s", err);
 	int done = committed_after_all(s, b->rows->xid, err, errlen);
-	if (done == 1) {
-		key_map_passed(s, b->rows);
+	/* Committed, but its key moves are not shared: the session reached
+	 * again may be another server's (an asynchronous standby promoted,
+	 * which never saw the commit and gave its transaction id to another),
+	 * and a floor moved past a row still pending there would let the
+	 * key's next row out first. This store's map is built again on the
+	 * new session; the others' floors stay lower, which costs a read. */
+	if (done == 1)
 		return 0;
-	}
 	if (done == 0)
 		snprintf(err, errlen,
 			 "%s; the lease transaction did not commit", why);
