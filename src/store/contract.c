@@ -281,10 +281,8 @@ static int record_step(PGconn *conn, const struct outbox_table *t,
 				    &wait_ms, why, sizeof(why));
 	if (had < 0)
 		goto failed;
-	if (had && wait_ms == 0 && !settle)
-		return 1;
-	if (had && wait_ms > 0 && !settle)
-		return 2;
+	if (had && !settle)
+		return wait_ms == 0 ? 1 : 2;
 	/* Settled before, its step may never have run (it failed or was
 	 * refused: "recorded; run it again"), and a relay of an older
 	 * protocol may have started since: one older than the registry's

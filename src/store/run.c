@@ -91,11 +91,10 @@ static PGresult *exec_prepared(struct store *s, enum stmt st, int nparams,
 			return res;
 		PQclear(res);
 		metrics_add(MC_PREPARED, 1);
-		/* Pooled, the name is the pool's (pool_has()); a flag set
-		 * for it would be read, once a pool that keeps statements
-		 * turned the process back to on (prepare_mode.c), as this
-		 * session having the name on prepares under, which it does
-		 * not: every run of the statement then failed (26000). */
+		/* Pooled, the name is the pool's, which pool_has() tracks.
+		 * The flag is for the name on prepares under: set here, it
+		 * made a store the process turned back to on (prepare_mode.c)
+		 * run that name unprepared, refused (26000) every time. */
 		if (pool && pool_add(s, name.text) != 0)
 			return NULL; /* libpq's answer when out of memory */
 		if (!pool)
