@@ -587,6 +587,38 @@ int store_open(struct store **out, const struct store_options *opt, char *err,
 	return store_open_traced(out, opt, NULL, err, errlen);
 }
 
+/*
+ * Drops the statements s prepared on a session that goes on with other
+ * stores. Its names (led by its tag, which no later store of the session
+ * gets) are never run again, and a source set aside and tried again at
+ * each backoff, or let go and found again, opens a store of a new tag
+ * each time: left prepared, each try's statements stayed in the server
+ * session's memory for the session's life. Pooled, the names are the
+ * pool's (STORE_POOLED_PREFIX), no store's own. Best effort, outside a
+ * transaction only: a failure leaves them as before.
+ */
+static void forget_statements(struct store *s)
+{
+	PGconn *c = s->ses->conn;
+	if (!s->tag[0] || !c || PQstatus(c) != CONNECTION_OK ||
+	    PQpipelineStatus(c) != PQ_PIPELINE_OFF ||
+	    PQtransactionStatus(c) != PQTRANS_IDLE || store_pooled(s))
+		return;
+	char like[40];
+	size_t n = strlen(s->tag) - 1; /* the tag's '_', escaped below */
+	snprintf(like, sizeof(like), "%.*s\\_%%", (int)n, s->tag);
+	const char *values[1] = {like};
+	PGresult *res = PQexecParams(
+	    c,
+	    "SELECT string_agg(format('DEALLOCATE %I', name), '; ') FROM "
+	    "pg_prepared_statements WHERE name LIKE $1",
+	    1, NULL, values, NULL, NULL, 0);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+	    !PQgetisnull(res, 0, 0))
+		PQclear(PQexec(c, PQgetvalue(res, 0, 0)));
+	PQclear(res);
+}
+
 void store_close(struct store *s)
 {
 	if (!s)
@@ -597,6 +629,8 @@ void store_close(struct store *s)
 		char why[256];
 		store_lease_end(s, TX_ROLLBACK, why, sizeof(why));
 	}
+	if (s->ses->users > 1)
+		forget_statements(s);
 	store_close(s->claim);
 	session_put(s->ses);
 	for (int i = 0; i < ST_COUNT; i++)

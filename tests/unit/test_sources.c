@@ -171,6 +171,58 @@ static void test_dropped_table_fails_alone(void **state)
 	PQfinish(c);
 }
 
+static long prepared_on(PGconn *c)
+{
+	PGresult *r = PQexec(c, "SELECT count(*) FROM pg_prepared_statements");
+	assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+	long n = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+	PQclear(r);
+	return n;
+}
+
+/* A store closed while its session goes on with others leaves none of its
+ * statements there: a source set aside and tried again at each backoff,
+ * or let go and found again, opens a store of a new name prefix each
+ * time, whose statements stayed for the session's life. */
+static void test_closed_store_leaves_no_statements(void **state)
+{
+	(void)state;
+	char a[128], b[128];
+	pgtest_fresh_table("src_e", a, sizeof(a));
+	pgtest_fresh_table("src_f", b, sizeof(b));
+	PGconn *c = pgtest_connect();
+	struct store *sa = open_sharing(a, NULL);
+	pgtest_insert(c, a, 1);
+	assert_int_equal(lease_all_sent(sa), 1);
+	long main_before = prepared_on(store_conn(sa));
+	long claim_before = prepared_on(store_claim_conn(sa));
+	for (int i = 0; i < 3; i++) {
+		struct store *sb = open_sharing(b, sa);
+		pgtest_insert(c, b, 1);
+		assert_int_equal(lease_all_sent(sb), 1);
+		assert_true(prepared_on(store_conn(sa)) > main_before);
+		store_close(sb);
+		assert_int_equal(prepared_on(store_conn(sa)), main_before);
+		assert_int_equal(prepared_on(store_claim_conn(sa)),
+				 claim_before);
+	}
+	/* Opens refused for a table not there leave none either. */
+	struct store_options o = pgtest_store_options("public.src_not_there");
+	for (int i = 0; i < 3; i++) {
+		struct store *none = NULL;
+		assert_int_not_equal(
+		    store_open_sharing(&none, &o, sa, err, sizeof(err)), 0);
+		assert_null(none);
+	}
+	assert_int_equal(prepared_on(store_conn(sa)), main_before);
+	/* The statements of the store that goes on are its own still. */
+	pgtest_insert(c, a, 2);
+	assert_int_equal(lease_all_sent(sa), 2);
+	assert_int_equal(prepared_on(store_conn(sa)), main_before);
+	store_close(sa);
+	PQfinish(c);
+}
+
 /* store_tables_activity() or store_tables_dead_tuples(). */
 typedef int (*table_stats_fn)(struct store *, const char *const *, size_t,
 			      int64_t *, char *, size_t);
@@ -306,6 +358,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_tables_share_a_session),
 	    cmocka_unit_test(test_dropped_table_fails_alone),
+	    cmocka_unit_test(test_closed_store_leaves_no_statements),
 	    cmocka_unit_test(test_tables_activity),
 	    cmocka_unit_test(test_tables_dead_tuples),
 	    cmocka_unit_test(test_listener_per_table),
