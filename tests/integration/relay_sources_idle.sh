@@ -225,6 +225,11 @@ it_psql "DROP SCHEMA ${schema}_t20 CASCADE; DROP SCHEMA ${schema}_t21 CASCADE" >
 it_wait 15 "the pattern's dropped table let go" grep -q '"a table is gone; no longer relayed".*_t21' "$it_dir/listed.log"
 sleep 2
 gone_is 1 || it_fail "want only the pattern's table gone: $(curl -sf "http://127.0.0.1:$port/metrics" | grep '^outbox_sources')"
+# The table let go has no lag series left (its last lease's, kept, would
+# fire OutboxSourceLagging for good); the listed one, failing, keeps its.
+lags=$(curl -sf "http://127.0.0.1:$port/metrics" | grep '^outbox_source_lag_seconds{' || true)
+grep -q "_t20.outbox_events" <<<"$lags" || it_fail "no lag series of the listed table: $lags"
+! grep -q "_t21.outbox_events" <<<"$lags" || it_fail "the table let go keeps a lag series: $lags"
 grep -q '"a table is gone; no longer relayed".*_t20' "$it_dir/listed.log" && it_fail "the listed table was let go"
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "the relay of a listed table exited $it_rc"

@@ -523,6 +523,11 @@ static void test_lag_of_the_infinite_past(void **state)
 	/* Over 200,000 years. */
 	if (st.lag_ms < INT64_C(6000000000000000))
 		fail_msg("lag %lld ms", (long long)st.lag_ms);
+	/* A table gone keeps no lag for when it is found again. */
+	relay_source_set_gone(f->r, 0, true);
+	relay_source_set_gone(f->r, 0, false);
+	relay_source_stats(f->r, 0, &st);
+	assert_int_equal(st.lag_ms, 0);
 	fixture_free(f);
 }
 
