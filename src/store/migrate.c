@@ -182,7 +182,7 @@ static int apply_in_transaction(PGconn *conn, const struct sql_migration *m,
 	for (int attempt = 1;; attempt++) {
 		char why[512] = "";
 		bool ok =
-		    exec_ok(conn, "BEGIN", why, sizeof(why)) &&
+		    exec_ok(conn, PGCONN_BEGIN, why, sizeof(why)) &&
 		    exec_ok(conn,
 			    "SET LOCAL lock_timeout = '" DDL_LOCK_TIMEOUT "'",
 			    why, sizeof(why)) &&

@@ -236,7 +236,8 @@ static int apply_settings(PGconn *conn, const struct pgconn_options *opt,
 			 "%lld; SET tcp_keepalives_idle = %d; "
 			 "SET tcp_keepalives_interval = %d; "
 			 "SET tcp_keepalives_count = %d; SET tcp_user_timeout "
-			 "= %lld; SET jit = off",
+			 "= %lld; SET jit = off; SET "
+			 "default_transaction_isolation = 'read committed'",
 			 t.statement_ms, t.lock_ms, t.idle_ms, k.idle_s,
 			 k.interval_s, k.count, (long long)k.user_timeout_ms);
 		if (exec_setup(conn, sql, "session settings", where, err,

@@ -31,6 +31,16 @@ struct pgconn_options {
 	enum pgconn_scope { PGCONN_SESSION, PGCONN_TRANSACTION } scope;
 };
 
+/* How every explicit transaction of the relay begins. A database or role
+ * may default to REPEATABLE READ or SERIALIZABLE (teams set it for their
+ * application's sake): the lease's FOR UPDATE SKIP LOCKED then failed
+ * (40001) on any row another lease concluded after its snapshot, where
+ * READ COMMITTED checks the row's newest version, and the relay's
+ * transactions took part in the application's serializable conflicts.
+ * Set as the transaction begins: a setting in the transaction's first
+ * SELECT (pgconn_tx_settings()) comes after its snapshot. */
+#define PGCONN_BEGIN "BEGIN ISOLATION LEVEL READ COMMITTED"
+
 /* Which transaction pgconn_tx_settings() is for. */
 /* The planner settings of a transaction that reads only by index
  * (PGCONN_TX_INDEXED, the lease's, the sweep's; pgconn.c says why), as

@@ -197,8 +197,8 @@ static int redrive_ordered_batch(struct store *s,
 				 const char *const *values, size_t *n,
 				 char *err, size_t errlen)
 {
-	int rc =
-	    store_exec_cmd(s, "redrive", "BEGIN", 0, NULL, NULL, err, errlen);
+	int rc = store_exec_cmd(s, "redrive", PGCONN_BEGIN, 0, NULL, NULL, err,
+				errlen);
 	if (rc != 0)
 		return rc;
 	PGresult *res =
@@ -634,7 +634,8 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
 			 key, s->table.literal);
 		return STORE_REFUSED;
 	}
-	rc = store_exec_cmd(s, "unblock", "BEGIN", 0, NULL, NULL, err, errlen);
+	rc = store_exec_cmd(s, "unblock", PGCONN_BEGIN, 0, NULL, NULL, err,
+			    errlen);
 	if (rc != 0)
 		return rc;
 	rc = take_block(s, key, blocking, sizeof(blocking), err, errlen);

@@ -577,7 +577,8 @@ int store_begin_locked(struct store *s, int ns, enum plan_mode plans, bool *got,
 {
 	char sql[512];
 	*got = false;
-	int rc = store_exec_cmd(s, NULL, "BEGIN", 0, NULL, NULL, err, errlen);
+	int rc =
+	    store_exec_cmd(s, NULL, PGCONN_BEGIN, 0, NULL, NULL, err, errlen);
 	if (rc != 0)
 		return rc;
 	snprintf(sql, sizeof(sql),
@@ -645,7 +646,7 @@ PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 	/* One round trip instead of one per statement: a lease's latency
 	 * is mostly waiting for the server. */
 	struct step steps[3] = {
-	    step_of(s, -1, "BEGIN", 0, NULL, 0),
+	    step_of(s, -1, PGCONN_BEGIN, 0, NULL, 0),
 	    settings_step(s, PGCONN_TX_LEASE),
 	    step_of(s, (int)st, sql, nparams, values, result_format),
 	};
@@ -673,7 +674,7 @@ PGresult *store_run_leasing(struct store *s, enum stmt st, int nparams,
 	if ((*rc = store_lease_end(s, TX_ROLLBACK, err, errlen)) != 0)
 		return NULL;
 	const struct step open[2] = {
-	    step_of(s, -1, "BEGIN", 0, NULL, 0),
+	    step_of(s, -1, PGCONN_BEGIN, 0, NULL, 0),
 	    step_of(s, -1, s->lease_probe_sql, 0, NULL, 0)};
 	probe = run_pipeline(s, NULL, open, 2, 1, true, PGRES_TUPLES_OK, rc,
 			     err, errlen);

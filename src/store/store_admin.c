@@ -540,8 +540,8 @@ int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 		       size_t errlen)
 {
 	memset(g, 0, sizeof(*g));
-	int rc = store_exec_cmd(s, "gauge query", "BEGIN", 0, NULL, NULL, err,
-				errlen);
+	int rc = store_exec_cmd(s, "gauge query", PGCONN_BEGIN, 0, NULL, NULL,
+				err, errlen);
 	if (rc != 0)
 		return rc;
 	rc = count_gauges(s, g, err, errlen);
@@ -559,8 +559,8 @@ int store_admin_gauges(struct store *s, struct store_gauges *g, char *err,
 		rc = store_exec_cmd(s, "gauge query", "ROLLBACK", 0, NULL, NULL,
 				    err, errlen);
 		if (rc == 0)
-			rc = store_exec_cmd(s, "gauge query", "BEGIN", 0, NULL,
-					    NULL, err, errlen);
+			rc = store_exec_cmd(s, "gauge query", PGCONN_BEGIN, 0,
+					    NULL, NULL, err, errlen);
 		if (rc == 0)
 			rc = count_gauges(s, g, err, errlen);
 	}
@@ -617,7 +617,8 @@ int store_admin_pause(struct store *s, const char *destination,
 		snprintf(err, errlen, "pause: out of memory");
 		return STORE_ERROR;
 	}
-	rc = store_exec_cmd(s, "pause", "BEGIN", 0, NULL, NULL, err, errlen);
+	rc = store_exec_cmd(s, "pause", PGCONN_BEGIN, 0, NULL, NULL, err,
+			    errlen);
 	if (rc != 0) {
 		free(sql);
 		return rc;

@@ -3228,6 +3228,49 @@ static void floor_under_held_snapshot(bool ordered, bool one_transaction)
 	PQfinish(c);
 }
 
+/* A database or role that defaults to SERIALIZABLE (or REPEATABLE READ):
+ * the lease transaction still reads committed (PGCONN_BEGIN). Under the
+ * default, its FOR UPDATE SKIP LOCKED failed (40001) on a row another
+ * lease concluded after its snapshot, and its reads took part in the
+ * application's serializable conflicts. */
+static void test_lease_reads_committed_under_any_default(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("iso_default", table, sizeof(table));
+	struct store_options o = pgtest_store_options(table);
+	struct store *s = traced_store(
+	    &o, "SET default_transaction_isolation = 'serializable'");
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 2);
+	struct lease_batch b;
+	if (store_lease(s, NULL, 0, "", &b, err, sizeof(err)) != 0)
+		fail_msg("lease: %s", err);
+	assert_int_equal(b.n, 2);
+	PGresult *r = PQexec(store_conn(s), "SHOW transaction_isolation");
+	assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+	assert_string_equal(PQgetvalue(r, 0, 0), "read committed");
+	PQclear(r);
+	const char *ids[2] = {b.events[0].id, b.events[1].id};
+	struct mark_result m;
+	if (store_mark(s, MARK_SENT, ids, NULL, 2, &m, err, sizeof(err)) != 0)
+		fail_msg("mark: %s", err);
+	if (store_lease_commit(s, &b, err, sizeof(err)) != 0)
+		fail_msg("commit: %s", err);
+	lease_batch_release(&b);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE status = "
+				     "'sent'",
+				     table),
+			 2);
+	/* The session's own default is left as the database gave it. */
+	r = PQexec(store_conn(s), "SHOW default_transaction_isolation");
+	assert_string_equal(PQgetvalue(r, 0, 0), "serializable");
+	PQclear(r);
+	store_close(s);
+	PQfinish(c);
+}
+
 static void test_lease_floor_under_held_snapshot(void **state)
 {
 	(void)state;
@@ -5563,6 +5606,7 @@ int main(void)
 	    cmocka_unit_test(test_batch_byte_budget),
 	    cmocka_unit_test(test_source_pinned_behind_payload),
 	    cmocka_unit_test(test_lease_columns),
+	    cmocka_unit_test(test_lease_reads_committed_under_any_default),
 	    cmocka_unit_test(test_dead_peer_window),
 	    cmocka_unit_test(test_settings_per_transaction),
 	    cmocka_unit_test(test_pooled_statements_found_again),
