@@ -602,7 +602,8 @@ int key_map_args(struct store *s, int64_t now_ms, struct key_map_args *a,
 				   "leasing by the map of the last one",
 				   "error", err, NULL);
 			s->key_map_at_ms = store_rescan_due(
-			    s, ended_ms, ended_ms - started_ms);
+			    s, ended_ms,
+			    store_failed_scan_took(s, ended_ms - started_ms));
 			err[0] = '\0';
 		}
 	}

@@ -489,10 +489,13 @@ int store_lease(struct store *s, const char *const *paused, size_t n_paused,
 		 * is: left due, the next lease rescanned and failed the same
 		 * way, every lease of a store without a shared schedule and
 		 * one every interval with it. The leases from the floor go
-		 * on meanwhile. */
+		 * on meanwhile. Failed otherwise, it is due again in an
+		 * interval. */
 		int64_t ended_ms = clock_ms();
 		s->rescans_failed++;
-		store_rescan_done(s, ended_ms, ended_ms - started_ms);
+		store_rescan_done(
+		    s, ended_ms,
+		    store_failed_scan_took(s, ended_ms - started_ms));
 	}
 	if (paused_changed && (res || !lifted))
 		store_paused_seen(s, paused, n_paused);

@@ -175,10 +175,17 @@ bool store_claims_floor_of(const struct store *s, int64_t now_ms, char out[24])
 int64_t store_rescan_due(const struct store *s, int64_t ended_ms,
 			 int64_t took_ms)
 {
-	int64_t paced = RESCAN_COST_FACTOR * took_ms;
+	int64_t paced = took_ms > RESCAN_PACE_MAX_MS / RESCAN_COST_FACTOR
+			    ? RESCAN_PACE_MAX_MS
+			    : RESCAN_COST_FACTOR * took_ms;
 	return ended_ms + (paced > s->opt.lease_rescan_ms
 			       ? paced
 			       : s->opt.lease_rescan_ms);
+}
+
+int64_t store_failed_scan_took(const struct store *s, int64_t took_ms)
+{
+	return strcmp(s->ses->failed_state, "57014") == 0 ? took_ms : 0;
 }
 
 unsigned store_rescans_failed(const struct store *s)

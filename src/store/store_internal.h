@@ -584,6 +584,13 @@ bool store_floor_text(int64_t pg_us, char out[40]);
  * never leased again: the late scan finds the rest. */
 #define RESCAN_COST_FACTOR 1000
 
+/* The longest RESCAN_COST_FACTOR spaces a scan from the start: a row that
+ * only such a scan finds waits no longer, whatever the last one took
+ * (measured from the client: a lock or a pooler's wait counts too). A
+ * rescan of 600 ms or more costs a little more than 0.1 % then, one
+ * past a 10 s statement timeout at most 1.7 % of one session's time. */
+#define RESCAN_PACE_MAX_MS (10 * 60 * 1000)
+
 /* lease_floors.c: where a lease scans from. store_lease_rescans():
  * whether this lease rescans from the start (floor "-infinity"), else
  * floor (40 bytes) is the session's; lifted: a pause was lifted since the
@@ -607,9 +614,17 @@ void store_paused_keys_free(struct store *s);
 
 /* When the next scan from the start is due after one that ended at
  * ended_ms and took took_ms: OUTBOX_LEASE_RESCAN_INTERVAL later, or
- * RESCAN_COST_FACTOR times took_ms when that is longer. */
+ * RESCAN_COST_FACTOR times took_ms when that is longer, up to
+ * RESCAN_PACE_MAX_MS. */
 int64_t store_rescan_due(const struct store *s, int64_t ended_ms,
 			 int64_t took_ms);
+
+/* What a scan from the start that failed after took_ms counts as for its
+ * spacing: took_ms when it ran past the statement timeout (57014: its
+ * walk is that long, and would be again at once), else 0, the interval
+ * (a lock it waited for, a deadlock, a cancel say nothing of its walk:
+ * spaced by the wait, a lock timeout put the next one 83 minutes off). */
+int64_t store_failed_scan_took(const struct store *s, int64_t took_ms);
 
 /* statements.c: the text of statement st, built into s->sql[] on first
  * use; NULL when out of memory. */

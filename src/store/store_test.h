@@ -91,6 +91,11 @@ void store_key_map_expire(struct store *s);
 unsigned store_key_map_builds_failed(const struct store *s);
 unsigned store_rescans_failed(const struct store *s);
 
+/* When the next scan from the start is due after one that ended at
+ * ended_ms and took took_ms (lease_floors.c), for its unit test. */
+int64_t store_rescan_due(const struct store *s, int64_t ended_ms,
+			 int64_t took_ms);
+
 /* store_contract() waiting settle_ms, not STORE_CONTRACT_SETTLE_MS, for
  * the heartbeats of relays that opened the table before a step's record. */
 int store_contract_settled(const struct store_options *opt, int settle_ms,

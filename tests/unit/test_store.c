@@ -3714,6 +3714,71 @@ static void test_failed_rescan_is_spaced(void **state)
 	PQfinish(c);
 }
 
+/* A scheduled rescan that fails on a lock it waited for (an operator's
+ * DDL, the cleaner's drop of a day) is due again in an interval: spaced
+ * as one that took that long, the next came 1,000 lock timeouts later,
+ * and a row only a rescan finds waited that long. */
+static void test_rescan_failed_on_a_lock_is_not_spaced(void **state)
+{
+	(void)state;
+	char table[128];
+	pgtest_fresh_table("store_rescan_lock", table, sizeof(table));
+	PGconn *c = pgtest_connect();
+	struct store_options o = pgtest_store_options(table);
+	o.lease_rescan_ms = 1000;
+	o.statement_timeout_ms = 600; /* its lock timeout: 300 ms */
+	struct store *s = pgtest_store(&o);
+	pgtest_insert(c, table, 1);
+	struct lease_batch b;
+	if (store_lease(s, NULL, 0, "", &b, err, sizeof(err)) != 0)
+		fail_msg("first lease: %s", err);
+	assert_int_equal(b.n, 1);
+	commit(s, &b);
+	PGconn *locker = pgtest_connect();
+	pgtest_exec(locker, "BEGIN");
+	pgtest_exec(locker, "LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", table);
+	/* Every lease waits for the lock and gives up; one of them is the
+	 * scheduled rescan (1,000 times the first lease's duration, at
+	 * least the interval). */
+	for (int i = 0; i < 200 && store_rescans_failed(s) == 0; i++) {
+		assert_int_not_equal(
+		    store_lease(s, NULL, 0, "", &b, err, sizeof(err)), 0);
+		if (!strstr(err, "55P03"))
+			fail_msg("a lease behind the lock: %s", err);
+		usleep(100 * 1000);
+	}
+	assert_int_equal(store_rescans_failed(s), 1);
+	pgtest_exec(locker, "COMMIT");
+	PQfinish(locker);
+	/* Below the floor in both of the lease's scans: only a rescan finds
+	 * it. */
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, next_attempt_at, "
+		    "written_by) VALUES ('hidden', 'x', '2000-01-01', '1')",
+		    table);
+	bool found = false;
+	for (int i = 0; i < 40 && !found; i++) {
+		if (store_lease(s, NULL, 0, "", &b, err, sizeof(err)) != 0)
+			fail_msg("lease after the lock: %s", err);
+		for (size_t k = 0; k < b.n; k++)
+			found |= strcmp(b.events[k].type, "hidden") == 0;
+		commit(s, &b);
+		usleep(100 * 1000);
+	}
+	if (!found)
+		fail_msg("the row only a rescan finds waited past 4 s");
+	/* However long the last took (a wait for a lock or a pooler's
+	 * server connection counts too), the next is 10 minutes off at
+	 * most; a short one waits the interval, a slow one 1,000 times it. */
+	assert_int_equal(store_rescan_due(s, 0, 2), 2000);
+	assert_int_equal(store_rescan_due(s, 0, 0), 1000);
+	assert_int_equal(store_rescan_due(s, 0, 300), 300000);
+	assert_int_equal(store_rescan_due(s, 0, 9000), 600000);
+	assert_int_equal(store_rescan_due(s, 0, INT64_C(1) << 50), 600000);
+	store_close(s);
+	PQfinish(c);
+}
+
 /* 8b'. What lies below a lease's floor is leased all the same: a row
  * committed late by a transaction that began before the floor's rows, by
  * the next lease (the late scan, migration 007), as is a row redriven by
@@ -5639,6 +5704,7 @@ int main(void)
 	    cmocka_unit_test(test_lease_floor_rows_below),
 	    cmocka_unit_test_teardown(test_failed_rescan_is_spaced,
 				      rescan_holder_close),
+	    cmocka_unit_test(test_rescan_failed_on_a_lock_is_not_spaced),
 	    cmocka_unit_test(test_late_row_left_keeps_the_floor),
 	    cmocka_unit_test(test_resume_outlives_a_failed_lease),
 	    cmocka_unit_test(test_pause_added_needs_no_rescan),
