@@ -429,7 +429,11 @@ static char *pending_count_sql(const struct store *s, bool full)
 }
 
 /* Keeps the floors the count returned, if they are what they should be
- * (a timestamptz as Postgres writes it, a transaction id). */
+ * (a time in UTC, written in ISO form whatever the session's DateStyle
+ * and TimeZone, which behind a pooler another client's plain SET may have
+ * changed on the next server connection: German style passed as July for
+ * December there; a transaction id). An infinite time has no text, and
+ * the next count is from the start. */
 static void keep_count_floors(struct store *s, const char *floor,
 			      const char *written)
 {
@@ -487,8 +491,10 @@ static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 		      "FROM " ADMIN_STATS_OF(
 			  "'%s'::regclass") " r), 0), "
 					    "%s, %s, %s, "
-					    "least(coalesce(p.low, now()), "
-					    "now())::text, "
+					    "to_char(least(coalesce(p.low, "
+					    "now()), now()) AT TIME ZONE "
+					    "'UTC', 'YYYY-MM-DD "
+					    "HH24:MI:SS.US') || '+00', "
 					    "pg_snapshot_xmin(pg_current_"
 					    "snapshot())::text "
 					    "FROM p",

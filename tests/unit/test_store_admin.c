@@ -1051,6 +1051,34 @@ static void test_backlog_count_floors(void **state)
 	store_close(s);
 }
 
+/* The backlog count's floor outlives the session settings it was read
+ * under: behind a pooler the next count may run on a server connection
+ * where another client's plain SET left another DateStyle. Read as
+ * German with a numeric zone, the floor (the 25th of last month) was
+ * refused as month 25 under ISO, MDY, and every count from the floors
+ * failed until the next from the start. */
+static void test_backlog_floor_across_date_styles(void **state)
+{
+	struct fixture *f = *state;
+	struct store_options o = pgtest_store_options(f->table);
+	o.lease_rescan_ms = 3600 * 1000;
+	struct store *s = pgtest_store(&o);
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (type, payload, next_attempt_at) SELECT "
+		    "'styled.event', '\\x01', date_trunc('month', now()) - "
+		    "interval '1 month' + interval '24 days 12 hours' FROM "
+		    "generate_series(1, 3)",
+		    f->table);
+	pgtest_exec(store_conn(s), "SET DateStyle = 'German'");
+	pgtest_exec(store_conn(s), "SET TimeZone = '+02'");
+	assert_int_equal(gauges_of(s).backlog, 3);
+	pgtest_exec(store_conn(s), "SET DateStyle = 'ISO, MDY'");
+	pgtest_exec(store_conn(s), "SET TimeZone = 'UTC'");
+	pgtest_insert(f->conn, f->table, 2);
+	assert_int_equal(gauges_of(s).backlog, 5);
+	store_close(s);
+}
+
 /* A session in a read-committed transaction that has written holds the
  * horizon by its transaction id alone, with no snapshot between its
  * statements; a prepared transaction holds it until it is committed or
@@ -1626,6 +1654,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_backlog_count_floors, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(
+		test_backlog_floor_across_date_styles, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_horizon_xid_and_prepared,
 					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_horizon_slot, setup, teardown),
