@@ -9,13 +9,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "pgconn.h"
 #include "store_internal.h"
 
-/* Ownership: owns its session. */
+/* Ownership: owns its session and the names it warned of. */
 struct store_catalog {
 	PGconn *conn;
+	char **warned;
+	size_t n_warned;
 };
+
+/* Says once per catalog that full, matched by a pattern, is not relayed
+ * and why: a schema name past the relay's limit (a tenant's schema of 48
+ * bytes) or one it cannot write in a setting was left out silently, never
+ * relayed nor migrated. */
+static void warn_left_out(struct store_catalog *c, const char *full,
+			  const char *why)
+{
+	for (size_t i = 0; i < c->n_warned; i++)
+		if (strcmp(c->warned[i], full) == 0)
+			return;
+	log_fields(LOG_WARN,
+		   "a table the pattern matches is left out: its name cannot "
+		   "be one of OUTBOX_TABLE's",
+		   "table", full, "error", why, NULL);
+	char **grown = realloc(c->warned, (c->n_warned + 1) * sizeof(*grown));
+	if (!grown)
+		return;
+	c->warned = grown;
+	if ((grown[c->n_warned] = strdup(full)))
+		c->n_warned++;
+}
 
 int store_catalog_open(struct store_catalog **out,
 		       const struct store_options *opt, char *err,
@@ -45,6 +70,7 @@ void store_catalog_close(struct store_catalog *c)
 		return;
 	if (c->conn)
 		PQfinish(c->conn);
+	store_names_free(c->warned, c->n_warned);
 	free(c);
 }
 
@@ -65,7 +91,8 @@ int store_catalog_tables(struct store_catalog *c, const char *pattern,
 				err, errlen) != 0)
 		return STORE_ERROR;
 	/* Tables and partitioned tables the pattern names, by schema: an
-	 * index read of pg_class by name. */
+	 * index read of pg_class by name. Not a session's temporary table
+	 * (pg_temp_N matches a glob of *): no other session can read it. */
 	int rc = STORE_OK;
 	const char *values[2] = {like, name};
 	PGresult *res = PQexecParams(
@@ -73,7 +100,8 @@ int store_catalog_tables(struct store_catalog *c, const char *pattern,
 	    "SELECT n.nspname FROM pg_catalog.pg_class c JOIN "
 	    "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE "
 	    "c.relname = $2 AND c.relkind IN ('r', 'p') AND NOT "
-	    "c.relispartition AND n.nspname LIKE $1 ORDER BY 1",
+	    "c.relispartition AND c.relpersistence <> 't' AND n.nspname "
+	    "LIKE $1 ORDER BY 1",
 	    2, NULL, values, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		char why[512];
@@ -92,9 +120,11 @@ int store_catalog_tables(struct store_catalog *c, const char *pattern,
 		snprintf(full, sizeof(full), "%s.%s",
 			 PQgetvalue(res, (int)i, 0), name);
 		/* A schema whose name the relay cannot write in a setting
-		 * (quotes, dots) is not one of its tables. */
-		if (table_parse(full, &t, why, sizeof(why)) != 0)
+		 * (quotes, dots, past its length) is not one of its tables. */
+		if (table_parse(full, &t, why, sizeof(why)) != 0) {
+			warn_left_out(c, full, why);
 			continue;
+		}
 		if (!(out[*n] = strdup(full))) {
 			store_names_free(out, *n);
 			out = NULL;
