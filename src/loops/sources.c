@@ -495,6 +495,15 @@ size_t source_turns_pick(struct source_turns *t, struct relay *r,
 	 * (worker.c, next_lease_at). */
 	size_t n = relay_sources_n(r);
 	for (size_t i = 0; i < n; i++) {
+		if (t->at[i].control_global && relay_source_gone(r, i)) {
+			/* A table dropped while an operator had it paused is
+			 * paused no more (counted, outbox_paused stayed up for
+			 * good); found again, its pauses are read anew. */
+			t->at[i].control_global = false;
+			t->at[i].control_read_ms = 0;
+			t->n_paused--;
+			metrics_set(MG_PAUSED_GLOBALLY, (int64_t)t->n_paused);
+		}
 		uint64_t woken = atomic_load(&r->source_wake[i]);
 		if (woken != t->at[i].seen_wake) {
 			t->at[i].seen_wake = woken;

@@ -74,9 +74,11 @@ static int64_t failing_of(const struct relay_source_stats *st)
 	return st->failing ? 1 : 0;
 }
 
+/* A source whose table is gone has no series: its last lease's lag,
+ * kept, would fire OutboxSourceLagging for good. */
 static int64_t lag_of(const struct relay_source_stats *st)
 {
-	return st->lag_ms;
+	return st->gone ? -1 : st->lag_ms;
 }
 
 /* A source whose table was not read (or is gone) has no series. */

@@ -221,6 +221,14 @@ pid=$it_last_pid
 served_is() { curl -sf "http://127.0.0.1:$port/metrics" | grep -q "^outbox_sources{state=\"served\"} $1\$"; }
 it_wait 30 "the pattern's tables found beside the listed one" served_is 49
 gone_is 0 || it_fail "a table gone at the start: $(curl -sf "http://127.0.0.1:$port/metrics" | grep '^outbox_sources')"
+# The pattern's table to be dropped is paused first: once let go it is
+# paused no more (counted, outbox_paused stayed 1 for good).
+run_cli pause --source "${schema}_t21.outbox_events" --reason "tenant leaving" >"$it_dir/pause21.out" 2>&1 ||
+	it_fail "pause of one tenant failed: $(cat "$it_dir/pause21.out")"
+paused_is() { [ "$(curl -sf "http://127.0.0.1:$port/metrics" | awk '$1 == "outbox_paused" { print $2 }')" = "$1" ]; }
+# An event makes the idle tenant due, and its turn reads the pause.
+it_psql "INSERT INTO ${schema}_t21.outbox_events (type, payload) VALUES ('held.event', '{}')" >/dev/null
+it_wait 10 "the tenant's pause counted" paused_is 1
 it_psql "DROP SCHEMA ${schema}_t20 CASCADE; DROP SCHEMA ${schema}_t21 CASCADE" >/dev/null
 it_wait 15 "the pattern's dropped table let go" grep -q '"a table is gone; no longer relayed".*_t21' "$it_dir/listed.log"
 sleep 2
@@ -231,6 +239,7 @@ lags=$(curl -sf "http://127.0.0.1:$port/metrics" | grep '^outbox_source_lag_seco
 grep -q "_t20.outbox_events" <<<"$lags" || it_fail "no lag series of the listed table: $lags"
 ! grep -q "_t21.outbox_events" <<<"$lags" || it_fail "the table let go keeps a lag series: $lags"
 grep -q '"a table is gone; no longer relayed".*_t20' "$it_dir/listed.log" && it_fail "the listed table was let go"
+it_wait 5 "the dropped tenant's pause no longer counted" paused_is 0
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "the relay of a listed table exited $it_rc"
 echo "ok: 50 tenants by a pattern, one added and one dropped while running: $n leases in 3 s idle; first event within ${took_poll}s; start took $start leases, the listener's wake-up $woke; 5 notified events took $((b - a)) leases; $polled in 3 s with track_counts off"
