@@ -557,9 +557,17 @@ int store_open_on(struct store **out, const struct store_options *opt,
 	ses->tags++;
 	ses->users++;
 	rc = take_options(s, opt, session_sql, err, errlen);
+	bool shared = rc == 0 && ses->conn;
 	if (rc == 0)
-		rc = ses->conn ? check_on_session(s, err, errlen)
-			       : connect_session(s, err, errlen);
+		rc = shared ? check_on_session(s, err, errlen)
+			    : connect_session(s, err, errlen);
+	/* The session shared with was lost since its last statement (a
+	 * server restart): connected anew for all its stores, as their next
+	 * statement would have. Left failed, the new source was set aside
+	 * as failing, its first events waiting out a backoff of up to 30 s,
+	 * until some other statement of the session reconnected it. */
+	if (shared && rc == STORE_RECONNECT)
+		rc = connect_session(s, err, errlen);
 	if (rc != 0) {
 		store_close(s);
 		return rc;

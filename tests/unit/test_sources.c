@@ -172,6 +172,38 @@ static void test_dropped_table_fails_alone(void **state)
 	PQfinish(c);
 }
 
+/* A store opened on a shared session that was lost since its last
+ * statement (a server restart) connects it anew for all its stores: it
+ * failed, and the new source was set aside as failing until another
+ * statement of the session reconnected it. */
+static void test_open_on_a_lost_session_reconnects(void **state)
+{
+	(void)state;
+	char a[128], b[128];
+	pgtest_fresh_table("src_g", a, sizeof(a));
+	pgtest_fresh_table("src_h", b, sizeof(b));
+	PGconn *c = pgtest_connect();
+	struct store *sa = open_sharing(a, NULL);
+	int lost = PQbackendPID(store_conn(sa));
+	pgtest_exec(c, "SELECT pg_terminate_backend(%d)", lost);
+	for (int i = 0; i < 50 && pgtest_long(c,
+					      "SELECT count(*) FROM "
+					      "pg_stat_activity WHERE pid = %d",
+					      lost) > 0;
+	     i++)
+		usleep(20 * 1000);
+	struct store *sb = open_sharing(b, sa);
+	assert_ptr_equal(store_conn(sa), store_conn(sb));
+	assert_int_not_equal(PQbackendPID(store_conn(sb)), lost);
+	pgtest_insert(c, a, 1);
+	pgtest_insert(c, b, 2);
+	assert_int_equal(lease_all_sent(sa), 1);
+	assert_int_equal(lease_all_sent(sb), 2);
+	store_close(sb);
+	store_close(sa);
+	PQfinish(c);
+}
+
 static long prepared_on(PGconn *c)
 {
 	PGresult *r = PQexec(c, "SELECT count(*) FROM pg_prepared_statements");
@@ -432,6 +464,7 @@ int main(void)
 	    cmocka_unit_test(test_tables_share_a_session),
 	    cmocka_unit_test(test_dropped_table_fails_alone),
 	    cmocka_unit_test(test_closed_store_leaves_no_statements),
+	    cmocka_unit_test(test_open_on_a_lost_session_reconnects),
 	    cmocka_unit_test(test_catalog_says_what_it_leaves_out),
 	    cmocka_unit_test(test_tables_activity),
 	    cmocka_unit_test(test_tables_dead_tuples),
