@@ -58,9 +58,12 @@ static int discover_pattern(struct relay *r, struct discovery *d, size_t db,
 			log_fields(LOG_INFO, "found a table; relaying it",
 				   "source", relay_source_name(r, i), "pattern",
 				   p, NULL);
-		else if (was_gone)
+		else if (was_gone) {
+			/* Not gone: its lag starts afresh. */
+			relay_source_set_gone(r, i, false);
 			log_fields(LOG_INFO, "a table is back; relaying it",
 				   "source", relay_source_name(r, i), NULL);
+		}
 		if (added || was_gone)
 			relay_wake_source(r, i);
 	}

@@ -213,9 +213,9 @@ bool sources_gated(struct relay *r)
 void relay_source_set_gone(struct relay *r, size_t i, bool gone)
 {
 	/* Found again, its lag is its next lease's, not the one it had
-	 * when it went. */
-	if (gone)
-		atomic_store(&r->source_stats[i].lag_ms, 0);
+	 * when it went (a lane's lease that ended after the table went may
+	 * have noted one since). */
+	atomic_store(&r->source_stats[i].lag_ms, 0);
 	atomic_store(&r->sources.gone[i], gone);
 }
 

@@ -566,7 +566,7 @@ int store_open_on(struct store **out, const struct store_options *opt,
 	 * statement would have. Left failed, the new source was set aside
 	 * as failing, its first events waiting out a backoff of up to 30 s,
 	 * until some other statement of the session reconnected it. */
-	if (shared && rc == STORE_RECONNECT)
+	if (shared && rc == STORE_RECONNECT && !ses->reply_late)
 		rc = connect_session(s, err, errlen);
 	if (rc != 0) {
 		store_close(s);
@@ -603,12 +603,22 @@ int store_open(struct store **out, const struct store_options *opt, char *err,
  * each time: left prepared, each try's statements stayed in the server
  * session's memory for the session's life. Pooled, the names are the
  * pool's (STORE_POOLED_PREFIX), no store's own. Best effort, outside a
- * transaction only: a failure leaves them as before.
+ * transaction only: a failure leaves them as before. The session's first
+ * store (no tag) leaves its own, once a session: its names are the
+ * session's first and shortest. A store that prepared nothing on this
+ * connection costs no round trip.
  */
 static void forget_statements(struct store *s)
 {
 	PGconn *c = s->ses->conn;
-	if (!s->tag[0] || !c || PQstatus(c) != CONNECTION_OK ||
+	bool any = false;
+	for (int i = 0; i < ST_COUNT; i++)
+		any |= s->prepared[i];
+	for (size_t i = 0; i < sizeof(s->tx_prepared) / sizeof(*s->tx_prepared);
+	     i++)
+		any |= s->tx_prepared[i];
+	if (!any || s->prepared_gen != s->ses->conn_gen || !s->tag[0] || !c ||
+	    PQstatus(c) != CONNECTION_OK ||
 	    PQpipelineStatus(c) != PQ_PIPELINE_OFF ||
 	    PQtransactionStatus(c) != PQTRANS_IDLE || store_pooled(s))
 		return;

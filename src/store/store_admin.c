@@ -432,7 +432,8 @@ static char *pending_count_sql(const struct store *s, bool full)
  * (a time in UTC, written in ISO form whatever the session's DateStyle
  * and TimeZone, which behind a pooler another client's plain SET may have
  * changed on the next server connection: German style passed as July for
- * December there; a transaction id). An infinite time has no text, and
+ * December there; a transaction id). An infinite time, or one before the
+ * common era (which to_char writes without its era), has no text, and
  * the next count is from the start. */
 static void keep_count_floors(struct store *s, const char *floor,
 			      const char *written)
@@ -491,10 +492,12 @@ static int count_gauges(struct store *s, struct store_gauges *g, char *err,
 		      "FROM " ADMIN_STATS_OF(
 			  "'%s'::regclass") " r), 0), "
 					    "%s, %s, %s, "
-					    "to_char(least(coalesce(p.low, "
-					    "now()), now()) AT TIME ZONE "
-					    "'UTC', 'YYYY-MM-DD "
-					    "HH24:MI:SS.US') || '+00', "
+					    "CASE WHEN p.low IS NULL OR p.low "
+					    ">= '0001-01-01 00:00:00+00' "
+					    "THEN to_char(least(coalesce("
+					    "p.low, now()), now()) AT TIME "
+					    "ZONE 'UTC', 'YYYY-MM-DD "
+					    "HH24:MI:SS.US') || '+00' END, "
 					    "pg_snapshot_xmin(pg_current_"
 					    "snapshot())::text "
 					    "FROM p",

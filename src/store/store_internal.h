@@ -620,10 +620,12 @@ int64_t store_rescan_due(const struct store *s, int64_t ended_ms,
 			 int64_t took_ms);
 
 /* What a scan from the start that failed after took_ms counts as for its
- * spacing: took_ms when it ran past the statement timeout (57014: its
- * walk is that long, and would be again at once), else 0, the interval
- * (a lock it waited for, a deadlock, a cancel say nothing of its walk:
- * spaced by the wait, a lock timeout put the next one 83 minutes off). */
+ * spacing: took_ms when it was cancelled (57014: past the statement
+ * timeout its walk is that long, and would be again at once; an
+ * operator's cancel shares the code, and RESCAN_PACE_MAX_MS bounds it),
+ * else 0, the interval (a lock timeout or a deadlock says nothing of its
+ * walk: spaced by the wait, a lock timeout put the next one 83 minutes
+ * off). */
 int64_t store_failed_scan_took(const struct store *s, int64_t took_ms);
 
 /* statements.c: the text of statement st, built into s->sql[] on first

@@ -1076,6 +1076,15 @@ static void test_backlog_floor_across_date_styles(void **state)
 	pgtest_exec(store_conn(s), "SET TimeZone = 'UTC'");
 	pgtest_insert(f->conn, f->table, 2);
 	assert_int_equal(gauges_of(s).backlog, 5);
+	/* A time before the common era, which to_char writes without its
+	 * era: taken for the year of the common era, the floor passed over
+	 * the row itself. */
+	pgtest_exec(f->conn,
+		    "INSERT INTO %s (type, payload, next_attempt_at) VALUES "
+		    "('ancient.event', '\\x01', '0044-03-15 12:00:00+00 BC')",
+		    f->table);
+	assert_int_equal(gauges_of(s).backlog, 6);
+	assert_int_equal(gauges_of(s).backlog, 6);
 	store_close(s);
 }
 
