@@ -91,6 +91,16 @@ int store_admin_heartbeat_group(struct store *const *stores, size_t n,
 				 "a session");
 			return STORE_ERROR;
 		}
+	/* The statement runs as the first store's, which checks its own
+	 * table alone: each other one is checked as its own statement would
+	 * be (after a reconnect: the table there, its version, its contract),
+	 * so a table this relay now refuses is not beaten alive with the
+	 * rest; the group fails, and the caller beats each alone. */
+	for (size_t i = 1; i < n; i++) {
+		int checked = store_check_session(stores[i], err, errlen);
+		if (checked != 0)
+			return checked;
+	}
 	char *sql = malloc(cap);
 	if (!sql) {
 		snprintf(err, errlen, "registry heartbeats: out of memory");

@@ -363,6 +363,31 @@ static void test_registry_group(void **state)
 				     reg[1]),
 			 1);
 
+	/* A table of the group that fails its check after a reconnect (here
+	 * renamed away) fails the group, and no table of it is beaten: the
+	 * statement ran as the first store's, and beat the others'
+	 * registries unchecked. */
+	assert_int_equal(store_reconnect(f->s, err, sizeof(err)), 0);
+	pgtest_exec(f->conn, "ALTER TABLE %s RENAME TO outbox_events_away",
+		    other[1]);
+	pgtest_exec(f->conn,
+		    "UPDATE %s SET last_seen_at = now() - interval '1 minute'",
+		    reg[2]);
+	assert_int_not_equal(store_admin_heartbeat_group(st, 3, "host-a/1",
+							 "9.9.10", kept, false,
+							 err, sizeof(err)),
+			     0);
+	assert_int_equal(pgtest_long(f->conn,
+				     "SELECT count(*) FROM %s WHERE "
+				     "last_seen_at > now() - interval '30 "
+				     "seconds'",
+				     reg[2]),
+			 0);
+	pgtest_exec(f->conn,
+		    "ALTER TABLE \"%s\".outbox_events_away RENAME TO "
+		    "outbox_events",
+		    t[1].schema);
+
 	/* A registry gone: the group fails whole, with why, none beaten. */
 	pgtest_exec(f->conn, "DROP TABLE %s", reg[1]);
 	pgtest_exec(f->conn,
