@@ -52,6 +52,20 @@ static struct source_row *row_add(struct rows *r, const struct config *cfg,
 	return row;
 }
 
+/* Whether table of database db has its row already: a table listed and
+ * matched by a pattern too is one source, as the relay counts it. */
+static bool row_known(const struct rows *r, const struct config *cfg, size_t db,
+		      const char *table)
+{
+	struct source_row probe;
+	struct rows one = {.at = &probe, .n = 0, .cap = 1};
+	row_add(&one, cfg, db, table);
+	for (size_t i = 0; i < r->n; i++)
+		if (strcmp(r->at[i].name, probe.name) == 0)
+			return true;
+	return false;
+}
+
 /* Reads one source's gauges and pauses on the database's session (*first
  * holds its first open store, whose session the others share). */
 static void row_read(struct source_row *row, struct store_options *o,
@@ -138,6 +152,8 @@ static int collect(struct rows *r, const struct config *cfg, size_t db)
 			continue;
 		}
 		for (size_t k = 0; k < n; k++) {
+			if (row_known(r, cfg, db, names[k]))
+				continue;
 			struct source_row *row = row_add(r, cfg, db, names[k]);
 			if (!row) {
 				if (table_is_pattern(t))

@@ -221,6 +221,11 @@ pid=$it_last_pid
 served_is() { curl -sf "http://127.0.0.1:$port/metrics" | grep -q "^outbox_sources{state=\"served\"} $1\$"; }
 it_wait 30 "the pattern's tables found beside the listed one" served_is 49
 gone_is 0 || it_fail "a table gone at the start: $(curl -sf "http://127.0.0.1:$port/metrics" | grep '^outbox_sources')"
+# status counts the listed table the pattern matches too once, as the
+# relay does (an earlier version showed it twice: 50 sources).
+env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$pattern,${schema}_t20.outbox_events" \
+	"$RELAY_TEST_BIN" status >"$it_dir/status_listed.out" 2>&1 || it_fail "status failed: $(cat "$it_dir/status_listed.out")"
+grep -q '^49 sources, ' "$it_dir/status_listed.out" || it_fail "status of a listed table a pattern matches too: $(head -n 1 "$it_dir/status_listed.out")"
 # The pattern's table to be dropped is paused first: once let go it is
 # paused no more (counted, outbox_paused stayed 1 for good).
 run_cli pause --source "${schema}_t21.outbox_events" --reason "tenant leaving" >"$it_dir/pause21.out" 2>&1 ||
