@@ -31,6 +31,18 @@ struct rows {
 	size_t n, cap;
 };
 
+/* A source's name as the relay writes it: "database/table" with several
+ * databases. */
+static void row_name(const struct config *cfg, size_t db, const char *table,
+		     char *out, size_t outlen)
+{
+	if (config_n_databases(cfg) > 1)
+		snprintf(out, outlen, "%s/%s", config_database_name(cfg, db),
+			 table);
+	else
+		snprintf(out, outlen, "%s", table);
+}
+
 static struct source_row *row_add(struct rows *r, const struct config *cfg,
 				  size_t db, const char *table)
 {
@@ -44,11 +56,7 @@ static struct source_row *row_add(struct rows *r, const struct config *cfg,
 	}
 	struct source_row *row = &r->at[r->n++];
 	memset(row, 0, sizeof(*row));
-	if (config_n_databases(cfg) > 1)
-		snprintf(row->name, sizeof(row->name), "%s/%s",
-			 config_database_name(cfg, db), table);
-	else
-		snprintf(row->name, sizeof(row->name), "%s", table);
+	row_name(cfg, db, table, row->name, sizeof(row->name));
 	return row;
 }
 
@@ -57,11 +65,10 @@ static struct source_row *row_add(struct rows *r, const struct config *cfg,
 static bool row_known(const struct rows *r, const struct config *cfg, size_t db,
 		      const char *table)
 {
-	struct source_row probe;
-	struct rows one = {.at = &probe, .n = 0, .cap = 1};
-	row_add(&one, cfg, db, table);
+	char name[sizeof(r->at->name)];
+	row_name(cfg, db, table, name, sizeof(name));
 	for (size_t i = 0; i < r->n; i++)
-		if (strcmp(r->at[i].name, probe.name) == 0)
+		if (strcmp(r->at[i].name, name) == 0)
 			return true;
 	return false;
 }
