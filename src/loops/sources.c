@@ -646,10 +646,15 @@ void source_turns_read_activity(struct source_turns *t, struct relay_thread *th,
 	sources_read_activity(th, ss, n, t->counts);
 	/* Tried on a session, read or failed (track_counts off): the next
 	 * read waits for its time, or a failing one would run every turn.
-	 * Not tried (the lane has no session yet): the next turn reads. */
+	 * Not tried (the lane has no session yet): the next turn reads, and
+	 * one comes by that time too. A lane's first turn reads before it
+	 * opens its first store; without a time set, a relay whose few
+	 * tables all went idle at their first lease slept to the backstop,
+	 * 5 minutes, however many rows were written meanwhile. */
+	if (n > 0)
+		t->next_activity_ms = now + every_ms;
 	for (size_t i = 0; i < n; i++)
 		if (t->counts[i] != SOURCE_ACTIVITY_NO_SESSION) {
-			t->next_activity_ms = now + every_ms;
 			t->read_n = n;
 			break;
 		}
