@@ -31,8 +31,9 @@ static int discover_pattern(struct relay *r, struct discovery *d, size_t db,
 			    const char *p, size_t *found)
 {
 	char **names = NULL, err[512];
+	uint32_t *oids = NULL;
 	size_t n = 0;
-	int rc = store_catalog_tables(d->catalog[db], p, &names, &n, err,
+	int rc = store_catalog_tables(d->catalog[db], p, &names, &oids, &n, err,
 				      sizeof(err));
 	if (rc != STORE_OK) {
 		log_warn("discovery of %s failed: %s", p, err);
@@ -40,9 +41,9 @@ static int discover_pattern(struct relay *r, struct discovery *d, size_t db,
 	}
 	for (size_t k = 0; k < n; k++) {
 		size_t i;
-		bool added, was_gone;
-		if (!source_list_add(&r->sources, db, names[k], &i, &added,
-				     &was_gone)) {
+		enum source_found what;
+		if (!source_list_add(&r->sources, db, names[k], oids[k], &i,
+				     &what)) {
 			if (!d->full_warned)
 				log_fields(LOG_WARN,
 					   "more tables match than a relay "
@@ -54,20 +55,25 @@ static int discover_pattern(struct relay *r, struct discovery *d, size_t db,
 		}
 		d->seen[i] = true;
 		(*found)++;
-		if (added && d->first_done)
+		if (what == SOURCE_ADDED && d->first_done)
 			log_fields(LOG_INFO, "found a table; relaying it",
 				   "source", relay_source_name(r, i), "pattern",
 				   p, NULL);
-		else if (was_gone) {
+		else if (what == SOURCE_BACK || what == SOURCE_REMADE) {
 			/* Not gone: its lag starts afresh. */
 			relay_source_set_gone(r, i, false);
-			log_fields(LOG_INFO, "a table is back; relaying it",
+			log_fields(LOG_INFO,
+				   what == SOURCE_BACK
+				       ? "a table is back; relaying it"
+				       : "a table was made anew; relaying it "
+					 "afresh",
 				   "source", relay_source_name(r, i), NULL);
 		}
-		if (added || was_gone)
+		if (what != SOURCE_KNOWN)
 			relay_wake_source(r, i);
 	}
 	store_names_free(names, n);
+	free(oids);
 	return STORE_OK;
 }
 

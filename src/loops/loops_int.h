@@ -48,9 +48,9 @@ struct lanes;
  * find (discover.c). Append-only: a source keeps its index for the
  * relay's life, so every per-source array of the threads is indexed the
  * same; one whose table is gone is marked so, and unmarked if it comes
- * back. An entry below n never changes but for gone, and n grows with a
- * release store after the entry is written, so readers take no lock;
- * writers (the discovery thread, relay_create) hold lock.
+ * back. An entry below n never changes but for gone and epoch, and n
+ * grows with a release store after the entry is written, so readers take
+ * no lock; writers (the discovery thread, relay_create) hold lock.
  */
 struct source_list {
 	pthread_mutex_t lock;
@@ -63,6 +63,13 @@ struct source_list {
 	unsigned char *db;
 	const struct config *cfg; /* the databases' names */
 	atomic_bool *gone;
+	/* Per source: the catalog's oid of its table when a pattern found
+	 * it (0: listed, not known), the writers' alone; and how many times
+	 * its table came back or was found made anew (another oid under
+	 * the name: dropped and made again between two discovery passes),
+	 * after which each thread opens its store of it afresh. */
+	uint32_t *oid;
+	atomic_uint *epoch;
 	atomic_size_t n;
 };
 
@@ -217,11 +224,20 @@ void relay_app_name(const struct relay *r, const char *who, char *out,
  * memory. */
 int source_list_init(struct source_list *l, const struct config *cfg);
 void source_list_free(struct source_list *l);
-/* Adds table (*added), or, when listed already, marks it back if it was
- * gone (*back); false when the list is full. Writers only. *index gets its
- * index. */
+/* What source_list_add() found. */
+enum source_found {
+	SOURCE_KNOWN,  /* listed already, as it was */
+	SOURCE_ADDED,  /* new to the list */
+	SOURCE_BACK,   /* listed already, and gone until now */
+	SOURCE_REMADE, /* listed already, its table made anew (another oid) */
+};
+/* Adds table, whose catalog oid is oid (0: not known), or finds it listed
+ * already; false when the list is full. Writers only. *index gets its
+ * index. A table back or made anew moves its epoch on. */
 bool source_list_add(struct source_list *l, size_t db, const char *table,
-		     size_t *index, bool *added, bool *back);
+		     uint32_t oid, size_t *index, enum source_found *found);
+/* Source i's epoch (struct source_list). */
+unsigned relay_source_epoch(struct relay *r, size_t i);
 void relay_source_set_gone(struct relay *r, size_t i, bool gone);
 /* How far behind source i is, as the lease b from it just saw it
  * (/metrics): the age of b's oldest event, 0 when b is empty. */
@@ -260,6 +276,9 @@ struct source_stores {
 		/* The cleaner's: when it last tended the source's
 		 * partitions with this store (0: not yet). */
 		int64_t tended_ms;
+		/* The source's epoch when the store was opened: another
+		 * now lets it go, to be opened afresh. */
+		unsigned epoch;
 	} * at;
 	char who[32]; /* the thread's name, for application_name */
 };
@@ -274,10 +293,10 @@ void sources_close(struct relay *r, struct source_stores *ss);
  * aside. */
 struct store *sources_store(struct relay_thread *th, struct source_stores *ss,
 			    size_t i);
-/* Lets go of every gone source's store and failing mark in ss, as
- * sources_store() does for the source it is asked for: a worker asks only
- * for sources its round-robin picks, which never picks a gone one, and the
- * sweeper and cleaner may not ask for a while. */
+/* Lets go of every gone or remade source's store and failing mark in ss,
+ * as sources_store() does for the source it is asked for: a worker asks
+ * only for sources its round-robin picks, which never picks a gone one,
+ * and the sweeper and cleaner may not ask for a while. */
 void sources_let_go_gone(struct relay *r, struct source_stores *ss);
 /* Until when source i is set aside, 0 when it is not. */
 int64_t sources_retry_ms(const struct source_stores *ss, size_t i);

@@ -61,27 +61,33 @@ int source_list_init(struct source_list *l, const struct config *cfg)
 	l->table_at = calloc(l->cap, sizeof(*l->table_at));
 	l->db = calloc(l->cap, sizeof(*l->db));
 	l->gone = calloc(l->cap, sizeof(*l->gone));
-	if (!l->names || !l->table_at || !l->db || !l->gone ||
-	    pthread_mutex_init(&l->lock, NULL) != 0) {
+	l->oid = calloc(l->cap, sizeof(*l->oid));
+	l->epoch = calloc(l->cap, sizeof(*l->epoch));
+	if (!l->names || !l->table_at || !l->db || !l->gone || !l->oid ||
+	    !l->epoch || pthread_mutex_init(&l->lock, NULL) != 0) {
 		free(l->names);
 		free(l->table_at);
 		free(l->db);
 		free(l->gone);
+		free(l->oid);
+		free(l->epoch);
 		memset(l, 0, sizeof(*l));
 		return -1;
 	}
-	for (size_t i = 0; i < l->cap; i++)
+	for (size_t i = 0; i < l->cap; i++) {
 		atomic_init(&l->gone[i], false);
+		atomic_init(&l->epoch[i], 0);
+	}
 	atomic_init(&l->n, 0);
 	/* Database by database: a worker's round-robin then meets them in
 	 * this order too. */
 	for (size_t d = 0; d < dbs; d++) {
 		for (size_t i = 0; i < cfg->n_tables; i++) {
 			size_t at;
-			bool added, back;
+			enum source_found found;
 			if (!table_is_pattern(cfg->tables[i]))
-				source_list_add(l, d, cfg->tables[i], &at,
-						&added, &back);
+				source_list_add(l, d, cfg->tables[i], 0, &at,
+						&found);
 		}
 	}
 	return 0;
@@ -96,11 +102,13 @@ void source_list_free(struct source_list *l)
 	free(l->table_at);
 	free(l->db);
 	free(l->gone);
+	free(l->oid);
+	free(l->epoch);
 	memset(l, 0, sizeof(*l));
 }
 
 bool source_list_add(struct source_list *l, size_t db, const char *table,
-		     size_t *index, bool *added, bool *back)
+		     uint32_t oid, size_t *index, enum source_found *found)
 {
 	char name[SOURCE_NAME_MAX];
 	size_t table_at = 0;
@@ -111,23 +119,33 @@ bool source_list_add(struct source_list *l, size_t db, const char *table,
 	}
 	snprintf(name + table_at, sizeof(name) - table_at, "%s", table);
 	bool ok = true;
-	*added = false;
-	*back = false;
+	*found = SOURCE_KNOWN;
 	pthread_mutex_lock(&l->lock);
 	size_t n = atomic_load(&l->n);
 	size_t i = 0;
 	while (i < n && strcmp(l->names[i], name) != 0)
 		i++;
 	if (i < n) {
-		*back = atomic_exchange(&l->gone[i], false);
+		if (atomic_exchange(&l->gone[i], false))
+			*found = SOURCE_BACK;
+		else if (oid && l->oid[i] && oid != l->oid[i])
+			*found = SOURCE_REMADE;
+		if (oid)
+			l->oid[i] = oid;
+		/* A table back may be one made anew too, and a thread
+		 * that did not look while it was gone still has the old
+		 * one's store. */
+		if (*found != SOURCE_KNOWN)
+			atomic_fetch_add(&l->epoch[i], 1);
 	} else if (n < l->cap) {
 		memcpy(l->names[n], name, sizeof(name));
 		l->table_at[n] = (unsigned char)table_at;
 		l->db[n] = (unsigned char)db;
+		l->oid[n] = oid;
+		*found = SOURCE_ADDED;
 		/* Published after it is written: readers load n with
 		 * acquire and read names below it without the lock. */
 		atomic_store_explicit(&l->n, n + 1, memory_order_release);
-		*added = true;
 	} else {
 		ok = false;
 	}
@@ -203,6 +221,11 @@ void relay_source_stats(struct relay *r, size_t i,
 bool relay_source_gone(struct relay *r, size_t i)
 {
 	return atomic_load(&r->sources.gone[i]);
+}
+
+unsigned relay_source_epoch(struct relay *r, size_t i)
+{
+	return atomic_load(&r->sources.epoch[i]);
 }
 
 bool sources_gated(struct relay *r)
@@ -289,6 +312,8 @@ static bool try_open(struct relay_thread *th, struct source_stores *ss,
 	o.rescan_pace = &r->rescan_pace[i];
 	o.key_turn = &r->key_turn[i];
 	o.due_turn = &r->due_turn[i];
+	/* Before the open: a table made anew while it runs is met again. */
+	ss->at[i].epoch = relay_source_epoch(r, i);
 	int rc =
 	    store_open_sharing(&ss->at[i].store, &o,
 			       store_of_db(r, ss, db, false), err, sizeof(err));
@@ -368,12 +393,21 @@ static void let_go(struct relay *r, struct source_store *at, size_t i)
 	at->tended_ms = 0;
 }
 
+/* Whether the store of source i that at has (or had, failing) is of
+ * another table than the one now under its name. */
+static bool remade(struct relay *r, const struct source_store *at, size_t i)
+{
+	return (at->store || at->failing) &&
+	       at->epoch != relay_source_epoch(r, i);
+}
+
 void sources_let_go_gone(struct relay *r, struct source_stores *ss)
 {
 	size_t n = relay_sources_n(r);
 	for (size_t i = 0; i < n && i < ss->n; i++)
-		if ((ss->at[i].store || ss->at[i].failing) &&
-		    relay_source_gone(r, i))
+		if (((ss->at[i].store || ss->at[i].failing) &&
+		     relay_source_gone(r, i)) ||
+		    remade(r, &ss->at[i], i))
 			let_go(r, &ss->at[i], i);
 }
 
@@ -385,6 +419,9 @@ struct store *sources_store(struct relay_thread *th, struct source_stores *ss,
 		let_go(th->relay, at, i);
 		return NULL;
 	}
+	/* Its checks, flags and floors were of the table dropped. */
+	if (remade(th->relay, at, i))
+		let_go(th->relay, at, i);
 	if (at->failing && clock_ms() < at->retry_ms)
 		return NULL;
 	if (!at->store && !try_open(th, ss, i))

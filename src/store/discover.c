@@ -82,10 +82,13 @@ void store_names_free(char **names, size_t n)
 }
 
 int store_catalog_tables(struct store_catalog *c, const char *pattern,
-			 char ***names, size_t *n, char *err, size_t errlen)
+			 char ***names, uint32_t **oids, size_t *n, char *err,
+			 size_t errlen)
 {
 	char like[128], name[64];
 	*names = NULL;
+	if (oids)
+		*oids = NULL;
 	*n = 0;
 	if (table_pattern_parse(pattern, like, sizeof(like), name, sizeof(name),
 				err, errlen) != 0)
@@ -97,7 +100,7 @@ int store_catalog_tables(struct store_catalog *c, const char *pattern,
 	const char *values[2] = {like, name};
 	PGresult *res = PQexecParams(
 	    c->conn,
-	    "SELECT n.nspname FROM pg_catalog.pg_class c JOIN "
+	    "SELECT n.nspname, c.oid FROM pg_catalog.pg_class c JOIN "
 	    "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE "
 	    "c.relname = $2 AND c.relkind IN ('r', 'p') AND NOT "
 	    "c.relispartition AND c.relpersistence <> 't' AND n.nspname "
@@ -114,6 +117,11 @@ int store_catalog_tables(struct store_catalog *c, const char *pattern,
 	}
 	size_t rows = (size_t)PQntuples(res);
 	char **out = calloc(rows ? rows : 1, sizeof(*out));
+	uint32_t *ids = calloc(rows ? rows : 1, sizeof(*ids));
+	if (!ids) {
+		free(out);
+		out = NULL;
+	}
 	for (size_t i = 0; out && i < rows; i++) {
 		struct outbox_table t;
 		char full[160], why[160];
@@ -129,16 +137,23 @@ int store_catalog_tables(struct store_catalog *c, const char *pattern,
 			store_names_free(out, *n);
 			out = NULL;
 		} else {
+			ids[*n] = (uint32_t)strtoul(PQgetvalue(res, (int)i, 1),
+						    NULL, 10);
 			(*n)++;
 		}
 	}
 	PQclear(res);
 	if (!out) {
+		free(ids);
 		*n = 0;
 		snprintf(err, errlen, "catalog: out of memory");
 		return STORE_ERROR;
 	}
 	*names = out;
+	if (oids)
+		*oids = ids;
+	else
+		free(ids);
 	return STORE_OK;
 }
 
@@ -150,7 +165,8 @@ int store_catalog_match(const struct store_options *opt, const char *pattern,
 	*n = 0;
 	int rc = store_catalog_open(&c, opt, err, errlen);
 	if (rc == STORE_OK)
-		rc = store_catalog_tables(c, pattern, names, n, err, errlen);
+		rc = store_catalog_tables(c, pattern, names, NULL, n, err,
+					  errlen);
 	store_catalog_close(c);
 	return rc;
 }

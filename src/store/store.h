@@ -805,12 +805,16 @@ int store_catalog_open(struct store_catalog **out,
 		       size_t errlen);
 /*
  * The tables matching pattern ("glob.name", table_pattern_parse()), each
- * "schema.name", sorted; *names is malloc'd (store_names_free()). Schemas
- * whose names are not plain identifiers are left out. STORE_RECONNECT
- * when the session is gone: close and open again.
+ * "schema.name", sorted; *names is malloc'd (store_names_free()). With
+ * oids not NULL, *oids gets each one's pg_class oid, malloc'd too: a table
+ * dropped and made again between two looks (a tenant restored from a
+ * dump) has the same name and another oid. Schemas whose names are not
+ * plain identifiers are left out. STORE_RECONNECT when the session is
+ * gone: close and open again.
  */
 int store_catalog_tables(struct store_catalog *c, const char *pattern,
-			 char ***names, size_t *n, char *err, size_t errlen);
+			 char ***names, uint32_t **oids, size_t *n, char *err,
+			 size_t errlen);
 void store_catalog_close(struct store_catalog *c);
 void store_names_free(char **names, size_t n);
 /* store_catalog_tables() of pattern on a catalog session of its own,

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# A relay of a pattern that matches one table (docs/design.md §13): a row
-# written after the start goes out within a poll interval and the
+# A relay of a pattern that matches one table (docs/design.md §13).
+# Rows written after the start go out within a poll interval and the
 # statistics' flush, where the lanes, whose first activity read came
-# before they had a session, slept to the backstop (5 minutes).
+# before they had a session, slept to the backstop (5 minutes). Then the
+# tenant's table is restored from a dump under the running relay: the
+# schema dropped and restored in one transaction, so no discovery pass
+# sees it gone. The row the dump holds pending, sent since, is pending
+# again with its old due time, below the scan floor of the relay's store
+# of the dropped table; discovery finds another oid under the name, each
+# thread opens its store afresh, and the row goes out again within
+# seconds, where the old store left it for its next scan from the start
+# (ten minutes here).
 . "$(dirname "$0")/lib.sh"
 it_table remade
 schema="${OUTBOX_TABLE%%.*}"
@@ -20,15 +28,33 @@ insert() { # N TYPE
 	it_psql "INSERT INTO $table (type, payload) SELECT '$2', convert_to('{}', 'UTF8') FROM generate_series(1, $1)" >/dev/null
 }
 printed() { [ "$(grep -c "\"type\":\"$1\"" "$it_dir/remade.out")" -ge "$2" ]; }
-insert 1 first
+insert 1 restored
+pg_dump -n "$tenant" --no-owner -f "$it_dir/tenant.sql" "$RELAY_TEST_DATABASE_URL" \
+	2>"$it_dir/pg_dump.err" || it_fail "pg_dump: $(cat "$it_dir/pg_dump.err")"
 
 OUTBOX_TABLE="$pattern" it_relay remade OUTBOX_DISCOVERY_INTERVAL=1s \
-	OUTBOX_LOG_LEVEL=info
+	OUTBOX_LEASE_RESCAN_INTERVAL=10m OUTBOX_LOG_LEVEL=info
 pid=$it_last_pid
-it_wait 15 "the row written before the start" printed first 1
+it_wait 15 "the dumped row, first sent" printed restored 1
+# Later rows move the lease's scan floor past the dumped row's due time.
 sleep 1
 insert 20 later
 it_wait 15 "the later rows" printed later 20
+sleep 1
+
+{
+	echo "DROP SCHEMA $tenant CASCADE;"
+	cat "$it_dir/tenant.sql"
+} | psql "$RELAY_TEST_DATABASE_URL" -X -q -1 -v ON_ERROR_STOP=1 >"$it_dir/restore.out" 2>&1 ||
+	it_fail "the restore failed: $(tail -3 "$it_dir/restore.out")"
+[ "$(it_psql "SELECT count(*) FROM $table WHERE type = 'restored' AND status = 'pending'")" = 1 ] ||
+	it_fail "the restore did not make the dumped row pending again"
+it_wait 15 "the restored row, sent again" printed restored 2
+grep -q '"a table was made anew; relaying it afresh".*_t1' "$it_dir/remade.log" ||
+	it_fail "no log line for the table made anew"
+! grep -q '"a table is gone' "$it_dir/remade.log" || it_fail "a discovery pass saw the table gone"
+insert 1 after
+it_wait 15 "a row written after the restore" printed after 1
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
-echo "ok: rows written after the start went out"
+echo "ok: the restored table's pending row went out again"

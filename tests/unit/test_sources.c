@@ -267,7 +267,7 @@ static void catalog_call_run(void *arg)
 {
 	struct catalog_call *k = arg;
 	store_names_free(k->names, k->n);
-	if (store_catalog_tables(k->c, k->pattern, &k->names, &k->n, err,
+	if (store_catalog_tables(k->c, k->pattern, &k->names, NULL, &k->n, err,
 				 sizeof(err)) != 0)
 		fail_msg("catalog: %s", err);
 }
