@@ -23,7 +23,34 @@ struct discovery {
 	bool *seen;
 	bool full_warned; /* the source list's cap was reported */
 	bool first_done;  /* the first pass's summary was logged */
+	/* OUTBOX_TABLE's listed tables without a schema, and the oids they
+	 * name in the database of this pass (its search_path's): a
+	 * pattern's match of one of them is that listed source, not a
+	 * second source of the same table. */
+	const char **bare;
+	uint32_t *bare_oid;
+	size_t n_bare;
+	bool bare_said[CONFIG_DATABASES_MAX];
 };
+
+/* Whether oid is one a bare listed table names in this pass's database;
+ * says so once a database. */
+static bool listed_bare(struct discovery *d, size_t db, uint32_t oid,
+			const char *name)
+{
+	for (size_t b = 0; b < d->n_bare; b++) {
+		if (d->bare_oid[b] != oid || oid == 0)
+			continue;
+		if (!d->bare_said[db])
+			log_fields(LOG_INFO,
+				   "a table the pattern matches is listed "
+				   "too; relayed once, as listed",
+				   "table", name, "listed", d->bare[b], NULL);
+		d->bare_said[db] = true;
+		return true;
+	}
+	return false;
+}
 
 /* Adds what pattern p matched in database db to the sources; STORE_OK or
  * the catalog's error (nothing is let go on an error). */
@@ -42,6 +69,8 @@ static int discover_pattern(struct relay *r, struct discovery *d, size_t db,
 	for (size_t k = 0; k < n; k++) {
 		size_t i;
 		enum source_found what;
+		if (listed_bare(d, db, oids[k], names[k]))
+			continue;
 		if (!source_list_add(&r->sources, db, names[k], oids[k], &i,
 				     &what)) {
 			if (!d->full_warned)
@@ -84,6 +113,13 @@ static int discover(struct relay *r, struct discovery *d, size_t db,
 {
 	const struct config *cfg = r->cfg;
 	memset(d->seen, 0, r->sources.cap * sizeof(*d->seen));
+	char err[512];
+	int rc = store_catalog_oids(d->catalog[db], d->bare, d->n_bare,
+				    d->bare_oid, err, sizeof(err));
+	if (rc != STORE_OK) {
+		log_warn("discovery: %s", err);
+		return rc;
+	}
 	for (size_t p = 0; p < cfg->n_tables; p++) {
 		if (!table_is_pattern(cfg->tables[p]))
 			continue;
@@ -191,8 +227,22 @@ void *discovery_main(void *arg)
 	struct discovery d = {0};
 	log_set_thread(th->name);
 	d.seen = calloc(r->sources.cap, sizeof(*d.seen));
-	if (!d.seen)
+	d.bare = calloc(r->cfg->n_tables + 1, sizeof(*d.bare));
+	d.bare_oid = calloc(r->cfg->n_tables + 1, sizeof(*d.bare_oid));
+	for (size_t p = 0; d.bare && p < r->cfg->n_tables; p++) {
+		struct outbox_table t;
+		char why[160];
+		const char *name = r->cfg->tables[p];
+		if (!table_is_pattern(name) &&
+		    table_parse(name, &t, why, sizeof(why)) == 0 &&
+		    t.schema[0] == '\0')
+			d.bare[d.n_bare++] = name;
+	}
+	if (!d.seen || !d.bare || !d.bare_oid) {
 		log_error("out of memory for discovery");
+		free(d.seen);
+		d.seen = NULL;
+	}
 	while (d.seen && !relay_stopping(r)) {
 		loop_tick(th);
 		discover_all(th, &d);
@@ -201,6 +251,8 @@ void *discovery_main(void *arg)
 	for (size_t db = 0; db < CONFIG_DATABASES_MAX; db++)
 		store_catalog_close(d.catalog[db]);
 	free(d.seen);
+	free(d.bare);
+	free(d.bare_oid);
 	log_info("discovery stopped");
 	return NULL;
 }

@@ -128,6 +128,62 @@ static int row_order(const void *pa, const void *pb)
 	return strcmp(a->name, b->name);
 }
 
+/* The catalog of the database o names, opened at its first use, with
+ * the oids of OUTBOX_TABLE's tables listed without a schema (*bare, *n_bare):
+ * a pattern's match of one of those is that listed source, as the relay
+ * counts it. */
+struct catalog_look {
+	struct store_catalog *c;
+	uint32_t *bare;
+	size_t n_bare;
+};
+
+static int catalog_look_open(struct catalog_look *k,
+			     const struct store_options *o,
+			     const struct config *cfg, char *err, size_t errlen)
+{
+	if (k->c)
+		return STORE_OK;
+	const char **names = calloc(cfg->n_tables + 1, sizeof(*names));
+	k->bare = calloc(cfg->n_tables + 1, sizeof(*k->bare));
+	int rc = STORE_ERROR;
+	if (!names || !k->bare) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	k->n_bare = 0;
+	for (size_t i = 0; i < cfg->n_tables; i++) {
+		struct outbox_table t;
+		char why[160];
+		if (!table_is_pattern(cfg->tables[i]) &&
+		    table_parse(cfg->tables[i], &t, why, sizeof(why)) == 0 &&
+		    t.schema[0] == '\0')
+			names[k->n_bare++] = cfg->tables[i];
+	}
+	rc = store_catalog_open(&k->c, o, err, errlen);
+	if (rc == STORE_OK)
+		rc = store_catalog_oids(k->c, names, k->n_bare, k->bare, err,
+					errlen);
+out:
+	free(names);
+	return rc;
+}
+
+static void catalog_look_close(struct catalog_look *k)
+{
+	store_catalog_close(k->c);
+	free(k->bare);
+	memset(k, 0, sizeof(*k));
+}
+
+static bool catalog_look_bare(const struct catalog_look *k, uint32_t oid)
+{
+	for (size_t i = 0; i < k->n_bare; i++)
+		if (k->bare[i] == oid && oid != 0)
+			return true;
+	return false;
+}
+
 /* Every source of database db: OUTBOX_TABLE's tables and what its
  * patterns match now. */
 static int collect(struct rows *r, const struct config *cfg, size_t db)
@@ -137,17 +193,22 @@ static int collect(struct rows *r, const struct config *cfg, size_t db)
 	o.prepare = false;
 	o.conninfo = config_database_url(cfg, db);
 	struct store *first = NULL;
+	struct catalog_look look = {0};
 	bool down = false;
 	for (size_t i = 0; i < cfg->n_tables; i++) {
 		const char *t = cfg->tables[i];
 		char *one[1] = {(char *)t};
 		char **names = NULL, err[512];
+		uint32_t *oids = NULL;
 		size_t n = 0;
 		if (!table_is_pattern(t)) {
 			names = one;
 			n = 1;
-		} else if (down || store_catalog_match(&o, t, &names, &n, err,
-						       sizeof(err)) != 0) {
+		} else if (down ||
+			   catalog_look_open(&look, &o, cfg, err,
+					     sizeof(err)) != STORE_OK ||
+			   store_catalog_tables(look.c, t, &names, &oids, &n,
+						err, sizeof(err)) != STORE_OK) {
 			struct source_row *row = row_add(r, cfg, db, t);
 			if (!row)
 				goto oom;
@@ -159,12 +220,14 @@ static int collect(struct rows *r, const struct config *cfg, size_t db)
 			continue;
 		}
 		for (size_t k = 0; k < n; k++) {
-			if (row_known(r, cfg, db, names[k]))
+			if (row_known(r, cfg, db, names[k]) ||
+			    (oids && catalog_look_bare(&look, oids[k])))
 				continue;
 			struct source_row *row = row_add(r, cfg, db, names[k]);
 			if (!row) {
 				if (table_is_pattern(t))
 					store_names_free(names, n);
+				free(oids);
 				goto oom;
 			}
 			o.table = names[k];
@@ -172,10 +235,13 @@ static int collect(struct rows *r, const struct config *cfg, size_t db)
 		}
 		if (table_is_pattern(t))
 			store_names_free(names, n);
+		free(oids);
 	}
+	catalog_look_close(&look);
 	store_close(first);
 	return 0;
 oom:
+	catalog_look_close(&look);
 	store_close(first);
 	return -1;
 }

@@ -157,6 +157,62 @@ int store_catalog_tables(struct store_catalog *c, const char *pattern,
 	return STORE_OK;
 }
 
+int store_catalog_oids(struct store_catalog *c, const char *const *tables,
+		       size_t n, uint32_t *oids, char *err, size_t errlen)
+{
+	if (n == 0)
+		return STORE_OK;
+	int rc = STORE_ERROR;
+	char *arr = NULL;
+	char(*quoted)[sizeof(((struct outbox_table *)0)->quoted)] =
+	    calloc(n, sizeof(*quoted));
+	const char **items = calloc(n, sizeof(*items));
+	if (!quoted || !items) {
+		snprintf(err, errlen, "catalog: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct outbox_table t;
+		if (table_parse(tables[i], &t, err, errlen) != 0)
+			goto out;
+		/* Quoted, as the stores name it: to_regclass() would fold
+		 * a mixed-case name. */
+		memcpy(quoted[i], t.quoted, sizeof(quoted[i]));
+		items[i] = quoted[i];
+	}
+	arr = store_pg_array(items, n, PG_ARRAY_QUOTED, sizeof(quoted[0]));
+	if (!arr) {
+		snprintf(err, errlen, "catalog: out of memory");
+		goto out;
+	}
+	const char *values[1] = {arr};
+	PGresult *res = PQexecParams(
+	    c->conn,
+	    "SELECT coalesce(to_regclass(t)::oid, 0) FROM unnest($1::text[]) "
+	    "WITH ORDINALITY AS u(t, i) ORDER BY i",
+	    1, NULL, values, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK ||
+	    (size_t)PQntuples(res) != n) {
+		char why[512];
+		pgconn_error(c->conn, res, why, sizeof(why));
+		snprintf(err, errlen, "catalog: %s", why);
+		rc = pgconn_needs_reconnect(c->conn, res) ? STORE_RECONNECT
+							  : STORE_ERROR;
+		PQclear(res);
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		oids[i] =
+		    (uint32_t)strtoul(PQgetvalue(res, (int)i, 0), NULL, 10);
+	PQclear(res);
+	rc = STORE_OK;
+out:
+	free(arr);
+	free(items);
+	free(quoted);
+	return rc;
+}
+
 int store_catalog_match(const struct store_options *opt, const char *pattern,
 			char ***names, size_t *n, char *err, size_t errlen)
 {

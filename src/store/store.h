@@ -815,6 +815,11 @@ int store_catalog_open(struct store_catalog **out,
 int store_catalog_tables(struct store_catalog *c, const char *pattern,
 			 char ***names, uint32_t **oids, size_t *n, char *err,
 			 size_t errlen);
+/* The pg_class oid each of tables[] ("name" or "schema.name") names on
+ * the catalog's session, by its search_path for an unqualified one; 0
+ * for one that names no table. */
+int store_catalog_oids(struct store_catalog *c, const char *const *tables,
+		       size_t n, uint32_t *oids, char *err, size_t errlen);
 void store_catalog_close(struct store_catalog *c);
 void store_names_free(char **names, size_t n);
 /* store_catalog_tables() of pattern on a catalog session of its own,

@@ -11,7 +11,8 @@
 # of the dropped table; discovery finds another oid under the name, each
 # thread opens its store afresh, and the row goes out again within
 # seconds, where the old store left it for its next scan from the start
-# (ten minutes here).
+# (ten minutes here). Last, the table listed without a schema beside the
+# pattern that matches it is one source.
 . "$(dirname "$0")/lib.sh"
 it_table remade
 schema="${OUTBOX_TABLE%%.*}"
@@ -57,4 +58,29 @@ insert 1 after
 it_wait 15 "a row written after the restore" printed after 1
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
-echo "ok: the restored table's pending row went out again"
+
+# The same table listed without a schema (found by the session's
+# search_path) beside the pattern that matches it: one source, as listed,
+# where the pattern's match made a second source of the same table.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+url="$RELAY_TEST_DATABASE_URL"
+case "$url" in *\?*) url="$url&" ;; *) url="$url?" ;; esac
+url="${url}options=-csearch_path%3D$tenant"
+OUTBOX_TABLE="outbox_events,$pattern" it_relay both OUTBOX_DATABASE_URL="$url" \
+	OUTBOX_DISCOVERY_INTERVAL=1s OUTBOX_LOG_LEVEL=info OUTBOX_HTTP_ADDR="127.0.0.1:$port"
+pid=$it_last_pid
+it_wait 15 "the relay's discovery" grep -q '"msg":"discovered tables"' "$it_dir/both.log"
+served() { curl -sf "http://127.0.0.1:$port/metrics" | awk '$1 == "outbox_sources{state=\"served\"}" { print $2 }'; }
+it_wait 10 "/metrics" bash -c "curl -sf http://127.0.0.1:$port/metrics >/dev/null"
+[ "$(served)" = 1 ] || it_fail "the listed table and the pattern's match of it are $(served) sources"
+grep -q '"a table the pattern matches is listed too; relayed once, as listed".*"listed":"outbox_events"' "$it_dir/both.log" ||
+	it_fail "no log line for the table listed and matched"
+# `status` counts it once too.
+env OUTBOX_DATABASE_URL="$url" OUTBOX_TABLE="outbox_events,$pattern" "$RELAY_TEST_BIN" status \
+	>"$it_dir/status.out" 2>&1 || it_fail "status failed: $(cat "$it_dir/status.out")"
+grep -q '^1 sources, 0 in trouble' "$it_dir/status.out" || it_fail "status: $(cat "$it_dir/status.out")"
+insert 1 both
+it_wait 15 "a row of the table listed and matched" grep -q '"type":"both"' "$it_dir/both.out"
+it_stop "$pid"
+[ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
+echo "ok: the restored table's pending row went out again; a table listed and matched is one source"
