@@ -81,6 +81,10 @@ const char *relay_source_table(struct relay *r, size_t i);
 size_t relay_source_db(struct relay *r, size_t i);
 /* Whether source i's table was found gone (a pattern's, let go). */
 bool relay_source_gone(struct relay *r, size_t i);
+/* How many times source i's table came back from gone or was found made
+ * anew (docs/design.md §13): a store of it opened under another epoch is
+ * of a table dropped since. */
+unsigned relay_source_epoch(struct relay *r, size_t i);
 
 /* What /metrics shows of source i: its events by outcome since start,
  * whether a loop thread has it set aside, whether it is gone, the age

@@ -48,9 +48,10 @@ struct lanes;
  * find (discover.c). Append-only: a source keeps its index for the
  * relay's life, so every per-source array of the threads is indexed the
  * same; one whose table is gone is marked so, and unmarked if it comes
- * back. An entry below n never changes but for gone and epoch, and n
- * grows with a release store after the entry is written, so readers take
- * no lock; writers (the discovery thread, relay_create) hold lock.
+ * back. An entry below n never changes but for gone, epoch and oid (the
+ * writers' alone), and n grows with a release store after the entry is
+ * written, so readers take no lock; writers (the discovery thread,
+ * relay_create) hold lock.
  */
 struct source_list {
 	pthread_mutex_t lock;
@@ -236,8 +237,6 @@ enum source_found {
  * index. A table back or made anew moves its epoch on. */
 bool source_list_add(struct source_list *l, size_t db, const char *table,
 		     uint32_t oid, size_t *index, enum source_found *found);
-/* Source i's epoch (struct source_list). */
-unsigned relay_source_epoch(struct relay *r, size_t i);
 void relay_source_set_gone(struct relay *r, size_t i, bool gone);
 /* How far behind source i is, as the lease b from it just saw it
  * (/metrics): the age of b's oldest event, 0 when b is empty. */
@@ -358,8 +357,8 @@ size_t source_turns_pick(struct source_turns *t, struct relay *r,
 			 const struct source_stores *ss, int64_t now);
 /* A count of sources_read_activity() for a source it could not read. */
 #define SOURCE_ACTIVITY_UNREAD INT64_MIN
-/* One for a source of a database ss holds no session of yet: nothing was
- * tried, so nothing is known to have moved. */
+/* One for a source of a database ss holds no session of and could open
+ * none: nothing was tried, so nothing is known to have moved. */
 #define SOURCE_ACTIVITY_NO_SESSION (INT64_MIN + 1)
 /* Whether a count of sources_read_activity() is one. */
 static inline bool source_activity_counted(int64_t count)
@@ -369,12 +368,12 @@ static inline bool source_activity_counted(int64_t count)
 }
 /* Fills counts[0..n) with each source's writes as Postgres' statistics
  * count them (store_tables_activity), one statement a database, on the
- * sessions of ss; SOURCE_ACTIVITY_UNREAD where its database could not be
- * read, SOURCE_ACTIVITY_NO_SESSION where ss has no session of it. False
- * when none was read. Ticks th before each database's read. */
-bool sources_read_activity(struct relay_thread *th,
-			   const struct source_stores *ss, size_t n,
-			   int64_t *counts);
+ * sessions of ss (a store of a database it has none of is opened);
+ * SOURCE_ACTIVITY_UNREAD where its database could not be read,
+ * SOURCE_ACTIVITY_NO_SESSION where no store of it would open. False when
+ * none was read. Ticks th before each database's read. */
+bool sources_read_activity(struct relay_thread *th, struct source_stores *ss,
+			   size_t n, int64_t *counts);
 /* Of several sources: takes sources_read_activity()'s counts (NULL: none
  * read), making due each idle source whose count moved or could not be
  * read; one of a database without a session is left as it was. */
@@ -388,8 +387,7 @@ void source_turns_note_activity(struct source_turns *t, size_t n,
  * due, as polling would.
  */
 void source_turns_read_activity(struct source_turns *t, struct relay_thread *th,
-				const struct source_stores *ss,
-				int64_t every_ms);
+				struct source_stores *ss, int64_t every_ms);
 /* Keeps a source's operator pauses, keys[0..n), for the reads between
  * refreshes; false when out of memory (the pauses kept before stay). */
 bool source_turn_keep_control(struct source_turn *t,

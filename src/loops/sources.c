@@ -126,7 +126,7 @@ bool source_list_add(struct source_list *l, size_t db, const char *table,
 	while (i < n && strcmp(l->names[i], name) != 0)
 		i++;
 	if (i < n) {
-		if (atomic_exchange(&l->gone[i], false))
+		if (atomic_load(&l->gone[i]))
 			*found = SOURCE_BACK;
 		else if (oid && l->oid[i] && oid != l->oid[i])
 			*found = SOURCE_REMADE;
@@ -134,9 +134,11 @@ bool source_list_add(struct source_list *l, size_t db, const char *table,
 			l->oid[i] = oid;
 		/* A table back may be one made anew too, and a thread
 		 * that did not look while it was gone still has the old
-		 * one's store. */
+		 * one's store. The epoch moves before the source is back:
+		 * a thread that sees it back sees the new epoch. */
 		if (*found != SOURCE_KNOWN)
 			atomic_fetch_add(&l->epoch[i], 1);
+		atomic_store(&l->gone[i], false);
 	} else if (n < l->cap) {
 		memcpy(l->names[n], name, sizeof(name));
 		l->table_at[n] = (unsigned char)table_at;
@@ -393,12 +395,13 @@ static void let_go(struct relay *r, struct source_store *at, size_t i)
 	at->tended_ms = 0;
 }
 
-/* Whether the store of source i that at has (or had, failing) is of
- * another table than the one now under its name. */
+/* Whether the store of source i that at has is of another table than
+ * the one now under its name. (One set aside without a store opens the
+ * new table at its next try; its epoch may be older than the store it
+ * never opened, as when its whole database was set aside.) */
 static bool remade(struct relay *r, const struct source_store *at, size_t i)
 {
-	return (at->store || at->failing) &&
-	       at->epoch != relay_source_epoch(r, i);
+	return at->store && at->epoch != relay_source_epoch(r, i);
 }
 
 void sources_let_go_gone(struct relay *r, struct source_stores *ss)
@@ -583,9 +586,22 @@ void source_turns_note_activity(struct source_turns *t, size_t n,
 	}
 }
 
-bool sources_read_activity(struct relay_thread *th,
-			   const struct source_stores *ss, size_t n,
-			   int64_t *counts)
+/* An open store of database db for ss, opening one of its sources' if
+ * none is open; NULL when none would open. */
+static struct store *store_for_read(struct relay_thread *th,
+				    struct source_stores *ss, size_t db)
+{
+	struct relay *r = th->relay;
+	struct store *s = sources_any(r, ss, db);
+	size_t n = relay_sources_n(r);
+	for (size_t i = 0; !s && i < n && i < ss->n; i++)
+		if (relay_source_db(r, i) == db && !relay_source_gone(r, i))
+			s = sources_store(th, ss, i);
+	return s;
+}
+
+bool sources_read_activity(struct relay_thread *th, struct source_stores *ss,
+			   size_t n, int64_t *counts)
 {
 	struct relay *r = th->relay;
 	const char **names = calloc(n ? n : 1, sizeof(*names));
@@ -604,7 +620,6 @@ bool sources_read_activity(struct relay_thread *th,
 				names[k] = relay_source_table(r, i);
 				of[k++] = i;
 			}
-		struct store *s = sources_any(r, ss, d);
 		char err[512];
 		if (k == 0)
 			continue;
@@ -612,6 +627,11 @@ bool sources_read_activity(struct relay_thread *th,
 		 * many that hang is not, and without a tick between them
 		 * /healthz took the thread for stuck. */
 		loop_tick(th);
+		/* A lane's first turn reads before it has leased: it opens
+		 * its session of the database for the read, or its read
+		 * would count nothing (a second lane that never leased read
+		 * nothing, every turn it took). */
+		struct store *s = store_for_read(th, ss, d);
 		if (!s) {
 			for (size_t j = 0; j < k; j++)
 				counts[of[j]] = SOURCE_ACTIVITY_NO_SESSION;
@@ -667,8 +687,7 @@ int64_t source_turns_earliest(const struct source_turns *t, struct relay *r,
  * polling would.
  */
 void source_turns_read_activity(struct source_turns *t, struct relay_thread *th,
-				const struct source_stores *ss,
-				int64_t every_ms)
+				struct source_stores *ss, int64_t every_ms)
 {
 	struct relay *r = th->relay;
 	int64_t now = clock_ms();
@@ -683,11 +702,10 @@ void source_turns_read_activity(struct source_turns *t, struct relay_thread *th,
 	sources_read_activity(th, ss, n, t->counts);
 	/* Tried on a session, read or failed (track_counts off): the next
 	 * read waits for its time, or a failing one would run every turn.
-	 * Not tried (the lane has no session yet): the next turn reads, and
-	 * one comes by that time too. A lane's first turn reads before it
-	 * opens its first store; without a time set, a relay whose few
-	 * tables all went idle at their first lease slept to the backstop,
-	 * 5 minutes, however many rows were written meanwhile. */
+	 * Not tried (no store of the database would open): the next turn
+	 * reads, and one comes by that time too; without a time set, a
+	 * relay whose tables all went idle slept to the backstop, 5
+	 * minutes, however many rows were written meanwhile. */
 	if (n > 0)
 		t->next_activity_ms = now + every_ms;
 	for (size_t i = 0; i < n; i++)

@@ -263,6 +263,7 @@ struct ops_session {
 	bool idx_known;
 	size_t source; /* the source whose table and database it uses */
 	bool has_source;
+	unsigned epoch; /* relay_source_epoch() of source as it connected */
 	struct registries *regs; /* the other sources' registries */
 	/* Moves to another source since a heartbeat last worked: once
 	 * every source was tried, the next round waits RECONNECT_MS, and
@@ -398,6 +399,7 @@ static void round_failed(struct ops_session *o)
 static void try_connect(struct ops_session *o, struct store_options *so,
 			int64_t now)
 {
+	o->epoch = relay_source_epoch(o->relay, o->source);
 	int rc = o->s ? store_reconnect(o->s, o->err, sizeof(o->err))
 		      : store_open(&o->s, so, o->err, sizeof(o->err));
 	o->connected = rc == 0;
@@ -569,6 +571,18 @@ static void *ops_main(void *arg)
 		 * it fails. */
 		if (!o.has_source && relay_sources_n(r) > 0)
 			use_source(&o, &so, 0);
+		/* Its table made anew (docs/design.md §13): opened and
+		 * checked again, as are the registries that share its
+		 * session. */
+		if (o.s && o.has_source &&
+		    o.epoch != relay_source_epoch(r, o.source)) {
+			registries_close_db(o.regs, r,
+					    relay_source_db(r, o.source));
+			store_close(o.s);
+			o.s = NULL;
+			o.connected = false;
+			o.next_connect = now;
+		}
 		if (!o.connected && now >= o.next_connect && o.has_source)
 			try_connect(&o, &so, now);
 		if (o.connected &&

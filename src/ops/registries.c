@@ -43,6 +43,7 @@ struct registry_entry {
 	int64_t written;   /* its last heartbeat's time */
 	size_t writes;	   /* for its turn to prune */
 	bool draining;	   /* what its last heartbeat said */
+	unsigned epoch;	   /* relay_source_epoch() as it was opened */
 };
 
 /* A database's round: where its budget last ran out, and, for one other
@@ -149,6 +150,7 @@ static int entry_open(struct registry_entry *e, struct relay *r, size_t i,
 	    config_database_url(relay_config(r), relay_source_db(r, i));
 	if (other_db)
 		o.dead_peer_ms = OTHER_DB_DEAD_PEER_MS;
+	e->epoch = relay_source_epoch(r, i);
 	int rc = store_open_sharing(&e->s, &o, with, err, errlen);
 	if (rc == STORE_RECONNECT)
 		return rc;
@@ -284,9 +286,13 @@ static int beat_db(struct registries *g, struct relay *r, size_t db,
 	bool other_db = with == NULL;
 	int rc = 0;
 	/* Gone sources' stores first: one of them may be the store the
-	 * others would share their session through. */
+	 * others would share their session through. A table made anew is
+	 * opened again: its side tables are looked at anew. */
 	for (size_t i = 0; i < n; i++)
-		if (relay_source_db(r, i) == db && relay_source_gone(r, i))
+		if (relay_source_db(r, i) == db &&
+		    (relay_source_gone(r, i) ||
+		     (g->at[i].s &&
+		      g->at[i].epoch != relay_source_epoch(r, i))))
 			entry_close(&g->at[i]);
 	if (!with)
 		with = store_of_db(g, r, db);

@@ -33,8 +33,10 @@ insert 1 restored
 pg_dump -n "$tenant" --no-owner -f "$it_dir/tenant.sql" "$RELAY_TEST_DATABASE_URL" \
 	2>"$it_dir/pg_dump.err" || it_fail "pg_dump: $(cat "$it_dir/pg_dump.err")"
 
+# One lane: it holds the floors of every lease (a second lane that
+# leased nothing would have none, and would rescan).
 OUTBOX_TABLE="$pattern" it_relay remade OUTBOX_DISCOVERY_INTERVAL=1s \
-	OUTBOX_LEASE_RESCAN_INTERVAL=10m OUTBOX_LOG_LEVEL=info
+	OUTBOX_LEASE_RESCAN_INTERVAL=10m OUTBOX_LOG_LEVEL=info OUTBOX_WORKER_WINDOW=1
 pid=$it_last_pid
 it_wait 15 "the dumped row, first sent" printed restored 1
 # Later rows move the lease's scan floor past the dumped row's due time.
@@ -48,14 +50,30 @@ sleep 1
 	cat "$it_dir/tenant.sql"
 } | psql "$RELAY_TEST_DATABASE_URL" -X -q -1 -v ON_ERROR_STOP=1 >"$it_dir/restore.out" 2>&1 ||
 	it_fail "the restore failed: $(tail -3 "$it_dir/restore.out")"
-[ "$(it_psql "SELECT count(*) FROM $table WHERE type = 'restored' AND status = 'pending'")" = 1 ] ||
-	it_fail "the restore did not make the dumped row pending again"
 it_wait 15 "the restored row, sent again" printed restored 2
 grep -q '"a table was made anew; relaying it afresh".*_t1' "$it_dir/remade.log" ||
 	it_fail "no log line for the table made anew"
 ! grep -q '"a table is gone' "$it_dir/remade.log" || it_fail "a discovery pass saw the table gone"
 insert 1 after
 it_wait 15 "a row written after the restore" printed after 1
+it_stop "$pid"
+[ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
+
+# Two lanes (the default) of a relay of one table by a pattern: both
+# read the tables' activity on a session of their own, the one that
+# leased nothing too: it opens one for the read (it read nothing, and
+# each turn it took put the worker's next read off a poll interval).
+OUTBOX_TABLE="$pattern" it_relay lanes OUTBOX_DISCOVERY_INTERVAL=1s
+pid=$it_last_pid
+lanes_read() {
+	local ports
+	ports=$(ss -tnpH state established "( dport = :$pg_port )" | grep "pid=$pid," |
+		awk '{ sub(/.*:/, "", $3); print $3 }' | paste -sd, -)
+	[ -n "$ports" ] && [ "$(it_psql "SELECT count(DISTINCT application_name) FROM pg_stat_activity
+		WHERE client_port IN ($ports) AND application_name ~ '/worker-0(\\.1)?$'")" = 2 ]
+}
+pg_port=$(it_psql "SHOW port")
+it_wait 10 "a session of each lane" lanes_read
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
 
