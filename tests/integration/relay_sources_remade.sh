@@ -11,8 +11,12 @@
 # of the dropped table; discovery finds another oid under the name, each
 # thread opens its store afresh, and the row goes out again within
 # seconds, where the old store left it for its next scan from the start
-# (ten minutes here). Last, the table listed without a schema beside the
-# pattern that matches it is one source.
+# (ten minutes here). The copies lack their replica registries: the ops
+# thread and the other tables' heartbeats look at the side tables anew
+# and beat none, where they failed on the dropped tables' registries.
+# Then both lanes of a one-table relay read the activity on sessions of
+# their own. Last, the table listed without a schema beside the pattern
+# that matches it is one source.
 . "$(dirname "$0")/lib.sh"
 it_table remade
 schema="${OUTBOX_TABLE%%.*}"
@@ -20,44 +24,79 @@ it_psql "DROP SCHEMA $schema CASCADE" >/dev/null
 tenant="${schema}_t1"
 table="$tenant.outbox_events"
 pattern="${schema}_t*.outbox_events"
-trap 'it_psql "DROP SCHEMA IF EXISTS $tenant CASCADE" >/dev/null 2>&1 || true; it_cleanup' EXIT
+tenant2="${schema}_t2"
+trap 'it_psql "DROP SCHEMA IF EXISTS $tenant, $tenant2 CASCADE" >/dev/null 2>&1 || true; it_cleanup' EXIT
 
-env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$pattern" \
-	"$RELAY_TEST_BIN" migrate --quiet --source "$table" >"$it_dir/migrate.out" 2>&1 ||
-	it_fail "migrate --source failed: $(tail -3 "$it_dir/migrate.out")"
+for t in "$table" "$tenant2.outbox_events"; do
+	env OUTBOX_DATABASE_URL="$RELAY_TEST_DATABASE_URL" OUTBOX_TABLE="$pattern" \
+		"$RELAY_TEST_BIN" migrate --quiet --source "$t" >"$it_dir/migrate.out" 2>&1 ||
+		it_fail "migrate --source $t failed: $(tail -3 "$it_dir/migrate.out")"
+done
 insert() { # N TYPE
 	it_psql "INSERT INTO $table (type, payload) SELECT '$2', convert_to('{}', 'UTF8') FROM generate_series(1, $1)" >/dev/null
 }
 printed() { [ "$(grep -c "\"type\":\"$1\"" "$it_dir/remade.out")" -ge "$2" ]; }
 insert 1 restored
-pg_dump -n "$tenant" --no-owner -f "$it_dir/tenant.sql" "$RELAY_TEST_DATABASE_URL" \
-	2>"$it_dir/pg_dump.err" || it_fail "pg_dump: $(cat "$it_dir/pg_dump.err")"
+for t in "$tenant" "$tenant2"; do
+	pg_dump -n "$t" --no-owner -f "$it_dir/$t.sql" "$RELAY_TEST_DATABASE_URL" \
+		2>"$it_dir/pg_dump.err" || it_fail "pg_dump: $(cat "$it_dir/pg_dump.err")"
+done
+# restore SCHEMA: drops it and puts its dump back in one transaction. The
+# copy has no replica registry (a table made by hand may lack it).
+restore() {
+	{
+		echo "DROP SCHEMA $1 CASCADE;"
+		cat "$it_dir/$1.sql"
+		echo "DROP TABLE $1.outbox_events_replicas;"
+	} | psql "$RELAY_TEST_DATABASE_URL" -X -q -1 -v ON_ERROR_STOP=1 >"$it_dir/restore.out" 2>&1 ||
+		it_fail "the restore of $1 failed: $(tail -3 "$it_dir/restore.out")"
+}
 
 # One lane: it holds the floors of every lease (a second lane that
 # leased nothing would have none, and would rescan).
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 OUTBOX_TABLE="$pattern" it_relay remade OUTBOX_DISCOVERY_INTERVAL=1s \
-	OUTBOX_LEASE_RESCAN_INTERVAL=10m OUTBOX_LOG_LEVEL=info OUTBOX_WORKER_WINDOW=1
+	OUTBOX_LEASE_RESCAN_INTERVAL=10m OUTBOX_LOG_LEVEL=info OUTBOX_WORKER_WINDOW=1 \
+	OUTBOX_HTTP_ADDR="127.0.0.1:$port"
 pid=$it_last_pid
 it_wait 15 "the dumped row, first sent" printed restored 1
+# The second tenant, not the ops session's table, restored first: the
+# heartbeats of the other tables' registries look at its side tables
+# anew (they went on beating the dropped table's registry, and failed),
+# before the first's restore below opens the ops session's anew (and
+# with it those of the tables that share its session).
+beaten() { [ "$(it_psql "SELECT count(*) FROM $tenant2.outbox_events_replicas WHERE id LIKE '%/$pid'")" = 1 ]; }
+it_wait 15 "the relay in the second tenant's registry" beaten
+restore "$tenant2"
+it_wait 10 "the second tenant made anew" grep -q '"a table was made anew; relaying it afresh".*_t2' "$it_dir/remade.log"
+sleep 6
+! grep -q "registry gets no heartbeat" "$it_dir/remade.log" ||
+	it_fail "the second tenant's dropped registry was beaten: $(grep -m1 'registry gets no heartbeat' "$it_dir/remade.log")"
 # Later rows move the lease's scan floor past the dumped row's due time.
 sleep 1
 insert 20 later
 it_wait 15 "the later rows" printed later 20
 sleep 1
 
-{
-	echo "DROP SCHEMA $tenant CASCADE;"
-	cat "$it_dir/tenant.sql"
-} | psql "$RELAY_TEST_DATABASE_URL" -X -q -1 -v ON_ERROR_STOP=1 >"$it_dir/restore.out" 2>&1 ||
-	it_fail "the restore failed: $(tail -3 "$it_dir/restore.out")"
+# The first tenant restored: the ops thread, whose session's table it
+# is, looks at its side tables anew, where it went on beating the dropped
+# table's registry and failed.
+restore "$tenant"
 it_wait 15 "the restored row, sent again" printed restored 2
 grep -q '"a table was made anew; relaying it afresh".*_t1' "$it_dir/remade.log" ||
 	it_fail "no log line for the table made anew"
 ! grep -q '"a table is gone' "$it_dir/remade.log" || it_fail "a discovery pass saw the table gone"
 insert 1 after
 it_wait 15 "a row written after the restore" printed after 1
+# Three heartbeats' time (3 s apart).
+sleep 7
+! grep -Eq '"(registry heartbeat failed|the ops session moves to another source)"' "$it_dir/remade.log" ||
+	it_fail "the ops thread beat the dropped table's registry: $(grep -Em1 'registry heartbeat failed|moves to another' "$it_dir/remade.log")"
+curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || it_fail "not ready after the restore"
 it_stop "$pid"
 [ "$it_rc" = 0 ] || it_fail "relay exit code $it_rc"
+
+it_psql "DROP SCHEMA $tenant2 CASCADE" >/dev/null
 
 # Two lanes (the default) of a relay of one table by a pattern: both
 # read the tables' activity on a session of their own, the one that
