@@ -475,6 +475,10 @@ bool lanes_leased_since(struct lanes *l, int64_t ms);
 /* Pauses destination key (doubling its pause if it is refused again after
  * the last one ended); reason goes to the log. */
 void pause_destination(struct relay *r, const char *key, const char *reason);
+/* sleep_ms, or less if an active pause ends sooner: an idle source
+ * whose lease left a paused destination's rows behind is due then, not
+ * at the backstop. */
+int64_t pauses_cap_sleep(struct relay *r, int64_t sleep_ms);
 
 /* Copies up to max active pause keys into keys[] and returns how many;
  * forgets pauses long expired. */

@@ -100,3 +100,18 @@ size_t active_pauses(struct relay *r, char (*keys)[PAUSE_KEY_MAX], size_t max)
 	metrics_set(MG_DESTINATIONS_PAUSED, (int64_t)n);
 	return n;
 }
+
+int64_t pauses_cap_sleep(struct relay *r, int64_t sleep_ms)
+{
+	int64_t now = clock_ms(), end = 0;
+	pthread_mutex_lock(&r->lock);
+	for (size_t i = 0; i < r->n_pauses; i++) {
+		int64_t until = r->pauses[i].until_ms;
+		if (until > now && (end == 0 || until < end))
+			end = until;
+	}
+	pthread_mutex_unlock(&r->lock);
+	if (end == 0 || end - now >= sleep_ms)
+		return sleep_ms;
+	return end - now < 10 ? 10 : end - now;
+}

@@ -626,20 +626,21 @@ static int64_t next_lease_at(struct worker *w, size_t n, int64_t started)
 		 * short enough that an event waits at most this plus one
 		 * publish (docs/benchmark.md, "Latency"). */
 		return started + cfg->lease_interval_ms;
-	/* Idle: until the poll interval or the earliest row that becomes
-	 * due. Rows already due that the lease left behind (paused
-	 * destination, locked by another replica) must not shorten the
-	 * sleep, or an idle worker would spin. Of several sources, the
-	 * poll is the activity read (read_activity), and an idle source is
-	 * leased again without one only as a backstop. */
+	/* Idle: until the poll interval (of several sources the backstop:
+	 * their poll is the activity read), the earliest row to come due
+	 * (or one that came due during the lease), or a pause's end. Rows
+	 * due before that the lease left behind (paused, locked by another
+	 * replica) must not shorten the sleep, or it would spin. */
 	char err[1024];
 	int64_t sleep_ms = sources_gated(w->r) ? SOURCE_IDLE_BACKSTOP_MS
 					       : cfg->poll_interval_ms;
 	int64_t due;
-	if (store_next_due_ms(w->store, &due, err, sizeof(err)) == 0 &&
-	    due > 0 && due < sleep_ms)
+	if (store_next_due_since_ms(w->store, clock_ms() - started, &due, err,
+				    sizeof(err)) != 0)
+		due = cfg->poll_interval_ms; /* unknown: not the backstop */
+	if (due >= 0 && due < sleep_ms)
 		sleep_ms = due < 10 ? 10 : due;
-	return clock_ms() + sleep_ms;
+	return clock_ms() + pauses_cap_sleep(w->r, sleep_ms);
 }
 
 /* When the worker's next lease turn may start: the earliest source due. */

@@ -9,12 +9,14 @@
 
 #include "store_internal.h"
 
-/* tables[] as a text[] of quoted names, with each one's claims table
- * after it when with_claims; NULL with err on a bad name or no memory. */
-static char *tables_array(const char *const *tables, size_t n, bool with_claims,
+/* tables[] as a text[] of quoted names, with each one's claims and
+ * control tables after it when with_side; NULL with err on a bad name or
+ * no memory. */
+static char *tables_array(const char *const *tables, size_t n, bool with_side,
 			  char *err, size_t errlen)
 {
-	size_t per = with_claims ? 2 : 1;
+	static const char *const side[] = {"_claims", "_control"};
+	size_t per = with_side ? 3 : 1;
 	/* Quoted as every statement names them, so to_regclass() keeps a
 	 * mixed-case name's case. */
 	char(*quoted)[160] = calloc(per * n, sizeof(*quoted));
@@ -30,11 +32,11 @@ static char *tables_array(const char *const *tables, size_t n, bool with_claims,
 			goto out;
 		snprintf(quoted[per * i], sizeof(quoted[0]), "%s", t.quoted);
 		items[per * i] = quoted[per * i];
-		if (!with_claims)
-			continue;
-		table_derived(&t, "_claims", quoted[2 * i + 1],
-			      sizeof(quoted[0]));
-		items[2 * i + 1] = quoted[2 * i + 1];
+		for (size_t k = 1; k < per; k++) {
+			table_derived(&t, side[k - 1], quoted[per * i + k],
+				      sizeof(quoted[0]));
+			items[per * i + k] = quoted[per * i + k];
+		}
 	}
 	arr =
 	    store_pg_array(items, per * n, PG_ARRAY_QUOTED, sizeof(quoted[0]));
@@ -50,13 +52,13 @@ out:
  * tables_array(), and returns a row per table in its order, none when
  * track_counts is off). */
 static int tables_counts(struct store *s, const char *what, const char *sql,
-			 bool with_claims, const char *const *tables, size_t n,
+			 bool with_side, const char *const *tables, size_t n,
 			 int64_t *counts, char *err, size_t errlen)
 {
 	if (n == 0)
 		return 0;
 	int rc = STORE_ERROR;
-	char *arr = tables_array(tables, n, with_claims, err, errlen);
+	char *arr = tables_array(tables, n, with_side, err, errlen);
 	if (!arr)
 		return STORE_ERROR;
 	const char *values[1] = {arr};
@@ -94,10 +96,12 @@ int store_tables_activity(struct store *s, const char *const *tables, size_t n,
 {
 	/*
 	 * The table's inserts and updates (a new row, a row redriven or
-	 * returned by the sweeper) and its claims table's writes (a lease
-	 * with rows, and the release that gives rows back without touching
-	 * the table), pairs in the array's order. A table that is gone reads
-	 * -1; one without claims counts its own writes. The functions read
+	 * returned by the sweeper), its claims table's writes (a lease with
+	 * rows, and the release that gives rows back without touching the
+	 * table) and its control table's (an operator's pause lifted, which
+	 * makes the rows it held back due), threes in the array's order. A
+	 * table that is gone reads -1; one without claims or control
+	 * counts the writes of what it has. The functions read
 	 * the statistics the backends flush, at most once a second each, not
 	 * the catalog: no scan of pg_class however many tables there are.
 	 * Postgres counts a partitioned table's rows in its partitions only:
@@ -111,7 +115,7 @@ int store_tables_activity(struct store *s, const char *const *tables, size_t n,
 	    "THEN -1 ELSE sum(coalesce(pg_stat_get_tuples_inserted(l) + "
 	    "pg_stat_get_tuples_updated(l) + "
 	    "pg_stat_get_tuples_deleted(l), 0)) END FROM (SELECT "
-	    "to_regclass(t) AS r, (i - 1) / 2 AS pair, (i - 1) % 2 "
+	    "to_regclass(t) AS r, (i - 1) / 3 AS pair, (i - 1) % 3 "
 	    "AS k FROM unnest($1::text[]) WITH ORDINALITY AS u(t, i)) x "
 	    "CROSS JOIN LATERAL (SELECT coalesce(array_agg(relid) FILTER "
 	    "(WHERE isleaf), ARRAY[x.r]) AS ls FROM "

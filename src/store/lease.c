@@ -598,8 +598,18 @@ int store_renew(struct store *s, char *err, size_t errlen)
 
 int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen)
 {
+	return store_next_due_since_ms(s, 0, ms, err, errlen);
+}
+
+int store_next_due_since_ms(struct store *s, int64_t since_ms, int64_t *ms,
+			    char *err, size_t errlen)
+{
 	int rc;
-	PGresult *res = store_run(s, ST_NEXT_DUE, 0, NULL, PGRES_TUPLES_OK, 0,
+	char since[24];
+	snprintf(since, sizeof(since), "%lld",
+		 (long long)(since_ms > 0 ? since_ms : 0));
+	const char *values[1] = {since};
+	PGresult *res = store_run(s, ST_NEXT_DUE, 1, values, PGRES_TUPLES_OK, 0,
 				  &rc, err, errlen);
 	if (!res)
 		return store_public_rc(rc);

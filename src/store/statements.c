@@ -559,18 +559,21 @@ static char *sql_clean_failed_default(const struct store *s)
 	return sql_clean_default(s, "failed");
 }
 
-/* Rows not yet due only: those due already are the lease's (or held
- * back: a paused destination, a row another replica holds) and must not
- * shorten an idle worker's sleep. The scan starts at now(), past every
- * entry of a row leased when it was due, which a held snapshot keeps:
- * read from the lease's floor it still read 73,000 to 88,000 buffers a
- * call late in a 2-minute hold (docs/benchmark.md, "A held snapshot"). */
+/* Rows not yet due as the lease began, $1 ms ago: those due before are
+ * the lease's (or held back: a paused destination, a row another replica
+ * holds) and must not shorten an idle worker's sleep; one that came due
+ * since (a retry, a crash suspect) the lease could not see, and is due
+ * now (0). The scan starts there, past every entry of a row leased when
+ * it was due, which a held snapshot keeps: read from the lease's floor it
+ * still read 73,000 to 88,000 buffers a call late in a 2-minute hold
+ * (docs/benchmark.md, "A held snapshot"). */
 static char *sql_next_due(const struct store *s)
 {
 	return store_asprintf(
-	    "SELECT coalesce(ceil(extract(epoch FROM (min(next_attempt_at) - "
-	    "now())) * 1000)::bigint, -1)::text "
-	    "FROM %s WHERE status = 'pending' AND next_attempt_at > now()",
+	    "SELECT coalesce(ceil(extract(epoch FROM (min(greatest("
+	    "next_attempt_at, now())) - now())) * 1000)::bigint, -1)::text "
+	    "FROM %s WHERE status = 'pending' AND next_attempt_at > now() - "
+	    "$1::bigint * interval '1 millisecond'",
 	    s->table.quoted);
 }
 

@@ -468,11 +468,16 @@ int store_unblock(struct store *s, const char *key, bool redrive, char *err,
  * already are the lease's business, not a reason to wake sooner.
  */
 int store_next_due_ms(struct store *s, int64_t *ms, char *err, size_t errlen);
+/* The same after a lease that began since_ms ago: a row that came due
+ * since (which that lease could not see) is due now, 0. */
+int store_next_due_since_ms(struct store *s, int64_t since_ms, int64_t *ms,
+			    char *err, size_t errlen);
 
 /*
  * For each of tables[] (each "name" or "schema.name" of s's database),
- * a count that moves whenever it or its claims table is written (a new
- * row, a mark, a redrive, a lease with rows, a release) (Postgres'
+ * a count that moves whenever it, its claims table or its control table
+ * is written (a new row, a mark, a redrive, a lease with rows, a release,
+ * a pause or a resume) (Postgres'
  * cumulative statistics, flushed by each backend at most once a second),
  * -1 for a table that does not exist. One statement on s's
  * session, whatever the number of tables: what a relay of many tables

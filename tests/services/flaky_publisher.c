@@ -20,6 +20,10 @@
  *   RELAY_TEST_FLAKY_SHUFFLE  1: each batch is delivered and acknowledged
  *                             in a random order, as a broker confirming
  *                             out of order would
+ *   RELAY_TEST_FLAKY_REFUSE   a path: while a file is there, every
+ *                             event's destination refuses it
+ *                             (PUB_DESTINATION, which pauses the
+ *                             destination), as a broker's missing queue
  *   RELAY_TEST_FLAKY_JSON_OOM N: once the publisher opened, cJSON's next N
  *                             allocations in the process fail
  *                             (encode_test.h): the worker's check of a
@@ -43,6 +47,7 @@ struct flaky {
 	int ack_delay_ms;
 	int shuffle;
 	int deadline;
+	const char *refuse; /* RELAY_TEST_FLAKY_REFUSE, NULL: none */
 	unsigned int seed;
 };
 
@@ -83,6 +88,7 @@ static int flaky_open(const struct config *cfg, void **state, char *err,
 	f->shuffle = sh ? atoi(sh) : 0;
 	d = getenv("RELAY_TEST_FLAKY_DEADLINE");
 	f->deadline = d ? atoi(d) : 0;
+	f->refuse = getenv("RELAY_TEST_FLAKY_REFUSE");
 	const char *oom = getenv("RELAY_TEST_FLAKY_JSON_OOM");
 	if (oom)
 		encode_test_json_fail(0, atoi(oom));
@@ -118,6 +124,12 @@ static int flaky_publish(void *state, const struct outbox_event *events,
 		if (!ctx->may_send(ctx, i)) {
 			r->outcome = PUB_NOT_WRITTEN;
 			snprintf(r->reason, sizeof(r->reason), "not sent");
+			continue;
+		}
+		if (f->refuse && access(f->refuse, F_OK) == 0) {
+			r->outcome = PUB_DESTINATION;
+			snprintf(r->reason, sizeof(r->reason),
+				 "flaky: destination refuses");
 			continue;
 		}
 		if ((int)(rand_r(&f->seed) % 100) < f->percent) {

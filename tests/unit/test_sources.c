@@ -415,6 +415,46 @@ static void test_tables_activity(void **state)
 }
 
 /* Each table's dead tuples. */
+/* An operator's pause and resume (the control table's writes) move the
+ * table's activity count: a resume makes the rows it held back due, and
+ * of many idle tables only the count says so; without it the paused
+ * rows waited for the 5-minute backstop. */
+static void test_tables_activity_sees_pauses(void **state)
+{
+	(void)state;
+	char table[160];
+	pgtest_fresh_table("src_p", table, sizeof(table));
+	struct store *s = open_sharing(table, NULL);
+	const char *tables[1] = {table};
+	int64_t before, after = 0;
+	assert_int_equal(
+	    store_tables_activity(s, tables, 1, &before, err, sizeof(err)), 0);
+	for (size_t k = 0; k < 2; k++) {
+		PGconn *c = pgtest_connect();
+		if (k == 0)
+			pgtest_exec(c,
+				    "INSERT INTO %s_control (destination, "
+				    "reason) VALUES ('x', 't')",
+				    table);
+		else
+			pgtest_exec(c, "DELETE FROM %s_control", table);
+		/* The backend flushes its counts as it ends. */
+		PQfinish(c);
+		for (int tries = 0; tries < 50; tries++) {
+			assert_int_equal(store_tables_activity(s, tables, 1,
+							       &after, err,
+							       sizeof(err)),
+					 0);
+			if (after != before)
+				break;
+			usleep(100 * 1000);
+		}
+		assert_int_equal(after, before + 1);
+		before = after;
+	}
+	store_close(s);
+}
+
 static void test_tables_dead_tuples(void **state)
 {
 	(void)state;
@@ -467,6 +507,7 @@ int main(void)
 	    cmocka_unit_test(test_open_on_a_lost_session_reconnects),
 	    cmocka_unit_test(test_catalog_says_what_it_leaves_out),
 	    cmocka_unit_test(test_tables_activity),
+	    cmocka_unit_test(test_tables_activity_sees_pauses),
 	    cmocka_unit_test(test_tables_dead_tuples),
 	    cmocka_unit_test(test_listener_per_table),
 	};

@@ -1848,6 +1848,20 @@ static void test_retry_backoff_permanent(void **state)
 		    table);
 	assert_int_equal(store_next_due_ms(s, &due, err, sizeof(err)), 0);
 	assert_in_range(due, 1000, 2500);
+	/* A row that came due while the lease ran (it began 5 s ago), which
+	 * it could not see, is due now; one due before the lease began is
+	 * not (it was the lease's). Read as not due yet, the first waited
+	 * with the idle source for the 5-minute backstop. */
+	pgtest_exec(c,
+		    "INSERT INTO %s (type, payload, next_attempt_at) VALUES "
+		    "('test.event', '\\x00', now() - interval '500 ms')",
+		    table);
+	assert_int_equal(
+	    store_next_due_since_ms(s, 5000, &due, err, sizeof(err)), 0);
+	assert_int_equal(due, 0);
+	assert_int_equal(
+	    store_next_due_since_ms(s, 100, &due, err, sizeof(err)), 0);
+	assert_in_range(due, 1000, 2500);
 	pgtest_exec(c, "DELETE FROM %s WHERE next_attempt_at < now()", table);
 
 	/* max_attempts 100 at attempt 60: the exponent cap keeps the
