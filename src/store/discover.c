@@ -42,6 +42,20 @@ static void warn_left_out(struct store_catalog *c, const char *full,
 		c->n_warned++;
 }
 
+/* A catalog statement's res failed: err says why, res is cleared;
+ * STORE_RECONNECT when the session is gone, else STORE_ERROR. */
+static int catalog_failed(struct store_catalog *c, PGresult *res, char *err,
+			  size_t errlen)
+{
+	char why[512];
+	pgconn_error(c->conn, res, why, sizeof(why));
+	snprintf(err, errlen, "catalog: %s", why);
+	int rc = pgconn_needs_reconnect(c->conn, res) ? STORE_RECONNECT
+						      : STORE_ERROR;
+	PQclear(res);
+	return rc;
+}
+
 int store_catalog_open(struct store_catalog **out,
 		       const struct store_options *opt, char *err,
 		       size_t errlen)
@@ -96,7 +110,6 @@ int store_catalog_tables(struct store_catalog *c, const char *pattern,
 	/* Tables and partitioned tables the pattern names, by schema: an
 	 * index read of pg_class by name. Not a session's temporary table
 	 * (pg_temp_N matches a glob of *): no other session can read it. */
-	int rc = STORE_OK;
 	const char *values[2] = {like, name};
 	PGresult *res = PQexecParams(
 	    c->conn,
@@ -106,15 +119,8 @@ int store_catalog_tables(struct store_catalog *c, const char *pattern,
 	    "c.relispartition AND c.relpersistence <> 't' AND n.nspname "
 	    "LIKE $1 ORDER BY 1",
 	    2, NULL, values, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		char why[512];
-		pgconn_error(c->conn, res, why, sizeof(why));
-		snprintf(err, errlen, "catalog: %s", why);
-		rc = pgconn_needs_reconnect(c->conn, res) ? STORE_RECONNECT
-							  : STORE_ERROR;
-		PQclear(res);
-		return rc;
-	}
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		return catalog_failed(c, res, err, errlen);
 	size_t rows = (size_t)PQntuples(res);
 	char **out = calloc(rows ? rows : 1, sizeof(*out));
 	uint32_t *ids = calloc(rows ? rows : 1, sizeof(*ids));
@@ -193,12 +199,7 @@ int store_catalog_oids(struct store_catalog *c, const char *const *tables,
 	    1, NULL, values, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK ||
 	    (size_t)PQntuples(res) != n) {
-		char why[512];
-		pgconn_error(c->conn, res, why, sizeof(why));
-		snprintf(err, errlen, "catalog: %s", why);
-		rc = pgconn_needs_reconnect(c->conn, res) ? STORE_RECONNECT
-							  : STORE_ERROR;
-		PQclear(res);
+		rc = catalog_failed(c, res, err, errlen);
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++)
