@@ -35,6 +35,16 @@ void relay_wake_source(struct relay *r, size_t i)
 	relay_wake(r);
 }
 
+void relay_wake_source_at(struct relay *r, size_t i, int64_t at_ms)
+{
+	long long was = atomic_load(&r->source_wake_at[i]);
+	while ((was == 0 || at_ms < was) &&
+	       !atomic_compare_exchange_weak(&r->source_wake_at[i], &was,
+					     (long long)at_ms))
+		;
+	relay_wake(r);
+}
+
 void relay_note_notify_usage(struct relay *r, size_t db, int64_t ppm)
 {
 	size_t dbs = config_n_databases(r->cfg);

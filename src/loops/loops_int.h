@@ -139,6 +139,11 @@ struct relay {
 	 * (a notification, a sweep); the workers compare it with what they
 	 * saw last. */
 	atomic_ullong *source_wake;
+	/* Per source: when it is to be leased again (clock_ms; 0: not
+	 * asked), set by relay_wake_source_at(): the end of the pause of a
+	 * destination that refused its rows, which nothing else would
+	 * announce. */
+	atomic_llong *source_wake_at;
 	/* Per source: what /metrics shows of it (relay_source_stats()),
 	 * counted by the loop threads with atomics. */
 	struct source_stats {
@@ -194,6 +199,9 @@ void loop_tick(struct relay_thread *th);
 /* Source i may have rows (a notification, a sweep): wakes the workers and
  * makes source i due if it was idle. */
 void relay_wake_source(struct relay *r, size_t i);
+/* Makes source i due at at_ms (clock_ms), if it is idle then; the
+ * earliest of several asks holds. */
+void relay_wake_source_at(struct relay *r, size_t i, int64_t at_ms);
 
 /* The current wake-up generation, for relay_idle_since(). */
 uint64_t relay_wake_generation(struct relay *r);
@@ -474,11 +482,7 @@ bool lanes_leased_since(struct lanes *l, int64_t ms);
 
 /* Pauses destination key (doubling its pause if it is refused again after
  * the last one ended); reason goes to the log. */
-void pause_destination(struct relay *r, const char *key, const char *reason);
-/* sleep_ms, or less if an active pause ends sooner: an idle source
- * whose lease left a paused destination's rows behind is due then, not
- * at the backstop. */
-int64_t pauses_cap_sleep(struct relay *r, int64_t sleep_ms);
+int64_t pause_destination(struct relay *r, const char *key, const char *reason);
 
 /* Copies up to max active pause keys into keys[] and returns how many;
  * forgets pauses long expired. */

@@ -57,7 +57,7 @@ static void log_paused(const char *key, const char *reason)
 		   "reason", reason, NULL);
 }
 
-void pause_destination(struct relay *r, const char *key, const char *reason)
+int64_t pause_destination(struct relay *r, const char *key, const char *reason)
 {
 	int64_t now = clock_ms();
 	pthread_mutex_lock(&r->lock);
@@ -73,7 +73,9 @@ void pause_destination(struct relay *r, const char *key, const char *reason)
 		p->until_ms = now + p->backoff_ms;
 		log_paused(key, reason);
 	}
+	int64_t until = p->until_ms;
 	pthread_mutex_unlock(&r->lock);
+	return until;
 }
 
 size_t active_pauses(struct relay *r, char (*keys)[PAUSE_KEY_MAX], size_t max)
@@ -99,19 +101,4 @@ size_t active_pauses(struct relay *r, char (*keys)[PAUSE_KEY_MAX], size_t max)
 	pthread_mutex_unlock(&r->lock);
 	metrics_set(MG_DESTINATIONS_PAUSED, (int64_t)n);
 	return n;
-}
-
-int64_t pauses_cap_sleep(struct relay *r, int64_t sleep_ms)
-{
-	int64_t now = clock_ms(), end = 0;
-	pthread_mutex_lock(&r->lock);
-	for (size_t i = 0; i < r->n_pauses; i++) {
-		int64_t until = r->pauses[i].until_ms;
-		if (until > now && (end == 0 || until < end))
-			end = until;
-	}
-	pthread_mutex_unlock(&r->lock);
-	if (end == 0 || end - now >= sleep_ms)
-		return sleep_ms;
-	return end - now < 10 ? 10 : end - now;
 }

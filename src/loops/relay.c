@@ -29,6 +29,7 @@ static void relay_free(struct relay *r, size_t turns)
 	free(r->due_turn);
 	free(r->rescan_pace);
 	free(r->source_wake);
+	free(r->source_wake_at);
 	free(r->source_stats);
 	source_list_free(&r->sources);
 	free(r);
@@ -64,9 +65,10 @@ int relay_create(struct relay **out, const struct config *cfg,
 	r->key_turn = calloc(sources, sizeof(*r->key_turn));
 	r->due_turn = calloc(sources, sizeof(*r->due_turn));
 	r->source_wake = calloc(sources, sizeof(*r->source_wake));
+	r->source_wake_at = calloc(sources, sizeof(*r->source_wake_at));
 	r->source_stats = calloc(sources, sizeof(*r->source_stats));
 	if (!r->rescan_pace || !r->key_turn || !r->due_turn ||
-	    !r->source_wake || !r->source_stats) {
+	    !r->source_wake || !r->source_wake_at || !r->source_stats) {
 		relay_free(r, 0);
 		snprintf(err, errlen, "out of memory for the relay");
 		return -1;
@@ -85,6 +87,7 @@ int relay_create(struct relay **out, const struct config *cfg,
 		}
 		atomic_init(&r->rescan_pace[i].due_ms, 0);
 		atomic_init(&r->source_wake[i], 0);
+		atomic_init(&r->source_wake_at[i], 0);
 		atomic_init(&r->source_stats[i].sent, 0);
 		atomic_init(&r->source_stats[i].retried, 0);
 		atomic_init(&r->source_stats[i].failed, 0);

@@ -550,6 +550,12 @@ size_t source_turns_pick(struct source_turns *t, struct relay *r,
 			if (t->at[i].idle)
 				t->at[i].due_ms = 0;
 		}
+		long long at = atomic_load(&r->source_wake_at[i]);
+		if (at != 0 && at <= now &&
+		    atomic_compare_exchange_strong(&r->source_wake_at[i], &at,
+						   0) &&
+		    t->at[i].idle)
+			t->at[i].due_ms = 0;
 	}
 	for (size_t k = 0; k < n; k++) {
 		size_t i = (t->next + k) % n;
@@ -577,8 +583,13 @@ void source_turns_note_activity(struct source_turns *t, size_t n,
 		bool read = counts && source_activity_counted(counts[i]);
 		bool moved =
 		    !read || !at->activity_known || counts[i] != at->activity;
-		if (moved && at->idle)
+		/* Its pauses are read again too: a resume that moved the
+		 * count within the pauses' refresh would be read as paused
+		 * by the lease it makes, which leaves the rows behind. */
+		if (moved && at->idle) {
 			at->due_ms = 0;
+			at->control_read_ms = 0;
+		}
 		if (read) {
 			at->activity = counts[i];
 			at->activity_known = true;
@@ -676,6 +687,9 @@ int64_t source_turns_earliest(const struct source_turns *t, struct relay *r,
 			due = retry;
 		if (due < earliest && !relay_source_gone(r, i))
 			earliest = due;
+		long long at = atomic_load(&r->source_wake_at[i]);
+		if (at != 0 && at < earliest)
+			earliest = at;
 	}
 	return earliest;
 }

@@ -343,15 +343,19 @@ static void publish_valid_rows(struct worker *w)
 			    w->cfg->publish_timeout_ms, &ctx, b->results);
 }
 
-static void destination_key(const struct worker *w,
-			    const struct outbox_event *e, bool route_scoped,
-			    char *out, size_t outlen)
+/* Pauses the destination that refused e (or its routing key), and makes
+ * the source due at the pause's end: idle by then, its rows left. */
+static void pause_refused(struct worker *w, const struct outbox_event *e,
+			  const struct pub_result *res)
 {
+	char key[PAUSE_KEY_MAX];
 	const char *dest = e->exchange ? e->exchange : w->default_destination;
-	if (route_scoped)
-		snprintf(out, outlen, "%s\x1f%s", dest, e->routing_key);
+	if (res->route_scoped)
+		snprintf(key, sizeof(key), "%s\x1f%s", dest, e->routing_key);
 	else
-		snprintf(out, outlen, "%s", dest);
+		snprintf(key, sizeof(key), "%s", dest);
+	relay_wake_source_at(w->r, w->source,
+			     pause_destination(w->r, key, res->reason));
 }
 
 /* Applies outcome_rules[] to every published row. */
@@ -377,12 +381,8 @@ static void route_outcomes(struct worker *w)
 			metrics_observe(MH_END_TO_END_SECONDS,
 					(uint64_t)now_us -
 					    (uint64_t)e->created_at_us);
-		if (rule->pauses_destination) {
-			char key[PAUSE_KEY_MAX];
-			destination_key(w, e, res->route_scoped, key,
-					sizeof(key));
-			pause_destination(w->r, key, res->reason);
-		}
+		if (rule->pauses_destination)
+			pause_refused(w, e, res);
 		if (rule->logged_as_failed)
 			log_fields(LOG_WARN, "event failed permanently", "id",
 				   e->id, "reason", res->reason, NULL);
@@ -627,10 +627,10 @@ static int64_t next_lease_at(struct worker *w, size_t n, int64_t started)
 		 * publish (docs/benchmark.md, "Latency"). */
 		return started + cfg->lease_interval_ms;
 	/* Idle: until the poll interval (of several sources the backstop:
-	 * their poll is the activity read), the earliest row to come due
-	 * (or one that came due during the lease), or a pause's end. Rows
-	 * due before that the lease left behind (paused, locked by another
-	 * replica) must not shorten the sleep, or it would spin. */
+	 * their poll is the activity read) or the earliest row to come due
+	 * (or one that came due during the lease). Rows due before that the
+	 * lease left behind (paused, locked by another replica) must not
+	 * shorten the sleep, or it would spin. */
 	char err[1024];
 	int64_t sleep_ms = sources_gated(w->r) ? SOURCE_IDLE_BACKSTOP_MS
 					       : cfg->poll_interval_ms;
@@ -640,7 +640,7 @@ static int64_t next_lease_at(struct worker *w, size_t n, int64_t started)
 		due = cfg->poll_interval_ms; /* unknown: not the backstop */
 	if (due >= 0 && due < sleep_ms)
 		sleep_ms = due < 10 ? 10 : due;
-	return clock_ms() + pauses_cap_sleep(w->r, sleep_ms);
+	return clock_ms() + sleep_ms;
 }
 
 /* When the worker's next lease turn may start: the earliest source due. */

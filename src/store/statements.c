@@ -563,17 +563,20 @@ static char *sql_clean_failed_default(const struct store *s)
  * the lease's (or held back: a paused destination, a row another replica
  * holds) and must not shorten an idle worker's sleep; one that came due
  * since (a retry, a crash suspect) the lease could not see, and is due
- * now (0). The scan starts there, past every entry of a row leased when
- * it was due, which a held snapshot keeps: read from the lease's floor it
- * still read 73,000 to 88,000 buffers a call late in a 2-minute hold
- * (docs/benchmark.md, "A held snapshot"). */
+ * now (0). A min() of the indexed column alone, read as the first entry
+ * of the pending index from there: past every entry of a row leased when
+ * it was due, which a held snapshot keeps (read from the lease's floor it
+ * still read 73,000 to 88,000 buffers a call late in a 2-minute hold,
+ * docs/benchmark.md, "A held snapshot"); a min() of an expression would
+ * read every pending row after it. */
 static char *sql_next_due(const struct store *s)
 {
 	return store_asprintf(
-	    "SELECT coalesce(ceil(extract(epoch FROM (min(greatest("
-	    "next_attempt_at, now())) - now())) * 1000)::bigint, -1)::text "
-	    "FROM %s WHERE status = 'pending' AND next_attempt_at > now() - "
-	    "$1::bigint * interval '1 millisecond'",
+	    "SELECT coalesce(ceil(extract(epoch FROM (CASE WHEN m < now() "
+	    "THEN now() ELSE m END - now())) * 1000)::bigint, -1)::text FROM "
+	    "(SELECT min(next_attempt_at) AS m FROM %s WHERE status = "
+	    "'pending' AND next_attempt_at > now() - $1::bigint * interval "
+	    "'1 millisecond') AS x",
 	    s->table.quoted);
 }
 

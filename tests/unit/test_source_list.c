@@ -156,9 +156,36 @@ static void test_table_made_anew(void **state)
 	config_release(&cfg);
 }
 
+/* A write the activity read sees makes an idle source due, and its
+ * operator pauses are read again at that lease: a resume seen within the
+ * pauses' refresh was read as still paused, the lease left the rows, and
+ * they waited for the backstop. A source that is not idle keeps both. */
+static void test_activity_rereads_pauses(void **state)
+{
+	(void)state;
+	struct source_turns *t = source_turns_create(2);
+	assert_non_null(t);
+	for (size_t i = 0; i < 2; i++) {
+		t->at[i].idle = i == 0;
+		t->at[i].activity = 5;
+		t->at[i].activity_known = true;
+		t->at[i].due_ms = 1000000;
+		t->at[i].control_read_ms = 1000;
+	}
+	const int64_t counts[2] = {6, 6};
+	source_turns_note_activity(t, 2, counts);
+	assert_int_equal(t->at[0].due_ms, 0);
+	assert_int_equal(t->at[0].control_read_ms, 0);
+	assert_int_equal(t->at[1].due_ms, 1000000);
+	assert_int_equal(t->at[1].control_read_ms, 1000);
+	assert_int_equal(t->at[0].activity, 6);
+	source_turns_destroy(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_activity_rereads_pauses),
 	    cmocka_unit_test(test_table_made_anew),
 	    cmocka_unit_test(test_listed_tables_beside_a_pattern),
 	    cmocka_unit_test(test_listed_tables_alone),

@@ -414,7 +414,6 @@ static void test_tables_activity(void **state)
 	store_close(b_then_a(store_tables_activity, "src_e", "src_f", false));
 }
 
-/* Each table's dead tuples. */
 /* An operator's pause and resume (the control table's writes) move the
  * table's activity count: a resume makes the rows it held back due, and
  * of many idle tables only the count says so; without it the paused
@@ -455,6 +454,7 @@ static void test_tables_activity_sees_pauses(void **state)
 	store_close(s);
 }
 
+/* Each table's dead tuples. */
 static void test_tables_dead_tuples(void **state)
 {
 	(void)state;
