@@ -231,6 +231,9 @@ struct outbox_table {
  */
 int table_parse(const char *text, struct outbox_table *t, char *err,
 		size_t errlen);
+/* Whether text is a table without a schema, as table_parse() takes it:
+ * the one the session's search_path finds. */
+bool table_is_bare(const char *text);
 
 /*
  * A table pattern, "glob.name": the schema a glob of letters, digits,

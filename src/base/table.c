@@ -58,6 +58,15 @@ void table_derived(const struct outbox_table *t, const char *suffix, char *out,
 	snprintf(out, outlen, "%s\"%s%s\"", t->prefix, t->name, suffix);
 }
 
+bool table_is_bare(const char *text)
+{
+	struct outbox_table t;
+	char why[160];
+	return !table_is_pattern(text) &&
+	       table_parse(text, &t, why, sizeof(why)) == 0 &&
+	       t.schema[0] == '\0';
+}
+
 bool table_is_pattern(const char *text)
 {
 	return strchr(text, '*') != NULL;

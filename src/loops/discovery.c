@@ -229,15 +229,9 @@ void *discovery_main(void *arg)
 	d.seen = calloc(r->sources.cap, sizeof(*d.seen));
 	d.bare = calloc(r->cfg->n_tables + 1, sizeof(*d.bare));
 	d.bare_oid = calloc(r->cfg->n_tables + 1, sizeof(*d.bare_oid));
-	for (size_t p = 0; d.bare && p < r->cfg->n_tables; p++) {
-		struct outbox_table t;
-		char why[160];
-		const char *name = r->cfg->tables[p];
-		if (!table_is_pattern(name) &&
-		    table_parse(name, &t, why, sizeof(why)) == 0 &&
-		    t.schema[0] == '\0')
-			d.bare[d.n_bare++] = name;
-	}
+	for (size_t p = 0; d.bare && p < r->cfg->n_tables; p++)
+		if (table_is_bare(r->cfg->tables[p]))
+			d.bare[d.n_bare++] = r->cfg->tables[p];
 	if (!d.seen || !d.bare || !d.bare_oid) {
 		log_error("out of memory for discovery");
 		free(d.seen);

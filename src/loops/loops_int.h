@@ -481,7 +481,8 @@ bool lanes_leased_since(struct lanes *l, int64_t ms);
 /* ---- pauses.c: destinations that refused events (under r->lock) ---- */
 
 /* Pauses destination key (doubling its pause if it is refused again after
- * the last one ended); reason goes to the log. */
+ * the last one ended); reason goes to the log. Returns when its pause
+ * ends (clock_ms). */
 int64_t pause_destination(struct relay *r, const char *key, const char *reason);
 
 /* Copies up to max active pause keys into keys[] and returns how many;

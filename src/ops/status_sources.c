@@ -152,14 +152,9 @@ static int catalog_look_open(struct catalog_look *k,
 		goto out;
 	}
 	k->n_bare = 0;
-	for (size_t i = 0; i < cfg->n_tables; i++) {
-		struct outbox_table t;
-		char why[160];
-		if (!table_is_pattern(cfg->tables[i]) &&
-		    table_parse(cfg->tables[i], &t, why, sizeof(why)) == 0 &&
-		    t.schema[0] == '\0')
+	for (size_t i = 0; i < cfg->n_tables; i++)
+		if (table_is_bare(cfg->tables[i]))
 			names[k->n_bare++] = cfg->tables[i];
-	}
 	rc = store_catalog_open(&k->c, o, err, errlen);
 	if (rc == STORE_OK)
 		rc = store_catalog_oids(k->c, names, k->n_bare, k->bare, err,

@@ -1260,6 +1260,12 @@ static void test_table_list(void **state)
 					 "tenantx42.outbox_events"));
 	assert_false(
 	    table_pattern_match("tenant_*.outbox_events", "tenant_42.outbox"));
+	/* Bare: the search_path's table (discovery leaves a pattern's match
+	 * of it to the listed source). */
+	assert_true(table_is_bare("outbox_events"));
+	assert_false(table_is_bare("public.outbox_events"));
+	assert_false(table_is_bare("*.outbox_events"));
+	assert_false(table_is_bare("1bad"));
 }
 
 static void test_kafka_passthrough(void **state)
