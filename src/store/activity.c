@@ -9,11 +9,8 @@
 
 #include "store_internal.h"
 
-/* tables[] as a text[] of quoted names, with each one's claims and
- * control tables after it when with_side; NULL with err on a bad name or
- * no memory. */
-static char *tables_array(const char *const *tables, size_t n, bool with_side,
-			  char *err, size_t errlen)
+char *store_tables_array(const char *const *tables, size_t n, bool with_side,
+			 char *err, size_t errlen)
 {
 	static const char *const side[] = {"_claims", "_control"};
 	size_t per = with_side ? 3 : 1;
@@ -58,7 +55,7 @@ static int tables_counts(struct store *s, const char *what, const char *sql,
 	if (n == 0)
 		return 0;
 	int rc = STORE_ERROR;
-	char *arr = tables_array(tables, n, with_side, err, errlen);
+	char *arr = store_tables_array(tables, n, with_side, err, errlen);
 	if (!arr)
 		return STORE_ERROR;
 	const char *values[1] = {arr};

@@ -169,28 +169,9 @@ int store_catalog_oids(struct store_catalog *c, const char *const *tables,
 	if (n == 0)
 		return STORE_OK;
 	int rc = STORE_ERROR;
-	char *arr = NULL;
-	char(*quoted)[sizeof(((struct outbox_table *)0)->quoted)] =
-	    calloc(n, sizeof(*quoted));
-	const char **items = calloc(n, sizeof(*items));
-	if (!quoted || !items) {
-		snprintf(err, errlen, "catalog: out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		struct outbox_table t;
-		if (table_parse(tables[i], &t, err, errlen) != 0)
-			goto out;
-		/* Quoted, as the stores name it: to_regclass() would fold
-		 * a mixed-case name. */
-		memcpy(quoted[i], t.quoted, sizeof(quoted[i]));
-		items[i] = quoted[i];
-	}
-	arr = store_pg_array(items, n, PG_ARRAY_QUOTED, sizeof(quoted[0]));
-	if (!arr) {
-		snprintf(err, errlen, "catalog: out of memory");
-		goto out;
-	}
+	char *arr = store_tables_array(tables, n, false, err, errlen);
+	if (!arr)
+		return STORE_ERROR;
 	const char *values[1] = {arr};
 	PGresult *res = PQexecParams(
 	    c->conn,
@@ -209,8 +190,6 @@ int store_catalog_oids(struct store_catalog *c, const char *const *tables,
 	rc = STORE_OK;
 out:
 	free(arr);
-	free(items);
-	free(quoted);
 	return rc;
 }
 

@@ -702,6 +702,14 @@ static inline int store_public_rc(int rc)
 	return rc == STORE_RETRY_STATEMENT ? STORE_ERROR : rc;
 }
 
+/* tables[] ("name" or "schema.name") as a Postgres text[] of quoted
+ * names, as every statement names them (so to_regclass() keeps a
+ * mixed-case name's case), with each one's claims and control tables
+ * after it when with_side (activity.c); NULL with err on a bad name or
+ * no memory. */
+char *store_tables_array(const char *const *tables, size_t n, bool with_side,
+			 char *err, size_t errlen);
+
 /* How store_pg_array() writes its items. */
 enum pg_array_form {
 	PG_ARRAY_PLAIN,	 /* as they are: uuids, tids */
