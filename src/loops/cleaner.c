@@ -34,21 +34,21 @@ static void tend_partitions(struct relay *r, struct store *s, size_t i)
 	const struct config *cfg = r->cfg;
 	char err[512];
 	struct partition_result pr;
+	/* A failed step may follow others done: they are counted too. */
 	if (store_partitions_tend(s, days_ahead(cfg), cfg->retention_ms,
 				  cfg->failed_retention_ms, &pr, err,
-				  sizeof(err)) != 0) {
+				  sizeof(err)) != 0)
 		log_fields(LOG_WARN, "partitions not tended", "source",
 			   relay_source_name(r, i), "error", err, NULL);
-		return;
-	}
-	if (pr.created + pr.dropped > 0) {
-		char made[24], dropped[24], carried[24];
+	if (pr.created + pr.dropped + pr.kept > 0) {
+		char made[24], dropped[24], carried[24], kept[24];
 		snprintf(made, sizeof(made), "%zu", pr.created);
 		snprintf(dropped, sizeof(dropped), "%zu", pr.dropped);
 		snprintf(carried, sizeof(carried), "%zu", pr.carried);
+		snprintf(kept, sizeof(kept), "%zu", pr.kept);
 		log_fields(LOG_INFO, "partitions made and dropped", "source",
 			   relay_source_name(r, i), "made", made, "dropped",
-			   dropped, "carried", carried, NULL);
+			   dropped, "carried", carried, "kept", kept, NULL);
 	}
 	metrics_add(MC_PARTITIONS_MADE, pr.created);
 	metrics_add(MC_PARTITIONS_DROPPED, pr.dropped);

@@ -80,8 +80,9 @@ static int tend_partitions(const struct store_options *o,
 	store_close(s);
 	if (rc == 0)
 		printf("partitions made ahead: %zu, dropped: %zu, rows "
-		       "carried to the default partition: %zu%s\n",
-		       pr.created, pr.dropped, pr.carried,
+		       "carried to the default partition: %zu, days kept "
+		       "for their rows: %zu%s\n",
+		       pr.created, pr.dropped, pr.carried, pr.kept,
 		       pr.busy ? " (some locks were taken: run it again)" : "");
 	return rc;
 }

@@ -14,12 +14,31 @@
 #include <string.h>
 
 #include "locks.h"
+#include "store_test.h"
 #include "store_internal.h"
 
 /* Longer than a producer's insert or a relay's lease takes to commit;
  * short enough that writers queued behind the DDL's lock barely notice.
  * A step that times out waits for the next round. */
 #define PARTITION_LOCK_TIMEOUT "200ms"
+
+/* The most rows a day's drop carries to the default partition: it
+ * inserts them under the table's ACCESS EXCLUSIVE lock, which stops
+ * every producer's insert meanwhile. A day with more
+ * (a paused destination's backlog, a day's mass of failed rows kept for
+ * their retention) is kept until fewer are left, and said so. */
+#define CARRY_MAX_ROWS 10000
+
+/* The carry's own bound under that lock, in case the count, read before
+ * the lock, was passed since: producers wait no longer than this. */
+#define CARRY_TIMEOUT "2s"
+
+/* A validation of the days ahead's CHECK runs at most this many
+ * statement timeouts: the cleaner's thread waits in it, and /healthz
+ * reads a thread stuck after 25 of them (relay.c); one that needs more
+ * (a default partition of hundreds of GB) leaves the days unmade, their
+ * rows to the default partition, until the cleaner's deletes shrink it. */
+#define VALIDATE_MAX_STATEMENTS 15
 
 /* The partitions' days are UTC whatever the session's zone, so that
  * every replica names a partition alike. */
@@ -149,6 +168,16 @@ static int shape(struct store *s, const char *dflt, bool history, bool *yes,
 	return 0;
 }
 
+int64_t store_validate_bound_ms(int64_t until_midnight_ms,
+				int64_t statement_timeout_ms)
+{
+	int64_t ms = until_midnight_ms - 60000;
+	int64_t most = VALIDATE_MAX_STATEMENTS * statement_timeout_ms;
+	if (most > 0 && ms > most)
+		ms = most;
+	return ms < 1000 ? -1 : ms > INT_MAX ? INT_MAX : ms;
+}
+
 /* Drops this round's CHECK of the days ahead from the default partition
  * when their partitions were not made: left there, it would refuse every
  * insert of those days once they come (their ids would have no partition
@@ -257,20 +286,30 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 		if (rc == 0 && !busy) {
 			/* A scan of the whole default partition under a lock
 			 * no writer waits for: not bounded by the statement
-			 * timeout, which a large one outlasts, but ended a
-			 * minute before the first day's midnight, from which
-			 * the CHECK would refuse every insert of that day
-			 * until its partition is made: the CHECK is dropped
-			 * then, and the next round tries again. */
+			 * timeout, which a large one outlasts, but by
+			 * VALIDATE_MAX_STATEMENTS of them, and ended a minute
+			 * before the first day's midnight, from which the
+			 * CHECK would refuse every insert of that day until
+			 * its partition is made: the CHECK is dropped then
+			 * (a round in that last minute validates nothing),
+			 * and the next round tries again. */
 			char bound[64];
-			long long ms =
-			    strtoll(PQgetvalue(res, 0, 3), NULL, 10) - 60000;
+			int64_t ms = store_validate_bound_ms(
+			    strtoll(PQgetvalue(res, 0, 3), NULL, 10),
+			    s->opt.statement_timeout_ms);
 			snprintf(bound, sizeof(bound),
 				 "SET LOCAL statement_timeout = %lld",
-				 ms < 1000	? 1000
-				 : ms > INT_MAX ? (long long)INT_MAX
-						: ms);
-			rc = step(s, bound, &busy, err, errlen);
+				 (long long)ms);
+			if (ms < 0) {
+				snprintf(err, errlen,
+					 "partitions of %s: the days ahead "
+					 "not made within a minute of their "
+					 "midnight",
+					 s->table.literal);
+				rc = step_failed(s, 0, &busy, err, errlen);
+			} else {
+				rc = step(s, bound, &busy, err, errlen);
+			}
 			if (rc == 0 && !busy)
 				rc = step_built(
 				    s,
@@ -313,6 +352,32 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 	PQclear(res);
 	r->busy |= busy;
 	return rc;
+}
+
+/* Counts, before drop_day() takes its locks, the rows of day part that a
+ * drop would carry (count: the statement); more than CARRY_MAX_ROWS keep
+ * the day: said in a warning, *kept set and the transaction ended. */
+static int count_kept(struct store *s, const char *part, const char *count,
+		      const char *const *retentions, bool *kept, char *err,
+		      size_t errlen)
+{
+	int rc;
+	bool busy = false;
+	PGresult *res = store_exec(s, "partitions", count, 2, retentions,
+				   PGRES_TUPLES_OK, &rc, err, errlen);
+	if (!res)
+		return step_failed(s, store_public_rc(rc), &busy, err, errlen);
+	long long n = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	if (n <= CARRY_MAX_ROWS)
+		return 0;
+	log_warn("partitions of %s: %s kept past retention; more than %d of "
+		 "its rows are not done (pending, failed and kept, or "
+		 "blocking a key), too many to carry to the default partition "
+		 "under the table's lock; it is dropped once fewer are left",
+		 s->table.literal, part, CARRY_MAX_ROWS);
+	*kept = true;
+	return store_finish_tx(s, TX_ROLLBACK, err, errlen);
 }
 
 /*
@@ -361,7 +426,7 @@ static int drop_day(struct store *s, const char *part,
 	    "LOCK TABLE ONLY %s, %s IN ACCESS EXCLUSIVE MODE", T, p);
 	char *detach =
 	    store_asprintf("ALTER TABLE %s DETACH PARTITION %s", T, p);
-	char *carry = store_asprintf(
+	char *keep = store_asprintf(
 	    "WITH keep AS (SELECT id FROM %s WHERE status = 'pending' UNION "
 	    "SELECT id FROM %s WHERE status = 'in_flight' UNION SELECT id FROM "
 	    "%s WHERE status = 'sent' AND finished_at >= now() - $1::float8 * "
@@ -371,24 +436,50 @@ static int drop_day(struct store *s, const char *part,
 	    "FROM %s UNION SELECT f.id FROM %s f JOIN %s b ON b.partition_key "
 	    "= f.partition_key WHERE f.status = 'failed' AND f.seq > "
 	    "coalesce((SELECT y.seq FROM %s y WHERE y.id = b.blocking_id), "
-	    "-1)) INSERT INTO %s OVERRIDING SYSTEM VALUE SELECT x.* FROM %s x "
+	    "-1))",
+	    p, p, p, p, s->blocked, p, s->blocked, T);
+	char *count = store_asprintf(
+	    "%s SELECT count(*) FROM (SELECT 1 FROM keep LIMIT %d) k", keep,
+	    CARRY_MAX_ROWS + 1);
+	char *carry = store_asprintf(
+	    "%s INSERT INTO %s OVERRIDING SYSTEM VALUE SELECT x.* FROM %s x "
 	    "WHERE x.id IN (SELECT id FROM keep)",
-	    p, p, p, p, s->blocked, p, s->blocked, T, T, p);
+	    keep, T, p);
 	char *drop = store_asprintf("DROP TABLE %s", p);
 	size_t carried = 0;
-	if (!lock || !detach || !carry || !drop) {
+	if (!lock || !detach || !keep || !count || !carry || !drop) {
 		snprintf(err, errlen, "partitions: out of memory");
 		rc = step_failed(s, 0, &busy, err, errlen);
 		goto out;
 	}
-	rc = step(s, lock, &busy, err, errlen);
+	bool kept = false;
+	rc = count_kept(s, part, count, retentions, &kept, err, errlen);
+	if (kept) {
+		r->kept++;
+		goto out;
+	}
+	if (rc == 0)
+		rc = step(s, lock, &busy, err, errlen);
 	if (rc == 0 && !busy)
 		rc = step(s, detach, &busy, err, errlen);
+	if (rc == 0 && !busy)
+		rc =
+		    step(s, "SET LOCAL statement_timeout = '" CARRY_TIMEOUT "'",
+			 &busy, err, errlen);
 	if (rc == 0 && !busy) {
 		rc = store_exec_cmd(s, "partitions", carry, 2, retentions,
 				    &carried, err, errlen);
-		if (rc != 0)
+		if (rc != 0 && strstr(err, "57014")) {
+			/* More to carry than the count said: the day waits,
+			 * and the producers no longer. */
+			log_warn("partitions of %s: %s kept past retention; "
+				 "its rows to carry outlasted %s",
+				 s->table.literal, part, CARRY_TIMEOUT);
+			rc = store_finish_tx(s, TX_ROLLBACK, err, errlen);
+			busy = true;
+		} else if (rc != 0) {
 			rc = step_failed(s, rc, &busy, err, errlen);
+		}
 	}
 	if (rc == 0 && !busy)
 		rc = step(s, drop, &busy, err, errlen);
@@ -403,6 +494,8 @@ out:
 	r->busy |= busy;
 	free(lock);
 	free(detach);
+	free(keep);
+	free(count);
 	free(carry);
 	free(drop);
 	return rc;
@@ -445,9 +538,14 @@ int store_partitions_tend(struct store *s, int days_ahead, int64_t retention_ms,
 		const char *retentions[2] = {ret, fret};
 		if (s->partitions_listed)
 			s->partitions_listed(s->partitions_listed_arg);
-		for (int i = 0; rc == 0 && i < PQntuples(res); i++)
+		/* A lock not had in time ends the round's drops: each
+		 * try queues every writer behind its request. */
+		bool made_busy = r->busy;
+		r->busy = false;
+		for (int i = 0; rc == 0 && !r->busy && i < PQntuples(res); i++)
 			rc = drop_day(s, PQgetvalue(res, i, 0), retentions, r,
 				      err, errlen);
+		r->busy |= made_busy;
 		PQclear(res);
 	} else {
 		rc = store_public_rc(rc);

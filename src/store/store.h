@@ -355,6 +355,7 @@ struct partition_result {
 	size_t dropped;	  /* daily partitions dropped */
 	size_t carried;	  /* their rows not yet deletable, moved to the
 			     default partition */
+	size_t kept;	  /* days past retention kept: too many such rows */
 	bool busy;	  /* a lock not had in time: the next round */
 };
 
@@ -369,8 +370,10 @@ struct partition_result {
  * default partition's rows only. Nothing on another table. Steps that
  * wait longer than 200 ms for a lock, or find the cleaner's lock held
  * (another replica tending, which may make fewer days ahead), are left
- * for the next call (r->busy). The
- * partitions take the default partition's storage parameters, with
+ * for the next call (r->busy), and so are the round's further drops
+ * after one such wait. A day with more than 10,000 such rows to move
+ * stays (r->kept) until fewer are left: they move under the table's lock.
+ * The partitions take the default partition's storage parameters, with
  * fillfactor 50 when history is kept (retention_ms > 0).
  */
 int store_partitions_tend(struct store *s, int days_ahead, int64_t retention_ms,

@@ -51,6 +51,14 @@ void store_due_turn_back(struct store_due_turn *t, int64_t at_us, int64_t seq,
  * OUTBOX_PG_PREPARE=on from then on. */
 void store_pool_keeps_statements(void);
 
+/* The statement timeout of the validation of the days ahead's CHECK
+ * (partitions.c), until_midnight_ms before the first of them begins: up
+ * to a minute before it, at most VALIDATE_MAX_STATEMENTS statement
+ * timeouts (none when 0); -1 when less than a second would be left,
+ * which validates nothing. */
+int64_t store_validate_bound_ms(int64_t until_midnight_ms,
+				int64_t statement_timeout_ms);
+
 /* Calls fn(arg) each time store_partitions_tend() on s has listed the
  * days past retention, before it drops the first: where another replica's
  * drop may come between. */

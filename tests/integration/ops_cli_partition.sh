@@ -121,7 +121,7 @@ done
 # that one (every partition costs each lease): tomorrow's and the day
 # after's, dropped by hand, are made again and not, and tomorrow's ids
 # land in it.
-grep -q '^partitions made ahead: [012], dropped: 0, rows carried to the default partition: 0$' "$it_dir/cli.out" ||
+grep -q '^partitions made ahead: [012], dropped: 0, rows carried to the default partition: 0, days kept for their rows: 0$' "$it_dir/cli.out" ||
 	it_fail "migrate --partition's partitions: $(cat "$it_dir/cli.out")"
 part_of() { # DAYS: the name of the partition of today + DAYS (UTC)
 	echo "${OUTBOX_TABLE}_p$(it_psql "SELECT to_char(date_trunc('day', now() AT TIME ZONE 'UTC') + interval '$1 day', 'YYYYMMDD')")"
@@ -162,7 +162,7 @@ OUTBOX_LISTEN=on ops_cli migrate --partition
 [ "$ops_rc" = 0 ] || it_fail "migrate --partition again exited $ops_rc: $(cat "$it_dir/cli.err")"
 grep -q '^contract step partition_by_id (protocol 1): recorded before, done$' "$it_dir/cli.out" ||
 	it_fail "the second run: $(cat "$it_dir/cli.out")"
-grep -q '^partitions made ahead: 1, dropped: 0, rows carried to the default partition: 0$' "$it_dir/cli.out" ||
+grep -q '^partitions made ahead: 1, dropped: 0, rows carried to the default partition: 0, days kept for their rows: 0$' "$it_dir/cli.out" ||
 	it_fail "the second run's partitions: $(cat "$it_dir/cli.out")"
 [ "$(it_psql "SELECT to_regclass('$after_part') IS NOT NULL")" = t ] ||
 	it_fail "the second run did not make the day after tomorrow's partition"

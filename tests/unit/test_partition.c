@@ -751,6 +751,136 @@ static void test_day_dropped_by_another_replica(void **state)
 	PQfinish(c);
 }
 
+/* Two days past retention, made by hand as by a relay that ran then; the
+ * first (oldest) holds n pending rows of 1 KB. */
+static void two_old_days(PGconn *c, const char *table,
+			 const struct outbox_table *t, int n, char tags[3][16])
+{
+	char los[3][40];
+	for (int i = 0; i < 3; i++)
+		day_of(c, i - 5, los[i], tags[i]);
+	for (int i = 0; i < 2; i++)
+		pgtest_exec(c,
+			    "CREATE TABLE %s\"%s_p%s\" PARTITION OF %s FOR "
+			    "VALUES FROM ('%s') TO ('%s')",
+			    t->prefix, t->name, tags[i], table, los[i],
+			    los[i + 1]);
+	pgtest_exec(
+	    c,
+	    "INSERT INTO %s (id, type, payload) SELECT (substr('%s', 1, "
+	    "14) || '7000-8000-' || lpad(g::text, 12, '0'))::uuid, "
+	    "'day', convert_to(repeat('x', 1024), 'UTF8') FROM "
+	    "generate_series(1, %d) g",
+	    table, los[0], n);
+	insert_in_day(c, table, los[1], 1, "pending", "NULL");
+}
+
+static long parts_left(PGconn *c, const struct outbox_table *t,
+		       char tags[3][16])
+{
+	return pgtest_long(c,
+			   "SELECT count(to_regclass(p)) FROM (VALUES "
+			   "('%s\"%s_p%s\"'), ('%s\"%s_p%s\"')) v(p)",
+			   t->prefix, t->name, tags[0], t->prefix, t->name,
+			   tags[1]);
+}
+
+/* A day past retention with more rows to carry than the drop moves under
+ * the table's lock (a paused destination's backlog) stays, said in
+ * r.kept, and the next day is dropped all the same; once few enough are
+ * left, it goes with them carried. Before, the carry ran whatever its
+ * size under the ACCESS EXCLUSIVE lock, every producer's insert waiting,
+ * and past the statement timeout failed the round, each round. */
+static void test_day_kept_for_its_rows(void **state)
+{
+	(void)state;
+	char table[128], tags[3][16];
+	struct outbox_table t;
+	PGconn *c;
+	struct store *s =
+	    partitioned("part_kept", table, sizeof(table), &t, &c);
+	two_old_days(c, table, &t, 10001, tags);
+	struct partition_result r = tend(s, DAY_MS, 0);
+	assert_int_equal(r.kept, 1);
+	assert_int_equal(r.dropped, 1);
+	assert_int_equal(r.carried, 1);
+	assert_int_equal(parts_left(c, &t, tags), 1);
+	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s\"%s_p%s\"",
+				     t.prefix, t.name, tags[0]),
+			 10001);
+
+	/* One sent: 10,000 left to carry, moved with the day's drop. */
+	pgtest_exec(c,
+		    "UPDATE %s\"%s_p%s\" SET status = 'sent', finished_at = "
+		    "now() - interval '2 days' WHERE id = (SELECT id FROM "
+		    "%s\"%s_p%s\" ORDER BY id LIMIT 1)",
+		    t.prefix, t.name, tags[0], t.prefix, t.name, tags[0]);
+	int64_t t0 = clock_ms();
+	r = tend(s, DAY_MS, 0);
+	printf("# carried %zu rows of 1 KB in one drop: %lld ms\n", r.carried,
+	       (long long)(clock_ms() - t0));
+	assert_int_equal(r.kept, 0);
+	assert_int_equal(r.dropped, 1);
+	assert_int_equal(r.carried, 10000);
+	assert_int_equal(parts_left(c, &t, tags), 0);
+	assert_int_equal(pgtest_long(c,
+				     "SELECT count(*) FROM %s WHERE type = "
+				     "'day' AND status = 'pending'",
+				     table),
+			 10001);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* A drop that waits past its lock wait (a report reading the oldest day)
+ * ends the round's drops: each would queue every writer behind its own
+ * ACCESS EXCLUSIVE request in turn. The next round drops both. */
+static void test_drops_stop_at_a_lock(void **state)
+{
+	(void)state;
+	char table[128], tags[3][16];
+	struct outbox_table t;
+	PGconn *c;
+	struct store *s =
+	    partitioned("part_lockd", table, sizeof(table), &t, &c);
+	two_old_days(c, table, &t, 1, tags);
+	PGconn *reader = pgtest_connect();
+	pgtest_exec(reader,
+		    "BEGIN; LOCK TABLE %s\"%s_p%s\" IN ACCESS SHARE MODE",
+		    t.prefix, t.name, tags[0]);
+	struct partition_result r;
+	if (store_partitions_tend(s, 3, DAY_MS, 0, &r, err, sizeof(err)) != 0)
+		fail_msg("tend: %s", err);
+	assert_true(r.busy);
+	assert_int_equal(r.dropped, 0);
+	assert_int_equal(parts_left(c, &t, tags), 2);
+	pgtest_exec(reader, "COMMIT");
+	r = tend(s, DAY_MS, 0);
+	assert_int_equal(r.dropped, 2);
+	assert_int_equal(parts_left(c, &t, tags), 0);
+	PQfinish(reader);
+	store_close(s);
+	PQfinish(c);
+}
+
+/* The validation of the days ahead's CHECK ends a minute before their
+ * midnight and within 15 statement timeouts (the cleaner's thread waits
+ * in it; /healthz reads a thread stuck after 25); in the last minute
+ * nothing is validated. It was bounded by midnight alone, up to a day, and
+ * ran a second past midnight from the last minute's rounds. */
+static void test_validation_bounded(void **state)
+{
+	(void)state;
+	const int64_t hour = 3600 * 1000LL;
+	assert_int_equal(store_validate_bound_ms(20 * hour, 10000), 150000);
+	assert_int_equal(store_validate_bound_ms(100000, 10000), 40000);
+	assert_int_equal(store_validate_bound_ms(20 * hour, 0),
+			 20 * hour - 60000);
+	assert_int_equal(store_validate_bound_ms(61000, 10000), 1000);
+	assert_int_equal(store_validate_bound_ms(60500, 10000), -1);
+	assert_int_equal(store_validate_bound_ms(30000, 10000), -1);
+}
+
 /* A table just partitioned, its sequence where the old one was; the days
  * ahead not made (their creation waited past its lock wait: a
  * session holds the table): the CHECK on the default partition that none
@@ -1323,6 +1453,9 @@ int main(void)
 	    cmocka_unit_test(test_days_not_made_leave_no_check),
 	    cmocka_unit_test(test_ahead_check_dropped_behind_another_cleaner),
 	    cmocka_unit_test(test_day_dropped_by_another_replica),
+	    cmocka_unit_test(test_day_kept_for_its_rows),
+	    cmocka_unit_test(test_drops_stop_at_a_lock),
+	    cmocka_unit_test(test_validation_bounded),
 	    cmocka_unit_test(test_later_migration_index),
 	    cmocka_unit_test(test_later_index_beside_writers),
 	    cmocka_unit_test(test_finished_index_split_live),
