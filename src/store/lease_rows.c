@@ -357,6 +357,7 @@ int store_take_rows(struct store *s, PGresult *res, struct lease_batch *out,
 	memcpy(rows->lease_id, out->lease_id, sizeof(rows->lease_id));
 	qsort(out->events, out->n, sizeof(out->events[0]), by_seq);
 	s->open_lease = rows;
+	s->open_lease_failed = false;
 	if (oldest != INT64_MAX) {
 		s->floor_us = oldest;
 		s->floor_seq = oldest_seq;

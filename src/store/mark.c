@@ -106,6 +106,7 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 {
 	int ret = STORE_ERROR;
 	char *tid_arr = NULL, *reason_arr = NULL, *id_arr = NULL;
+	bool res_sent = false; /* a statement reached the session */
 	memset(r, 0, sizeof(*r));
 	if (n == 0)
 		return 0;
@@ -157,6 +158,7 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 	values[nparams - 1] = id_arr;
 	bool in_row = counts_in_row(s, st);
 	int rc;
+	res_sent = true;
 	PGresult *res = store_run(s, (enum stmt)st, nparams, values,
 				  in_row ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
 				  0, &rc, err, errlen);
@@ -188,6 +190,8 @@ int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 		}
 	ret = 0;
 out:
+	if (ret != 0 && !res_sent)
+		s->open_lease_failed = true;
 	free(tid_arr);
 	free(reason_arr);
 	free(id_arr);
@@ -256,6 +260,15 @@ int store_lease_commit(struct store *s, struct lease_batch *b, char *err,
 	    s->ses->conn_gen != b->rows->conn_gen) {
 		snprintf(err, errlen, "the lease transaction has ended");
 		return STORE_RECONNECT;
+	}
+	if (s->open_lease_failed) {
+		int ended = store_lease_end(s, TX_ROLLBACK, err, errlen);
+		if (ended != 0)
+			return ended;
+		snprintf(err, errlen,
+			 "a mark of the lease failed before it was sent; the "
+			 "lease transaction was rolled back");
+		return STORE_ERROR;
 	}
 	int rc = store_lease_end(s, TX_COMMIT, err, errlen);
 	if (rc == 0)

@@ -328,7 +328,9 @@ int store_renew(struct store *s, char *err, size_t errlen);
  * lease's claim, committed, so a lease that aborts later does not have
  * them charged either (also when the lease already ended, which it still
  * reports as STORE_RECONNECT). A failed mark ends
- * the transaction (Postgres aborts it), and with it the whole batch.
+ * the transaction (Postgres aborts it), and with it the whole batch; one
+ * that failed before it was sent (a row not of the lease, out of memory)
+ * makes store_lease_commit() roll the transaction back alike.
  */
 int store_mark(struct store *s, enum mark_kind kind, const char *const *ids,
 	       const char *const *reasons, size_t n, struct mark_result *r,

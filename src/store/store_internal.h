@@ -218,6 +218,12 @@ struct store {
 	 * session, for the marks' ctids; set by store_lease, cleared when
 	 * the batch goes. */
 	const struct lease_rows *open_lease;
+	/* A mark of open_lease failed before it reached the server (out of
+	 * memory, a row not of the lease), leaving the transaction
+	 * healthy: store_lease_commit() rolls it back instead, as the
+	 * server does after a failed mark, so no outcome of the batch takes
+	 * effect and the sweeper charges its handed-over rows. */
+	bool open_lease_failed;
 	/* The store that records this one's claims, on the claim session
 	 * (opened on the first lease; NULL for stores that lease
 	 * nothing). */
