@@ -442,6 +442,39 @@ static void test_mark_failed_unsent_rolls_back(void **state)
 	PQfinish(c);
 }
 
+/* A sweeper connected while the table had no claims table (made by hand)
+ * sweeps claims once `migrate` made one: a worker connected since writes
+ * claims, and leases skip the rows of its dead ones until they are swept.
+ * It went on skipping the claims until its own session reconnected. */
+static void test_sweeper_finds_claims_made_later(void **state)
+{
+	(void)state;
+	char table[128], claims[160];
+	struct outbox_table t;
+	pgtest_fresh_table("claims_later", table, sizeof(table));
+	assert_int_equal(table_parse(table, &t, err, sizeof(err)), 0);
+	table_derived(&t, "_claims", claims, sizeof(claims));
+	PGconn *c = pgtest_connect();
+	pgtest_insert(c, table, 3);
+	struct store_options o = pgtest_store_options(table);
+	pgtest_exec(c, "ALTER TABLE %s RENAME TO claims_away", claims);
+	struct store *sweeper = pgtest_store(&o);
+	pgtest_exec(c, "ALTER TABLE %s.claims_away RENAME TO \"%s_claims\"",
+		    t.schema[0] ? t.schema : "public", t.name);
+	struct store *s = pgtest_store(&o);
+	struct lease_batch b;
+	lease(s, &b);
+	assert_int_equal(b.n, 3);
+	abandon(s, &b);
+	struct sweep_result sw;
+	if (store_sweep(sweeper, 10000, &sw, err, sizeof(err)) != 0)
+		fail_msg("sweep: %s", err);
+	assert_int_equal(sw.to_pending, 3);
+	store_close(s);
+	store_close(sweeper);
+	PQfinish(c);
+}
+
 /* A row written before migration 004 with a control character in its
  * routing key, in the claim of a lease that aborted (the relay died
  * before its encoder failed the row): the settle, the sweeper's and the
@@ -5730,6 +5763,7 @@ int main(void)
 	    cmocka_unit_test(test_lock_lease_fencing),
 	    cmocka_unit_test(test_refused_row_in_dead_claim),
 	    cmocka_unit_test(test_mark_failed_unsent_rolls_back),
+	    cmocka_unit_test(test_sweeper_finds_claims_made_later),
 	    cmocka_unit_test(test_refused_row_left_in_flight),
 	    cmocka_unit_test(test_renew_sweep_suspect),
 	    cmocka_unit_test(test_sweep_row_leases),
