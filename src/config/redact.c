@@ -35,6 +35,39 @@ static bool is_password_key(const char *key, size_t n)
 	return false;
 }
 
+static bool is_hex(char c)
+{
+	return isxdigit((unsigned char)c) != 0;
+}
+
+static int hex_value(char c)
+{
+	return isdigit((unsigned char)c) ? c - '0'
+					 : tolower((unsigned char)c) - 'a' + 10;
+}
+
+/* A query key as libpq reads it: percent-decoded ("pass%77ord" sets the
+ * password). One too long to decode here counts as a password's. */
+static bool is_password_query_key(const char *key, size_t n)
+{
+	char plain[256];
+	size_t len = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (len == sizeof(plain))
+			return true;
+		if (key[i] == '%' && i + 2 < n && is_hex(key[i + 1]) &&
+		    is_hex(key[i + 2])) {
+			plain[len++] = (char)(hex_value(key[i + 1]) * 16 +
+					      hex_value(key[i + 2]));
+			i += 2;
+		} else {
+			plain[len++] = key[i];
+		}
+	}
+	return is_password_key(plain, len);
+}
+
 /*
  * key=value pairs after '?' in a URI. Split on '&' only: a '#' inside an
  * unescaped password must not end the redaction early.
@@ -45,7 +78,7 @@ static void redact_query(struct outbuf *o, const char *q)
 		size_t n = strcspn(q, "&");
 		const char *eq = memchr(q, '=', n);
 
-		if (eq && is_password_key(q, (size_t)(eq - q))) {
+		if (eq && is_password_query_key(q, (size_t)(eq - q))) {
 			ob_put(o, q, (size_t)(eq - q) + 1);
 			ob_put(o, "***", 3);
 		} else {
@@ -56,11 +89,6 @@ static void redact_query(struct outbuf *o, const char *q)
 			break;
 		ob_put(o, q++, 1);
 	}
-}
-
-static bool is_hex(char c)
-{
-	return isxdigit((unsigned char)c) != 0;
 }
 
 /* "host[:port]" items separated by ',' (libpq's multi-host form); a

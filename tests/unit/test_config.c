@@ -1434,6 +1434,13 @@ static const struct redact_case redact_cases[] = {
      "postgres://host/db?user=x&password=***&sslmode=require"},
     {"postgres://host/db?password=ab#cd&x=1",
      "postgres://host/db?password=***&x=1"},
+    /* libpq decodes a query key: this one sets the password */
+    {"postgresql://relay@db/app?pass%77ord=hunter2&sslmode=require",
+     "postgresql://relay@db/app?pass%77ord=***&sslmode=require"},
+    {"postgresql://db/app?%70%61%73%73%57%4f%52%44=x",
+     "postgresql://db/app?%70%61%73%73%57%4f%52%44=***"},
+    {"postgresql://db/app?app%5Fname=a%2",
+     "postgresql://db/app?app%5Fname=a%2"},
     {"postgresql://u:p@h1:5432,h2:5433/db?target_session_attrs=read-write",
      "postgresql://u:***@h1:5432,h2:5433/db?target_session_attrs=read-"
      "write"},
