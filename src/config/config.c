@@ -207,7 +207,9 @@ const struct setting config_core_rows[] = {
 		 "before anything is sent or parsed"),
     SETTING_DURATION(
 	C, "OUTBOX_SHUTDOWN_TIMEOUT", shutdown_timeout_ms, "25s", SECOND, HOUR,
-	0, "graceful shutdown budget; must exceed the statement timeout"),
+	0,
+	"graceful shutdown budget; must exceed the publish timeout plus "
+	"the statement timeout"),
 
     /* Operations */
     SETTING_STRING(
@@ -463,16 +465,23 @@ static void cross_check(struct config_loader *ld, const struct config *cfg)
 		    "backoff base %s must not exceed OUTBOX_BACKOFF_MAX %s", a,
 		    b);
 	}
+	/* A shutdown awaits the acknowledgements of the batch in flight,
+	 * then writes its outcomes: cut short, rows the broker took stay
+	 * leased and go out again. */
 	if (OK(SHUTDOWN_TIMEOUT) && OK(STATEMENT_TIMEOUT) &&
-	    cfg->shutdown_timeout_ms <= cfg->statement_timeout_ms) {
+	    OK(PUBLISH_TIMEOUT) &&
+	    cfg->shutdown_timeout_ms <=
+		cfg->publish_timeout_ms + cfg->statement_timeout_ms) {
 		config_format_duration(cfg->shutdown_timeout_ms, a, sizeof(a));
-		config_format_duration(cfg->statement_timeout_ms, b, sizeof(b));
+		config_format_duration(cfg->publish_timeout_ms, b, sizeof(b));
+		config_format_duration(cfg->statement_timeout_ms, c, sizeof(c));
 		config_problem(
 		    ld, "OUTBOX_SHUTDOWN_TIMEOUT", false, NULL,
 		    "shutdown timeout %s must be greater than "
-		    "OUTBOX_STATEMENT_TIMEOUT %s, which it keeps for "
+		    "OUTBOX_PUBLISH_TIMEOUT %s plus OUTBOX_STATEMENT_TIMEOUT "
+		    "%s, which it keeps for awaiting acknowledgements and "
 		    "writing outcomes",
-		    a, b);
+		    a, b, c);
 	}
 }
 

@@ -12,7 +12,7 @@ it_table opshttp
 # A 20s statement timeout gives workers a 10s lock timeout: long enough to
 # watch the shutdown while a worker waits on a table lock, on a loaded
 # machine too (5 s was the steps below and little more).
-ops_relay relay OUTBOX_STATEMENT_TIMEOUT=20s
+ops_relay relay OUTBOX_STATEMENT_TIMEOUT=20s OUTBOX_SHUTDOWN_TIMEOUT=30s
 pid=$it_last_pid
 ops_wait_code 20 /healthz 200
 [ "$ops_body" = ok ] || it_fail "healthz body: $ops_body"

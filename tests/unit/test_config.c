@@ -294,7 +294,7 @@ static const struct good_case good_cases[] = {
      NULL},
     {"OUTBOX_PG_PREPARE", "pooled", K_ENUM, OFF(pg_prepare), PG_PREPARE_POOLED,
      0, NULL},
-    {"OUTBOX_STATEMENT_TIMEOUT", "20s", K_I64, OFF(statement_timeout_ms), 20000,
+    {"OUTBOX_STATEMENT_TIMEOUT", "19s", K_I64, OFF(statement_timeout_ms), 19000,
      0, NULL},
     {"OUTBOX_PUBLISHER", "amqp", K_STR, OFF(publisher), 0, 0, "amqp"},
     {"OUTBOX_PUBLISHER", "kafka", K_STR, OFF(publisher), 0, 0, "kafka"},
@@ -377,7 +377,7 @@ static const struct good_case good_cases[] = {
      0, NULL},
     {"OUTBOX_MAX_EVENT_SIZE", "1GiB", K_I64, OFF(max_event_size), 1073741824, 0,
      NULL},
-    {"OUTBOX_SHUTDOWN_TIMEOUT", "11s", K_I64, OFF(shutdown_timeout_ms), 11000,
+    {"OUTBOX_SHUTDOWN_TIMEOUT", "16s", K_I64, OFF(shutdown_timeout_ms), 16000,
      0, NULL},
     {"OUTBOX_HTTP_ADDR", "127.0.0.1:8080", K_STR, OFF(http_addr), 0, 0,
      "127.0.0.1:8080"},
@@ -951,13 +951,15 @@ struct cross_case {
 };
 
 static const struct cross_case cross_cases[] = {
-    {{{"OUTBOX_PUBLISH_TIMEOUT", "50s"}},
+    {{{"OUTBOX_PUBLISH_TIMEOUT", "50s"}, {"OUTBOX_SHUTDOWN_TIMEOUT", "2m"}},
      1,
      {"config: OUTBOX_PUBLISH_TIMEOUT: publish timeout 50s plus "
       "OUTBOX_STATEMENT_TIMEOUT 10s (the mark budget) must be less than "
       "OUTBOX_LEASE_TIMEOUT 1m\n"}},
-    {{{"OUTBOX_PUBLISH_TIMEOUT", "49s"}}, 0, {NULL}},
-    {{{"OUTBOX_STATEMENT_TIMEOUT", "55s"}, {"OUTBOX_SHUTDOWN_TIMEOUT", "1m"}},
+    {{{"OUTBOX_PUBLISH_TIMEOUT", "49s"}, {"OUTBOX_SHUTDOWN_TIMEOUT", "2m"}},
+     0,
+     {NULL}},
+    {{{"OUTBOX_STATEMENT_TIMEOUT", "55s"}, {"OUTBOX_SHUTDOWN_TIMEOUT", "2m"}},
      1,
      {"config: OUTBOX_PUBLISH_TIMEOUT: "}},
     {{{"OUTBOX_LEASE_TIMEOUT", "15s"}},
@@ -983,8 +985,17 @@ static const struct cross_case cross_cases[] = {
     {{{"OUTBOX_SHUTDOWN_TIMEOUT", "10s"}},
      1,
      {"config: OUTBOX_SHUTDOWN_TIMEOUT: shutdown timeout 10s must be "
-      "greater than OUTBOX_STATEMENT_TIMEOUT 10s"}},
-    {{{"OUTBOX_SHUTDOWN_TIMEOUT", "11s"}}, 0, {NULL}},
+      "greater than OUTBOX_PUBLISH_TIMEOUT 5s plus OUTBOX_STATEMENT_TIMEOUT "
+      "10s"}},
+    {{{"OUTBOX_SHUTDOWN_TIMEOUT", "15s"}},
+     1,
+     {"config: OUTBOX_SHUTDOWN_TIMEOUT: shutdown timeout 15s must be "
+      "greater than OUTBOX_PUBLISH_TIMEOUT 5s plus"}},
+    {{{"OUTBOX_SHUTDOWN_TIMEOUT", "16s"}}, 0, {NULL}},
+    {{{"OUTBOX_PUBLISH_TIMEOUT", "40s"}, {"OUTBOX_LEASE_TIMEOUT", "1m"}},
+     1,
+     {"config: OUTBOX_SHUTDOWN_TIMEOUT: shutdown timeout 25s must be "
+      "greater than OUTBOX_PUBLISH_TIMEOUT 40s plus"}},
     {{{"OUTBOX_KAFKA_MESSAGE_TIMEOUT_MS", "5001"}},
      1,
      {"config: OUTBOX_KAFKA_MESSAGE_TIMEOUT_MS: message.timeout.ms must "
@@ -1001,11 +1012,14 @@ static const struct cross_case cross_cases[] = {
      1,
      {"config: OUTBOX_KAFKA_DELIVERY_TIMEOUT_MS: delivery.timeout.ms "}},
     {{{"OUTBOX_PUBLISH_TIMEOUT", "30s"},
+      {"OUTBOX_SHUTDOWN_TIMEOUT", "1m"},
       {"OUTBOX_KAFKA_MESSAGE_TIMEOUT_MS", "30000"}},
      0,
      {NULL}},
     /* A value that failed to parse is not cross-checked again. */
-    {{{"OUTBOX_PUBLISH_TIMEOUT", "50s"}, {"OUTBOX_LEASE_TIMEOUT", "soon"}},
+    {{{"OUTBOX_PUBLISH_TIMEOUT", "50s"},
+      {"OUTBOX_SHUTDOWN_TIMEOUT", "2m"},
+      {"OUTBOX_LEASE_TIMEOUT", "soon"}},
      1,
      {"config: OUTBOX_LEASE_TIMEOUT: not a duration"}},
     /* Every problem is reported, not just the first. */
