@@ -190,6 +190,76 @@ int cli_print_help(const struct subcommand *c)
 	return 0;
 }
 
+/* The long option named by the n bytes at name, written whole. */
+static const struct option *long_option(const struct option *opts,
+					const char *name, size_t n)
+{
+	for (const struct option *o = opts; o->name; o++)
+		if (strlen(o->name) == n && strncmp(o->name, name, n) == 0)
+			return o;
+	return NULL;
+}
+
+/* Counts one more of option val; 2 with the problem printed when it came
+ * twice and may not. */
+static int count_option(const struct subcommand *c, const struct option *opts,
+			int *seen, int val, const char *repeatable)
+{
+	if (++seen[(unsigned char)val] < 2 || strchr(repeatable, val))
+		return -1;
+	for (const struct option *o = opts; o->name; o++)
+		if (o->val == val)
+			return cli_usage_error(c, "option '--%s' given twice",
+					       o->name);
+	return cli_usage_error(c, "option '-%c' given twice", val);
+}
+
+int cli_check_options(const struct subcommand *c, int argc, char **argv,
+		      const char *shortopts, const struct option *opts,
+		      const char *repeatable)
+{
+	int seen[256] = {0};
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+		const char *w = argv[i];
+		int bad = -1;
+		if (strncmp(w, "--", 2) == 0) {
+			size_t n = strcspn(w + 2, "=");
+			const struct option *o = long_option(opts, w + 2, n);
+			if (!o) {
+				for (const struct option *p = opts;
+				     n > 0 && p->name; p++)
+					if (strncmp(p->name, w + 2, n) == 0)
+						return cli_usage_error(
+						    c,
+						    "unknown option '%.*s' "
+						    "(options are written "
+						    "whole: '--%s'?)",
+						    (int)(n + 2), w, p->name);
+				continue; /* getopt_long says it is unknown */
+			}
+			/* Its value is the next word. */
+			if (o->has_arg == required_argument && !w[2 + n])
+				i++;
+			bad = count_option(c, opts, seen, o->val, repeatable);
+		} else if (w[0] == '-' && w[1]) {
+			for (const char *q = w + 1; *q && bad < 0; q++) {
+				const char *d = strchr(shortopts, *q);
+				if (*q == ':' || !d)
+					break;
+				bad =
+				    count_option(c, opts, seen, *q, repeatable);
+				if (d[1] == ':') {
+					i += !q[1];
+					break;
+				}
+			}
+		}
+		if (bad >= 0)
+			return bad;
+	}
+	return -1;
+}
+
 /* Reports what getopt_long rejected; returns the exit code 2. */
 int cli_bad_option(const struct subcommand *c, int opt, char **argv)
 {
@@ -250,7 +320,9 @@ static int status_options(const struct subcommand *c, int argc, char **argv,
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0}};
 	const char *interval = NULL;
-	int opt;
+	int opt = cli_check_options(c, argc, argv, ":jh", opts, "");
+	if (opt >= 0)
+		return opt;
 	optind = 0;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":jh", opts, NULL)) != -1) {
@@ -364,7 +436,9 @@ static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0}};
 	struct cli_migrate m = {0};
-	int opt;
+	int opt = cli_check_options(c, argc, argv, ":qcph", opts, "");
+	if (opt >= 0)
+		return opt;
 	optind = 0;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":qcph", opts, NULL)) != -1) {
@@ -412,7 +486,10 @@ static int pause_options(const struct subcommand *c, int argc, char **argv,
 	    {"reason", required_argument, NULL, 'r'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0}};
-	int opt;
+	int opt = cli_check_options(c, argc, argv, pause ? ":d:r:h" : ":d:h",
+				    opts, "");
+	if (opt >= 0)
+		return opt;
 	optind = 0;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, pause ? ":d:r:h" : ":d:h", opts,
@@ -523,7 +600,10 @@ static int cmd_unblock(const struct subcommand *c, int argc, char **argv,
 	    {NULL, 0, NULL, 0},
 	};
 	const char *key = NULL;
-	int skip = 0, redrive = 0, opt;
+	int skip = 0, redrive = 0;
+	int opt = cli_check_options(c, argc, argv, ":k:srh", opts, "");
+	if (opt >= 0)
+		return opt;
 	optind = 0;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":k:srh", opts, NULL)) != -1) {

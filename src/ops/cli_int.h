@@ -24,6 +24,19 @@ int cli_usage_error(const struct subcommand *c, const char *fmt, ...)
 /* Prints the command's --help; returns 0. */
 int cli_print_help(const struct subcommand *c);
 
+struct option;
+
+/*
+ * Refuses, before getopt_long reads argv, what it would take silently: a
+ * long option written in part ("--con" for --contract, a one-way step)
+ * and an option given twice that is not in repeatable (its vals: the
+ * last one given would win). shortopts and opts as for getopt_long.
+ * Returns -1 when argv has neither, else 2, the problem printed.
+ */
+int cli_check_options(const struct subcommand *c, int argc, char **argv,
+		      const char *shortopts, const struct option *opts,
+		      const char *repeatable);
+
 /* Reports what getopt_long rejected; returns the exit code 2. */
 int cli_bad_option(const struct subcommand *c, int opt, char **argv);
 

@@ -53,7 +53,10 @@ static int redrive_options(const struct subcommand *c, int argc, char **argv,
 	    {"quiet", no_argument, NULL, 'q'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0}};
-	int opt;
+	int opt =
+	    cli_check_options(c, argc, argv, ":i:t:s:u:S:nfqh", opts, "i");
+	if (opt >= 0)
+		return opt;
 	optind = 0;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":i:t:s:u:S:nfqh", opts, NULL)) !=

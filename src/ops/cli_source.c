@@ -46,6 +46,11 @@ int cli_take_source(const char *cmd, int argc, char **argv)
 				v[0] ? " name shorter than 128 bytes" : "");
 			return -1;
 		}
+		if (cli_source[0]) {
+			fprintf(stderr,
+				"outbox-relay %s: --source given twice\n", cmd);
+			return -1;
+		}
 		snprintf(cli_source, sizeof(cli_source), "%s", v);
 	}
 	argv[out] = NULL;

@@ -188,4 +188,27 @@ grep -q "option '--dry-run' takes no value" "$it_dir/cli.err" ||
 ops_cli redrive --source= --dry-run
 [ "$ops_rc" = 2 ] || it_fail "redrive --source= exited $ops_rc"
 grep -q -- '--source needs a table' "$it_dir/cli.err" || it_fail "redrive --source= said: $(cat "$it_dir/cli.err")"
+# Options are written whole: getopt_long took "--con" for --contract (a
+# one-way migration step) and "--f" for --force. A single-value option
+# given twice is refused, where the last one won (--type a --type b
+# redrove b alone); --id may come many times.
+ops_expect_usage_error migrate --con
+grep -q -- "unknown option '--con' (options are written whole: '--contract'?)" "$it_dir/cli.err" ||
+	it_fail "migrate --con said: $(cat "$it_dir/cli.err")"
+ops_expect_usage_error redrive --f --dry-run
+ops_expect_usage_error redrive --type a.created --type b.created --dry-run
+grep -q -- "option '--type' given twice" "$it_dir/cli.err" || it_fail "redrive --type twice said: $(cat "$it_dir/cli.err")"
+ops_expect_usage_error redrive -t a.created --type=b.created --dry-run
+ops_expect_usage_error unblock --key k --key j --skip
+ops_expect_usage_error pause -d x --destination y
+ops_cli redrive --source a --source b --dry-run
+[ "$ops_rc" = 2 ] || it_fail "redrive with two --source exited $ops_rc"
+grep -q -- "--source given twice" "$it_dir/cli.err" || it_fail "two --source said: $(cat "$it_dir/cli.err")"
+ops_cli redrive --id 00000000-0000-7000-8000-000000000001 --id 00000000-0000-7000-8000-000000000002 --dry-run
+[ "$ops_rc" = 0 ] || it_fail "redrive with two --id exited $ops_rc: $(cat "$it_dir/cli.err")"
+# A value that starts with "--" is a value, not an option.
+ops_cli pause --destination x --reason --con
+[ "$ops_rc" = 0 ] || it_fail "pause --reason --con exited $ops_rc: $(cat "$it_dir/cli.err")"
+ops_cli resume --destination x
+[ "$ops_rc" = 0 ] || it_fail "resume exited $ops_rc: $(cat "$it_dir/cli.err")"
 echo ok
