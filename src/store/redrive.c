@@ -432,6 +432,37 @@ static void tell_retention(struct store *s, const struct redrive_filter *f)
 	PQclear(res);
 }
 
+/* A redrive without OUTBOX_ORDERING=partition of a table with a blocked
+ * key: refused as beside ordered relays (below), whose registry rows may
+ * all be gone (every relay stopped, a crashed one pruned): a block says
+ * an ordered relay ran, and the plain way would not lift it. */
+static int refuse_beside_blocked(struct store *s, char *err, size_t errlen)
+{
+	char *sql = store_asprintf("SELECT partition_key FROM %s b LIMIT 1",
+				   s->blocked);
+	int rc;
+	PGresult *res = store_exec(s, "redrive: the blocked keys", sql, 0, NULL,
+				   PGRES_TUPLES_OK, &rc, err, errlen);
+	free(sql);
+	if (!res)
+		return store_public_rc(rc);
+	rc = 0;
+	if (PQntuples(res) > 0) {
+		snprintf(err, errlen,
+			 "redrive: key %.200s of %s is blocked (a relay with "
+			 "OUTBOX_ORDERING=partition and "
+			 "OUTBOX_ORDERING_ON_FAILURE=block ran on it), and "
+			 "this command runs without OUTBOX_ORDERING=partition: "
+			 "set it and OUTBOX_ORDERING_ON_FAILURE=block for it, "
+			 "so that it keeps the keys' order and lifts the "
+			 "blocks of the rows it moves",
+			 PQgetvalue(res, 0, 0), s->table.literal);
+		rc = STORE_REFUSED;
+	}
+	PQclear(res);
+	return rc;
+}
+
 /* A redrive without OUTBOX_ORDERING=partition, of a table whose registry
  * holds a relay that records it (migration 014): refused, since the plain
  * way keeps no key's order (no check of later rows sent, no write of the
@@ -475,7 +506,7 @@ static int refuse_beside_ordered(struct store *s, char *err, size_t errlen)
 		rc = STORE_REFUSED;
 	}
 	PQclear(res);
-	return rc;
+	return rc != 0 ? rc : refuse_beside_blocked(s, err, errlen);
 }
 
 int store_redrive(struct store *s, const struct redrive_filter *given,

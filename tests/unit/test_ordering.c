@@ -339,20 +339,19 @@ static void test_unblock_redrive(void **state)
 	expect_batch(s, "a1");
 	expect_batch(s, "a2");
 
-	/* --skip of a block whose row is pending again (redriven the plain
-	 * way, which lifts no block): said so, where "its failed row stays
-	 * failed" was printed, and the row goes first. */
+	/* --skip of a block whose row is pending again (put back by hand,
+	 * or by the plain redrive of a version that lifted no block): said
+	 * so, where "its failed row stays failed" was printed, and the row
+	 * goes first. */
 	insert(c, table, "a3", "A");
 	insert(c, table, "a4", "A");
 	lease(s, &b);
 	mark_all(s, MARK_FAILED, &b, "bad");
-	struct store_options po = pgtest_store_options(table);
-	struct store *plain = pgtest_store(&po);
-	struct redrive_filter f = {.type = "t", .sent_kept_ms = DAY_MS};
-	size_t count;
-	assert_int_equal(store_redrive(plain, &f, &count, err, sizeof(err)), 0);
-	assert_int_equal(count, 1);
-	store_close(plain);
+	pgtest_exec(c,
+		    "UPDATE %s SET status = 'pending', finished_at = NULL, "
+		    "next_attempt_at = now(), attempts = 0, head = NULL, "
+		    "written_by = pg_current_xact_id() WHERE subject = 'a3'",
+		    table);
 	assert_int_equal(store_unblock(s, "A", false, err, sizeof(err)), 0);
 	if (!strstr(err, "is pending, not failed (redriven since), and goes "
 			 "first"))
@@ -462,6 +461,15 @@ static void test_unordered_redrive_refused_beside_ordered_relays(void **state)
 				     table),
 			 1);
 	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s", blocked), 1);
+
+	/* Every relay stopped (their rows gone from the registry): the
+	 * blocked key still says an ordered relay ran, and the plain way
+	 * would leave it blocked for good. */
+	pgtest_exec(c, "DELETE FROM %s_replicas", table);
+	assert_int_equal(store_redrive(plain, &f, &count, err, sizeof(err)),
+			 STORE_REFUSED);
+	if (!strstr(err, "key A of ") || !strstr(err, "is blocked"))
+		fail_msg("refused for: %s", err);
 
 	/* The ordered way lifts the block; the key goes on in order. */
 	f.dry_run = false;
