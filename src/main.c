@@ -343,6 +343,8 @@ int main(int argc, char **argv)
 			cmd, argv[2]);
 		return 2;
 	}
+	if (cli_help_asked(argc - 1, argv + 1))
+		return 0;
 
 	struct config cfg;
 	int problems = config_load(&cfg, &ext, stderr);

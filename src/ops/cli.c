@@ -151,6 +151,18 @@ bool cli_knows(const char *cmd)
 	return find(cmd) != NULL;
 }
 
+bool cli_help_asked(int argc, char **argv)
+{
+	const struct subcommand *c = argc > 0 ? find(argv[0]) : NULL;
+	for (int i = 1; c && i < argc && strcmp(argv[i], "--") != 0; i++)
+		if (strcmp(argv[i], "--help") == 0 ||
+		    strcmp(argv[i], "-h") == 0) {
+			cli_print_help(c);
+			return true;
+		}
+	return false;
+}
+
 int cli_run(const char *cmd, int argc, char **argv, const struct config *cfg)
 {
 	const struct subcommand *c = find(cmd);

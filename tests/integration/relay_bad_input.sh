@@ -76,6 +76,14 @@ done
 env OUTBOX_PUBLISH_TIMEOUT=1m "$RELAY_TEST_BIN" run >"$it_dir/cross.out" 2>&1 || true
 grep -q "OUTBOX_LEASE_TIMEOUT" "$it_dir/cross.out" ||
 	it_fail "publish timeout cross-check does not name the lease timeout"
+# A command's help needs no setting right: it printed the configuration
+# problems and exited 2 instead.
+for cmd in redrive migrate status unblock; do
+	rc=0
+	env OUTBOX_BATCH_SIZE=0 "$RELAY_TEST_BIN" "$cmd" --help >"$it_dir/help.out" 2>&1 || rc=$?
+	[ "$rc" = 0 ] || it_fail "$cmd --help with a bad setting exited $rc: $(cat "$it_dir/help.out")"
+	grep -q "^usage: outbox-relay $cmd" "$it_dir/help.out" || it_fail "$cmd --help printed: $(cat "$it_dir/help.out")"
+done
 
 # A missing table: named, with the command that creates it.
 rc=0
