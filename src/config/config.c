@@ -11,6 +11,7 @@
 
 #include "base/base.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -76,13 +77,15 @@ const struct setting config_core_rows[] = {
 	"OUTBOX_DATABASE_URL_<NAME> (or _FILE) and may have a LISTEN URL in "
 	"OUTBOX_LISTEN_DATABASE_URL_<NAME>; OUTBOX_TABLE is relayed in each. "
 	"Unset: one database, OUTBOX_DATABASE_URL"),
-    SETTING_STRING(C, "OUTBOX_TABLE", table, "outbox_events", check_table, 0,
-		   "outbox table, name or schema.name; each part an SQL "
-		   "identifier of at most 43 bytes; several tables of the "
-		   "database, comma-separated, are each relayed on the same "
-		   "sessions (at most 1000); a schema with * (tenant_*.outbox_"
-		   "events) is a pattern: every matching table, looked up "
-		   "again each OUTBOX_DISCOVERY_INTERVAL"),
+    SETTING_STRING(
+	C, "OUTBOX_TABLE", table, "outbox_events", check_table, 0,
+	"outbox table, name or schema.name; each part an SQL "
+	"identifier of at most 43 bytes, taken as written (upper "
+	"case as if quoted: a warning says so); several tables of the "
+	"database, comma-separated, are each relayed on the same "
+	"sessions (at most 1000); a schema with * (tenant_*.outbox_"
+	"events) is a pattern: every matching table, looked up "
+	"again each OUTBOX_DISCOVERY_INTERVAL"),
     SETTING_DURATION(C, "OUTBOX_DISCOVERY_INTERVAL", discovery_interval_ms,
 		     "30s", SECOND, HOUR, 0,
 		     "how often the patterns of OUTBOX_TABLE are looked up "
@@ -605,6 +608,28 @@ int config_load(struct config *cfg, const struct config_extensions *ext,
 				 sizeof(why)) != 0)
 			config_problem(&ld, "OUTBOX_TABLE", false, NULL, "%s",
 				       why);
+		/* Names are taken as written, as if quoted; SQL folds an
+		 * unquoted one to lower case: the application's INSERT
+		 * INTO Orders.Outbox goes to another table. */
+		for (size_t i = 0; i < cfg->n_tables; i++) {
+			char lower[256];
+			size_t n = 0;
+			bool upper = false;
+			for (const char *p = cfg->tables[i];
+			     *p && n + 1 < sizeof(lower); p++) {
+				upper |= *p >= 'A' && *p <= 'Z';
+				lower[n++] = (char)tolower((unsigned char)*p);
+			}
+			lower[n] = '\0';
+			if (upper)
+				loader_warn(&ld,
+					    "OUTBOX_TABLE: '%s' is taken as "
+					    "written, upper case and all, as "
+					    "if each part were quoted; SQL's "
+					    "unquoted %s is %s",
+					    cfg->tables[i], cfg->tables[i],
+					    lower);
+		}
 	}
 	if (errs)
 		fflush(errs);

@@ -1237,6 +1237,20 @@ static void test_table_list(void **state)
 	assert_string_equal(r.cfg.tables[0], "t1.outbox_events");
 	assert_string_equal(r.cfg.tables[1], "t2.outbox_events");
 	assert_string_equal(r.cfg.tables[2], "orders");
+	assert_string_equal(r.cfg.warnings, "");
+	run_free(&r);
+
+	/* Upper case is taken as written (as quoted), which SQL's unquoted
+	 * name is not: said, naming the table SQL would mean. */
+	env_clear();
+	env_set("OUTBOX_TABLE", "Orders.Outbox_Events,b");
+	run_load(&r);
+	assert_int_equal(r.problems, 0);
+	assert_string_equal(r.cfg.tables[0], "Orders.Outbox_Events");
+	assert_non_null(strstr(r.cfg.warnings,
+			       "OUTBOX_TABLE: 'Orders.Outbox_Events' is taken "
+			       "as written, upper case and all"));
+	assert_non_null(strstr(r.cfg.warnings, "is orders.outbox_events\n"));
 	run_free(&r);
 
 	/* The message says which item is wrong. */
