@@ -153,14 +153,15 @@ bool cli_knows(const char *cmd)
 
 bool cli_help_asked(int argc, char **argv)
 {
-	const struct subcommand *c = argc > 0 ? find(argv[0]) : NULL;
-	for (int i = 1; c && i < argc && strcmp(argv[i], "--") != 0; i++)
-		if (strcmp(argv[i], "--help") == 0 ||
-		    strcmp(argv[i], "-h") == 0) {
-			cli_print_help(c);
-			return true;
-		}
-	return false;
+	/* The first word alone: a later one may be an option's value
+	 * (pause --reason --help), which the command's own parse reads as
+	 * such once the settings are loaded. */
+	const struct subcommand *c = argc > 1 ? find(argv[0]) : NULL;
+	if (!c ||
+	    (strcmp(argv[1], "--help") != 0 && strcmp(argv[1], "-h") != 0))
+		return false;
+	cli_print_help(c);
+	return true;
 }
 
 int cli_run(const char *cmd, int argc, char **argv, const struct config *cfg)

@@ -50,9 +50,9 @@ const char *cli_usage_lines(void);
 /* True when cmd is one of the subcommands here. */
 bool cli_knows(const char *cmd);
 
-/* When subcommand argv[0]'s arguments argv[1..argc-1] ask for its help
- * (-h or --help before any "--"): prints it and returns true. Before the
- * settings are loaded, so that help needs none of them right. */
+/* When subcommand argv[0]'s first argument argv[1] asks for its help (-h
+ * or --help): prints it and returns true. Before the settings are
+ * loaded, so that help needs none of them right. */
 bool cli_help_asked(int argc, char **argv);
 
 /* Runs subcommand argv[0] with its arguments argv[1..argc-1]. */

@@ -356,17 +356,17 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 
 /* Counts, before drop_day() takes its locks, the rows of day part that a
  * drop would carry (count: the statement); more than CARRY_MAX_ROWS keep
- * the day: said in a warning, *kept set and the transaction ended. */
+ * the day: said in a warning, *kept set and the transaction ended. A lock
+ * not had in time ends it too, *busy set, as step() does. */
 static int count_kept(struct store *s, const char *part, const char *count,
-		      const char *const *retentions, bool *kept, char *err,
-		      size_t errlen)
+		      const char *const *retentions, bool *kept, bool *busy,
+		      char *err, size_t errlen)
 {
 	int rc;
-	bool busy = false;
 	PGresult *res = store_exec(s, "partitions", count, 2, retentions,
 				   PGRES_TUPLES_OK, &rc, err, errlen);
 	if (!res)
-		return step_failed(s, store_public_rc(rc), &busy, err, errlen);
+		return step_failed(s, store_public_rc(rc), busy, err, errlen);
 	long long n = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
 	PQclear(res);
 	if (n <= CARRY_MAX_ROWS)
@@ -438,9 +438,12 @@ static int drop_day(struct store *s, const char *part,
 	    "coalesce((SELECT y.seq FROM %s y WHERE y.id = b.blocking_id), "
 	    "-1))",
 	    p, p, p, p, s->blocked, p, s->blocked, T);
+	/* Of the day's rows alone, as the carry: keep names blocking rows
+	 * of every day. */
 	char *count = store_asprintf(
-	    "%s SELECT count(*) FROM (SELECT 1 FROM keep LIMIT %d) k", keep,
-	    CARRY_MAX_ROWS + 1);
+	    "%s SELECT count(*) FROM (SELECT 1 FROM %s x WHERE x.id IN "
+	    "(SELECT id FROM keep) LIMIT %d) k",
+	    keep, p, CARRY_MAX_ROWS + 1);
 	char *carry = store_asprintf(
 	    "%s INSERT INTO %s OVERRIDING SYSTEM VALUE SELECT x.* FROM %s x "
 	    "WHERE x.id IN (SELECT id FROM keep)",
@@ -453,12 +456,12 @@ static int drop_day(struct store *s, const char *part,
 		goto out;
 	}
 	bool kept = false;
-	rc = count_kept(s, part, count, retentions, &kept, err, errlen);
+	rc = count_kept(s, part, count, retentions, &kept, &busy, err, errlen);
 	if (kept) {
 		r->kept++;
 		goto out;
 	}
-	if (rc == 0)
+	if (rc == 0 && !busy)
 		rc = step(s, lock, &busy, err, errlen);
 	if (rc == 0 && !busy)
 		rc = step(s, detach, &busy, err, errlen);
@@ -476,6 +479,7 @@ static int drop_day(struct store *s, const char *part,
 				 "its rows to carry outlasted %s",
 				 s->table.literal, part, CARRY_TIMEOUT);
 			rc = store_finish_tx(s, TX_ROLLBACK, err, errlen);
+			r->kept++;
 			busy = true;
 		} else if (rc != 0) {
 			rc = step_failed(s, rc, &busy, err, errlen);

@@ -84,6 +84,10 @@ for cmd in redrive migrate status unblock; do
 	[ "$rc" = 0 ] || it_fail "$cmd --help with a bad setting exited $rc: $(cat "$it_dir/help.out")"
 	grep -q "^usage: outbox-relay $cmd" "$it_dir/help.out" || it_fail "$cmd --help printed: $(cat "$it_dir/help.out")"
 done
+# A later --help may be a value: still read with the settings.
+rc=0
+env OUTBOX_BATCH_SIZE=0 "$RELAY_TEST_BIN" pause --reason --help >"$it_dir/help.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] || it_fail "pause --reason --help with a bad setting exited $rc: $(cat "$it_dir/help.out")"
 
 # A missing table: named, with the command that creates it.
 rc=0

@@ -809,7 +809,14 @@ static void test_day_kept_for_its_rows(void **state)
 				     t.prefix, t.name, tags[0]),
 			 10001);
 
-	/* One sent: 10,000 left to carry, moved with the day's drop. */
+	/* One sent: 10,000 left to carry, moved with the day's drop; the
+	 * blocking rows of other days count for theirs alone. */
+	char blocked[160];
+	table_derived(&t, "_blocked_keys", blocked, sizeof(blocked));
+	pgtest_exec(c,
+		    "INSERT INTO %s (partition_key, blocking_id) SELECT 'k' || "
+		    "g, gen_random_uuid() FROM generate_series(1, 5) g",
+		    blocked);
 	pgtest_exec(c,
 		    "UPDATE %s\"%s_p%s\" SET status = 'sent', finished_at = "
 		    "now() - interval '2 days' WHERE id = (SELECT id FROM "
@@ -834,7 +841,9 @@ static void test_day_kept_for_its_rows(void **state)
 
 /* A drop that waits past its lock wait (a report reading the oldest day)
  * ends the round's drops: each would queue every writer behind its own
- * ACCESS EXCLUSIVE request in turn. The next round drops both. */
+ * ACCESS EXCLUSIVE request in turn. The next round drops both. So does
+ * a count of the day's rows that waits (behind another session's queued
+ * ACCESS EXCLUSIVE request). */
 static void test_drops_stop_at_a_lock(void **state)
 {
 	(void)state;
@@ -845,16 +854,32 @@ static void test_drops_stop_at_a_lock(void **state)
 	    partitioned("part_lockd", table, sizeof(table), &t, &c);
 	two_old_days(c, table, &t, 1, tags);
 	PGconn *reader = pgtest_connect();
-	pgtest_exec(reader,
-		    "BEGIN; LOCK TABLE %s\"%s_p%s\" IN ACCESS SHARE MODE",
-		    t.prefix, t.name, tags[0]);
+	PGconn *alter = pgtest_connect();
 	struct partition_result r;
-	if (store_partitions_tend(s, 3, DAY_MS, 0, &r, err, sizeof(err)) != 0)
-		fail_msg("tend: %s", err);
-	assert_true(r.busy);
-	assert_int_equal(r.dropped, 0);
-	assert_int_equal(parts_left(c, &t, tags), 2);
-	pgtest_exec(reader, "COMMIT");
+	for (int queued = 1; queued >= 0; queued--) {
+		pgtest_exec(reader,
+			    "BEGIN; LOCK TABLE %s\"%s_p%s\" IN ACCESS SHARE "
+			    "MODE",
+			    t.prefix, t.name, tags[0]);
+		char sql[256];
+		snprintf(sql, sizeof(sql),
+			 "LOCK TABLE %s\"%s_p%s\" IN ACCESS EXCLUSIVE MODE",
+			 t.prefix, t.name, tags[0]);
+		if (queued) {
+			assert_int_equal(PQsendQuery(alter, sql), 1);
+			clock_sleep_ms(200);
+		}
+		if (store_partitions_tend(s, 3, DAY_MS, 0, &r, err,
+					  sizeof(err)) != 0)
+			fail_msg("tend (queued %d): %s", queued, err);
+		assert_true(r.busy);
+		assert_int_equal(r.dropped, 0);
+		assert_int_equal(parts_left(c, &t, tags), 2);
+		pgtest_exec(reader, "COMMIT");
+		for (PGresult *res; queued && (res = PQgetResult(alter));)
+			PQclear(res);
+	}
+	PQfinish(alter);
 	r = tend(s, DAY_MS, 0);
 	assert_int_equal(r.dropped, 2);
 	assert_int_equal(parts_left(c, &t, tags), 0);
