@@ -481,8 +481,10 @@ static int refuse_beside_ordered(struct store *s, char *err, size_t errlen)
 	    "= 'partition' ORDER BY last_seen_at DESC, id LIMIT 1",
 	    n.registry);
 	int rc;
-	PGresult *res = store_exec(s, "redrive: the relays' ordering", sql, 0,
-				   NULL, PGRES_TUPLES_OK, &rc, err, errlen);
+	/* Unprefixed, so that the SQLSTATE leads the error: a table made by
+	 * hand has no registry, and was refused for "42P01" not read. */
+	PGresult *res = store_exec(s, NULL, sql, 0, NULL, PGRES_TUPLES_OK, &rc,
+				   err, errlen);
 	free(sql);
 	if (!res) {
 		if (!store_err_undefined_table(err))
@@ -506,7 +508,7 @@ static int refuse_beside_ordered(struct store *s, char *err, size_t errlen)
 		rc = STORE_REFUSED;
 	}
 	PQclear(res);
-	return rc != 0 ? rc : refuse_beside_blocked(s, err, errlen);
+	return rc;
 }
 
 int store_redrive(struct store *s, const struct redrive_filter *given,
@@ -514,6 +516,8 @@ int store_redrive(struct store *s, const struct redrive_filter *given,
 {
 	if (!s->opt.ordered) {
 		int rc = refuse_beside_ordered(s, err, errlen);
+		if (rc == 0)
+			rc = refuse_beside_blocked(s, err, errlen);
 		if (rc != 0)
 			return rc;
 	}

@@ -470,6 +470,16 @@ static void test_unordered_redrive_refused_beside_ordered_relays(void **state)
 			 STORE_REFUSED);
 	if (!strstr(err, "key A of ") || !strstr(err, "is blocked"))
 		fail_msg("refused for: %s", err);
+	/* No registry at all (a table made by hand): likewise. */
+	pgtest_exec(c, "ALTER TABLE %s_replicas RENAME TO replicas_away",
+		    table);
+	int got = store_redrive(plain, &f, &count, err, sizeof(err));
+	if (got != STORE_REFUSED || !strstr(err, "is blocked"))
+		fail_msg("without a registry: %d %s", got, err);
+	pgtest_exec(c,
+		    "ALTER TABLE %.*sreplicas_away RENAME TO "
+		    "outbox_events_replicas",
+		    (int)(strlen(table) - strlen("outbox_events")), table);
 
 	/* The ordered way lifts the block; the key goes on in order. */
 	f.dry_run = false;
@@ -478,6 +488,16 @@ static void test_unordered_redrive_refused_beside_ordered_relays(void **state)
 	assert_int_equal(pgtest_long(c, "SELECT count(*) FROM %s", blocked), 0);
 	expect_batch(s, "a1");
 	expect_batch(s, "a2");
+
+	/* No registry and no block (a table made by hand): the plain
+	 * redrive goes, where its registry read failed it (42P01). */
+	pgtest_exec(c, "ALTER TABLE %s_replicas RENAME TO replicas_away",
+		    table);
+	assert_int_equal(store_redrive(plain, &f, &count, err, sizeof(err)), 0);
+	pgtest_exec(c,
+		    "ALTER TABLE %.*sreplicas_away RENAME TO "
+		    "outbox_events_replicas",
+		    (int)(strlen(table) - strlen("outbox_events")), table);
 
 	/* Relays that record none: the plain redrive goes. */
 	pgtest_exec(c, "DELETE FROM %s_replicas", table);
