@@ -270,6 +270,8 @@ int cli_check_options(const struct subcommand *c, int argc, char **argv,
 		if (bad >= 0)
 			return bad;
 	}
+	optind = 0;
+	opterr = 0;
 	return -1;
 }
 
@@ -336,8 +338,6 @@ static int status_options(const struct subcommand *c, int argc, char **argv,
 	int opt = cli_check_options(c, argc, argv, ":jh", opts, "");
 	if (opt >= 0)
 		return opt;
-	optind = 0;
-	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":jh", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'j':
@@ -452,8 +452,6 @@ static int cmd_migrate(const struct subcommand *c, int argc, char **argv,
 	int opt = cli_check_options(c, argc, argv, ":qcph", opts, "");
 	if (opt >= 0)
 		return opt;
-	optind = 0;
-	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":qcph", opts, NULL)) != -1) {
 		if (opt == 'q')
 			m.quiet = true;
@@ -503,8 +501,6 @@ static int pause_options(const struct subcommand *c, int argc, char **argv,
 				    opts, "");
 	if (opt >= 0)
 		return opt;
-	optind = 0;
-	opterr = 0;
 	while ((opt = getopt_long(argc, argv, pause ? ":d:r:h" : ":d:h", opts,
 				  NULL)) != -1) {
 		switch (opt) {
@@ -617,8 +613,6 @@ static int cmd_unblock(const struct subcommand *c, int argc, char **argv,
 	int opt = cli_check_options(c, argc, argv, ":k:srh", opts, "");
 	if (opt >= 0)
 		return opt;
-	optind = 0;
-	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":k:srh", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'k':

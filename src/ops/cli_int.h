@@ -31,7 +31,8 @@ struct option;
  * long option written in part ("--con" for --contract, a one-way step)
  * and an option given twice that is not in repeatable (its vals: the
  * last one given would win). shortopts and opts as for getopt_long.
- * Returns -1 when argv has neither, else 2, the problem printed.
+ * Returns -1 when argv has neither, getopt_long readied for argv (optind
+ * and opterr 0), else 2, the problem printed.
  */
 int cli_check_options(const struct subcommand *c, int argc, char **argv,
 		      const char *shortopts, const struct option *opts,

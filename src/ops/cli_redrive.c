@@ -57,8 +57,6 @@ static int redrive_options(const struct subcommand *c, int argc, char **argv,
 	    cli_check_options(c, argc, argv, ":i:t:s:u:S:nfqh", opts, "i");
 	if (opt >= 0)
 		return opt;
-	optind = 0;
-	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":i:t:s:u:S:nfqh", opts, NULL)) !=
 	       -1) {
 		switch (opt) {
