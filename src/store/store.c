@@ -322,12 +322,18 @@ static int adapt_to_side_tables(struct store *s, char *err, size_t errlen)
 	return 0;
 }
 
-bool store_claims_table_gone(struct store *s)
+int store_claims_table_there(struct store *s)
 {
 	unsigned present = 0;
 	char why[256];
-	return store_admin_side_tables(s, &present, why, sizeof(why)) == 0 &&
-	       !(present & STORE_SIDE_CLAIMS);
+	if (store_admin_side_tables(s, &present, why, sizeof(why)) != 0)
+		return -1;
+	return (present & STORE_SIDE_CLAIMS) != 0;
+}
+
+bool store_claims_table_gone(struct store *s)
+{
+	return store_claims_table_there(s) == 0;
 }
 
 /* How the store's sessions connect: the settings of pgconn_options go

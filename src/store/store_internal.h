@@ -790,6 +790,10 @@ static inline bool store_err_undefined_table(const char *err)
  * up for good) or the catalog could not be read. */
 bool store_claims_table_gone(struct store *s);
 
+/* Whether the claims table is there, as the catalog says now: 1 or 0, -1
+ * when the catalog could not be read. */
+int store_claims_table_there(struct store *s);
+
 /*
  * refused.c: fails, with the reason, the rows the table's destination
  * CHECK refuses while it is NOT VALID (old rows, migration 004); *n counts

@@ -98,17 +98,11 @@ int store_sweep(struct store *s, size_t max_rows, struct sweep_result *r,
 {
 	static const enum stmt passes[] = {ST_SWEEP_CLAIMS, ST_SWEEP};
 	memset(r, 0, sizeof(*r));
-	if (s->claims_missing) {
-		/* Made since this session looked (`migrate` run on a table
-		 * made by hand, its relays running): workers connected since
-		 * write claims, whose dead ones leases skip until swept. */
-		unsigned present = 0;
-		char why[256];
-		if (store_admin_side_tables(s, &present, why, sizeof(why)) ==
-			0 &&
-		    (present & STORE_SIDE_CLAIMS))
-			s->claims_missing = false;
-	}
+	/* Made since this session looked (`migrate` run on a table made by
+	 * hand, its relays running): workers connected since write claims,
+	 * whose dead ones leases skip until swept. */
+	if (s->claims_missing && store_claims_table_there(s) == 1)
+		s->claims_missing = false;
 	for (size_t p = 0; p < sizeof(passes) / sizeof(passes[0]); p++) {
 		bool more = passes[p] != ST_SWEEP_CLAIMS || !s->claims_missing;
 		while (more && r->to_pending + r->to_failed < max_rows) {
