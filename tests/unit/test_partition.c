@@ -863,7 +863,8 @@ static void test_drops_stop_at_a_lock(void **state)
 			    t.prefix, t.name, tags[0]);
 		char sql[256];
 		snprintf(sql, sizeof(sql),
-			 "LOCK TABLE %s\"%s_p%s\" IN ACCESS EXCLUSIVE MODE",
+			 "BEGIN; LOCK TABLE %s\"%s_p%s\" IN ACCESS EXCLUSIVE "
+			 "MODE; COMMIT",
 			 t.prefix, t.name, tags[0]);
 		if (queued) {
 			assert_int_equal(PQsendQuery(alter, sql), 1);
@@ -876,8 +877,11 @@ static void test_drops_stop_at_a_lock(void **state)
 		assert_int_equal(r.dropped, 0);
 		assert_int_equal(parts_left(c, &t, tags), 2);
 		pgtest_exec(reader, "COMMIT");
-		for (PGresult *res; queued && (res = PQgetResult(alter));)
+		for (PGresult *res; queued && (res = PQgetResult(alter));) {
+			/* Queued, then had, not refused. */
+			assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
 			PQclear(res);
+		}
 	}
 	PQfinish(alter);
 	r = tend(s, DAY_MS, 0);
