@@ -175,7 +175,7 @@ int64_t store_validate_bound_ms(int64_t until_midnight_ms,
 	int64_t most = VALIDATE_MAX_STATEMENTS * statement_timeout_ms;
 	if (most > 0 && ms > most)
 		ms = most;
-	return ms < 1000 ? -1 : ms > INT_MAX ? INT_MAX : ms;
+	return ms < 1000 ? 1000 : ms > INT_MAX ? INT_MAX : ms;
 }
 
 /* Drops this round's CHECK of the days ahead from the default partition
@@ -290,9 +290,9 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 			 * VALIDATE_MAX_STATEMENTS of them, and ended a minute
 			 * before the first day's midnight, from which the
 			 * CHECK would refuse every insert of that day until
-			 * its partition is made: the CHECK is dropped then
-			 * (a round in that last minute validates nothing),
-			 * and the next round tries again. */
+			 * its partition is made: the CHECK is dropped then,
+			 * and the next round tries again (a round in that
+			 * last minute validates for a second). */
 			char bound[64];
 			int64_t ms = store_validate_bound_ms(
 			    strtoll(PQgetvalue(res, 0, 3), NULL, 10),
@@ -300,16 +300,7 @@ static int make_ahead(struct store *s, const char *dflt, const char *with,
 			snprintf(bound, sizeof(bound),
 				 "SET LOCAL statement_timeout = %lld",
 				 (long long)ms);
-			if (ms < 0) {
-				snprintf(err, errlen,
-					 "partitions of %s: the days ahead "
-					 "not made within a minute of their "
-					 "midnight",
-					 s->table.literal);
-				rc = step_failed(s, 0, &busy, err, errlen);
-			} else {
-				rc = step(s, bound, &busy, err, errlen);
-			}
+			rc = step(s, bound, &busy, err, errlen);
 			if (rc == 0 && !busy)
 				rc = step_built(
 				    s,

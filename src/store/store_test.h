@@ -54,8 +54,7 @@ void store_pool_keeps_statements(void);
 /* The statement timeout of the validation of the days ahead's CHECK
  * (partitions.c), until_midnight_ms before the first of them begins: up
  * to a minute before it, at most VALIDATE_MAX_STATEMENTS statement
- * timeouts (none when 0); -1 when less than a second would be left,
- * which validates nothing. */
+ * timeouts (none when 0); a second when less would be left. */
 int64_t store_validate_bound_ms(int64_t until_midnight_ms,
 				int64_t statement_timeout_ms);
 
